@@ -1,0 +1,3 @@
+"""fastgguf: a fast CPU inference engine for GGUF language models."""
+
+__version__ = "0.1.0"

@@ -1,0 +1,94 @@
+"""Build fastgguf's extensions: C kernels (csrc/) wrapped by Cython (fastgguf/*.pyx).
+
+- One set of compiler flags for every file. SIMD code carries target attributes and is chosen at run time,
+  so no -march=native: a wheel runs on any CPU of its platform.
+- OpenMP is used when the compiler has it (probed). FASTGGUF_NO_OPENMP=1 builds without it.
+- FASTGGUF_DEBUG=1 builds with -O0 -g; FASTGGUF_SANITIZE=1 adds ASan+UBSan (development only).
+"""
+import glob
+import os
+import shutil
+import subprocess
+import sys
+import sysconfig
+import tempfile
+
+import numpy
+from Cython.Build import cythonize
+from setuptools import Extension, setup
+from setuptools.command.build_ext import build_ext
+
+HERE = os.path.dirname(os.path.abspath(__file__))
+CSRC = sorted(os.path.relpath(p, HERE) for p in glob.glob(os.path.join(HERE, "csrc", "fg_*.c")))
+
+
+def _flag(name):
+    return os.environ.get(name, "").strip().lower() in ("1", "true", "yes", "on")
+
+
+class BuildExt(build_ext):
+    """Adds per-compiler flags once the compiler is known, including an OpenMP probe."""
+
+    def _probe(self, cflags, ldflags):
+        tmp = tempfile.mkdtemp()
+        src = os.path.join(tmp, "probe.c")
+        with open(src, "w") as f:
+            f.write("#include <omp.h>\nint main(void){int n=0;\n#pragma omp parallel\n{\n#pragma omp atomic\nn++;}\nreturn omp_get_max_threads()>0&&n>0?0:1;}\n")
+        try:
+            objs = self.compiler.compile([src], output_dir=tmp, extra_postargs=cflags)
+            self.compiler.link_executable(objs, os.path.join(tmp, "probe"), extra_postargs=ldflags)
+            return True
+        except Exception:
+            return False
+        finally:
+            shutil.rmtree(tmp, ignore_errors=True)
+
+    def build_extensions(self):
+        ctype = self.compiler.compiler_type
+        if ctype == "msvc":
+            cflags, ldflags = ["/O2", "/fp:precise"], []
+            omp = (["/openmp:llvm"], [])
+        else:
+            debug = _flag("FASTGGUF_DEBUG")
+            cflags = ["-O0", "-g"] if debug else ["-O3"]
+            cflags += ["-std=c11", "-fno-strict-aliasing", "-Wall", "-Wno-unused-function", "-Wno-unknown-pragmas"]
+            ldflags = []
+            if _flag("FASTGGUF_SANITIZE"):
+                cflags += ["-fsanitize=address,undefined", "-fno-omit-frame-pointer"]
+                ldflags += ["-fsanitize=address,undefined"]
+            if sys.platform == "darwin":
+                omp = (["-Xpreprocessor", "-fopenmp"], ["-lomp"])
+            else:
+                omp = (["-fopenmp"], ["-fopenmp"])
+        use_omp = not _flag("FASTGGUF_NO_OPENMP") and self._probe(omp[0], omp[1])
+        print(f"fastgguf: OpenMP {'enabled' if use_omp else 'disabled'}")
+        for ext in self.extensions:
+            ext.extra_compile_args = list(cflags) + (omp[0] if use_omp else [])
+            ext.extra_link_args = list(ldflags) + (omp[1] if use_omp else [])
+            if ctype != "msvc":
+                # Cython's generated C is not c11-clean on every compiler; keep -std for csrc only via pragma-free code.
+                ext.extra_compile_args = [a for a in ext.extra_compile_args if a != "-std=c11"] + ["-std=gnu11"]
+        super().build_extensions()
+
+
+def ext(name, pyx):
+    return Extension(
+        name,
+        sources=[pyx] + CSRC,
+        include_dirs=["csrc", numpy.get_include()],
+        define_macros=[("NPY_NO_DEPRECATED_API", "NPY_1_7_API_VERSION")],
+    )
+
+
+extensions = [ext("fastgguf._kernels", "fastgguf/_kernels.pyx")]
+if os.path.exists(os.path.join(HERE, "fastgguf", "_runner.pyx")):
+    extensions.append(ext("fastgguf._runner", "fastgguf/_runner.pyx"))
+
+setup(
+    ext_modules=cythonize(
+        extensions,
+        language_level=3,
+        compiler_directives={"boundscheck": False, "wraparound": False, "cdivision": True, "embedsignature": True},
+    ),
+    cmdclass={"build_ext": BuildExt},
+)
