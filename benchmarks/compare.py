@@ -1,0 +1,259 @@
+#!/usr/bin/env python3
+"""Head-to-head: fastgguf against llama.cpp (through llama-cpp-python) on the same GGUF file, same token ids, same
+thread count, greedy decoding, several alternating rounds. Each measurement runs in a fresh subprocess, so load
+time and peak RSS are per engine and nothing stays warm in between.
+
+    python benchmarks/compare.py                          # default model (Q4_1), 1 thread and all cores
+    python benchmarks/compare.py --variants q4_1 q4_0 q8_0 --threads 1 2 --rounds 5 --json out.json --png out.png
+
+llama-cpp-python is a development-only reference (`pip install llama-cpp-python`, builds llama.cpp, ~4 min).
+Without it the script measures fastgguf alone and says how to install it.
+
+Reported per engine: load seconds (file open to ready), prompt tokens/s at 128 and 512 tokens (one batch),
+decode tokens/s over 128 greedy tokens (end-of-generation tokens suppressed so every round decodes all of them),
+peak RSS. For llama.cpp both the wall clock seen by a Python user and llama.cpp's own internal timers are kept.
+Decode is also shown as a fraction of the memory-bandwidth ceiling: bytes of weights read per token / bandwidth.
+"""
+import argparse
+import json
+import os
+import statistics
+import subprocess
+import sys
+import time
+
+PROMPT_SIZES = (128, 512)
+TEXT = ("The history of the city begins with a small settlement on the river, where traders met to exchange salt, "
+        "grain and cloth. Over the centuries it grew into a market town, then a centre of learning with a library "
+        "and a university, and finally a busy modern capital with trams, bridges and museums. ") * 40
+
+
+def _peak_rss_mb():
+    import resource
+    r = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss
+    return r / 1024.0 if sys.platform != "darwin" else r / (1024.0 * 1024.0)
+
+
+def _ids(path, n):
+    from fastgguf import Tokenizer
+    ids = Tokenizer(path).encode(TEXT, add_special=False)
+    if len(ids) < n:
+        raise SystemExit(f"benchmark text too short: {len(ids)} < {n} tokens")
+    return ids[:n]
+
+
+def worker_fastgguf(a):
+    import numpy as np
+    import fastgguf
+    t0 = time.perf_counter()
+    model = fastgguf.Model(a.model, n_threads=a.threads)
+    ctx = model.context(n_ctx=1024)
+    load = time.perf_counter() - t0
+    out = {"engine": "fastgguf", "load_s": load}
+    for n in PROMPT_SIZES:
+        ids = _ids(a.model, n)
+        ctx.reset()
+        t = time.perf_counter()
+        logits = ctx.eval(ids)
+        out[f"pp{n}_tps"] = n / (time.perf_counter() - t)
+        out[f"pp{n}_top1"] = int(np.argmax(logits))
+    # decode: 8-token prompt, then a.gen greedy tokens with every end-of-generation token banned
+    ctx.reset()
+    ban = {int(t): float("-inf") for t in model.tokenizer.eog_ids}
+    res = model.generate(_ids(a.model, 8), max_tokens=a.gen, temperature=0.0, logit_bias=ban, context=ctx)
+    if res.usage.completion_tokens != a.gen:
+        raise SystemExit(f"fastgguf decoded {res.usage.completion_tokens} tokens, expected {a.gen}")
+    out["tg_tps"] = a.gen / res.timings.generation_seconds
+    out["tg_ids"] = list(res.token_ids[:16])
+    out["peak_rss_mb"] = _peak_rss_mb()
+    return out
+
+
+def worker_llama(a):
+    import numpy as np
+    import llama_cpp
+    t0 = time.perf_counter()
+    llm = llama_cpp.Llama(model_path=a.model, n_ctx=1024, n_batch=512, n_ubatch=512, n_threads=a.threads,
+                          n_threads_batch=a.threads, verbose=False)
+    load = time.perf_counter() - t0
+    out = {"engine": "llama.cpp", "load_s": load}
+    for n in PROMPT_SIZES:
+        ids = _ids(a.model, n)
+        llm.reset()
+        t = time.perf_counter()
+        llm.eval(ids)
+        out[f"pp{n}_tps"] = n / (time.perf_counter() - t)
+        out[f"pp{n}_top1"] = int(np.argmax(llm.scores[llm.n_tokens - 1]))
+    # decode the way a llama-cpp-python user does greedy decoding token by token, end-of-generation tokens banned
+    vocab = llm.n_vocab()
+    eog = [t for t in range(vocab) if llama_cpp.llama_vocab_is_eog(llm._model.vocab, t)]
+    llm.reset()
+    llm.eval(_ids(a.model, 8))
+    try:
+        llama_cpp.llama_perf_context_reset(llm._ctx.ctx)
+    except Exception:
+        pass
+    toks = []
+    t = time.perf_counter()
+    for _ in range(a.gen):
+        logits = llm.scores[llm.n_tokens - 1]
+        logits[eog] = -np.inf
+        tok = int(np.argmax(logits))
+        toks.append(tok)
+        llm.eval([tok])
+    wall = time.perf_counter() - t
+    out["tg_tps"] = a.gen / wall
+    out["tg_ids"] = toks[:16]
+    try:
+        perf = llama_cpp.llama_perf_context(llm._ctx.ctx)
+        if perf.n_eval > 0 and perf.t_eval_ms > 0:
+            out["tg_tps_internal"] = perf.n_eval / (perf.t_eval_ms / 1000.0)
+    except Exception:
+        pass
+    out["peak_rss_mb"] = _peak_rss_mb()
+    return out
+
+
+def run_worker(engine, model, threads, gen):
+    cmd = [sys.executable, os.path.abspath(__file__), "--worker", engine, "--model", model, "--threads",
+           str(threads), "--gen", str(gen)]
+    env = dict(os.environ, OMP_NUM_THREADS=str(threads))
+    p = subprocess.run(cmd, capture_output=True, text=True, env=env)
+    if p.returncode != 0:
+        raise RuntimeError(f"{engine} worker failed:\n{p.stderr[-3000:]}")
+    return json.loads(p.stdout.strip().splitlines()[-1])
+
+
+def model_bytes_per_token(path):
+    """Bytes of weights a decode step reads: every matrix once (the embedding only one row)."""
+    from fastgguf.gguf import GGUFFile
+    with GGUFFile(path) as f:
+        total = sum(t.nbytes for t in f.tensors.values())
+        emb = f.tensors.get("token_embd.weight")
+        if emb is not None and "output.weight" in f.tensors:
+            total -= emb.nbytes  # untied: the embedding is only looked up
+    return total
+
+
+def main(argv=None):
+    ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    ap.add_argument("--worker", choices=["fastgguf", "llama.cpp"], help=argparse.SUPPRESS)
+    ap.add_argument("--model", help="GGUF file (a worker's input)")
+    ap.add_argument("--variants", nargs="+", default=["q4_1"], help="default-model variants: q4_1 q4_0 q8_0")
+    ap.add_argument("--threads", nargs="+", type=int, default=None, help="thread counts (default: 1 and all cores)")
+    ap.add_argument("--rounds", type=int, default=3)
+    ap.add_argument("--gen", type=int, default=128, help="tokens to decode")
+    ap.add_argument("--json", help="save all samples and medians to this file")
+    ap.add_argument("--png", help="draw a bar chart of the ratios (needs matplotlib)")
+    a = ap.parse_args(argv)
+    if a.worker:
+        fn = worker_fastgguf if a.worker == "fastgguf" else worker_llama
+        print(json.dumps(fn(a)))
+        return 0
+
+    from fastgguf import hub, kernels
+    from fastgguf.model import physical_cores
+    try:
+        import llama_cpp  # noqa: F401
+        engines = ["fastgguf", "llama.cpp"]
+    except ImportError:
+        engines = ["fastgguf"]
+        print("llama-cpp-python is not installed: measuring fastgguf alone. For the head-to-head run\n"
+              "    pip install llama-cpp-python    (builds llama.cpp from source, a few minutes)\n", file=sys.stderr)
+    threads = a.threads or sorted({1, physical_cores()})
+    bw = kernels.read_bandwidth() if hasattr(kernels, "read_bandwidth") else None
+    base = hub.default_model_path()
+    results = {"bandwidth_gbs": bw, "isa": kernels.active(), "rows": []}
+    for v in a.variants:
+        path = base if v == "q4_1" else _variant(base, v)
+        bpt = model_bytes_per_token(path)
+        for nt in threads:
+            samples = {e: [] for e in engines}
+            for r in range(a.rounds):
+                for e in (engines if r % 2 == 0 else engines[::-1]):
+                    s = run_worker(e, path, nt, a.gen)
+                    samples[e].append(s)
+                    print(f"  {v} t={nt} round {r + 1} {e}: pp512 {s['pp512_tps']:.0f} tg {s['tg_tps']:.1f} tok/s",
+                          file=sys.stderr)
+            results["rows"].append({"variant": v, "threads": nt, "bytes_per_token": bpt, "samples": samples})
+    _report(results, engines)
+    if a.json:
+        with open(a.json, "w") as f:
+            json.dump(results, f, indent=1)
+    if a.png:
+        _chart(results, a.png)
+    return 0
+
+
+def _variant(base, v):
+    from fastgguf.quantize import quantized_variant
+    return quantized_variant(base, v, os.path.dirname(base))
+
+
+METRICS = [("load_s", "load s", False), ("pp128_tps", "pp128 tok/s", True), ("pp512_tps", "pp512 tok/s", True),
+           ("tg_tps", "decode tok/s", True), ("peak_rss_mb", "peak RSS MB", False)]
+
+
+def _stats(xs):
+    return statistics.median(xs), min(xs), max(xs)
+
+
+def _report(results, engines):
+    bw = results["bandwidth_gbs"]
+    print(f"\nfastgguf vs llama.cpp  (ISA {results['isa']}, read bandwidth {bw:.1f} GB/s)" if bw else "")
+    print("medians (min-max); ratio = fastgguf / llama.cpp (>1 is better for tok/s, <1 better for s and MB)\n")
+    hdr = f"{'variant':7} {'thr':>3} {'metric':13} " + " ".join(f"{e:>24}" for e in engines) + ("   ratio" if len(engines) > 1 else "")
+    print(hdr)
+    print("-" * len(hdr))
+    for row in results["rows"]:
+        row["medians"] = {}
+        for key, label, _ in METRICS:
+            cells, meds = [], []
+            for e in engines:
+                m, lo, hi = _stats([s[key] for s in row["samples"][e]])
+                meds.append(m)
+                cells.append(f"{m:9.3g} ({lo:.3g}-{hi:.3g})")
+            row["medians"][key] = dict(zip(engines, meds))
+            ratio = f"  {meds[0] / meds[1]:6.2f}x" if len(engines) > 1 and meds[1] else ""
+            print(f"{row['variant']:7} {row['threads']:>3} {label:13} " + " ".join(f"{c:>24}" for c in cells) + ratio)
+        if "llama.cpp" in engines:
+            internal = [s["tg_tps_internal"] for s in row["samples"]["llama.cpp"] if "tg_tps_internal" in s]
+            if internal:
+                m = statistics.median(internal)
+                print(f"{'':7} {'':>3} {'decode (C)':13} {'':>24} {m:9.3g} {'(internal timer)':>14}"
+                      f"   {row['medians']['tg_tps']['fastgguf'] / m:6.2f}x")
+        if bw:
+            for e in engines:
+                ceil = bw * 1e9 / row["bytes_per_token"]
+                print(f"{'':7} {'':>3} {'':13} {e}: decode at {row['medians']['tg_tps'][e] / ceil:.0%} of the "
+                      f"bandwidth ceiling ({ceil:.0f} tok/s = {bw:.1f} GB/s / {row['bytes_per_token'] / 1e6:.0f} MB)")
+        print()
+
+
+def _chart(results, png):
+    try:
+        import matplotlib
+        matplotlib.use("Agg")
+        import matplotlib.pyplot as plt
+    except ImportError:
+        print("matplotlib is not installed: no chart", file=sys.stderr)
+        return
+    rows = [r for r in results["rows"] if "llama.cpp" in r["medians"]["tg_tps"]]
+    if not rows:
+        return
+    keys = [k for k, _, better_up in METRICS if better_up]
+    fig, ax = plt.subplots(figsize=(8, 4))
+    w = 0.8 / len(rows)
+    for i, r in enumerate(rows):
+        vals = [r["medians"][k]["fastgguf"] / r["medians"][k]["llama.cpp"] for k in keys]
+        ax.bar([j + i * w for j in range(len(keys))], vals, w, label=f"{r['variant']} {r['threads']}t")
+    ax.axhline(1.0, color="k", lw=0.8)
+    ax.set_xticks([j + w * (len(rows) - 1) / 2 for j in range(len(keys))], [k.replace("_tps", "") for k in keys])
+    ax.set_ylabel("fastgguf / llama.cpp (tokens/s)")
+    ax.legend()
+    fig.tight_layout()
+    fig.savefig(png, dpi=120)
+
+
+if __name__ == "__main__":
+    sys.exit(main())
