@@ -39,7 +39,7 @@ from __future__ import annotations
 import mmap
 import os
 import struct
-from dataclasses import dataclass
+from typing import NamedTuple
 from enum import IntEnum
 
 import numpy as np
@@ -184,10 +184,11 @@ _STRUCTS = {t: struct.Struct(fmt) for t, (fmt, _) in _SCALAR.items()}
 _U32 = struct.Struct("<I")
 _U64 = struct.Struct("<Q")
 _I64 = struct.Struct("<q")
+_TI_TAIL = struct.Struct("<IQ")                     # tensor info: type, offset
+_NE = [None] + [struct.Struct(f"<{n}q") for n in range(1, 5)]
 
 
-@dataclass(frozen=True)
-class TensorInfo:
+class TensorInfo(NamedTuple):
     """One tensor descriptor. shape is in numpy order (ggml ne reversed): (rows, cols) for a 2-D weight."""
     name: str
     shape: tuple
@@ -208,7 +209,13 @@ class TensorInfo:
         return self.shape[-1] // bs * ts
 
 
+_TYPE_BY_ID = {int(t): t for t in GGMLType}
+
+
 def _check_type(type_id: int, what: str) -> GGMLType:
+    t = _TYPE_BY_ID.get(type_id)
+    if t is not None:
+        return t
     if type_id in REMOVED_TYPES:
         raise GGUFError(f"{what}: removed type {REMOVED_TYPES[type_id]} (id {type_id}) is no longer supported")
     try:
@@ -260,33 +267,238 @@ class _Cursor:
             raise GGUFError(f"{what} {raw[:64]!r} is not valid UTF-8") from None
 
 
-def _scan_string_array(buf, pos: int, count: int, end: int, what: str) -> tuple[list, int]:
-    """Walk `count` length-prefixed strings from pos; returns (start offsets of the string bytes, end pos)."""
+_K7 = np.arange(1, 8, dtype=np.int64)
+
+
+def _scan_scalar(buf, pos: int, count: int, end: int, out: list) -> int:
+    """Walk count length-prefixed strings from pos, appending each header position to out.
+    Returns the position after the last string, or end + 1 if the array runs past end."""
     unpack = _U64.unpack_from
-    starts = []
-    push = starts.append
+    push = out.append
     try:
         for _ in range(count):
             n, = unpack(buf, pos)
-            pos += 8
             push(pos)
-            pos += n
-    except struct.error:
-        pos = end + 1
-    if pos > end:
-        raise GGUFError(f"{what}: string array of {count} elements runs past the end of the file "
-                        f"(element {len(starts) - 1} has a bad length)")
-    return starts, pos
+            pos += 8 + n
+    except struct.error:        # a header past the end of the buffer
+        return end + 1
+    return pos
 
 
-def _decode_strings(buf, starts: list, stop: int) -> list:
-    """Decode strings whose bytes start at starts[i] and end 8 bytes before starts[i+1] (the last at stop)."""
-    if not starts:
+def _scan_fast(u8: np.ndarray, pos: int, count: int, W: int):
+    """Vectorised walk of up to count strings in the window u8[pos:pos+W].
+
+    Returns (header positions found (int64 array, absolute), position after the last one); the array is
+    empty when the walk cannot start. Candidate headers are offsets whose u64 is < 2^32 (4 high bytes
+    zero) followed by a non-zero byte (the first byte of the string), and whose string ends inside the
+    window. From pos, runs of candidates whose end is the next candidate are taken whole; at a break the
+    walk jumps to the candidate at the end of the last taken string. Every taken link is a length read at
+    a real header, so the result is exact; where no candidate continues the walk the caller takes over."""
+    a = u8[pos:pos + W]
+    z = a == 0
+    m = z[4:W - 4] & z[5:W - 3] & z[6:W - 2] & z[7:W - 1]
+    m &= ~z[8:W]
+    c = np.flatnonzero(m)                       # candidate header offsets in the window
+    # V[j] = u32 at byte pos + j: a zero-copy, unaligned, overlapping view (stride 1 byte)
+    V = np.ndarray((W - 3,), dtype="<u4", buffer=u8, offset=pos, strides=(1,))
+    nxt = c + 8 + V[c].astype(np.int64)         # where each candidate's string ends
+    ok = nxt <= W
+    c, nxt = c[ok], nxt[ok]
+    if len(c) == 0 or c[0] != 0:
+        return c[:0], pos
+    breaks = np.flatnonzero(nxt[:-1] != c[1:]).tolist()
+    breaks.append(len(c) - 1)
+    segs, need, i, bi = [], count, 0, 0
+    while True:
+        while breaks[bi] < i:
+            bi += 1
+        take = min(breaks[bi] - i + 1, need)    # c[i..breaks[bi]] is a chain of verified links
+        segs.append(c[i:i + take])
+        need -= take
+        stop = int(nxt[i + take - 1])
+        if need == 0 or len(segs) > 256:
+            break
+        k = int(np.searchsorted(c, stop))
+        if k >= len(c) or c[k] != stop:
+            break
+        i = k
+    hp = np.concatenate(segs) if len(segs) > 1 else segs[0]
+    return hp + pos, pos + stop
+
+
+def _scan_string_array(u8, buf, pos: int, count: int, end: int, what: str):
+    """Header positions (int64 array) of count length-prefixed strings from pos, and the end position.
+
+    Large arrays use the vectorised walk (a few ms for 50k strings instead of ~10 ms), with short
+    scalar steps over anything it cannot see (empty strings, strings starting with NUL, lengths >= 2^32,
+    a window too small) and a full scalar walk after a few tries; the scalar walk names a bad element."""
+    parts = []
+    need = count
+    W = count * 20 + 64
+    tries = 0
+    while need > 0:
+        n = 0
+        if need >= 512 and tries < 8:
+            tries += 1
+            W = min(W, end - pos)
+            if W > 8:
+                got, nextpos = _scan_fast(u8, pos, need, W)
+                n = len(got)
+                if n:
+                    parts.append(got)
+                    need -= n
+                    if nextpos - pos > W // 2:
+                        W *= 2                  # the walk may have stopped at the window's end
+                    pos = nextpos
+        if need and n < 512:                     # slow going: scalar steps (all of the rest at the end)
+            k = need if (need < 512 or tries >= 8) else 16
+            lst = []
+            stop = _scan_scalar(buf, pos, k, end, lst)
+            if stop > end:
+                bad = count - need + len(lst) - 1
+                raise GGUFError(f"{what}: string array of {count} elements runs past the end of the file "
+                                f"(element {bad} has a bad length)")
+            parts.append(np.array(lst, np.int64))
+            need -= k
+            pos = stop
+    hp = np.concatenate(parts) if len(parts) != 1 else parts[0]
+    return hp, pos
+
+
+def _decode_strings(u8: np.ndarray, buf, hp: np.ndarray, stop: int, raw: bool = False) -> list:
+    """Strings whose 8-byte headers are at hp (the last string ends at stop), as str (or bytes if raw).
+
+    Bulk path: cut the headers out of a copy of the region leaving one NUL separator each, decode once
+    and split. Taken when no string holds a NUL byte and (for str) the whole text is valid UTF-8;
+    otherwise each string is decoded on its own with errors="surrogateescape"."""
+    count = len(hp)
+    if count == 0:
         return []
-    ends = starts[1:]
-    ends = [e - 8 for e in ends]
+    h0 = int(hp[0])
+    reg = u8[h0:stop].copy()                     # (region bytes,)
+    rel = hp - h0
+    reg[rel] = 0
+    keep = np.ones(len(reg), bool)
+    keep[(rel[:, None] + _K7).ravel()] = False
+    out = reg[keep]                              # (count NULs + all string bytes,)
+    if np.count_nonzero(out == 0) == count:
+        text = out[1:].tobytes()
+        if raw:
+            return text.split(b"\x00")
+        try:
+            return text.decode("utf-8").split("\x00")
+        except UnicodeDecodeError:
+            pass
+    starts = (hp + 8).tolist()
+    ends = hp[1:].tolist()
     ends.append(stop)
+    if raw:
+        return [buf[a:b] for a, b in zip(starts, ends)]
     return [buf[a:b].decode("utf-8", "surrogateescape") for a, b in zip(starts, ends)]
+
+
+class _LazyStrings:
+    """A string array decoded on first use (stands in for list[str] inside Metadata)."""
+    __slots__ = ("_u8", "_buf", "_hp", "_stop", "_list")
+
+    def __init__(self, u8, buf, hp, stop):
+        self._u8, self._buf, self._hp, self._stop, self._list = u8, buf, hp, stop, None
+
+    def materialize(self) -> list:
+        if self._list is None:
+            self._list = _decode_strings(self._u8, self._buf, self._hp, self._stop)
+            self._u8 = self._buf = None
+        return self._list
+
+    def detach(self) -> None:
+        """Copy the undecoded bytes out of the file mapping (before the mapping is closed)."""
+        if self._list is None and len(self._hp):
+            h0 = int(self._hp[0])
+            region = bytes(self._buf[h0:self._stop])
+            self._u8, self._buf = np.frombuffer(region, np.uint8), region
+            self._hp, self._stop = self._hp - h0, self._stop - h0
+
+    def __len__(self):
+        return len(self._hp)
+
+    def __getitem__(self, i):
+        return self.materialize()[i]
+
+    def __iter__(self):
+        return iter(self.materialize())
+
+    def __eq__(self, other):
+        return self.materialize() == (other.materialize() if isinstance(other, _LazyStrings) else other)
+
+    def __repr__(self):
+        return repr(self.materialize())
+
+
+class Metadata(dict):
+    """dict of metadata values whose big string arrays are decoded on first access.
+
+    Behaves as a plain dict[str, value]: every Python-level access (m[k], get, items, values, iteration
+    of items, ==, copy, dict(m), json.dumps) yields list[str] for string arrays. len() of an undecoded
+    array is free via :meth:`array_len`."""
+
+    def __getitem__(self, key):
+        v = dict.__getitem__(self, key)
+        if type(v) is _LazyStrings:
+            v = v.materialize()
+            dict.__setitem__(self, key, v)
+        return v
+
+    def get(self, key, default=None):
+        return self[key] if key in self else default
+
+    def array_len(self, key) -> int:
+        """Length of an array value without decoding it."""
+        return len(dict.__getitem__(self, key))
+
+    def _all(self):
+        for k, v in dict.items(self):
+            if type(v) is _LazyStrings:
+                dict.__setitem__(self, k, v.materialize())
+        return self
+
+    def __iter__(self):                  # a Python-level __iter__ makes dict(m) / {**m} use __getitem__
+        return dict.__iter__(self)
+
+    def items(self):
+        return dict.items(self._all())
+
+    def values(self):
+        return dict.values(self._all())
+
+    def copy(self):
+        return dict(self._all())
+
+    def pop(self, key, *default):
+        if key in self:
+            self[key]
+        return dict.pop(self, key, *default)
+
+    def popitem(self):
+        return dict.popitem(self._all())
+
+    def setdefault(self, key, default=None):
+        if key in self:
+            return self[key]
+        return dict.setdefault(self, key, default)
+
+    def __eq__(self, other):
+        return dict.__eq__(self._all(), other)
+
+    def __ne__(self, other):
+        return not self == other
+
+    __hash__ = None
+
+    def __repr__(self):
+        return dict.__repr__(self._all())
+
+    def __reduce__(self):
+        return (dict, (dict(self._all()),))
 
 
 class GGUFFile:
@@ -342,8 +554,8 @@ class GGUFFile:
             raise GGUFError(f"tensor count {n_tensors} is larger than the file can hold")
 
         # ---- metadata
-        metadata = {}
-        types = {}      # key -> (value type, element type or None, value offset, count)
+        metadata = Metadata()
+        types = {}      # key -> (value type, element type or None, value offset, count[, header positions])
         for i in range(n_kv):
             key = c.name(f"metadata key #{i}")
             if key in metadata:
@@ -367,25 +579,41 @@ class GGUFFile:
 
         # ---- tensor descriptors
         infos = []      # (name, ne, type, relative offset)
-        seen = set()
+        pos = c.pos
+        u64, u32, tail = _U64.unpack_from, _U32.unpack_from, _TI_TAIL.unpack_from
         for i in range(n_tensors):
-            what = f"tensor #{i}"
-            name = c.name(f"{what} name")
-            what = f"tensor {name!r}"
-            if len(name.encode("utf-8")) >= GGML_MAX_NAME:
-                raise GGUFError(f"{what}: name is {len(name.encode())} bytes, the limit is {GGML_MAX_NAME - 1}")
-            if name in seen:
-                raise GGUFError(f"{what}: duplicate tensor name")
-            seen.add(name)
-            n_dims = c.u32(f"{what} n_dims")
-            if not 1 <= n_dims <= GGML_MAX_DIMS:
-                raise GGUFError(f"{what}: n_dims is {n_dims}, must be 1..{GGML_MAX_DIMS}")
-            c.need(8 * n_dims, f"{what} dimensions")
-            ne = struct.unpack_from(f"<{n_dims}q", mm, c.pos)
-            c.pos += 8 * n_dims
-            ttype = _check_type(c.u32(f"{what} type"), f"{what} type")
-            offset = c.u64(f"{what} offset")
-            infos.append((name, ne, ttype, offset))
+            name = None
+            try:
+                nlen, = u64(mm, pos)
+                if nlen >= GGML_MAX_NAME:
+                    raise GGUFError(f"tensor #{i}: name of {nlen} bytes {mm[pos + 8:pos + 8 + 64]!r}..., "
+                                    f"the limit is {GGML_MAX_NAME - 1}")
+                raw = mm[pos + 8:pos + 8 + nlen]
+                try:
+                    name = raw.decode("utf-8")
+                except UnicodeDecodeError:
+                    raise GGUFError(f"tensor #{i}: name {raw!r} is not valid UTF-8") from None
+                pos += 8 + nlen
+                n_dims, = u32(mm, pos)
+                if not 1 <= n_dims <= GGML_MAX_DIMS:
+                    raise GGUFError(f"tensor {name!r}: n_dims is {n_dims}, must be 1..{GGML_MAX_DIMS}")
+                ne = _NE[n_dims].unpack_from(mm, pos + 4)
+                pos += 4 + 8 * n_dims
+                type_id, offset = tail(mm, pos)
+                pos += 12
+            except struct.error:
+                what = f"tensor #{i}" + (f" ({name!r})" if name is not None else "")
+                raise GGUFError(f"{what}: descriptor truncated at offset {pos} (file is {size} bytes)") from None
+            if len(raw) < nlen:
+                raise GGUFError(f"tensor #{i}: name truncated at offset {pos} (file is {size} bytes)")
+            infos.append((name, ne, _check_type(type_id, f"tensor {name!r} type"), offset))
+        c.pos = pos
+        if len({t[0] for t in infos}) != len(infos):
+            seen = set()
+            for t in infos:
+                if t[0] in seen:
+                    raise GGUFError(f"tensor {t[0]!r}: duplicate tensor name")
+                seen.add(t[0])
 
         self.data_offset = _align(c.pos, alignment)
         if self.data_offset > size:
@@ -453,9 +681,13 @@ class GGUFFile:
             if etype == _V.STRING:
                 if count > (c.end - c.pos) // 8:
                     raise GGUFError(f"{what}: string array of {count} elements runs past the end of the file")
-                starts, stop = _scan_string_array(c.buf, c.pos, count, c.end, what)
+                hp, stop = _scan_string_array(self._u8, c.buf, c.pos, count, c.end, what)
                 c.pos = stop
-                return _decode_strings(c.buf, starts, stop), (_V.ARRAY, _V.STRING, start, count)
+                if count >= 1024:
+                    val = _LazyStrings(self._u8, c.buf, hp, stop)
+                else:
+                    val = _decode_strings(self._u8, c.buf, hp, stop)
+                return val, (_V.ARRAY, _V.STRING, start, count, hp)
             if etype == _V.ARRAY:
                 raise GGUFError(f"{what}: arrays of arrays are not supported")
             raise GGUFError(f"{what}: unknown array element type {etype}")
@@ -473,14 +705,14 @@ class GGUFFile:
 
     def metadata_raw(self, key: str):
         """Undecoded bytes of a string value (bytes) or string array (list[bytes])."""
-        vt, et, off, count = self._types[key]
+        vt, et, off, count = self._types[key][:4]
         mm = self._live()
         if vt == _V.STRING:
             return _Cursor(mm, off, len(mm)).raw_string(key)
         if vt == _V.ARRAY and et == _V.STRING:
-            starts, stop = _scan_string_array(mm, off, count, len(mm), key)
-            ends = [s - 8 for s in starts[1:]] + [stop]
-            return [mm[a:b] for a, b in zip(starts, ends)]
+            hp = self._types[key][4]
+            stop = int(hp[-1]) + 8 + _U64.unpack_from(mm, int(hp[-1]))[0] if count else off
+            return _decode_strings(self._u8, mm, hp, stop, raw=True)
         raise GGUFError(f"metadata {key!r} is not a string or string array")
 
     def _live(self):
@@ -505,10 +737,14 @@ class GGUFFile:
         """Release the mapping; views still alive keep it mapped until they are garbage-collected."""
         mm, self._mm, self._u8 = self._mm, None, None
         md = getattr(self, "metadata", {})
-        for k, v in md.items():         # metadata stays usable after close: numeric arrays become copies
+        for k, v in dict.items(md):     # metadata stays usable after close: no references into the mapping
             if isinstance(v, np.ndarray):
-                md[k] = v.copy()
-                md[k].flags.writeable = False
+                v = v.copy()
+                v.flags.writeable = False
+                dict.__setitem__(md, k, v)
+            elif type(v) is _LazyStrings:
+                v.detach()
+        self._types = {k: t[:4] for k, t in getattr(self, "_types", {}).items()}
         v = None
         if mm is not None:
             try:
