@@ -361,7 +361,7 @@ def _scan_string_array(u8, buf, pos: int, count: int, end: int, what: str):
             parts.append(np.array(lst, np.int64))
             need -= k
             pos = stop
-    hp = np.concatenate(parts) if len(parts) != 1 else parts[0]
+    hp = np.concatenate(parts) if len(parts) > 1 else parts[0] if parts else np.empty(0, np.int64)
     return hp, pos
 
 
@@ -948,7 +948,7 @@ class GGUFWriter:
                 lo, hi = _INT_RANGES[et]
                 if lo_v < lo or hi_v > hi:
                     raise OverflowError(f"{key!r}: values do not fit in {et.name}")
-                arr = np.asarray(arr).astype(dt) if len(arr) else np.empty(0, dt)
+                arr = arr.astype(dt) if isinstance(arr, np.ndarray) else np.array(arr, dtype=dt)
             else:
                 arr = np.asarray(values, dtype=dt)
             body = np.ascontiguousarray(arr, dtype=dt).tobytes()
