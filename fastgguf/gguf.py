@@ -368,27 +368,34 @@ def _scan_string_array(u8, buf, pos: int, count: int, end: int, what: str):
 def _decode_strings(u8: np.ndarray, buf, hp: np.ndarray, stop: int, raw: bool = False) -> list:
     """Strings whose 8-byte headers are at hp (the last string ends at stop), as str (or bytes if raw).
 
-    Bulk path: cut the headers out of a copy of the region leaving one NUL separator each, decode once
-    and split. Taken when no string holds a NUL byte and (for str) the whole text is valid UTF-8;
-    otherwise each string is decoded on its own with errors="surrogateescape"."""
+    Bulk path, when no string holds a NUL byte and every string is shorter than 256 bytes (tokens,
+    merges): zero the low length byte of each header so that every header is 8 NULs, decode the region
+    once, split on NUL and keep every 8th piece. Otherwise, with no NUL inside the strings: cut the headers out leaving
+    one NUL each, decode once and split. Otherwise (or if the text is not valid UTF-8) each string is
+    decoded on its own with errors="surrogateescape"."""
     count = len(hp)
     if count == 0:
         return []
     h0 = int(hp[0])
-    reg = u8[h0:stop].copy()                     # (region bytes,)
+    reg = u8[h0:stop].copy()                     # (region bytes,) headers and strings
     rel = hp - h0
     reg[rel] = 0
-    keep = np.ones(len(reg), bool)
-    keep[(rel[:, None] + _K7).ravel()] = False
-    out = reg[keep]                              # (count NULs + all string bytes,)
-    if np.count_nonzero(out == 0) == count:
-        text = out[1:].tobytes()
-        if raw:
-            return text.split(b"\x00")
+    n_zero = np.count_nonzero(reg == 0)
+    short = n_zero == 8 * count and stop - int(hp[-1]) - 8 < 256 and (count == 1 or int(np.diff(hp).max()) < 264)
+    if short:                                    # every header is now 8 NULs, and there are no others
+        step, text = 8, reg.tobytes()            # (a 1-char split is 2x faster than splitting on 8 NULs)
+    else:
+        keep = np.ones(len(reg), bool)
+        keep[(rel[:, None] + _K7).ravel()] = False
+        out = reg[keep]                          # (count NULs + all string bytes,)
+        step, text = 1, out.tobytes() if np.count_nonzero(out == 0) == count else None
+    if text is not None:
         try:
-            return text.decode("utf-8").split("\x00")
+            parts = text.split(b"\x00") if raw else text.decode("utf-8").split("\x00")
         except UnicodeDecodeError:
-            pass
+            parts = None
+        if parts is not None and len(parts) == step * count + 1:
+            return parts[step::step]
     starts = (hp + 8).tolist()
     ends = hp[1:].tolist()
     ends.append(stop)
