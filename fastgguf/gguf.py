@@ -12,11 +12,18 @@ closes it when nothing else uses it. Arrays the caller kept (tensor views, numer
 buffer export on the mapping; while any exists the mapping cannot be closed, so ``close()`` catches that
 ``BufferError`` and leaves the mapping to be closed by the garbage collector when the last view dies. Kept
 views therefore stay valid (never a dangling pointer); ``tensor()`` after ``close()`` raises ``GGUFError``.
+``metadata`` stays usable after ``close()`` (its numeric arrays are replaced by copies).
 
 Metadata values: integers -> ``int``, floats -> ``float``, bool -> ``bool``, string -> ``str``; numeric
 arrays -> read-only 1-D numpy views (bool arrays as ``numpy.bool_``); string arrays -> ``list[str]``.
 Nested arrays (arrays of arrays) are rejected with ``GGUFError``: llama.cpp does not read them either
 and no model uses them.
+
+Speed: parsing validates every string array up front (a vectorised walk of the length prefixes), but
+``metadata`` is a ``dict`` subclass (:class:`Metadata`) that decodes big string arrays (>= 1024 strings:
+tokens, merges) on first access, in bulk; any Python-level access (``m[k]``, ``get``, ``items``,
+``values``, ``dict(m)``, ``json.dumps``) sees a real ``list[str]``. ``m.array_len(k)`` gives a length
+without decoding.
 
 Text policy: metadata keys and tensor names must be valid UTF-8 (else ``GGUFError``). String values are
 decoded with ``errors="surrogateescape"``, so no file fails because of one bad token, and
@@ -25,9 +32,11 @@ returns the undecoded ``bytes`` (or ``list[bytes]``) of any string value, e.g. f
 
 Validation: every malformed file raises ``GGUFError`` (a ``ValueError``) naming the field or tensor at
 fault. Counts and lengths are checked against the bytes left in the file before anything is allocated;
-tensor shapes, types, byte sizes, alignment and offsets (aligned, in order, non-overlapping, inside the
-file) are checked. Zero-sized dimensions are accepted (a tensor of 0 elements and 0 bytes). Bytes after
-the last tensor's data are accepted.
+tensor shapes (1..4 dims, none negative), types (unknown and removed ids), block multiples, element and
+byte counts (int64), names (1..63 bytes, unique), keys (non-empty, unique), general.alignment (uint32,
+a power of two, at most 16 MiB) and data offsets (aligned, in order, non-overlapping, inside the file)
+are checked. Zero-sized dimensions are accepted (a tensor of 0 elements and 0 bytes). Bytes after the
+last tensor's data are accepted.
 
 Writing
 -------
@@ -39,8 +48,8 @@ from __future__ import annotations
 import mmap
 import os
 import struct
-from typing import NamedTuple
 from enum import IntEnum
+from typing import NamedTuple
 
 import numpy as np
 
@@ -183,7 +192,6 @@ _SCALAR = {
 _STRUCTS = {t: struct.Struct(fmt) for t, (fmt, _) in _SCALAR.items()}
 _U32 = struct.Struct("<I")
 _U64 = struct.Struct("<Q")
-_I64 = struct.Struct("<q")
 _TI_TAIL = struct.Struct("<IQ")                     # tensor info: type, offset
 _NE = [None] + [struct.Struct(f"<{n}q") for n in range(1, 5)]
 

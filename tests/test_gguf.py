@@ -3,7 +3,6 @@ files the writer builds."""
 
 import gc
 import json
-import os
 import random
 
 import numpy as np
