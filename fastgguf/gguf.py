@@ -523,14 +523,11 @@ class GGUFFile:
         self.path = os.fspath(path)
         self._mm = None
         self._u8 = None
-        try:
-            with open(self.path, "rb") as fh:
-                try:
-                    mm = mmap.mmap(fh.fileno(), 0, access=mmap.ACCESS_READ)
-                except ValueError as e:     # empty file
-                    raise GGUFError(f"{self.path}: empty file, not a GGUF file ({e})") from None
-        except OSError as e:
-            raise GGUFError(f"{self.path}: cannot open/map file: {e}") from e
+        with open(self.path, "rb") as fh:       # a missing file raises FileNotFoundError (an OSError)
+            try:
+                mm = mmap.mmap(fh.fileno(), 0, access=mmap.ACCESS_READ)
+            except ValueError as e:             # empty file
+                raise GGUFError(f"{self.path}: empty file, not a GGUF file ({e})") from None
         self._mm = mm
         self._u8 = np.frombuffer(mm, dtype=np.uint8)    # the one buffer export every array view shares
         try:

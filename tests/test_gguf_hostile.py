@@ -159,6 +159,11 @@ def test_the_builder_makes_valid_files(tmp_path):
         assert f.tensors["z"].n_elements == 0 and f.tensor("z").shape == (3, 0)
 
 
+def test_missing_file_is_an_os_error(tmp_path):
+    with pytest.raises(FileNotFoundError):
+        GGUFFile(tmp_path / "nope.gguf")
+
+
 def test_trailing_bytes_are_accepted(tmp_path):
     p = tmp_path / "t.gguf"
     p.write_bytes(gguf([], [F32x4], DATA16 + b"trailing junk"))
