@@ -632,7 +632,7 @@ class GGUFFile:
                 seen.add(t[0])
 
         self.data_offset = _align(c.pos, alignment)
-        if self.data_offset > size:
+        if self.data_offset > size and infos:  # (metadata-only files, e.g. vocab files, may skip the padding)
             raise GGUFError(f"data section: starts at {self.data_offset}, past the end of the file ({size})")
 
         tensors = {}

@@ -171,6 +171,13 @@ def test_trailing_bytes_are_accepted(tmp_path):
         assert f.tensor("w").shape == (4,)
 
 
+def test_metadata_only_file_without_padding(tmp_path):
+    p = tmp_path / "vocab.gguf"
+    p.write_bytes(gguf([kv_u32("k", 7)], pad=False))
+    with GGUFFile(p) as f:
+        assert f.metadata == {"k": 7} and f.tensors == {}
+
+
 def test_v2_is_read(tmp_path):
     p = tmp_path / "v2.gguf"
     p.write_bytes(gguf([kv_u32("k", 7)], [F32x4], DATA16, version=2))
