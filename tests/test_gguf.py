@@ -397,13 +397,15 @@ def _strings(rng, n, kind):
         return ["\x00" * rng.randint(0, 9) + "x" if rng.random() < 0.3 else "abc" for _ in range(n)]
     if kind == "long":
         return ["L" * rng.choice([1, 255, 256, 257, 65536, 70000]) for _ in range(n)]
+    if kind == "ctrl":
+        return ["a\x01b" if rng.random() < 0.1 else "\x01" * rng.randint(1, 3) for _ in range(n)]
     if kind == "len256":
         return ["y" * (256 * rng.randint(0, 2)) for _ in range(n)]
     raise ValueError(kind)
 
 
 @pytest.mark.parametrize("kind,n", [("tokens", 3000), ("with_empty", 2000), ("nul", 1500), ("long", 600),
-                                    ("len256", 700), ("tokens", 5)])
+                                    ("len256", 700), ("ctrl", 900), ("tokens", 5)])
 def test_string_arrays(tmp_path, kind, n):
     """The vectorised scan of big string arrays against gguf-py on awkward contents."""
     rng = random.Random(n)
