@@ -1,0 +1,109 @@
+/* Block layouts of the quantized formats, byte-identical to GGUF/ggml, and fp16/bf16 scalar helpers.
+ * One owner for these facts: every kernel file includes this header. */
+#ifndef FG_BLOCKS_H
+#define FG_BLOCKS_H
+
+#include <stdint.h>
+#include <string.h>
+#include <math.h>
+
+#define QK4_0 32
+#define QK4_1 32
+#define QK8_0 32
+#define QK8_1 32
+
+typedef struct {
+    uint16_t d;              /* fp16 scale */
+    uint8_t qs[QK4_0 / 2];   /* nibbles: low nibble = element j, high nibble = element j + 16 */
+} block_q4_0;
+
+typedef struct {
+    uint16_t d;              /* fp16 scale */
+    uint16_t m;              /* fp16 minimum */
+    uint8_t qs[QK4_1 / 2];   /* nibbles as q4_0 */
+} block_q4_1;
+
+typedef struct {
+    uint16_t d;              /* fp16 scale */
+    int8_t qs[QK8_0];
+} block_q8_0;
+
+typedef struct {
+    uint16_t d;              /* fp16 scale */
+    uint16_t s;              /* fp16 of d * sum(qs) */
+    int8_t qs[QK8_1];
+} block_q8_1;
+
+_Static_assert(sizeof(block_q4_0) == 18, "block_q4_0 must be 18 bytes");
+_Static_assert(sizeof(block_q4_1) == 20, "block_q4_1 must be 20 bytes");
+_Static_assert(sizeof(block_q8_0) == 34, "block_q8_0 must be 34 bytes");
+_Static_assert(sizeof(block_q8_1) == 36, "block_q8_1 must be 36 bytes");
+
+/* IEEE half <-> float, portable, round-to-nearest-even (matches numpy's float16 conversion). */
+static inline float fg_fp16_to_fp32(uint16_t h) {
+    uint32_t sign = (uint32_t)(h & 0x8000) << 16;
+    uint32_t exp = (h >> 10) & 0x1f;
+    uint32_t man = h & 0x3ff;
+    uint32_t bits;
+    if (exp == 0) {
+        if (man == 0) {
+            bits = sign;
+        } else { /* subnormal: normalise */
+            int e = -1;
+            do { man <<= 1; e++; } while (!(man & 0x400));
+            bits = sign | ((uint32_t)(127 - 15 - e) << 23) | ((man & 0x3ff) << 13);
+        }
+    } else if (exp == 31) {
+        bits = sign | 0x7f800000u | (man << 13);
+    } else {
+        bits = sign | ((exp + (127 - 15)) << 23) | (man << 13);
+    }
+    float f;
+    memcpy(&f, &bits, 4);
+    return f;
+}
+
+static inline uint16_t fg_fp32_to_fp16(float f) {
+    uint32_t x;
+    memcpy(&x, &f, 4);
+    uint32_t sign = (x >> 16) & 0x8000;
+    uint32_t absx = x & 0x7fffffffu;
+    if (absx >= 0x7f800000u) { /* inf or nan */
+        return (uint16_t)(sign | 0x7c00 | (absx > 0x7f800000u ? 0x200 | ((absx >> 13) & 0x3ff) : 0));
+    }
+    if (absx >= 0x477ff000u) { /* rounds to >= 65520: overflow to inf */
+        return (uint16_t)(sign | 0x7c00);
+    }
+    if (absx < 0x38800000u) { /* below the smallest normal half: subnormal or zero */
+        if (absx < 0x33000000u) return (uint16_t)sign; /* < 2^-25 rounds to zero */
+        uint32_t e = absx >> 23;
+        uint32_t m = (absx & 0x7fffff) | 0x800000;
+        uint32_t shift = 126 - e; /* 14..24 */
+        uint32_t hm = m >> shift;
+        uint32_t rem = m & ((1u << shift) - 1);
+        uint32_t half = 1u << (shift - 1);
+        if (rem > half || (rem == half && (hm & 1))) hm++;
+        return (uint16_t)(sign | hm);
+    }
+    uint32_t hm = ((absx >> 13) - ((127 - 15) << 10));
+    uint32_t rem = absx & 0x1fff;
+    if (rem > 0x1000 || (rem == 0x1000 && (hm & 1))) hm++;
+    return (uint16_t)(sign | hm);
+}
+
+static inline float fg_bf16_to_fp32(uint16_t h) {
+    uint32_t bits = (uint32_t)h << 16;
+    float f;
+    memcpy(&f, &bits, 4);
+    return f;
+}
+
+/* Round-to-nearest-even; NaN kept quiet (as ggml and gguf-py do). */
+static inline uint16_t fg_fp32_to_bf16(float f) {
+    uint32_t x;
+    memcpy(&x, &f, 4);
+    if ((x & 0x7fffffffu) > 0x7f800000u) return (uint16_t)((x >> 16) | 64);
+    return (uint16_t)((x + (0x7fff + ((x >> 16) & 1))) >> 16);
+}
+
+#endif

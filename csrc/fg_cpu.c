@@ -1,0 +1,113 @@
+/* CPU feature detection (cpuid + xgetbv on x86, fixed on aarch64) and instruction-set names. */
+#include <string.h>
+#include "fg_kernels.h"
+
+#if defined(__x86_64__) || defined(_M_X64) || defined(__i386__) || defined(_M_IX86)
+#define FG_X86 1
+#if defined(_MSC_VER)
+#include <intrin.h>
+static void cpuid(int leaf, int sub, unsigned r[4]) {
+    int t[4];
+    __cpuidex(t, leaf, sub);
+    for (int i = 0; i < 4; i++) r[i] = (unsigned)t[i];
+}
+static unsigned long long xgetbv0(void) { return _xgetbv(0); }
+#else
+#include <cpuid.h>
+static void cpuid(int leaf, int sub, unsigned r[4]) {
+    r[0] = r[1] = r[2] = r[3] = 0;
+    __get_cpuid_count((unsigned)leaf, (unsigned)sub, &r[0], &r[1], &r[2], &r[3]);
+}
+static unsigned long long xgetbv0(void) {
+    unsigned lo, hi;
+    __asm__ volatile("xgetbv" : "=a"(lo), "=d"(hi) : "c"(0));
+    return ((unsigned long long)hi << 32) | lo;
+}
+#endif
+#endif
+
+#if (defined(__aarch64__) || defined(_M_ARM64)) && defined(__linux__)
+#include <sys/auxv.h>
+#endif
+
+static struct {
+    int done;
+    int avx2, fma, f16c, avx512f, avx512bw, avx512vl, avx512vnni, neon, dotprod;
+    char names[160];
+} cpu;
+
+static void detect(void) {
+    if (cpu.done) return;
+#if FG_X86
+    unsigned r[4];
+    cpuid(0, 0, r);
+    unsigned max_leaf = r[0];
+    cpuid(1, 0, r);
+    int osxsave = (r[2] >> 27) & 1, avx = (r[2] >> 28) & 1;
+    int fma = (r[2] >> 12) & 1, f16c = (r[2] >> 29) & 1;
+    unsigned long long xcr0 = (osxsave && avx) ? xgetbv0() : 0;
+    int ymm_ok = (xcr0 & 0x6) == 0x6;             /* SSE and AVX state enabled by the OS */
+    int zmm_ok = ymm_ok && (xcr0 & 0xe0) == 0xe0; /* opmask, ZMM_Hi256, Hi16_ZMM */
+    if (max_leaf >= 7) {
+        cpuid(7, 0, r);
+        cpu.avx2 = ymm_ok && ((r[1] >> 5) & 1);
+        cpu.avx512f = zmm_ok && ((r[1] >> 16) & 1);
+        cpu.avx512bw = zmm_ok && ((r[1] >> 30) & 1);
+        cpu.avx512vl = zmm_ok && ((r[1] >> 31) & 1);
+        cpu.avx512vnni = zmm_ok && ((r[2] >> 11) & 1);
+    }
+    cpu.fma = ymm_ok && fma;
+    cpu.f16c = ymm_ok && f16c;
+#elif defined(__aarch64__) || defined(_M_ARM64)
+    cpu.neon = 1;
+#if defined(__ARM_FEATURE_DOTPROD)
+    cpu.dotprod = 1;
+#elif defined(__linux__)
+    cpu.dotprod = (getauxval(AT_HWCAP) & (1UL << 20)) != 0; /* HWCAP_ASIMDDP */
+#elif defined(__APPLE__)
+    cpu.dotprod = 1; /* every Apple arm64 chip has it */
+#endif
+#endif
+    char *p = cpu.names;
+    const char *names[] = {"avx2", "fma", "f16c", "avx512f", "avx512bw", "avx512vl", "avx512vnni", "neon", "dotprod"};
+    int flags[] = {cpu.avx2, cpu.fma, cpu.f16c, cpu.avx512f, cpu.avx512bw, cpu.avx512vl, cpu.avx512vnni, cpu.neon,
+                   cpu.dotprod};
+    for (int i = 0; i < 9; i++) {
+        if (!flags[i]) continue;
+        size_t len = strlen(names[i]);
+        if (p != cpu.names) *p++ = ' ';
+        memcpy(p, names[i], len);
+        p += len;
+    }
+    *p = 0;
+    cpu.done = 1;
+}
+
+int fg_isa_available(int isa) {
+    detect();
+    switch (isa) {
+    case FG_ISA_SCALAR: return 1;
+    case FG_ISA_AVX2: return cpu.avx2 && cpu.fma && cpu.f16c;
+    case FG_ISA_AVX512: return cpu.avx2 && cpu.fma && cpu.f16c && cpu.avx512f && cpu.avx512bw && cpu.avx512vl;
+    case FG_ISA_NEON: return cpu.neon;
+    default: return 0;
+    }
+}
+
+int fg_cpu_has_vnni(void) { detect(); return cpu.avx512vnni; }
+int fg_cpu_has_dotprod(void) { detect(); return cpu.dotprod; }
+
+const char *fg_cpu_features(void) {
+    detect();
+    return cpu.names;
+}
+
+static const char *const isa_names[FG_ISA_COUNT] = {"scalar", "avx2", "avx512", "neon"};
+
+const char *fg_isa_name(int isa) { return isa >= 0 && isa < FG_ISA_COUNT ? isa_names[isa] : "unknown"; }
+
+int fg_isa_from_name(const char *name) {
+    for (int i = 0; i < FG_ISA_COUNT; i++)
+        if (strcmp(name, isa_names[i]) == 0) return i;
+    return -1;
+}

@@ -1,0 +1,155 @@
+/* Type facts, the run-time kernel table, and the row-parallel GEMV/GEMM built on the dispatched dot products. */
+#include <stdlib.h>
+#include "fg_blocks.h"
+#include "fg_kernels.h"
+#ifdef _OPENMP
+#include <omp.h>
+#endif
+
+extern const fg_type_kernels fg_f32_kernels[FG_ISA_COUNT], fg_f16_kernels[FG_ISA_COUNT],
+    fg_bf16_kernels[FG_ISA_COUNT], fg_q4_0_kernels[FG_ISA_COUNT], fg_q4_1_kernels[FG_ISA_COUNT],
+    fg_q8_0_kernels[FG_ISA_COUNT], fg_q8_1_kernels[FG_ISA_COUNT];
+
+static const struct {
+    int type;
+    int64_t blck;
+    size_t size;
+    int dot_type;
+    const fg_type_kernels *tab;
+} types[] = {
+    {FG_TYPE_F32, 1, 4, FG_TYPE_F32, fg_f32_kernels},
+    {FG_TYPE_F16, 1, 2, FG_TYPE_F32, fg_f16_kernels},
+    {FG_TYPE_BF16, 1, 2, FG_TYPE_F32, fg_bf16_kernels},
+    {FG_TYPE_Q4_0, QK4_0, sizeof(block_q4_0), FG_TYPE_Q8_0, fg_q4_0_kernels},
+    {FG_TYPE_Q4_1, QK4_1, sizeof(block_q4_1), FG_TYPE_Q8_1, fg_q4_1_kernels},
+    {FG_TYPE_Q8_0, QK8_0, sizeof(block_q8_0), FG_TYPE_Q8_0, fg_q8_0_kernels},
+    {FG_TYPE_Q8_1, QK8_1, sizeof(block_q8_1), -1, fg_q8_1_kernels},
+};
+#define N_TYPES ((int)(sizeof(types) / sizeof(types[0])))
+
+static int find(int type) {
+    for (int i = 0; i < N_TYPES; i++)
+        if (types[i].type == type) return i;
+    return -1;
+}
+
+int fg_type_supported(int type) { return find(type) >= 0; }
+int64_t fg_blck_size(int type) { int i = find(type); return i < 0 ? 0 : types[i].blck; }
+size_t fg_type_size(int type) { int i = find(type); return i < 0 ? 0 : types[i].size; }
+size_t fg_row_size(int type, int64_t n) {
+    int i = find(type);
+    return i < 0 ? 0 : (size_t)(n / types[i].blck) * types[i].size;
+}
+int fg_vec_dot_type(int wtype) { int i = find(wtype); return i < 0 ? -1 : types[i].dot_type; }
+
+const fg_type_kernels *fg_kernels_of(int isa, int type) {
+    int i = find(type);
+    if (i < 0 || isa < 0 || isa >= FG_ISA_COUNT) return NULL;
+    return &types[i].tab[isa];
+}
+
+/* The active table: for each type, the active ISA's kernel where it has one, else the scalar reference. */
+static fg_type_kernels active[FG_TYPE_MAX];
+static int active_isa = -1;
+
+static void fill(int isa) {
+    for (int i = 0; i < N_TYPES; i++) {
+        const fg_type_kernels *s = &types[i].tab[FG_ISA_SCALAR], *k = &types[i].tab[isa];
+        fg_type_kernels *a = &active[types[i].type];
+        a->quantize = k->quantize ? k->quantize : s->quantize;
+        a->dequantize = k->dequantize ? k->dequantize : s->dequantize;
+        a->vec_dot = k->vec_dot ? k->vec_dot : s->vec_dot;
+        a->gemv = k->gemv; /* may stay NULL: then rows loop over vec_dot */
+    }
+    active_isa = isa;
+}
+
+int fg_set_isa(int isa) {
+    if (isa < 0 || isa >= FG_ISA_COUNT || !fg_isa_available(isa)) return -1;
+    fill(isa);
+    return 0;
+}
+
+int fg_isa_active(void) {
+    if (active_isa < 0) fg_init();
+    return active_isa;
+}
+
+int fg_init(void) {
+    const char *env = getenv("FASTGGUF_ISA");
+    int best = FG_ISA_SCALAR;
+    for (int isa = FG_ISA_COUNT - 1; isa > 0; isa--)
+        if (fg_isa_available(isa)) { best = isa; break; }
+    if (env && *env) {
+        int want = fg_isa_from_name(env);
+        if (want < 0 || !fg_isa_available(want)) {
+            if (active_isa < 0) fill(best);
+            return -1;
+        }
+        best = want;
+    }
+    fill(best);
+    return 0;
+}
+
+static inline const fg_type_kernels *act(int type) {
+    if (active_isa < 0) fg_init();
+    return &active[type];
+}
+
+void fg_quantize_row(int type, const float *x, void *y, int64_t n) { act(type)->quantize(x, y, n); }
+void fg_dequantize_row(int type, const void *x, float *y, int64_t n) { act(type)->dequantize(x, y, n); }
+float fg_vec_dot(int wtype, int64_t n, const void *w, const void *xq) { return act(wtype)->vec_dot(n, w, xq); }
+
+void fg_gemv_rows(int wtype, const void *w, size_t stride, int64_t n, const void *xq, float *y, int64_t r0,
+                  int64_t r1) {
+    const fg_type_kernels *k = act(wtype);
+    const char *wr = (const char *)w + (size_t)r0 * stride;
+    if (k->gemv) {
+        k->gemv(n, wr, stride, xq, y + r0, r1 - r0);
+        return;
+    }
+    for (int64_t r = r0; r < r1; r++, wr += stride) y[r] = k->vec_dot(n, wr, xq);
+}
+
+void fg_gemm_rows(int wtype, const void *w, size_t stride, int64_t n, const void *xq, size_t xq_stride, int64_t m,
+                  float *y, int64_t ldy, int64_t r0, int64_t r1) {
+    const fg_type_kernels *k = act(wtype);
+    /* Blocks of 16 weight rows stay in L1/L2 while every activation row passes over them. */
+    for (int64_t rb = r0; rb < r1; rb += 16) {
+        int64_t re = rb + 16 < r1 ? rb + 16 : r1;
+        for (int64_t i = 0; i < m; i++) {
+            const void *xi = (const char *)xq + (size_t)i * xq_stride;
+            float *yi = y + i * ldy;
+            if (k->gemv) {
+                k->gemv(n, (const char *)w + (size_t)rb * stride, stride, xi, yi + rb, re - rb);
+            } else {
+                for (int64_t r = rb; r < re; r++) yi[r] = k->vec_dot(n, (const char *)w + (size_t)r * stride, xi);
+            }
+        }
+    }
+}
+
+int fg_gemm(int wtype, const void *w, size_t stride, int64_t rows, int64_t n, const float *x, int64_t m, float *y,
+            int n_threads) {
+    int xtype = fg_vec_dot_type(wtype);
+    if (xtype < 0) return -1;
+    size_t xq_stride = fg_row_size(xtype, n);
+    char *xq = malloc(xq_stride * (size_t)(m > 0 ? m : 1));
+    if (!xq) return -1;
+    for (int64_t i = 0; i < m; i++) fg_quantize_row(xtype, x + i * n, xq + (size_t)i * xq_stride, n);
+#ifdef _OPENMP
+    int nth = n_threads > 0 ? n_threads : omp_get_max_threads();
+#pragma omp parallel num_threads(nth)
+    {
+        int64_t r0, r1;
+        fg_split_rows(rows, omp_get_num_threads(), omp_get_thread_num(), 16, &r0, &r1);
+        fg_gemm_rows(wtype, w, stride, n, xq, xq_stride, m, y, rows, r0, r1);
+    }
+#else
+    (void)n_threads;
+    fg_gemm_rows(wtype, w, stride, n, xq, xq_stride, m, y, rows, 0, rows);
+#endif
+    free(xq);
+    return 0;
+}

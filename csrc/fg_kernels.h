@@ -1,0 +1,99 @@
+/* fastgguf kernel API: the contract between the kernels (fg_quant_*.c, fg_dispatch.c, fg_cpu.c) and their users
+ * (the forward pass in C, the Cython wrappers through fastgguf/kernels.pxd).
+ *
+ * Types are ggml type ids. Weights are rows of blocks, each row `fg_row_size(type, n)` bytes apart (or a given
+ * stride). Before a matrix product the float activation vector is quantized ONCE into fg_vec_dot_type(wtype)
+ * (Q8_0 for Q4_0/Q8_0 weights, Q8_1 for Q4_1, F32 for F16/BF16/F32), then every output row is an integer dot.
+ *
+ * Threading: fg_gemv_rows / fg_gemm_rows compute a slice [r0, r1) of output rows and never start threads; the
+ * forward pass calls them from inside its one OpenMP parallel region per token step. fg_gemv/fg_gemm are
+ * self-contained conveniences (they quantize and open their own parallel region) for tests and benchmarks.
+ *
+ * Kernels trust their inputs (validation happens where data enters: the reader and the Python API). */
+#ifndef FG_KERNELS_H
+#define FG_KERNELS_H
+
+#include <stddef.h>
+#include <stdint.h>
+
+enum fg_type {
+    FG_TYPE_F32 = 0,
+    FG_TYPE_F16 = 1,
+    FG_TYPE_Q4_0 = 2,
+    FG_TYPE_Q4_1 = 3,
+    FG_TYPE_Q8_0 = 8,
+    FG_TYPE_Q8_1 = 9,
+    FG_TYPE_BF16 = 30,
+    FG_TYPE_MAX = 40
+};
+
+enum fg_isa {
+    FG_ISA_SCALAR = 0,
+    FG_ISA_AVX2 = 1,   /* AVX2 + FMA + F16C */
+    FG_ISA_AVX512 = 2, /* AVX-512 F/BW/VL (+VNNI when present) */
+    FG_ISA_NEON = 3,   /* ARMv8 NEON (+dotprod when present) */
+    FG_ISA_COUNT = 4
+};
+
+/* Per-type kernels of one ISA. NULL entries fall back to the scalar reference. */
+typedef void (*fg_quantize_fn)(const float *x, void *y, int64_t n);          /* x: (n,) -> y: row of blocks */
+typedef void (*fg_dequantize_fn)(const void *x, float *y, int64_t n);        /* x: row of blocks -> y: (n,) */
+typedef float (*fg_vec_dot_fn)(int64_t n, const void *w, const void *xq);   /* one weight row . activation */
+/* Optional multi-row product: y[r] = dot(W + r*stride, xq) for r in [0, nrows). */
+typedef void (*fg_gemv_fn)(int64_t n, const void *w, size_t stride, const void *xq, float *y, int64_t nrows);
+
+typedef struct {
+    fg_quantize_fn quantize;
+    fg_dequantize_fn dequantize;
+    fg_vec_dot_fn vec_dot;
+    fg_gemv_fn gemv;
+} fg_type_kernels;
+
+/* ---- types ---- */
+int fg_type_supported(int type);              /* 1 if kernels exist for this weight/activation type */
+int64_t fg_blck_size(int type);               /* elements per block (1 for float types), 0 if unknown */
+size_t fg_type_size(int type);                /* bytes per block, 0 if unknown */
+size_t fg_row_size(int type, int64_t n);      /* bytes of a row of n elements (n multiple of the block size) */
+int fg_vec_dot_type(int wtype);               /* activation type for weights of wtype, -1 if unsupported */
+
+/* ---- instruction sets ---- */
+int fg_init(void);                            /* idempotent; honours FASTGGUF_ISA; 0 ok, -1 unknown/unavailable */
+int fg_isa_available(int isa);
+int fg_isa_active(void);
+int fg_set_isa(int isa);                      /* 0 ok, -1 if not available (active ISA unchanged) */
+const char *fg_isa_name(int isa);             /* "scalar", "avx2", "avx512", "neon" */
+int fg_isa_from_name(const char *name);       /* -1 if unknown */
+const char *fg_cpu_features(void);            /* e.g. "avx2 fma f16c avx512f avx512bw avx512vl avx512vnni" */
+
+/* ---- kernels (active ISA) ---- */
+void fg_quantize_row(int type, const float *x, void *y, int64_t n);
+void fg_dequantize_row(int type, const void *x, float *y, int64_t n);
+float fg_vec_dot(int wtype, int64_t n, const void *w, const void *xq);
+
+/* Y rows r0..r1 of W (rows of n elements, `stride` bytes apart) times one quantized activation vector. */
+void fg_gemv_rows(int wtype, const void *w, size_t stride, int64_t n, const void *xq, float *y,
+                  int64_t r0, int64_t r1);
+/* m activation rows (xq_stride bytes apart): Y[i*ldy + r] = dot(W_r, xq_i) for i < m, r in [r0, r1). */
+void fg_gemm_rows(int wtype, const void *w, size_t stride, int64_t n, const void *xq, size_t xq_stride,
+                  int64_t m, float *y, int64_t ldy, int64_t r0, int64_t r1);
+
+/* Self-contained: quantize x (m, n) then Y (m, rows) = X . W^T with n_threads (<=0: all). Returns 0, or -1 on
+ * allocation failure / unsupported type. */
+int fg_gemm(int wtype, const void *w, size_t stride, int64_t rows, int64_t n, const float *x, int64_t m,
+            float *y, int n_threads);
+
+/* Kernel table of one ISA (for tests that compare ISAs directly); NULL entries mean "scalar". */
+const fg_type_kernels *fg_kernels_of(int isa, int type);
+
+/* Split `n` rows among `nth` threads; rows are handed out in multiples of `align` so each thread owns whole
+ * cache lines of output and the same rows on every call. */
+static inline void fg_split_rows(int64_t n, int nth, int ith, int64_t align, int64_t *r0, int64_t *r1) {
+    int64_t chunks = (n + align - 1) / align;
+    int64_t per = chunks / nth, extra = chunks % nth;
+    int64_t c0 = ith * per + (ith < extra ? ith : extra);
+    int64_t c1 = c0 + per + (ith < extra ? 1 : 0);
+    *r0 = c0 * align < n ? c0 * align : n;
+    *r1 = c1 * align < n ? c1 * align : n;
+}
+
+#endif
