@@ -92,11 +92,12 @@ def test_default_model_tensor_data_matches_gguf_py(default_model_path, ref_model
                      "blk.29.attn_v.weight", "token_embd.weight"):
             ours = f.tensor(name)
             theirs = np.asarray(ref[name].data)
+            ti = f.tensors[name]
             assert not ours.flags.writeable and not ours.flags.owndata
-            if f.tensors[name].type == GGMLType.F32:
-                assert ours.dtype == np.float32 and ours.shape == f.tensors[name].shape
+            if ti.type == GGMLType.F32:
+                assert ours.dtype == np.float32 and ours.shape == ti.shape
             else:
-                assert ours.dtype == np.uint8 and ours.shape == f.tensors[name].shape[:-1] + (f.tensors[name].row_bytes,)
+                assert ours.dtype == np.uint8 and ours.shape == ti.shape[:-1] + (ti.row_bytes,)
             assert np.array_equal(ours.reshape(-1).view(np.uint8), theirs.reshape(-1).view(np.uint8)), name
 
 
