@@ -674,12 +674,13 @@ class GGUFFile:
         what = f"metadata {key!r}"
         if vtype in _STRUCTS:
             vt = _V(vtype)
+            start = c.pos
             v = c.unpack(_STRUCTS[vt], what)
             if vt == _V.BOOL:
                 if v > 1:
                     raise GGUFError(f"{what}: bool value {v} is not 0 or 1")
                 v = bool(v)
-            return v, (vt, None, c.pos, 1)
+            return v, (vt, None, start, 1)
         if vtype == _V.STRING:
             raw = c.raw_string(what)
             return raw.decode("utf-8", "surrogateescape"), (_V.STRING, None, c.pos - len(raw) - 8, 1)
