@@ -304,12 +304,15 @@ def _scan_fast(u8: np.ndarray, pos: int, count: int, W: int):
     a real header, so the result is exact; where no candidate continues the walk the caller takes over."""
     a = u8[pos:pos + W]
     z = a == 0
-    m = z[4:W - 4] & z[5:W - 3] & z[6:W - 2] & z[7:W - 1]
-    m &= ~z[8:W]
+    m = z[4:W - 4] & z[5:W - 3]                 # m[j]: bytes j+4..j+7 are 0 and byte j+8 is not
+    m &= z[6:W - 2]
+    m &= z[7:W - 1]
+    np.greater(m, z[8:W], out=m)
     c = np.flatnonzero(m)                       # candidate header offsets in the window
     # V[j] = u32 at byte pos + j: a zero-copy, unaligned, overlapping view (stride 1 byte)
     V = np.ndarray((W - 3,), dtype="<u4", buffer=u8, offset=pos, strides=(1,))
-    nxt = c + 8 + V[c].astype(np.int64)         # where each candidate's string ends
+    nxt = V[c] + c                              # where each candidate's string ends (int64)
+    nxt += 8
     ok = nxt <= W
     c, nxt = c[ok], nxt[ok]
     if len(c) == 0 or c[0] != 0:
