@@ -1,0 +1,66 @@
+#!/usr/bin/env python3
+"""Development-only: make llama.cpp reference outputs (the format of ../shared/reference/smollm2-q4_1-logits.json)
+for any GGUF file, through llama-cpp-python. Used for the Q8_0 and Q4_0 variants our quantizer makes.
+
+    python tools/make_reference.py MODEL.gguf OUT.json [--prompts-from tests/data/smollm2-q4_1-logits.json]
+
+For each prompt: its ids (llama.cpp's tokenizer), 32 greedy ids with end-of-generation tokens suppressed, then
+teacher-forced over prompt+generation in one batch (flash attention on) the top-10 logits at every position from
+the last prompt token on. llama-cpp-python is never a runtime dependency of fastgguf.
+"""
+import argparse
+import json
+import os
+
+import numpy as np
+
+
+def main():
+    ap = argparse.ArgumentParser()
+    ap.add_argument("model")
+    ap.add_argument("out")
+    ap.add_argument("--prompts-from", default=os.path.join(os.path.dirname(__file__), "..", "tests", "data",
+                                                             "smollm2-q4_1-logits.json"))
+    ap.add_argument("--n-gen", type=int, default=32)
+    a = ap.parse_args()
+    import llama_cpp
+
+    prompts = [(r["prompt"], r["parse_special"]) for r in json.load(open(a.prompts_from))["results"]]
+    llm = llama_cpp.Llama(model_path=a.model, n_ctx=512, n_batch=512, logits_all=True, flash_attn=True,
+                          n_threads=2, verbose=False)
+    n_vocab = llm.n_vocab()
+    eog = [t for t in range(n_vocab) if llama_cpp.llama_vocab_is_eog(llm._model.vocab, t)]
+    results = []
+    for text, special in prompts:
+        ids = llm.tokenize(text.encode(), add_bos=True, special=special)
+        llm.reset()
+        llm.eval(ids)
+        gen = []
+        for _ in range(a.n_gen):
+            logits = np.array(llm.scores[llm.n_tokens - 1], dtype=np.float32)
+            logits[eog] = -np.inf
+            tok = int(np.argmax(logits))
+            gen.append(tok)
+            llm.eval([tok])
+        llm.reset()
+        llm.eval(ids + gen)  # teacher-forced, one batch
+        positions = []
+        for pos in range(len(ids) - 1, len(ids) + len(gen)):
+            row = np.array(llm.scores[pos], dtype=np.float32)
+            top = np.argsort(-row, kind="stable")[:10]
+            positions.append({"pos": pos, "top_ids": [int(t) for t in top],
+                              "top_logits": [round(float(row[t]), 4) for t in top]})
+        results.append({"prompt": text, "parse_special": special, "prompt_ids": list(map(int, ids)),
+                        "greedy_ids": gen, "greedy_text": llm.detokenize(gen).decode("utf-8", "replace"),
+                        "positions": positions})
+    out = {"model_file": os.path.basename(a.model),
+           "engine": f"llama.cpp via llama-cpp-python {llama_cpp.__version__}, flash attention on",
+           "note": "greedy with end-of-generation tokens suppressed; top-10 logits teacher-forced at every "
+                   "position from the last prompt token",
+           "results": results}
+    with open(a.out, "w") as f:
+        json.dump(out, f, indent=1)
+
+
+if __name__ == "__main__":
+    main()
