@@ -34,6 +34,8 @@ import functools
 import heapq
 import re
 
+import numpy as np
+
 from . import _unicode_classes
 
 __all__ = ["Tokenizer", "TokenizerError", "StreamingDecoder"]
@@ -103,6 +105,7 @@ def _gpt2_byte_table():
 _BYTE_TO_CHAR = _gpt2_byte_table()                                  # {byte: char}
 _CHAR_TO_BYTE = {c: b for b, c in _BYTE_TO_CHAR.items()}           # {char: byte}
 _BYTE_ENCODE = {b: c for b, c in _BYTE_TO_CHAR.items()}            # str.translate table over latin-1 text
+_BYTE_DECODE = {ord(c): b for b, c in _BYTE_TO_CHAR.items()}       # str.translate table back to latin-1 text
 
 
 def _byte_encode(word):
@@ -112,6 +115,10 @@ def _byte_encode(word):
 
 def _byte_decode(text):
     """Inverse of _byte_encode; characters outside the table stand for their own UTF-8 bytes."""
+    try:
+        return text.translate(_BYTE_DECODE).encode("latin-1")
+    except UnicodeEncodeError:
+        pass
     out = bytearray()
     for c in text:
         b = _CHAR_TO_BYTE.get(c)
@@ -529,39 +536,42 @@ class Tokenizer:
             merges = md.get("tokenizer.ggml.merges")
             if merges is None:
                 raise TokenizerError("BPE vocabulary without tokenizer.ggml.merges")
-            ranks = {}
-            for r, m in enumerate(merges):
-                k = m.find(" ", 1)
-                pair = (m[:k], m[k + 1:]) if k >= 0 else ("", "")
-                ranks.setdefault(pair, r)
-            self._ranks = ranks
+            # rank of "left right" (first occurrence wins). Symbols never hold a plain space (byte-encoded, or
+            # spaces escaped as U+2581), so looking up left + " " + right is llama.cpp's split at the first space.
+            self._ranks = dict(zip(reversed(merges), range(len(merges) - 1, -1, -1)))
         self._ignore_merges = bool(settings.get("ignore_merges"))
         v = _md_bool(md, "tokenizer.ggml.add_space_prefix")
         if v is not None:
             self.add_space_prefix = v
 
         # vocabulary
-        texts = [t if t else f"[EMPTY_{i}]" for i, t in enumerate(tokens)]
+        texts = tokens
+        if "" in texts:
+            texts = [t if t else f"[EMPTY_{i}]" for i, t in enumerate(tokens)]
         self._texts = texts
-        self._vocab = {t: i for i, t in enumerate(texts)}
+        self._vocab = dict(zip(texts, range(n)))
         if len(self._vocab) != n:
             raise TokenizerError("tokenizer.ggml.tokens holds duplicate token texts")
         scores = md.get("tokenizer.ggml.scores")
         if scores is not None:
             if len(scores) < n:
                 raise TokenizerError(f"tokenizer.ggml.scores has {len(scores)} entries for {n} tokens")
-            scores = [float(s) for s in scores[:n]]
-        else:
+            scores = np.asarray(scores, np.float32)[:n].tolist() if self.spm else None
+        elif self.spm:
             scores = [0.0] * n
-        self._scores = scores
+        self._scores = scores                     # (n,) SPM merge scores, None for BPE
         ttypes = md.get("tokenizer.ggml.token_type")
         if ttypes is not None:
             if len(ttypes) < n:
                 raise TokenizerError(f"tokenizer.ggml.token_type has {len(ttypes)} entries for {n} tokens")
-            attrs = [_TYPE_TO_ATTR.get(int(t), ATTR_UNDEFINED) for t in ttypes[:n]]
+            lut = np.zeros(8, np.int64)
+            for t, a in _TYPE_TO_ATTR.items():
+                lut[t] = a
+            tt = np.asarray(ttypes, np.int64)[:n]
+            attrs = np.where((tt >= 0) & (tt < 8), lut[np.clip(tt, 0, 7)], ATTR_UNDEFINED).tolist()
         else:
             attrs = [ATTR_NORMAL] * n
-        self._attrs = attrs
+        self._attrs = attrs                       # (n,) llama.cpp attribute bits
 
         # special token ids: defaults, disabled when out of range, then metadata
         special = {"bos": bos, "eos": eos, "eot": None, "eom": None, "unk": unk, "sep": None, "pad": None,
@@ -595,8 +605,9 @@ class Tokenizer:
                         special[name] = i
                         attrs[i] |= ATTR_CONTROL
                         break
-        for i, t in enumerate(texts):
-            if attrs[i] & ATTR_CONTROL and not attrs[i] & ATTR_UNUSED and "unused" in t:
+        attr_arr = np.asarray(attrs)
+        for i in np.flatnonzero(attr_arr & ATTR_CONTROL).tolist():
+            if "unused" in texts[i]:
                 attrs[i] |= ATTR_UNUSED
 
         eog = {special[k] for k in ("fim_pad", "fim_rep", "fim_sep") if special[k] is not None}
@@ -629,7 +640,7 @@ class Tokenizer:
         name = str(md.get("general.name") or "").lower()
         arch = str(md.get("general.architecture") or "")
         pre_name = str(md.get("tokenizer.ggml.pre") or "")
-        special_ids = [i for i in range(n) if attrs[i] & (ATTR_CONTROL | ATTR_USER_DEFINED | ATTR_UNKNOWN)]
+        special_ids = np.flatnonzero(np.asarray(attrs) & (ATTR_CONTROL | ATTR_USER_DEFINED | ATTR_UNKNOWN)).tolist()
         if any(s in pre_name for s in ("jina-v2-de", "jina-v2-es", "jina-v2-code")) or any(
                 s in arch for s in ("nomic-bert-moe", "jina-bert-v3")):
             if "<mask>" in self._vocab:
@@ -662,8 +673,8 @@ class Tokenizer:
         if self.add_eos and self.eos_id is None:
             raise TokenizerError("tokenizer.ggml.add_eos_token is true, but there is no EOS token id")
 
-        # pieces for decoding (bytes), special tokens rendered and not
-        self._pieces = [self._piece(i) for i in range(n)]
+        # pieces for decoding: (bytes without specials, bytes with specials), made on first use
+        self._pieces = [None] * n
 
         # SPM: characters c such that some token holds c + "▁": the text can be cut before any other "▁"
         # (no token spans the cut), which lets us merge and cache word by word.
@@ -683,6 +694,12 @@ class Tokenizer:
 
     def _piece(self, i):
         """(piece rendered without specials, piece rendered with specials): llama.cpp token_to_piece."""
+        p = self._pieces[i]
+        if p is None:
+            p = self._pieces[i] = self._make_piece(i)
+        return p
+
+    def _make_piece(self, i):
         attr, text = self._attrs[i], self._texts[i]
         raw = text.encode("utf-8", "surrogateescape")
         if attr & (ATTR_UNKNOWN | ATTR_CONTROL):
@@ -713,7 +730,7 @@ class Tokenizer:
         try:
             text.encode("utf-8")
         except UnicodeEncodeError:                # lone surrogates: llama.cpp sees invalid UTF-8 -> U+FFFD
-            text = text.encode("utf-8", "surrogatepass").decode("utf-8", "replace")
+            text = re.sub("[\ud800-\udfff]", "\ufffd", text)
         out = []
         frags = self._partition(text, parse_special) if text else []
         if add_special and self.add_bos:
@@ -794,7 +811,7 @@ class Tokenizer:
             if i is not None:
                 return (i,)
         ranks = self._ranks
-        syms = _merge(list(word), lambda a, b: ranks.get((a, b)))
+        syms = _merge(list(word), lambda a, b: ranks.get(a + " " + b))
         ids = []
         for s in syms:
             i = vocab.get(s)
@@ -851,15 +868,22 @@ class Tokenizer:
 
     def token_to_piece(self, token_id, special=False):
         """Bytes of one token (llama_token_to_piece): control/unknown tokens give b"" unless special=True."""
-        return self._pieces[self._check_id(token_id)][1 if special else 0]
+        return self._piece(self._check_id(token_id))[1 if special else 0]
 
     def decode(self, ids, skip_special=True):
         """Text of ids; see the module docstring for the rules."""
-        pieces = self._pieces
+        ids = ids.tolist() if isinstance(ids, np.ndarray) else list(ids)
+        if ids:
+            try:
+                ok = min(ids) >= 0 and max(ids) < self.n_vocab
+            except TypeError:
+                ok = False
+            if not ok:
+                for t in ids:
+                    self._check_id(t)
+        pieces, piece = self._pieces, self._piece
         k = 0 if skip_special else 1
-        out = []
-        for t in ids:
-            out.append(pieces[self._check_id(t)][k])
+        out = [(pieces[t] or piece(t))[k] for t in ids]
         data = b"".join(out)
         if self.add_space_prefix and out:
             first = next((p for p in out if p), b"")
