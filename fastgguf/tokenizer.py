@@ -32,6 +32,7 @@ import bisect
 import codecs
 import functools
 import heapq
+import itertools
 import re
 
 import numpy as np
@@ -239,7 +240,10 @@ _PRE_REGEXES = {
                  r" ?[\p{P}\p{S}]+|[\r\n]|\s+(?!\S)|\s+", r"\p{N}"],
     "deepseek-coder": ["[\r\n]", r"\s?\p{L}+", r"\s?\p{P}+", _R_CJK, r"\p{N}"],
     "falcon": [r"[\p{P}\$\+<=>\^~\|`]+", _R_GPT2, r"[0-9][0-9][0-9]"],
-    "starcoder": [r"\p{N}", _R_GPT2],
+    # llama.cpp: [r"\p{N}", _R_GPT2]. The same cut in one pass: each number character alone, and whitespace before
+    # a number counts as ending its piece (the number was cut off first, so \s+(?!\S) saw the end there).
+    "starcoder": [r"\p{N}|'s|'t|'re|'ve|'m|'ll|'d| ?\p{L}+| ?[^\s\p{L}\p{N}]+|\s+(?![^\s\p{N}])|\s+"],
+    "starcoder-2pass": [r"\p{N}", _R_GPT2],
     "gpt2": [_R_GPT2],
     "qwen2": [_R_QWEN2],
     "qwen35": [_R_QWEN35],
@@ -366,10 +370,17 @@ def _pre_split(text, compiled):
         views = {"collapsed": text, "spaces": text}
     else:
         views = {}
-    if len(compiled) == 1 and views:
-        words = compiled[0][0].findall(text)
+    if len(compiled) == 1:
+        pattern, view_name = compiled[0]
+        view = views.get(view_name)
+        if view is None:
+            view = views[view_name] = text.translate(_COLLAPSE if view_name == "collapsed" else _SPACES)
+        words = pattern.findall(view)
         if sum(map(len, words)) == n:                    # the regex covered every character: no gaps to add
-            return words
+            if view is text:
+                return words
+            ends = list(itertools.accumulate(map(len, words)))
+            return [text[e - len(w):e] for w, e in zip(words, ends)]
     spans = [(0, n)]
     for pattern, view_name in compiled:
         view = views.get(view_name)
@@ -440,6 +451,23 @@ def _merge(syms, priority):
         out.append(syms[i])
         i = nxt[i]
     return out
+
+
+def _merge_ranked_py(syms, ranks):
+    return _merge(syms, lambda a, b: ranks.get(a + " " + b))
+
+
+def _merge_scored_py(syms, vocab, scores):
+    def priority(a, b):
+        i = vocab.get(a + b)
+        return None if i is None else -scores[i]
+    return _merge(syms, priority)
+
+
+try:                                    # the same loop compiled (fastgguf/_bpe.pyx); the Python one is the reference
+    from ._bpe import merge_ranked, merge_scored
+except ImportError:                     # pragma: no cover - source checkout without a build
+    merge_ranked, merge_scored = _merge_ranked_py, _merge_scored_py
 
 
 # ---------------------------------------------------------------------------------------------------------------
@@ -679,12 +707,7 @@ class Tokenizer:
         # SPM: characters c such that some token holds c + "▁": the text can be cut before any other "▁"
         # (no token spans the cut), which lets us merge and cache word by word.
         if self.spm or self._escape_spaces:
-            glue = set()
-            for t in texts:
-                k = t.find(_SPM_SPACE, 1)
-                while k > 0:
-                    glue.add(t[k - 1])
-                    k = t.find(_SPM_SPACE, k + 1)
+            glue = set(re.findall(f"([^\x00])(?={_SPM_SPACE})", "\x00".join(texts)))
             if glue:
                 cls = "".join(re.escape(c) for c in sorted(glue))
                 self._spm_cut = re.compile(f"(?<![{cls}])(?={_SPM_SPACE})")
@@ -810,8 +833,7 @@ class Tokenizer:
             i = vocab.get(word)
             if i is not None:
                 return (i,)
-        ranks = self._ranks
-        syms = _merge(list(word), lambda a, b: ranks.get(a + " " + b))
+        syms = merge_ranked(list(word), self._ranks)
         ids = []
         for s in syms:
             i = vocab.get(s)
@@ -837,14 +859,9 @@ class Tokenizer:
 
     def _spm_chunk(self, text):
         """ids of an escaped SPM text chunk (llm_tokenizer_spm_session::tokenize)."""
-        vocab, scores = self._vocab, self._scores
-
-        def priority(a, b):
-            i = vocab.get(a + b)
-            return None if i is None else -scores[i]
-
+        vocab = self._vocab
         ids = []
-        for s in _merge(list(text), priority):
+        for s in merge_scored(list(text), vocab, self._scores):
             i = vocab.get(s)
             if i is not None:
                 ids.append(i)

@@ -293,3 +293,44 @@ def test_encode_argument_checks():
         tok.encode(b"bytes")
     assert tok.encode("") == []
     assert tok.encode("\ud800x") == tok.encode("\ufffdx")                    # lone surrogate -> U+FFFD
+
+
+# -- the compiled merge loop against the Python reference --------------------------------------------------------
+
+def test_compiled_merge_matches_python_reference(vocab_tokenizer):
+    import random
+
+    from fastgguf import tokenizer as T
+    bpe, spm = vocab_tokenizer("gpt-2"), vocab_tokenizer("llama-spm")
+    rng = random.Random(0)
+    letters = "aeinorstlhd Ġ▁'.,0123456789\u00e9"
+    for _ in range(3000):
+        word = "".join(rng.choice(letters) for _ in range(rng.randint(1, 24)))
+        w = word.replace(" ", "Ġ")
+        assert T.merge_ranked(list(w), bpe._ranks) == T._merge_ranked_py(list(w), bpe._ranks)
+        w = word.replace(" ", "▁").replace("Ġ", "▁")
+        assert T.merge_scored(list(w), spm._vocab, spm._scores) == \
+            T._merge_scored_py(list(w), spm._vocab, spm._scores)
+
+
+@pytest.mark.parametrize("name", ["qwen2", "llama-spm"])
+def test_python_merge_fallback_gives_same_ids(name, vocab_path, monkeypatch):
+    from fastgguf import tokenizer as T
+    monkeypatch.setattr(T, "merge_ranked", T._merge_ranked_py)
+    monkeypatch.setattr(T, "merge_scored", T._merge_scored_py)
+    tok = Tokenizer(vocab_path(name))
+    for text, expected in read_cases(name):
+        assert tok.encode(text, add_special=False) == expected
+
+
+def test_pre_tokenizer_one_pass_starcoder_equals_two_passes():
+    """The one-regex form of the starcoder/smollm pre-tokenizer cuts exactly like llama.cpp's two regexes."""
+    import random
+
+    from fastgguf import tokenizer as T
+    one, two = T._compiled_pre("starcoder"), T._compiled_pre("starcoder-2pass")
+    rng = random.Random(1)
+    alphabet = list(" \t\n\r'sdtmlvre0123456789abcXYZ,.!?-_()\u00a0\u3000\u0660\u00e9\u0301日🦙\x1c\x0b") + ["'s", "  "]
+    for _ in range(20000):
+        s = "".join(rng.choice(alphabet) for _ in range(rng.randint(0, 14)))
+        assert T._pre_split(s, one) == T._pre_split(s, two), repr(s)
