@@ -325,7 +325,7 @@ _pre("ufakzeka", "ufakzeka")
 _pre("laguna", "laguna")
 _pre("exaone-moe", "exaone-moe")
 _pre("minicpm5", "minicpm5", ignore_merges=True)
-_pre("gemma4 granite-embed-multi-311m", "newlines", spm_style=True, add_bos=True, force_bos=True)
+_pre("gemma4 granite-embed-multi-311m", "newlines", spm_style=True, add_bos=True, force_bos=True, newline_runs=True)
 _pre("sarvam-moe", "newlines", spm_style=True)
 
 _UCAT_RE = re.compile(r"\\p\{(\w+)\}")
@@ -335,27 +335,31 @@ def _compile_pre_regex(expr):
     """A llama.cpp pre-tokenizer regex -> (compiled Python regex, view) where view is "collapsed" (text with
     non-ASCII code points replaced by class stand-ins, for regexes using \\p{..}) or "spaces" (text with non-ASCII
     whitespace replaced by \\v). ECMAScript semantics: \\s, \\d are ASCII (re.ASCII) and $ is end of input."""
-    if _UCAT_RE.search(expr):
-        out, inside, i = [], False, 0
-        while i < len(expr):
-            c = expr[i]
-            if c == "[" and (i == 0 or expr[i - 1] != "\\"):
-                inside = True
-            elif c == "]" and inside and expr[i - 1] != "\\":
-                inside = False
-            m = _UCAT_RE.match(expr, i) if c == "\\" else None
-            if m and m.group(1) in _UCAT_NAMES:
+    collapsed = bool(_UCAT_RE.search(expr))
+    out, inside, i = [], False, 0
+    while i < len(expr):
+        c = expr[i]
+        if c == "\\":
+            m = _UCAT_RE.match(expr, i)
+            if collapsed and m and m.group(1) in _UCAT_NAMES:
                 cls = _UCAT[_UCAT_NAMES[m.group(1)]]
                 out.append(cls if inside else "[" + cls + "]")
                 i = m.end()
-                continue
-            out.append(c)
-            i += 1
-        pattern, view = "".join(out), "collapsed"
-    else:
-        pattern, view = expr, "spaces"
-    pattern = re.sub(r"(?<!\\)\$", r"\\Z", pattern)        # '$' only appears outside classes in these regexes
-    return re.compile(pattern, re.ASCII), view
+            else:
+                out.append(expr[i:i + 2])
+                i += 2
+            continue
+        if c == "[" and not inside:
+            inside = True
+        elif c == "]" and inside:
+            inside = False
+        elif c == "$" and not inside:
+            c = "\\Z"
+        elif c == "(" and not inside and not expr.startswith("?", i + 1):
+            c = "(?:"                                  # groups only group: findall() must return whole matches
+        out.append(c)
+        i += 1
+    return re.compile("".join(out), re.ASCII), ("collapsed" if collapsed else "spaces")
 
 
 @functools.lru_cache(maxsize=None)
@@ -568,6 +572,7 @@ class Tokenizer:
             # spaces escaped as U+2581), so looking up left + " " + right is llama.cpp's split at the first space.
             self._ranks = dict(zip(reversed(merges), range(len(merges) - 1, -1, -1)))
         self._ignore_merges = bool(settings.get("ignore_merges"))
+        self._newline_runs = bool(settings.get("newline_runs"))
         v = _md_bool(md, "tokenizer.ggml.add_space_prefix")
         if v is not None:
             self.add_space_prefix = v
@@ -707,7 +712,9 @@ class Tokenizer:
         # SPM: characters c such that some token holds c + "▁": the text can be cut before any other "▁"
         # (no token spans the cut), which lets us merge and cache word by word.
         if self.spm or self._escape_spaces:
-            glue = set(re.findall(f"([^\x00])(?={_SPM_SPACE})", "\x00".join(texts)))
+            # (BPE: the texts merges can make, i.e. the merge strings without their separating space)
+            made = texts if self.spm else [m.replace(" ", "", 1) for m in md.get("tokenizer.ggml.merges")]
+            glue = set(re.findall(f"([^\x00])(?={_SPM_SPACE})", "\x00".join(made)))
             if glue:
                 cls = "".join(re.escape(c) for c in sorted(glue))
                 self._spm_cut = re.compile(f"(?<![{cls}])(?={_SPM_SPACE})")
@@ -785,9 +792,10 @@ class Tokenizer:
         """Cut special tokens out of text: list of str fragments and int token ids (tokenizer_st_partition)."""
         frags = [text]
         texts, attrs = self._texts, self._attrs
-        for tid in (self._special_all if parse_special else self._special_user):
+        order = self._special_all if parse_special else self._special_user
+        for tid in [i for i in order if texts[i] in text]:    # only tokens present in the text can be cut
             tok = texts[tid]
-            if not any(type(f) is str and tok in f for f in frags):
+            if len(frags) > 1 and not any(type(f) is str and tok in f for f in frags):
                 continue
             lstrip, rstrip = attrs[tid] & ATTR_LSTRIP, attrs[tid] & ATTR_RSTRIP
             out = []
@@ -817,6 +825,13 @@ class Tokenizer:
 
     def _encode_bpe(self, text, out):
         word_ids = self._word_ids
+        if self._escape_spaces:                  # SPM-style BPE: words are whole lines, cut them where no merge spans
+            cut = self._spm_cut.split
+            for word in _pre_split(text, self._pre_regexes):
+                for chunk in cut(word):
+                    if chunk:
+                        out.extend(word_ids(chunk))
+            return
         for word in _pre_split(text, self._pre_regexes):
             out.extend(word_ids(word))
 
@@ -829,7 +844,7 @@ class Tokenizer:
             i = vocab.get(word)
             if i is not None:
                 return (i,)
-        elif self._escape_spaces and word.strip("\n") == "":      # gemma4: a run of newlines as one token
+        elif self._newline_runs and word.strip("\n") == "":      # gemma4: a run of newlines as one token
             i = vocab.get(word)
             if i is not None:
                 return (i,)
