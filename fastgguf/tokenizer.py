@@ -509,8 +509,9 @@ class Tokenizer:
                 md = f.metadata
                 keys = [k for k in md if k.startswith("tokenizer.") or k in ("general.name",
                                                                                 "general.architecture")]
-                _metadata = {k: md[k] for k in keys}
-        self._load(_metadata)
+                self._load({k: md[k] for k in keys})
+        else:
+            self._load(_metadata)
 
     @classmethod
     def from_metadata(cls, metadata):

@@ -334,3 +334,112 @@ def test_pre_tokenizer_one_pass_starcoder_equals_two_passes():
     for _ in range(20000):
         s = "".join(rng.choice(alphabet) for _ in range(rng.randint(0, 14)))
         assert T._pre_split(s, one) == T._pre_split(s, two), repr(s)
+
+
+# -- regex pre-tokenizers against llama.cpp's hand-written splitters (unicode.cpp *_custom_gpt2/llama3/qwen2) -------
+
+def _custom_split(text, kind):
+    """A direct Python transcription of llama.cpp's custom splitters (the code it runs instead of these regexes):
+    kind "gpt2", "llama3" (numbers by 3) or "qwen2" (numbers by 1)."""
+    from fastgguf.tokenizer import _char_class
+    n = len(text)
+
+    def cls(p):
+        return _char_class(ord(text[p])) if 0 <= p < n else None       # None: outside the text
+
+    def letter(p):
+        return cls(p) == "L"
+
+    def number(p):
+        return cls(p) == "N"
+
+    def space(p):
+        return cls(p) == "W"
+
+    def other(p):          # not whitespace, letter or number, and inside the text
+        return cls(p) not in (None, "W", "L", "N")
+
+    words, pos, start = [], 0, 0
+
+    def add(end):
+        nonlocal start
+        if end > start:
+            words.append(text[start:end])
+        start = end
+
+    while pos < n:
+        c = text[pos]
+        if c == "'" and pos + 1 < n:
+            c1 = text[pos + 1] if kind == "gpt2" else text[pos + 1].lower()
+            if c1 in "stmd":
+                pos += 2
+                add(pos)
+                continue
+            if pos + 2 < n:
+                c2 = text[pos + 2] if kind == "gpt2" else text[pos + 2].lower()
+                if c1 + c2 in ("re", "ve", "ll"):
+                    pos += 3
+                    add(pos)
+                    continue
+        if kind == "gpt2":
+            q = pos + 1 if c == " " else pos
+            if letter(q) or number(q) or other(q):
+                test = letter if letter(q) else number if number(q) else other
+                pos = q
+                while test(pos):
+                    pos += 1
+                add(pos)
+                continue
+        else:
+            if c not in "\r\n" and not number(pos) and (letter(pos) or letter(pos + 1)):
+                pos += 1
+                while letter(pos):
+                    pos += 1
+                add(pos)
+                continue
+            if number(pos):
+                step = 3 if kind == "llama3" else 1
+                k = 0
+                while number(pos) and k < step:
+                    pos += 1
+                    k += 1
+                add(pos)
+                continue
+            q = pos + 1 if c == " " else pos
+            if other(q):
+                pos = q
+                while other(pos):
+                    pos += 1
+                while pos < n and text[pos] in "\r\n":
+                    pos += 1
+                add(pos)
+                continue
+        nws, last_nl = 0, -1
+        while space(pos + nws):
+            if text[pos + nws] in "\r\n":
+                last_nl = pos + nws + 1
+            nws += 1
+        if kind != "gpt2" and last_nl >= 0:
+            pos = last_nl
+        elif nws > 1 and pos + nws < n:
+            pos += nws - 1
+        elif nws > 0:
+            pos += nws
+        else:
+            pos += 1
+        add(pos)
+    return words
+
+
+@pytest.mark.parametrize("kind", ["gpt2", "llama3", "qwen2"])
+def test_pre_tokenizer_regex_equals_llama_cpp_custom_splitter(kind):
+    import random
+
+    from fastgguf import tokenizer as T
+    compiled = T._compiled_pre(kind)
+    rng = random.Random(2)
+    alphabet = list(" \t\n\r'sSdtTmlLvVrReE0123456789abcXYZ,.!?-_()\u00a0\u3000\u2028\u0660\u00e9\u0301\u0378日本🦙\x1c\x0b\x85") \
+        + ["'s", "'LL", "'Re", "  ", "   ", "\r\n"]
+    for _ in range(20000):
+        s = "".join(rng.choice(alphabet) for _ in range(rng.randint(0, 12)))
+        assert T._pre_split(s, compiled) == _custom_split(s, kind), repr(s)
