@@ -497,6 +497,47 @@ def _md_bool(md, key):
     raise TokenizerError(f"metadata {key} should be a bool, got {v!r}")
 
 
+def _token_attrs(token_types, n):
+    """tokenizer.ggml.token_type -> list of llama.cpp attribute bits (all NORMAL without the key)."""
+    if token_types is None:
+        return [ATTR_NORMAL] * n
+    if len(token_types) < n:
+        raise TokenizerError(f"tokenizer.ggml.token_type has {len(token_types)} entries for {n} tokens")
+    lut = np.zeros(8, np.int64)
+    for t, a in _TYPE_TO_ATTR.items():
+        lut[t] = a
+    tt = np.asarray(token_types, np.int64)[:n]
+    return np.where((tt >= 0) & (tt < 8), lut[np.clip(tt, 0, 7)], ATTR_UNDEFINED).tolist()
+
+
+_SPECIAL_KEYS = [("bos", "bos"), ("eos", "eos"), ("eot", "eot"), ("eom", "eom"), ("unk", "unknown"),
+                 ("sep", "seperator"), ("pad", "padding"), ("mask", "mask"), ("fim_pre", "fim_pre"),
+                 ("fim_suf", "fim_suf"), ("fim_mid", "fim_mid"), ("fim_pad", "fim_pad"), ("fim_rep", "fim_rep"),
+                 ("fim_sep", "fim_sep"), ("fim_pre", "prefix"), ("fim_suf", "suffix"), ("fim_mid", "middle")]
+
+
+def _special_token_ids(md, n, bos, eos, unk):
+    """Special token ids: type defaults (dropped when out of range), then tokenizer.ggml.<key>_token_id."""
+    special = dict.fromkeys(name for name, _ in _SPECIAL_KEYS)
+    special.update(bos=bos, eos=eos, unk=unk)
+    for name, key in _SPECIAL_KEYS:
+        if special[name] is not None and special[name] >= n:
+            special[name] = None
+        v = _md_int(md, f"tokenizer.ggml.{key}_token_id")
+        if v is not None and 0 <= v < n:
+            special[name] = v
+    return special
+
+
+def _space_cut_regex(texts):
+    """Regex cutting SPM text before each U+2581 that no token (of texts) spans: the characters c for which
+    some text holds c + U+2581 must stay glued to what follows."""
+    glue = set(re.findall(f"([^\x00])(?={_SPM_SPACE})", "\x00".join(texts)))
+    if not glue:
+        return re.compile(f"(?={_SPM_SPACE})")
+    return re.compile(f"(?<![{''.join(re.escape(c) for c in sorted(glue))}])(?={_SPM_SPACE})")
+
+
 class Tokenizer:
     """Tokenizer of a GGUF model: ``Tokenizer(path)`` or ``Tokenizer.from_metadata(metadata)``."""
 
@@ -542,7 +583,7 @@ class Tokenizer:
         self.pre = pre
 
         # defaults per type (llama_vocab::impl::load)
-        settings = {}
+        settings, merges = {}, None
         if self.spm:
             bos, eos, unk = 1, 2, 0
             self.add_bos, self.add_eos, self.add_space_prefix = True, False, True
@@ -594,32 +635,8 @@ class Tokenizer:
         elif self.spm:
             scores = [0.0] * n
         self._scores = scores                     # (n,) SPM merge scores, None for BPE
-        ttypes = md.get("tokenizer.ggml.token_type")
-        if ttypes is not None:
-            if len(ttypes) < n:
-                raise TokenizerError(f"tokenizer.ggml.token_type has {len(ttypes)} entries for {n} tokens")
-            lut = np.zeros(8, np.int64)
-            for t, a in _TYPE_TO_ATTR.items():
-                lut[t] = a
-            tt = np.asarray(ttypes, np.int64)[:n]
-            attrs = np.where((tt >= 0) & (tt < 8), lut[np.clip(tt, 0, 7)], ATTR_UNDEFINED).tolist()
-        else:
-            attrs = [ATTR_NORMAL] * n
-        self._attrs = attrs                       # (n,) llama.cpp attribute bits
-
-        # special token ids: defaults, disabled when out of range, then metadata
-        special = {"bos": bos, "eos": eos, "eot": None, "eom": None, "unk": unk, "sep": None, "pad": None,
-                   "mask": None, "fim_pre": None, "fim_suf": None, "fim_mid": None, "fim_pad": None,
-                   "fim_rep": None, "fim_sep": None}
-        keys = {"bos": "bos", "eos": "eos", "eot": "eot", "eom": "eom", "unk": "unknown", "sep": "seperator",
-                "pad": "padding", "mask": "mask", "fim_pre": "fim_pre", "fim_suf": "fim_suf",
-                "fim_mid": "fim_mid", "fim_pad": "fim_pad", "fim_rep": "fim_rep", "fim_sep": "fim_sep"}
-        for name, key in list(keys.items()) + [("fim_pre", "prefix"), ("fim_suf", "suffix"), ("fim_mid", "middle")]:
-            if special[name] is not None and special[name] >= n:
-                special[name] = None
-            v = _md_int(md, f"tokenizer.ggml.{key}_token_id")
-            if v is not None and 0 <= v < n:
-                special[name] = v
+        self._attrs = attrs = _token_attrs(md.get("tokenizer.ggml.token_type"), n)    # (n,) attribute bits
+        special = _special_token_ids(md, n, bos, eos, unk)
 
         v = _md_bool(md, "tokenizer.ggml.add_bos_token")
         if v is not None:
@@ -630,65 +647,9 @@ class Tokenizer:
         if settings.get("force_bos"):
             self.add_bos = True
 
-        # tokens recognised by their text (llama.cpp: "auto-detect special tokens by text"), in id order
-        for name, cands in [("eot", _EOT_TEXTS), ("eom", ("<|eom_id|>",))] + list(_FIM_TEXTS.items()):
-            if special[name] is None:
-                for t in cands:
-                    i = self._vocab.get(t)
-                    if i is not None:
-                        special[name] = i
-                        attrs[i] |= ATTR_CONTROL
-                        break
-        attr_arr = np.asarray(attrs)
-        for i in np.flatnonzero(attr_arr & ATTR_CONTROL).tolist():
-            if "unused" in texts[i]:
-                attrs[i] |= ATTR_UNUSED
-
-        eog = {special[k] for k in ("fim_pad", "fim_rep", "fim_sep") if special[k] is not None}
-        for t in _EOG_TEXTS:
-            i = self._vocab.get(t)
-            if i is not None:
-                eog.add(i)
-                attrs[i] |= ATTR_CONTROL
-        for t in ("<|channel|>", "<|message|>", "<|start|>", "<|constrain|>"):     # gpt-oss: always rendered
-            i = self._vocab.get(t)
-            if i is not None:
-                attrs[i] = ATTR_USER_DEFINED
-        for k in ("eos", "eot", "eom"):
-            if special[k] is not None:
-                eog.add(special[k])
-        eog_texts = {texts[i] for i in eog}
-        end = self._vocab.get("<|end|>")
-        if end in eog and ("<|call|>" in eog_texts or "<|calls|>" in eog_texts) and (
-                "<|return|>" in eog_texts or "<|flush|>" in eog_texts):
-            eog.discard(end)                      # harmony / solar-open: <|end|> ends a message, not generation
-            attrs[end] = ATTR_USER_DEFINED
-        s = self._vocab.get("</s>")
-        if s in eog and ("<|tool_response>" in eog_texts or "<|plamo:eos|>" in eog_texts):
-            eog.discard(s)                        # gemma4 / plamo: </s> is a normal token
-            attrs[s] = ATTR_NORMAL
-        self._special = special
-        self.eog_ids = frozenset(eog)
-
-        # per-model attributes (llama.cpp: "Handle per token attributes")
-        name = str(md.get("general.name") or "").lower()
-        arch = str(md.get("general.architecture") or "")
-        pre_name = str(md.get("tokenizer.ggml.pre") or "")
+        self._find_eog(special)
+        self._per_model_attrs(md)
         special_ids = np.flatnonzero(np.asarray(attrs) & (ATTR_CONTROL | ATTR_USER_DEFINED | ATTR_UNKNOWN)).tolist()
-        if any(s in pre_name for s in ("jina-v2-de", "jina-v2-es", "jina-v2-code")) or any(
-                s in arch for s in ("nomic-bert-moe", "jina-bert-v3")):
-            if "<mask>" in self._vocab:
-                attrs[self._vocab["<mask>"]] |= ATTR_LSTRIP
-        elif "phi-3" in name or "phi3" in name:
-            for i in special_ids:
-                attrs[i] |= ATTR_RSTRIP
-            for t, on in (("</s>", True), ("<unk>", False), ("<s>", False), ("<|endoftext|>", False)):
-                i = self._vocab.get(t)
-                if i is None:
-                    raise TokenizerError(f"Phi-3 vocabulary without {t!r}")
-                attrs[i] = attrs[i] | ATTR_RSTRIP if on else attrs[i] & ~ATTR_RSTRIP
-        elif "modern-bert" in name and "[MASK]" in self._vocab:
-            attrs[self._vocab["[MASK]"]] |= ATTR_LSTRIP
 
         # special tokens cut out of the text, longest first
         self._special_all = sorted(special_ids, key=lambda i: (-len(texts[i].encode("utf-8", "surrogateescape")),
@@ -697,6 +658,7 @@ class Tokenizer:
 
         self.chat_template = md.get("tokenizer.chat_template")
         self.n_vocab = n
+        self.special_ids = special                # {"bos", "eos", "eot", "eom", "unk", "sep", "pad", "mask", "fim_*"}
         self.bos_id = special["bos"]
         self.eos_id = special["eos"]
         self.eot_id = special["eot"]
@@ -709,19 +671,70 @@ class Tokenizer:
 
         # pieces for decoding: (bytes without specials, bytes with specials), made on first use
         self._pieces = [None] * n
-
-        # SPM: characters c such that some token holds c + "▁": the text can be cut before any other "▁"
-        # (no token spans the cut), which lets us merge and cache word by word.
         if self.spm or self._escape_spaces:
-            # (BPE: the texts merges can make, i.e. the merge strings without their separating space)
-            made = texts if self.spm else [m.replace(" ", "", 1) for m in md.get("tokenizer.ggml.merges")]
-            glue = set(re.findall(f"([^\x00])(?={_SPM_SPACE})", "\x00".join(made)))
-            if glue:
-                cls = "".join(re.escape(c) for c in sorted(glue))
-                self._spm_cut = re.compile(f"(?<![{cls}])(?={_SPM_SPACE})")
-            else:
-                self._spm_cut = re.compile(f"(?={_SPM_SPACE})")
+            self._spm_cut = _space_cut_regex(texts if self.spm else [m.replace(" ", "", 1) for m in merges])
         self._word_ids = functools.lru_cache(maxsize=1 << 16)(self._spm_chunk if self.spm else self._bpe_word)
+
+    def _find_eog(self, special):
+        """End-of-generation ids, and the attribute fixes llama.cpp makes on the way (llama_vocab::impl::load)."""
+        texts, attrs, vocab = self._texts, self._attrs, self._vocab
+        # tokens recognised by their text (llama.cpp: "auto-detect special tokens by text"), in id order
+        for name, cands in [("eot", _EOT_TEXTS), ("eom", ("<|eom_id|>",))] + list(_FIM_TEXTS.items()):
+            if special[name] is None:
+                for t in cands:
+                    i = vocab.get(t)
+                    if i is not None:
+                        special[name] = i
+                        attrs[i] |= ATTR_CONTROL
+                        break
+        for i in np.flatnonzero(np.asarray(attrs) & ATTR_CONTROL).tolist():
+            if "unused" in texts[i]:
+                attrs[i] |= ATTR_UNUSED
+
+        eog = {special[k] for k in ("fim_pad", "fim_rep", "fim_sep") if special[k] is not None}
+        for t in _EOG_TEXTS:
+            i = vocab.get(t)
+            if i is not None:
+                eog.add(i)
+                attrs[i] |= ATTR_CONTROL
+        for t in ("<|channel|>", "<|message|>", "<|start|>", "<|constrain|>"):     # gpt-oss: always rendered
+            i = vocab.get(t)
+            if i is not None:
+                attrs[i] = ATTR_USER_DEFINED
+        for k in ("eos", "eot", "eom"):
+            if special[k] is not None:
+                eog.add(special[k])
+        eog_texts = {texts[i] for i in eog}
+        end = vocab.get("<|end|>")
+        if end in eog and ("<|call|>" in eog_texts or "<|calls|>" in eog_texts) and (
+                "<|return|>" in eog_texts or "<|flush|>" in eog_texts):
+            eog.discard(end)                      # harmony / solar-open: <|end|> ends a message, not generation
+            attrs[end] = ATTR_USER_DEFINED
+        s = vocab.get("</s>")
+        if s in eog and ("<|tool_response>" in eog_texts or "<|plamo:eos|>" in eog_texts):
+            eog.discard(s)                        # gemma4 / plamo: </s> is a normal token
+            attrs[s] = ATTR_NORMAL
+        self.eog_ids = frozenset(eog)
+
+    def _per_model_attrs(self, md):
+        """llama.cpp "Handle per token attributes": LSTRIP/RSTRIP by model name."""
+        attrs, vocab = self._attrs, self._vocab
+        name = str(md.get("general.name") or "").lower()
+        arch = str(md.get("general.architecture") or "")
+        pre_name = str(md.get("tokenizer.ggml.pre") or "")
+        if any(s in pre_name for s in ("jina-v2-de", "jina-v2-es", "jina-v2-code")) or any(
+                s in arch for s in ("nomic-bert-moe", "jina-bert-v3")):
+            if "<mask>" in vocab:
+                attrs[vocab["<mask>"]] |= ATTR_LSTRIP
+        elif "phi-3" in name or "phi3" in name:
+            for i in np.flatnonzero(np.asarray(attrs) & (ATTR_CONTROL | ATTR_USER_DEFINED | ATTR_UNKNOWN)).tolist():
+                attrs[i] |= ATTR_RSTRIP
+            for t, on in (("</s>", True), ("<unk>", False), ("<s>", False), ("<|endoftext|>", False)):
+                i = vocab.get(t)
+                if i is not None:
+                    attrs[i] = attrs[i] | ATTR_RSTRIP if on else attrs[i] & ~ATTR_RSTRIP
+        elif "modern-bert" in name and "[MASK]" in vocab:
+            attrs[vocab["[MASK]"]] |= ATTR_LSTRIP
 
     def _piece(self, i):
         """(piece rendered without specials, piece rendered with specials): llama.cpp token_to_piece."""
