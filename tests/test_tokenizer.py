@@ -443,3 +443,25 @@ def test_pre_tokenizer_regex_equals_llama_cpp_custom_splitter(kind):
     for _ in range(20000):
         s = "".join(rng.choice(alphabet) for _ in range(rng.randint(0, 12)))
         assert T._pre_split(s, compiled) == _custom_split(s, kind), repr(s)
+
+
+@pytest.mark.parametrize("name", ["llama-spm", "gemma-4"])
+def test_cutting_spm_text_at_spaces_changes_nothing(name, vocab_tokenizer):
+    """Merging word by word (cut before U+2581 where no token can span) equals merging the whole text at once."""
+    import random
+
+    from fastgguf import tokenizer as T
+    tok = vocab_tokenizer(name)
+    rng = random.Random(3)
+    words = ["the", "a", "▁", "▁▁", "ing", "Hello", "wor", "ld", "\u00e9t\u00e9", "日本", "🦙", ".", ">", "<", "'s",
+             "12", "\n"]
+    for _ in range(300):
+        text = "".join(rng.choice(words) + ("▁" if rng.random() < 0.5 else "") for _ in range(rng.randint(1, 12)))
+        if tok.spm:
+            whole = list(tok._spm_chunk(text))
+            cut = [i for c in tok._spm_cut.split(text) if c for i in tok._spm_chunk(c)]
+        else:
+            text = text.replace("\n", "")
+            whole = list(tok._bpe_word(text))
+            cut = [i for c in tok._spm_cut.split(text) if c for i in tok._bpe_word(c)]
+        assert cut == whole, repr(text)
