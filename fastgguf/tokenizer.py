@@ -20,11 +20,18 @@ Facts (regexes, defaults, special-token rules) follow llama.cpp's src/llama-voca
   so the results do not depend on the Python or ``regex`` Unicode version.
 - Special tokens (CONTROL / USER_DEFINED / UNKNOWN types) are cut out of the text before tokenization, longest
   first. With ``parse_special=False`` only USER_DEFINED tokens are recognised (llama.cpp and HF do the same).
-- ``decode(ids, skip_special=True)``: concatenates :meth:`token_to_piece` bytes (CONTROL and UNKNOWN tokens render
-  as nothing unless ``skip_special=False``; USER_DEFINED tokens always render as their text), removes the leading
-  space of the first piece when the vocabulary adds a space prefix (so ``decode(encode(s)) == s`` for SPM), and
-  decodes UTF-8 with replacement characters. llama.cpp's optional "clean spaces" pass is not applied, so decode
-  equals the concatenation of the streamed pieces.
+- ``eog_ids``: as llama.cpp collects them: EOS, EOT, EOM, FIM pad/repo/sep, and every token whose text is one of
+  <|eot_id|>, <|im_end|>, <|end|>, <end_of_turn>, <|endoftext|>, </s>, <|return|>, ... (with llama.cpp's
+  exceptions for gpt-oss' <|end|> and Gemma 4's </s>).
+- ``token_to_piece(id, special=False)``: llama_token_to_piece: CONTROL and UNKNOWN tokens give b"" unless
+  ``special``; USER_DEFINED tokens give their text; BPE pieces map back through the GPT-2 byte table; SPM pieces
+  turn U+2581 into spaces and <0xXX> into the byte.
+- ``decode(ids, skip_special=True)``: the concatenated pieces (``special = not skip_special``) decoded as UTF-8
+  with replacement characters. When the vocabulary adds a space prefix (SPM), the leading space of the first
+  rendered piece is dropped, also after a BOS, so ``decode(encode(s)) == s`` (llama_detokenize keeps it after a
+  BOS). llama.cpp's optional "clean spaces" pass is not applied.
+- ``streaming_decoder()``: ``feed(id)`` returns only complete UTF-8 characters (bytes of a split character wait for
+  the next tokens); nothing is stripped, so the stream of a generation is exactly its pieces.
 """
 from __future__ import annotations
 
