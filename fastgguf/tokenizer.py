@@ -853,8 +853,7 @@ class Tokenizer:
                     if chunk:
                         out.extend(word_ids(chunk))
             return
-        for word in _pre_split(text, self._pre_regexes):
-            out.extend(word_ids(word))
+        out.extend(itertools.chain.from_iterable(map(word_ids, _pre_split(text, self._pre_regexes))))
 
     def _bpe_word(self, word):
         """ids of one pre-tokenized word (llm_tokenizer_bpe_session::tokenize)."""
@@ -888,10 +887,7 @@ class Tokenizer:
         return tuple(ids)
 
     def _encode_spm(self, text, out):
-        word_ids = self._word_ids
-        for chunk in self._spm_cut.split(text):
-            if chunk:
-                out.extend(word_ids(chunk))
+        out.extend(itertools.chain.from_iterable(map(self._word_ids, filter(None, self._spm_cut.split(text)))))
 
     def _spm_chunk(self, text):
         """ids of an escaped SPM text chunk (llm_tokenizer_spm_session::tokenize)."""
