@@ -489,3 +489,13 @@ def test_random_text_against_llama_cpp(name, vocab_path, vocab_tokenizer):
         for parse_special in (False, True):
             expected = ref.tokenize(s.encode("utf-8"), add_bos=True, special=parse_special)
             assert tok.encode(s, add_special=True, parse_special=parse_special) == expected, (s, parse_special)
+
+
+def test_cli_tokenize(vocab_path, capsys):
+    from fastgguf.cli import main
+    assert main(["tokenize", "-m", vocab_path("gpt-2"), "--ids", "Hello world"]) == 0
+    assert capsys.readouterr().out.strip() == "[15496, 995]"
+    assert main(["tokenize", "-m", vocab_path("gpt-2"), "Hello world"]) == 0
+    assert capsys.readouterr().out.splitlines() == [" 15496 -> 'Hello'", "   995 -> ' world'"]
+    assert main(["tokenize", "-m", vocab_path("bert-bge"), "x"]) == 1
+    assert "WPM" in capsys.readouterr().err
