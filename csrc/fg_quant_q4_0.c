@@ -96,13 +96,13 @@ FG_GEMV_FROM_ROWS(gemv_q4_0_q8_0_avx2, FG_TARGET_AVX2, q4_0_rows_avx2, QK4_0)
         for (int r = 0; r < R; r++) acc[r] = _mm512_setzero_ps();                                           \
         int64_t i = 0;                                                                                      \
         for (; i + 2 <= nb; i += 2) {                                                                       \
-            const __m512i xq = fg_load_2x256(x[i].qs, x[i + 1].qs);                                         \
+            const __m512i xq = fg_q8_pair_nib_512(x[i].qs, x[i + 1].qs);                                         \
             const __m512i x8 = DOT(_mm512_set1_epi8(8), xq);                                                \
-            const __m128 dx = fg_f16x4(x[i].d, x[i + 1].d, 0, 0);                                           \
+            const __m128 dx = fg_f16_pairs(&x[i].d, &x[i + 1].d);                                           \
             for (int r = 0; r < R; r++) {                                                                   \
                 const block_q4_0 *b = (const block_q4_0 *)(w + r * stride) + i;                             \
                 const __m512i s = _mm512_sub_epi32(DOT(fg_nibbles_512(b[0].qs, b[1].qs), xq), x8);          \
-                const __m512 d = fg_spread2_512(_mm_mul_ps(fg_f16x4(b[0].d, b[1].d, 0, 0), dx));            \
+                const __m512 d = fg_spread2_nib_512(_mm_mul_ps(fg_f16_pairs(&b[0].d, &b[1].d), dx));            \
                 acc[r] = _mm512_fmadd_ps(_mm512_cvtepi32_ps(s), d, acc[r]);                                 \
             }                                                                                               \
         }                                                                                                   \

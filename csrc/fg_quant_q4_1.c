@@ -78,10 +78,10 @@ FG_INLINE_AVX2 void q4_1_rows_avx2(const int R, int64_t nb, const char *w, size_
     for (int r = 0; r < R; r++) acc[r] = _mm256_setzero_ps(), accm[r] = _mm_setzero_ps();
     for (int64_t i = 0; i < nb; i++) {
         const __m256i xq = _mm256_loadu_si256((const __m256i *)x[i].qs);
-        const __m128 xds = fg_f16x4(x[i].d, x[i].s, 0, 0);
+        const __m128 xds = fg_f16_pair(&x[i].d); /* [dx, sx] */
         for (int r = 0; r < R; r++) {
             const block_q4_1 *b = (const block_q4_1 *)(w + r * stride) + i;
-            const __m128 ds = _mm_mul_ps(fg_f16x4(b->d, b->m, 0, 0), xds); /* [d dx, m s] */
+            const __m128 ds = _mm_mul_ps(fg_f16_pair(&b->d), xds); /* [d dx, m s] */
             const __m256 p = _mm256_cvtepi32_ps(fg_dot_u8s8_256(fg_nibbles_256(b->qs), xq));
             acc[r] = _mm256_fmadd_ps(p, _mm256_broadcastss_ps(ds), acc[r]);
             accm[r] = _mm_add_ps(accm[r], ds);
@@ -98,23 +98,23 @@ FG_GEMV_FROM_ROWS(gemv_q4_1_q8_1_avx2, FG_TARGET_AVX2, q4_1_rows_avx2, QK4_1)
                                                                   size_t stride, const void *vx, float *y) { \
         const block_q8_1 *x = vx;                                                                           \
         __m512 acc[4];                                                                                      \
-        __m128 accm[4]; /* lanes 2, 3 collect m * s of the two blocks */                                    \
+        __m128 accm[4]; /* lanes 1, 3 collect m * s of the two blocks */                                    \
         for (int r = 0; r < R; r++) acc[r] = _mm512_setzero_ps(), accm[r] = _mm_setzero_ps();              \
         int64_t i = 0;                                                                                      \
         for (; i + 2 <= nb; i += 2) {                                                                       \
-            const __m512i xq = fg_load_2x256(x[i].qs, x[i + 1].qs);                                         \
-            const __m128 xds = fg_f16x4(x[i].d, x[i + 1].d, x[i].s, x[i + 1].s);                            \
+            const __m512i xq = fg_q8_pair_nib_512(x[i].qs, x[i + 1].qs);                                         \
+            const __m128 xds = fg_f16_pairs(&x[i].d, &x[i + 1].d); /* [dx0 sx0 dx1 sx1] */                            \
             for (int r = 0; r < R; r++) {                                                                   \
                 const block_q4_1 *b = (const block_q4_1 *)(w + r * stride) + i;                             \
-                const __m128 ds = _mm_mul_ps(fg_f16x4(b[0].d, b[1].d, b[0].m, b[1].m), xds);                \
+                const __m128 ds = _mm_mul_ps(fg_f16_pairs(&b[0].d, &b[1].d), xds);                \
                 const __m512 p = _mm512_cvtepi32_ps(DOT(fg_nibbles_512(b[0].qs, b[1].qs), xq));             \
-                acc[r] = _mm512_fmadd_ps(p, fg_spread2_512(ds), acc[r]);                                    \
+                acc[r] = _mm512_fmadd_ps(p, fg_spread2_nib_512(ds), acc[r]);                                    \
                 accm[r] = _mm_add_ps(accm[r], ds);                                                          \
             }                                                                                               \
         }                                                                                                   \
         for (int r = 0; r < R; r++) {                                                                       \
-            __m128 m = _mm_movehl_ps(accm[r], accm[r]);                                                     \
-            float s = fg_hsum_512(acc[r]) + _mm_cvtss_f32(_mm_add_ss(m, _mm_movehdup_ps(m)));                \
+            const __m128 m = _mm_movehdup_ps(accm[r]);                                                      \
+            float s = fg_hsum_512(acc[r]) + _mm_cvtss_f32(_mm_add_ss(m, _mm_movehl_ps(m, m)));               \
             if (i < nb) s += vec_dot_q4_1_q8_1_scalar(QK4_1, (const block_q4_1 *)(w + r * stride) + i, x + i); \
             y[r] = s;                                                                                       \
         }                                                                                                   \

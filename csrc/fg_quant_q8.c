@@ -158,12 +158,12 @@ FG_GEMV_FROM_ROWS(gemv_q8_0_q8_0_avx2, FG_TARGET_AVX2, q8_0_rows_avx2, QK8_0)
             const __m512i xq = fg_load_2x256(x[i].qs, x[i + 1].qs);                                         \
             const __m512i ax = _mm512_abs_epi8(xq);                                                         \
             const __mmask64 neg = _mm512_movepi8_mask(xq);                                                  \
-            const __m128 dx = fg_f16x4(x[i].d, x[i + 1].d, 0, 0);                                           \
+            const __m128 dx = fg_f16_pairs(&x[i].d, &x[i + 1].d);                                           \
             for (int r = 0; r < R; r++) {                                                                   \
                 const block_q8_0 *b = (const block_q8_0 *)(w + r * stride) + i;                             \
                 __m512i wq = fg_load_2x256(b[0].qs, b[1].qs);                                               \
                 wq = _mm512_mask_sub_epi8(wq, neg, _mm512_setzero_si512(), wq);                             \
-                const __m512 d = fg_spread2_512(_mm_mul_ps(fg_f16x4(b[0].d, b[1].d, 0, 0), dx));            \
+                const __m512 d = fg_spread2_512(_mm_mul_ps(fg_f16_pairs(&b[0].d, &b[1].d), dx));            \
                 acc[r] = _mm512_fmadd_ps(_mm512_cvtepi32_ps(DOT(ax, wq)), d, acc[r]);                       \
             }                                                                                               \
         }                                                                                                   \

@@ -102,12 +102,13 @@ FG_INLINE_AVX2 void fg_nibbles_ps(const uint8_t *qs, __m256 q[4]) {
 
 FG_INLINE_AVX512 float fg_hsum_512(__m512 v) { return _mm512_reduce_add_ps(v); }
 
-/* Two blocks' packed nibbles (16 bytes each) -> 64 bytes [lo0 hi0 lo1 hi1], the order of two blocks of q8. */
+/* Two blocks' packed nibbles (16 bytes each) -> 64 bytes in 128-bit lanes [lo0 lo1 hi0 hi1]: 5 instructions.
+ * Pair it with fg_q8_pair_nib_512, which puts two q8 blocks in the same order. */
 FG_INLINE_AVX512 __m512i fg_nibbles_512(const uint8_t *qs0, const uint8_t *qs1) {
-    __m512i v = _mm512_inserti64x4(_mm512_castsi256_si512(_mm256_broadcastsi128_si256(_mm_loadu_si128((const __m128i *)qs0))),
-                                   _mm256_broadcastsi128_si256(_mm_loadu_si128((const __m128i *)qs1)), 1);
-    const __m512i m = _mm512_set1_epi8(0x0f);
-    return _mm512_mask_blend_epi64(0xcc, _mm512_and_si512(v, m), _mm512_and_si512(_mm512_srli_epi16(v, 4), m));
+    __m256i t = _mm256_inserti128_si256(_mm256_castsi128_si256(_mm_loadu_si128((const __m128i *)qs0)),
+                                        _mm_loadu_si128((const __m128i *)qs1), 1);
+    __m512i v = _mm512_inserti64x4(_mm512_castsi256_si512(t), _mm256_srli_epi16(t, 4), 1);
+    return _mm512_and_si512(v, _mm512_set1_epi8(0x0f));
 }
 
 /* Two consecutive 32-byte runs -> one zmm. */
@@ -116,15 +117,37 @@ FG_INLINE_AVX512 __m512i fg_load_2x256(const void *p0, const void *p1) {
                               _mm256_loadu_si256((const __m256i *)p1), 1);
 }
 
-/* Expand 2 floats [a, b, ...] to a zmm [a x8, b x8]. */
+/* Two blocks of 32 int8 -> 128-bit lanes [x0[0:16] x1[0:16] x0[16:32] x1[16:32]] (the fg_nibbles_512 order). */
+FG_INLINE_AVX512 __m512i fg_q8_pair_nib_512(const int8_t *qs0, const int8_t *qs1) {
+    const __m512i v = fg_load_2x256(qs0, qs1);
+    return _mm512_shuffle_i64x2(v, v, _MM_SHUFFLE(3, 1, 2, 0));
+}
+
+/* Scales [a, ?, b, ?] -> zmm [a x8, b x8] (block order of fg_load_2x256) ... */
 FG_INLINE_AVX512 __m512 fg_spread2_512(__m128 ab) {
-    const __m512i idx = _mm512_set_epi32(1, 1, 1, 1, 1, 1, 1, 1, 0, 0, 0, 0, 0, 0, 0, 0);
+    const __m512i idx = _mm512_set_epi32(2, 2, 2, 2, 2, 2, 2, 2, 0, 0, 0, 0, 0, 0, 0, 0);
     return _mm512_permutexvar_ps(idx, _mm512_castps128_ps512(ab));
 }
 
-/* Up to 4 fp16 values -> 4 floats in one conversion. */
-FG_INLINE_AVX2 __m128 fg_f16x4(uint16_t a, uint16_t b, uint16_t c, uint16_t d) {
-    return _mm_cvtph_ps(_mm_set_epi16(0, 0, 0, 0, (short)d, (short)c, (short)b, (short)a));
+/* ... or -> zmm [a x4, b x4, a x4, b x4] (nibble order of fg_nibbles_512). */
+FG_INLINE_AVX512 __m512 fg_spread2_nib_512(__m128 ab) {
+    const __m512i idx = _mm512_set_epi32(2, 2, 2, 2, 0, 0, 0, 0, 2, 2, 2, 2, 0, 0, 0, 0);
+    return _mm512_permutexvar_ps(idx, _mm512_castps128_ps512(ab));
+}
+
+/* The first two fp16 of one block header -> floats [a, b, ?, ?]; of two headers -> [a0, b0, a1, b1].
+ * (For blocks with a single fp16 scale the second value is the first quant bytes: ignore those lanes.) */
+FG_INLINE_AVX2 __m128 fg_f16_pair(const void *p) {
+    int32_t a;
+    memcpy(&a, p, 4);
+    return _mm_cvtph_ps(_mm_cvtsi32_si128(a));
+}
+
+FG_INLINE_AVX2 __m128 fg_f16_pairs(const void *p0, const void *p1) {
+    int32_t a, b;
+    memcpy(&a, p0, 4);
+    memcpy(&b, p1, 4);
+    return _mm_cvtph_ps(_mm_insert_epi32(_mm_cvtsi32_si128(a), b, 1));
 }
 
 #define FG_DOT_U8S8_512_BW(u, s) _mm512_madd_epi16(_mm512_maddubs_epi16((u), (s)), _mm512_set1_epi16(1))
