@@ -14,6 +14,7 @@ import sys
 COMMAND_MODULES = [
     "fastgguf.cmd_info",
     "fastgguf.cmd_pull",
+    "fastgguf.cmd_quantize",
 ]
 
 
