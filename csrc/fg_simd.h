@@ -102,15 +102,6 @@ FG_INLINE_AVX2 void fg_nibbles_ps(const uint8_t *qs, __m256 q[4]) {
 
 FG_INLINE_AVX512 float fg_hsum_512(__m512 v) { return _mm512_reduce_add_ps(v); }
 
-/* Two blocks' packed nibbles (16 bytes each) -> 64 bytes in 128-bit lanes [lo0 lo1 hi0 hi1]: 5 instructions.
- * Pair it with fg_q8_pair_nib_512, which puts two q8 blocks in the same order. */
-FG_INLINE_AVX512 __m512i fg_nibbles_512(const uint8_t *qs0, const uint8_t *qs1) {
-    __m256i t = _mm256_inserti128_si256(_mm256_castsi128_si256(_mm_loadu_si128((const __m128i *)qs0)),
-                                        _mm_loadu_si128((const __m128i *)qs1), 1);
-    __m512i v = _mm512_inserti64x4(_mm512_castsi256_si512(t), _mm256_srli_epi16(t, 4), 1);
-    return _mm512_and_si512(v, _mm512_set1_epi8(0x0f));
-}
-
 /* Up to four 16-byte runs `bs` bytes apart -> one zmm, run k in 128-bit lane k; runs k >= nblk are not read and
  * their lanes are zero (nblk is a constant 4 in main loops, so the checks fold away). */
 FG_INLINE_AVX512 __m512i fg_load_4x128(const void *p, size_t bs, int nblk) {
@@ -151,27 +142,15 @@ FG_INLINE_AVX512 __m512 fg_spread4_512(__m256 v) {
 /* Sum of the odd lanes of 8 floats. */
 FG_INLINE_AVX2 float fg_hsum_odd_256(__m256 v) { return fg_hsum_256(_mm256_blend_ps(_mm256_setzero_ps(), v, 0xaa)); }
 
-/* Two consecutive 32-byte runs -> one zmm. */
+/* Two 32-byte runs -> one zmm (first in the low half). */
 FG_INLINE_AVX512 __m512i fg_load_2x256(const void *p0, const void *p1) {
     return _mm512_inserti64x4(_mm512_castsi256_si512(_mm256_loadu_si256((const __m256i *)p0)),
                               _mm256_loadu_si256((const __m256i *)p1), 1);
 }
 
-/* Two blocks of 32 int8 -> 128-bit lanes [x0[0:16] x1[0:16] x0[16:32] x1[16:32]] (the fg_nibbles_512 order). */
-FG_INLINE_AVX512 __m512i fg_q8_pair_nib_512(const int8_t *qs0, const int8_t *qs1) {
-    const __m512i v = fg_load_2x256(qs0, qs1);
-    return _mm512_shuffle_i64x2(v, v, _MM_SHUFFLE(3, 1, 2, 0));
-}
-
-/* Scales [a, ?, b, ?] -> zmm [a x8, b x8] (block order of fg_load_2x256) ... */
+/* Scales [a, ?, b, ?] -> zmm [a x8, b x8] (the block order of fg_load_2x256). */
 FG_INLINE_AVX512 __m512 fg_spread2_512(__m128 ab) {
     const __m512i idx = _mm512_set_epi32(2, 2, 2, 2, 2, 2, 2, 2, 0, 0, 0, 0, 0, 0, 0, 0);
-    return _mm512_permutexvar_ps(idx, _mm512_castps128_ps512(ab));
-}
-
-/* ... or -> zmm [a x4, b x4, a x4, b x4] (nibble order of fg_nibbles_512). */
-FG_INLINE_AVX512 __m512 fg_spread2_nib_512(__m128 ab) {
-    const __m512i idx = _mm512_set_epi32(2, 2, 2, 2, 0, 0, 0, 0, 2, 2, 2, 2, 0, 0, 0, 0);
     return _mm512_permutexvar_ps(idx, _mm512_castps128_ps512(ab));
 }
 
