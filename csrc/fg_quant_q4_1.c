@@ -92,8 +92,9 @@ FG_INLINE_AVX2 void q4_1_rows_avx2(const int R, int64_t nb, const char *w, size_
 FG_DOT_FROM_ROWS(vec_dot_q4_1_q8_1_avx2, FG_TARGET_AVX2, q4_1_rows_avx2, QK4_1)
 FG_GEMV_FROM_ROWS(gemv_q4_1_q8_1_avx2, FG_TARGET_AVX2, q4_1_rows_avx2, QK4_1)
 
-/* ---- AVX-512: four blocks per step (low nibbles of the 4 in one zmm, high nibbles in another; the activation
- * is arranged the same way once per step for all rows); a last step of 1..3 blocks reads only those. ---- */
+/* ---- AVX-512: four blocks per step: the low nibbles of the 4 in one zmm, the high nibbles in another, the
+ * activation arranged the same way once per step for all rows. ---- */
+
 /* Four q4_1 blocks are 80 contiguous bytes whose fields sit on 4-byte boundaries: one 64-byte load plus one
  * 16-byte load, then a two-source dword permute gathers the 4 x 16 quant bytes and a one-source permute the
  * 4 (d, m) pairs. A last step of 1..3 blocks loads them one by one (fg_load_4x128 reads nothing beyond). */
