@@ -44,6 +44,19 @@ int fg_cpu_has_dotprod(void);
 #define FG_INLINE_AVX2 static inline __attribute__((always_inline, target("avx2,fma,f16c")))
 #define FG_INLINE_AVX512 static inline __attribute__((always_inline, target("avx2,fma,f16c,avx512f,avx512bw,avx512vl")))
 
+/* Weight rows stream from memory: each row step asks for the bytes FG_PREFETCH bytes ahead of its row, which
+ * the hardware prefetcher alone does not keep up with for 4 interleaved streams (measured: AVX2 q4_1 over
+ * 33 MB, 5 -> 14 GB/s; in-cache speed unchanged). A prefetch is a hint: past a row it faults on nothing.
+ * -DFG_NO_PREFETCH turns it off for comparisons. */
+#ifndef FG_PREFETCH
+#define FG_PREFETCH 512
+#endif
+#ifdef FG_NO_PREFETCH
+#define fg_prefetch(p) ((void)(p))
+#else
+#define fg_prefetch(p) _mm_prefetch((const char *)(p) + FG_PREFETCH, _MM_HINT_T0)
+#endif
+
 FG_INLINE_AVX2 float fg_hsum_256(__m256 v) {
     __m128 s = _mm_add_ps(_mm256_castps256_ps128(v), _mm256_extractf128_ps(v, 1));
     s = _mm_add_ps(s, _mm_movehl_ps(s, s));
