@@ -78,7 +78,7 @@ FG_INLINE_AVX2 void q4_0_step_avx2(const int R, const int nblk, const char *w, s
     const __m128 dx = nblk > 1 ? fg_f16_pairs(&x[0].d, &x[1].d) : fg_f16_pair(&x->d); /* lanes 0, 2 */
     for (int r = 0; r < R; r++) {
         const block_q4_0 *b = (const block_q4_0 *)(w + r * stride);
-        fg_prefetch(b);
+        fg_prefetch(b, stride);
         const __m256i q = fg_load_2x128(b->qs, sizeof(block_q4_0), nblk);
         const __m256i lo = _mm256_and_si256(q, m4), hi = _mm256_and_si256(_mm256_srli_epi16(q, 4), m4);
         const __m256i s = _mm256_sub_epi32(FG_DOT2_U8S8_256(lo, xlo, hi, xhi), x8);
@@ -111,7 +111,7 @@ FG_GEMV_FROM_ROWS(gemv_q4_0_q8_0_avx2, FG_TARGET_AVX2, q4_0_rows_avx2, QK4_0)
         for (int r = 0; r < R; r++) {                                                                       \
             const block_q4_0 *b = (const block_q4_0 *)(w + r * stride);                                     \
             __m512i lo, hi;                                                                                 \
-            fg_prefetch(b);                                                                                 \
+            fg_prefetch(b, stride);                                                                                 \
             fg_nibbles4_512(b->qs, sizeof(block_q4_0), nblk, &lo, &hi);                                     \
             const __m512i s = _mm512_sub_epi32(DOT2(lo, xlo, hi, xhi), x8);                                 \
             const __m256 d = _mm256_mul_ps(fg_f16_pairs4(&b->d, sizeof(block_q4_0), nblk), dx);             \

@@ -81,7 +81,7 @@ FG_INLINE_AVX2 void q4_1_step_avx2(const int R, const int nblk, const char *w, s
     const __m256i m4 = _mm256_set1_epi8(0x0f);
     for (int r = 0; r < R; r++) {
         const block_q4_1 *b = (const block_q4_1 *)(w + r * stride);
-        fg_prefetch(b);
+        fg_prefetch(b, stride);
         const __m256i q = fg_load_2x128(b->qs, sizeof(block_q4_1), nblk);
         const __m256i lo = _mm256_and_si256(q, m4), hi = _mm256_and_si256(_mm256_srli_epi16(q, 4), m4);
         const __m128 ds = _mm_mul_ps(nblk > 1 ? fg_f16_pairs(&b[0].d, &b[1].d) : fg_f16_pair(&b->d), xds);
@@ -137,7 +137,7 @@ FG_INLINE_AVX512 void q4_1_load4_512(const block_q4_1 *b, int nblk, __m512i *qs,
             const block_q4_1 *b = (const block_q4_1 *)(w + r * stride);                                     \
             __m512i q;                                                                                      \
             __m256 dm;                                                                                      \
-            fg_prefetch(b);                                                                                 \
+            fg_prefetch(b, stride);                                                                                 \
             q4_1_load4_512(b, nblk, &q, &dm);                                                               \
             const __m512i lo = _mm512_and_si512(q, _mm512_set1_epi8(0x0f));                                 \
             const __m512i hi = _mm512_and_si512(_mm512_srli_epi16(q, 4), _mm512_set1_epi8(0x0f));           \

@@ -44,17 +44,14 @@ int fg_cpu_has_dotprod(void);
 #define FG_INLINE_AVX2 static inline __attribute__((always_inline, target("avx2,fma,f16c")))
 #define FG_INLINE_AVX512 static inline __attribute__((always_inline, target("avx2,fma,f16c,avx512f,avx512bw,avx512vl")))
 
-/* Weight rows stream from memory: each row step asks for the bytes FG_PREFETCH bytes ahead of its row, which
- * the hardware prefetcher alone does not keep up with for 4 interleaved streams (measured: AVX2 q4_1 over
- * 33 MB, 5 -> 14 GB/s; in-cache speed unchanged). A prefetch is a hint: past a row it faults on nothing.
- * -DFG_NO_PREFETCH turns it off for comparisons. */
-#ifndef FG_PREFETCH
-#define FG_PREFETCH 512
-#endif
+/* Weight rows stream from memory. A kernel working on 4 rows asks, at each step, for the same bytes 4 rows
+ * further on (the next group of rows, as the rows are usually contiguous): measured on 33-56 MB matrices it
+ * lifts q8_0 from 16 to 27 GB/s and q4 by about 10%; in-cache speed is unchanged. A prefetch is a hint: beyond
+ * the matrix it faults on nothing. -DFG_NO_PREFETCH turns it off for comparisons. */
 #ifdef FG_NO_PREFETCH
-#define fg_prefetch(p) ((void)(p))
+#define fg_prefetch(p, stride) ((void)(p), (void)(stride))
 #else
-#define fg_prefetch(p) _mm_prefetch((const char *)(p) + FG_PREFETCH, _MM_HINT_T0)
+#define fg_prefetch(p, stride) _mm_prefetch((const char *)(p) + 4 * (stride), _MM_HINT_T0)
 #endif
 
 FG_INLINE_AVX2 float fg_hsum_256(__m256 v) {
