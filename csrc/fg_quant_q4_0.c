@@ -111,7 +111,7 @@ FG_GEMV_FROM_ROWS(gemv_q4_0_q8_0_avx2, FG_TARGET_AVX2, q4_0_rows_avx2, QK4_0)
         for (int r = 0; r < R; r++) {                                                                       \
             const block_q4_0 *b = (const block_q4_0 *)(w + r * stride);                                     \
             __m512i lo, hi;                                                                                 \
-            fg_prefetch(b, stride);                                                                                 \
+            fg_prefetch(b, stride);                                                                         \
             fg_nibbles4_512(b->qs, sizeof(block_q4_0), nblk, &lo, &hi);                                     \
             const __m512i s = _mm512_sub_epi32(DOT2(lo, xlo, hi, xhi), x8);                                 \
             const __m256 d = _mm256_mul_ps(fg_f16_pairs4(&b->d, sizeof(block_q4_0), nblk), dx);             \
@@ -149,6 +149,7 @@ FG_GEMV_FROM_ROWS(gemv_q4_0_q8_0_avx512vnni, FG_TARGET_AVX512_VNNI, q4_0_rows_av
             const float dx = fg_fp16_to_fp32(x[i].d);                                                       \
             for (int r = 0; r < R; r++) {                                                                   \
                 const block_q4_0 *b = (const block_q4_0 *)(w + r * stride) + i;                             \
+                fg_prefetch(b, stride);                                                                     \
                 const uint8x16_t q = vld1q_u8(b->qs);                                                       \
                 const int8x16_t lo = vsubq_s8(vreinterpretq_s8_u8(vandq_u8(q, vdupq_n_u8(0x0f))), vdupq_n_s8(8)); \
                 const int8x16_t hi = vsubq_s8(vreinterpretq_s8_u8(vshrq_n_u8(q, 4)), vdupq_n_s8(8));        \

@@ -137,7 +137,7 @@ FG_INLINE_AVX512 void q4_1_load4_512(const block_q4_1 *b, int nblk, __m512i *qs,
             const block_q4_1 *b = (const block_q4_1 *)(w + r * stride);                                     \
             __m512i q;                                                                                      \
             __m256 dm;                                                                                      \
-            fg_prefetch(b, stride);                                                                                 \
+            fg_prefetch(b, stride);                                                                         \
             q4_1_load4_512(b, nblk, &q, &dm);                                                               \
             const __m512i lo = _mm512_and_si512(q, _mm512_set1_epi8(0x0f));                                 \
             const __m512i hi = _mm512_and_si512(_mm512_srli_epi16(q, 4), _mm512_set1_epi8(0x0f));           \
@@ -180,6 +180,7 @@ FG_GEMV_FROM_ROWS(gemv_q4_1_q8_1_avx512vnni, FG_TARGET_AVX512_VNNI, q4_1_rows_av
             const float dx = fg_fp16_to_fp32(x[i].d), sx = fg_fp16_to_fp32(x[i].s);                         \
             for (int r = 0; r < R; r++) {                                                                   \
                 const block_q4_1 *b = (const block_q4_1 *)(w + r * stride) + i;                             \
+                fg_prefetch(b, stride);                                                                     \
                 const uint8x16_t q = vld1q_u8(b->qs);                                                       \
                 int32x4_t s = DOT(vdupq_n_s32(0), vreinterpretq_s8_u8(vandq_u8(q, vdupq_n_u8(0x0f))), x0);  \
                 s = DOT(s, vreinterpretq_s8_u8(vshrq_n_u8(q, 4)), x1);                                      \

@@ -162,7 +162,7 @@ FG_GEMV_FROM_ROWS(gemv_q8_0_q8_0_avx2, FG_TARGET_AVX2, q8_0_rows_avx2, QK8_0)
             const __m128 dx = fg_f16_pairs(&x[i].d, &x[i + 1].d);                                           \
             for (int r = 0; r < R; r++) {                                                                   \
                 const block_q8_0 *b = (const block_q8_0 *)(w + r * stride) + i;                             \
-                fg_prefetch(b, stride);                                   \
+                fg_prefetch(b, stride);                                                                     \
                 __m512i wq = fg_load_2x256(b[0].qs, b[1].qs);                                               \
                 wq = _mm512_mask_sub_epi8(wq, neg, _mm512_setzero_si512(), wq);                             \
                 const __m512 d = fg_spread2_512(_mm_mul_ps(fg_f16_pairs(&b[0].d, &b[1].d), dx));            \
@@ -234,6 +234,7 @@ static void quantize_row_q8_1_neon(const float *x, void *vy, int64_t n) {
             const float dx = fg_fp16_to_fp32(x[i].d);                                                       \
             for (int r = 0; r < R; r++) {                                                                   \
                 const block_q8_0 *b = (const block_q8_0 *)(w + r * stride) + i;                             \
+                fg_prefetch(b, stride);                                                                     \
                 int32x4_t s = DOT(vdupq_n_s32(0), vld1q_s8(b->qs), x0);                                      \
                 s = DOT(s, vld1q_s8(b->qs + 16), x1);                                                       \
                 acc[r] = vfmaq_n_f32(acc[r], vcvtq_f32_s32(s), fg_fp16_to_fp32(b->d) * dx);                 \

@@ -216,6 +216,13 @@ FG_INLINE_AVX2 __m128 fg_f16_pairs(const void *p0, const void *p1) {
 #define FG_TARGET_DOTPROD __attribute__((target("arch=armv8.2-a+dotprod")))
 #endif
 
+/* As on x86: ask for the next group of 4 rows. */
+#ifdef FG_NO_PREFETCH
+#define fg_prefetch(p, stride) ((void)(p), (void)(stride))
+#else
+#define fg_prefetch(p, stride) __builtin_prefetch((const char *)(p) + 4 * (stride))
+#endif
+
 /* 16 x int8 . 16 x int8 -> 4 int32 partial sums, without the dotprod extension. */
 static inline int32x4_t fg_dot_s8_emul(int32x4_t acc, int8x16_t a, int8x16_t b) {
     acc = vpadalq_s16(acc, vmull_s8(vget_low_s8(a), vget_low_s8(b)));
