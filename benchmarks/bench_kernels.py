@@ -7,7 +7,8 @@ weight bytes read and that figure as a fraction of this machine's single-thread 
 the same run (kernels.read_bandwidth over 512 MB). Matrices come from the default model (Q4_1) and its Q8_0
 and Q4_0 variants (made once in the cache by fastgguf.quantize.quantized_variant); float formats use random
 weights of the same shapes. Every kernel is first checked against the scalar reference, then timed.
-A 576x1536 Q4_1 matrix is 0.55 MB (cache resident); token_embd (49152x576 Q8_0) is 30 MB.
+A 576x1536 Q4_1 matrix is 0.55 MB (cache resident); the 30 ffn_up matrices stacked are 16.6 MB and token_embd
+(49152x576 Q8_0) is 30 MB: these two stream from outside L2 as a decode step does.
 The table of medians is printed at the end of the module (visible with -s or in the terminal summary).
 """
 import os
@@ -22,8 +23,9 @@ from fastgguf import kernels  # noqa: E402
 
 MODEL = os.path.join(os.environ.get("FASTGGUF_CACHE", os.path.expanduser("~/.cache/fastgguf")),
                      "SmolLM2-135M-Instruct.Q4_1.gguf")
-SHAPES = {"ffn_up": (1536, 576), "ffn_down": (576, 1536), "token_embd": (49152, 576)}
-CASES = [("Q4_1", "ffn_up"), ("Q4_1", "ffn_down"), ("Q4_0", "ffn_up"), ("Q4_0", "ffn_down"),
+SHAPES = {"ffn_up": (1536, 576), "ffn_down": (576, 1536), "token_embd": (49152, 576),
+          "ffn_up_x30": (30 * 1536, 576)}  # all 30 layers' ffn_up stacked: streams like a decode step does
+CASES = [("Q4_1", "ffn_up"), ("Q4_1", "ffn_down"), ("Q4_1", "ffn_up_x30"), ("Q4_0", "ffn_up"), ("Q4_0", "ffn_down"),
          ("Q8_0", "ffn_up"), ("Q8_0", "ffn_down"), ("Q8_0", "token_embd"),
          ("F16", "ffn_up"), ("BF16", "ffn_up"), ("F32", "ffn_up"), ("F16", "token_embd")]
 VARIANTS = [(isa, ext) for isa in kernels.available() for ext in ([True, False] if kernels.ext_available(isa)
@@ -70,10 +72,11 @@ def _matrix(fmt, mat):
         from fastgguf.gguf import GGUFFile
         from fastgguf.quantize import quantized_variant
         path = MODEL if fmt == "Q4_1" else quantized_variant(MODEL, fmt)
-        name = "token_embd.weight" if mat == "token_embd" else f"blk.0.{mat}.weight"
+        names = (["token_embd.weight"] if mat == "token_embd" else
+                 [f"blk.{i}.ffn_up.weight" for i in range(30)] if mat == "ffn_up_x30" else [f"blk.0.{mat}.weight"])
         with GGUFFile(path) as f:
-            if f.tensors[name].type.name == fmt:
-                w = np.array(f.tensor(name))
+            if all(f.tensors[name].type.name == fmt for name in names):
+                w = np.concatenate([f.tensor(name) for name in names])
     if w is None:  # random weights of the same shape
         rng = np.random.default_rng(0)
         w = kernels.quantize(rng.standard_normal((rows, n), dtype=np.float32) * 0.05, fmt)
@@ -91,7 +94,7 @@ def _activation(fmt, n):
 @pytest.mark.parametrize("fmt,mat", CASES, ids=[f"{f}-{m}" for f, m in CASES])
 def test_gemv(benchmark, bandwidth, fmt, mat, variant):
     isa, ext = variant
-    if isa == "scalar" and mat == "token_embd" and fmt != "Q8_0":
+    if isa == "scalar" and mat in ("token_embd", "ffn_up_x30") and fmt != "Q8_0":
         pytest.skip("slow and uninformative")
     w = _matrix(fmt, mat)
     x, xq = _activation(fmt, SHAPES[mat][1])

@@ -62,7 +62,7 @@ static inline float load_bf16(const void *w, int64_t j) { return fg_bf16_to_fp32
 #define LOAD8_BF16(p, j) \
     _mm256_castsi256_ps(_mm256_slli_epi32(_mm256_cvtepu16_epi32(_mm_loadu_si128((const __m128i *)((const uint16_t *)(p) + (j)))), 16))
 
-#define FLOAT_ROWS_AVX2(NAME, LOAD8, LOAD1)                                                                 \
+#define FLOAT_ROWS_AVX2(NAME, TYPE, LOAD8, LOAD1)                                                                 \
     FG_INLINE_AVX2 void NAME(const int R, int64_t n, const char *w, size_t stride, const void *vx, float *y) { \
         const float *x = vx;                                                                                \
         __m256 acc[4];                                                                                      \
@@ -70,7 +70,10 @@ static inline float load_bf16(const void *w, int64_t j) { return fg_bf16_to_fp32
         int64_t j = 0;                                                                                      \
         for (; j + 8 <= n; j += 8) {                                                                        \
             const __m256 xv = _mm256_loadu_ps(x + j);                                                       \
-            for (int r = 0; r < R; r++) acc[r] = _mm256_fmadd_ps(LOAD8(w + r * stride, j), xv, acc[r]);     \
+            for (int r = 0; r < R; r++) {                                                                   \
+                fg_prefetch(w + r * stride + j * (int64_t)sizeof(*(TYPE *)0), stride);                      \
+                acc[r] = _mm256_fmadd_ps(LOAD8(w + r * stride, j), xv, acc[r]);                             \
+            }                                                                                               \
         }                                                                                                   \
         for (int r = 0; r < R; r++) {                                                                       \
             float s = fg_hsum_256(acc[r]);                                                                  \
@@ -78,9 +81,9 @@ static inline float load_bf16(const void *w, int64_t j) { return fg_bf16_to_fp32
             y[r] = s;                                                                                       \
         }                                                                                                   \
     }
-FLOAT_ROWS_AVX2(f32_rows_avx2, LOAD8_F32, load_f32)
-FLOAT_ROWS_AVX2(f16_rows_avx2, LOAD8_F16, load_f16)
-FLOAT_ROWS_AVX2(bf16_rows_avx2, LOAD8_BF16, load_bf16)
+FLOAT_ROWS_AVX2(f32_rows_avx2, float, LOAD8_F32, load_f32)
+FLOAT_ROWS_AVX2(f16_rows_avx2, uint16_t, LOAD8_F16, load_f16)
+FLOAT_ROWS_AVX2(bf16_rows_avx2, uint16_t, LOAD8_BF16, load_bf16)
 FG_DOT_FROM_ROWS(vec_dot_f32_f32_avx2, FG_TARGET_AVX2, f32_rows_avx2, 1)
 FG_GEMV_FROM_ROWS(gemv_f32_f32_avx2, FG_TARGET_AVX2, f32_rows_avx2, 1)
 FG_DOT_FROM_ROWS(vec_dot_f16_f32_avx2, FG_TARGET_AVX2, f16_rows_avx2, 1)
@@ -107,7 +110,7 @@ FG_TARGET_AVX2 static void dequantize_row_bf16_avx2(const void *vx, float *y, in
 #define LOAD16_BF16(p, j, m) \
     _mm512_castsi512_ps(_mm512_slli_epi32(_mm512_cvtepu16_epi32(_mm256_maskz_loadu_epi16((m), (const uint16_t *)(p) + (j))), 16))
 
-#define FLOAT_ROWS_AVX512(NAME, LOAD16)                                                                     \
+#define FLOAT_ROWS_AVX512(NAME, TYPE, LOAD16)                                                                     \
     FG_INLINE_AVX512 void NAME(const int R, int64_t n, const char *w, size_t stride, const void *vx, float *y) { \
         const float *x = vx;                                                                                \
         __m512 acc[4];                                                                                      \
@@ -115,13 +118,16 @@ FG_TARGET_AVX2 static void dequantize_row_bf16_avx2(const void *vx, float *y, in
         for (int64_t j = 0; j < n; j += 16) {                                                               \
             const __mmask16 m = n - j >= 16 ? 0xffff : (__mmask16)((1u << (n - j)) - 1);                    \
             const __m512 xv = _mm512_maskz_loadu_ps(m, x + j);                                              \
-            for (int r = 0; r < R; r++) acc[r] = _mm512_fmadd_ps(LOAD16(w + r * stride, j, m), xv, acc[r]); \
+            for (int r = 0; r < R; r++) {                                                                   \
+                fg_prefetch(w + r * stride + j * (int64_t)sizeof(*(TYPE *)0), stride);                      \
+                acc[r] = _mm512_fmadd_ps(LOAD16(w + r * stride, j, m), xv, acc[r]);                         \
+            }                                                                                               \
         }                                                                                                   \
         for (int r = 0; r < R; r++) y[r] = fg_hsum_512(acc[r]);                                             \
     }
-FLOAT_ROWS_AVX512(f32_rows_avx512, LOAD16_F32)
-FLOAT_ROWS_AVX512(f16_rows_avx512, LOAD16_F16)
-FLOAT_ROWS_AVX512(bf16_rows_avx512, LOAD16_BF16)
+FLOAT_ROWS_AVX512(f32_rows_avx512, float, LOAD16_F32)
+FLOAT_ROWS_AVX512(f16_rows_avx512, uint16_t, LOAD16_F16)
+FLOAT_ROWS_AVX512(bf16_rows_avx512, uint16_t, LOAD16_BF16)
 FG_DOT_FROM_ROWS(vec_dot_f32_f32_avx512, FG_TARGET_AVX512, f32_rows_avx512, 1)
 FG_GEMV_FROM_ROWS(gemv_f32_f32_avx512, FG_TARGET_AVX512, f32_rows_avx512, 1)
 FG_DOT_FROM_ROWS(vec_dot_f16_f32_avx512, FG_TARGET_AVX512, f16_rows_avx512, 1)
