@@ -158,9 +158,8 @@ def dequantize(raw, t, int64_t n, isa=None):
     return out.reshape(tuple(r.shape[:-1]) + (n,))
 
 
-def gemv(w_raw, wtype, xq_raw, isa=None):
-    """y[r] = dot(W_r, xq) with W raw rows (rows, row_bytes) and xq an already quantized activation (raw bytes
-    of vec_dot_type(wtype)). isa=None: the dispatched fg_gemv_rows; else that ISA's gemv (or its vec_dot loop)."""
+def _gemv_operands(w_raw, wtype, xq_raw):
+    """Checked operands of a product: (type id, n, row bytes, weights (rows, row_bytes) uint8, activation bytes)."""
     cdef int ti = _type_id(wtype)
     cdef int xt = fg_vec_dot_type(ti)
     if xt < 0:
@@ -176,20 +175,28 @@ def gemv(w_raw, wtype, xq_raw, isa=None):
     cdef size_t rs = fg_row_size(ti, n)
     if <size_t>w.shape[1] != rs:
         raise ValueError(f"weight rows are {w.shape[1]} bytes, expected {rs} for {n} elements")
+    return ti, n, rs, w, xb
+
+
+def gemv(w_raw, wtype, xq_raw, isa=None):
+    """y[r] = dot(W_r, xq) with W raw rows (rows, row_bytes) and xq an already quantized activation (raw bytes
+    of vec_dot_type(wtype)). isa=None: the dispatched fg_gemv_rows; else that ISA's gemv (or its vec_dot loop)."""
+    ti, n_, rs_, w, xb = _gemv_operands(w_raw, wtype, xq_raw)
+    cdef int64_t n = n_
+    cdef size_t rs = rs_
     cdef const uint8_t[:, ::1] wv = w
     cdef const uint8_t[::1] xv = xb
     cdef int64_t rows = wv.shape[0], r
+    cdef int t = ti
     cdef cnp.ndarray[cnp.float32_t, ndim=1] y = np.empty(rows, dtype=np.float32)
     if rows == 0:
         return y
-    cdef const fg_type_kernels *k
-    cdef fg_vec_dot_fn dot
     if isa is None:
         with nogil:
-            fg_gemv_rows(ti, &wv[0, 0], rs, n, &xv[0], &y[0], 0, rows)
+            fg_gemv_rows(t, &wv[0, 0], rs, n, &xv[0], &y[0], 0, rows)
         return y
-    k = _table(isa, ti)
-    dot = k.vec_dot if k.vec_dot else fg_kernels_of(FG_ISA_SCALAR, ti).vec_dot
+    cdef const fg_type_kernels *k = _table(isa, t)
+    cdef fg_vec_dot_fn dot = k.vec_dot if k.vec_dot else fg_kernels_of(FG_ISA_SCALAR, t).vec_dot
     with nogil:
         if k.gemv:
             k.gemv(n, &wv[0, 0], rs, &xv[0], &y[0], rows)
@@ -200,18 +207,14 @@ def gemv(w_raw, wtype, xq_raw, isa=None):
 
 
 def vec_dot(w_row, wtype, xq_raw, isa=None):
-    """One weight row (raw bytes) . a quantized activation (raw bytes) with the vec_dot kernel of `isa`."""
-    cdef int ti = _type_id(wtype)
-    w = np.asarray(w_row).view(np.uint8).reshape(1, -1)
-    if isa is None:
-        return float(gemv(w, ti, xq_raw, None)[0])
+    """One weight row (raw bytes) . a quantized activation (raw bytes) with the vec_dot kernel of `isa`
+    (None: the active one)."""
+    ti, n_, rs_, w, xb = _gemv_operands(np.asarray(w_row).view(np.uint8).reshape(1, -1), wtype, xq_raw)
+    cdef const uint8_t[:, ::1] wv = w
+    cdef const uint8_t[::1] xv = xb
     cdef const fg_type_kernels *k = _table(isa, ti)
     cdef fg_vec_dot_fn dot = k.vec_dot if k.vec_dot else fg_kernels_of(FG_ISA_SCALAR, ti).vec_dot
-    y = gemv(w, ti, xq_raw, "scalar")  # validates the arguments
-    cdef const uint8_t[::1] wv = np.ascontiguousarray(w.reshape(-1))
-    cdef const uint8_t[::1] xv = np.ascontiguousarray(np.asarray(xq_raw).view(np.uint8).reshape(-1))
-    cdef int64_t n = xv.shape[0] // fg_type_size(fg_vec_dot_type(ti)) * fg_blck_size(fg_vec_dot_type(ti))
-    return float(dot(n, &wv[0], &xv[0]))
+    return float(dot(n_, &wv[0, 0], &xv[0]))
 
 
 cdef extern from *:
