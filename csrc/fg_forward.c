@@ -4,9 +4,16 @@
 #include "fg_forward.h"
 #include "fg_kernels.h"
 #include "fg_ops.h"
+#ifdef _WIN32
+#include <malloc.h>
+#endif
 #ifdef _OPENMP
 #include <omp.h>
+#ifdef _MSC_VER
+#define BARRIER() __pragma(omp barrier)
+#else
 #define BARRIER() _Pragma("omp barrier")
+#endif
 #else
 #define BARRIER() ((void)0)
 #endif
@@ -16,9 +23,21 @@
 static size_t round64(size_t n) { return (n + 63) & ~(size_t)63; }
 
 static void *alloc64(size_t n) {
+#ifdef _WIN32
+    return _aligned_malloc(round64(n ? n : 1), 64);
+#else
     void *p = NULL;
     if (posix_memalign(&p, 64, round64(n ? n : 1)) != 0) return NULL;
     return p;
+#endif
+}
+
+static void free64(void *p) {
+#ifdef _WIN32
+    _aligned_free(p);
+#else
+    free(p);
+#endif
 }
 
 static size_t max_row_bytes(const fg_model *m, int64_t n) {
@@ -39,16 +58,16 @@ static size_t priv_bytes(const fg_state *s, const fg_model *m) {
 }
 
 void fg_state_free(fg_state *s) {
-    free(s->k_cache);
-    free(s->v_cache);
+    free64(s->k_cache);
+    free64(s->v_cache);
     s->k_cache = s->v_cache = NULL;
     float **fs[] = {&s->kcur, &s->vcur, &s->x, &s->xn, &s->q, &s->att, &s->tmp, &s->gate, &s->up, &s->rope};
     for (size_t i = 0; i < sizeof(fs) / sizeof(fs[0]); i++) {
-        free(*fs[i]);
+        free64(*fs[i]);
         *fs[i] = NULL;
     }
-    free(s->xq);
-    free(s->priv);
+    free64(s->xq);
+    free64(s->priv);
     s->xq = s->priv = NULL;
 }
 
@@ -93,7 +112,7 @@ int fg_state_set_max_threads(fg_state *s, const fg_model *m, int max_threads) {
     if (max_threads <= s->max_threads) return 0;
     char *p = alloc64(priv_bytes(s, m) * max_threads);
     if (!p) return -1;
-    free(s->priv);
+    free64(s->priv);
     s->priv = p;
     s->max_threads = max_threads;
     return 0;
