@@ -56,6 +56,7 @@ typedef struct {
     size_t xq_row;
     char *priv;                   /* (max_threads, priv_size): per-thread xn (n_in), slots, scores */
     size_t priv_size;
+    int *barrier;                 /* the team's barrier: {arrived, generation, sleepers}, one cache line */
 } fg_state;
 
 /* 0 ok, -1 allocation failure (state left freed). n_batch: tokens per internal chunk of a prompt. */
