@@ -68,8 +68,11 @@ class Oracle:
             q = h @ W[p + "attn_q.weight"].T + W.get(p + "attn_q.bias", 0)
             k = h @ W[p + "attn_k.weight"].T + W.get(p + "attn_k.bias", 0)
             v = h @ W[p + "attn_v.weight"].T + W.get(p + "attn_v.bias", 0)
-            q = self.rope(q.reshape(n, H, hd), pos)
-            k = self.rope(k.reshape(n, KVH, hd), pos)
+            q, k = q.reshape(n, H, hd), k.reshape(n, KVH, hd)
+            if p + "attn_q_norm.weight" in W:      # qwen3: per-head RMS norm before RoPE
+                q = self.rmsnorm(q, W[p + "attn_q_norm.weight"])
+                k = self.rmsnorm(k, W[p + "attn_k_norm.weight"])
+            q, k = self.rope(q, pos), self.rope(k, pos)
             v = v.reshape(n, KVH, hd)
             if kv_f16:
                 k, v = k.astype(np.float16).astype(np.float64), v.astype(np.float16).astype(np.float64)

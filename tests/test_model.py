@@ -205,7 +205,7 @@ def test_rewind_then_continue_matches(model, reference):
 # ---- a tiny synthetic llama (F32 weights: fastgguf must match the float64 oracle almost exactly) ----
 
 def make_tiny(path, *, arch="llama", tied=True, bias=False, rope_freqs=False, scale_linear=None, extra=None,
-              wtype=None, seed=0):
+              wtype=None, qk_norm=False, seed=0):
     rng = np.random.default_rng(seed)
     E, L, H, KVH, F, V, hd = 64, 2, 4, 2, 96, 100, 16
     w = gguf.GGUFWriter(str(path), arch)
@@ -245,6 +245,9 @@ def make_tiny(path, *, arch="llama", tied=True, bias=False, rope_freqs=False, sc
             t(p + "attn_q.bias", H * hd)
             t(p + "attn_k.bias", KVH * hd)
             t(p + "attn_v.bias", KVH * hd)
+        if qk_norm:
+            t(p + "attn_q_norm.weight", hd, s=1.0)
+            t(p + "attn_k_norm.weight", hd, s=1.0)
         t(p + "attn_output.weight", E, H * hd)
         t(p + "ffn_norm.weight", E, s=1.0)
         t(p + "ffn_gate.weight", F, E)
@@ -259,7 +262,8 @@ def make_tiny(path, *, arch="llama", tied=True, bias=False, rope_freqs=False, sc
     return str(path)
 
 
-@pytest.mark.parametrize("opts", [{}, {"tied": False, "bias": True}, {"rope_freqs": True}, {"scale_linear": 4.0}])
+@pytest.mark.parametrize("opts", [{}, {"tied": False, "bias": True}, {"rope_freqs": True}, {"scale_linear": 4.0},
+                                  {"arch": "qwen2", "bias": True}, {"arch": "qwen3", "qk_norm": True}])
 def test_tiny_model_matches_oracle(tmp_path, opts):
     from oracle import Oracle
     path = make_tiny(tmp_path / "tiny.gguf", **opts)

@@ -176,7 +176,7 @@ def register(cls):
 
 def get(f):
     """The Arch instance for an open GGUFFile; an unsupported architecture is a GGUFError naming it."""
-    from fastgguf.arch import llama  # noqa: F401  (registers)
+    from fastgguf.arch import llama, qwen  # noqa: F401  (registers)
     name = f.metadata.get("general.architecture")
     if name not in ARCHS:
         raise GGUFError(f"architecture {name!r} is not supported (supported: {', '.join(sorted(ARCHS))})")
