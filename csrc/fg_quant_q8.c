@@ -136,6 +136,7 @@ FG_INLINE_AVX2 void q8_0_rows_avx2(const int R, int64_t nb, const char *w, size_
         const float dx = fg_f16(x[i].d);
         for (int r = 0; r < R; r++) {
             const block_q8_0 *b = (const block_q8_0 *)(w + r * stride) + i;
+            fg_prefetch(b, stride);
             const __m256i sw = _mm256_sign_epi8(_mm256_loadu_si256((const __m256i *)b->qs), xq);
             const __m256 p = _mm256_cvtepi32_ps(fg_dot_u8s8_256(ax, sw));
             acc[r] = _mm256_fmadd_ps(p, _mm256_set1_ps(fg_f16(b->d) * dx), acc[r]);
@@ -158,12 +159,13 @@ FG_GEMV_FROM_ROWS(gemv_q8_0_q8_0_avx2, FG_TARGET_AVX2, q8_0_rows_avx2, QK8_0)
             const __m512i xq = fg_load_2x256(x[i].qs, x[i + 1].qs);                                         \
             const __m512i ax = _mm512_abs_epi8(xq);                                                         \
             const __mmask64 neg = _mm512_movepi8_mask(xq);                                                  \
-            const __m128 dx = fg_f16x4(x[i].d, x[i + 1].d, 0, 0);                                           \
+            const __m128 dx = fg_f16_pairs(&x[i].d, &x[i + 1].d);                                           \
             for (int r = 0; r < R; r++) {                                                                   \
                 const block_q8_0 *b = (const block_q8_0 *)(w + r * stride) + i;                             \
+                fg_prefetch(b, stride);                                                                     \
                 __m512i wq = fg_load_2x256(b[0].qs, b[1].qs);                                               \
                 wq = _mm512_mask_sub_epi8(wq, neg, _mm512_setzero_si512(), wq);                             \
-                const __m512 d = fg_spread2_512(_mm_mul_ps(fg_f16x4(b[0].d, b[1].d, 0, 0), dx));            \
+                const __m512 d = fg_spread2_512(_mm_mul_ps(fg_f16_pairs(&b[0].d, &b[1].d), dx));            \
                 acc[r] = _mm512_fmadd_ps(_mm512_cvtepi32_ps(DOT(ax, wq)), d, acc[r]);                       \
             }                                                                                               \
         }                                                                                                   \
@@ -232,6 +234,7 @@ static void quantize_row_q8_1_neon(const float *x, void *vy, int64_t n) {
             const float dx = fg_fp16_to_fp32(x[i].d);                                                       \
             for (int r = 0; r < R; r++) {                                                                   \
                 const block_q8_0 *b = (const block_q8_0 *)(w + r * stride) + i;                             \
+                fg_prefetch(b, stride);                                                                     \
                 int32x4_t s = DOT(vdupq_n_s32(0), vld1q_s8(b->qs), x0);                                      \
                 s = DOT(s, vld1q_s8(b->qs + 16), x1);                                                       \
                 acc[r] = vfmaq_n_f32(acc[r], vcvtq_f32_s32(s), fg_fp16_to_fp32(b->d) * dx);                 \

@@ -44,6 +44,16 @@ int fg_cpu_has_dotprod(void);
 #define FG_INLINE_AVX2 static inline __attribute__((always_inline, target("avx2,fma,f16c")))
 #define FG_INLINE_AVX512 static inline __attribute__((always_inline, target("avx2,fma,f16c,avx512f,avx512bw,avx512vl")))
 
+/* Weight rows stream from memory. A kernel working on 4 rows asks, at each step, for the same bytes 4 rows
+ * further on (the next group of rows, as the rows are usually contiguous): measured on 33-56 MB matrices it
+ * lifts q8_0 from 16 to 27 GB/s and q4 by about 10%; in-cache speed is unchanged. A prefetch is a hint: beyond
+ * the matrix it faults on nothing. -DFG_NO_PREFETCH turns it off for comparisons. */
+#ifdef FG_NO_PREFETCH
+#define fg_prefetch(p, stride) ((void)(p), (void)(stride))
+#else
+#define fg_prefetch(p, stride) _mm_prefetch((const char *)(p) + 4 * (stride), _MM_HINT_T0)
+#endif
+
 FG_INLINE_AVX2 float fg_hsum_256(__m256 v) {
     __m128 s = _mm_add_ps(_mm256_castps256_ps128(v), _mm256_extractf128_ps(v, 1));
     s = _mm_add_ps(s, _mm_movehl_ps(s, s));
@@ -100,41 +110,118 @@ FG_INLINE_AVX2 void fg_nibbles_ps(const uint8_t *qs, __m256 q[4]) {
     q[3] = _mm256_cvtepi32_ps(_mm256_cvtepu8_epi32(_mm_srli_si128(hi, 8)));
 }
 
-FG_INLINE_AVX512 float fg_hsum_512(__m512 v) { return _mm512_reduce_add_ps(v); }
-
-/* Two blocks' packed nibbles (16 bytes each) -> 64 bytes [lo0 hi0 lo1 hi1], the order of two blocks of q8. */
-FG_INLINE_AVX512 __m512i fg_nibbles_512(const uint8_t *qs0, const uint8_t *qs1) {
-    __m512i v = _mm512_inserti64x4(_mm512_castsi256_si512(_mm256_broadcastsi128_si256(_mm_loadu_si128((const __m128i *)qs0))),
-                                   _mm256_broadcastsi128_si256(_mm_loadu_si128((const __m128i *)qs1)), 1);
-    const __m512i m = _mm512_set1_epi8(0x0f);
-    return _mm512_mask_blend_epi64(0xcc, _mm512_and_si512(v, m), _mm512_and_si512(_mm512_srli_epi16(v, 4), m));
+/* One or two 16-byte runs `bs` bytes apart -> ymm [run0 | run1]; with nblk = 1 the high half is zero. */
+FG_INLINE_AVX2 __m256i fg_load_2x128(const void *p, size_t bs, int nblk) {
+    const __m128i a = _mm_loadu_si128((const __m128i *)p);
+    const __m128i b = nblk > 1 ? _mm_loadu_si128((const __m128i *)((const char *)p + bs)) : _mm_setzero_si128();
+    return _mm256_set_m128i(b, a);
 }
 
-/* Two consecutive 32-byte runs -> one zmm. */
+/* Floats [a0 . a1 .] -> ymm [a0 x4, a1 x4] (the lane order of fg_load_2x128 after a u8.s8 dot). */
+FG_INLINE_AVX2 __m256 fg_spread2_256(__m128 v) {
+    return _mm256_permutevar8x32_ps(_mm256_castps128_ps256(v), _mm256_setr_epi32(0, 0, 0, 0, 2, 2, 2, 2));
+}
+
+/* lo.xlo + hi.xhi per 4-byte group, unsigned . signed; the int16 pair sums are added before widening, which is
+ * safe for |lo|, |hi| <= 15 and |x| <= 127. */
+#define FG_DOT2_U8S8_256(lo, xlo, hi, xhi) \
+    _mm256_madd_epi16(_mm256_add_epi16(_mm256_maddubs_epi16((lo), (xlo)), _mm256_maddubs_epi16((hi), (xhi))), _mm256_set1_epi16(1))
+
+FG_INLINE_AVX512 float fg_hsum_512(__m512 v) { return _mm512_reduce_add_ps(v); }
+
+/* Up to four 16-byte runs `bs` bytes apart -> one zmm, run k in 128-bit lane k; runs k >= nblk are not read and
+ * their lanes are zero (nblk is a constant 4 in main loops, so the checks fold away). */
+FG_INLINE_AVX512 __m512i fg_load_4x128(const void *p, size_t bs, int nblk) {
+    const char *c = (const char *)p;
+    __m512i v = _mm512_zextsi128_si512(_mm_loadu_si128((const __m128i *)c));
+    if (nblk > 1) v = _mm512_inserti32x4(v, _mm_loadu_si128((const __m128i *)(c + bs)), 1);
+    if (nblk > 2) v = _mm512_inserti32x4(v, _mm_loadu_si128((const __m128i *)(c + 2 * bs)), 2);
+    if (nblk > 3) v = _mm512_inserti32x4(v, _mm_loadu_si128((const __m128i *)(c + 3 * bs)), 3);
+    return v;
+}
+
+/* Up to 4 blocks' packed nibbles (16 bytes, `bs` apart) -> lo = [b0 lo16 | b1 lo16 | b2 lo16 | b3 lo16] and
+ * hi = the high nibbles likewise: 2 x 64 unsigned bytes, 4 loads and 3 operations for 128 weights. */
+FG_INLINE_AVX512 void fg_nibbles4_512(const uint8_t *qs, size_t bs, int nblk, __m512i *lo, __m512i *hi) {
+    const __m512i v = fg_load_4x128(qs, bs, nblk), m = _mm512_set1_epi8(0x0f);
+    *lo = _mm512_and_si512(v, m);
+    *hi = _mm512_and_si512(_mm512_srli_epi16(v, 4), m);
+}
+
+/* Up to 4 blocks' first 32 bits (two fp16: d and m or s; `bs` apart) -> 8 floats [a0 b0 a1 b1 a2 b2 a3 b3]. */
+FG_INLINE_AVX512 __m256 fg_f16_pairs4(const void *p, size_t bs, int nblk) {
+    const char *c = (const char *)p;
+    int32_t v0, v1 = 0, v2 = 0, v3 = 0;
+    memcpy(&v0, c, 4);
+    if (nblk > 1) memcpy(&v1, c + bs, 4);
+    if (nblk > 2) memcpy(&v2, c + 2 * bs, 4);
+    if (nblk > 3) memcpy(&v3, c + 3 * bs, 4);
+    __m128i t = _mm_insert_epi32(_mm_insert_epi32(_mm_insert_epi32(_mm_cvtsi32_si128(v0), v1, 1), v2, 2), v3, 3);
+    return _mm256_cvtph_ps(t);
+}
+
+/* 8 floats [a0 . a1 . a2 . a3 .] -> zmm [a0 x4, a1 x4, a2 x4, a3 x4] (the lane order of fg_nibbles4_512). */
+FG_INLINE_AVX512 __m512 fg_spread4_512(__m256 v) {
+    const __m512i idx = _mm512_set_epi32(6, 6, 6, 6, 4, 4, 4, 4, 2, 2, 2, 2, 0, 0, 0, 0);
+    return _mm512_permutexvar_ps(idx, _mm512_castps256_ps512(v));
+}
+
+/* Sum of the odd lanes of 8 floats. */
+FG_INLINE_AVX2 float fg_hsum_odd_256(__m256 v) { return fg_hsum_256(_mm256_blend_ps(_mm256_setzero_ps(), v, 0xaa)); }
+
+/* Two 32-byte runs -> one zmm (first in the low half). */
 FG_INLINE_AVX512 __m512i fg_load_2x256(const void *p0, const void *p1) {
     return _mm512_inserti64x4(_mm512_castsi256_si512(_mm256_loadu_si256((const __m256i *)p0)),
                               _mm256_loadu_si256((const __m256i *)p1), 1);
 }
 
-/* Expand 2 floats [a, b, ...] to a zmm [a x8, b x8]. */
+/* Scales [a, ?, b, ?] -> zmm [a x8, b x8] (the block order of fg_load_2x256). */
 FG_INLINE_AVX512 __m512 fg_spread2_512(__m128 ab) {
-    const __m512i idx = _mm512_set_epi32(1, 1, 1, 1, 1, 1, 1, 1, 0, 0, 0, 0, 0, 0, 0, 0);
+    const __m512i idx = _mm512_set_epi32(2, 2, 2, 2, 2, 2, 2, 2, 0, 0, 0, 0, 0, 0, 0, 0);
     return _mm512_permutexvar_ps(idx, _mm512_castps128_ps512(ab));
 }
 
-/* Up to 4 fp16 values -> 4 floats in one conversion. */
-FG_INLINE_AVX2 __m128 fg_f16x4(uint16_t a, uint16_t b, uint16_t c, uint16_t d) {
-    return _mm_cvtph_ps(_mm_set_epi16(0, 0, 0, 0, (short)d, (short)c, (short)b, (short)a));
+/* The first two fp16 of one block header -> floats [a, b, ?, ?]; of two headers -> [a0, b0, a1, b1].
+ * (For blocks with a single fp16 scale the second value is the first quant bytes: ignore those lanes.) */
+FG_INLINE_AVX2 __m128 fg_f16_pair(const void *p) {
+    int32_t a;
+    memcpy(&a, p, 4);
+    return _mm_cvtph_ps(_mm_cvtsi32_si128(a));
+}
+
+FG_INLINE_AVX2 __m128 fg_f16_pairs(const void *p0, const void *p1) {
+    int32_t a, b;
+    memcpy(&a, p0, 4);
+    memcpy(&b, p1, 4);
+    return _mm_cvtph_ps(_mm_insert_epi32(_mm_cvtsi32_si128(a), b, 1));
 }
 
 #define FG_DOT_U8S8_512_BW(u, s) _mm512_madd_epi16(_mm512_maddubs_epi16((u), (s)), _mm512_set1_epi16(1))
 #define FG_DOT_U8S8_512_VNNI(u, s) _mm512_dpbusd_epi32(_mm512_setzero_si512(), (u), (s))
+/* u1.s1 + u2.s2 per 4-byte group; without VNNI the int16 pair sums are added before widening (|u| <= 15). */
+#define FG_DOT2_U8S8_512_BW(u1, s1, u2, s2) \
+    _mm512_madd_epi16(_mm512_add_epi16(_mm512_maddubs_epi16((u1), (s1)), _mm512_maddubs_epi16((u2), (s2))), _mm512_set1_epi16(1))
+#define FG_DOT2_U8S8_512_VNNI(u1, s1, u2, s2) \
+    _mm512_dpbusd_epi32(_mm512_dpbusd_epi32(_mm512_setzero_si512(), (u1), (s1)), (u2), (s2))
 #endif /* x86 */
 
 #if defined(__aarch64__)
 #define FG_HAVE_NEON 1
 #include <arm_neon.h>
+#if defined(__ARM_FEATURE_DOTPROD)
+#define FG_TARGET_DOTPROD /* the whole build has it (e.g. -march=armv8.2-a+dotprod, Apple arm64) */
+#elif defined(__clang__)
+#define FG_TARGET_DOTPROD __attribute__((target("dotprod")))
+#else
 #define FG_TARGET_DOTPROD __attribute__((target("arch=armv8.2-a+dotprod")))
+#endif
+
+/* As on x86: ask for the next group of 4 rows. */
+#ifdef FG_NO_PREFETCH
+#define fg_prefetch(p, stride) ((void)(p), (void)(stride))
+#else
+#define fg_prefetch(p, stride) __builtin_prefetch((const char *)(p) + 4 * (stride))
+#endif
 
 /* 16 x int8 . 16 x int8 -> 4 int32 partial sums, without the dotprod extension. */
 static inline int32x4_t fg_dot_s8_emul(int32x4_t acc, int8x16_t a, int8x16_t b) {

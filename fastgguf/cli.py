@@ -15,6 +15,7 @@ COMMAND_MODULES = [
     "fastgguf.cmd_info",
     "fastgguf.cmd_pull",
     "fastgguf.cmd_tokenize",
+    "fastgguf.cmd_quantize",
 ]
 
 

@@ -280,7 +280,7 @@ def _scan_scalar(buf, pos: int, count: int, end: int, out: list) -> int:
             n, = unpack(buf, pos)
             push(pos)
             pos += 8 + n
-    except struct.error:        # a header past the end of the buffer
+    except (struct.error, OverflowError):       # a header past the end of the buffer
         return end + 1
     return pos
 
@@ -361,7 +361,7 @@ def _scan_string_array(u8, buf, pos: int, count: int, end: int, what: str):
             parts.append(np.array(lst, np.int64))
             need -= k
             pos = stop
-    hp = np.concatenate(parts) if len(parts) != 1 else parts[0]
+    hp = np.concatenate(parts) if len(parts) > 1 else parts[0] if parts else np.empty(0, np.int64)
     return hp, pos
 
 
@@ -558,6 +558,8 @@ class GGUFFile:
         types = {}      # key -> (value type, element type or None, value offset, count[, header positions])
         for i in range(n_kv):
             key = c.name(f"metadata key #{i}")
+            if not key:
+                raise GGUFError(f"metadata key #{i}: empty key")
             if key in metadata:
                 raise GGUFError(f"metadata key {key!r}: duplicate key")
             vtype = c.u32(f"metadata {key!r}: value type")
@@ -585,6 +587,8 @@ class GGUFFile:
             name = None
             try:
                 nlen, = u64(mm, pos)
+                if not nlen:
+                    raise GGUFError(f"tensor #{i}: empty name")
                 if nlen >= GGML_MAX_NAME:
                     raise GGUFError(f"tensor #{i}: name of {nlen} bytes {mm[pos + 8:pos + 8 + 64]!r}..., "
                                     f"the limit is {GGML_MAX_NAME - 1}")
@@ -601,7 +605,7 @@ class GGUFFile:
                 pos += 4 + 8 * n_dims
                 type_id, offset = tail(mm, pos)
                 pos += 12
-            except struct.error:
+            except (struct.error, OverflowError):
                 what = f"tensor #{i}" + (f" ({name!r})" if name is not None else "")
                 raise GGUFError(f"{what}: descriptor truncated at offset {pos} (file is {size} bytes)") from None
             if len(raw) < nlen:
@@ -948,7 +952,7 @@ class GGUFWriter:
                 lo, hi = _INT_RANGES[et]
                 if lo_v < lo or hi_v > hi:
                     raise OverflowError(f"{key!r}: values do not fit in {et.name}")
-                arr = np.asarray(arr).astype(dt) if len(arr) else np.empty(0, dt)
+                arr = arr.astype(dt) if isinstance(arr, np.ndarray) else np.array(arr, dtype=dt)
             else:
                 arr = np.asarray(values, dtype=dt)
             body = np.ascontiguousarray(arr, dtype=dt).tobytes()
