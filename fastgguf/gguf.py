@@ -12,11 +12,18 @@ closes it when nothing else uses it. Arrays the caller kept (tensor views, numer
 buffer export on the mapping; while any exists the mapping cannot be closed, so ``close()`` catches that
 ``BufferError`` and leaves the mapping to be closed by the garbage collector when the last view dies. Kept
 views therefore stay valid (never a dangling pointer); ``tensor()`` after ``close()`` raises ``GGUFError``.
+``metadata`` stays usable after ``close()`` (its numeric arrays are replaced by copies).
 
 Metadata values: integers -> ``int``, floats -> ``float``, bool -> ``bool``, string -> ``str``; numeric
 arrays -> read-only 1-D numpy views (bool arrays as ``numpy.bool_``); string arrays -> ``list[str]``.
 Nested arrays (arrays of arrays) are rejected with ``GGUFError``: llama.cpp does not read them either
 and no model uses them.
+
+Speed: parsing validates every string array up front (a vectorised walk of the length prefixes), but
+``metadata`` is a ``dict`` subclass (:class:`Metadata`) that decodes big string arrays (>= 1024 strings:
+tokens, merges) on first access, in bulk; any Python-level access (``m[k]``, ``get``, ``items``,
+``values``, ``dict(m)``, ``json.dumps``) sees a real ``list[str]``. ``m.array_len(k)`` gives a length
+without decoding.
 
 Text policy: metadata keys and tensor names must be valid UTF-8 (else ``GGUFError``). String values are
 decoded with ``errors="surrogateescape"``, so no file fails because of one bad token, and
@@ -25,9 +32,11 @@ returns the undecoded ``bytes`` (or ``list[bytes]``) of any string value, e.g. f
 
 Validation: every malformed file raises ``GGUFError`` (a ``ValueError``) naming the field or tensor at
 fault. Counts and lengths are checked against the bytes left in the file before anything is allocated;
-tensor shapes, types, byte sizes, alignment and offsets (aligned, in order, non-overlapping, inside the
-file) are checked. Zero-sized dimensions are accepted (a tensor of 0 elements and 0 bytes). Bytes after
-the last tensor's data are accepted.
+tensor shapes (1..4 dims, none negative), types (unknown and removed ids), block multiples, element and
+byte counts (int64), names (1..63 bytes, unique), keys (non-empty, unique), general.alignment (uint32,
+a power of two, at most 16 MiB) and data offsets (aligned, in order, non-overlapping, inside the file)
+are checked. Zero-sized dimensions are accepted (a tensor of 0 elements and 0 bytes). Bytes after the
+last tensor's data are accepted.
 
 Writing
 -------
@@ -39,8 +48,8 @@ from __future__ import annotations
 import mmap
 import os
 import struct
-from typing import NamedTuple
 from enum import IntEnum
+from typing import NamedTuple
 
 import numpy as np
 
@@ -183,7 +192,6 @@ _SCALAR = {
 _STRUCTS = {t: struct.Struct(fmt) for t, (fmt, _) in _SCALAR.items()}
 _U32 = struct.Struct("<I")
 _U64 = struct.Struct("<Q")
-_I64 = struct.Struct("<q")
 _TI_TAIL = struct.Struct("<IQ")                     # tensor info: type, offset
 _NE = [None] + [struct.Struct(f"<{n}q") for n in range(1, 5)]
 
@@ -296,12 +304,15 @@ def _scan_fast(u8: np.ndarray, pos: int, count: int, W: int):
     a real header, so the result is exact; where no candidate continues the walk the caller takes over."""
     a = u8[pos:pos + W]
     z = a == 0
-    m = z[4:W - 4] & z[5:W - 3] & z[6:W - 2] & z[7:W - 1]
-    m &= ~z[8:W]
+    m = z[4:W - 4] & z[5:W - 3]                 # m[j]: bytes j+4..j+7 are 0 and byte j+8 is not
+    m &= z[6:W - 2]
+    m &= z[7:W - 1]
+    np.greater(m, z[8:W], out=m)
     c = np.flatnonzero(m)                       # candidate header offsets in the window
     # V[j] = u32 at byte pos + j: a zero-copy, unaligned, overlapping view (stride 1 byte)
     V = np.ndarray((W - 3,), dtype="<u4", buffer=u8, offset=pos, strides=(1,))
-    nxt = c + 8 + V[c].astype(np.int64)         # where each candidate's string ends
+    nxt = V[c] + c                              # where each candidate's string ends (int64)
+    nxt += 8
     ok = nxt <= W
     c, nxt = c[ok], nxt[ok]
     if len(c) == 0 or c[0] != 0:
@@ -368,27 +379,39 @@ def _scan_string_array(u8, buf, pos: int, count: int, end: int, what: str):
 def _decode_strings(u8: np.ndarray, buf, hp: np.ndarray, stop: int, raw: bool = False) -> list:
     """Strings whose 8-byte headers are at hp (the last string ends at stop), as str (or bytes if raw).
 
-    Bulk path: cut the headers out of a copy of the region leaving one NUL separator each, decode once
-    and split. Taken when no string holds a NUL byte and (for str) the whole text is valid UTF-8;
-    otherwise each string is decoded on its own with errors="surrogateescape"."""
+    Bulk path: replace each 8-byte header by one NUL, decode the region once and split on NUL (taken when
+    no string holds a NUL). Short strings without 0x01 bytes (tokens, merges) use bytes.translate to drop
+    the header bytes, others a numpy mask. Otherwise (or if the text is not valid UTF-8) each string is
+    decoded on its own with errors="surrogateescape"."""
     count = len(hp)
     if count == 0:
         return []
     h0 = int(hp[0])
-    reg = u8[h0:stop].copy()                     # (region bytes,)
+    reg = u8[h0:stop].copy()                     # (region bytes,) headers and strings
     rel = hp - h0
     reg[rel] = 0
-    keep = np.ones(len(reg), bool)
-    keep[(rel[:, None] + _K7).ravel()] = False
-    out = reg[keep]                              # (count NULs + all string bytes,)
-    if np.count_nonzero(out == 0) == count:
-        text = out[1:].tobytes()
-        if raw:
-            return text.split(b"\x00")
+    z = reg == 0
+    short = (np.count_nonzero(z) == 8 * count and stop - int(hp[-1]) - 8 < 256
+             and (count == 1 or int(np.diff(hp).max()) < 264))
+    if short and not np.count_nonzero(reg == 1):
+        # every header is 8 NULs and no string holds a NUL or a 0x01: turn header bytes 1..7 into 0x01
+        # and delete those with bytes.translate, leaving one NUL before each string
+        reg[z] = 1
+        reg[rel] = 0
+        text = reg.tobytes().translate(None, b"\x01")
+    else:
+        keep = np.ones(len(reg), bool)
+        keep[(rel[:, None] + _K7).ravel()] = False
+        out = reg[keep]                          # (count NULs + all string bytes,)
+        text = out.tobytes() if np.count_nonzero(out == 0) == count else None
+    if text is not None:
         try:
-            return text.decode("utf-8").split("\x00")
+            parts = text.split(b"\x00") if raw else text.decode("utf-8").split("\x00")
         except UnicodeDecodeError:
-            pass
+            parts = None
+        if parts is not None and len(parts) == count + 1:
+            del parts[0]
+            return parts
     starts = (hp + 8).tolist()
     ends = hp[1:].tolist()
     ends.append(stop)
@@ -508,14 +531,11 @@ class GGUFFile:
         self.path = os.fspath(path)
         self._mm = None
         self._u8 = None
-        try:
-            with open(self.path, "rb") as fh:
-                try:
-                    mm = mmap.mmap(fh.fileno(), 0, access=mmap.ACCESS_READ)
-                except ValueError as e:     # empty file
-                    raise GGUFError(f"{self.path}: empty file, not a GGUF file ({e})") from None
-        except OSError as e:
-            raise GGUFError(f"{self.path}: cannot open/map file: {e}") from e
+        with open(self.path, "rb") as fh:       # a missing file raises FileNotFoundError (an OSError)
+            try:
+                mm = mmap.mmap(fh.fileno(), 0, access=mmap.ACCESS_READ)
+            except ValueError as e:             # empty file
+                raise GGUFError(f"{self.path}: empty file, not a GGUF file ({e})") from None
         self._mm = mm
         self._u8 = np.frombuffer(mm, dtype=np.uint8)    # the one buffer export every array view shares
         try:
@@ -620,7 +640,7 @@ class GGUFFile:
                 seen.add(t[0])
 
         self.data_offset = _align(c.pos, alignment)
-        if self.data_offset > size and infos:     # a file without tensors (vocab-only) may end before it
+        if self.data_offset > size and infos:  # (metadata-only files, e.g. vocab files, may skip the padding)
             raise GGUFError(f"data section: starts at {self.data_offset}, past the end of the file ({size})")
 
         tensors = {}
@@ -657,12 +677,13 @@ class GGUFFile:
         what = f"metadata {key!r}"
         if vtype in _STRUCTS:
             vt = _V(vtype)
+            start = c.pos
             v = c.unpack(_STRUCTS[vt], what)
             if vt == _V.BOOL:
                 if v > 1:
                     raise GGUFError(f"{what}: bool value {v} is not 0 or 1")
                 v = bool(v)
-            return v, (vt, None, c.pos, 1)
+            return v, (vt, None, start, 1)
         if vtype == _V.STRING:
             raw = c.raw_string(what)
             return raw.decode("utf-8", "surrogateescape"), (_V.STRING, None, c.pos - len(raw) - 8, 1)

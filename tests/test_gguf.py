@@ -3,7 +3,6 @@ files the writer builds."""
 
 import gc
 import json
-import os
 import random
 
 import numpy as np
@@ -93,11 +92,12 @@ def test_default_model_tensor_data_matches_gguf_py(default_model_path, ref_model
                      "blk.29.attn_v.weight", "token_embd.weight"):
             ours = f.tensor(name)
             theirs = np.asarray(ref[name].data)
+            ti = f.tensors[name]
             assert not ours.flags.writeable and not ours.flags.owndata
-            if f.tensors[name].type == GGMLType.F32:
-                assert ours.dtype == np.float32 and ours.shape == f.tensors[name].shape
+            if ti.type == GGMLType.F32:
+                assert ours.dtype == np.float32 and ours.shape == ti.shape
             else:
-                assert ours.dtype == np.uint8 and ours.shape == f.tensors[name].shape[:-1] + (f.tensors[name].row_bytes,)
+                assert ours.dtype == np.uint8 and ours.shape == ti.shape[:-1] + (ti.row_bytes,)
             assert np.array_equal(ours.reshape(-1).view(np.uint8), theirs.reshape(-1).view(np.uint8)), name
 
 
@@ -398,13 +398,15 @@ def _strings(rng, n, kind):
         return ["\x00" * rng.randint(0, 9) + "x" if rng.random() < 0.3 else "abc" for _ in range(n)]
     if kind == "long":
         return ["L" * rng.choice([1, 255, 256, 257, 65536, 70000]) for _ in range(n)]
+    if kind == "ctrl":
+        return ["a\x01b" if rng.random() < 0.1 else "\x01" * rng.randint(1, 3) for _ in range(n)]
     if kind == "len256":
         return ["y" * (256 * rng.randint(0, 2)) for _ in range(n)]
     raise ValueError(kind)
 
 
 @pytest.mark.parametrize("kind,n", [("tokens", 3000), ("with_empty", 2000), ("nul", 1500), ("long", 600),
-                                    ("len256", 700), ("tokens", 5)])
+                                    ("len256", 700), ("ctrl", 900), ("tokens", 5)])
 def test_string_arrays(tmp_path, kind, n):
     """The vectorised scan of big string arrays against gguf-py on awkward contents."""
     rng = random.Random(n)

