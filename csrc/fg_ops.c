@@ -33,7 +33,7 @@ void fg_rope(float *x, int n_heads, int head_dim, int n_rot, const float *cs, in
     }
 }
 
-void fg_softmax(float *x, int64_t n) {
+static void softmax_scalar(float *x, int64_t n) {
     float mx = x[0];
     for (int64_t i = 1; i < n; i++) mx = x[i] > mx ? x[i] : mx;
     float sum = 0.0f;
@@ -45,7 +45,7 @@ void fg_softmax(float *x, int64_t n) {
     for (int64_t i = 0; i < n; i++) x[i] *= inv;
 }
 
-void fg_swiglu(float *out, const float *gate, const float *up, int64_t n) {
+static void swiglu_scalar(float *out, const float *gate, const float *up, int64_t n) {
     for (int64_t i = 0; i < n; i++) {
         float g = gate[i];
         out[i] = g / (1.0f + expf(-g)) * up[i];
@@ -80,7 +80,7 @@ static void attention_scalar(float *out, const float *q, int n_rep, int hd, cons
             scores[r * n + t] = s * scale;
         }
     }
-    for (int r = 0; r < n_rep; r++) fg_softmax(scores + r * n, n);
+    for (int r = 0; r < n_rep; r++) softmax_scalar(scores + r * n, n);
     /* out (n_rep, hd) = P . V, one pass over V */
     memset(out, 0, sizeof(float) * (size_t)n_rep * hd);
     for (int64_t t = 0; t < n; t++) {
@@ -103,6 +103,57 @@ FG_TARGET_AVX2 static void f32_to_f16_avx2(uint16_t *y, const float *x, int64_t 
 
 FG_INLINE_AVX2 __m256 load_f16x8(const uint16_t *p) { return _mm256_cvtph_ps(_mm_loadu_si128((const __m128i *)p)); }
 
+/* expf for 8 lanes (Cephes polynomial, ~2 ulp on [-87, 88]; inputs clamped there, so exp(-inf) gives ~1e-38). */
+FG_INLINE_AVX2 __m256 exp_avx2(__m256 x) {
+    x = _mm256_min_ps(_mm256_max_ps(x, _mm256_set1_ps(-87.0f)), _mm256_set1_ps(88.0f));
+    __m256 fx = _mm256_round_ps(_mm256_mul_ps(x, _mm256_set1_ps(1.44269504088896341f)),
+                                _MM_FROUND_TO_NEAREST_INT | _MM_FROUND_NO_EXC);
+    x = _mm256_fnmadd_ps(fx, _mm256_set1_ps(0.693359375f), x);
+    x = _mm256_fnmadd_ps(fx, _mm256_set1_ps(-2.12194440e-4f), x);
+    __m256 z = _mm256_mul_ps(x, x), y = _mm256_set1_ps(1.9875691500e-4f);
+    y = _mm256_fmadd_ps(y, x, _mm256_set1_ps(1.3981999507e-3f));
+    y = _mm256_fmadd_ps(y, x, _mm256_set1_ps(8.3334519073e-3f));
+    y = _mm256_fmadd_ps(y, x, _mm256_set1_ps(4.1665795894e-2f));
+    y = _mm256_fmadd_ps(y, x, _mm256_set1_ps(1.6666665459e-1f));
+    y = _mm256_fmadd_ps(y, x, _mm256_set1_ps(5.0000001201e-1f));
+    y = _mm256_add_ps(_mm256_fmadd_ps(y, z, x), _mm256_set1_ps(1.0f));
+    __m256i e = _mm256_slli_epi32(_mm256_add_epi32(_mm256_cvtps_epi32(fx), _mm256_set1_epi32(127)), 23);
+    return _mm256_mul_ps(y, _mm256_castsi256_ps(e));
+}
+
+FG_TARGET_AVX2 static void softmax_avx2(float *x, int64_t n) {
+    int64_t i = 0;
+    __m256 m8 = _mm256_set1_ps(x[0]);
+    for (; i + 8 <= n; i += 8) m8 = _mm256_max_ps(m8, _mm256_loadu_ps(x + i));
+    float mx = fg_hmax_256(m8);
+    for (; i < n; i++) mx = x[i] > mx ? x[i] : mx;
+    __m256 vm = _mm256_set1_ps(mx), s8 = _mm256_setzero_ps();
+    for (i = 0; i + 8 <= n; i += 8) {
+        __m256 e = exp_avx2(_mm256_sub_ps(_mm256_loadu_ps(x + i), vm));
+        _mm256_storeu_ps(x + i, e);
+        s8 = _mm256_add_ps(s8, e);
+    }
+    float sum = fg_hsum_256(s8);
+    for (; i < n; i++) {
+        x[i] = expf(x[i] - mx);
+        sum += x[i];
+    }
+    __m256 inv = _mm256_set1_ps(1.0f / sum);
+    for (i = 0; i + 8 <= n; i += 8) _mm256_storeu_ps(x + i, _mm256_mul_ps(_mm256_loadu_ps(x + i), inv));
+    for (; i < n; i++) x[i] *= 1.0f / sum;
+}
+
+FG_TARGET_AVX2 static void swiglu_avx2(float *out, const float *gate, const float *up, int64_t n) {
+    int64_t i = 0;
+    const __m256 one = _mm256_set1_ps(1.0f), zero = _mm256_setzero_ps();
+    for (; i + 8 <= n; i += 8) {
+        __m256 g = _mm256_loadu_ps(gate + i);
+        __m256 e = exp_avx2(_mm256_sub_ps(zero, g));
+        _mm256_storeu_ps(out + i, _mm256_mul_ps(_mm256_div_ps(g, _mm256_add_ps(one, e)), _mm256_loadu_ps(up + i)));
+    }
+    for (; i < n; i++) out[i] = gate[i] / (1.0f + expf(-gate[i])) * up[i];
+}
+
 FG_TARGET_AVX2 static void attention_avx2(float *out, const float *q, int n_rep, int hd, const uint16_t *k,
                                           const uint16_t *v, int64_t kv_stride, int64_t n, float scale,
                                           float *scores) {
@@ -120,7 +171,7 @@ FG_TARGET_AVX2 static void attention_avx2(float *out, const float *q, int n_rep,
             scores[r * n + t] = fg_hsum_256(_mm256_add_ps(a0, a1)) * scale;
         }
     }
-    for (int r = 0; r < n_rep; r++) fg_softmax(scores + r * n, n);
+    for (int r = 0; r < n_rep; r++) softmax_avx2(scores + r * n, n);
     memset(out, 0, sizeof(float) * (size_t)n_rep * hd);
     for (int64_t t = 0; t < n; t++) {
         const uint16_t *vt = v + t * kv_stride;
@@ -133,6 +184,26 @@ FG_TARGET_AVX2 static void attention_avx2(float *out, const float *q, int n_rep,
     }
 }
 #endif
+
+void fg_softmax(float *x, int64_t n) {
+#ifdef FG_HAVE_X86
+    if (use_avx2(8)) {
+        softmax_avx2(x, n);
+        return;
+    }
+#endif
+    softmax_scalar(x, n);
+}
+
+void fg_swiglu(float *out, const float *gate, const float *up, int64_t n) {
+#ifdef FG_HAVE_X86
+    if (use_avx2(8)) {
+        swiglu_avx2(out, gate, up, n);
+        return;
+    }
+#endif
+    swiglu_scalar(out, gate, up, n);
+}
 
 void fg_f32_to_f16_row(uint16_t *y, const float *x, int64_t n) {
 #ifdef FG_HAVE_X86
