@@ -331,3 +331,19 @@ def test_greedy_generation_matches_reference(model, reference):
         n_same += len(out)
         assert model.detokenize(out) == model.detokenize(r["greedy_ids"][:len(out)])
     assert n_same >= 64, n_same
+
+
+def test_scalar_isa_matches_simd(tmp_path):
+    """The forward pass's scalar twins (attention, softmax, swiglu, F16 store) against the active SIMD ones."""
+    from fastgguf import _runner
+    path = make_tiny(tmp_path / "tiny.gguf", arch="qwen3", qk_norm=True)
+    m = Model(path, n_threads=2)
+    ids = [5, 17, 99, 0, 42, 42, 7, 63, 1, 2, 88, 31]
+    isa = _runner.active_isa()
+    a = m.context(16).eval(ids, all_logits=True)
+    _runner.set_isa("scalar")
+    try:
+        b = m.context(16).eval(ids, all_logits=True)
+    finally:
+        _runner.set_isa(isa)
+    np.testing.assert_allclose(a, b, atol=1e-3, rtol=1e-3)
