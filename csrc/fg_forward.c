@@ -286,30 +286,48 @@ static void layer_forward(const team *t, int il, int64_t rows, int pos) {
     const char *xq[3];
     size_t xs;
 
-    /* q, k, v = attn_norm(x) . Wq, Wk, Wv */
     const fg_mat *qkv[3] = {&L->wq, &L->wk, &L->wv};
     prep(t, s->x, rows, E, E, L->attn_norm, qkv, 3, xq, &xs);
-    fg_split_rows(QD, t->nth, t->ith, ROW_ALIGN, &r0, &r1);
-    matmul(&L->wq, xq[0], xs, rows, s->q, QD, r0, r1);
-    add_bias(s->q, QD, rows, L->bq, r0, r1);
-    fg_split_rows(KV, t->nth, t->ith, ROW_ALIGN, &r0, &r1);
-    matmul(&L->wk, xq[1], xs, rows, s->kcur, KV, r0, r1);
-    add_bias(s->kcur, KV, rows, L->bk, r0, r1);
-    matmul(&L->wv, xq[2], xs, rows, s->vcur, KV, r0, r1);
-    add_bias(s->vcur, KV, rows, L->bv, r0, r1);
-    BARRIER(t);
-
-    /* RoPE, K/V into the cache, attention per (token, KV head group). One token: each group's owner does its own
-     * heads start to end (no barrier); a batch: first every row's RoPE and cache store, a barrier, then attention. */
     if (rows == 1) {
-        fg_split_rows(m->n_head_kv, t->nth, t->ith, 1, &r0, &r1);
-        for (int64_t g = r0; g < r1; g++) {
-            rope_row(t, L, s->q, s->kcur, s->rope, (int)g * n_rep, (int)(g + 1) * n_rep, (int)g, (int)g + 1);
-            store_kv(s, hd, s->kcur, s->vcur, kl + (int64_t)pos * KV, vl + (int64_t)pos * KV, (int)g);
-            fg_attention_group(s->att + g * n_rep * hd, s->q + g * n_rep * hd, n_rep, hd, kl + g * hd, vl + g * hd,
-                               KV, pos, m->attn_scale, t->scores);
+        /* One token. q, k, v = attn_norm(x) . Wq, Wk, Wv with whole heads per thread: the n_head + 2 n_head_kv
+         * heads of q|k|v split evenly, so each thread ropes its own q and k heads and stores its k and v heads in
+         * the cache with no barrier in between. Then attention split by query head (balanced even when there are
+         * fewer KV groups than threads); a thread reads the K/V rows of a group once for all its heads of it. */
+        int H = m->n_head, G = m->n_head_kv;
+        int64_t u0, u1, h0, h1;
+        fg_split_rows(H + 2 * G, t->nth, t->ith, 1, &u0, &u1);
+        h0 = u0 < H ? u0 : H, h1 = u1 < H ? u1 : H;                                     /* q heads */
+        matmul(&L->wq, xq[0], xs, 1, s->q, QD, h0 * hd, h1 * hd);
+        add_bias(s->q, QD, 1, L->bq, h0 * hd, h1 * hd);
+        rope_row(t, L, s->q, s->kcur, s->rope, (int)h0, (int)h1, 0, 0);
+        h0 = u0 - H < 0 ? 0 : (u0 - H < G ? u0 - H : G), h1 = u1 - H < 0 ? 0 : (u1 - H < G ? u1 - H : G); /* k */
+        matmul(&L->wk, xq[1], xs, 1, s->kcur, KV, h0 * hd, h1 * hd);
+        add_bias(s->kcur, KV, 1, L->bk, h0 * hd, h1 * hd);
+        rope_row(t, L, s->q, s->kcur, s->rope, 0, 0, (int)h0, (int)h1);
+        for (int64_t g = h0; g < h1; g++) fg_f32_to_f16_row(kl + (int64_t)pos * KV + g * hd, s->kcur + g * hd, hd);
+        h0 = u0 - H - G < 0 ? 0 : u0 - H - G, h1 = u1 - H - G < 0 ? 0 : u1 - H - G;      /* v heads */
+        matmul(&L->wv, xq[2], xs, 1, s->vcur, KV, h0 * hd, h1 * hd);
+        add_bias(s->vcur, KV, 1, L->bv, h0 * hd, h1 * hd);
+        for (int64_t g = h0; g < h1; g++) fg_f32_to_f16_row(vl + (int64_t)pos * KV + g * hd, s->vcur + g * hd, hd);
+        BARRIER(t);
+        fg_split_rows(H, t->nth, t->ith, 1, &h0, &h1);
+        for (int64_t g = h0 / n_rep; g * n_rep < h1; g++) {
+            int64_t a = g * n_rep > h0 ? g * n_rep : h0, b = (g + 1) * n_rep < h1 ? (g + 1) * n_rep : h1;
+            fg_attention_group(s->att + a * hd, s->q + a * hd, (int)(b - a), hd, kl + g * hd, vl + g * hd, KV, pos,
+                               m->attn_scale, t->scores);
         }
     } else {
+        /* A batch. q, k, v = attn_norm(x) . Wq, Wk, Wv; then every row's RoPE and cache store; then attention per
+         * (token, KV group). */
+        fg_split_rows(QD, t->nth, t->ith, ROW_ALIGN, &r0, &r1);
+        matmul(&L->wq, xq[0], xs, rows, s->q, QD, r0, r1);
+        add_bias(s->q, QD, rows, L->bq, r0, r1);
+        fg_split_rows(KV, t->nth, t->ith, ROW_ALIGN, &r0, &r1);
+        matmul(&L->wk, xq[1], xs, rows, s->kcur, KV, r0, r1);
+        add_bias(s->kcur, KV, rows, L->bk, r0, r1);
+        matmul(&L->wv, xq[2], xs, rows, s->vcur, KV, r0, r1);
+        add_bias(s->vcur, KV, rows, L->bv, r0, r1);
+        BARRIER(t);
         fg_split_rows(rows, t->nth, t->ith, 1, &r0, &r1);
         for (int64_t i = r0; i < r1; i++) {
             rope_row(t, L, s->q + i * QD, s->kcur + i * KV, s->rope + i * m->n_rot, 0, m->n_head, 0, m->n_head_kv);
