@@ -183,6 +183,42 @@ FG_TARGET_AVX2 static void attention_avx2(float *out, const float *q, int n_rep,
         }
     }
 }
+
+/* ---- AVX-512 twin of the attention: each K/V slice converted once for all R heads, accumulators in registers
+ * (R <= 8 a constant after inlining, head_dim % 16 == 0) ---- */
+FG_INLINE_AVX512 void attention_512_r(const int R, float *out, const float *q, int hd, const uint16_t *k,
+                                      const uint16_t *v, int64_t kv_stride, int64_t n, float scale, float *scores) {
+    __m512 acc[8];
+    for (int64_t t = 0; t < n; t++) {
+        const uint16_t *kt = k + t * kv_stride;
+        for (int r = 0; r < R; r++) acc[r] = _mm512_setzero_ps();
+        for (int d = 0; d < hd; d += 16) {
+            __m512 kd = _mm512_cvtph_ps(_mm256_loadu_si256((const __m256i *)(kt + d)));
+            for (int r = 0; r < R; r++) acc[r] = _mm512_fmadd_ps(_mm512_loadu_ps(q + r * hd + d), kd, acc[r]);
+        }
+        for (int r = 0; r < R; r++) scores[r * n + t] = _mm512_reduce_add_ps(acc[r]) * scale;
+    }
+    for (int r = 0; r < R; r++) softmax_avx2(scores + r * n, n);
+    for (int d = 0; d < hd; d += 16) {  /* out[:, d:d+16] = P . V[:, d:d+16] */
+        for (int r = 0; r < R; r++) acc[r] = _mm512_setzero_ps();
+        for (int64_t t = 0; t < n; t++) {
+            __m512 vd = _mm512_cvtph_ps(_mm256_loadu_si256((const __m256i *)(v + t * kv_stride + d)));
+            for (int r = 0; r < R; r++) acc[r] = _mm512_fmadd_ps(_mm512_set1_ps(scores[r * n + t]), vd, acc[r]);
+        }
+        for (int r = 0; r < R; r++) _mm512_storeu_ps(out + r * hd + d, acc[r]);
+    }
+}
+
+FG_TARGET_AVX512 static void attention_avx512(float *out, const float *q, int n_rep, int hd, const uint16_t *k,
+                                              const uint16_t *v, int64_t kv_stride, int64_t n, float scale,
+                                              float *scores) {
+    switch (n_rep) {
+#define CASE(R) case R: attention_512_r(R, out, q, hd, k, v, kv_stride, n, scale, scores); break;
+        CASE(1) CASE(2) CASE(3) CASE(4) CASE(5) CASE(6) CASE(7) CASE(8)
+#undef CASE
+    default: break;
+    }
+}
 #endif
 
 void fg_softmax(float *x, int64_t n) {
@@ -218,6 +254,10 @@ void fg_f32_to_f16_row(uint16_t *y, const float *x, int64_t n) {
 void fg_attention_group(float *out, const float *q, int n_rep, int head_dim, const uint16_t *k, const uint16_t *v,
                         int64_t kv_stride, int64_t pos, float scale, float *scores) {
 #ifdef FG_HAVE_X86
+    if (fg_isa_active() == FG_ISA_AVX512 && head_dim % 16 == 0 && n_rep >= 1 && n_rep <= 8) {
+        attention_avx512(out, q, n_rep, head_dim, k, v, kv_stride, pos + 1, scale, scores);
+        return;
+    }
     if (use_avx2(head_dim)) {
         attention_avx2(out, q, n_rep, head_dim, k, v, kv_stride, pos + 1, scale, scores);
         return;

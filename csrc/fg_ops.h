@@ -28,8 +28,8 @@ void fg_f32_to_f16_row(uint16_t *y, const float *x, int64_t n);
 /* Attention of the n_rep query heads of one KV head group for one query at position `pos` over cache rows
  * 0..pos (causal). q: (n_rep, head_dim) contiguous floats; k, v: F16, row t of this head at k + t*kv_stride
  * (elements); out: (n_rep, head_dim). Each K and V row is read once for the whole group (it stays in L1 while
- * the group's query heads use it). scores: scratch of n_rep * (pos + 1) floats. AVX2 (F16C+FMA) when the active
- * ISA is x86 and head_dim % 8 == 0, else scalar. */
+ * the group's query heads use it). scores: scratch of n_rep * (pos + 1) floats. AVX-512 when active and
+ * head_dim % 16 == 0 and n_rep <= 8; else AVX2 (F16C+FMA) on x86 when head_dim % 8 == 0; else scalar. */
 void fg_attention_group(float *out, const float *q, int n_rep, int head_dim, const uint16_t *k, const uint16_t *v,
                         int64_t kv_stride, int64_t pos, float scale, float *scores);
 

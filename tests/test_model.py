@@ -12,6 +12,7 @@ gguf = pytest.importorskip("gguf")
 
 from fastgguf.gguf import GGUFError  # noqa: E402
 from fastgguf.model import Context, Model  # noqa: E402
+from fastgguf._kernels import available as kernels_available  # noqa: E402
 
 HERE = os.path.dirname(os.path.abspath(__file__))
 REF = os.path.join(HERE, "data", "smollm2-q4_1-logits.json")        # llama.cpp (see its README in shared/reference)
@@ -334,16 +335,20 @@ def test_greedy_generation_matches_reference(model, reference):
 
 
 def test_scalar_isa_matches_simd(tmp_path):
-    """The forward pass's scalar twins (attention, softmax, swiglu, F16 store) against the active SIMD ones."""
+    """The forward pass's twins (attention, softmax, swiglu, F16 store) on every available ISA agree."""
     from fastgguf import _runner
     path = make_tiny(tmp_path / "tiny.gguf", arch="qwen3", qk_norm=True)
     m = Model(path, n_threads=2)
     ids = [5, 17, 99, 0, 42, 42, 7, 63, 1, 2, 88, 31]
     isa = _runner.active_isa()
     a = m.context(16).eval(ids, all_logits=True)
-    _runner.set_isa("scalar")
     try:
-        b = m.context(16).eval(ids, all_logits=True)
+        for other in kernels_available():
+            _runner.set_isa(other)
+            b = m.context(16).eval(ids, all_logits=True)
+            c = m.context(16)
+            steps = np.array([c.runner.step_py(t) for t in ids])
+            np.testing.assert_allclose(b, a, atol=1e-3, rtol=1e-3, err_msg=other)
+            np.testing.assert_allclose(steps, a, atol=1e-3, rtol=1e-3, err_msg=other)
     finally:
         _runner.set_isa(isa)
-    np.testing.assert_allclose(a, b, atol=1e-3, rtol=1e-3)
