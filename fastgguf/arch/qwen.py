@@ -1,0 +1,18 @@
+"""qwen2 and qwen3: the llama layout with NEOX RoPE (pairs (x[i], x[i + n_rot/2])). qwen2 carries q/k/v biases
+(optional in every arch); qwen3 has none but RMS-normalises each q and k head (attn_q_norm/attn_k_norm) before
+RoPE. Facts from llama.cpp (llama_model_rope_type: LLM_ARCH_QWEN2/QWEN3 -> LLAMA_ROPE_TYPE_NEOX)."""
+from fastgguf.arch import Arch, register
+
+
+@register
+class Qwen2(Arch):
+    name = "qwen2"
+    rope_neox = True
+
+
+@register
+class Qwen3(Arch):
+    name = "qwen3"
+    rope_neox = True
+    optional_layer_tensors = dict(Arch.optional_layer_tensors,
+                                  q_norm="attn_q_norm.weight", k_norm="attn_k_norm.weight")
