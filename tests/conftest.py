@@ -1,0 +1,17 @@
+import os
+
+import pytest
+
+
+@pytest.fixture(scope="session")
+def default_model_path():
+    """Path of the default model (SmolLM2-135M-Instruct Q4_1), downloaded once if needed.
+
+    With FASTGGUF_TEST_NO_DOWNLOAD=1 and no cached copy, tests that use it are skipped."""
+    from fastgguf import hub
+    path = hub.default_model_path(download=False)
+    if not os.path.exists(path):
+        if os.environ.get("FASTGGUF_TEST_NO_DOWNLOAD") == "1":
+            pytest.skip("default model not cached and FASTGGUF_TEST_NO_DOWNLOAD=1")
+        path = hub.default_model_path(download=True)
+    return path
