@@ -1,0 +1,318 @@
+/* The llama-family forward pass (see fg_forward.h). */
+#include <stdlib.h>
+#include <string.h>
+#include "fg_forward.h"
+#include "fg_kernels.h"
+#include "fg_ops.h"
+#ifdef _OPENMP
+#include <omp.h>
+#define BARRIER() _Pragma("omp barrier")
+#else
+#define BARRIER() ((void)0)
+#endif
+
+#define ROW_ALIGN 16 /* rows handed to a thread in multiples of 16: whole cache lines of float output */
+
+static size_t round64(size_t n) { return (n + 63) & ~(size_t)63; }
+
+static void *alloc64(size_t n) {
+    void *p = NULL;
+    if (posix_memalign(&p, 64, round64(n ? n : 1)) != 0) return NULL;
+    return p;
+}
+
+static size_t max_row_bytes(const fg_model *m, int64_t n) {
+    /* the largest quantized row of n elements over the activation types this model's weights need */
+    size_t best = (size_t)n * sizeof(float);
+    int types[] = {FG_TYPE_F32, FG_TYPE_Q8_0, FG_TYPE_Q8_1};
+    for (int i = 0; i < 3; i++) {
+        size_t b = fg_row_size(types[i], n);
+        best = b > best ? b : best;
+    }
+    (void)m;
+    return round64(best);
+}
+
+static size_t priv_bytes(const fg_state *s, const fg_model *m) {
+    return round64((size_t)s->n_in * sizeof(float)) + FG_MAX_SLOTS * s->xq_row +
+           round64((size_t)m->n_head * s->n_ctx * sizeof(float));
+}
+
+void fg_state_free(fg_state *s) {
+    float **fs[] = {&s->k_cache, &s->v_cache, &s->x, &s->xn, &s->q, &s->att, &s->tmp, &s->gate, &s->up, &s->rope};
+    for (size_t i = 0; i < sizeof(fs) / sizeof(fs[0]); i++) {
+        free(*fs[i]);
+        *fs[i] = NULL;
+    }
+    free(s->xq);
+    free(s->priv);
+    s->xq = s->priv = NULL;
+}
+
+int fg_state_init(fg_state *s, const fg_model *m, int n_ctx, int n_batch, int max_threads) {
+    memset(s, 0, sizeof(*s));
+    s->n_ctx = n_ctx;
+    s->n_batch = n_batch < 1 ? 1 : n_batch;
+    s->max_threads = max_threads < 1 ? 1 : max_threads;
+    s->q_dim = (int64_t)m->n_head * m->head_dim;
+    s->kv_dim = (int64_t)m->n_head_kv * m->head_dim;
+    s->n_in = m->n_embd;
+    if (s->q_dim > s->n_in) s->n_in = s->q_dim;
+    if (m->n_ff > s->n_in) s->n_in = m->n_ff;
+    s->xq_row = max_row_bytes(m, s->n_in);
+    size_t B = (size_t)s->n_batch, cache = (size_t)m->n_layer * n_ctx * s->kv_dim * sizeof(float);
+    s->k_cache = alloc64(cache);
+    s->v_cache = alloc64(cache);
+    s->x = alloc64(B * m->n_embd * sizeof(float));
+    s->xn = alloc64(B * s->n_in * sizeof(float));
+    s->q = alloc64(B * s->q_dim * sizeof(float));
+    s->att = alloc64(B * s->q_dim * sizeof(float));
+    s->tmp = alloc64(B * m->n_embd * sizeof(float));
+    s->gate = alloc64(B * m->n_ff * sizeof(float));
+    s->up = alloc64(B * m->n_ff * sizeof(float));
+    s->rope = alloc64(B * (m->n_rot > 0 ? m->n_rot : 1) * sizeof(float));
+    s->xq = alloc64(FG_MAX_SLOTS * B * s->xq_row);
+    s->priv_size = priv_bytes(s, m);
+    s->priv = alloc64(s->priv_size * s->max_threads);
+    if (!s->k_cache || !s->v_cache || !s->x || !s->xn || !s->q || !s->att || !s->tmp || !s->gate || !s->up ||
+        !s->rope || !s->xq || !s->priv) {
+        fg_state_free(s);
+        return -1;
+    }
+    memset(s->k_cache, 0, cache);
+    memset(s->v_cache, 0, cache);
+    return 0;
+}
+
+int fg_state_set_max_threads(fg_state *s, const fg_model *m, int max_threads) {
+    if (max_threads <= s->max_threads) return 0;
+    char *p = alloc64(priv_bytes(s, m) * max_threads);
+    if (!p) return -1;
+    free(s->priv);
+    s->priv = p;
+    s->max_threads = max_threads;
+    return 0;
+}
+
+/* ---- pieces run by every thread of the team ---- */
+
+typedef struct {
+    const fg_model *m;
+    fg_state *s;
+    int ith, nth;
+    float *pxn;        /* private (n_in,) */
+    char *pxq;         /* private FG_MAX_SLOTS * xq_row */
+    float *scores;     /* private (n_head * n_ctx) */
+} team;
+
+/* Inputs of matrices ws[0..nw) from rows src (rows, n) (ld floats apart): RMS-normed with `norm` unless NULL,
+ * then quantized once per distinct activation type. xq[j], xq_stride: where matrix j's input rows are.
+ * rows == 1: each thread makes its own private copy (no barrier); else rows are split, then a barrier. */
+static void prep(const team *t, const float *src, int64_t rows, int64_t n, int64_t ld, const float *norm,
+                 const fg_mat *const *ws, int nw, const char **xq, size_t *xq_stride) {
+    fg_state *s = t->s;
+    int slot_type[FG_MAX_SLOTS], n_slots = 0, slot_of[FG_MAX_SLOTS];
+    for (int j = 0; j < nw; j++) {
+        int dt = fg_vec_dot_type(ws[j]->type), k = 0;
+        while (k < n_slots && slot_type[k] != dt) k++;
+        if (k == n_slots) slot_type[n_slots++] = dt;
+        slot_of[j] = k;
+    }
+    if (rows == 1) {
+        const float *in = src;
+        if (norm) {
+            fg_rmsnorm(t->pxn, src, norm, n, t->m->norm_eps);
+            in = t->pxn;
+        }
+        for (int k = 0; k < n_slots; k++) fg_quantize_row(slot_type[k], in, t->pxq + k * s->xq_row, n);
+        for (int j = 0; j < nw; j++) xq[j] = t->pxq + slot_of[j] * s->xq_row;
+        *xq_stride = s->xq_row;
+        return;
+    }
+    int64_t r0, r1;
+    size_t slot_bytes = (size_t)s->n_batch * s->xq_row;
+    fg_split_rows(rows, t->nth, t->ith, 1, &r0, &r1);
+    for (int64_t i = r0; i < r1; i++) {
+        const float *in = src + i * ld;
+        if (norm) {
+            fg_rmsnorm(s->xn + i * s->n_in, in, norm, n, t->m->norm_eps);
+            in = s->xn + i * s->n_in;
+        }
+        for (int k = 0; k < n_slots; k++) fg_quantize_row(slot_type[k], in, s->xq + k * slot_bytes + i * s->xq_row, n);
+    }
+    for (int j = 0; j < nw; j++) xq[j] = s->xq + slot_of[j] * slot_bytes;
+    *xq_stride = s->xq_row;
+    BARRIER();
+}
+
+/* Y[i*ldy + r] = W_r . x_i for this thread's rows r in [r0, r1), i < rows. */
+static void matmul(const fg_mat *w, const char *xq, size_t xq_stride, int64_t rows, float *y, int64_t ldy,
+                   int64_t r0, int64_t r1) {
+    if (r0 >= r1) return;
+    if (rows == 1)
+        fg_gemv_rows(w->type, w->data, w->stride, w->cols, xq, y, r0, r1);
+    else
+        fg_gemm_rows(w->type, w->data, w->stride, w->cols, xq, xq_stride, rows, y, ldy, r0, r1);
+}
+
+static void add_bias(float *y, int64_t ldy, int64_t rows, const float *b, int64_t r0, int64_t r1) {
+    if (!b) return;
+    for (int64_t i = 0; i < rows; i++)
+        for (int64_t r = r0; r < r1; r++) y[i * ldy + r] += b[r];
+}
+
+/* x[i, r] += W_r . in_i for own rows: the output projections with the residual add fused. */
+static void matmul_residual(const team *t, const fg_mat *w, const float *in, int64_t rows, int64_t n, int64_t ld) {
+    fg_state *s = t->s;
+    const fg_mat *ws[1] = {w};
+    const char *xq[1];
+    size_t xs;
+    int64_t r0, r1, E = t->m->n_embd;
+    prep(t, in, rows, n, ld, NULL, ws, 1, xq, &xs);
+    fg_split_rows(w->rows, t->nth, t->ith, ROW_ALIGN, &r0, &r1);
+    matmul(w, xq[0], xs, rows, s->tmp, E, r0, r1);
+    for (int64_t i = 0; i < rows; i++)
+        for (int64_t r = r0; r < r1; r++) s->x[i * E + r] += s->tmp[i * E + r];
+    BARRIER();
+}
+
+/* Per-head norm (optional) then RoPE of q heads [h0, h1) and k heads [g0, g1) of batch row i. */
+static void rope_row(const team *t, const fg_layer *L, float *q, float *k, const float *cs, int h0, int h1, int g0,
+                     int g1) {
+    const fg_model *m = t->m;
+    int hd = m->head_dim;
+    for (int h = h0; h < h1; h++) {
+        float *qh = q + (int64_t)h * hd;
+        if (L->q_norm) fg_rmsnorm(qh, qh, L->q_norm, hd, m->norm_eps);
+        if (m->n_rot > 0) fg_rope(qh, 1, hd, m->n_rot, cs, m->rope_neox);
+    }
+    for (int g = g0; g < g1; g++) {
+        float *kh = k + (int64_t)g * hd;
+        if (L->k_norm) fg_rmsnorm(kh, kh, L->k_norm, hd, m->norm_eps);
+        if (m->n_rot > 0) fg_rope(kh, 1, hd, m->n_rot, cs, m->rope_neox);
+    }
+}
+
+static void layer_forward(const team *t, int il, int64_t rows, int pos) {
+    const fg_model *m = t->m;
+    fg_state *s = t->s;
+    const fg_layer *L = &m->layers[il];
+    int64_t E = m->n_embd, QD = s->q_dim, KV = s->kv_dim, F = m->n_ff, r0, r1;
+    int hd = m->head_dim, n_rep = m->n_head / m->n_head_kv;
+    float *kc = s->k_cache + ((int64_t)il * s->n_ctx + pos) * KV; /* rows pos.. of this layer's cache */
+    float *vc = s->v_cache + ((int64_t)il * s->n_ctx + pos) * KV;
+    const char *xq[3];
+    size_t xs;
+
+    /* q, k, v = attn_norm(x) . Wq, Wk, Wv; K and V straight into the cache */
+    const fg_mat *qkv[3] = {&L->wq, &L->wk, &L->wv};
+    prep(t, s->x, rows, E, E, L->attn_norm, qkv, 3, xq, &xs);
+    fg_split_rows(QD, t->nth, t->ith, ROW_ALIGN, &r0, &r1);
+    matmul(&L->wq, xq[0], xs, rows, s->q, QD, r0, r1);
+    add_bias(s->q, QD, rows, L->bq, r0, r1);
+    fg_split_rows(KV, t->nth, t->ith, ROW_ALIGN, &r0, &r1);
+    matmul(&L->wk, xq[1], xs, rows, kc, KV, r0, r1);
+    add_bias(kc, KV, rows, L->bk, r0, r1);
+    matmul(&L->wv, xq[2], xs, rows, vc, KV, r0, r1);
+    add_bias(vc, KV, rows, L->bv, r0, r1);
+    BARRIER();
+
+    /* attention, per (token, KV head group); one token: each group's owner ropes its own heads first */
+    float *kl = s->k_cache + (int64_t)il * s->n_ctx * KV, *vl = s->v_cache + (int64_t)il * s->n_ctx * KV;
+    if (rows == 1) {
+        fg_split_rows(m->n_head_kv, t->nth, t->ith, 1, &r0, &r1);
+        for (int64_t g = r0; g < r1; g++) {
+            rope_row(t, L, s->q, kc, s->rope, (int)g * n_rep, (int)(g + 1) * n_rep, (int)g, (int)g + 1);
+            fg_attention_group(s->att + g * n_rep * hd, s->q + g * n_rep * hd, n_rep, hd, kl + g * hd, vl + g * hd,
+                               KV, pos, m->attn_scale, t->scores);
+        }
+    } else {
+        fg_split_rows(rows, t->nth, t->ith, 1, &r0, &r1);
+        for (int64_t i = r0; i < r1; i++)
+            rope_row(t, L, s->q + i * QD, kc + i * KV, s->rope + i * m->n_rot, 0, m->n_head, 0, m->n_head_kv);
+        BARRIER();
+        fg_split_rows(rows * m->n_head_kv, t->nth, t->ith, 1, &r0, &r1);
+        for (int64_t u = r0; u < r1; u++) {
+            int64_t i = u / m->n_head_kv, g = u % m->n_head_kv;
+            fg_attention_group(s->att + i * QD + g * n_rep * hd, s->q + i * QD + g * n_rep * hd, n_rep, hd,
+                               kl + g * hd, vl + g * hd, KV, pos + i, m->attn_scale, t->scores);
+        }
+    }
+    BARRIER();
+
+    /* x += att . Wo */
+    matmul_residual(t, &L->wo, s->att, rows, QD, QD);
+
+    /* x += (silu(ffn_norm(x) . Wgate) * (ffn_norm(x) . Wup)) . Wdown; each thread owns the same gate and up rows */
+    const fg_mat *gu[2] = {&L->w_gate, &L->w_up};
+    prep(t, s->x, rows, E, E, L->ffn_norm, gu, 2, xq, &xs);
+    fg_split_rows(F, t->nth, t->ith, ROW_ALIGN, &r0, &r1);
+    matmul(&L->w_gate, xq[0], xs, rows, s->gate, F, r0, r1);
+    matmul(&L->w_up, xq[1], xs, rows, s->up, F, r0, r1);
+    for (int64_t i = 0; i < rows; i++) fg_swiglu(s->gate + i * F + r0, s->gate + i * F + r0, s->up + i * F + r0, r1 - r0);
+    BARRIER();
+    matmul_residual(t, &L->w_down, s->gate, rows, F, F);
+}
+
+int fg_forward(const fg_model *m, fg_state *s, const int32_t *tokens, int n_tokens, int pos, float *logits,
+               int all_logits, int n_threads) {
+    if (n_tokens < 1 || pos < 0 || (int64_t)pos + n_tokens > s->n_ctx) return -1;
+    for (int i = 0; i < n_tokens; i++)
+        if (tokens[i] < 0 || tokens[i] >= m->n_vocab) return -1;
+    int nth = n_threads < 1 ? 1 : (n_threads > s->max_threads ? s->max_threads : n_threads);
+
+#ifdef _OPENMP
+#pragma omp parallel num_threads(nth)
+#endif
+    {
+        team t;
+        t.m = m;
+        t.s = s;
+#ifdef _OPENMP
+        t.ith = omp_get_thread_num();
+        t.nth = omp_get_num_threads();
+#else
+        t.ith = 0;
+        t.nth = 1;
+#endif
+        char *p = s->priv + (size_t)t.ith * s->priv_size;
+        t.pxn = (float *)p;
+        t.pxq = p + round64((size_t)s->n_in * sizeof(float));
+        t.scores = (float *)(t.pxq + FG_MAX_SLOTS * s->xq_row);
+        int64_t E = m->n_embd, r0, r1;
+
+        for (int c = 0; c < n_tokens; c += s->n_batch) {
+            int64_t rows = n_tokens - c < s->n_batch ? n_tokens - c : s->n_batch;
+            int p0 = pos + c;
+            /* embeddings and RoPE tables of this chunk's tokens */
+            fg_split_rows(rows, t.nth, t.ith, 1, &r0, &r1);
+            for (int64_t i = r0; i < r1; i++) {
+                const fg_mat *te = &m->tok_embd;
+                fg_dequantize_row(te->type, (const char *)te->data + (size_t)tokens[c + i] * te->stride, s->x + i * E, E);
+                if (m->n_rot > 0)
+                    fg_rope_table(s->rope + i * m->n_rot, m->n_rot, p0 + i, m->rope_base, m->rope_freq_scale,
+                                  m->rope_freqs);
+            }
+            BARRIER();
+
+            for (int il = 0; il < m->n_layer; il++) layer_forward(&t, il, rows, p0);
+
+            /* logits of the last token, or of every token */
+            int last = c + rows >= n_tokens;
+            if (all_logits || last) {
+                int64_t o0 = all_logits ? 0 : rows - 1, n_out = rows - o0;
+                float *lg = logits + (all_logits ? (int64_t)c * m->n_vocab : 0);
+                const fg_mat *ws[1] = {&m->output};
+                const char *xq[1];
+                size_t xs;
+                prep(&t, s->x + o0 * E, n_out, E, E, m->output_norm, ws, 1, xq, &xs);
+                fg_split_rows(m->n_vocab, t.nth, t.ith, ROW_ALIGN, &r0, &r1);
+                matmul(&m->output, xq[0], xs, n_out, lg, m->n_vocab, r0, r1);
+            }
+            if (!last) {
+                BARRIER();
+            }
+        }
+    }
+    return 0;
+}

@@ -1,0 +1,31 @@
+/* Elementwise and attention ops of the forward pass (fg_forward.c). Scalar C the compiler vectorises; each op
+ * works on the slice it is given, so the caller decides how work is split among threads. */
+#ifndef FG_OPS_H
+#define FG_OPS_H
+
+#include <stdint.h>
+
+/* out (n,) = x / rms(x) * w.  out may alias x. */
+void fg_rmsnorm(float *out, const float *x, const float *w, int64_t n, float eps);
+
+/* RoPE angle table of one position: cs[2*i] = cos(theta_i), cs[2*i+1] = sin(theta_i), i < n_rot/2, with
+ * theta_i = pos * freq_scale * base^(-2i/n_rot) / (freq_factors ? freq_factors[i] : 1). */
+void fg_rope_table(float *cs, int n_rot, int64_t pos, float base, float freq_scale, const float *freq_factors);
+
+/* Rotate the first n_rot dims of n_heads heads (head_dim apart) in place. neox = 0: pairs (x[2i], x[2i+1])
+ * (llama's "normal" mode); neox = 1: pairs (x[i], x[i + n_rot/2]). */
+void fg_rope(float *x, int n_heads, int head_dim, int n_rot, const float *cs, int neox);
+
+/* In-place softmax of x (n,), n >= 1. */
+void fg_softmax(float *x, int64_t n);
+
+/* out (n,) = silu(gate) * up.  out may alias gate. */
+void fg_swiglu(float *out, const float *gate, const float *up, int64_t n);
+
+/* Attention of the n_rep query heads of one KV head group for one query at position `pos` over cache rows
+ * 0..pos (causal). q: (n_rep, head_dim) contiguous; k, v: row t of this head at k + t*kv_stride; out: (n_rep,
+ * head_dim). Each K and V row is read once for the whole group. scores: scratch of n_rep * (pos + 1) floats. */
+void fg_attention_group(float *out, const float *q, int n_rep, int head_dim, const float *k, const float *v,
+                        int64_t kv_stride, int64_t pos, float scale, float *scores);
+
+#endif

@@ -1,0 +1,220 @@
+# cython: boundscheck=False, wraparound=False
+"""Runner: one conversation's forward pass over shared Weights (see _runner.pxd and csrc/fg_forward.h)."""
+import numpy as np
+cimport numpy as cnp
+from libc.stdlib cimport calloc, free
+from libc.string cimport memset
+from libc.stdint cimport int32_t, int64_t, uintptr_t
+from fastgguf.kernels cimport fg_init
+
+cnp.import_array()
+fg_init()
+
+
+cdef inline const void *_ptr(arr):
+    return <const void *><uintptr_t>arr.__array_interface__["data"][0]
+
+
+cdef const float *_vec(Weights w, arr, int64_t n, str name) except? NULL:
+    """A float32 (n,) vector, or NULL for None."""
+    if arr is None:
+        return NULL
+    a = np.ascontiguousarray(arr, dtype=np.float32)
+    if a.ndim != 1 or a.shape[0] != n:
+        raise ValueError(f"{name}: expected shape ({n},), got {np.shape(arr)}")
+    w._keep.append(a)
+    return <const float *>_ptr(a)
+
+
+cdef fg_mat _mat(Weights w, spec, int64_t rows, int64_t cols, str name) except *:
+    """spec = (array, ggml_type, rows, cols): array rows of raw blocks (or floats), each row contiguous."""
+    cdef fg_mat m
+    arr, t, r, c = spec
+    if r != rows or c != cols:
+        raise ValueError(f"{name}: expected shape ({rows}, {cols}), got ({r}, {c})")
+    a = np.asarray(arr)
+    if a.ndim != 2 or a.shape[0] != rows or a.strides[a.ndim - 1] != a.itemsize:
+        raise ValueError(f"{name}: expected a 2-D array of {rows} rows with contiguous rows")
+    w._keep.append(a)
+    m.data = _ptr(a)
+    m.type = int(t)
+    m.stride = a.strides[0]
+    m.rows = rows
+    m.cols = cols
+    return m
+
+
+cdef class Weights:
+    def __cinit__(self):
+        self.layers = NULL
+        self._keep = []
+
+    def __init__(self, hp, tensors):
+        """hp: hyperparameters (see fastgguf.arch.Hparams); tensors: dict with tok_embd, output_norm, output,
+        rope_freqs (or None) and layers (list of dicts); matrices as (array, type, rows, cols) tuples."""
+        cdef int i
+        cdef fg_layer *L
+        cdef int64_t E = hp.n_embd, QD = hp.n_head * hp.head_dim, KV = hp.n_head_kv * hp.head_dim, F = hp.n_ff
+        cdef int64_t hd = hp.head_dim
+        if hp.n_head % hp.n_head_kv != 0:
+            raise ValueError(f"head_count {hp.n_head} is not a multiple of head_count_kv {hp.n_head_kv}")
+        if hp.n_rot % 2 != 0 or hp.n_rot > hp.head_dim:
+            raise ValueError(f"rope dimension {hp.n_rot} must be even and <= head dim {hp.head_dim}")
+        self.hparams = hp
+        memset(&self.m, 0, sizeof(fg_model))
+        self.m.n_embd = hp.n_embd
+        self.m.n_layer = hp.n_layer
+        self.m.n_head = hp.n_head
+        self.m.n_head_kv = hp.n_head_kv
+        self.m.head_dim = hp.head_dim
+        self.m.n_ff = hp.n_ff
+        self.m.n_vocab = hp.n_vocab
+        self.m.n_rot = hp.n_rot
+        self.m.rope_neox = 1 if hp.rope_neox else 0
+        self.m.norm_eps = hp.norm_eps
+        self.m.rope_base = hp.rope_base
+        self.m.rope_freq_scale = hp.rope_freq_scale
+        self.m.attn_scale = hp.attn_scale
+        self.m.rope_freqs = _vec(self, tensors.get("rope_freqs"), hp.n_rot // 2, "rope_freqs")
+        self.m.tok_embd = _mat(self, tensors["tok_embd"], hp.n_vocab, E, "token_embd")
+        self.m.output_norm = _vec(self, tensors["output_norm"], E, "output_norm")
+        self.m.output = _mat(self, tensors["output"], hp.n_vocab, E, "output")
+        layers = tensors["layers"]
+        if len(layers) != hp.n_layer:
+            raise ValueError(f"expected {hp.n_layer} layers, got {len(layers)}")
+        self.layers = <fg_layer *>calloc(hp.n_layer, sizeof(fg_layer))
+        if self.layers == NULL:
+            raise MemoryError()
+        for i in range(hp.n_layer):
+            d = layers[i]
+            L = &self.layers[i]
+            p = f"blk.{i}."
+            L.attn_norm = _vec(self, d["attn_norm"], E, p + "attn_norm")
+            L.wq = _mat(self, d["wq"], QD, E, p + "attn_q")
+            L.wk = _mat(self, d["wk"], KV, E, p + "attn_k")
+            L.wv = _mat(self, d["wv"], KV, E, p + "attn_v")
+            L.bq = _vec(self, d.get("bq"), QD, p + "attn_q.bias")
+            L.bk = _vec(self, d.get("bk"), KV, p + "attn_k.bias")
+            L.bv = _vec(self, d.get("bv"), KV, p + "attn_v.bias")
+            L.q_norm = _vec(self, d.get("q_norm"), hd, p + "attn_q_norm")
+            L.k_norm = _vec(self, d.get("k_norm"), hd, p + "attn_k_norm")
+            L.wo = _mat(self, d["wo"], E, QD, p + "attn_output")
+            L.ffn_norm = _vec(self, d["ffn_norm"], E, p + "ffn_norm")
+            L.w_gate = _mat(self, d["w_gate"], F, E, p + "ffn_gate")
+            L.w_up = _mat(self, d["w_up"], F, E, p + "ffn_up")
+            L.w_down = _mat(self, d["w_down"], E, F, p + "ffn_down")
+        self.m.layers = self.layers
+
+    def __dealloc__(self):
+        free(self.layers)
+
+
+cdef class Runner:
+    """The forward pass of one conversation: KV cache (layer, n_ctx, kv_dim) F32 and scratch, over shared Weights.
+
+    Not thread-safe: one thread at a time (fastgguf.model.Context guards it)."""
+
+    def __cinit__(self):
+        self._ready = False
+        self.logits = NULL
+
+    def __init__(self, Weights weights, int n_ctx, int n_threads=1, int n_batch=64):
+        if n_ctx < 1:
+            raise ValueError(f"n_ctx must be >= 1, got {n_ctx}")
+        if n_threads < 1:
+            raise ValueError(f"n_threads must be >= 1, got {n_threads}")
+        self.weights = weights
+        self.n_vocab = weights.m.n_vocab
+        self.n_ctx = n_ctx
+        self.n_past = 0
+        self._n_threads = n_threads
+        self.logits = <float *>calloc(self.n_vocab, sizeof(float))
+        if self.logits == NULL:
+            raise MemoryError()
+        if fg_state_init(&self.st, &weights.m, n_ctx, n_batch, n_threads) != 0:
+            raise MemoryError(f"cannot allocate the KV cache and buffers for n_ctx={n_ctx}")
+        self._ready = True
+
+    def __dealloc__(self):
+        if self._ready:
+            fg_state_free(&self.st)
+        free(self.logits)
+
+    @property
+    def n_threads(self):
+        return self._n_threads
+
+    @n_threads.setter
+    def n_threads(self, int n):
+        if n < 1:
+            raise ValueError(f"n_threads must be >= 1, got {n}")
+        if fg_state_set_max_threads(&self.st, &self.weights.m, n) != 0:
+            raise MemoryError()
+        self._n_threads = n
+
+    def reset(self):
+        """Forget the conversation (the cache is overwritten as new tokens come)."""
+        self.n_past = 0
+
+    def rewind(self, int n_past):
+        """Keep only the first n_past tokens of the cache (0 <= n_past <= current n_past)."""
+        if n_past < 0 or n_past > self.n_past:
+            raise ValueError(f"cannot rewind to {n_past}: {self.n_past} tokens in the cache")
+        self.n_past = n_past
+
+    def eval(self, ids, bint all_logits=False):
+        """Run ids at positions n_past.. and return float32 logits: (n_vocab,) of the last token, or
+        (len(ids), n_vocab) with all_logits."""
+        cdef cnp.ndarray[int32_t, ndim=1] toks
+        a = np.asarray(ids)
+        if a.ndim != 1 or a.shape[0] == 0:
+            raise ValueError(f"ids must be a non-empty 1-D sequence of token ids, got shape {a.shape}")
+        if a.dtype.kind not in "iu":
+            raise ValueError(f"token ids must be integers, got {a.dtype}")
+        cdef int n = a.shape[0]
+        lo, hi = int(a.min()), int(a.max())
+        if lo < 0 or hi >= self.n_vocab:
+            bad = lo if lo < 0 else hi
+            raise ValueError(f"token id {bad} out of range [0, {self.n_vocab})")
+        if self.n_past + n > self.n_ctx:
+            raise ValueError(f"{n} tokens at position {self.n_past} exceed the context size n_ctx={self.n_ctx} "
+                             f"({self.n_past + n} > {self.n_ctx})")
+        toks = np.ascontiguousarray(a, dtype=np.int32)
+        cdef cnp.ndarray[float, ndim=2] out
+        cdef float *dst = self.logits
+        if all_logits:
+            out = np.empty((n, self.n_vocab), dtype=np.float32)
+            dst = &out[0, 0]
+        cdef int rc, pos = self.n_past, nth = self._n_threads
+        with nogil:
+            rc = fg_forward(&self.weights.m, &self.st, &toks[0], n, pos, dst, all_logits, nth)
+        if rc != 0:
+            raise RuntimeError("fg_forward failed")
+        self.n_past += n
+        if all_logits:
+            return out
+        return np.asarray(<float[:self.n_vocab]> self.logits).copy()
+
+    def logits_view(self):
+        """A (n_vocab,) float32 view of the runner's logits buffer (valid until the next step/eval)."""
+        return np.asarray(<float[:self.n_vocab]> self.logits)
+
+    cdef int step(self, int token, float **logits) noexcept nogil:
+        cdef int32_t t = token
+        if self.n_past >= self.n_ctx:
+            return -1
+        if fg_forward(&self.weights.m, &self.st, &t, 1, self.n_past, self.logits, 0, self._n_threads) != 0:
+            return -1
+        self.n_past += 1
+        logits[0] = self.logits
+        return 0
+
+    def step_py(self, int token):
+        """Python access to step() (tests): logits (n_vocab,) copy, or None when the context is full."""
+        cdef float *lg
+        cdef int rc
+        with nogil:
+            rc = self.step(token, &lg)
+        if rc != 0:
+            return None
+        return np.asarray(<float[:self.n_vocab]> lg).copy()
