@@ -389,3 +389,8 @@ int32_t fg_sampler_sample(fg_sampler *s, float *logits, int32_t n_vocab) {
     restore(s, logits, nu);
     return tok;
 }
+
+int fg_sampler_apply(fg_sampler *s, float *logits, int32_t n_vocab) {
+    int32_t nu = 0;
+    return adjust(s, logits, n_vocab, &nu);
+}

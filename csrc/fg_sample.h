@@ -83,6 +83,10 @@ int fg_sampler_accept(fg_sampler *s, int32_t id, int generated);
  * Does not record the token (call fg_sampler_accept). */
 int32_t fg_sampler_sample(fg_sampler *s, float *logits, int32_t n_vocab);
 
+/* Apply bias and penalties to logits in place, as fg_sampler_sample sees them (for inspection and tests; nothing is
+ * undone). Returns 0, or FG_SAMPLE_NO_MEMORY. */
+int fg_sampler_apply(fg_sampler *s, float *logits, int32_t n_vocab);
+
 /* Building blocks (exposed for tests). */
 int32_t fg_argmax(const float *x, int32_t n); /* first maximum above -inf (NaN ignored); -1 if there is none */
 /* Top-k by partial selection (min-heap of k), result sorted by logit descending, ties by id ascending.

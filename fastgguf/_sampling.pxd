@@ -37,6 +37,7 @@ cdef extern from "fg_sample.h" nogil:
     int fg_sampler_set_bias(fg_sampler *s, const int32_t *ids, const float *vals, int32_t n)
     void fg_sampler_reset(fg_sampler *s)
     int fg_sampler_accept(fg_sampler *s, int32_t id, int generated)
+    int fg_sampler_apply(fg_sampler *s, float *logits, int32_t n_vocab)
     int32_t fg_sampler_sample(fg_sampler *s, float *logits, int32_t n_vocab)
     int32_t fg_argmax(const float *x, int32_t n)
     int32_t fg_top_k(const float *x, int32_t n, int32_t k, fg_cand *out)

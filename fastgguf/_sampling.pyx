@@ -166,6 +166,16 @@ cdef class Sampler:
             tok = self.sample_ptr(&v[0], n)
         return _check_sample(tok)
 
+    def apply(self, logits):
+        """A float32 copy of logits with logit bias and penalties applied (what top-k/top-p/min-p then see)."""
+        arr = np.array(logits, dtype=np.float32, order="C")
+        if arr.ndim != 1 or arr.shape[0] == 0:
+            raise ValueError(f"logits must be a non-empty 1-D array, got shape {arr.shape}")
+        cdef float[::1] v = arr
+        if fg_sampler_apply(&self.s, &v[0], <int32_t>v.shape[0]) != 0:
+            raise MemoryError("sampler scratch buffers")
+        return arr
+
     def accept(self, token, generated=True):
         """Record a token: it enters the repetition-penalty window, and when ``generated`` also the counts of the
         frequency/presence penalties (prompt tokens: ``generated=False``)."""
