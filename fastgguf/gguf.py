@@ -39,7 +39,7 @@ from __future__ import annotations
 import mmap
 import os
 import struct
-from dataclasses import dataclass
+from typing import NamedTuple
 from enum import IntEnum
 
 import numpy as np
@@ -184,10 +184,11 @@ _STRUCTS = {t: struct.Struct(fmt) for t, (fmt, _) in _SCALAR.items()}
 _U32 = struct.Struct("<I")
 _U64 = struct.Struct("<Q")
 _I64 = struct.Struct("<q")
+_TI_TAIL = struct.Struct("<IQ")                     # tensor info: type, offset
+_NE = [None] + [struct.Struct(f"<{n}q") for n in range(1, 5)]
 
 
-@dataclass(frozen=True)
-class TensorInfo:
+class TensorInfo(NamedTuple):
     """One tensor descriptor. shape is in numpy order (ggml ne reversed): (rows, cols) for a 2-D weight."""
     name: str
     shape: tuple
@@ -208,7 +209,13 @@ class TensorInfo:
         return self.shape[-1] // bs * ts
 
 
+_TYPE_BY_ID = {int(t): t for t in GGMLType}
+
+
 def _check_type(type_id: int, what: str) -> GGMLType:
+    t = _TYPE_BY_ID.get(type_id)
+    if t is not None:
+        return t
     if type_id in REMOVED_TYPES:
         raise GGUFError(f"{what}: removed type {REMOVED_TYPES[type_id]} (id {type_id}) is no longer supported")
     try:
@@ -260,33 +267,238 @@ class _Cursor:
             raise GGUFError(f"{what} {raw[:64]!r} is not valid UTF-8") from None
 
 
-def _scan_string_array(buf, pos: int, count: int, end: int, what: str) -> tuple[list, int]:
-    """Walk `count` length-prefixed strings from pos; returns (start offsets of the string bytes, end pos)."""
+_K7 = np.arange(1, 8, dtype=np.int64)
+
+
+def _scan_scalar(buf, pos: int, count: int, end: int, out: list) -> int:
+    """Walk count length-prefixed strings from pos, appending each header position to out.
+    Returns the position after the last string, or end + 1 if the array runs past end."""
     unpack = _U64.unpack_from
-    starts = []
-    push = starts.append
+    push = out.append
     try:
         for _ in range(count):
             n, = unpack(buf, pos)
-            pos += 8
             push(pos)
-            pos += n
-    except struct.error:
-        pos = end + 1
-    if pos > end:
-        raise GGUFError(f"{what}: string array of {count} elements runs past the end of the file "
-                        f"(element {len(starts) - 1} has a bad length)")
-    return starts, pos
+            pos += 8 + n
+    except struct.error:        # a header past the end of the buffer
+        return end + 1
+    return pos
 
 
-def _decode_strings(buf, starts: list, stop: int) -> list:
-    """Decode strings whose bytes start at starts[i] and end 8 bytes before starts[i+1] (the last at stop)."""
-    if not starts:
+def _scan_fast(u8: np.ndarray, pos: int, count: int, W: int):
+    """Vectorised walk of up to count strings in the window u8[pos:pos+W].
+
+    Returns (header positions found (int64 array, absolute), position after the last one); the array is
+    empty when the walk cannot start. Candidate headers are offsets whose u64 is < 2^32 (4 high bytes
+    zero) followed by a non-zero byte (the first byte of the string), and whose string ends inside the
+    window. From pos, runs of candidates whose end is the next candidate are taken whole; at a break the
+    walk jumps to the candidate at the end of the last taken string. Every taken link is a length read at
+    a real header, so the result is exact; where no candidate continues the walk the caller takes over."""
+    a = u8[pos:pos + W]
+    z = a == 0
+    m = z[4:W - 4] & z[5:W - 3] & z[6:W - 2] & z[7:W - 1]
+    m &= ~z[8:W]
+    c = np.flatnonzero(m)                       # candidate header offsets in the window
+    # V[j] = u32 at byte pos + j: a zero-copy, unaligned, overlapping view (stride 1 byte)
+    V = np.ndarray((W - 3,), dtype="<u4", buffer=u8, offset=pos, strides=(1,))
+    nxt = c + 8 + V[c].astype(np.int64)         # where each candidate's string ends
+    ok = nxt <= W
+    c, nxt = c[ok], nxt[ok]
+    if len(c) == 0 or c[0] != 0:
+        return c[:0], pos
+    breaks = np.flatnonzero(nxt[:-1] != c[1:]).tolist()
+    breaks.append(len(c) - 1)
+    segs, need, i, bi = [], count, 0, 0
+    while True:
+        while breaks[bi] < i:
+            bi += 1
+        take = min(breaks[bi] - i + 1, need)    # c[i..breaks[bi]] is a chain of verified links
+        segs.append(c[i:i + take])
+        need -= take
+        stop = int(nxt[i + take - 1])
+        if need == 0 or len(segs) > 256:
+            break
+        k = int(np.searchsorted(c, stop))
+        if k >= len(c) or c[k] != stop:
+            break
+        i = k
+    hp = np.concatenate(segs) if len(segs) > 1 else segs[0]
+    return hp + pos, pos + stop
+
+
+def _scan_string_array(u8, buf, pos: int, count: int, end: int, what: str):
+    """Header positions (int64 array) of count length-prefixed strings from pos, and the end position.
+
+    Large arrays use the vectorised walk (a few ms for 50k strings instead of ~10 ms), with short
+    scalar steps over anything it cannot see (empty strings, strings starting with NUL, lengths >= 2^32,
+    a window too small) and a full scalar walk after a few tries; the scalar walk names a bad element."""
+    parts = []
+    need = count
+    W = count * 20 + 64
+    tries = 0
+    while need > 0:
+        n = 0
+        if need >= 512 and tries < 8:
+            tries += 1
+            W = min(W, end - pos)
+            if W > 8:
+                got, nextpos = _scan_fast(u8, pos, need, W)
+                n = len(got)
+                if n:
+                    parts.append(got)
+                    need -= n
+                    if nextpos - pos > W // 2:
+                        W *= 2                  # the walk may have stopped at the window's end
+                    pos = nextpos
+        if need and n < 512:                     # slow going: scalar steps (all of the rest at the end)
+            k = need if (need < 512 or tries >= 8) else 16
+            lst = []
+            stop = _scan_scalar(buf, pos, k, end, lst)
+            if stop > end:
+                bad = count - need + len(lst) - 1
+                raise GGUFError(f"{what}: string array of {count} elements runs past the end of the file "
+                                f"(element {bad} has a bad length)")
+            parts.append(np.array(lst, np.int64))
+            need -= k
+            pos = stop
+    hp = np.concatenate(parts) if len(parts) > 1 else parts[0] if parts else np.empty(0, np.int64)
+    return hp, pos
+
+
+def _decode_strings(u8: np.ndarray, buf, hp: np.ndarray, stop: int, raw: bool = False) -> list:
+    """Strings whose 8-byte headers are at hp (the last string ends at stop), as str (or bytes if raw).
+
+    Bulk path: cut the headers out of a copy of the region leaving one NUL separator each, decode once
+    and split. Taken when no string holds a NUL byte and (for str) the whole text is valid UTF-8;
+    otherwise each string is decoded on its own with errors="surrogateescape"."""
+    count = len(hp)
+    if count == 0:
         return []
-    ends = starts[1:]
-    ends = [e - 8 for e in ends]
+    h0 = int(hp[0])
+    reg = u8[h0:stop].copy()                     # (region bytes,)
+    rel = hp - h0
+    reg[rel] = 0
+    keep = np.ones(len(reg), bool)
+    keep[(rel[:, None] + _K7).ravel()] = False
+    out = reg[keep]                              # (count NULs + all string bytes,)
+    if np.count_nonzero(out == 0) == count:
+        text = out[1:].tobytes()
+        if raw:
+            return text.split(b"\x00")
+        try:
+            return text.decode("utf-8").split("\x00")
+        except UnicodeDecodeError:
+            pass
+    starts = (hp + 8).tolist()
+    ends = hp[1:].tolist()
     ends.append(stop)
+    if raw:
+        return [buf[a:b] for a, b in zip(starts, ends)]
     return [buf[a:b].decode("utf-8", "surrogateescape") for a, b in zip(starts, ends)]
+
+
+class _LazyStrings:
+    """A string array decoded on first use (stands in for list[str] inside Metadata)."""
+    __slots__ = ("_u8", "_buf", "_hp", "_stop", "_list")
+
+    def __init__(self, u8, buf, hp, stop):
+        self._u8, self._buf, self._hp, self._stop, self._list = u8, buf, hp, stop, None
+
+    def materialize(self) -> list:
+        if self._list is None:
+            self._list = _decode_strings(self._u8, self._buf, self._hp, self._stop)
+            self._u8 = self._buf = None
+        return self._list
+
+    def detach(self) -> None:
+        """Copy the undecoded bytes out of the file mapping (before the mapping is closed)."""
+        if self._list is None and len(self._hp):
+            h0 = int(self._hp[0])
+            region = bytes(self._buf[h0:self._stop])
+            self._u8, self._buf = np.frombuffer(region, np.uint8), region
+            self._hp, self._stop = self._hp - h0, self._stop - h0
+
+    def __len__(self):
+        return len(self._hp)
+
+    def __getitem__(self, i):
+        return self.materialize()[i]
+
+    def __iter__(self):
+        return iter(self.materialize())
+
+    def __eq__(self, other):
+        return self.materialize() == (other.materialize() if isinstance(other, _LazyStrings) else other)
+
+    def __repr__(self):
+        return repr(self.materialize())
+
+
+class Metadata(dict):
+    """dict of metadata values whose big string arrays are decoded on first access.
+
+    Behaves as a plain dict[str, value]: every Python-level access (m[k], get, items, values, iteration
+    of items, ==, copy, dict(m), json.dumps) yields list[str] for string arrays. len() of an undecoded
+    array is free via :meth:`array_len`."""
+
+    def __getitem__(self, key):
+        v = dict.__getitem__(self, key)
+        if type(v) is _LazyStrings:
+            v = v.materialize()
+            dict.__setitem__(self, key, v)
+        return v
+
+    def get(self, key, default=None):
+        return self[key] if key in self else default
+
+    def array_len(self, key) -> int:
+        """Length of an array value without decoding it."""
+        return len(dict.__getitem__(self, key))
+
+    def _all(self):
+        for k, v in dict.items(self):
+            if type(v) is _LazyStrings:
+                dict.__setitem__(self, k, v.materialize())
+        return self
+
+    def __iter__(self):                  # a Python-level __iter__ makes dict(m) / {**m} use __getitem__
+        return dict.__iter__(self)
+
+    def items(self):
+        return dict.items(self._all())
+
+    def values(self):
+        return dict.values(self._all())
+
+    def copy(self):
+        return dict(self._all())
+
+    def pop(self, key, *default):
+        if key in self:
+            self[key]
+        return dict.pop(self, key, *default)
+
+    def popitem(self):
+        return dict.popitem(self._all())
+
+    def setdefault(self, key, default=None):
+        if key in self:
+            return self[key]
+        return dict.setdefault(self, key, default)
+
+    def __eq__(self, other):
+        return dict.__eq__(self._all(), other)
+
+    def __ne__(self, other):
+        return not self == other
+
+    __hash__ = None
+
+    def __repr__(self):
+        return dict.__repr__(self._all())
+
+    def __reduce__(self):
+        return (dict, (dict(self._all()),))
 
 
 class GGUFFile:
@@ -342,8 +554,8 @@ class GGUFFile:
             raise GGUFError(f"tensor count {n_tensors} is larger than the file can hold")
 
         # ---- metadata
-        metadata = {}
-        types = {}      # key -> (value type, element type or None, value offset, count)
+        metadata = Metadata()
+        types = {}      # key -> (value type, element type or None, value offset, count[, header positions])
         for i in range(n_kv):
             key = c.name(f"metadata key #{i}")
             if key in metadata:
@@ -367,25 +579,41 @@ class GGUFFile:
 
         # ---- tensor descriptors
         infos = []      # (name, ne, type, relative offset)
-        seen = set()
+        pos = c.pos
+        u64, u32, tail = _U64.unpack_from, _U32.unpack_from, _TI_TAIL.unpack_from
         for i in range(n_tensors):
-            what = f"tensor #{i}"
-            name = c.name(f"{what} name")
-            what = f"tensor {name!r}"
-            if len(name.encode("utf-8")) >= GGML_MAX_NAME:
-                raise GGUFError(f"{what}: name is {len(name.encode())} bytes, the limit is {GGML_MAX_NAME - 1}")
-            if name in seen:
-                raise GGUFError(f"{what}: duplicate tensor name")
-            seen.add(name)
-            n_dims = c.u32(f"{what} n_dims")
-            if not 1 <= n_dims <= GGML_MAX_DIMS:
-                raise GGUFError(f"{what}: n_dims is {n_dims}, must be 1..{GGML_MAX_DIMS}")
-            c.need(8 * n_dims, f"{what} dimensions")
-            ne = struct.unpack_from(f"<{n_dims}q", mm, c.pos)
-            c.pos += 8 * n_dims
-            ttype = _check_type(c.u32(f"{what} type"), f"{what} type")
-            offset = c.u64(f"{what} offset")
-            infos.append((name, ne, ttype, offset))
+            name = None
+            try:
+                nlen, = u64(mm, pos)
+                if nlen >= GGML_MAX_NAME:
+                    raise GGUFError(f"tensor #{i}: name of {nlen} bytes {mm[pos + 8:pos + 8 + 64]!r}..., "
+                                    f"the limit is {GGML_MAX_NAME - 1}")
+                raw = mm[pos + 8:pos + 8 + nlen]
+                try:
+                    name = raw.decode("utf-8")
+                except UnicodeDecodeError:
+                    raise GGUFError(f"tensor #{i}: name {raw!r} is not valid UTF-8") from None
+                pos += 8 + nlen
+                n_dims, = u32(mm, pos)
+                if not 1 <= n_dims <= GGML_MAX_DIMS:
+                    raise GGUFError(f"tensor {name!r}: n_dims is {n_dims}, must be 1..{GGML_MAX_DIMS}")
+                ne = _NE[n_dims].unpack_from(mm, pos + 4)
+                pos += 4 + 8 * n_dims
+                type_id, offset = tail(mm, pos)
+                pos += 12
+            except struct.error:
+                what = f"tensor #{i}" + (f" ({name!r})" if name is not None else "")
+                raise GGUFError(f"{what}: descriptor truncated at offset {pos} (file is {size} bytes)") from None
+            if len(raw) < nlen:
+                raise GGUFError(f"tensor #{i}: name truncated at offset {pos} (file is {size} bytes)")
+            infos.append((name, ne, _check_type(type_id, f"tensor {name!r} type"), offset))
+        c.pos = pos
+        if len({t[0] for t in infos}) != len(infos):
+            seen = set()
+            for t in infos:
+                if t[0] in seen:
+                    raise GGUFError(f"tensor {t[0]!r}: duplicate tensor name")
+                seen.add(t[0])
 
         self.data_offset = _align(c.pos, alignment)
         if self.data_offset > size:
@@ -453,9 +681,13 @@ class GGUFFile:
             if etype == _V.STRING:
                 if count > (c.end - c.pos) // 8:
                     raise GGUFError(f"{what}: string array of {count} elements runs past the end of the file")
-                starts, stop = _scan_string_array(c.buf, c.pos, count, c.end, what)
+                hp, stop = _scan_string_array(self._u8, c.buf, c.pos, count, c.end, what)
                 c.pos = stop
-                return _decode_strings(c.buf, starts, stop), (_V.ARRAY, _V.STRING, start, count)
+                if count >= 1024:
+                    val = _LazyStrings(self._u8, c.buf, hp, stop)
+                else:
+                    val = _decode_strings(self._u8, c.buf, hp, stop)
+                return val, (_V.ARRAY, _V.STRING, start, count, hp)
             if etype == _V.ARRAY:
                 raise GGUFError(f"{what}: arrays of arrays are not supported")
             raise GGUFError(f"{what}: unknown array element type {etype}")
@@ -473,14 +705,14 @@ class GGUFFile:
 
     def metadata_raw(self, key: str):
         """Undecoded bytes of a string value (bytes) or string array (list[bytes])."""
-        vt, et, off, count = self._types[key]
+        vt, et, off, count = self._types[key][:4]
         mm = self._live()
         if vt == _V.STRING:
             return _Cursor(mm, off, len(mm)).raw_string(key)
         if vt == _V.ARRAY and et == _V.STRING:
-            starts, stop = _scan_string_array(mm, off, count, len(mm), key)
-            ends = [s - 8 for s in starts[1:]] + [stop]
-            return [mm[a:b] for a, b in zip(starts, ends)]
+            hp = self._types[key][4]
+            stop = int(hp[-1]) + 8 + _U64.unpack_from(mm, int(hp[-1]))[0] if count else off
+            return _decode_strings(self._u8, mm, hp, stop, raw=True)
         raise GGUFError(f"metadata {key!r} is not a string or string array")
 
     def _live(self):
@@ -505,10 +737,14 @@ class GGUFFile:
         """Release the mapping; views still alive keep it mapped until they are garbage-collected."""
         mm, self._mm, self._u8 = self._mm, None, None
         md = getattr(self, "metadata", {})
-        for k, v in md.items():         # metadata stays usable after close: numeric arrays become copies
+        for k, v in dict.items(md):     # metadata stays usable after close: no references into the mapping
             if isinstance(v, np.ndarray):
-                md[k] = v.copy()
-                md[k].flags.writeable = False
+                v = v.copy()
+                v.flags.writeable = False
+                dict.__setitem__(md, k, v)
+            elif type(v) is _LazyStrings:
+                v.detach()
+        self._types = {k: t[:4] for k, t in getattr(self, "_types", {}).items()}
         v = None
         if mm is not None:
             try:
@@ -531,6 +767,258 @@ class GGUFFile:
         return f"<GGUFFile {self.path!r} v{getattr(self, 'version', '?')} {state}>"
 
 
-class GGUFWriter:  # placeholder, full implementation follows
-    def __init__(self, *a, **k):
-        raise NotImplementedError("GGUFWriter is not implemented yet")
+# ------------------------------------------------------------------------------------------------ writer
+
+_INT_RANGES = {
+    _V.UINT8: (0, 0xFF), _V.INT8: (-0x80, 0x7F), _V.UINT16: (0, 0xFFFF), _V.INT16: (-0x8000, 0x7FFF),
+    _V.UINT32: (0, 0xFFFFFFFF), _V.INT32: (-0x80000000, 0x7FFFFFFF),
+    _V.UINT64: (0, (1 << 64) - 1), _V.INT64: (-(1 << 63), (1 << 63) - 1),
+}
+_DTYPE_TO_VTYPE = {np.dtype(dt): vt for vt, (_, dt) in _SCALAR.items() if vt != _V.BOOL}
+_DTYPE_TO_VTYPE[np.dtype(np.bool_)] = _V.BOOL
+_DTYPE_TO_GGML = {np.dtype("float32"): _T.F32, np.dtype("float16"): _T.F16, np.dtype("float64"): _T.F64,
+                  np.dtype("int8"): _T.I8, np.dtype("int16"): _T.I16, np.dtype("int32"): _T.I32,
+                  np.dtype("int64"): _T.I64}
+
+
+def _pack_string(v) -> bytes:
+    raw = v if isinstance(v, (bytes, bytearray, memoryview)) else str(v).encode("utf-8", "surrogateescape")
+    return _U64.pack(len(raw)) + bytes(raw)
+
+
+def _pack_scalar(vt: GGUFValueType, v, key: str) -> bytes:
+    if vt == _V.STRING:
+        if not isinstance(v, (str, bytes, bytearray, memoryview)):
+            raise TypeError(f"{key!r}: STRING value must be str or bytes, got {type(v).__name__}")
+        return _pack_string(v)
+    if vt == _V.BOOL:
+        if not isinstance(v, (bool, np.bool_)) and v not in (0, 1):
+            raise TypeError(f"{key!r}: BOOL value must be a bool, got {v!r}")
+        return bytes([1 if v else 0])
+    if vt in (_V.FLOAT32, _V.FLOAT64):
+        return _STRUCTS[vt].pack(float(v))
+    if vt in _INT_RANGES:
+        if isinstance(v, (float, np.floating)) or isinstance(v, (bool, np.bool_)):
+            raise TypeError(f"{key!r}: {vt.name} value must be an int, got {v!r}")
+        v = int(v)
+        lo, hi = _INT_RANGES[vt]
+        if not lo <= v <= hi:
+            raise OverflowError(f"{key!r}: {v} does not fit in {vt.name}")
+        return _STRUCTS[vt].pack(v)
+    raise TypeError(f"{key!r}: cannot pack value type {vt!r}")
+
+
+def _infer_type(v) -> GGUFValueType:
+    """Value type that add() picks: bool->BOOL, int->INT32 (INT64/UINT64 when it does not fit),
+    float->FLOAT32, str/bytes->STRING, numpy scalars->their own type, sequences->ARRAY."""
+    if isinstance(v, (bool, np.bool_)):
+        return _V.BOOL
+    if isinstance(v, np.generic):
+        vt = _DTYPE_TO_VTYPE.get(v.dtype)
+        if vt is None:
+            raise TypeError(f"no GGUF type for numpy {v.dtype}")
+        return vt
+    if isinstance(v, int):
+        for vt in (_V.INT32, _V.INT64, _V.UINT64):
+            lo, hi = _INT_RANGES[vt]
+            if lo <= v <= hi:
+                return vt
+        raise OverflowError(f"integer {v} does not fit in 64 bits")
+    if isinstance(v, float):
+        return _V.FLOAT32
+    if isinstance(v, (str, bytes, bytearray)):
+        return _V.STRING
+    if isinstance(v, (list, tuple, np.ndarray)):
+        return _V.ARRAY
+    raise TypeError(f"no GGUF type for {type(v).__name__}")
+
+
+def _infer_array_type(values) -> GGUFValueType:
+    if isinstance(values, np.ndarray):
+        vt = _DTYPE_TO_VTYPE.get(values.dtype.newbyteorder("<") if values.dtype.byteorder == ">" else values.dtype)
+        if vt is None:
+            raise TypeError(f"no GGUF array element type for numpy {values.dtype}")
+        return vt
+    if len(values) == 0:
+        raise ValueError("cannot infer the element type of an empty array: pass etype")
+    kinds = {_infer_type(v) for v in values}
+    if kinds <= {_V.STRING}:
+        return _V.STRING
+    if _V.ARRAY in kinds:
+        raise TypeError("nested arrays are not supported")
+    if kinds <= {_V.BOOL}:
+        return _V.BOOL
+    if kinds <= {_V.INT32, _V.INT64, _V.UINT64}:
+        for vt in (_V.INT32, _V.INT64, _V.UINT64):
+            lo, hi = _INT_RANGES[vt]
+            if all(lo <= int(v) <= hi for v in values):
+                return vt
+    if kinds <= {_V.INT32, _V.INT64, _V.UINT64, _V.FLOAT32}:
+        return _V.FLOAT32
+    raise TypeError(f"array of mixed element types {sorted(k.name for k in kinds)}")
+
+
+class GGUFWriter:
+    """Writes a GGUF v3 file.
+
+    >>> w = GGUFWriter()                          # alignment=32 (another value adds general.alignment)
+    >>> w.add_string("general.architecture", "llama")
+    >>> w.add_uint32("llama.block_count", 30)     # explicit types: add_uint8 ... add_float64, add_bool
+    >>> w.add("llama.rope.freq_base", 1e4)        # inferred: int->INT32 (INT64/UINT64 if needed),
+    ...                                           # float->FLOAT32, bool, str/bytes, list/ndarray->ARRAY
+    >>> w.add_array("tokenizer.ggml.tokens", ["a", "b"])               # element type inferred or etype=
+    >>> w.add_tensor("w", np.zeros((4, 64), np.float32))               # F32/F16/F64/I8..I64 from dtype
+    >>> w.add_tensor("q", blocks_u8, ggml_type=GGMLType.Q4_1, shape=(4, 64))   # raw blocks + logical shape
+    >>> w.write("out.gguf")                       # or w.tobytes()
+
+    Shapes are in numpy order (rows, cols); the file stores them reversed (ggml ne). Keys and tensor names
+    must be unique. Strings are str (encoded UTF-8, surrogateescape) or raw bytes. Tensor data is kept by
+    reference until write(); each tensor is padded to the alignment, as gguf-py does."""
+
+    def __init__(self, alignment: int = GGUF_DEFAULT_ALIGNMENT):
+        if alignment <= 0 or alignment & (alignment - 1) or alignment > MAX_ALIGNMENT:
+            raise ValueError(f"alignment must be a power of two <= {MAX_ALIGNMENT}, got {alignment}")
+        self.alignment = alignment
+        self._kv = {}           # key -> packed (type + value) bytes
+        self._tensors = {}      # name -> (ne tuple, GGMLType, data array (contiguous, any dtype), nbytes)
+        if alignment != GGUF_DEFAULT_ALIGNMENT:
+            self.add_uint32("general.alignment", alignment)
+
+    # ---- metadata
+    def _put(self, key: str, packed: bytes) -> None:
+        if not isinstance(key, str):
+            raise TypeError(f"metadata key must be str, got {type(key).__name__}")
+        if key in self._kv:
+            raise ValueError(f"duplicate metadata key {key!r}")
+        key.encode("utf-8")     # keys must be valid UTF-8
+        self._kv[key] = packed
+
+    def add_value(self, key: str, value, vtype: GGUFValueType, etype: GGUFValueType | None = None) -> None:
+        """Add a value of an explicit type (etype for arrays; inferred when None)."""
+        vtype = _V(vtype)
+        if vtype == _V.ARRAY:
+            self.add_array(key, value, etype)
+        else:
+            self._put(key, _U32.pack(vtype) + _pack_scalar(vtype, value, key))
+
+    def add(self, key: str, value, vtype: GGUFValueType | None = None) -> None:
+        """Add a value, inferring its type unless vtype is given (see _infer_type)."""
+        self.add_value(key, value, _infer_type(value) if vtype is None else vtype)
+
+    def add_uint8(self, key, v): self.add_value(key, v, _V.UINT8)
+    def add_int8(self, key, v): self.add_value(key, v, _V.INT8)
+    def add_uint16(self, key, v): self.add_value(key, v, _V.UINT16)
+    def add_int16(self, key, v): self.add_value(key, v, _V.INT16)
+    def add_uint32(self, key, v): self.add_value(key, v, _V.UINT32)
+    def add_int32(self, key, v): self.add_value(key, v, _V.INT32)
+    def add_uint64(self, key, v): self.add_value(key, v, _V.UINT64)
+    def add_int64(self, key, v): self.add_value(key, v, _V.INT64)
+    def add_float32(self, key, v): self.add_value(key, v, _V.FLOAT32)
+    def add_float64(self, key, v): self.add_value(key, v, _V.FLOAT64)
+    def add_bool(self, key, v): self.add_value(key, v, _V.BOOL)
+    def add_string(self, key, v): self.add_value(key, v, _V.STRING)
+
+    def add_array(self, key: str, values, etype: GGUFValueType | None = None) -> None:
+        """Add an array; etype is the element type (inferred from a numpy dtype or the values if None)."""
+        if isinstance(values, (str, bytes)):
+            raise TypeError(f"{key!r}: add_array needs a sequence, got {type(values).__name__}")
+        et = _infer_array_type(values) if etype is None else _V(etype)
+        if et == _V.ARRAY:
+            raise TypeError(f"{key!r}: nested arrays are not supported")
+        head = _U32.pack(_V.ARRAY) + _U32.pack(et) + _U64.pack(len(values))
+        if et == _V.STRING:
+            body = b"".join(_pack_scalar(_V.STRING, v, key) for v in values)
+        else:
+            dt = _SCALAR[et][1]
+            if et == _V.BOOL:
+                arr = np.asarray(values)
+                if arr.size and not np.isin(arr, (0, 1)).all():
+                    raise TypeError(f"{key!r}: BOOL array holds a value other than 0/1/True/False")
+                arr = arr.astype(np.uint8)
+            elif et in _INT_RANGES:
+                if isinstance(values, np.ndarray) and values.dtype.kind in "iu":
+                    arr = values
+                    lo_v, hi_v = (int(values.min()), int(values.max())) if values.size else (0, 0)
+                else:
+                    if any(isinstance(v, (float, np.floating, str, bytes)) for v in values):
+                        raise TypeError(f"{key!r}: {et.name} array holds a non-integer")
+                    ints = [int(v) for v in values]
+                    lo_v, hi_v = (min(ints), max(ints)) if ints else (0, 0)
+                    arr = ints
+                lo, hi = _INT_RANGES[et]
+                if lo_v < lo or hi_v > hi:
+                    raise OverflowError(f"{key!r}: values do not fit in {et.name}")
+                arr = arr.astype(dt) if isinstance(arr, np.ndarray) else np.array(arr, dtype=dt)
+            else:
+                arr = np.asarray(values, dtype=dt)
+            body = np.ascontiguousarray(arr, dtype=dt).tobytes()
+        self._put(key, head + body)
+
+    # ---- tensors
+    def add_tensor(self, name: str, data: np.ndarray, ggml_type: GGMLType | None = None,
+                   shape: tuple | None = None) -> None:
+        """Add a tensor. Unquantized: data's dtype gives the type (or pass ggml_type=BF16 with uint16 data).
+        Quantized: data is uint8 blocks (any shape, C-contiguous bytes), ggml_type and the logical shape."""
+        if name in self._tensors:
+            raise ValueError(f"duplicate tensor name {name!r}")
+        if len(name.encode("utf-8")) >= GGML_MAX_NAME:
+            raise ValueError(f"tensor name {name!r} is longer than {GGML_MAX_NAME - 1} bytes")
+        data = np.asarray(data)
+        if ggml_type is None:
+            ggml_type = _DTYPE_TO_GGML.get(data.dtype)
+            if ggml_type is None:
+                raise TypeError(f"tensor {name!r}: no ggml type for dtype {data.dtype}; pass ggml_type")
+        ggml_type = _check_type(int(ggml_type), f"tensor {name!r}")
+        shape = tuple(int(d) for d in (data.shape if shape is None else shape))
+        if not 1 <= len(shape) <= GGML_MAX_DIMS:
+            raise ValueError(f"tensor {name!r}: needs 1..{GGML_MAX_DIMS} dimensions, shape is {shape}")
+        if any(d < 0 for d in shape):
+            raise ValueError(f"tensor {name!r}: negative dimension in {shape}")
+        bs, ts = GGML_TYPE_INFO[ggml_type]
+        if shape[-1] % bs:
+            raise ValueError(f"tensor {name!r}: last dimension {shape[-1]} is not a multiple of the "
+                             f"block size {bs} of {ggml_type.name}")
+        n = 1
+        for d in shape:
+            n *= d
+        nbytes = n // bs * ts
+        if data.nbytes != nbytes:
+            raise ValueError(f"tensor {name!r}: {ggml_type.name} of shape {shape} needs {nbytes} bytes, "
+                             f"data has {data.nbytes}")
+        self._tensors[name] = (tuple(reversed(shape)), ggml_type, np.ascontiguousarray(data), nbytes)
+
+    # ---- output
+    def _layout(self):
+        a = self.alignment
+        parts = [GGUF_MAGIC, _U32.pack(GGUF_VERSION), _U64.pack(len(self._tensors)), _U64.pack(len(self._kv))]
+        for key, packed in self._kv.items():
+            parts.append(_pack_string(key))
+            parts.append(packed)
+        offset = 0
+        for name, (ne, t, _, nbytes) in self._tensors.items():
+            parts += [_pack_string(name), _U32.pack(len(ne)), _NE[len(ne)].pack(*ne), _TI_TAIL.pack(t, offset)]
+            offset = _align(offset + nbytes, a)
+        head = b"".join(parts)
+        return head + bytes(_align(len(head), a) - len(head))
+
+    def _chunks(self):
+        yield self._layout()
+        for _, _, data, nbytes in self._tensors.values():
+            if nbytes:
+                yield memoryview(data).cast("B")
+            pad = _align(nbytes, self.alignment) - nbytes
+            if pad:
+                yield bytes(pad)
+
+    def tobytes(self) -> bytes:
+        return b"".join(bytes(c) for c in self._chunks())
+
+    def write(self, path) -> str:
+        """Write the file (to path + '.tmp', then renamed into place); returns the path."""
+        path = os.fspath(path)
+        tmp = path + ".tmp"
+        with open(tmp, "wb") as f:
+            for chunk in self._chunks():
+                f.write(chunk)
+        os.replace(tmp, path)
+        return path
