@@ -52,7 +52,7 @@ def _compile(template):
     import jinja2
     from jinja2 import nodes
     from jinja2.ext import Extension
-    from jinja2.sandbox import ImmutableSandboxedEnvironment
+    from jinja2.sandbox import ImmutableSandboxedEnvironment, SecurityError
 
     class GenerationBlock(Extension):
         """transformers' {% generation %}...{% endgeneration %} (marks assistant text): rendered as its body."""
@@ -66,8 +66,13 @@ def _compile(template):
         def _body(self, caller):
             return caller()
 
-    env = ImmutableSandboxedEnvironment(trim_blocks=True, lstrip_blocks=True,
-                                        extensions=[GenerationBlock, jinja2.ext.loopcontrols])
+    class StrictSandbox(ImmutableSandboxedEnvironment):
+        """Any unsafe attribute access raises at once (jinja2 would print it as an empty string)."""
+
+        def unsafe_undefined(self, obj, attribute):
+            raise SecurityError(f"access to attribute {attribute!r} of {type(obj).__name__!r} object is unsafe.")
+
+    env = StrictSandbox(trim_blocks=True, lstrip_blocks=True, extensions=[GenerationBlock, jinja2.ext.loopcontrols])
     env.filters["tojson"] = _tojson
     env.globals["raise_exception"] = _raise_exception
     env.globals["strftime_now"] = _strftime_now
