@@ -616,7 +616,7 @@ class GGUFFile:
                 seen.add(t[0])
 
         self.data_offset = _align(c.pos, alignment)
-        if self.data_offset > size:
+        if self.data_offset > size and infos:     # a file without tensors (vocab-only) may end before it
             raise GGUFError(f"data section: starts at {self.data_offset}, past the end of the file ({size})")
 
         tensors = {}

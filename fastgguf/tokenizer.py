@@ -1,0 +1,911 @@
+"""Tokenizers built from GGUF ``tokenizer.*`` metadata, giving exactly llama.cpp's token ids.
+
+Supported vocabularies (``tokenizer.ggml.model``):
+
+- ``gpt2``: byte-level BPE (GPT-2, Llama 3, Qwen2, SmolLM, DeepSeek, Falcon, StarCoder, ...). The text is cut into
+  words by the pre-tokenizer regexes that ``tokenizer.ggml.pre`` selects, each word is byte-encoded through the
+  GPT-2 byte<->unicode table and merged by rank (lowest rank first, leftmost first).
+- ``llama``: SentencePiece BPE (Llama 2, TinyLlama, Mistral, Phi-3): spaces become U+2581, a space is prefixed
+  (``add_space_prefix``), symbols merge by score (highest first, leftmost first), unknown characters fall back
+  to ``<0xXX>`` byte tokens.
+- ``gemma4``: SentencePiece-style BPE on raw UTF-8 (U+2581 for spaces, ``<0xXX>`` byte fallback).
+
+Other types (bert/WPM, t5/UGM, rwkv, plamo2, ...) raise :class:`TokenizerError` at construction.
+
+Facts (regexes, defaults, special-token rules) follow llama.cpp's src/llama-vocab.cpp and src/unicode.cpp:
+
+- Pre-tokenizer regexes run in sequence; each one splits every piece from the previous one into its matches and
+  the text between them. As in llama.cpp, a code point outside ASCII is seen by the regex only through its
+  class (letter, number, punctuation, mark, symbol, whitespace, other: Unicode 15.1, see _unicode_classes.py),
+  so the results do not depend on the Python or ``regex`` Unicode version.
+- Special tokens (CONTROL / USER_DEFINED / UNKNOWN types) are cut out of the text before tokenization, longest
+  first. With ``parse_special=False`` only USER_DEFINED tokens are recognised (llama.cpp and HF do the same).
+- ``decode(ids, skip_special=True)``: concatenates :meth:`token_to_piece` bytes (CONTROL and UNKNOWN tokens render
+  as nothing unless ``skip_special=False``; USER_DEFINED tokens always render as their text), removes the leading
+  space of the first piece when the vocabulary adds a space prefix (so ``decode(encode(s)) == s`` for SPM), and
+  decodes UTF-8 with replacement characters. llama.cpp's optional "clean spaces" pass is not applied, so decode
+  equals the concatenation of the streamed pieces.
+"""
+from __future__ import annotations
+
+import bisect
+import codecs
+import functools
+import heapq
+import re
+
+from . import _unicode_classes
+
+__all__ = ["Tokenizer", "TokenizerError", "StreamingDecoder"]
+
+
+class TokenizerError(ValueError):
+    """Bad or unsupported tokenizer metadata."""
+
+
+# ---------------------------------------------------------------------------------------------------------------
+# Token attributes (llama.cpp llama_token_attr) and GGUF token types
+# ---------------------------------------------------------------------------------------------------------------
+
+ATTR_UNDEFINED, ATTR_UNKNOWN, ATTR_UNUSED, ATTR_NORMAL = 0, 1 << 0, 1 << 1, 1 << 2
+ATTR_CONTROL, ATTR_USER_DEFINED, ATTR_BYTE = 1 << 3, 1 << 4, 1 << 5
+ATTR_LSTRIP, ATTR_RSTRIP = 1 << 7, 1 << 8
+# GGUF tokenizer.ggml.token_type value -> attribute (0 undefined, 1 normal, 2 unknown, 3 control, 4 user-defined,
+# 5 unused, 6 byte; anything else undefined)
+_TYPE_TO_ATTR = {1: ATTR_NORMAL, 2: ATTR_UNKNOWN, 3: ATTR_CONTROL, 4: ATTR_USER_DEFINED, 5: ATTR_UNUSED,
+                 6: ATTR_BYTE}
+
+_ASCII_SPACE = " \t\n\v\f\r"          # C isspace(): what llama.cpp strips around LSTRIP/RSTRIP special tokens
+_SPM_SPACE = "\u2581"                  # "▁"
+
+# texts that make a token end generation (llama.cpp llama_vocab::impl::load, "special_eog_ids")
+_EOG_TEXTS = frozenset([
+    "<|eot_id|>", "<|im_end|>", "<|end|>", "<|return|>", "<|call|>", "<|flush|>", "<|calls|>", "<end_of_turn>",
+    "<|endoftext|>", "</s>", "<|eom_id|>", "<EOT>", "_<EOT>", "[EOT]", "[EOS]", "<|end_of_text|>",
+    "<end_of_utterance>", "<eos>", "<turn|>", "<|tool_response>", "<｜end▁of▁sentence｜>", "[e~[",
+])
+_EOT_TEXTS = ("<|eot_id|>", "<|im_end|>", "<|end|>", "<end_of_turn>", "<|endoftext|>", "<|end_of_text|>", "<EOT>",
+              "_<EOT>", "[EOT]", "<｜end▁of▁sentence｜>", "<end_of_utterance>")
+_FIM_TEXTS = {   # metadata key suffix -> texts that identify the token when the key is absent
+    "fim_pre": ("<|fim_prefix|>", "<fim-prefix>", "<fim_prefix>", "<｜fim▁begin｜>", "<PRE>", "▁<PRE>",
+                "<|code_prefix|>", "<|prefix|>"),
+    "fim_suf": ("<|fim_suffix|>", "<fim-suffix>", "<fim_suffix>", "<｜fim▁hole｜>", "<SUF>", "▁<SUF>",
+                "<|code_suffix|>", "<|suffix|>"),
+    "fim_mid": ("<|fim_middle|>", "<fim-middle>", "<fim_middle>", "<｜fim▁end｜>", "<MID>", "▁<MID>",
+                "<|code_middle|>", "<|middle|>"),
+    "fim_pad": ("<|fim_pad|>", "<fim-pad>", "<fim_pad>", "<PAD>", "[PAD]"),
+    "fim_rep": ("<|fim_repo|>", "<|repo_name|>", "<fim-repo>", "<REPO>", "<reponame>"),
+    "fim_sep": ("<|file_sep|>",),
+}
+
+_UNSUPPORTED_MODELS = {"bert": "WPM (BERT WordPiece)", "t5": "UGM (T5 Unigram)", "rwkv": "RWKV",
+                       "plamo2": "PLaMo-2", "no_vocab": "no vocabulary", "none": "no vocabulary",
+                       "hybriddna": "hybrid DNA BPE", "whitespace": "whitespace BPE", "test": "test"}
+
+
+# ---------------------------------------------------------------------------------------------------------------
+# GPT-2 byte <-> unicode table
+# ---------------------------------------------------------------------------------------------------------------
+
+def _gpt2_byte_table():
+    """Byte b -> the printable character GPT-2 uses for it."""
+    keep = list(range(0x21, 0x7F)) + list(range(0xA1, 0xAD)) + list(range(0xAE, 0x100))
+    table, n = {}, 0
+    for b in range(256):
+        if b in keep:
+            table[b] = chr(b)
+        else:
+            table[b] = chr(256 + n)
+            n += 1
+    return table
+
+
+_BYTE_TO_CHAR = _gpt2_byte_table()                                  # {byte: char}
+_CHAR_TO_BYTE = {c: b for b, c in _BYTE_TO_CHAR.items()}           # {char: byte}
+_BYTE_ENCODE = {b: c for b, c in _BYTE_TO_CHAR.items()}            # str.translate table over latin-1 text
+
+
+def _byte_encode(word):
+    """UTF-8 bytes of word, each written as its GPT-2 character."""
+    return word.encode("utf-8", "surrogateescape").decode("latin-1").translate(_BYTE_ENCODE)
+
+
+def _byte_decode(text):
+    """Inverse of _byte_encode; characters outside the table stand for their own UTF-8 bytes."""
+    out = bytearray()
+    for c in text:
+        b = _CHAR_TO_BYTE.get(c)
+        if b is None:
+            out += c.encode("utf-8", "surrogateescape")
+        else:
+            out.append(b)
+    return bytes(out)
+
+
+# ---------------------------------------------------------------------------------------------------------------
+# Unicode classes as llama.cpp's pre-tokenizer sees them
+# ---------------------------------------------------------------------------------------------------------------
+# llama.cpp runs its regexes on a "collapsed" copy of the text: ASCII stays as is, every other code point becomes
+# one stand-in character for its class. We do the same, so ASCII-range regex classes plus these stand-ins express
+# \p{L}, \p{N}, ... exactly.
+
+_STAND_IN = {"O": "\xd0", "N": "\xd1", "L": "\xd2", "P": "\xd3", "M": "\xd4", "S": "\xd5", "W": "\x0b"}
+# \p{X} -> stand-in + the ASCII members of the class (llama.cpp k_ucat_map)
+_UCAT = {
+    "N": "\xd1" + "0-9",
+    "L": "\xd2" + "A-Za-z",
+    "P": "\xd3" + r"!-#%-*,-/:-;?-@\[-\]_\{\}",
+    "M": "\xd4",
+    "S": "\xd5" + r"\$\+<->\^`\|~",
+}
+_UCAT_NAMES = {"N": "N", "L": "L", "P": "P", "M": "M", "S": "S", "Lu": "L", "Ll": "L", "Lt": "L", "Lm": "L",
+               "Lo": "L"}
+
+
+def _load_runs():
+    starts, classes = [], []
+    for run in _unicode_classes.RUNS.split():
+        starts.append(int(run[:-1], 16))
+        classes.append(run[-1])
+    return starts, classes
+
+
+_RUN_STARTS, _RUN_CLASSES = _load_runs()
+
+
+def _char_class(cp):
+    return _RUN_CLASSES[bisect.bisect_right(_RUN_STARTS, cp) - 1]
+
+
+class _CollapseTable(dict):
+    """str.translate table: non-ASCII code point -> stand-in of its class (filled on first sight)."""
+
+    def __missing__(self, cp):
+        v = _STAND_IN[_char_class(cp)] if cp >= 0x80 else cp
+        self[cp] = v
+        return v
+
+
+class _SpaceTable(dict):
+    """str.translate table: non-ASCII whitespace -> \\v (llama.cpp's view for regexes without \\p{..})."""
+
+    def __missing__(self, cp):
+        v = "\x0b" if cp >= 0x80 and _char_class(cp) == "W" else cp
+        self[cp] = v
+        return v
+
+
+_COLLAPSE = _CollapseTable()
+_SPACES = _SpaceTable()
+
+# ---------------------------------------------------------------------------------------------------------------
+# Pre-tokenizers (llama.cpp llm_tokenizer_bpe: regex lists per LLAMA_VOCAB_PRE_TYPE)
+# ---------------------------------------------------------------------------------------------------------------
+
+_R_GPT2 = r"'s|'t|'re|'ve|'m|'ll|'d| ?\p{L}+| ?\p{N}+| ?[^\s\p{L}\p{N}]+|\s+(?!\S)"
+_R_LLAMA3 = (r"(?:'[sS]|'[tT]|'[rR][eE]|'[vV][eE]|'[mM]|'[lL][lL]|'[dD])|[^\r\n\p{L}\p{N}]?\p{L}+|\p{N}{1,3}|"
+             r" ?[^\s\p{L}\p{N}]+[\r\n]*|\s*[\r\n]+|\s+(?!\S)|\s+")
+_R_QWEN2 = (r"(?:'[sS]|'[tT]|'[rR][eE]|'[vV][eE]|'[mM]|'[lL][lL]|'[dD])|[^\r\n\p{L}\p{N}]?\p{L}+|\p{N}|"
+            r" ?[^\s\p{L}\p{N}]+[\r\n]*|\s*[\r\n]+|\s+(?!\S)|\s+")
+_R_QWEN35 = (r"(?:'[sS]|'[tT]|'[rR][eE]|'[vV][eE]|'[mM]|'[lL][lL]|'[dD])|[^\r\n\p{L}\p{N}]?[\p{L}\p{M}]+|\p{N}|"
+             r" ?[^\s\p{L}\p{M}\p{N}]+[\r\n]*|\s*[\r\n]+|\s+(?!\S)|\s+")
+_R_DEEPSEEK3 = (r"[!\"#$%&'()*+,\-./:;<=>?@\[\\\]^_`{|}~][A-Za-z]+|[^\r\n\p{L}\p{P}\p{S}]?[\p{L}\p{M}]+|"
+                r" ?[\p{P}\p{S}]+[\r\n]*|\s*[\r\n]+|\s+(?!\S)|\s+")
+_R_GPT4O = (r"[^\r\n\p{L}\p{N}]?((?=[\p{L}])([^a-z]))*((?=[\p{L}])([^A-Z]))+"
+            r"(?:'[sS]|'[tT]|'[rR][eE]|'[vV][eE]|'[mM]|'[lL][lL]|'[dD])?|"
+            r"[^\r\n\p{L}\p{N}]?((?=[\p{L}])([^a-z]))+((?=[\p{L}])([^A-Z]))*"
+            r"(?:'[sS]|'[tT]|'[rR][eE]|'[vV][eE]|'[mM]|'[lL][lL]|'[dD])?|"
+            r"\p{N}{1,3}| ?[^\s\p{L}\p{N}]+[\r\n/]*|\s*[\r\n]+|\s+(?!\S)|\s+")
+_R_BLOOM = " ?[^(\\s|.,!?\u2026\u3002\uff0c\u3001\u0964\u06d4\u060c)]+"
+_R_CJK = "[\u4e00-\u9fa5\u0800-\u4e00\uac00-\ud7ff]+"
+_R_CJK_KANA = "[\u4e00-\u9fa5\u3040-\u309f\u30a0-\u30ff]+"
+_R_NEWLINES = r"[^\n]+|[\n]+"
+
+_PRE_REGEXES = {
+    "default": [r"[\p{P}\$\+<=>\^~\|]+", _R_GPT2, r"\p{N}+", r"[0-9][0-9][0-9]"],
+    "llama3": [_R_LLAMA3],
+    "jais2": [r"(?:'[sS]|'[tT]|'[rR][eE]|'[vV][eE]|'[mM]|'[lL][lL]|'[dD])|[^\r\n\p{L}\p{N}]?\p{L}+|\p{N}{1,3}|"
+              r" ?[^\s\p{L}\p{N}]+[\r\n]*|\s*[\r\n]+|\s{512}(?!\S)|\s{256}(?!\S)|\s{128}(?!\S)|\s{64}(?!\S)|"
+              r"\s{32}(?!\S)|\s{16}(?!\S)|\s{8}(?!\S)|\s{4}(?!\S)|\s{1,2}(?!\S)|\s{1}"],
+    "deepseek-llm": [
+        "[\r\n]",
+        "\\s?[A-Za-z\u00b5\u00c0-\u00d6\u00d8-\u00f6\u00f8-\u01ba\u01bc-\u01bf\u01c4-\u0293\u0295-\u02af"
+        "\u0370-\u0373\u0376\u0377\u037b-\u037d\u037f\u0386\u0388-\u038a\u038c\u038e-\u03a1\u03a3-\u03f5"
+        "\u03f7-\u0481\u048a-\u052f\u0531-\u0556\u10a0-\u10c5\u13a0-\u13f5\u13f8-\u13fd\u1c90-\u1cba"
+        "\u1cbd-\u1cbf\u1d00-\u1d2b\u1d6b-\u1d77\u1d79-\u1d9a\u1e00-\u1f15\u1f18-\u1f1d\u1f20-\u1f45"
+        "\u1f48-\u1f4d\u1f50-\u1f57\u1f59\u1f5b\u1f5d\u1f5f-\u1f7d\u1f80-\u1fb4\u1fb6-\u1fbc\u1fbe"
+        "\u1fc2-\u1fc4\u1fc6-\u1fcc\u1fd0-\u1fd3\u1fd6-\u1fdb\u1fe0-\u1fec\u1ff2-\u1ff4\u1ff6-\u1ffc\u2102"
+        "\u2107\u210a-\u2113\u2115\u2119-\u211d\u2124\u2126\u2128\u212a-\u212d\u212f-\u2134\u2139"
+        "\u213c-\u213f\u2145-\u2149\u214e\u2183\u2184\u2c00-\u2c7b\u2c7e-\u2ce4\u2ceb-\u2cee\u2cf2\u2cf3"
+        "\ua640-\ua66d\ua680-\ua69b\ua722-\ua76f\ua771-\ua787\ua78b-\ua78e\uab70-\uabbf\ufb00-\ufb06"
+        "\ufb13-\ufb17\uff21-\uff3a\uff41-\uff5a\U00010400-\U0001044f\U000104b0-\U000104d3"
+        "\U000104d8-\U000104fb\U00010c80-\U00010cb2\U00010cc0-\U00010cf2\U000118a0-\U000118df"
+        "\U0001e900-\U0001e943]+",
+        "\\s?[!-/:-~\uff01-\uff0f\uff1a-\uff5e\u2018-\u201f\u3000-\u3002]+",
+        "\\s+$",
+        _R_CJK,
+        r"\p{N}+",
+    ],
+    "deepseek3": [r"\p{N}{1,3}", _R_CJK_KANA, _R_DEEPSEEK3],
+    "spark2_5": [r"\p{N}{1,3}", _R_CJK_KANA,
+                 r"[!\"#$%&'()*+,\-./:;<=>?@\[\\\]^_`{|}~][A-Za-z]+|[^\r\n\p{L}\p{P}\p{S}]?[\p{L}\p{M}]+|"
+                 r" ?[\p{P}\p{S}]+|[\r\n]|\s+(?!\S)|\s+", r"\p{N}"],
+    "deepseek-coder": ["[\r\n]", r"\s?\p{L}+", r"\s?\p{P}+", _R_CJK, r"\p{N}"],
+    "falcon": [r"[\p{P}\$\+<=>\^~\|`]+", _R_GPT2, r"[0-9][0-9][0-9]"],
+    "starcoder": [r"\p{N}", _R_GPT2],
+    "gpt2": [_R_GPT2],
+    "qwen2": [_R_QWEN2],
+    "qwen35": [_R_QWEN35],
+    "bloom": [_R_BLOOM],
+    "chatglm4": [_R_LLAMA3],
+    "viking": [_R_BLOOM, r"\p{N}"],
+    "tekken": [r"[^\r\n\p{L}\p{N}]?((?=[\p{L}])([^a-z]))*((?=[\p{L}])([^A-Z]))+|"
+               r"[^\r\n\p{L}\p{N}]?((?=[\p{L}])([^a-z]))+((?=[\p{L}])([^A-Z]))*|"
+               r"\p{N}| ?[^\s\p{L}\p{N}]+[\r\n/]*|\s*[\r\n]+|\s+(?!\S)|\s+"],
+    "chameleon": ["<sentinel:[0-9]+>", "(IMGIMG)((A|B|C|D|E|F|G|H|I){1,4})Z", "([\\t\\n]|    |  )", r"\p{N}",
+                  r"[\p{P}!-/:-@\[-`{-~]", _R_GPT2],
+    "gpt4o": [_R_GPT4O],
+    "granite-emb-multi": [
+        r"[^\r\n\p{L}\p{N}]?((?=[\p{L}\p{M}])([^a-z]))*((?=[\p{L}\p{M}])([^A-Z]))+"
+        r"(?:'[sS]|'[tT]|'[rR][eE]|'[vV][eE]|'[mM]|'[lL][lL]|'[dD])?|"
+        r"[^\r\n\p{L}\p{N}]?((?=[\p{L}\p{M}])([^a-z]))+((?=[\p{L}\p{M}])([^A-Z]))*"
+        r"(?:'[sS]|'[tT]|'[rR][eE]|'[vV][eE]|'[mM]|'[lL][lL]|'[dD])?|"
+        r"\p{N}{1,3}| ?[^\s\p{L}\p{N}]+[\r\n/]*|\s*[\r\n]+|\s+(?!\S)|\s+"],
+    "bailingmoe": [r"'(?:[sSdDmMtT]|[lL][lL]|[vV][eE]|[rR][eE])|[^\r\n\p{L}\p{N}]?\p{L}+|\p{N}|"
+                   r" ?[^\s\p{L}\p{N}]+[\r\n]*|\s*[\r\n]|\s+(?!\S)|\s+"],
+    "seed-coder": [r"(?:'[sS]|'[tT]|'[rR][eE]|'[vV][eE]|'[mM]|'[lL][lL]|'[dD])|[^\r\n\p{L}\p{N}]?\p{L}+|\p{N}{1}|"
+                   r" ?[^\s\p{L}\p{N}\r\n]+|\s*[\r\n]+|\s+(?!\S)|\s+"],
+    "ufakzeka": [r"[^\r\n\p{L}\p{N}]?\p{L}+|\p{N}| ?[^\s\p{L}\p{N}]+[\r\n]*|\s*[\r\n]+|\s+(?!\S)|\s+"],
+    "laguna": [_R_NEWLINES, _R_QWEN2],
+    "exaone-moe": [r"(?:'[sS]|'[tT]|'[rR][eE]|'[vV][eE]|'[mM]|'[lL][lL]|'[dD])|"
+                   r"[^\r\n\p{L}\p{N}]?(?:\p{L}\p{M}*(?: \p{L}\p{M}*)*)+|\p{N}| ?[^\s\p{L}\p{N}]+[\r\n/]?|"
+                   r"\s*[\r\n]|\s+(?!\S)|\s+"],
+    "youtu": ["[\uac00-\ud7a3\u3131-\u318e]+|[\uff01\u2026\u201c\u201d\u2018\u2019\u2014\uff1a\uff1b\uff0c"
+              "\u3001-\u303f\ufe30-\ufe4f]+|[\u3105-\u312f]+|[\u4e00-\u9fa5\u3040-\u309f\u30a0-\u30ff]+",
+              r"[^\r\n\p{L}\p{N}]?[\p{Lu}\p{Lt}\p{Lm}\p{Lo}\p{M}]*[\p{Ll}\p{Lm}\p{Lo}\p{M}]+"
+              r"(?:'[sS]|'[tT]|'[rR][eE]|'[vV][eE]|'[mM]|'[lL][lL]|'[dD])?|"
+              r"[^\r\n\p{L}\p{N}]?[\p{Lu}\p{Lt}\p{Lm}\p{Lo}\p{M}]+[\p{Ll}\p{Lm}\p{Lo}\p{M}]*"
+              r"(?:'[sS]|'[tT]|'[rR][eE]|'[vV][eE]|'[mM]|'[lL][lL]|'[dD])?|"
+              r"\p{N}| ?[^\s\p{L}\p{N}]+[\r\n/]*|\s*[\r\n]+|\s+(?!\S)|\s+"],
+    "minicpm5": [r"\p{N}{1,3}",
+                 r"(?:'[sS]|'[tT]|'[rR][eE]|'[vV][eE]|'[mM]|'[lL][lL]|'[dD])|[^\r\n\p{L}\p{N}]?\p{L}+|\p{N}+|"
+                 r" ?[^\s\p{L}\p{N}]+[\r\n]*|\s*[\r\n]+|\s+(?!\S)|\s+"],
+    "newlines": [_R_NEWLINES],
+}
+
+# tokenizer.ggml.pre -> (regex list, settings). Settings: ignore_merges (a word that is itself a token is not
+# merged), add_bos (default when the metadata has no add_bos_token), no_bos (no default BOS id), spm_style
+# (raw UTF-8 with U+2581 for spaces and <0xXX> byte tokens, as Gemma 4).
+_PRE_TYPES = {}
+
+
+def _pre(names, regexes, **settings):
+    for name in names.split():
+        _PRE_TYPES[name] = (regexes, settings)
+
+
+_pre("default", "default")
+_pre("llama3 llama-v3 llama-bpe falcon3 falcon-h1 pixtral midm-2.0 lfm2 jina-v5-nano", "llama3",
+     ignore_merges=True, add_bos=True)
+_pre("dbrx smaug-bpe", "llama3")
+_pre("deepseek-llm", "deepseek-llm")
+_pre("deepseek-coder", "deepseek-coder")
+_pre("deepseek-v3 hunyuan-dense hy_v4 joyai-llm", "deepseek3")
+_pre("spark2_5", "spark2_5")
+_pre("youtu", "youtu", ignore_merges=True)
+_pre("falcon", "falcon")
+_pre("mpt olmo jais trillion granite-docling exaone4 gpt-2 phi-2 jina-es jina-de gigachat jina-v2-es jina-v2-de "
+     "a.x-4.0 mellum modern-bert jina-v1-en jina-v2-code roberta-bpe", "gpt2")
+_pre("jais-2", "jais2")
+_pre("starcoder refact command-r smollm codeshell exaone minerva-7b mellum2", "starcoder")
+_pre("qwen2 deepseek-r1-qwen kormo f2llmv2 megrez stablelm2 hunyuan solar-open grok-2", "qwen2")
+_pre("qwen35", "qwen35")
+_pre("poro-chat bloom gpt3-finnish", "bloom")
+_pre("chatglm-bpe", "chatglm4", no_bos=True)
+_pre("glm4 glm5", "chatglm4", no_bos=True, ignore_merges=True)
+_pre("viking", "viking")
+_pre("tekken", "tekken", ignore_merges=True, add_bos=True)
+_pre("chameleon", "chameleon", add_bos=True)
+_pre("gpt-4o llama4 kanana2 talkie minimax-m2", "gpt4o")
+_pre("granite-embed-multi-97m", "granite-emb-multi", ignore_merges=True)
+_pre("bailingmoe bailingmoe2 llada-moe", "bailingmoe")
+_pre("seed-coder", "seed-coder")
+_pre("ufakzeka", "ufakzeka")
+_pre("laguna", "laguna")
+_pre("exaone-moe", "exaone-moe")
+_pre("minicpm5", "minicpm5", ignore_merges=True)
+_pre("gemma4 granite-embed-multi-311m", "newlines", spm_style=True, add_bos=True, force_bos=True)
+_pre("sarvam-moe", "newlines", spm_style=True)
+
+_UCAT_RE = re.compile(r"\\p\{(\w+)\}")
+
+
+def _compile_pre_regex(expr):
+    """A llama.cpp pre-tokenizer regex -> (compiled Python regex, view) where view is "collapsed" (text with
+    non-ASCII code points replaced by class stand-ins, for regexes using \\p{..}) or "spaces" (text with non-ASCII
+    whitespace replaced by \\v). ECMAScript semantics: \\s, \\d are ASCII (re.ASCII) and $ is end of input."""
+    if _UCAT_RE.search(expr):
+        out, inside, i = [], False, 0
+        while i < len(expr):
+            c = expr[i]
+            if c == "[" and (i == 0 or expr[i - 1] != "\\"):
+                inside = True
+            elif c == "]" and inside and expr[i - 1] != "\\":
+                inside = False
+            m = _UCAT_RE.match(expr, i) if c == "\\" else None
+            if m and m.group(1) in _UCAT_NAMES:
+                cls = _UCAT[_UCAT_NAMES[m.group(1)]]
+                out.append(cls if inside else "[" + cls + "]")
+                i = m.end()
+                continue
+            out.append(c)
+            i += 1
+        pattern, view = "".join(out), "collapsed"
+    else:
+        pattern, view = expr, "spaces"
+    pattern = re.sub(r"(?<!\\)\$", r"\\Z", pattern)        # '$' only appears outside classes in these regexes
+    return re.compile(pattern, re.ASCII), view
+
+
+@functools.lru_cache(maxsize=None)
+def _compiled_pre(key):
+    return tuple(_compile_pre_regex(e) for e in _PRE_REGEXES[key])
+
+
+def _pre_split(text, compiled):
+    """Cut text into words with the regex sequence (llama.cpp unicode_regex_split, without byte encoding)."""
+    n = len(text)
+    if text.isascii():
+        views = {"collapsed": text, "spaces": text}
+    else:
+        views = {}
+    if len(compiled) == 1 and views:
+        words = compiled[0][0].findall(text)
+        if sum(map(len, words)) == n:                    # the regex covered every character: no gaps to add
+            return words
+    spans = [(0, n)]
+    for pattern, view_name in compiled:
+        view = views.get(view_name)
+        if view is None:
+            view = views[view_name] = text.translate(_COLLAPSE if view_name == "collapsed" else _SPACES)
+        out = []
+        finditer = pattern.finditer
+        for s, e in spans:
+            pos = s
+            for m in finditer(view, s, e):
+                a, b = m.span()
+                if a > pos:
+                    out.append((pos, a))
+                if b > a:
+                    out.append((a, b))
+                pos = b
+            if pos < e:
+                out.append((pos, e))
+        spans = out
+    return [text[s:e] for s, e in spans]
+
+
+# ---------------------------------------------------------------------------------------------------------------
+# Merging: repeatedly merge the adjacent pair with the best priority, leftmost first (llama.cpp's priority queues)
+# ---------------------------------------------------------------------------------------------------------------
+
+def _merge(syms, priority):
+    """syms: list of symbol strings (modified). priority(a, b) -> number (lower merges first) or None."""
+    n = len(syms)
+    if n < 2:
+        return syms
+    heap = []
+    for i in range(n - 1):
+        p = priority(syms[i], syms[i + 1])
+        if p is not None:
+            heap.append((p, i, i + 1, len(syms[i]) + len(syms[i + 1])))
+    if not heap:
+        return syms
+    heapq.heapify(heap)
+    nxt = list(range(1, n + 1))                  # (n,) next live symbol, n = none
+    prv = list(range(-1, n - 1))                 # (n,) previous live symbol, -1 = none
+    lens = [len(s) for s in syms]                # (n,) 0 once merged away
+    pop, push = heapq.heappop, heapq.heappush
+    while heap:
+        p, i, j, size = pop(heap)
+        if lens[i] == 0 or lens[j] == 0 or lens[i] + lens[j] != size:
+            continue                              # outdated: one side changed since the pair was queued
+        merged = syms[i] + syms[j]
+        syms[i] = merged
+        lens[i] = size
+        lens[j] = 0
+        k = nxt[j]
+        nxt[i] = k
+        if k < n:
+            prv[k] = i
+        h = prv[i]
+        if h >= 0:
+            q = priority(syms[h], merged)
+            if q is not None:
+                push(heap, (q, h, i, lens[h] + size))
+        if k < n:
+            q = priority(merged, syms[k])
+            if q is not None:
+                push(heap, (q, i, k, size + lens[k]))
+    out = []
+    i = 0
+    while i < n:
+        out.append(syms[i])
+        i = nxt[i]
+    return out
+
+
+# ---------------------------------------------------------------------------------------------------------------
+# Tokenizer
+# ---------------------------------------------------------------------------------------------------------------
+
+def _md_int(md, key):
+    v = md.get(key)
+    if v is None or isinstance(v, bool):
+        return None
+    try:
+        return int(v)
+    except (TypeError, ValueError):
+        raise TokenizerError(f"metadata {key} should be an integer, got {v!r}") from None
+
+
+def _md_bool(md, key):
+    v = md.get(key)
+    if v is None:
+        return None
+    if isinstance(v, (bool, int)):
+        return bool(v)
+    raise TokenizerError(f"metadata {key} should be a bool, got {v!r}")
+
+
+class Tokenizer:
+    """Tokenizer of a GGUF model: ``Tokenizer(path)`` or ``Tokenizer.from_metadata(metadata)``."""
+
+    def __init__(self, path=None, *, _metadata=None):
+        if _metadata is None:
+            if path is None:
+                raise TypeError("Tokenizer() needs a GGUF path (or use Tokenizer.from_metadata)")
+            from .gguf import GGUFFile
+            with GGUFFile(path) as f:
+                md = f.metadata
+                keys = [k for k in md if k.startswith("tokenizer.") or k in ("general.name",
+                                                                                "general.architecture")]
+                _metadata = {k: md[k] for k in keys}
+        self._load(_metadata)
+
+    @classmethod
+    def from_metadata(cls, metadata):
+        """Build from a GGUF metadata dict (string arrays as list[str], numeric arrays as sequences/arrays)."""
+        return cls(_metadata=metadata)
+
+    # -- loading ------------------------------------------------------------------------------------------------
+
+    def _load(self, md):
+        model = md.get("tokenizer.ggml.model")
+        if model is None:
+            raise TokenizerError("metadata has no tokenizer.ggml.model")
+        if model in _UNSUPPORTED_MODELS:
+            raise TokenizerError(f"unsupported tokenizer type: tokenizer.ggml.model = {model!r} "
+                                 f"({_UNSUPPORTED_MODELS[model]}); supported: 'gpt2' (BPE), 'llama' (SPM), 'gemma4'")
+        if model not in ("gpt2", "llama", "gemma4"):
+            raise TokenizerError(f"unknown tokenizer type: tokenizer.ggml.model = {model!r}")
+        tokens = md.get("tokenizer.ggml.tokens")
+        if tokens is None:
+            raise TokenizerError("metadata has no tokenizer.ggml.tokens")
+        tokens = list(tokens)
+        n = len(tokens)
+        if n == 0:
+            raise TokenizerError("tokenizer.ggml.tokens is empty")
+        self.model = model
+        self.spm = model == "llama"
+        pre = md.get("tokenizer.ggml.pre")
+        self.pre = pre
+
+        # defaults per type (llama_vocab::impl::load)
+        settings = {}
+        if self.spm:
+            bos, eos, unk = 1, 2, 0
+            self.add_bos, self.add_eos, self.add_space_prefix = True, False, True
+            self._escape_spaces, self._byte_encode = True, False
+        else:
+            if model == "gemma4":
+                pre = "gemma4"
+                bos = eos = unk = None
+            else:
+                bos, eos, unk = 11, 11, None
+                if pre is None:
+                    pre = "default"
+            if pre not in _PRE_TYPES:
+                raise TokenizerError(f"unknown pre-tokenizer type: tokenizer.ggml.pre = {pre!r}")
+            regex_key, settings = _PRE_TYPES[pre]
+            self._pre_regexes = _compiled_pre(regex_key)
+            self.add_bos = bool(settings.get("add_bos", False))
+            self.add_eos = False
+            self.add_space_prefix = False
+            spm_style = bool(settings.get("spm_style"))
+            self._escape_spaces, self._byte_encode = spm_style, not spm_style
+            if settings.get("no_bos"):
+                bos = None
+            merges = md.get("tokenizer.ggml.merges")
+            if merges is None:
+                raise TokenizerError("BPE vocabulary without tokenizer.ggml.merges")
+            ranks = {}
+            for r, m in enumerate(merges):
+                k = m.find(" ", 1)
+                pair = (m[:k], m[k + 1:]) if k >= 0 else ("", "")
+                ranks.setdefault(pair, r)
+            self._ranks = ranks
+        self._ignore_merges = bool(settings.get("ignore_merges"))
+        v = _md_bool(md, "tokenizer.ggml.add_space_prefix")
+        if v is not None:
+            self.add_space_prefix = v
+
+        # vocabulary
+        texts = [t if t else f"[EMPTY_{i}]" for i, t in enumerate(tokens)]
+        self._texts = texts
+        self._vocab = {t: i for i, t in enumerate(texts)}
+        if len(self._vocab) != n:
+            raise TokenizerError("tokenizer.ggml.tokens holds duplicate token texts")
+        scores = md.get("tokenizer.ggml.scores")
+        if scores is not None:
+            if len(scores) < n:
+                raise TokenizerError(f"tokenizer.ggml.scores has {len(scores)} entries for {n} tokens")
+            scores = [float(s) for s in scores[:n]]
+        else:
+            scores = [0.0] * n
+        self._scores = scores
+        ttypes = md.get("tokenizer.ggml.token_type")
+        if ttypes is not None:
+            if len(ttypes) < n:
+                raise TokenizerError(f"tokenizer.ggml.token_type has {len(ttypes)} entries for {n} tokens")
+            attrs = [_TYPE_TO_ATTR.get(int(t), ATTR_UNDEFINED) for t in ttypes[:n]]
+        else:
+            attrs = [ATTR_NORMAL] * n
+        self._attrs = attrs
+
+        # special token ids: defaults, disabled when out of range, then metadata
+        special = {"bos": bos, "eos": eos, "eot": None, "eom": None, "unk": unk, "sep": None, "pad": None,
+                   "mask": None, "fim_pre": None, "fim_suf": None, "fim_mid": None, "fim_pad": None,
+                   "fim_rep": None, "fim_sep": None}
+        keys = {"bos": "bos", "eos": "eos", "eot": "eot", "eom": "eom", "unk": "unknown", "sep": "seperator",
+                "pad": "padding", "mask": "mask", "fim_pre": "fim_pre", "fim_suf": "fim_suf",
+                "fim_mid": "fim_mid", "fim_pad": "fim_pad", "fim_rep": "fim_rep", "fim_sep": "fim_sep"}
+        for name, key in list(keys.items()) + [("fim_pre", "prefix"), ("fim_suf", "suffix"), ("fim_mid", "middle")]:
+            if special[name] is not None and special[name] >= n:
+                special[name] = None
+            v = _md_int(md, f"tokenizer.ggml.{key}_token_id")
+            if v is not None and 0 <= v < n:
+                special[name] = v
+
+        v = _md_bool(md, "tokenizer.ggml.add_bos_token")
+        if v is not None:
+            self.add_bos = v
+        v = _md_bool(md, "tokenizer.ggml.add_eos_token")
+        if v is not None:
+            self.add_eos = v
+        if settings.get("force_bos"):
+            self.add_bos = True
+
+        # tokens recognised by their text (llama.cpp: "auto-detect special tokens by text"), in id order
+        for name, cands in [("eot", _EOT_TEXTS), ("eom", ("<|eom_id|>",))] + list(_FIM_TEXTS.items()):
+            if special[name] is None:
+                for t in cands:
+                    i = self._vocab.get(t)
+                    if i is not None:
+                        special[name] = i
+                        attrs[i] |= ATTR_CONTROL
+                        break
+        for i, t in enumerate(texts):
+            if attrs[i] & ATTR_CONTROL and not attrs[i] & ATTR_UNUSED and "unused" in t:
+                attrs[i] |= ATTR_UNUSED
+
+        eog = {special[k] for k in ("fim_pad", "fim_rep", "fim_sep") if special[k] is not None}
+        for t in _EOG_TEXTS:
+            i = self._vocab.get(t)
+            if i is not None:
+                eog.add(i)
+                attrs[i] |= ATTR_CONTROL
+        for t in ("<|channel|>", "<|message|>", "<|start|>", "<|constrain|>"):     # gpt-oss: always rendered
+            i = self._vocab.get(t)
+            if i is not None:
+                attrs[i] = ATTR_USER_DEFINED
+        for k in ("eos", "eot", "eom"):
+            if special[k] is not None:
+                eog.add(special[k])
+        eog_texts = {texts[i] for i in eog}
+        end = self._vocab.get("<|end|>")
+        if end in eog and ("<|call|>" in eog_texts or "<|calls|>" in eog_texts) and (
+                "<|return|>" in eog_texts or "<|flush|>" in eog_texts):
+            eog.discard(end)                      # harmony / solar-open: <|end|> ends a message, not generation
+            attrs[end] = ATTR_USER_DEFINED
+        s = self._vocab.get("</s>")
+        if s in eog and ("<|tool_response>" in eog_texts or "<|plamo:eos|>" in eog_texts):
+            eog.discard(s)                        # gemma4 / plamo: </s> is a normal token
+            attrs[s] = ATTR_NORMAL
+        self._special = special
+        self.eog_ids = frozenset(eog)
+
+        # per-model attributes (llama.cpp: "Handle per token attributes")
+        name = str(md.get("general.name") or "").lower()
+        arch = str(md.get("general.architecture") or "")
+        pre_name = str(md.get("tokenizer.ggml.pre") or "")
+        special_ids = [i for i in range(n) if attrs[i] & (ATTR_CONTROL | ATTR_USER_DEFINED | ATTR_UNKNOWN)]
+        if any(s in pre_name for s in ("jina-v2-de", "jina-v2-es", "jina-v2-code")) or any(
+                s in arch for s in ("nomic-bert-moe", "jina-bert-v3")):
+            if "<mask>" in self._vocab:
+                attrs[self._vocab["<mask>"]] |= ATTR_LSTRIP
+        elif "phi-3" in name or "phi3" in name:
+            for i in special_ids:
+                attrs[i] |= ATTR_RSTRIP
+            for t, on in (("</s>", True), ("<unk>", False), ("<s>", False), ("<|endoftext|>", False)):
+                i = self._vocab.get(t)
+                if i is None:
+                    raise TokenizerError(f"Phi-3 vocabulary without {t!r}")
+                attrs[i] = attrs[i] | ATTR_RSTRIP if on else attrs[i] & ~ATTR_RSTRIP
+        elif "modern-bert" in name and "[MASK]" in self._vocab:
+            attrs[self._vocab["[MASK]"]] |= ATTR_LSTRIP
+
+        # special tokens cut out of the text, longest first
+        self._special_all = sorted(special_ids, key=lambda i: (-len(texts[i].encode("utf-8", "surrogateescape")),
+                                                                i))
+        self._special_user = [i for i in self._special_all if not attrs[i] & (ATTR_CONTROL | ATTR_UNKNOWN)]
+
+        self.chat_template = md.get("tokenizer.chat_template")
+        self.n_vocab = n
+        self.bos_id = special["bos"]
+        self.eos_id = special["eos"]
+        self.eot_id = special["eot"]
+        self.unk_id = special["unk"]
+        self.pad_id = special["pad"]
+        if self.add_bos and self.bos_id is None:
+            raise TokenizerError("tokenizer.ggml.add_bos_token is true, but there is no BOS token id")
+        if self.add_eos and self.eos_id is None:
+            raise TokenizerError("tokenizer.ggml.add_eos_token is true, but there is no EOS token id")
+
+        # pieces for decoding (bytes), special tokens rendered and not
+        self._pieces = [self._piece(i) for i in range(n)]
+
+        # SPM: characters c such that some token holds c + "▁": the text can be cut before any other "▁"
+        # (no token spans the cut), which lets us merge and cache word by word.
+        if self.spm or self._escape_spaces:
+            glue = set()
+            for t in texts:
+                k = t.find(_SPM_SPACE, 1)
+                while k > 0:
+                    glue.add(t[k - 1])
+                    k = t.find(_SPM_SPACE, k + 1)
+            if glue:
+                cls = "".join(re.escape(c) for c in sorted(glue))
+                self._spm_cut = re.compile(f"(?<![{cls}])(?={_SPM_SPACE})")
+            else:
+                self._spm_cut = re.compile(f"(?={_SPM_SPACE})")
+        self._word_ids = functools.lru_cache(maxsize=1 << 16)(self._spm_chunk if self.spm else self._bpe_word)
+
+    def _piece(self, i):
+        """(piece rendered without specials, piece rendered with specials): llama.cpp token_to_piece."""
+        attr, text = self._attrs[i], self._texts[i]
+        raw = text.encode("utf-8", "surrogateescape")
+        if attr & (ATTR_UNKNOWN | ATTR_CONTROL):
+            return (b"", raw)
+        if attr & ATTR_USER_DEFINED:
+            return (raw, raw)
+        if attr & ATTR_NORMAL:
+            if self.spm or self._escape_spaces:
+                p = text.replace(_SPM_SPACE, " ").encode("utf-8", "surrogateescape")
+            else:
+                p = _byte_decode(text)
+            return (p, p)
+        if attr & ATTR_BYTE:
+            try:
+                b = bytes([int(text[3:5], 16)])
+            except ValueError:
+                b = b""
+            return (b, b)
+        return (b"", b"")
+
+    # -- encoding -----------------------------------------------------------------------------------------------
+
+    def encode(self, text, add_special=True, parse_special=False):
+        """Token ids of text. add_special: add BOS/EOS as the model wants (tokenizer.ggml.add_bos_token/...);
+        parse_special: recognise control tokens such as <|im_start|> written in the text."""
+        if not isinstance(text, str):
+            raise TypeError(f"encode() needs a str, got {type(text).__name__}")
+        try:
+            text.encode("utf-8")
+        except UnicodeEncodeError:                # lone surrogates: llama.cpp sees invalid UTF-8 -> U+FFFD
+            text = text.encode("utf-8", "surrogatepass").decode("utf-8", "replace")
+        out = []
+        frags = self._partition(text, parse_special) if text else []
+        if add_special and self.add_bos:
+            out.append(self.bos_id)
+        if self.spm:
+            prev_special = True
+            for f in frags:
+                if type(f) is str:
+                    if self.add_space_prefix and prev_special:
+                        f = " " + f
+                    self._encode_spm(f.replace(" ", _SPM_SPACE), out)
+                    prev_special = False
+                else:
+                    out.append(f)
+                    prev_special = True
+        else:
+            for f in frags:
+                if type(f) is str:
+                    if self._escape_spaces:
+                        f = f.replace(" ", _SPM_SPACE)
+                    self._encode_bpe(f, out)
+                else:
+                    out.append(f)
+        if add_special and self.add_eos:
+            out.append(self.eos_id)
+        return out
+
+    def _partition(self, text, parse_special):
+        """Cut special tokens out of text: list of str fragments and int token ids (tokenizer_st_partition)."""
+        frags = [text]
+        texts, attrs = self._texts, self._attrs
+        for tid in (self._special_all if parse_special else self._special_user):
+            tok = texts[tid]
+            if not any(type(f) is str and tok in f for f in frags):
+                continue
+            lstrip, rstrip = attrs[tid] & ATTR_LSTRIP, attrs[tid] & ATTR_RSTRIP
+            out = []
+            for f in frags:
+                if type(f) is not str or tok not in f:
+                    out.append(f)
+                    continue
+                pos = 0
+                while True:
+                    m = f.find(tok, pos)
+                    if m < 0:
+                        break
+                    left = f[pos:m]
+                    if lstrip:
+                        left = left.rstrip(_ASCII_SPACE)
+                    if left:
+                        out.append(left)
+                    out.append(tid)
+                    pos = m + len(tok)
+                    if rstrip:
+                        while pos < len(f) and f[pos] in _ASCII_SPACE:
+                            pos += 1
+                if pos < len(f):
+                    out.append(f[pos:])
+            frags = out
+        return frags
+
+    def _encode_bpe(self, text, out):
+        word_ids = self._word_ids
+        for word in _pre_split(text, self._pre_regexes):
+            out.extend(word_ids(word))
+
+    def _bpe_word(self, word):
+        """ids of one pre-tokenized word (llm_tokenizer_bpe_session::tokenize)."""
+        vocab = self._vocab
+        if self._byte_encode:
+            word = _byte_encode(word)
+        if self._ignore_merges:
+            i = vocab.get(word)
+            if i is not None:
+                return (i,)
+        elif self._escape_spaces and word.strip("\n") == "":      # gemma4: a run of newlines as one token
+            i = vocab.get(word)
+            if i is not None:
+                return (i,)
+        ranks = self._ranks
+        syms = _merge(list(word), lambda a, b: ranks.get((a, b)))
+        ids = []
+        for s in syms:
+            i = vocab.get(s)
+            if i is not None:
+                ids.append(i)
+            elif self._byte_encode:
+                for c in s:                      # llama.cpp looks up each UTF-8 byte on its own: ASCII only
+                    i = vocab.get(c) if c < "\x80" else None
+                    if i is not None:
+                        ids.append(i)
+            else:
+                for b in s.encode("utf-8", "surrogateescape"):
+                    i = vocab.get(f"<0x{b:02X}>")
+                    if i is not None:
+                        ids.append(i)
+        return tuple(ids)
+
+    def _encode_spm(self, text, out):
+        word_ids = self._word_ids
+        for chunk in self._spm_cut.split(text):
+            if chunk:
+                out.extend(word_ids(chunk))
+
+    def _spm_chunk(self, text):
+        """ids of an escaped SPM text chunk (llm_tokenizer_spm_session::tokenize)."""
+        vocab, scores = self._vocab, self._scores
+
+        def priority(a, b):
+            i = vocab.get(a + b)
+            return None if i is None else -scores[i]
+
+        ids = []
+        for s in _merge(list(text), priority):
+            i = vocab.get(s)
+            if i is not None:
+                ids.append(i)
+                continue
+            for b in s.encode("utf-8", "surrogateescape"):            # byte fallback
+                i = vocab.get(f"<0x{b:02X}>")
+                if i is None:
+                    i = vocab.get(chr(b)) if b < 0x80 else None
+                if i is None:
+                    i = self.unk_id
+                if i is not None:
+                    ids.append(i)
+        return tuple(ids)
+
+    # -- decoding -----------------------------------------------------------------------------------------------
+
+    def _check_id(self, i):
+        if not (type(i) is int or hasattr(i, "__index__")) or not 0 <= int(i) < self.n_vocab:
+            raise ValueError(f"token id {i!r} is out of range for a vocabulary of {self.n_vocab} tokens")
+        return int(i)
+
+    def token_to_piece(self, token_id, special=False):
+        """Bytes of one token (llama_token_to_piece): control/unknown tokens give b"" unless special=True."""
+        return self._pieces[self._check_id(token_id)][1 if special else 0]
+
+    def decode(self, ids, skip_special=True):
+        """Text of ids; see the module docstring for the rules."""
+        pieces = self._pieces
+        k = 0 if skip_special else 1
+        out = []
+        for t in ids:
+            out.append(pieces[self._check_id(t)][k])
+        data = b"".join(out)
+        if self.add_space_prefix and out:
+            first = next((p for p in out if p), b"")
+            if first.startswith(b" ") and data.startswith(b" "):
+                data = data[1:]
+        return data.decode("utf-8", "replace")
+
+    def streaming_decoder(self, skip_special=True):
+        """Decoder fed one id at a time that only ever returns complete UTF-8 characters."""
+        return StreamingDecoder(self, skip_special)
+
+    # -- properties ---------------------------------------------------------------------------------------------
+
+    def is_eog(self, token_id):
+        return token_id in self.eog_ids
+
+    def token_text(self, token_id):
+        """The raw vocabulary text of a token."""
+        return self._texts[self._check_id(token_id)]
+
+    def token_attr(self, token_id):
+        """llama.cpp token attribute bits (ATTR_* constants of this module)."""
+        return self._attrs[self._check_id(token_id)]
+
+    def __len__(self):
+        return self.n_vocab
+
+    def __repr__(self):
+        kind = "SPM" if self.spm else f"BPE pre={self.pre!r}"
+        return f"<Tokenizer {kind} n_vocab={self.n_vocab} bos={self.bos_id} eos={self.eos_id}>"
+
+
+class StreamingDecoder:
+    """Turns a stream of token ids into text without ever splitting a UTF-8 character."""
+
+    def __init__(self, tokenizer, skip_special=True):
+        self._tok = tokenizer
+        self._special = not skip_special
+        self._dec = codecs.getincrementaldecoder("utf-8")("replace")
+
+    def feed(self, token_id):
+        """Text completed by this token ('' while a multi-byte character is still incomplete)."""
+        return self._dec.decode(self._tok.token_to_piece(token_id, self._special))
+
+    def flush(self):
+        """Whatever is pending (an incomplete character becomes U+FFFD); the decoder can be reused after."""
+        s = self._dec.decode(b"", final=True)
+        self._dec.reset()
+        return s
