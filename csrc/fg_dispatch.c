@@ -1,29 +1,35 @@
 /* Type facts, the run-time kernel table, and the row-parallel GEMV/GEMM built on the dispatched dot products. */
 #include <stdlib.h>
-#include "fg_blocks.h"
-#include "fg_kernels.h"
+#include <string.h>
+#include "fg_simd.h"
 #ifdef _OPENMP
 #include <omp.h>
 #endif
 
-extern const fg_type_kernels fg_f32_kernels[FG_ISA_COUNT], fg_f16_kernels[FG_ISA_COUNT],
-    fg_bf16_kernels[FG_ISA_COUNT], fg_q4_0_kernels[FG_ISA_COUNT], fg_q4_1_kernels[FG_ISA_COUNT],
-    fg_q8_0_kernels[FG_ISA_COUNT], fg_q8_1_kernels[FG_ISA_COUNT];
+/* Each format file exports its base table per ISA and an extension table (VNNI on avx512, dotprod on neon). */
+#define FG_TABLES(t) extern const fg_type_kernels fg_##t##_kernels[FG_ISA_COUNT], fg_##t##_kernels_ext[FG_ISA_COUNT];
+FG_TABLES(f32)
+FG_TABLES(f16)
+FG_TABLES(bf16)
+FG_TABLES(q4_0)
+FG_TABLES(q4_1)
+FG_TABLES(q8_0)
+FG_TABLES(q8_1)
 
 static const struct {
     int type;
     int64_t blck;
     size_t size;
     int dot_type;
-    const fg_type_kernels *tab;
+    const fg_type_kernels *tab, *ext;
 } types[] = {
-    {FG_TYPE_F32, 1, 4, FG_TYPE_F32, fg_f32_kernels},
-    {FG_TYPE_F16, 1, 2, FG_TYPE_F32, fg_f16_kernels},
-    {FG_TYPE_BF16, 1, 2, FG_TYPE_F32, fg_bf16_kernels},
-    {FG_TYPE_Q4_0, QK4_0, sizeof(block_q4_0), FG_TYPE_Q8_0, fg_q4_0_kernels},
-    {FG_TYPE_Q4_1, QK4_1, sizeof(block_q4_1), FG_TYPE_Q8_1, fg_q4_1_kernels},
-    {FG_TYPE_Q8_0, QK8_0, sizeof(block_q8_0), FG_TYPE_Q8_0, fg_q8_0_kernels},
-    {FG_TYPE_Q8_1, QK8_1, sizeof(block_q8_1), -1, fg_q8_1_kernels},
+    {FG_TYPE_F32, 1, 4, FG_TYPE_F32, fg_f32_kernels, fg_f32_kernels_ext},
+    {FG_TYPE_F16, 1, 2, FG_TYPE_F32, fg_f16_kernels, fg_f16_kernels_ext},
+    {FG_TYPE_BF16, 1, 2, FG_TYPE_F32, fg_bf16_kernels, fg_bf16_kernels_ext},
+    {FG_TYPE_Q4_0, QK4_0, sizeof(block_q4_0), FG_TYPE_Q8_0, fg_q4_0_kernels, fg_q4_0_kernels_ext},
+    {FG_TYPE_Q4_1, QK4_1, sizeof(block_q4_1), FG_TYPE_Q8_1, fg_q4_1_kernels, fg_q4_1_kernels_ext},
+    {FG_TYPE_Q8_0, QK8_0, sizeof(block_q8_0), FG_TYPE_Q8_0, fg_q8_0_kernels, fg_q8_0_kernels_ext},
+    {FG_TYPE_Q8_1, QK8_1, sizeof(block_q8_1), -1, fg_q8_1_kernels, fg_q8_1_kernels_ext},
 };
 #define N_TYPES ((int)(sizeof(types) / sizeof(types[0])))
 
@@ -42,10 +48,54 @@ size_t fg_row_size(int type, int64_t n) {
 }
 int fg_vec_dot_type(int wtype) { int i = find(wtype); return i < 0 ? -1 : types[i].dot_type; }
 
+/* ISA extensions: used where the CPU has them unless FASTGGUF_NO_EXT=1 or fg_set_ext(0). */
+static int ext_on = -1;
+
+int fg_isa_ext_available(int isa) {
+    return (isa == FG_ISA_AVX512 && fg_isa_available(isa) && fg_cpu_has_vnni()) ||
+           (isa == FG_ISA_NEON && fg_isa_available(isa) && fg_cpu_has_dotprod());
+}
+
+const char *fg_isa_ext_name(int isa) {
+    return isa == FG_ISA_AVX512 ? "vnni" : isa == FG_ISA_NEON ? "dotprod" : "";
+}
+
+int fg_ext_enabled(void) {
+    if (ext_on < 0) {
+        const char *env = getenv("FASTGGUF_NO_EXT");
+        ext_on = !(env && *env && strcmp(env, "0") != 0);
+    }
+    return ext_on;
+}
+
+/* Per type and ISA: the base table overlaid with the extension's entries when the extension is in use. */
+static fg_type_kernels effective[sizeof(types) / sizeof(types[0])][FG_ISA_COUNT];
+static int effective_ext = -1;
+
+static void fill_effective(void) {
+    int on = fg_ext_enabled();
+    if (effective_ext == on) return;
+    for (int i = 0; i < N_TYPES; i++) {
+        for (int isa = 0; isa < FG_ISA_COUNT; isa++) {
+            fg_type_kernels k = types[i].tab[isa];
+            if (on && fg_isa_ext_available(isa)) {
+                const fg_type_kernels *e = &types[i].ext[isa];
+                if (e->quantize) k.quantize = e->quantize;
+                if (e->dequantize) k.dequantize = e->dequantize;
+                if (e->vec_dot) k.vec_dot = e->vec_dot;
+                if (e->gemv) k.gemv = e->gemv;
+            }
+            effective[i][isa] = k;
+        }
+    }
+    effective_ext = on;
+}
+
 const fg_type_kernels *fg_kernels_of(int isa, int type) {
     int i = find(type);
     if (i < 0 || isa < 0 || isa >= FG_ISA_COUNT) return NULL;
-    return &types[i].tab[isa];
+    fill_effective();
+    return &effective[i][isa];
 }
 
 /* The active table: for each type, the active ISA's kernel where it has one, else the scalar reference. */
@@ -53,8 +103,9 @@ static fg_type_kernels active[FG_TYPE_MAX];
 static int active_isa = -1;
 
 static void fill(int isa) {
+    fill_effective();
     for (int i = 0; i < N_TYPES; i++) {
-        const fg_type_kernels *s = &types[i].tab[FG_ISA_SCALAR], *k = &types[i].tab[isa];
+        const fg_type_kernels *s = &types[i].tab[FG_ISA_SCALAR], *k = &effective[i][isa];
         fg_type_kernels *a = &active[types[i].type];
         a->quantize = k->quantize ? k->quantize : s->quantize;
         a->dequantize = k->dequantize ? k->dequantize : s->dequantize;
@@ -68,6 +119,13 @@ int fg_set_isa(int isa) {
     if (isa < 0 || isa >= FG_ISA_COUNT || !fg_isa_available(isa)) return -1;
     fill(isa);
     return 0;
+}
+
+int fg_set_ext(int on) {
+    if (active_isa < 0) fg_init();
+    ext_on = on != 0;
+    fill(active_isa);
+    return fg_isa_ext_available(active_isa) && ext_on;
 }
 
 int fg_isa_active(void) {

@@ -65,6 +65,13 @@ const char *fg_isa_name(int isa);             /* "scalar", "avx2", "avx512", "ne
 int fg_isa_from_name(const char *name);       /* -1 if unknown */
 const char *fg_cpu_features(void);            /* e.g. "avx2 fma f16c avx512f avx512bw avx512vl avx512vnni" */
 
+/* Extensions inside an ISA, chosen at run time: VNNI (avx512) and dotprod (neon). They are used where the CPU
+ * has them unless the environment sets FASTGGUF_NO_EXT=1 or fg_set_ext(0) is called. */
+int fg_isa_ext_available(int isa);            /* 1 if this CPU has the extension of `isa` */
+const char *fg_isa_ext_name(int isa);         /* "vnni", "dotprod" or "" */
+int fg_ext_enabled(void);
+int fg_set_ext(int on);                       /* re-selects the kernels; returns 1 if the active ISA now uses it */
+
 /* ---- kernels (active ISA) ---- */
 void fg_quantize_row(int type, const float *x, void *y, int64_t n);
 void fg_dequantize_row(int type, const void *x, float *y, int64_t n);
@@ -82,7 +89,8 @@ void fg_gemm_rows(int wtype, const void *w, size_t stride, int64_t n, const void
 int fg_gemm(int wtype, const void *w, size_t stride, int64_t rows, int64_t n, const float *x, int64_t m,
             float *y, int n_threads);
 
-/* Kernel table of one ISA (for tests that compare ISAs directly); NULL entries mean "scalar". */
+/* Kernel table of one ISA with its extension when enabled (for tests that compare ISAs directly); NULL entries
+ * mean "scalar". */
 const fg_type_kernels *fg_kernels_of(int isa, int type);
 
 /* Split `n` rows among `nth` threads; rows are handed out in multiples of `align` so each thread owns whole

@@ -1,6 +1,5 @@
 /* Q4_0 weights: 32 elements per block, x = d * (q - 8), q in 0..15. Dot against Q8_0 activations. */
-#include "fg_blocks.h"
-#include "fg_kernels.h"
+#include "fg_simd.h"
 
 /* ---- scalar reference (also the tail loop of the SIMD versions) ---- */
 
@@ -52,6 +51,122 @@ static float vec_dot_q4_0_q8_0_scalar(int64_t n, const void *vw, const void *vx)
     return sum;
 }
 
+
+#if FG_HAVE_X86
+/* ---- AVX2 ---- */
+
+FG_TARGET_AVX2 static void dequantize_row_q4_0_avx2(const void *vx, float *y, int64_t n) {
+    const block_q4_0 *x = vx;
+    const __m256 eight = _mm256_set1_ps(8.0f);
+    for (int64_t i = 0; i < n / QK4_0; i++) {
+        const __m256 d = _mm256_set1_ps(fg_f16(x[i].d));
+        __m256 q[4];
+        fg_nibbles_ps(x[i].qs, q);
+        for (int k = 0; k < 4; k++) _mm256_storeu_ps(y + i * QK4_0 + 8 * k, _mm256_mul_ps(_mm256_sub_ps(q[k], eight), d));
+    }
+}
+
+/* R rows of q4_0 . q8_0 with unsigned nibbles u = q + 8: sum (u - 8) x = dot(u, x) - dot(8, x); the second
+ * term depends on the activation only, so it is computed once per block for all R rows. */
+FG_INLINE_AVX2 void q4_0_rows_avx2(const int R, int64_t nb, const char *w, size_t stride, const void *vx, float *y) {
+    const block_q8_0 *x = vx;
+    __m256 acc[4];
+    for (int r = 0; r < R; r++) acc[r] = _mm256_setzero_ps();
+    for (int64_t i = 0; i < nb; i++) {
+        const __m256i xq = _mm256_loadu_si256((const __m256i *)x[i].qs);
+        const __m256i x8 = fg_dot_u8s8_256(_mm256_set1_epi8(8), xq);
+        const float dx = fg_f16(x[i].d);
+        for (int r = 0; r < R; r++) {
+            const block_q4_0 *b = (const block_q4_0 *)(w + r * stride) + i;
+            const __m256i s = _mm256_sub_epi32(fg_dot_u8s8_256(fg_nibbles_256(b->qs), xq), x8);
+            acc[r] = _mm256_fmadd_ps(_mm256_cvtepi32_ps(s), _mm256_set1_ps(fg_f16(b->d) * dx), acc[r]);
+        }
+    }
+    for (int r = 0; r < R; r++) y[r] = fg_hsum_256(acc[r]);
+}
+FG_DOT_FROM_ROWS(vec_dot_q4_0_q8_0_avx2, FG_TARGET_AVX2, q4_0_rows_avx2, QK4_0)
+FG_GEMV_FROM_ROWS(gemv_q4_0_q8_0_avx2, FG_TARGET_AVX2, q4_0_rows_avx2, QK4_0)
+
+/* ---- AVX-512: two blocks per zmm ---- */
+#define Q4_0_ROWS_512(NAME, TARGET, DOT)                                                                    \
+    static inline __attribute__((always_inline)) TARGET void NAME(const int R, int64_t nb, const char *w,    \
+                                                                  size_t stride, const void *vx, float *y) { \
+        const block_q8_0 *x = vx;                                                                           \
+        __m512 acc[4];                                                                                      \
+        for (int r = 0; r < R; r++) acc[r] = _mm512_setzero_ps();                                           \
+        int64_t i = 0;                                                                                      \
+        for (; i + 2 <= nb; i += 2) {                                                                       \
+            const __m512i xq = fg_q8_pair_nib_512(x[i].qs, x[i + 1].qs);                                         \
+            const __m512i x8 = DOT(_mm512_set1_epi8(8), xq);                                                \
+            const __m128 dx = fg_f16_pairs(&x[i].d, &x[i + 1].d);                                           \
+            for (int r = 0; r < R; r++) {                                                                   \
+                const block_q4_0 *b = (const block_q4_0 *)(w + r * stride) + i;                             \
+                const __m512i s = _mm512_sub_epi32(DOT(fg_nibbles_512(b[0].qs, b[1].qs), xq), x8);          \
+                const __m512 d = fg_spread2_nib_512(_mm_mul_ps(fg_f16_pairs(&b[0].d, &b[1].d), dx));            \
+                acc[r] = _mm512_fmadd_ps(_mm512_cvtepi32_ps(s), d, acc[r]);                                 \
+            }                                                                                               \
+        }                                                                                                   \
+        for (int r = 0; r < R; r++) {                                                                       \
+            float s = fg_hsum_512(acc[r]);                                                                  \
+            if (i < nb) s += vec_dot_q4_0_q8_0_scalar(QK4_0, (const block_q4_0 *)(w + r * stride) + i, x + i); \
+            y[r] = s;                                                                                       \
+        }                                                                                                   \
+    }
+Q4_0_ROWS_512(q4_0_rows_avx512, FG_TARGET_AVX512, FG_DOT_U8S8_512_BW)
+Q4_0_ROWS_512(q4_0_rows_avx512vnni, FG_TARGET_AVX512_VNNI, FG_DOT_U8S8_512_VNNI)
+FG_DOT_FROM_ROWS(vec_dot_q4_0_q8_0_avx512, FG_TARGET_AVX512, q4_0_rows_avx512, QK4_0)
+FG_GEMV_FROM_ROWS(gemv_q4_0_q8_0_avx512, FG_TARGET_AVX512, q4_0_rows_avx512, QK4_0)
+FG_DOT_FROM_ROWS(vec_dot_q4_0_q8_0_avx512vnni, FG_TARGET_AVX512_VNNI, q4_0_rows_avx512vnni, QK4_0)
+FG_GEMV_FROM_ROWS(gemv_q4_0_q8_0_avx512vnni, FG_TARGET_AVX512_VNNI, q4_0_rows_avx512vnni, QK4_0)
+#endif /* FG_HAVE_X86 */
+
+#if FG_HAVE_NEON
+/* ---- NEON: nibbles minus 8 as int8 ---- */
+#define Q4_0_ROWS_NEON(NAME, TARGET, DOT)                                                                   \
+    static inline __attribute__((always_inline)) TARGET void NAME(const int R, int64_t nb, const char *w,    \
+                                                                  size_t stride, const void *vx, float *y) { \
+        const block_q8_0 *x = vx;                                                                           \
+        float32x4_t acc[4];                                                                                 \
+        for (int r = 0; r < R; r++) acc[r] = vdupq_n_f32(0.0f);                                             \
+        for (int64_t i = 0; i < nb; i++) {                                                                  \
+            const int8x16_t x0 = vld1q_s8(x[i].qs), x1 = vld1q_s8(x[i].qs + 16);                            \
+            const float dx = fg_fp16_to_fp32(x[i].d);                                                       \
+            for (int r = 0; r < R; r++) {                                                                   \
+                const block_q4_0 *b = (const block_q4_0 *)(w + r * stride) + i;                             \
+                const uint8x16_t q = vld1q_u8(b->qs);                                                       \
+                const int8x16_t lo = vsubq_s8(vreinterpretq_s8_u8(vandq_u8(q, vdupq_n_u8(0x0f))), vdupq_n_s8(8)); \
+                const int8x16_t hi = vsubq_s8(vreinterpretq_s8_u8(vshrq_n_u8(q, 4)), vdupq_n_s8(8));        \
+                int32x4_t s = DOT(DOT(vdupq_n_s32(0), lo, x0), hi, x1);                                     \
+                acc[r] = vfmaq_n_f32(acc[r], vcvtq_f32_s32(s), fg_fp16_to_fp32(b->d) * dx);                 \
+            }                                                                                               \
+        }                                                                                                   \
+        for (int r = 0; r < R; r++) y[r] = vaddvq_f32(acc[r]);                                              \
+    }
+#define FG_NO_TARGET
+Q4_0_ROWS_NEON(q4_0_rows_neon, FG_NO_TARGET, fg_dot_s8_emul)
+Q4_0_ROWS_NEON(q4_0_rows_neondp, FG_TARGET_DOTPROD, vdotq_s32)
+FG_DOT_FROM_ROWS(vec_dot_q4_0_q8_0_neon, FG_NO_TARGET, q4_0_rows_neon, QK4_0)
+FG_GEMV_FROM_ROWS(gemv_q4_0_q8_0_neon, FG_NO_TARGET, q4_0_rows_neon, QK4_0)
+FG_DOT_FROM_ROWS(vec_dot_q4_0_q8_0_neondp, FG_TARGET_DOTPROD, q4_0_rows_neondp, QK4_0)
+FG_GEMV_FROM_ROWS(gemv_q4_0_q8_0_neondp, FG_TARGET_DOTPROD, q4_0_rows_neondp, QK4_0)
+#endif /* FG_HAVE_NEON */
+
 const fg_type_kernels fg_q4_0_kernels[FG_ISA_COUNT] = {
     [FG_ISA_SCALAR] = {quantize_row_q4_0_scalar, dequantize_row_q4_0_scalar, vec_dot_q4_0_q8_0_scalar, NULL},
+#if FG_HAVE_X86
+    [FG_ISA_AVX2] = {NULL, dequantize_row_q4_0_avx2, vec_dot_q4_0_q8_0_avx2, gemv_q4_0_q8_0_avx2},
+    [FG_ISA_AVX512] = {NULL, dequantize_row_q4_0_avx2, vec_dot_q4_0_q8_0_avx512, gemv_q4_0_q8_0_avx512},
+#endif
+#if FG_HAVE_NEON
+    [FG_ISA_NEON] = {NULL, NULL, vec_dot_q4_0_q8_0_neon, gemv_q4_0_q8_0_neon},
+#endif
+};
+
+const fg_type_kernels fg_q4_0_kernels_ext[FG_ISA_COUNT] = {
+#if FG_HAVE_X86
+    [FG_ISA_AVX512] = {NULL, NULL, vec_dot_q4_0_q8_0_avx512vnni, gemv_q4_0_q8_0_avx512vnni},
+#endif
+#if FG_HAVE_NEON
+    [FG_ISA_NEON] = {NULL, NULL, vec_dot_q4_0_q8_0_neondp, gemv_q4_0_q8_0_neondp},
+#endif
 };

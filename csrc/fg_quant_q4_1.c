@@ -1,6 +1,5 @@
 /* Q4_1 weights: 32 elements per block, x = d * q + m, q in 0..15. Dot against Q8_1 activations (d, d*sum). */
-#include "fg_blocks.h"
-#include "fg_kernels.h"
+#include "fg_simd.h"
 
 /* ---- scalar reference ---- */
 
@@ -54,6 +53,128 @@ static float vec_dot_q4_1_q8_1_scalar(int64_t n, const void *vw, const void *vx)
     return sum;
 }
 
+
+#if FG_HAVE_X86
+/* ---- AVX2 ---- */
+
+/* Bit-exact with the scalar reference: q * d, then + m (no FMA). */
+FG_TARGET_AVX2 static void dequantize_row_q4_1_avx2(const void *vx, float *y, int64_t n) {
+    const block_q4_1 *x = vx;
+    for (int64_t i = 0; i < n / QK4_1; i++) {
+        const __m256 d = _mm256_set1_ps(fg_f16(x[i].d)), m = _mm256_set1_ps(fg_f16(x[i].m));
+        __m256 q[4];
+        fg_nibbles_ps(x[i].qs, q);
+        for (int k = 0; k < 4; k++) {
+            _mm256_storeu_ps(y + i * QK4_1 + 8 * k, _mm256_add_ps(_mm256_mul_ps(q[k], d), m));
+        }
+    }
+}
+
+/* R rows of q4_1 . q8_1: sum_j (d q_j + m) dx x_j = d dx sum(q x) + m (dx sum x) = d dx dot + m s. */
+FG_INLINE_AVX2 void q4_1_rows_avx2(const int R, int64_t nb, const char *w, size_t stride, const void *vx, float *y) {
+    const block_q8_1 *x = vx;
+    __m256 acc[4];
+    __m128 accm[4]; /* lane 1 collects m * s */
+    for (int r = 0; r < R; r++) acc[r] = _mm256_setzero_ps(), accm[r] = _mm_setzero_ps();
+    for (int64_t i = 0; i < nb; i++) {
+        const __m256i xq = _mm256_loadu_si256((const __m256i *)x[i].qs);
+        const __m128 xds = fg_f16_pair(&x[i].d); /* [dx, sx] */
+        for (int r = 0; r < R; r++) {
+            const block_q4_1 *b = (const block_q4_1 *)(w + r * stride) + i;
+            const __m128 ds = _mm_mul_ps(fg_f16_pair(&b->d), xds); /* [d dx, m s] */
+            const __m256 p = _mm256_cvtepi32_ps(fg_dot_u8s8_256(fg_nibbles_256(b->qs), xq));
+            acc[r] = _mm256_fmadd_ps(p, _mm256_broadcastss_ps(ds), acc[r]);
+            accm[r] = _mm_add_ps(accm[r], ds);
+        }
+    }
+    for (int r = 0; r < R; r++) y[r] = fg_hsum_256(acc[r]) + _mm_cvtss_f32(_mm_movehdup_ps(accm[r]));
+}
+FG_DOT_FROM_ROWS(vec_dot_q4_1_q8_1_avx2, FG_TARGET_AVX2, q4_1_rows_avx2, QK4_1)
+FG_GEMV_FROM_ROWS(gemv_q4_1_q8_1_avx2, FG_TARGET_AVX2, q4_1_rows_avx2, QK4_1)
+
+/* ---- AVX-512: two blocks per zmm ---- */
+#define Q4_1_ROWS_512(NAME, TARGET, DOT)                                                                    \
+    static inline __attribute__((always_inline)) TARGET void NAME(const int R, int64_t nb, const char *w,    \
+                                                                  size_t stride, const void *vx, float *y) { \
+        const block_q8_1 *x = vx;                                                                           \
+        __m512 acc[4];                                                                                      \
+        __m128 accm[4]; /* lanes 1, 3 collect m * s of the two blocks */                                    \
+        for (int r = 0; r < R; r++) acc[r] = _mm512_setzero_ps(), accm[r] = _mm_setzero_ps();              \
+        int64_t i = 0;                                                                                      \
+        for (; i + 2 <= nb; i += 2) {                                                                       \
+            const __m512i xq = fg_q8_pair_nib_512(x[i].qs, x[i + 1].qs);                                         \
+            const __m128 xds = fg_f16_pairs(&x[i].d, &x[i + 1].d); /* [dx0 sx0 dx1 sx1] */                            \
+            for (int r = 0; r < R; r++) {                                                                   \
+                const block_q4_1 *b = (const block_q4_1 *)(w + r * stride) + i;                             \
+                const __m128 ds = _mm_mul_ps(fg_f16_pairs(&b[0].d, &b[1].d), xds);                \
+                const __m512 p = _mm512_cvtepi32_ps(DOT(fg_nibbles_512(b[0].qs, b[1].qs), xq));             \
+                acc[r] = _mm512_fmadd_ps(p, fg_spread2_nib_512(ds), acc[r]);                                    \
+                accm[r] = _mm_add_ps(accm[r], ds);                                                          \
+            }                                                                                               \
+        }                                                                                                   \
+        for (int r = 0; r < R; r++) {                                                                       \
+            const __m128 m = _mm_movehdup_ps(accm[r]);                                                      \
+            float s = fg_hsum_512(acc[r]) + _mm_cvtss_f32(_mm_add_ss(m, _mm_movehl_ps(m, m)));               \
+            if (i < nb) s += vec_dot_q4_1_q8_1_scalar(QK4_1, (const block_q4_1 *)(w + r * stride) + i, x + i); \
+            y[r] = s;                                                                                       \
+        }                                                                                                   \
+    }
+Q4_1_ROWS_512(q4_1_rows_avx512, FG_TARGET_AVX512, FG_DOT_U8S8_512_BW)
+Q4_1_ROWS_512(q4_1_rows_avx512vnni, FG_TARGET_AVX512_VNNI, FG_DOT_U8S8_512_VNNI)
+FG_DOT_FROM_ROWS(vec_dot_q4_1_q8_1_avx512, FG_TARGET_AVX512, q4_1_rows_avx512, QK4_1)
+FG_GEMV_FROM_ROWS(gemv_q4_1_q8_1_avx512, FG_TARGET_AVX512, q4_1_rows_avx512, QK4_1)
+FG_DOT_FROM_ROWS(vec_dot_q4_1_q8_1_avx512vnni, FG_TARGET_AVX512_VNNI, q4_1_rows_avx512vnni, QK4_1)
+FG_GEMV_FROM_ROWS(gemv_q4_1_q8_1_avx512vnni, FG_TARGET_AVX512_VNNI, q4_1_rows_avx512vnni, QK4_1)
+#endif /* FG_HAVE_X86 */
+
+#if FG_HAVE_NEON
+/* ---- NEON: nibbles 0..15 fit int8, so the signed dot applies directly ---- */
+#define Q4_1_ROWS_NEON(NAME, TARGET, DOT)                                                                   \
+    static inline __attribute__((always_inline)) TARGET void NAME(const int R, int64_t nb, const char *w,    \
+                                                                  size_t stride, const void *vx, float *y) { \
+        const block_q8_1 *x = vx;                                                                           \
+        float32x4_t acc[4];                                                                                 \
+        float accm[4];                                                                                      \
+        for (int r = 0; r < R; r++) acc[r] = vdupq_n_f32(0.0f), accm[r] = 0.0f;                             \
+        for (int64_t i = 0; i < nb; i++) {                                                                  \
+            const int8x16_t x0 = vld1q_s8(x[i].qs), x1 = vld1q_s8(x[i].qs + 16);                            \
+            const float dx = fg_fp16_to_fp32(x[i].d), sx = fg_fp16_to_fp32(x[i].s);                         \
+            for (int r = 0; r < R; r++) {                                                                   \
+                const block_q4_1 *b = (const block_q4_1 *)(w + r * stride) + i;                             \
+                const uint8x16_t q = vld1q_u8(b->qs);                                                       \
+                int32x4_t s = DOT(vdupq_n_s32(0), vreinterpretq_s8_u8(vandq_u8(q, vdupq_n_u8(0x0f))), x0);  \
+                s = DOT(s, vreinterpretq_s8_u8(vshrq_n_u8(q, 4)), x1);                                      \
+                acc[r] = vfmaq_n_f32(acc[r], vcvtq_f32_s32(s), fg_fp16_to_fp32(b->d) * dx);                 \
+                accm[r] += fg_fp16_to_fp32(b->m) * sx;                                                      \
+            }                                                                                               \
+        }                                                                                                   \
+        for (int r = 0; r < R; r++) y[r] = vaddvq_f32(acc[r]) + accm[r];                                    \
+    }
+#define FG_NO_TARGET
+Q4_1_ROWS_NEON(q4_1_rows_neon, FG_NO_TARGET, fg_dot_s8_emul)
+Q4_1_ROWS_NEON(q4_1_rows_neondp, FG_TARGET_DOTPROD, vdotq_s32)
+FG_DOT_FROM_ROWS(vec_dot_q4_1_q8_1_neon, FG_NO_TARGET, q4_1_rows_neon, QK4_1)
+FG_GEMV_FROM_ROWS(gemv_q4_1_q8_1_neon, FG_NO_TARGET, q4_1_rows_neon, QK4_1)
+FG_DOT_FROM_ROWS(vec_dot_q4_1_q8_1_neondp, FG_TARGET_DOTPROD, q4_1_rows_neondp, QK4_1)
+FG_GEMV_FROM_ROWS(gemv_q4_1_q8_1_neondp, FG_TARGET_DOTPROD, q4_1_rows_neondp, QK4_1)
+#endif /* FG_HAVE_NEON */
+
 const fg_type_kernels fg_q4_1_kernels[FG_ISA_COUNT] = {
     [FG_ISA_SCALAR] = {quantize_row_q4_1_scalar, dequantize_row_q4_1_scalar, vec_dot_q4_1_q8_1_scalar, NULL},
+#if FG_HAVE_X86
+    [FG_ISA_AVX2] = {NULL, dequantize_row_q4_1_avx2, vec_dot_q4_1_q8_1_avx2, gemv_q4_1_q8_1_avx2},
+    [FG_ISA_AVX512] = {NULL, dequantize_row_q4_1_avx2, vec_dot_q4_1_q8_1_avx512, gemv_q4_1_q8_1_avx512},
+#endif
+#if FG_HAVE_NEON
+    [FG_ISA_NEON] = {NULL, NULL, vec_dot_q4_1_q8_1_neon, gemv_q4_1_q8_1_neon},
+#endif
+};
+
+const fg_type_kernels fg_q4_1_kernels_ext[FG_ISA_COUNT] = {
+#if FG_HAVE_X86
+    [FG_ISA_AVX512] = {NULL, NULL, vec_dot_q4_1_q8_1_avx512vnni, gemv_q4_1_q8_1_avx512vnni},
+#endif
+#if FG_HAVE_NEON
+    [FG_ISA_NEON] = {NULL, NULL, vec_dot_q4_1_q8_1_neondp, gemv_q4_1_q8_1_neondp},
+#endif
 };

@@ -1,6 +1,6 @@
 /* Q8_0 (weights and activations) and Q8_1 (activations for Q4_1 weights): 32 int8 per block. */
-#include "fg_blocks.h"
-#include "fg_kernels.h"
+#include <stddef.h>
+#include "fg_simd.h"
 
 /* ---- scalar reference ---- */
 
@@ -63,10 +63,221 @@ static void dequantize_row_q8_1_scalar(const void *vx, float *y, int64_t n) {
     }
 }
 
+
+#if FG_HAVE_X86
+/* ---- AVX2 ---- */
+
+/* One block of 32 floats -> 32 int8 exactly as the scalar reference (same d, same roundf); returns d and
+ * the 8 lane sums of the quantized values (for q8_1's s). */
+FG_INLINE_AVX2 float q8_block_avx2(const float *x, int8_t *qs, __m256i *isum) {
+    const __m256 sign = _mm256_set1_ps(-0.0f);
+    __m256 v[4], amax = _mm256_setzero_ps();
+    for (int k = 0; k < 4; k++) {
+        v[k] = _mm256_loadu_ps(x + 8 * k);
+        amax = _mm256_max_ps(amax, _mm256_andnot_ps(sign, v[k]));
+    }
+    const float d = fg_hmax_256(amax) / 127.0f;
+    const __m256 id = _mm256_set1_ps(d != 0.0f ? 1.0f / d : 0.0f);
+    __m256i q[4];
+    for (int k = 0; k < 4; k++) q[k] = _mm256_cvtps_epi32(fg_roundf_256(_mm256_mul_ps(v[k], id)));
+    *isum = _mm256_add_epi32(_mm256_add_epi32(q[0], q[1]), _mm256_add_epi32(q[2], q[3]));
+    /* (32 x int32) -> 32 x int8 in element order */
+    __m256i p = _mm256_packs_epi16(_mm256_packs_epi32(q[0], q[1]), _mm256_packs_epi32(q[2], q[3]));
+    p = _mm256_permutevar8x32_epi32(p, _mm256_setr_epi32(0, 4, 1, 5, 2, 6, 3, 7));
+    _mm256_storeu_si256((__m256i *)qs, p);
+    return d;
+}
+
+FG_TARGET_AVX2 static void quantize_row_q8_0_avx2(const float *x, void *vy, int64_t n) {
+    block_q8_0 *y = vy;
+    __m256i isum;
+    for (int64_t i = 0; i < n / QK8_0; i++) y[i].d = fg_fp32_to_fp16(q8_block_avx2(x + i * QK8_0, y[i].qs, &isum));
+}
+
+FG_TARGET_AVX2 static void quantize_row_q8_1_avx2(const float *x, void *vy, int64_t n) {
+    block_q8_1 *y = vy;
+    __m256i isum;
+    for (int64_t i = 0; i < n / QK8_1; i++) {
+        const float d = q8_block_avx2(x + i * QK8_1, y[i].qs, &isum);
+        y[i].d = fg_fp32_to_fp16(d);
+        y[i].s = fg_fp32_to_fp16((float)fg_hsum_256i(isum) * d);
+    }
+}
+
+/* q8_0 and q8_1 share the qs layout; only the block stride differs. */
+FG_INLINE_AVX2 void dequantize_q8_avx2(const uint8_t *blk, size_t bsize, size_t qoff, float *y, int64_t nb) {
+    for (int64_t i = 0; i < nb; i++, blk += bsize) {
+        uint16_t h;
+        memcpy(&h, blk, 2);
+        const __m256 d = _mm256_set1_ps(fg_f16(h));
+        for (int k = 0; k < 4; k++) {
+            __m256i q = _mm256_cvtepi8_epi32(_mm_loadl_epi64((const __m128i *)(blk + qoff + 8 * k)));
+            _mm256_storeu_ps(y + i * 32 + 8 * k, _mm256_mul_ps(_mm256_cvtepi32_ps(q), d));
+        }
+    }
+}
+
+FG_TARGET_AVX2 static void dequantize_row_q8_0_avx2(const void *x, float *y, int64_t n) {
+    dequantize_q8_avx2(x, sizeof(block_q8_0), offsetof(block_q8_0, qs), y, n / QK8_0);
+}
+
+FG_TARGET_AVX2 static void dequantize_row_q8_1_avx2(const void *x, float *y, int64_t n) {
+    dequantize_q8_avx2(x, sizeof(block_q8_1), offsetof(block_q8_1, qs), y, n / QK8_1);
+}
+
+/* R rows of q8_0 weights . q8_0 activation: sign trick (|x| as u8, w with x's sign), 8 int32 per block. */
+FG_INLINE_AVX2 void q8_0_rows_avx2(const int R, int64_t nb, const char *w, size_t stride, const void *vx, float *y) {
+    const block_q8_0 *x = vx;
+    __m256 acc[4];
+    for (int r = 0; r < R; r++) acc[r] = _mm256_setzero_ps();
+    for (int64_t i = 0; i < nb; i++) {
+        const __m256i xq = _mm256_loadu_si256((const __m256i *)x[i].qs);
+        const __m256i ax = _mm256_sign_epi8(xq, xq);
+        const float dx = fg_f16(x[i].d);
+        for (int r = 0; r < R; r++) {
+            const block_q8_0 *b = (const block_q8_0 *)(w + r * stride) + i;
+            const __m256i sw = _mm256_sign_epi8(_mm256_loadu_si256((const __m256i *)b->qs), xq);
+            const __m256 p = _mm256_cvtepi32_ps(fg_dot_u8s8_256(ax, sw));
+            acc[r] = _mm256_fmadd_ps(p, _mm256_set1_ps(fg_f16(b->d) * dx), acc[r]);
+        }
+    }
+    for (int r = 0; r < R; r++) y[r] = fg_hsum_256(acc[r]);
+}
+FG_DOT_FROM_ROWS(vec_dot_q8_0_q8_0_avx2, FG_TARGET_AVX2, q8_0_rows_avx2, QK8_0)
+FG_GEMV_FROM_ROWS(gemv_q8_0_q8_0_avx2, FG_TARGET_AVX2, q8_0_rows_avx2, QK8_0)
+
+/* ---- AVX-512: two blocks per zmm; the u8.s8 dot is maddubs+madd, or one dpbusd with VNNI ---- */
+#define Q8_0_ROWS_512(NAME, TARGET, DOT)                                                                    \
+    static inline __attribute__((always_inline)) TARGET void NAME(const int R, int64_t nb, const char *w,    \
+                                                                  size_t stride, const void *vx, float *y) { \
+        const block_q8_0 *x = vx;                                                                           \
+        __m512 acc[4];                                                                                      \
+        for (int r = 0; r < R; r++) acc[r] = _mm512_setzero_ps();                                           \
+        int64_t i = 0;                                                                                      \
+        for (; i + 2 <= nb; i += 2) {                                                                       \
+            const __m512i xq = fg_load_2x256(x[i].qs, x[i + 1].qs);                                         \
+            const __m512i ax = _mm512_abs_epi8(xq);                                                         \
+            const __mmask64 neg = _mm512_movepi8_mask(xq);                                                  \
+            const __m128 dx = fg_f16_pairs(&x[i].d, &x[i + 1].d);                                           \
+            for (int r = 0; r < R; r++) {                                                                   \
+                const block_q8_0 *b = (const block_q8_0 *)(w + r * stride) + i;                             \
+                __m512i wq = fg_load_2x256(b[0].qs, b[1].qs);                                               \
+                wq = _mm512_mask_sub_epi8(wq, neg, _mm512_setzero_si512(), wq);                             \
+                const __m512 d = fg_spread2_512(_mm_mul_ps(fg_f16_pairs(&b[0].d, &b[1].d), dx));            \
+                acc[r] = _mm512_fmadd_ps(_mm512_cvtepi32_ps(DOT(ax, wq)), d, acc[r]);                       \
+            }                                                                                               \
+        }                                                                                                   \
+        for (int r = 0; r < R; r++) {                                                                       \
+            float s = fg_hsum_512(acc[r]);                                                                  \
+            if (i < nb) s += vec_dot_q8_0_q8_0_scalar(QK8_0, (const block_q8_0 *)(w + r * stride) + i, x + i); \
+            y[r] = s;                                                                                       \
+        }                                                                                                   \
+    }
+Q8_0_ROWS_512(q8_0_rows_avx512, FG_TARGET_AVX512, FG_DOT_U8S8_512_BW)
+Q8_0_ROWS_512(q8_0_rows_avx512vnni, FG_TARGET_AVX512_VNNI, FG_DOT_U8S8_512_VNNI)
+FG_DOT_FROM_ROWS(vec_dot_q8_0_q8_0_avx512, FG_TARGET_AVX512, q8_0_rows_avx512, QK8_0)
+FG_GEMV_FROM_ROWS(gemv_q8_0_q8_0_avx512, FG_TARGET_AVX512, q8_0_rows_avx512, QK8_0)
+FG_DOT_FROM_ROWS(vec_dot_q8_0_q8_0_avx512vnni, FG_TARGET_AVX512_VNNI, q8_0_rows_avx512vnni, QK8_0)
+FG_GEMV_FROM_ROWS(gemv_q8_0_q8_0_avx512vnni, FG_TARGET_AVX512_VNNI, q8_0_rows_avx512vnni, QK8_0)
+#endif /* FG_HAVE_X86 */
+
+#if FG_HAVE_NEON
+/* ---- NEON: vrndaq_f32 rounds half away from zero, exactly roundf ---- */
+
+static inline float q8_block_neon(const float *x, int8_t *qs, int *sum) {
+    float32x4_t v[8], amax = vdupq_n_f32(0.0f);
+    for (int k = 0; k < 8; k++) {
+        v[k] = vld1q_f32(x + 4 * k);
+        amax = vmaxq_f32(amax, vabsq_f32(v[k]));
+    }
+    const float d = vmaxvq_f32(amax) / 127.0f;
+    const float id = d != 0.0f ? 1.0f / d : 0.0f;
+    int32x4_t acc = vdupq_n_s32(0);
+    for (int k = 0; k < 8; k += 2) {
+        int32x4_t a = vcvtq_s32_f32(vrndaq_f32(vmulq_n_f32(v[k], id)));
+        int32x4_t b = vcvtq_s32_f32(vrndaq_f32(vmulq_n_f32(v[k + 1], id)));
+        acc = vaddq_s32(acc, vaddq_s32(a, b));
+        int16x8_t h = vcombine_s16(vmovn_s32(a), vmovn_s32(b));
+        vst1_s8(qs + 4 * k, vmovn_s16(h));
+    }
+    *sum = vaddvq_s32(acc);
+    return d;
+}
+
+static void quantize_row_q8_0_neon(const float *x, void *vy, int64_t n) {
+    block_q8_0 *y = vy;
+    int sum;
+    for (int64_t i = 0; i < n / QK8_0; i++) y[i].d = fg_fp32_to_fp16(q8_block_neon(x + i * QK8_0, y[i].qs, &sum));
+}
+
+static void quantize_row_q8_1_neon(const float *x, void *vy, int64_t n) {
+    block_q8_1 *y = vy;
+    int sum;
+    for (int64_t i = 0; i < n / QK8_1; i++) {
+        const float d = q8_block_neon(x + i * QK8_1, y[i].qs, &sum);
+        y[i].d = fg_fp32_to_fp16(d);
+        y[i].s = fg_fp32_to_fp16((float)sum * d);
+    }
+}
+
+/* R rows . q8_0: DOT(acc, a, b) is vdotq_s32 (dotprod) or the widening-multiply emulation. */
+#define Q8_0_ROWS_NEON(NAME, TARGET, DOT)                                                                   \
+    static inline __attribute__((always_inline)) TARGET void NAME(const int R, int64_t nb, const char *w,    \
+                                                                  size_t stride, const void *vx, float *y) { \
+        const block_q8_0 *x = vx;                                                                           \
+        float32x4_t acc[4];                                                                                 \
+        for (int r = 0; r < R; r++) acc[r] = vdupq_n_f32(0.0f);                                             \
+        for (int64_t i = 0; i < nb; i++) {                                                                  \
+            const int8x16_t x0 = vld1q_s8(x[i].qs), x1 = vld1q_s8(x[i].qs + 16);                            \
+            const float dx = fg_fp16_to_fp32(x[i].d);                                                       \
+            for (int r = 0; r < R; r++) {                                                                   \
+                const block_q8_0 *b = (const block_q8_0 *)(w + r * stride) + i;                             \
+                int32x4_t s = DOT(vdupq_n_s32(0), vld1q_s8(b->qs), x0);                                      \
+                s = DOT(s, vld1q_s8(b->qs + 16), x1);                                                       \
+                acc[r] = vfmaq_n_f32(acc[r], vcvtq_f32_s32(s), fg_fp16_to_fp32(b->d) * dx);                 \
+            }                                                                                               \
+        }                                                                                                   \
+        for (int r = 0; r < R; r++) y[r] = vaddvq_f32(acc[r]);                                              \
+    }
+#define FG_NO_TARGET
+Q8_0_ROWS_NEON(q8_0_rows_neon, FG_NO_TARGET, fg_dot_s8_emul)
+Q8_0_ROWS_NEON(q8_0_rows_neondp, FG_TARGET_DOTPROD, vdotq_s32)
+FG_DOT_FROM_ROWS(vec_dot_q8_0_q8_0_neon, FG_NO_TARGET, q8_0_rows_neon, QK8_0)
+FG_GEMV_FROM_ROWS(gemv_q8_0_q8_0_neon, FG_NO_TARGET, q8_0_rows_neon, QK8_0)
+FG_DOT_FROM_ROWS(vec_dot_q8_0_q8_0_neondp, FG_TARGET_DOTPROD, q8_0_rows_neondp, QK8_0)
+FG_GEMV_FROM_ROWS(gemv_q8_0_q8_0_neondp, FG_TARGET_DOTPROD, q8_0_rows_neondp, QK8_0)
+#endif /* FG_HAVE_NEON */
+
 const fg_type_kernels fg_q8_0_kernels[FG_ISA_COUNT] = {
     [FG_ISA_SCALAR] = {quantize_row_q8_0_scalar, dequantize_row_q8_0_scalar, vec_dot_q8_0_q8_0_scalar, NULL},
+#if FG_HAVE_X86
+    [FG_ISA_AVX2] = {quantize_row_q8_0_avx2, dequantize_row_q8_0_avx2, vec_dot_q8_0_q8_0_avx2, gemv_q8_0_q8_0_avx2},
+    [FG_ISA_AVX512] = {quantize_row_q8_0_avx2, dequantize_row_q8_0_avx2, vec_dot_q8_0_q8_0_avx512,
+                       gemv_q8_0_q8_0_avx512},
+#endif
+#if FG_HAVE_NEON
+    [FG_ISA_NEON] = {quantize_row_q8_0_neon, NULL, vec_dot_q8_0_q8_0_neon, gemv_q8_0_q8_0_neon},
+#endif
+};
+
+/* The same ISAs with their run-time extension (avx512: VNNI, neon: dotprod); NULL: as the base table. */
+const fg_type_kernels fg_q8_0_kernels_ext[FG_ISA_COUNT] = {
+#if FG_HAVE_X86
+    [FG_ISA_AVX512] = {NULL, NULL, vec_dot_q8_0_q8_0_avx512vnni, gemv_q8_0_q8_0_avx512vnni},
+#endif
+#if FG_HAVE_NEON
+    [FG_ISA_NEON] = {NULL, NULL, vec_dot_q8_0_q8_0_neondp, gemv_q8_0_q8_0_neondp},
+#endif
 };
 
 const fg_type_kernels fg_q8_1_kernels[FG_ISA_COUNT] = {
     [FG_ISA_SCALAR] = {quantize_row_q8_1_scalar, dequantize_row_q8_1_scalar, NULL, NULL},
+#if FG_HAVE_X86
+    [FG_ISA_AVX2] = {quantize_row_q8_1_avx2, dequantize_row_q8_1_avx2, NULL, NULL},
+    [FG_ISA_AVX512] = {quantize_row_q8_1_avx2, dequantize_row_q8_1_avx2, NULL, NULL},
+#endif
+#if FG_HAVE_NEON
+    [FG_ISA_NEON] = {quantize_row_q8_1_neon, NULL, NULL, NULL},
+#endif
 };
+const fg_type_kernels fg_q8_1_kernels_ext[FG_ISA_COUNT] = {{NULL, NULL, NULL, NULL}};

@@ -6,7 +6,7 @@ import os
 
 import numpy as np
 cimport numpy as cnp
-from libc.stdint cimport int64_t, uint8_t
+from libc.stdint cimport int64_t, uint8_t, uint64_t
 
 from fastgguf.kernels cimport *
 
@@ -14,14 +14,16 @@ cnp.import_array()
 
 SUPPORTED_TYPES = {"F32": FG_TYPE_F32, "F16": FG_TYPE_F16, "BF16": FG_TYPE_BF16, "Q4_0": FG_TYPE_Q4_0,
                    "Q4_1": FG_TYPE_Q4_1, "Q8_0": FG_TYPE_Q8_0, "Q8_1": FG_TYPE_Q8_1}
+SUPPORTED_NAMES = {v: k for k, v in SUPPORTED_TYPES.items()}
 ISAS = ("scalar", "avx2", "avx512", "neon")
 
 
 def _init():
     if fg_init() != 0:
         want = os.environ.get("FASTGGUF_ISA", "")
+        why = "is not available on this CPU" if want in ISAS else "is not a known instruction set"
         raise RuntimeError(
-            f"FASTGGUF_ISA={want!r} is not usable on this CPU: choose one of {available()} "
+            f"environment variable FASTGGUF_ISA={want!r} {why}: choose one of {available()} "
             f"(CPU features: {fg_cpu_features().decode() or 'none'})")
 
 
@@ -42,12 +44,49 @@ def cpu_features():
 def set_isa(name):
     """Force an instruction set for this module's kernels (tests, benchmarks). Returns the previous one."""
     prev = active()
+    fg_set_isa(_isa_id(name))
+    return prev
+
+
+def ext_name(isa=None):
+    """The run-time extension of an instruction set ("vnni" for avx512, "dotprod" for neon, else "")."""
+    return fg_isa_ext_name(_isa_id(active() if isa is None else isa)).decode()
+
+
+def ext_available(isa=None):
+    """Whether this CPU has the extension of `isa` (default: the active one)."""
+    return bool(fg_isa_ext_available(_isa_id(active() if isa is None else isa)))
+
+
+def ext_enabled():
+    return bool(fg_ext_enabled())
+
+
+def set_ext(on):
+    """Use (True) or avoid (False) the extension kernels (VNNI, dotprod); returns whether they are in use now.
+
+    FASTGGUF_NO_EXT=1 in the environment starts with them off."""
+    return bool(fg_set_ext(1 if on else 0))
+
+
+def active_ext():
+    """The extension the active kernels use ("vnni", "dotprod" or "")."""
+    i = fg_isa_active()
+    return fg_isa_ext_name(i).decode() if fg_ext_enabled() and fg_isa_ext_available(i) else ""
+
+
+cdef int _isa_id(name) except -1:
     i = fg_isa_from_name(str(name).encode())
     if i < 0:
         raise ValueError(f"unknown instruction set {name!r}; known: {list(ISAS)}")
-    if fg_set_isa(i) != 0:
+    if not fg_isa_available(i):
         raise ValueError(f"instruction set {name!r} is not available on this CPU; available: {available()}")
-    return prev
+    return i
+
+
+cdef const fg_type_kernels *_table(isa, int ti) except NULL:
+    """The kernels of one ISA for a type; isa=None: the active ISA. NULL entries mean the scalar reference."""
+    return fg_kernels_of(fg_isa_active() if isa is None else _isa_id(isa), ti)
 
 
 cdef int _type_id(t) except -1:
@@ -84,9 +123,11 @@ cdef _check_len(int ti, int64_t n):
         raise ValueError(f"row length {n} is not a multiple of the block size {b}")
 
 
-def quantize(x, t):
-    """Quantize float rows x (..., n) into raw blocks: uint8 (..., row_bytes)."""
+def quantize(x, t, isa=None):
+    """Quantize float rows x (..., n) into raw blocks: uint8 (..., row_bytes). isa: force an instruction set."""
     cdef int ti = _type_id(t)
+    cdef const fg_type_kernels *k = _table(isa, ti)
+    cdef fg_quantize_fn fn = k.quantize if k.quantize else fg_kernels_of(FG_ISA_SCALAR, ti).quantize
     cdef cnp.ndarray[cnp.float32_t, ndim=2] a = np.ascontiguousarray(np.asarray(x, dtype=np.float32).reshape(-1, np.shape(x)[-1]))
     cdef int64_t n = a.shape[1], rows = a.shape[0], i
     _check_len(ti, n)
@@ -94,13 +135,15 @@ def quantize(x, t):
     cdef cnp.ndarray[cnp.uint8_t, ndim=2] out = np.empty((rows, rs), dtype=np.uint8)
     with nogil:
         for i in range(rows):
-            fg_quantize_row(ti, &a[i, 0] if n else NULL, &out[i, 0] if rs else NULL, n)
+            fn(&a[i, 0] if n else NULL, &out[i, 0] if rs else NULL, n)
     return out.reshape(tuple(np.shape(x)[:-1]) + (rs,))
 
 
-def dequantize(raw, t, int64_t n):
+def dequantize(raw, t, int64_t n, isa=None):
     """Dequantize raw blocks (..., row_bytes) holding rows of n elements into float32 (..., n)."""
     cdef int ti = _type_id(t)
+    cdef const fg_type_kernels *k = _table(isa, ti)
+    cdef fg_dequantize_fn fn = k.dequantize if k.dequantize else fg_kernels_of(FG_ISA_SCALAR, ti).dequantize
     _check_len(ti, n)
     cdef size_t rs = fg_row_size(ti, n)
     r = np.ascontiguousarray(np.asarray(raw).view(np.uint8))
@@ -111,8 +154,92 @@ def dequantize(raw, t, int64_t n):
     cdef cnp.ndarray[cnp.float32_t, ndim=2] out = np.empty((rows, n), dtype=np.float32)
     with nogil:
         for i in range(rows):
-            fg_dequantize_row(ti, &a[i, 0] if rs else NULL, &out[i, 0] if n else NULL, n)
+            fn(&a[i, 0] if rs else NULL, &out[i, 0] if n else NULL, n)
     return out.reshape(tuple(r.shape[:-1]) + (n,))
+
+
+def gemv(w_raw, wtype, xq_raw, isa=None):
+    """y[r] = dot(W_r, xq) with W raw rows (rows, row_bytes) and xq an already quantized activation (raw bytes
+    of vec_dot_type(wtype)). isa=None: the dispatched fg_gemv_rows; else that ISA's gemv (or its vec_dot loop)."""
+    cdef int ti = _type_id(wtype)
+    cdef int xt = fg_vec_dot_type(ti)
+    if xt < 0:
+        raise ValueError(f"type {wtype!r} is an activation-only type")
+    w = np.asarray(w_raw)
+    if w.ndim != 2:
+        raise ValueError(f"weights must be 2-D raw rows, got shape {w.shape}")
+    w = np.ascontiguousarray(w.view(np.uint8) if w.dtype != np.uint8 else w)
+    xb = np.ascontiguousarray(np.asarray(xq_raw).view(np.uint8).reshape(-1))
+    cdef int64_t n = xb.shape[0] // fg_type_size(xt) * fg_blck_size(xt)
+    if <size_t>xb.shape[0] != fg_row_size(xt, n) or n == 0:
+        raise ValueError(f"activation is {xb.shape[0]} bytes, not a row of {SUPPORTED_NAMES[xt]}")
+    cdef size_t rs = fg_row_size(ti, n)
+    if <size_t>w.shape[1] != rs:
+        raise ValueError(f"weight rows are {w.shape[1]} bytes, expected {rs} for {n} elements")
+    cdef const uint8_t[:, ::1] wv = w
+    cdef const uint8_t[::1] xv = xb
+    cdef int64_t rows = wv.shape[0], r
+    cdef cnp.ndarray[cnp.float32_t, ndim=1] y = np.empty(rows, dtype=np.float32)
+    if rows == 0:
+        return y
+    cdef const fg_type_kernels *k
+    cdef fg_vec_dot_fn dot
+    if isa is None:
+        with nogil:
+            fg_gemv_rows(ti, &wv[0, 0], rs, n, &xv[0], &y[0], 0, rows)
+        return y
+    k = _table(isa, ti)
+    dot = k.vec_dot if k.vec_dot else fg_kernels_of(FG_ISA_SCALAR, ti).vec_dot
+    with nogil:
+        if k.gemv:
+            k.gemv(n, &wv[0, 0], rs, &xv[0], &y[0], rows)
+        else:
+            for r in range(rows):
+                y[r] = dot(n, &wv[r, 0], &xv[0])
+    return y
+
+
+def vec_dot(w_row, wtype, xq_raw, isa=None):
+    """One weight row (raw bytes) . a quantized activation (raw bytes) with the vec_dot kernel of `isa`."""
+    cdef int ti = _type_id(wtype)
+    w = np.asarray(w_row).view(np.uint8).reshape(1, -1)
+    if isa is None:
+        return float(gemv(w, ti, xq_raw, None)[0])
+    cdef const fg_type_kernels *k = _table(isa, ti)
+    cdef fg_vec_dot_fn dot = k.vec_dot if k.vec_dot else fg_kernels_of(FG_ISA_SCALAR, ti).vec_dot
+    y = gemv(w, ti, xq_raw, "scalar")  # validates the arguments
+    cdef const uint8_t[::1] wv = np.ascontiguousarray(w.reshape(-1))
+    cdef const uint8_t[::1] xv = np.ascontiguousarray(np.asarray(xq_raw).view(np.uint8).reshape(-1))
+    cdef int64_t n = xv.shape[0] // fg_type_size(fg_vec_dot_type(ti)) * fg_blck_size(fg_vec_dot_type(ti))
+    return float(dot(n, &wv[0], &xv[0]))
+
+
+def read_bandwidth(int64_t nbytes=1 << 29, int repeats=3):
+    """This machine's single-thread memory read bandwidth in GB/s: best of `repeats` passes over a fresh buffer
+    of nbytes (far larger than the caches), summing 64-bit words (what a GEMV over that many weight bytes must
+    at least do)."""
+    import time
+    cdef cnp.ndarray[cnp.uint64_t, ndim=1] buf = np.ones(nbytes // 8, dtype=np.uint64)
+    cdef const uint64_t *p = <const uint64_t *>buf.data
+    cdef int64_t count = buf.shape[0], i
+    cdef uint64_t s0, s1, s2, s3
+    best = 0.0
+    for _ in range(repeats):
+        t0 = time.perf_counter()
+        with nogil:
+            s0 = s1 = s2 = s3 = 0
+            i = 0
+            while i + 4 <= count:
+                s0 += p[i]
+                s1 += p[i + 1]
+                s2 += p[i + 2]
+                s3 += p[i + 3]
+                i += 4
+        dt = time.perf_counter() - t0
+        if s0 + s1 + s2 + s3 != <uint64_t>(count - count % 4):
+            raise RuntimeError("bandwidth loop miscounted")
+        best = max(best, count * 8 / dt / 1e9)
+    return best
 
 
 def matmul(w_raw, wtype, x, int n_threads=0):

@@ -280,7 +280,7 @@ def _scan_scalar(buf, pos: int, count: int, end: int, out: list) -> int:
             n, = unpack(buf, pos)
             push(pos)
             pos += 8 + n
-    except struct.error:        # a header past the end of the buffer
+    except (struct.error, OverflowError):       # a header past the end of the buffer
         return end + 1
     return pos
 
@@ -558,6 +558,8 @@ class GGUFFile:
         types = {}      # key -> (value type, element type or None, value offset, count[, header positions])
         for i in range(n_kv):
             key = c.name(f"metadata key #{i}")
+            if not key:
+                raise GGUFError(f"metadata key #{i}: empty key")
             if key in metadata:
                 raise GGUFError(f"metadata key {key!r}: duplicate key")
             vtype = c.u32(f"metadata {key!r}: value type")
@@ -585,6 +587,8 @@ class GGUFFile:
             name = None
             try:
                 nlen, = u64(mm, pos)
+                if not nlen:
+                    raise GGUFError(f"tensor #{i}: empty name")
                 if nlen >= GGML_MAX_NAME:
                     raise GGUFError(f"tensor #{i}: name of {nlen} bytes {mm[pos + 8:pos + 8 + 64]!r}..., "
                                     f"the limit is {GGML_MAX_NAME - 1}")
@@ -601,7 +605,7 @@ class GGUFFile:
                 pos += 4 + 8 * n_dims
                 type_id, offset = tail(mm, pos)
                 pos += 12
-            except struct.error:
+            except (struct.error, OverflowError):
                 what = f"tensor #{i}" + (f" ({name!r})" if name is not None else "")
                 raise GGUFError(f"{what}: descriptor truncated at offset {pos} (file is {size} bytes)") from None
             if len(raw) < nlen:

@@ -40,6 +40,11 @@ cdef extern from "fg_kernels.h" nogil:
     int fg_isa_from_name(const char *name)
     const char *fg_cpu_features()
 
+    int fg_isa_ext_available(int isa)
+    const char *fg_isa_ext_name(int isa)
+    int fg_ext_enabled()
+    int fg_set_ext(int on)
+
     void fg_quantize_row(int type, const float *x, void *y, int64_t n)
     void fg_dequantize_row(int type, const void *x, float *y, int64_t n)
     float fg_vec_dot(int wtype, int64_t n, const void *w, const void *xq)

@@ -1,0 +1,51 @@
+#!/usr/bin/env bash
+# Kernel checks outside Python (called by .ci/run):
+#   (a) tests/c/test_kernels.c under AddressSanitizer + UBSan with gcc, on this machine's ISAs;
+#   (b) the NEON kernels cross-compiled for aarch64 and run under qemu-user: with dotprod (qemu's default CPU,
+#       the test also runs the emulation path by switching the extension off) and on a CPU without dotprod,
+#       plus a build with dotprod enabled at compile time (-march=armv8.2-a+dotprod).
+# Exits nonzero on any failure; skips (b) loudly, exit 0, only when its tools cannot be installed.
+set -euo pipefail
+cd "$(dirname "$0")/.."
+
+# Only the files the kernels need: other csrc/ files (ops, forward, sampling) are not part of this test.
+SRCS="tests/c/test_kernels.c csrc/fg_cpu.c csrc/fg_dispatch.c csrc/fg_quant_float.c csrc/fg_quant_q4_0.c
+      csrc/fg_quant_q4_1.c csrc/fg_quant_q8.c"
+CFLAGS="-std=gnu11 -ffp-contract=off -Wall -Wno-unused-function -Icsrc"
+OUT=$(mktemp -d)
+trap 'rm -rf "$OUT"' EXIT
+
+run_test() { # name, command...: runs it, demands the closing line with 0 failed
+    local name=$1; shift
+    echo "== $name"
+    local log="$OUT/$name.log"
+    if ! "$@" >"$log" 2>&1; then cat "$log"; echo "FAILED: $name"; exit 1; fi
+    grep -v '^FAIL' "$log" | tail -n 6
+    grep -Eq '^kernels: [0-9]+ passed, 0 failed$' "$log" || { echo "FAILED: $name (no clean summary)"; exit 1; }
+}
+
+# (a) sanitizers
+gcc $CFLAGS -fsanitize=address,undefined -fno-sanitize-recover=all -fno-omit-frame-pointer -g -O1 \
+    $SRCS -lm -o "$OUT/test_kernels_asan"
+run_test asan-ubsan "$OUT/test_kernels_asan"
+
+# (b) NEON under qemu
+need_install=0
+command -v aarch64-linux-gnu-gcc >/dev/null || need_install=1
+command -v qemu-aarch64 >/dev/null || need_install=1
+if [ $need_install = 1 ]; then
+    SUDO=""; [ "$(id -u)" = 0 ] || SUDO="sudo"
+    if ! { $SUDO apt-get update -qq && $SUDO apt-get install -y -qq gcc-aarch64-linux-gnu qemu-user; } >"$OUT/apt.log" 2>&1; then
+        tail -n 5 "$OUT/apt.log"
+        echo "!!!!! SKIPPED: NEON kernels NOT tested (apt could not install gcc-aarch64-linux-gnu / qemu-user) !!!!!"
+        exit 0
+    fi
+fi
+aarch64-linux-gnu-gcc $CFLAGS -O2 -static $SRCS -lm -o "$OUT/test_kernels_arm"
+run_test neon-dotprod qemu-aarch64 "$OUT/test_kernels_arm"
+grep -q '^neon+dotprod: ok' "$OUT/neon-dotprod.log" || { echo "FAILED: dotprod path not exercised"; exit 1; }
+run_test neon-no-dotprod-cpu qemu-aarch64 -cpu cortex-a57 "$OUT/test_kernels_arm"
+grep -q '^neon+dotprod' "$OUT/neon-no-dotprod-cpu.log" && { echo "FAILED: dotprod used on a CPU without it"; exit 1; }
+aarch64-linux-gnu-gcc $CFLAGS -O2 -static -march=armv8.2-a+dotprod $SRCS -lm -o "$OUT/test_kernels_arm_dp"
+run_test neon-march-dotprod qemu-aarch64 "$OUT/test_kernels_arm_dp"
+echo "kernels.sh: all passed"

@@ -1,0 +1,157 @@
+/* C-level check of every SIMD kernel against the scalar reference, for each ISA this CPU runs (with and without
+ * its run-time extension: VNNI on avx512, dotprod on neon), on random data at odd sizes.
+ *
+ * Build (see .ci/kernels.sh): cc -Icsrc tests/c/test_kernels.c csrc/fg_cpu.c csrc/fg_dispatch.c
+ *                               csrc/fg_quant_float.c csrc/fg_quant_q4_0.c csrc/fg_quant_q4_1.c csrc/fg_quant_q8.c -lm
+ * Exit status 0 when everything passed; the last line reads "kernels: N passed, M failed". */
+#include <math.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "fg_kernels.h"
+
+/* Dot products may differ from the scalar reference only by float summation order: bound the difference
+ * relative to sum |w_i x_i| (exact integer block sums, so this is pure accumulation error). */
+#define DOT_RTOL 2e-5
+
+static int passed, failed;
+
+static void check(int ok, const char *what, const char *isa, int type, long n, long extra) {
+    if (ok) {
+        passed++;
+    } else {
+        failed++;
+        printf("FAIL %s isa=%s type=%d n=%ld (%ld)\n", what, isa, type, n, extra);
+    }
+}
+
+static uint64_t rng = 0x9e3779b97f4a7c15ull;
+static float frand(void) { /* uniform in [-1, 1) */
+    rng ^= rng << 13;
+    rng ^= rng >> 7;
+    rng ^= rng << 17;
+    return (float)((rng >> 40) * (1.0 / 8388608.0)) - 1.0f;
+}
+
+/* Random floats at a few scales, with ties for the rounding: in every 4th block of 32 the largest magnitude is
+ * 127 so d = 1 and the other elements k + 0.5 land exactly on roundf's half-way points. */
+static void fill(float *x, long n, int salt) {
+    for (long i = 0; i < n; i++) x[i] = frand() * (salt % 3 == 0 ? 1.0f : salt % 3 == 1 ? 30.0f : 1e-3f);
+    for (long b = 0; b + 32 <= n; b += 128) {
+        for (int j = 0; j < 32; j++) x[b + j] = (float)((int)(frand() * 120)) + (j & 1 ? 0.5f : -0.5f);
+        x[b + 5] = 127.0f;
+    }
+    if (n >= 64) memset(x + n - 32, 0, 32 * sizeof(float)); /* an all-zero block: d = 0 */
+}
+
+static const int types[] = {FG_TYPE_F32, FG_TYPE_F16, FG_TYPE_BF16, FG_TYPE_Q4_0, FG_TYPE_Q4_1, FG_TYPE_Q8_0,
+                            FG_TYPE_Q8_1};
+static const long sizes[] = {32, 64, 96, 544, 576, 608, 1536, 4128};
+static const long odd_float_sizes[] = {1, 7, 13, 33, 100, 577};
+static const long row_counts[] = {1, 2, 3, 4, 5, 17};
+
+static void test_type(int isa, const char *name, int type, long n) {
+    const fg_type_kernels *ref = fg_kernels_of(FG_ISA_SCALAR, type), *k = fg_kernels_of(isa, type);
+    const int xtype = fg_vec_dot_type(type);
+    const size_t rs = fg_row_size(type, n), pad = 64, stride = rs + pad; /* rows apart by more than a row */
+    const long maxr = 17;
+    float *x = malloc(n * sizeof(float)), *a = malloc(n * sizeof(float)), *b = malloc(n * sizeof(float));
+    float *wf = malloc(n * maxr * sizeof(float)), *y = malloc(maxr * sizeof(float));
+    unsigned char *q1 = malloc(rs + 1), *q2 = malloc(rs + 1), *w = malloc(stride * maxr);
+    fill(x, n, (int)n + type);
+
+    /* quantize and dequantize: bit-exact */
+    if (k->quantize) {
+        ref->quantize(x, q1, n);
+        k->quantize(x, q2, n);
+        check(memcmp(q1, q2, rs) == 0, "quantize", name, type, n, 0);
+    }
+    ref->quantize(x, q1, n);
+    if (k->dequantize) {
+        ref->dequantize(q1, a, n);
+        k->dequantize(q1, b, n);
+        check(memcmp(a, b, n * sizeof(float)) == 0, "dequantize", name, type, n, 0);
+    }
+
+    if (xtype >= 0) {
+        /* weights: maxr rows `stride` bytes apart, plus their dequantized values */
+        for (long r = 0; r < maxr; r++) {
+            fill(wf + r * n, n, (int)(r + 7 * n));
+            ref->quantize(wf + r * n, w + r * stride, n);
+            ref->dequantize(w + r * stride, wf + r * n, n);
+        }
+        const fg_type_kernels *xk = fg_kernels_of(FG_ISA_SCALAR, xtype);
+        unsigned char *xq = malloc(fg_row_size(xtype, n));
+        xk->quantize(x, xq, n);
+        xk->dequantize(xq, a, n);
+        double *mag = malloc(maxr * sizeof(double));
+        float *yref = malloc(maxr * sizeof(float));
+        for (long r = 0; r < maxr; r++) {
+            mag[r] = 1e-30;
+            for (long i = 0; i < n; i++) mag[r] += fabs((double)wf[r * n + i] * a[i]);
+            yref[r] = ref->vec_dot(n, w + r * stride, xq);
+        }
+        if (k->vec_dot) {
+            for (long r = 0; r < maxr; r++) {
+                float d = k->vec_dot(n, w + r * stride, xq);
+                check(fabs((double)d - yref[r]) <= DOT_RTOL * mag[r], "vec_dot", name, type, n, r);
+            }
+        }
+        if (k->gemv) {
+            for (size_t c = 0; c < sizeof(row_counts) / sizeof(row_counts[0]); c++) {
+                long nr = row_counts[c];
+                for (long r = 0; r < maxr; r++) y[r] = NAN;
+                k->gemv(n, w, stride, xq, y, nr);
+                int ok = 1;
+                for (long r = 0; r < nr; r++) ok &= fabs((double)y[r] - yref[r]) <= DOT_RTOL * mag[r];
+                for (long r = nr; r < maxr; r++) ok &= isnan(y[r]); /* nothing written past the rows */
+                check(ok, "gemv", name, type, n, nr);
+            }
+        }
+        /* the dispatched row slice, as the forward pass calls it */
+        if (fg_set_isa(isa) == 0) {
+            for (long r = 0; r < maxr; r++) y[r] = NAN;
+            fg_gemv_rows(type, w, stride, n, xq, y, 3, 16);
+            int ok = isnan(y[2]) && isnan(y[16]);
+            for (long r = 3; r < 16; r++) ok &= fabs((double)y[r] - yref[r]) <= DOT_RTOL * mag[r];
+            check(ok, "gemv_rows", name, type, n, 13);
+        }
+        free(xq);
+        free(mag);
+        free(yref);
+    }
+    free(x), free(a), free(b), free(wf), free(y), free(q1), free(q2), free(w);
+}
+
+static void test_isa(int isa, const char *name) {
+    for (size_t t = 0; t < sizeof(types) / sizeof(types[0]); t++) {
+        for (size_t s = 0; s < sizeof(sizes) / sizeof(sizes[0]); s++) test_type(isa, name, types[t], sizes[s]);
+        if (fg_blck_size(types[t]) == 1)
+            for (size_t s = 0; s < sizeof(odd_float_sizes) / sizeof(odd_float_sizes[0]); s++)
+                test_type(isa, name, types[t], odd_float_sizes[s]);
+    }
+}
+
+int main(void) {
+    fg_init();
+    printf("cpu: %s\n", fg_cpu_features());
+    for (int isa = 1; isa < FG_ISA_COUNT; isa++) {
+        if (!fg_isa_available(isa)) continue;
+        char name[32];
+        if (fg_isa_ext_available(isa)) {
+            fg_set_ext(1);
+            snprintf(name, sizeof name, "%s+%s", fg_isa_name(isa), fg_isa_ext_name(isa));
+            int before = failed;
+            test_isa(isa, name);
+            printf("%s: %s\n", name, failed == before ? "ok" : "FAILED");
+            fg_set_ext(0);
+        }
+        int before = failed;
+        test_isa(isa, fg_isa_name(isa));
+        printf("%s: %s\n", fg_isa_name(isa), failed == before ? "ok" : "FAILED");
+        fg_set_ext(1);
+    }
+    printf("kernels: %d passed, %d failed\n", passed, failed);
+    return failed != 0;
+}

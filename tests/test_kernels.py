@@ -1,0 +1,246 @@
+"""The C kernels (fastgguf.kernels) on every instruction set this CPU runs, against the scalar reference and
+against gguf-py (an independent implementation of the same formats)."""
+import os
+import subprocess
+import sys
+
+import numpy as np
+import pytest
+from gguf import GGMLQuantizationType as GT
+from gguf import quants as gq
+
+from fastgguf import kernels
+
+ISAS = kernels.available()
+WEIGHT_TYPES = ["Q4_0", "Q4_1", "Q8_0", "F16", "BF16", "F32"]
+BLOCK_LENGTHS = [32, 96, 544, 576, 608, 1536 + 32]
+FLOAT_ONLY_LENGTHS = [1, 7, 33, 100]
+ROW_COUNTS = [1, 3, 17, 33]
+
+# Dot products differ between ISAs only by float summation order (block integer sums are exact): bound the
+# difference by DOT_RTOL * sum_i |w_i x_i|.
+DOT_RTOL = 2e-5
+# Against float64 numpy on the same dequantized operands, the float32 accumulation error is of the same kind.
+MATMUL_RTOL = 5e-5
+# Q4_1 . Q8_1 uses the activation block sum s = fp16(d * sum q) (as ggml does): each block's m * s term carries
+# up to half an fp16 ulp of relative error against the exact sum.
+FP16_RTOL = 2.0 ** -11
+
+
+def _variants():
+    """(isa, use_extension) pairs: every ISA, and its VNNI/dotprod variant separately where the CPU has one."""
+    out = []
+    for isa in ISAS:
+        out.append((isa, False))
+        if kernels.ext_available(isa):
+            out.append((isa, True))
+    return out
+
+
+@pytest.fixture(params=_variants(), ids=lambda v: v[0] + ("+" + kernels.ext_name(v[0]) if v[1] else ""))
+def isa(request):
+    name, ext = request.param
+    prev_ext = kernels.ext_enabled()
+    kernels.set_ext(ext)
+    yield name
+    kernels.set_ext(prev_ext)
+
+
+def _data(shape, seed, scale=1.0):
+    rng = np.random.default_rng(seed)
+    x = (rng.standard_normal(shape) * scale).astype(np.float32)
+    flat = x.reshape(-1)
+    if flat.size >= 64:  # an all-zero block (d = 0) and a block of exact rounding ties (d = 1, x = k + 0.5)
+        flat[-32:] = 0
+        flat[:32] = np.round(rng.uniform(-100, 100, 32)) + 0.5
+        flat[5] = 127.0
+    return x
+
+
+def _lengths(t):
+    return BLOCK_LENGTHS + (FLOAT_ONLY_LENGTHS if kernels.block_size(t) == 1 else [])
+
+
+def _gguf_bytes(x, t):
+    return np.ascontiguousarray(gq.quantize(x, GT[t])).view(np.uint8).reshape(x.shape[0], -1)
+
+
+def _roundf(v):
+    """C roundf: half away from zero."""
+    t = np.trunc(v)
+    return np.where(np.abs(v - t) >= 0.5, t + np.sign(v), t)
+
+
+def _q8_1_reference(x):
+    """Q8_1 blocks from numpy (gguf-py has no Q8_1 quantizer): d = amax / 127, q = roundf(x / d), s = d * sum q."""
+    b = x.reshape(-1, 32)
+    d = (np.abs(b).max(axis=1) / np.float32(127)).astype(np.float32)
+    inv = np.where(d != 0, np.float32(1) / np.where(d != 0, d, 1), 0).astype(np.float32)
+    q = _roundf(b * inv[:, None]).astype(np.int8)
+    s = (q.astype(np.int32).sum(axis=1).astype(np.float32) * d).astype(np.float16)
+    out = np.zeros((b.shape[0], 36), dtype=np.uint8)
+    out[:, 0:2] = d.astype(np.float16).view(np.uint8).reshape(-1, 2)
+    out[:, 2:4] = s.view(np.uint8).reshape(-1, 2)
+    out[:, 4:] = q.view(np.uint8)
+    return out.reshape(-1)
+
+
+# ---------------------------------------------------------------- quantize / dequantize: exact
+
+
+@pytest.mark.parametrize("t", WEIGHT_TYPES + ["Q8_1"])
+def test_quantize_exact(isa, t):
+    for n in _lengths(t):
+        x = _data((3, n), n)
+        got = kernels.quantize(x, t, isa=isa)
+        assert np.array_equal(got, kernels.quantize(x, t, isa="scalar")), (t, n)
+        if t == "Q8_1":
+            for row in range(3):
+                assert np.array_equal(got[row], _q8_1_reference(x[row])), (t, n, row)
+        else:
+            assert np.array_equal(got, _gguf_bytes(x, t)), (t, n)
+
+
+@pytest.mark.parametrize("t", WEIGHT_TYPES + ["Q8_1"])
+def test_dequantize_exact(isa, t):
+    for n in _lengths(t):
+        raw = kernels.quantize(_data((3, n), n + 1, scale=3.0), t, isa="scalar")
+        got = kernels.dequantize(raw, t, n, isa=isa)
+        ref = kernels.dequantize(raw, t, n, isa="scalar")
+        assert got.dtype == np.float32 and got.shape == (3, n)
+        assert np.array_equal(got.view(np.uint32), ref.view(np.uint32)), (t, n)
+        if t != "Q8_1":
+            assert np.array_equal(got, gq.dequantize(raw.view(np.uint8), GT[t]).reshape(3, n)), (t, n)
+
+
+def test_quantize_shapes():
+    x = _data((2, 3, 64), 0)
+    raw = kernels.quantize(x, "Q4_0")
+    assert raw.shape == (2, 3, 36) and raw.dtype == np.uint8
+    assert kernels.dequantize(raw, "Q4_0", 64).shape == (2, 3, 64)
+
+
+# ---------------------------------------------------------------- dot products
+
+
+def _q4_1_sum_term(w, xq):
+    """sum over blocks of |m_w * s_x| per weight row (the term FP16_RTOL applies to); 0 for other types."""
+    m = np.ascontiguousarray(w.reshape(w.shape[0], -1, 20)[:, :, 2:4]).view(np.float16)[..., 0].astype(np.float64)
+    sx = np.ascontiguousarray(xq.reshape(-1, 36)[:, 2:4]).view(np.float16)[:, 0].astype(np.float64)
+    return np.abs(m) @ np.abs(sx)
+
+
+def _oracle_bound(t, w, xq, wf, xf):
+    bound = MATMUL_RTOL * (np.abs(wf) @ np.abs(xf)) + 1e-30
+    return bound + FP16_RTOL * _q4_1_sum_term(w, xq) if t == "Q4_1" else bound
+
+
+def _operands(t, n, rows, seed):
+    w = kernels.quantize(_data((rows, n), seed), t, isa="scalar")
+    xt = kernels.vec_dot_type(t)
+    xq = kernels.quantize(_data((n,), seed + 1), xt, isa="scalar")
+    wf = kernels.dequantize(w, t, n, isa="scalar").astype(np.float64)
+    xf = kernels.dequantize(xq, xt, n, isa="scalar").astype(np.float64)
+    return w, xq, wf, xf
+
+
+@pytest.mark.parametrize("t", WEIGHT_TYPES)
+def test_gemv_and_vec_dot(isa, t):
+    for n in _lengths(t):
+        for rows in ROW_COUNTS:
+            w, xq, wf, xf = _operands(t, n, rows, seed=n * 100 + rows)
+            bound = DOT_RTOL * (np.abs(wf) @ np.abs(xf)) + 1e-30
+            ref = kernels.gemv(w, t, xq, isa="scalar")
+            got = kernels.gemv(w, t, xq, isa=isa)
+            assert np.all(np.abs(got - ref) <= bound), (t, n, rows)
+            assert np.all(np.abs(got - wf @ xf) <= _oracle_bound(t, w, xq, wf, xf)), (t, n, rows)
+            for r in (0, rows - 1):
+                assert abs(kernels.vec_dot(w[r], t, xq, isa=isa) - ref[r]) <= bound[r], (t, n, r)
+
+
+@pytest.mark.parametrize("t", WEIGHT_TYPES)
+def test_matmul_vs_numpy(isa, t):
+    prev = kernels.set_isa(isa)
+    try:
+        for n, rows, m in [(32, 1, 1), (576, 33, 1), (544, 17, 3), (1536 + 32, 3, 2)]:
+            w = kernels.quantize(_data((rows, n), n), t)
+            x = _data((m, n), n + 7)
+            xt = kernels.vec_dot_type(t)
+            xq = kernels.quantize(x, xt)
+            xf = kernels.dequantize(xq, xt, n).astype(np.float64)
+            wf = kernels.dequantize(w, t, n).astype(np.float64)
+            got = kernels.matmul(w, t, x)
+            assert got.shape == (m, rows) and got.dtype == np.float32
+            for i in range(m):
+                bound = _oracle_bound(t, w, xq[i], wf, xf[i])
+                assert np.all(np.abs(got[i] - wf @ xf[i]) <= bound), (t, n, rows, m, i)
+            assert np.array_equal(kernels.matmul(w, t, x[0]), got[0])  # 1-D activation
+            assert np.array_equal(kernels.matmul(w, t, x, n_threads=2), kernels.matmul(w, t, x, n_threads=1))
+    finally:
+        kernels.set_isa(prev)
+
+
+# ---------------------------------------------------------------- API and errors
+
+
+def test_available_and_active():
+    assert ISAS[0] == "scalar" and kernels.active() in ISAS
+    assert set(ISAS) <= set(kernels.ISAS)
+    prev = kernels.set_isa("scalar")
+    try:
+        assert kernels.active() == "scalar" and kernels.active_ext() == ""
+    finally:
+        kernels.set_isa(prev)
+    assert kernels.active() == prev
+
+
+def test_bad_arguments():
+    x = np.zeros((2, 64), np.float32)
+    with pytest.raises(ValueError, match="unknown instruction set"):
+        kernels.set_isa("sse9")
+    with pytest.raises(ValueError, match="not available"):
+        kernels.set_isa([i for i in kernels.ISAS if i not in ISAS][0])
+    with pytest.raises(ValueError, match="unsupported type"):
+        kernels.quantize(x, "Q5_K")
+    with pytest.raises(ValueError, match="unsupported ggml type id"):
+        kernels.quantize(x, 12345)
+    with pytest.raises(ValueError, match="multiple of the block size"):
+        kernels.quantize(np.zeros(40, np.float32), "Q4_0")
+    with pytest.raises(ValueError, match="expected 36"):
+        kernels.dequantize(np.zeros((1, 35), np.uint8), "Q4_0", 64)
+    w = kernels.quantize(x, "Q4_1")
+    with pytest.raises(ValueError, match="expected"):
+        kernels.matmul(w, "Q4_1", np.zeros(96, np.float32))
+    with pytest.raises(ValueError, match="activation-only"):
+        kernels.gemv(w, "Q8_1", kernels.quantize(x[0], "Q8_1"))
+    with pytest.raises(ValueError, match="activation"):
+        kernels.gemv(w, "Q4_1", np.zeros(35, np.uint8))
+    with pytest.raises(ValueError, match="unknown instruction set"):
+        kernels.quantize(x, "Q8_0", isa="bogus")
+
+
+def _run_env(env_extra, code):
+    env = dict(os.environ, **env_extra)
+    return subprocess.run([sys.executable, "-c", code], env=env, capture_output=True, text=True, timeout=60)
+
+
+def test_env_forces_scalar():
+    r = _run_env({"FASTGGUF_ISA": "scalar"}, "from fastgguf import kernels; print(kernels.active())")
+    assert r.returncode == 0, r.stderr
+    assert r.stdout.strip() == "scalar"
+
+
+def test_env_bogus_isa_fails_at_import():
+    r = _run_env({"FASTGGUF_ISA": "bogus"}, "import fastgguf.kernels")
+    assert r.returncode != 0
+    assert "FASTGGUF_ISA='bogus'" in r.stderr and "not a known instruction set" in r.stderr
+
+
+def test_env_no_ext():
+    r = _run_env({"FASTGGUF_NO_EXT": "1"}, "from fastgguf import kernels; print(repr(kernels.active_ext()))")
+    assert r.returncode == 0, r.stderr
+    assert r.stdout.strip() == "''"
+
+
+def test_read_bandwidth_positive():
+    assert kernels.read_bandwidth(1 << 22, repeats=1) > 0.1
