@@ -192,3 +192,77 @@ def test_context_reuse_keeps_common_prefix():
     assert r4.usage.cached_tokens == 0 and ctx.tokens == list(b"otherHi!")
     r5 = generate(m, "other", context=ctx, **GREEDY)  # the same prompt: its last token is evaluated again
     assert r5.usage.cached_tokens == 4 and r5.text == "Hi!"
+
+
+# ---- the real decode loop (Cython generate_ids over the Runner) on the default model ----
+
+@pytest.fixture(scope="module")
+def model(default_model_path):
+    from fastgguf.model import Model
+    return Model(default_model_path)
+
+
+class PythonLoopContext:
+    """A real Context seen without its Runner: generate() then uses its Python reference decode loop."""
+
+    def __init__(self, ctx):
+        self._ctx = ctx
+        self.runner = None
+
+    n_ctx = property(lambda self: self._ctx.n_ctx)
+    n_past = property(lambda self: self._ctx.n_past)
+
+    def eval(self, ids, all_logits=False):
+        return self._ctx.eval(ids, all_logits)
+
+    def reset(self):
+        self._ctx.reset()
+
+    def rewind(self, n):
+        self._ctx.rewind(n)
+
+
+def test_real_greedy_completion(model):
+    r = generate(model, "The capital of France is", max_tokens=4, temperature=0)
+    assert r.text.startswith(" Paris")
+    assert r.finish_reason == "length" and r.usage.completion_tokens == 4
+    assert r.usage.prompt_tokens == len(model.tokenize("The capital of France is"))
+    assert r.timings.generation_tokens_per_second > 0 and r.timings.prompt_tokens_per_second > 0
+
+
+def test_real_cython_loop_matches_python_loop(model):
+    kw = dict(max_tokens=8, temperature=0.9, top_k=40, top_p=0.95, min_p=0.05, repeat_penalty=1.1, seed=42)
+    a = generate(model, "Once upon a time", context=model.context(n_ctx=64), **kw)
+    b = generate(model, "Once upon a time", context=PythonLoopContext(model.context(n_ctx=64)), **kw)
+    assert a.token_ids == b.token_ids and a.text == b.text
+    s = generate(model, "Once upon a time", context=model.context(n_ctx=64), stream=True, **kw)
+    assert "".join(s) == a.text and s.finish_reason == a.finish_reason and s.token_ids == a.token_ids
+
+
+def test_real_generate_ids_direct(model):
+    from fastgguf._sampling import Sampler, generate_ids
+    ctx = model.context(n_ctx=16)
+    ids = model.tokenize("The capital of France is")
+    logits = ctx.eval(ids)
+    out = list(generate_ids(ctx.runner, Sampler(temperature=0), 3, model.tokenizer.eog_ids, logits=logits))
+    assert len(out) == 3 and out[0] == int(np.argmax(logits))
+    assert ctx.n_past == len(ids) + 2  # the last token is sampled, not run
+    # the context fills up: generation ends early instead of failing
+    out = list(generate_ids(ctx.runner, Sampler(temperature=0), 100, [], token=out[-1]))
+    assert ctx.n_past == 16 and len(out) == 16 - (len(ids) + 2)
+    with pytest.raises(ValueError):
+        next(generate_ids(ctx.runner, Sampler(), 3, []))  # neither logits nor token
+
+
+def test_real_stop_string_and_context_reuse(model):
+    ctx = model.context(n_ctx=64)
+    r = generate(model, "The capital of France is", max_tokens=6, temperature=0, stop="ris", context=ctx)
+    assert r.text == " Pa" and r.finish_reason == "stop"
+    r2 = generate(model, "The capital of France is", max_tokens=2, temperature=0, context=ctx)
+    assert r2.usage.cached_tokens == r2.usage.prompt_tokens - 1 and r2.text.startswith(" Paris")
+
+
+def test_real_chat(model):
+    r = model.chat([{"role": "user", "content": "What is 2+2?"}], max_tokens=12, temperature=0)
+    assert "4" in r.text
+    assert r.usage.prompt_tokens > 20  # the template's default system prompt is there
