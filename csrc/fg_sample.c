@@ -312,11 +312,13 @@ static int32_t choose(fg_sampler *s, const float *logits, int32_t n) {
         m = fg_top_k(logits, n, k, s->cand);
         if (m == 0) return FG_SAMPLE_NO_CANDIDATE;
         mx = s->cand[0].logit;
+        if (mx == INFINITY) return s->cand[0].id; /* a +inf logit wins outright (exp would give NaN) */
         z = 0.0;
         for (int32_t i = 0; i < m; i++) z += exp((double)(s->cand[i].logit - mx));
     } else {
         mx = max_of(logits, n);
         if (!(mx > -INFINITY)) return FG_SAMPLE_NO_CANDIDATE;
+        if (mx == INFINITY) return fg_argmax(logits, n);
         if (s->top_p >= 1.0f && s->min_p <= 0.0f) {
             /* no truncation: draw straight from the whole vocabulary, no sort */
             double sum = 0.0;

@@ -18,6 +18,7 @@ cnp.import_array()
 
 NO_CANDIDATE = FG_SAMPLE_NO_CANDIDATE
 NO_MEMORY = FG_SAMPLE_NO_MEMORY
+MAX_TOKEN_ID = (1 << 24) - 1  # without n_vocab, the largest id accepted
 
 
 def _real(name, value, lo=None, hi=None, lo_open=False):
@@ -51,8 +52,8 @@ def _token_id(name, value, n_vocab):
     v = _int(name, value, 0)
     if n_vocab is not None and v >= n_vocab:
         raise ValueError(f"{name}: token id {v} is out of range for a vocabulary of {n_vocab}")
-    if v > 0x7FFFFFFF:
-        raise ValueError(f"{name}: token id {v} is too large")
+    if n_vocab is None and v > MAX_TOKEN_ID:  # the history keeps per-id counters: bound them
+        raise ValueError(f"{name}: token id {v} is too large (> {MAX_TOKEN_ID}; give the Sampler n_vocab)")
     return v
 
 
@@ -92,6 +93,8 @@ cdef class Sampler:
     def __init__(self, temperature=0.8, top_k=40, top_p=0.95, min_p=0.05, repeat_penalty=1.0, repeat_last_n=64,
                  frequency_penalty=0.0, presence_penalty=0.0, logit_bias=None, seed=None, n_vocab=None):
         self.n_vocab = None if n_vocab is None else _int("n_vocab", n_vocab, 1)
+        if self.n_vocab is not None and self.n_vocab > 0x7FFFFFFF:
+            raise ValueError(f"n_vocab {self.n_vocab} is too large")
         self.s.temperature = _real("temperature", temperature, 0.0)
         self.s.top_k = min(_int("top_k", top_k, 0), 0x7FFFFFFF)
         self.s.top_p = _real("top_p", top_p, 0.0, 1.0, lo_open=True)

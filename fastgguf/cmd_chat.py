@@ -21,6 +21,17 @@ def register(subparsers) -> None:
     p.set_defaults(func=run)
 
 
+def fit_history(model, system, history, user, budget):
+    """Drop the oldest exchanges until the rendered conversation is at most `budget` tokens (room is left for the
+    reply). Returns (history, number of messages dropped)."""
+    from fastgguf.chat import chat_prompt_ids
+    dropped = 0
+    while history and len(chat_prompt_ids(model, system + history + [user])) > budget:
+        history = history[2:]
+        dropped += 2
+    return history, dropped
+
+
 def run(args) -> int:
     from fastgguf.chat import chat
     try:
@@ -50,8 +61,12 @@ def run(args) -> int:
             continue
         if not text.strip():
             continue
-        messages = system + history + [{"role": "user", "content": text}]
         try:
+            history, dropped = fit_history(model, system, history, {"role": "user", "content": text},
+                                           ctx.n_ctx - min(args.max_tokens, ctx.n_ctx // 2))
+            if dropped:
+                print(f"(context full: forgot the {dropped} oldest messages)", file=sys.stderr)
+            messages = system + history + [{"role": "user", "content": text}]
             stream = chat(model, messages, stream=True, context=ctx, **kw)
             for piece in stream:
                 sys.stdout.write(piece)

@@ -59,7 +59,8 @@ def make_context(model, args):
 
 def speed_line(stream) -> str:
     u, t = stream.usage, stream.timings
-    return (f"prompt: {u.prompt_tokens} tokens, {t.prompt_tokens_per_second:.1f} tok/s | "
+    cached = f" ({u.cached_tokens} cached)" if u.cached_tokens else ""
+    return (f"prompt: {u.prompt_tokens} tokens{cached}, {t.prompt_tokens_per_second:.1f} tok/s | "
             f"generation: {u.completion_tokens} tokens, {t.generation_tokens_per_second:.1f} tok/s | "
             f"finish: {stream.finish_reason}")
 

@@ -42,3 +42,15 @@ def test_chat_reads_turns_until_exit(model_args, capsys, monkeypatch):
     rc = main(["chat", *model_args, "--temp", "0", "-n", "12", "--ctx", "256"])
     out, err = capsys.readouterr()
     assert rc == 0 and "4" in out and "not read" not in out
+
+
+def test_chat_history_is_trimmed_to_fit():
+    from fastgguf.cmd_chat import fit_history
+    from gen_fakes import FakeModel
+    m = FakeModel("", chat_template="{% for m in messages %}{{ m.content }}{% endfor %}")
+    hist = [{"role": "user", "content": "a" * 10}, {"role": "assistant", "content": "b" * 10},
+            {"role": "user", "content": "c" * 10}, {"role": "assistant", "content": "d" * 10}]
+    user = {"role": "user", "content": "e" * 5}
+    assert fit_history(m, [], hist, user, 100) == (hist, 0)
+    assert fit_history(m, [], hist, user, 30) == (hist[2:], 2)
+    assert fit_history(m, [], hist, user, 3) == ([], 4)

@@ -199,3 +199,18 @@ def test_repr_and_properties():
     s = Sampler(temperature=0.7, top_k=20, top_p=0.9, min_p=0.1, seed=3)
     assert (s.top_k, s.seed) == (20, 3) and abs(s.temperature - 0.7) < 1e-6
     assert "top_k=20" in repr(s)
+
+
+def test_infinite_and_nan_logits():
+    x = np.array([0.0, np.inf, 1.0, np.nan, np.inf], dtype=np.float32)
+    for kw in (dict(), dict(top_k=0), dict(top_k=0, top_p=1.0, min_p=0.0), dict(top_k=0, min_p=0.0)):
+        assert Sampler(seed=1, **kw).sample(x) == 1
+    x = np.array([np.nan, 1.0, np.nan, 1.0], dtype=np.float32)
+    for kw in (dict(), dict(top_k=0), dict(top_k=0, top_p=1.0, min_p=0.0), dict(temperature=0)):
+        assert support(Sampler(seed=1, **{"temperature": 1.0, **kw}), x, 100) <= {1, 3}
+
+
+def test_huge_token_id_needs_n_vocab():
+    with pytest.raises(ValueError, match="too large"):
+        Sampler().accept(1 << 30)
+    Sampler(n_vocab=1 << 25).accept((1 << 25) - 1)
