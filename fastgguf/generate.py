@@ -242,7 +242,7 @@ def generate(model, prompt, *, max_tokens=256, temperature=0.8, top_k=40, top_p=
         max_tokens = context.n_ctx - n_prompt + 1
 
     def run(st):
-        guard = getattr(context, "_guard", None)
+        lock = getattr(context, "_lock", None)  # Context's one-thread-at-a-time lock, taken around each step
         # prompt: reuse the cached common prefix, evaluate the rest (at least one token, for its logits)
         cached = _CTX_TOKENS.get(context)
         keep = 0
@@ -281,9 +281,14 @@ def generate(model, prompt, *, max_tokens=256, temperature=0.8, top_k=40, top_p=
         t = time.perf_counter()
         try:
             while True:
-                if guard is not None:
-                    with guard():
+                if lock is not None:
+                    if not lock.acquire(blocking=False):
+                        raise RuntimeError("this Context is being used by another thread; use one Context per "
+                                           "thread")
+                    try:
                         tok = next(id_iter, None)
+                    finally:
+                        lock.release()
                 else:
                     tok = next(id_iter, None)
                 if tok is None:

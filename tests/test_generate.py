@@ -266,3 +266,15 @@ def test_real_chat(model):
     r = model.chat([{"role": "user", "content": "What is 2+2?"}], max_tokens=12, temperature=0)
     assert "4" in r.text
     assert r.usage.prompt_tokens > 20  # the template's default system prompt is there
+
+
+def test_real_context_used_by_another_thread_raises(model):
+    ctx = model.context(n_ctx=32)
+    s = generate(model, "Hello", max_tokens=4, temperature=0, context=ctx, stream=True)
+    next(s)
+    ctx._lock.acquire()  # as if another thread were running it
+    try:
+        with pytest.raises(RuntimeError, match="another thread"):
+            list(s)
+    finally:
+        ctx._lock.release()
