@@ -125,12 +125,13 @@ def render_template(template, messages, *, add_generation_prompt=True, bos_token
 
 
 def _special_text(tokenizer, tid):
+    """The vocabulary text of a special token ("<|im_start|>"), as HF's bos_token/eos_token."""
     if tid is None or tid < 0:
         return ""
-    try:
-        return tokenizer.token_to_piece(tid).decode("utf-8", "replace")
-    except Exception:
-        return ""
+    token_text = getattr(tokenizer, "token_text", None)
+    if token_text is not None:
+        return token_text(tid)
+    return tokenizer.token_to_piece(tid).decode("utf-8", "replace")
 
 
 def apply_chat_template(model_or_tokenizer, messages, *, add_generation_prompt=True, template=None, **extra):

@@ -107,3 +107,17 @@ def test_chat_fallback_stops_at_im_end_text():
     assert r.text == "Hello" and r.finish_reason == "stop"
     s = chat(m, [{"role": "user", "content": "yo"}], temperature=0.0, stream=True, stop="zz")
     assert "".join(s) == "Hello"
+
+
+def test_real_tokenizer_special_tokens(default_model_path, smol_template):
+    from fastgguf.gguf import GGUFFile
+    from fastgguf.tokenizer import Tokenizer
+    with GGUFFile(default_model_path) as f:
+        tok = Tokenizer.from_metadata(f.metadata)
+    assert tok.chat_template == smol_template
+    msgs = [{"role": "user", "content": "Hi"}]
+    assert apply_chat_template(tok, msgs, template="{{ bos_token }}x{{ eos_token }}") == "<|im_start|>x<|im_end|>"
+    ids = chat_prompt_ids(tok, msgs)
+    # SmolLM2 adds no BOS of its own; the template's markers are single special tokens
+    assert ids[0] == tok.bos_id == 1 and ids.count(1) == 3 and ids.count(2) == 2
+    assert ids == tok.encode(apply_chat_template(tok, msgs), add_special=False, parse_special=True)
