@@ -1,0 +1,115 @@
+"""A second oracle: a plain float64 numpy forward pass of a llama GGUF model, independent of fastgguf (weights read
+and dequantized by gguf-py, llama.cpp's own Python package). Slow and obvious on purpose.
+
+Differences from fastgguf/llama.cpp are expected: they quantize activations to Q8 before each matmul; this does not.
+"""
+import numpy as np
+import gguf
+from gguf.quants import dequantize
+
+
+class Oracle:
+    def __init__(self, path):
+        r = gguf.GGUFReader(path)
+        md = {k: f.contents() for k, f in r.fields.items() if not k.startswith("tokenizer.")}
+        a = md["general.architecture"]
+        self.arch = a
+        self.n_embd = md[f"{a}.embedding_length"]
+        self.n_layer = md[f"{a}.block_count"]
+        self.n_head = md[f"{a}.attention.head_count"]
+        self.n_head_kv = md.get(f"{a}.attention.head_count_kv", self.n_head)
+        self.head_dim = md.get(f"{a}.attention.key_length", self.n_embd // self.n_head)
+        self.n_rot = md.get(f"{a}.rope.dimension_count", self.head_dim)
+        self.eps = md.get(f"{a}.attention.layer_norm_rms_epsilon", 1e-5)
+        self.base = md.get(f"{a}.rope.freq_base", 10000.0)
+        scale_type = md.get(f"{a}.rope.scaling.type", "none")
+        factor = md.get(f"{a}.rope.scaling.factor", 0.0)
+        self.freq_scale = 1.0 / factor if scale_type == "linear" and factor else 1.0
+        self.neox = a in ("qwen2", "qwen3")
+        # name -> float64 array in numpy order (rows, cols)
+        self.w = {t.name: dequantize(t.data, t.tensor_type).astype(np.float64).reshape(tuple(int(d) for d in t.shape[::-1]))
+                  for t in r.tensors}
+        if "output.weight" not in self.w:
+            self.w["output.weight"] = self.w["token_embd.weight"]
+
+    def rmsnorm(self, x, w):
+        return x / np.sqrt(np.mean(x * x, axis=-1, keepdims=True) + self.eps) * w
+
+    def rope(self, x, pos):
+        """x: (n, heads, head_dim); rotate the first n_rot dims."""
+        half = self.n_rot // 2
+        i = np.arange(half)
+        inv = self.base ** (-2.0 * i / self.n_rot) * self.freq_scale
+        if "rope_freqs.weight" in self.w:
+            inv = inv / self.w["rope_freqs.weight"]
+        th = pos[:, None] * inv[None, :]                        # (n, half)
+        c, s = np.cos(th)[:, None, :], np.sin(th)[:, None, :]
+        x = x.copy()
+        if self.neox:
+            a, b = x[..., :half].copy(), x[..., half:self.n_rot].copy()
+            x[..., :half], x[..., half:self.n_rot] = a * c - b * s, a * s + b * c
+        else:
+            a, b = x[..., 0:self.n_rot:2].copy(), x[..., 1:self.n_rot:2].copy()
+            x[..., 0:self.n_rot:2], x[..., 1:self.n_rot:2] = a * c - b * s, a * s + b * c
+        return x
+
+    def forward(self, ids):
+        """Logits (len(ids), n_vocab) float64 of ids at positions 0.. (causal)."""
+        W = self.w
+        ids = np.asarray(ids)
+        n, hd, H, KVH = len(ids), self.head_dim, self.n_head, self.n_head_kv
+        pos = np.arange(n, dtype=np.float64)
+        x = W["token_embd.weight"][ids]
+        mask = np.triu(np.full((n, n), -np.inf), 1)
+        for l in range(self.n_layer):
+            p = f"blk.{l}."
+            h = self.rmsnorm(x, W[p + "attn_norm.weight"])
+            q = h @ W[p + "attn_q.weight"].T + W.get(p + "attn_q.bias", 0)
+            k = h @ W[p + "attn_k.weight"].T + W.get(p + "attn_k.bias", 0)
+            v = h @ W[p + "attn_v.weight"].T + W.get(p + "attn_v.bias", 0)
+            q = self.rope(q.reshape(n, H, hd), pos)
+            k = self.rope(k.reshape(n, KVH, hd), pos)
+            v = v.reshape(n, KVH, hd)
+            rep = H // KVH
+            att = np.empty((n, H, hd))
+            for hh in range(H):
+                g = hh // rep
+                s = q[:, hh, :] @ k[:, g, :].T / np.sqrt(hd) + mask
+                s = np.exp(s - s.max(axis=1, keepdims=True))
+                s /= s.sum(axis=1, keepdims=True)
+                att[:, hh, :] = s @ v[:, g, :]
+            x = x + att.reshape(n, H * hd) @ W[p + "attn_output.weight"].T
+            h = self.rmsnorm(x, W[p + "ffn_norm.weight"])
+            gt = h @ W[p + "ffn_gate.weight"].T
+            up = h @ W[p + "ffn_up.weight"].T
+            x = x + (gt / (1 + np.exp(-gt)) * up) @ W[p + "ffn_down.weight"].T
+        return self.rmsnorm(x, W["output_norm.weight"]) @ W["output.weight"].T
+
+
+def make_reference(model_path, ref_path, out_path):
+    """The oracle's logits at llama.cpp's reference positions (tests/data/smollm2-q4_1-oracle.json)."""
+    import json
+    o = Oracle(model_path)
+    ref = json.load(open(ref_path))
+    out = {"model_file": ref["model_file"], "engine": "tests/oracle.py (float64 numpy, weights dequantized by gguf-py)",
+           "results": []}
+    for r in ref["results"]:
+        lo = o.forward(r["prompt_ids"] + r["greedy_ids"])
+        pos = []
+        for p in r["positions"]:
+            row = lo[p["pos"]]
+            top = np.argsort(-row)[:10]
+            pos.append({"pos": p["pos"], "top_ids": [int(i) for i in top], "top_logits": [round(float(row[i]), 5) for i in top],
+                        "ref_ids_logits": [round(float(row[i]), 5) for i in p["top_ids"]]})
+        out["results"].append({"prompt": r["prompt"], "positions": pos})
+    with open(out_path, "w") as f:
+        json.dump(out, f, separators=(",", ":"))
+
+
+if __name__ == "__main__":
+    import os
+    import sys
+    here = os.path.dirname(os.path.abspath(__file__))
+    make_reference(sys.argv[1] if len(sys.argv) > 1 else os.path.expanduser("~/.cache/fastgguf/SmolLM2-135M-Instruct.Q4_1.gguf"),
+                   os.path.join(here, "data", "smollm2-q4_1-logits.json"),
+                   os.path.join(here, "data", "smollm2-q4_1-oracle.json"))

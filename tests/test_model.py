@@ -1,0 +1,299 @@
+"""The forward pass (fastgguf.model, fastgguf._runner, csrc/fg_forward.c): fidelity against llama.cpp's reference
+logits and a float64 numpy oracle, KV-cache consistency, threads, errors."""
+import json
+import os
+import threading
+import warnings
+
+import numpy as np
+import pytest
+
+gguf = pytest.importorskip("gguf")
+
+from fastgguf.gguf import GGUFError  # noqa: E402
+from fastgguf.model import Context, Model  # noqa: E402
+
+HERE = os.path.dirname(os.path.abspath(__file__))
+REF = os.path.join(HERE, "data", "smollm2-q4_1-logits.json")        # llama.cpp (see its README in shared/reference)
+ORACLE = os.path.join(HERE, "data", "smollm2-q4_1-oracle.json")     # tests/oracle.py at the same positions
+
+TOP1_GAP = 0.3       # top-1 must agree wherever the reference's top two are further apart than this
+MEDIAN_TOL = 0.15    # median |logit diff| over the reference's top-10 ids, all prompts and positions
+
+
+@pytest.fixture(scope="module")
+def model(default_model_path):
+    return Model(default_model_path, n_threads=2)
+
+
+@pytest.fixture(scope="module")
+def reference():
+    with open(REF) as f:
+        return json.load(f)["results"]
+
+
+@pytest.fixture(scope="module")
+def oracle_ref():
+    with open(ORACLE) as f:
+        return json.load(f)["results"]
+
+
+@pytest.fixture(scope="module")
+def teacher_forced(model, reference):
+    """fastgguf's logits over prompt + greedy ids, in one batch, per reference prompt."""
+    out = []
+    for r in reference:
+        ctx = model.context(64)
+        out.append(ctx.eval(r["prompt_ids"] + r["greedy_ids"], all_logits=True))
+    return out
+
+
+def test_hparams(model):
+    hp = model.hparams
+    assert (hp.arch, hp.n_embd, hp.n_layer, hp.n_head, hp.n_head_kv, hp.head_dim, hp.n_ff, hp.n_vocab) == \
+        ("llama", 576, 30, 9, 3, 64, 1536, 49152)
+    assert hp.rope_base == 100000.0 and not hp.rope_neox and hp.n_ctx_train == 8192
+
+
+def test_fidelity_vs_llama_cpp(teacher_forced, reference, oracle_ref):
+    diffs = []
+    for lg, r, o in zip(teacher_forced, reference, oracle_ref):
+        assert lg.shape == (len(r["prompt_ids"]) + len(r["greedy_ids"]), 49152)
+        for p, op in zip(r["positions"], o["positions"]):
+            row, ids, ref = lg[p["pos"]], p["top_ids"], np.array(p["top_logits"])
+            diffs.append(np.abs(row[ids] - ref))
+            top1 = int(np.argmax(row))
+            if ref[0] - ref[1] > TOP1_GAP and top1 != ids[0]:
+                # Only acceptable where the float64 oracle agrees with fastgguf: llama.cpp (F16 flash attention)
+                # is then the one that moved. Happens once in this reference (chat prompt, pos 22).
+                assert top1 == op["top_ids"][0], (r["prompt"], p["pos"], top1, ids[:2], ref[:2])
+    d = np.concatenate(diffs)
+    assert np.median(d) <= MEDIAN_TOL, np.median(d)
+    assert np.percentile(d, 99) <= 1.0
+
+
+def test_fidelity_vs_oracle(teacher_forced, reference, oracle_ref):
+    diffs, agree, n = [], 0, 0
+    for lg, r, o in zip(teacher_forced, reference, oracle_ref):
+        for p in o["positions"]:
+            row, ids = lg[p["pos"]], p["top_ids"]
+            diffs.append(np.abs(row[ids] - np.array(p["top_logits"])))
+            if p["top_logits"][0] - p["top_logits"][1] > TOP1_GAP:
+                n += 1
+                agree += int(np.argmax(row)) == ids[0]
+    d = np.concatenate(diffs)
+    assert np.median(d) <= 0.2 and np.percentile(d, 99) <= 1.2, (np.median(d), np.percentile(d, 99))
+    assert agree == n
+
+
+def test_oracle_reproduces(default_model_path, reference, oracle_ref, teacher_forced):
+    """The stored oracle numbers come from tests/oracle.py (run live on the shortest prompt)."""
+    from oracle import Oracle
+    i = min(range(len(reference)), key=lambda j: len(reference[j]["prompt_ids"]))
+    r, o = reference[i], oracle_ref[i]
+    lo = Oracle(default_model_path).forward(r["prompt_ids"] + r["greedy_ids"])
+    for p in o["positions"]:
+        np.testing.assert_allclose(lo[p["pos"], p["top_ids"]], p["top_logits"], atol=2e-4)
+    lg = teacher_forced[i]
+    d = np.abs(lg[r["positions"][0]["pos"]:] - lo[r["positions"][0]["pos"]:])  # every vocab entry
+    assert np.median(d) < 0.25 and np.percentile(d, 99) < 1.5
+
+
+def test_decode_equals_full_recompute(model, reference, teacher_forced):
+    r = reference[1]
+    ids = r["prompt_ids"] + r["greedy_ids"][:12]
+    ctx = model.context(64)
+    steps = [ctx.runner.step_py(t) for t in ids]
+    full = teacher_forced[1][:len(ids)]
+    assert ctx.n_past == len(ids)
+    np.testing.assert_allclose(np.array(steps), full, atol=2e-3, rtol=0)
+
+
+def test_batched_prompt_equals_chunks(model, reference):
+    r = reference[2]
+    ids = r["prompt_ids"] + r["greedy_ids"][:10]
+    a = model.context(32).eval(ids, all_logits=True)
+    c = model.context(32)
+    parts = [c.eval(ids[:7], all_logits=True), c.eval(ids[7:8], all_logits=True), c.eval(ids[8:], all_logits=True)]
+    np.testing.assert_allclose(np.concatenate(parts), a, atol=2e-3, rtol=0)
+    # the internal chunking of long prompts (n_batch) gives the same logits
+    from fastgguf._runner import Runner
+    small = Runner(model.weights, 32, 2, 5)
+    np.testing.assert_allclose(small.eval(np.array(ids), True), a, atol=2e-3, rtol=0)
+    # last-token logits equal the last row of all_logits
+    np.testing.assert_array_equal(model.context(32).eval(ids), a[-1])
+
+
+def test_threads_give_same_logits(model, reference):
+    ids = reference[0]["prompt_ids"] + reference[0]["greedy_ids"][:6]
+    res = []
+    for nth in (1, 2, 3):
+        ctx = model.context(32, n_threads=nth)
+        res.append((ctx.eval(ids[:-2], all_logits=True), ctx.runner.step_py(ids[-2]), ctx.runner.step_py(ids[-1])))
+    for other in res[1:]:
+        for x, y in zip(res[0], other):
+            np.testing.assert_array_equal(x, y)
+
+
+def test_two_contexts_in_two_threads(model, reference):
+    seqs = [r["prompt_ids"] + r["greedy_ids"][:8] for r in reference[:2]]
+    expected = [model.context(32).eval(s, all_logits=True) for s in seqs]
+    got = [None, None]
+
+    def work(i):
+        ctx = model.context(32, n_threads=1)
+        out = [ctx.eval(seqs[i][:4], all_logits=True)]
+        out += [ctx.eval([t], all_logits=True) for t in seqs[i][4:]]
+        got[i] = np.concatenate(out)
+
+    ts = [threading.Thread(target=work, args=(i,)) for i in range(2)]
+    for t in ts:
+        t.start()
+    for t in ts:
+        t.join()
+    for e, g in zip(expected, got):
+        np.testing.assert_allclose(g, e, atol=2e-3, rtol=0)
+
+
+def test_context_used_by_two_threads_is_an_error(model):
+    ctx = model.context(16)
+    ctx._lock.acquire()   # as if another thread were inside eval
+    try:
+        with pytest.raises(RuntimeError, match="another thread"):
+            ctx.eval([1, 2])
+    finally:
+        ctx._lock.release()
+    ctx.eval([1, 2])
+
+
+def test_context_limits_and_errors(model):
+    ctx = model.context(8)
+    with pytest.raises(ValueError, match=r"9 tokens at position 0 .*n_ctx=8"):
+        ctx.eval(list(range(1, 10)))
+    assert ctx.n_past == 0
+    ctx.eval([1, 2, 3, 4, 5, 6])
+    with pytest.raises(ValueError, match=r"3 tokens at position 6"):
+        ctx.eval([1, 2, 3])
+    assert ctx.runner.step_py(7) is not None and ctx.runner.step_py(8) is not None
+    assert ctx.runner.step_py(9) is None and ctx.n_past == 8        # full: step reports -1, nothing changes
+    for bad in ([49152], [-1], [3, 1 << 40]):
+        with pytest.raises(ValueError, match="out of range"):
+            model.context(8).eval(bad)
+    with pytest.raises(ValueError):
+        ctx.eval([])
+    with pytest.raises(ValueError, match="integers"):
+        ctx.eval([1.5])
+    ctx.rewind(2)
+    assert ctx.n_past == 2
+    ctx.reset()
+    assert ctx.n_past == 0
+    with pytest.raises(ValueError):
+        model.context(0)
+    with pytest.warns(RuntimeWarning, match="training context 8192"):
+        big = Context(model, n_ctx=8193)
+    assert big.n_ctx == 8193
+
+
+def test_rewind_then_continue_matches(model, reference):
+    ids = reference[0]["prompt_ids"] + reference[0]["greedy_ids"][:6]
+    ctx = model.context(32)
+    full = ctx.eval(ids, all_logits=True)
+    ctx.rewind(5)
+    np.testing.assert_allclose(ctx.eval(ids[5:], all_logits=True), full[5:], atol=2e-3, rtol=0)
+
+
+# ---- a tiny synthetic llama (F32 weights: fastgguf must match the float64 oracle almost exactly) ----
+
+def make_tiny(path, *, arch="llama", tied=True, bias=False, rope_freqs=False, scale_linear=None, extra=None,
+              wtype=None, seed=0):
+    rng = np.random.default_rng(seed)
+    E, L, H, KVH, F, V, hd = 64, 2, 4, 2, 96, 100, 16
+    w = gguf.GGUFWriter(str(path), arch)
+    w.add_block_count(L)
+    w.add_context_length(128)
+    w.add_embedding_length(E)
+    w.add_feed_forward_length(F)
+    w.add_head_count(H)
+    w.add_head_count_kv(KVH)
+    w.add_rope_freq_base(10000.0)
+    w.add_layer_norm_rms_eps(1e-5)
+    w.add_rope_dimension_count(hd)
+    if scale_linear:
+        w.add_rope_scaling_type(gguf.RopeScalingType.LINEAR)
+        w.add_rope_scaling_factor(scale_linear)
+
+    def t(name, *shape, s=0.2):
+        a = (rng.standard_normal(shape) * s).astype(np.float32)
+        if wtype is not None and len(shape) == 2 and name != "token_embd.weight":
+            w.add_tensor(name, gguf.quants.quantize(a, wtype), raw_dtype=wtype)
+        else:
+            w.add_tensor(name, a)
+
+    t("token_embd.weight", V, E, s=1.0)
+    t("output_norm.weight", E, s=1.0)
+    if not tied:
+        t("output.weight", V, E)
+    if rope_freqs:
+        w.add_tensor("rope_freqs.weight", np.linspace(1.0, 8.0, hd // 2).astype(np.float32))
+    for i in range(L):
+        p = f"blk.{i}."
+        t(p + "attn_norm.weight", E, s=1.0)
+        t(p + "attn_q.weight", H * hd, E)
+        t(p + "attn_k.weight", KVH * hd, E)
+        t(p + "attn_v.weight", KVH * hd, E)
+        if bias:
+            t(p + "attn_q.bias", H * hd)
+            t(p + "attn_k.bias", KVH * hd)
+            t(p + "attn_v.bias", KVH * hd)
+        t(p + "attn_output.weight", E, H * hd)
+        t(p + "ffn_norm.weight", E, s=1.0)
+        t(p + "ffn_gate.weight", F, E)
+        t(p + "ffn_up.weight", F, E)
+        t(p + "ffn_down.weight", E, F)
+    for name, a in (extra or {}).items():
+        w.add_tensor(name, a)
+    w.write_header_to_file()
+    w.write_kv_data_to_file()
+    w.write_tensors_to_file()
+    w.close()
+    return str(path)
+
+
+@pytest.mark.parametrize("opts", [{}, {"tied": False, "bias": True}, {"rope_freqs": True}, {"scale_linear": 4.0}])
+def test_tiny_model_matches_oracle(tmp_path, opts):
+    from oracle import Oracle
+    path = make_tiny(tmp_path / "tiny.gguf", **opts)
+    ids = [5, 17, 99, 0, 42, 42, 7, 63, 1, 2, 88, 31]
+    want = Oracle(path).forward(ids)
+    m = Model(path, n_threads=2)
+    np.testing.assert_allclose(m.context(16).eval(ids, all_logits=True), want, atol=2e-4, rtol=1e-4)
+    ctx = m.context(16)
+    steps = np.array([ctx.runner.step_py(t) for t in ids])
+    np.testing.assert_allclose(steps, want, atol=2e-4, rtol=1e-4)
+
+
+def test_tiny_quantized_model_close_to_oracle(tmp_path):
+    from oracle import Oracle
+    path = make_tiny(tmp_path / "tiny.gguf", wtype=gguf.GGMLQuantizationType.Q8_0)
+    ids = [5, 17, 99, 0, 42, 42, 7]
+    want = Oracle(path).forward(ids)
+    got = Model(path, n_threads=1).context(8).eval(ids, all_logits=True)
+    assert np.max(np.abs(got - want)) < 0.05 * np.max(np.abs(want))
+
+
+def test_unsupported_architecture(tmp_path):
+    path = make_tiny(tmp_path / "m.gguf", arch="mamba9")
+    with pytest.raises(GGUFError, match="architecture 'mamba9' is not supported"):
+        Model(path)
+
+
+def test_unsupported_tensor_type(tmp_path):
+    path = make_tiny(tmp_path / "m.gguf", wtype=gguf.GGMLQuantizationType.Q5_0)
+    with pytest.raises(GGUFError, match="type Q5_0"):
+        Model(path)
+
+
+def test_unknown_tensor(tmp_path):
+    path = make_tiny(tmp_path / "m.gguf", extra={"blk.0.mystery.weight": np.zeros(4, np.float32)})
+    with pytest.raises(GGUFError, match="blk.0.mystery.weight"):
+        Model(path)
