@@ -20,11 +20,18 @@ Facts (regexes, defaults, special-token rules) follow llama.cpp's src/llama-voca
   so the results do not depend on the Python or ``regex`` Unicode version.
 - Special tokens (CONTROL / USER_DEFINED / UNKNOWN types) are cut out of the text before tokenization, longest
   first. With ``parse_special=False`` only USER_DEFINED tokens are recognised (llama.cpp and HF do the same).
-- ``decode(ids, skip_special=True)``: concatenates :meth:`token_to_piece` bytes (CONTROL and UNKNOWN tokens render
-  as nothing unless ``skip_special=False``; USER_DEFINED tokens always render as their text), removes the leading
-  space of the first piece when the vocabulary adds a space prefix (so ``decode(encode(s)) == s`` for SPM), and
-  decodes UTF-8 with replacement characters. llama.cpp's optional "clean spaces" pass is not applied, so decode
-  equals the concatenation of the streamed pieces.
+- ``eog_ids``: as llama.cpp collects them: EOS, EOT, EOM, FIM pad/repo/sep, and every token whose text is one of
+  <|eot_id|>, <|im_end|>, <|end|>, <end_of_turn>, <|endoftext|>, </s>, <|return|>, ... (with llama.cpp's
+  exceptions for gpt-oss' <|end|> and Gemma 4's </s>).
+- ``token_to_piece(id, special=False)``: llama_token_to_piece: CONTROL and UNKNOWN tokens give b"" unless
+  ``special``; USER_DEFINED tokens give their text; BPE pieces map back through the GPT-2 byte table; SPM pieces
+  turn U+2581 into spaces and <0xXX> into the byte.
+- ``decode(ids, skip_special=True)``: the concatenated pieces (``special = not skip_special``) decoded as UTF-8
+  with replacement characters. When the vocabulary adds a space prefix (SPM), the leading space of the first
+  rendered piece is dropped, also after a BOS, so ``decode(encode(s)) == s`` (llama_detokenize keeps it after a
+  BOS). llama.cpp's optional "clean spaces" pass is not applied.
+- ``streaming_decoder()``: ``feed(id)`` returns only complete UTF-8 characters (bytes of a split character wait for
+  the next tokens); nothing is stripped, so the stream of a generation is exactly its pieces.
 """
 from __future__ import annotations
 
@@ -32,7 +39,10 @@ import bisect
 import codecs
 import functools
 import heapq
+import itertools
 import re
+
+import numpy as np
 
 from . import _unicode_classes
 
@@ -103,6 +113,7 @@ def _gpt2_byte_table():
 _BYTE_TO_CHAR = _gpt2_byte_table()                                  # {byte: char}
 _CHAR_TO_BYTE = {c: b for b, c in _BYTE_TO_CHAR.items()}           # {char: byte}
 _BYTE_ENCODE = {b: c for b, c in _BYTE_TO_CHAR.items()}            # str.translate table over latin-1 text
+_BYTE_DECODE = {ord(c): b for b, c in _BYTE_TO_CHAR.items()}       # str.translate table back to latin-1 text
 
 
 def _byte_encode(word):
@@ -112,6 +123,10 @@ def _byte_encode(word):
 
 def _byte_decode(text):
     """Inverse of _byte_encode; characters outside the table stand for their own UTF-8 bytes."""
+    try:
+        return text.translate(_BYTE_DECODE).encode("latin-1")
+    except UnicodeEncodeError:
+        pass
     out = bytearray()
     for c in text:
         b = _CHAR_TO_BYTE.get(c)
@@ -232,7 +247,10 @@ _PRE_REGEXES = {
                  r" ?[\p{P}\p{S}]+|[\r\n]|\s+(?!\S)|\s+", r"\p{N}"],
     "deepseek-coder": ["[\r\n]", r"\s?\p{L}+", r"\s?\p{P}+", _R_CJK, r"\p{N}"],
     "falcon": [r"[\p{P}\$\+<=>\^~\|`]+", _R_GPT2, r"[0-9][0-9][0-9]"],
-    "starcoder": [r"\p{N}", _R_GPT2],
+    # llama.cpp: [r"\p{N}", _R_GPT2]. The same cut in one pass: each number character alone, and whitespace before
+    # a number counts as ending its piece (the number was cut off first, so \s+(?!\S) saw the end there).
+    "starcoder": [r"\p{N}|'s|'t|'re|'ve|'m|'ll|'d| ?\p{L}+| ?[^\s\p{L}\p{N}]+|\s+(?![^\s\p{N}])|\s+"],
+    "starcoder-2pass": [r"\p{N}", _R_GPT2],
     "gpt2": [_R_GPT2],
     "qwen2": [_R_QWEN2],
     "qwen35": [_R_QWEN35],
@@ -314,7 +332,7 @@ _pre("ufakzeka", "ufakzeka")
 _pre("laguna", "laguna")
 _pre("exaone-moe", "exaone-moe")
 _pre("minicpm5", "minicpm5", ignore_merges=True)
-_pre("gemma4 granite-embed-multi-311m", "newlines", spm_style=True, add_bos=True, force_bos=True)
+_pre("gemma4 granite-embed-multi-311m", "newlines", spm_style=True, add_bos=True, force_bos=True, newline_runs=True)
 _pre("sarvam-moe", "newlines", spm_style=True)
 
 _UCAT_RE = re.compile(r"\\p\{(\w+)\}")
@@ -324,27 +342,31 @@ def _compile_pre_regex(expr):
     """A llama.cpp pre-tokenizer regex -> (compiled Python regex, view) where view is "collapsed" (text with
     non-ASCII code points replaced by class stand-ins, for regexes using \\p{..}) or "spaces" (text with non-ASCII
     whitespace replaced by \\v). ECMAScript semantics: \\s, \\d are ASCII (re.ASCII) and $ is end of input."""
-    if _UCAT_RE.search(expr):
-        out, inside, i = [], False, 0
-        while i < len(expr):
-            c = expr[i]
-            if c == "[" and (i == 0 or expr[i - 1] != "\\"):
-                inside = True
-            elif c == "]" and inside and expr[i - 1] != "\\":
-                inside = False
-            m = _UCAT_RE.match(expr, i) if c == "\\" else None
-            if m and m.group(1) in _UCAT_NAMES:
+    collapsed = bool(_UCAT_RE.search(expr))
+    out, inside, i = [], False, 0
+    while i < len(expr):
+        c = expr[i]
+        if c == "\\":
+            m = _UCAT_RE.match(expr, i)
+            if collapsed and m and m.group(1) in _UCAT_NAMES:
                 cls = _UCAT[_UCAT_NAMES[m.group(1)]]
                 out.append(cls if inside else "[" + cls + "]")
                 i = m.end()
-                continue
-            out.append(c)
-            i += 1
-        pattern, view = "".join(out), "collapsed"
-    else:
-        pattern, view = expr, "spaces"
-    pattern = re.sub(r"(?<!\\)\$", r"\\Z", pattern)        # '$' only appears outside classes in these regexes
-    return re.compile(pattern, re.ASCII), view
+            else:
+                out.append(expr[i:i + 2])
+                i += 2
+            continue
+        if c == "[" and not inside:
+            inside = True
+        elif c == "]" and inside:
+            inside = False
+        elif c == "$" and not inside:
+            c = "\\Z"
+        elif c == "(" and not inside and not expr.startswith("?", i + 1):
+            c = "(?:"                                  # groups only group: findall() must return whole matches
+        out.append(c)
+        i += 1
+    return re.compile("".join(out), re.ASCII), ("collapsed" if collapsed else "spaces")
 
 
 @functools.lru_cache(maxsize=None)
@@ -359,10 +381,17 @@ def _pre_split(text, compiled):
         views = {"collapsed": text, "spaces": text}
     else:
         views = {}
-    if len(compiled) == 1 and views:
-        words = compiled[0][0].findall(text)
+    if len(compiled) == 1:
+        pattern, view_name = compiled[0]
+        view = views.get(view_name)
+        if view is None:
+            view = views[view_name] = text.translate(_COLLAPSE if view_name == "collapsed" else _SPACES)
+        words = pattern.findall(view)
         if sum(map(len, words)) == n:                    # the regex covered every character: no gaps to add
-            return words
+            if view is text:
+                return words
+            ends = list(itertools.accumulate(map(len, words)))
+            return [text[e - len(w):e] for w, e in zip(words, ends)]
     spans = [(0, n)]
     for pattern, view_name in compiled:
         view = views.get(view_name)
@@ -435,6 +464,23 @@ def _merge(syms, priority):
     return out
 
 
+def _merge_ranked_py(syms, ranks):
+    return _merge(syms, lambda a, b: ranks.get(a + " " + b))
+
+
+def _merge_scored_py(syms, vocab, scores):
+    def priority(a, b):
+        i = vocab.get(a + b)
+        return None if i is None else -scores[i]
+    return _merge(syms, priority)
+
+
+try:                                    # the same loop compiled (fastgguf/_bpe.pyx); the Python one is the reference
+    from ._bpe import merge_ranked, merge_scored
+except ImportError:                     # pragma: no cover - source checkout without a build
+    merge_ranked, merge_scored = _merge_ranked_py, _merge_scored_py
+
+
 # ---------------------------------------------------------------------------------------------------------------
 # Tokenizer
 # ---------------------------------------------------------------------------------------------------------------
@@ -458,6 +504,47 @@ def _md_bool(md, key):
     raise TokenizerError(f"metadata {key} should be a bool, got {v!r}")
 
 
+def _token_attrs(token_types, n):
+    """tokenizer.ggml.token_type -> list of llama.cpp attribute bits (all NORMAL without the key)."""
+    if token_types is None:
+        return [ATTR_NORMAL] * n
+    if len(token_types) < n:
+        raise TokenizerError(f"tokenizer.ggml.token_type has {len(token_types)} entries for {n} tokens")
+    lut = np.zeros(8, np.int64)
+    for t, a in _TYPE_TO_ATTR.items():
+        lut[t] = a
+    tt = np.asarray(token_types, np.int64)[:n]
+    return np.where((tt >= 0) & (tt < 8), lut[np.clip(tt, 0, 7)], ATTR_UNDEFINED).tolist()
+
+
+_SPECIAL_KEYS = [("bos", "bos"), ("eos", "eos"), ("eot", "eot"), ("eom", "eom"), ("unk", "unknown"),
+                 ("sep", "seperator"), ("pad", "padding"), ("mask", "mask"), ("fim_pre", "fim_pre"),
+                 ("fim_suf", "fim_suf"), ("fim_mid", "fim_mid"), ("fim_pad", "fim_pad"), ("fim_rep", "fim_rep"),
+                 ("fim_sep", "fim_sep"), ("fim_pre", "prefix"), ("fim_suf", "suffix"), ("fim_mid", "middle")]
+
+
+def _special_token_ids(md, n, bos, eos, unk):
+    """Special token ids: type defaults (dropped when out of range), then tokenizer.ggml.<key>_token_id."""
+    special = dict.fromkeys(name for name, _ in _SPECIAL_KEYS)
+    special.update(bos=bos, eos=eos, unk=unk)
+    for name, key in _SPECIAL_KEYS:
+        if special[name] is not None and special[name] >= n:
+            special[name] = None
+        v = _md_int(md, f"tokenizer.ggml.{key}_token_id")
+        if v is not None and 0 <= v < n:
+            special[name] = v
+    return special
+
+
+def _space_cut_regex(texts):
+    """Regex cutting SPM text before each U+2581 that no token (of texts) spans: the characters c for which
+    some text holds c + U+2581 must stay glued to what follows."""
+    glue = set(re.findall(f"([^\x00])(?={_SPM_SPACE})", "\x00".join(texts)))
+    if not glue:
+        return re.compile(f"(?={_SPM_SPACE})")
+    return re.compile(f"(?<![{''.join(re.escape(c) for c in sorted(glue))}])(?={_SPM_SPACE})")
+
+
 class Tokenizer:
     """Tokenizer of a GGUF model: ``Tokenizer(path)`` or ``Tokenizer.from_metadata(metadata)``."""
 
@@ -470,8 +557,9 @@ class Tokenizer:
                 md = f.metadata
                 keys = [k for k in md if k.startswith("tokenizer.") or k in ("general.name",
                                                                                 "general.architecture")]
-                _metadata = {k: md[k] for k in keys}
-        self._load(_metadata)
+                self._load({k: md[k] for k in keys})
+        else:
+            self._load(_metadata)
 
     @classmethod
     def from_metadata(cls, metadata):
@@ -502,7 +590,7 @@ class Tokenizer:
         self.pre = pre
 
         # defaults per type (llama_vocab::impl::load)
-        settings = {}
+        settings, merges = {}, None
         if self.spm:
             bos, eos, unk = 1, 2, 0
             self.add_bos, self.add_eos, self.add_space_prefix = True, False, True
@@ -529,53 +617,33 @@ class Tokenizer:
             merges = md.get("tokenizer.ggml.merges")
             if merges is None:
                 raise TokenizerError("BPE vocabulary without tokenizer.ggml.merges")
-            ranks = {}
-            for r, m in enumerate(merges):
-                k = m.find(" ", 1)
-                pair = (m[:k], m[k + 1:]) if k >= 0 else ("", "")
-                ranks.setdefault(pair, r)
-            self._ranks = ranks
+            # rank of "left right" (first occurrence wins). Symbols never hold a plain space (byte-encoded, or
+            # spaces escaped as U+2581), so looking up left + " " + right is llama.cpp's split at the first space.
+            self._ranks = dict(zip(reversed(merges), range(len(merges) - 1, -1, -1)))
         self._ignore_merges = bool(settings.get("ignore_merges"))
+        self._newline_runs = bool(settings.get("newline_runs"))
         v = _md_bool(md, "tokenizer.ggml.add_space_prefix")
         if v is not None:
             self.add_space_prefix = v
 
         # vocabulary
-        texts = [t if t else f"[EMPTY_{i}]" for i, t in enumerate(tokens)]
+        texts = tokens
+        if "" in texts:
+            texts = [t if t else f"[EMPTY_{i}]" for i, t in enumerate(tokens)]
         self._texts = texts
-        self._vocab = {t: i for i, t in enumerate(texts)}
+        self._vocab = dict(zip(texts, range(n)))
         if len(self._vocab) != n:
             raise TokenizerError("tokenizer.ggml.tokens holds duplicate token texts")
         scores = md.get("tokenizer.ggml.scores")
         if scores is not None:
             if len(scores) < n:
                 raise TokenizerError(f"tokenizer.ggml.scores has {len(scores)} entries for {n} tokens")
-            scores = [float(s) for s in scores[:n]]
-        else:
+            scores = np.asarray(scores, np.float32)[:n].tolist() if self.spm else None
+        elif self.spm:
             scores = [0.0] * n
-        self._scores = scores
-        ttypes = md.get("tokenizer.ggml.token_type")
-        if ttypes is not None:
-            if len(ttypes) < n:
-                raise TokenizerError(f"tokenizer.ggml.token_type has {len(ttypes)} entries for {n} tokens")
-            attrs = [_TYPE_TO_ATTR.get(int(t), ATTR_UNDEFINED) for t in ttypes[:n]]
-        else:
-            attrs = [ATTR_NORMAL] * n
-        self._attrs = attrs
-
-        # special token ids: defaults, disabled when out of range, then metadata
-        special = {"bos": bos, "eos": eos, "eot": None, "eom": None, "unk": unk, "sep": None, "pad": None,
-                   "mask": None, "fim_pre": None, "fim_suf": None, "fim_mid": None, "fim_pad": None,
-                   "fim_rep": None, "fim_sep": None}
-        keys = {"bos": "bos", "eos": "eos", "eot": "eot", "eom": "eom", "unk": "unknown", "sep": "seperator",
-                "pad": "padding", "mask": "mask", "fim_pre": "fim_pre", "fim_suf": "fim_suf",
-                "fim_mid": "fim_mid", "fim_pad": "fim_pad", "fim_rep": "fim_rep", "fim_sep": "fim_sep"}
-        for name, key in list(keys.items()) + [("fim_pre", "prefix"), ("fim_suf", "suffix"), ("fim_mid", "middle")]:
-            if special[name] is not None and special[name] >= n:
-                special[name] = None
-            v = _md_int(md, f"tokenizer.ggml.{key}_token_id")
-            if v is not None and 0 <= v < n:
-                special[name] = v
+        self._scores = scores                     # (n,) SPM merge scores, None for BPE
+        self._attrs = attrs = _token_attrs(md.get("tokenizer.ggml.token_type"), n)    # (n,) attribute bits
+        special = _special_token_ids(md, n, bos, eos, unk)
 
         v = _md_bool(md, "tokenizer.ggml.add_bos_token")
         if v is not None:
@@ -586,64 +654,9 @@ class Tokenizer:
         if settings.get("force_bos"):
             self.add_bos = True
 
-        # tokens recognised by their text (llama.cpp: "auto-detect special tokens by text"), in id order
-        for name, cands in [("eot", _EOT_TEXTS), ("eom", ("<|eom_id|>",))] + list(_FIM_TEXTS.items()):
-            if special[name] is None:
-                for t in cands:
-                    i = self._vocab.get(t)
-                    if i is not None:
-                        special[name] = i
-                        attrs[i] |= ATTR_CONTROL
-                        break
-        for i, t in enumerate(texts):
-            if attrs[i] & ATTR_CONTROL and not attrs[i] & ATTR_UNUSED and "unused" in t:
-                attrs[i] |= ATTR_UNUSED
-
-        eog = {special[k] for k in ("fim_pad", "fim_rep", "fim_sep") if special[k] is not None}
-        for t in _EOG_TEXTS:
-            i = self._vocab.get(t)
-            if i is not None:
-                eog.add(i)
-                attrs[i] |= ATTR_CONTROL
-        for t in ("<|channel|>", "<|message|>", "<|start|>", "<|constrain|>"):     # gpt-oss: always rendered
-            i = self._vocab.get(t)
-            if i is not None:
-                attrs[i] = ATTR_USER_DEFINED
-        for k in ("eos", "eot", "eom"):
-            if special[k] is not None:
-                eog.add(special[k])
-        eog_texts = {texts[i] for i in eog}
-        end = self._vocab.get("<|end|>")
-        if end in eog and ("<|call|>" in eog_texts or "<|calls|>" in eog_texts) and (
-                "<|return|>" in eog_texts or "<|flush|>" in eog_texts):
-            eog.discard(end)                      # harmony / solar-open: <|end|> ends a message, not generation
-            attrs[end] = ATTR_USER_DEFINED
-        s = self._vocab.get("</s>")
-        if s in eog and ("<|tool_response>" in eog_texts or "<|plamo:eos|>" in eog_texts):
-            eog.discard(s)                        # gemma4 / plamo: </s> is a normal token
-            attrs[s] = ATTR_NORMAL
-        self._special = special
-        self.eog_ids = frozenset(eog)
-
-        # per-model attributes (llama.cpp: "Handle per token attributes")
-        name = str(md.get("general.name") or "").lower()
-        arch = str(md.get("general.architecture") or "")
-        pre_name = str(md.get("tokenizer.ggml.pre") or "")
-        special_ids = [i for i in range(n) if attrs[i] & (ATTR_CONTROL | ATTR_USER_DEFINED | ATTR_UNKNOWN)]
-        if any(s in pre_name for s in ("jina-v2-de", "jina-v2-es", "jina-v2-code")) or any(
-                s in arch for s in ("nomic-bert-moe", "jina-bert-v3")):
-            if "<mask>" in self._vocab:
-                attrs[self._vocab["<mask>"]] |= ATTR_LSTRIP
-        elif "phi-3" in name or "phi3" in name:
-            for i in special_ids:
-                attrs[i] |= ATTR_RSTRIP
-            for t, on in (("</s>", True), ("<unk>", False), ("<s>", False), ("<|endoftext|>", False)):
-                i = self._vocab.get(t)
-                if i is None:
-                    raise TokenizerError(f"Phi-3 vocabulary without {t!r}")
-                attrs[i] = attrs[i] | ATTR_RSTRIP if on else attrs[i] & ~ATTR_RSTRIP
-        elif "modern-bert" in name and "[MASK]" in self._vocab:
-            attrs[self._vocab["[MASK]"]] |= ATTR_LSTRIP
+        self._find_eog(special)
+        self._per_model_attrs(md)
+        special_ids = np.flatnonzero(np.asarray(attrs) & (ATTR_CONTROL | ATTR_USER_DEFINED | ATTR_UNKNOWN)).tolist()
 
         # special tokens cut out of the text, longest first
         self._special_all = sorted(special_ids, key=lambda i: (-len(texts[i].encode("utf-8", "surrogateescape")),
@@ -652,6 +665,7 @@ class Tokenizer:
 
         self.chat_template = md.get("tokenizer.chat_template")
         self.n_vocab = n
+        self.special_ids = special                # {"bos", "eos", "eot", "eom", "unk", "sep", "pad", "mask", "fim_*"}
         self.bos_id = special["bos"]
         self.eos_id = special["eos"]
         self.eot_id = special["eot"]
@@ -662,27 +676,81 @@ class Tokenizer:
         if self.add_eos and self.eos_id is None:
             raise TokenizerError("tokenizer.ggml.add_eos_token is true, but there is no EOS token id")
 
-        # pieces for decoding (bytes), special tokens rendered and not
-        self._pieces = [self._piece(i) for i in range(n)]
-
-        # SPM: characters c such that some token holds c + "▁": the text can be cut before any other "▁"
-        # (no token spans the cut), which lets us merge and cache word by word.
+        # pieces for decoding: (bytes without specials, bytes with specials), made on first use
+        self._pieces = [None] * n
         if self.spm or self._escape_spaces:
-            glue = set()
-            for t in texts:
-                k = t.find(_SPM_SPACE, 1)
-                while k > 0:
-                    glue.add(t[k - 1])
-                    k = t.find(_SPM_SPACE, k + 1)
-            if glue:
-                cls = "".join(re.escape(c) for c in sorted(glue))
-                self._spm_cut = re.compile(f"(?<![{cls}])(?={_SPM_SPACE})")
-            else:
-                self._spm_cut = re.compile(f"(?={_SPM_SPACE})")
+            self._spm_cut = _space_cut_regex(texts if self.spm else [m.replace(" ", "", 1) for m in merges])
         self._word_ids = functools.lru_cache(maxsize=1 << 16)(self._spm_chunk if self.spm else self._bpe_word)
+
+    def _find_eog(self, special):
+        """End-of-generation ids, and the attribute fixes llama.cpp makes on the way (llama_vocab::impl::load)."""
+        texts, attrs, vocab = self._texts, self._attrs, self._vocab
+        # tokens recognised by their text (llama.cpp: "auto-detect special tokens by text"), in id order
+        for name, cands in [("eot", _EOT_TEXTS), ("eom", ("<|eom_id|>",))] + list(_FIM_TEXTS.items()):
+            if special[name] is None:
+                for t in cands:
+                    i = vocab.get(t)
+                    if i is not None:
+                        special[name] = i
+                        attrs[i] |= ATTR_CONTROL
+                        break
+        for i in np.flatnonzero(np.asarray(attrs) & ATTR_CONTROL).tolist():
+            if "unused" in texts[i]:
+                attrs[i] |= ATTR_UNUSED
+
+        eog = {special[k] for k in ("fim_pad", "fim_rep", "fim_sep") if special[k] is not None}
+        for t in _EOG_TEXTS:
+            i = vocab.get(t)
+            if i is not None:
+                eog.add(i)
+                attrs[i] |= ATTR_CONTROL
+        for t in ("<|channel|>", "<|message|>", "<|start|>", "<|constrain|>"):     # gpt-oss: always rendered
+            i = vocab.get(t)
+            if i is not None:
+                attrs[i] = ATTR_USER_DEFINED
+        for k in ("eos", "eot", "eom"):
+            if special[k] is not None:
+                eog.add(special[k])
+        eog_texts = {texts[i] for i in eog}
+        end = vocab.get("<|end|>")
+        if end in eog and ("<|call|>" in eog_texts or "<|calls|>" in eog_texts) and (
+                "<|return|>" in eog_texts or "<|flush|>" in eog_texts):
+            eog.discard(end)                      # harmony / solar-open: <|end|> ends a message, not generation
+            attrs[end] = ATTR_USER_DEFINED
+        s = vocab.get("</s>")
+        if s in eog and ("<|tool_response>" in eog_texts or "<|plamo:eos|>" in eog_texts):
+            eog.discard(s)                        # gemma4 / plamo: </s> is a normal token
+            attrs[s] = ATTR_NORMAL
+        self.eog_ids = frozenset(eog)
+
+    def _per_model_attrs(self, md):
+        """llama.cpp "Handle per token attributes": LSTRIP/RSTRIP by model name."""
+        attrs, vocab = self._attrs, self._vocab
+        name = str(md.get("general.name") or "").lower()
+        arch = str(md.get("general.architecture") or "")
+        pre_name = str(md.get("tokenizer.ggml.pre") or "")
+        if any(s in pre_name for s in ("jina-v2-de", "jina-v2-es", "jina-v2-code")) or any(
+                s in arch for s in ("nomic-bert-moe", "jina-bert-v3")):
+            if "<mask>" in vocab:
+                attrs[vocab["<mask>"]] |= ATTR_LSTRIP
+        elif "phi-3" in name or "phi3" in name:
+            for i in np.flatnonzero(np.asarray(attrs) & (ATTR_CONTROL | ATTR_USER_DEFINED | ATTR_UNKNOWN)).tolist():
+                attrs[i] |= ATTR_RSTRIP
+            for t, on in (("</s>", True), ("<unk>", False), ("<s>", False), ("<|endoftext|>", False)):
+                i = vocab.get(t)
+                if i is not None:
+                    attrs[i] = attrs[i] | ATTR_RSTRIP if on else attrs[i] & ~ATTR_RSTRIP
+        elif "modern-bert" in name and "[MASK]" in vocab:
+            attrs[vocab["[MASK]"]] |= ATTR_LSTRIP
 
     def _piece(self, i):
         """(piece rendered without specials, piece rendered with specials): llama.cpp token_to_piece."""
+        p = self._pieces[i]
+        if p is None:
+            p = self._pieces[i] = self._make_piece(i)
+        return p
+
+    def _make_piece(self, i):
         attr, text = self._attrs[i], self._texts[i]
         raw = text.encode("utf-8", "surrogateescape")
         if attr & (ATTR_UNKNOWN | ATTR_CONTROL):
@@ -713,7 +781,7 @@ class Tokenizer:
         try:
             text.encode("utf-8")
         except UnicodeEncodeError:                # lone surrogates: llama.cpp sees invalid UTF-8 -> U+FFFD
-            text = text.encode("utf-8", "surrogatepass").decode("utf-8", "replace")
+            text = re.sub("[\ud800-\udfff]", "\ufffd", text)
         out = []
         frags = self._partition(text, parse_special) if text else []
         if add_special and self.add_bos:
@@ -745,9 +813,10 @@ class Tokenizer:
         """Cut special tokens out of text: list of str fragments and int token ids (tokenizer_st_partition)."""
         frags = [text]
         texts, attrs = self._texts, self._attrs
-        for tid in (self._special_all if parse_special else self._special_user):
+        order = self._special_all if parse_special else self._special_user
+        for tid in [i for i in order if texts[i] in text]:    # only tokens present in the text can be cut
             tok = texts[tid]
-            if not any(type(f) is str and tok in f for f in frags):
+            if len(frags) > 1 and not any(type(f) is str and tok in f for f in frags):
                 continue
             lstrip, rstrip = attrs[tid] & ATTR_LSTRIP, attrs[tid] & ATTR_RSTRIP
             out = []
@@ -777,8 +846,14 @@ class Tokenizer:
 
     def _encode_bpe(self, text, out):
         word_ids = self._word_ids
-        for word in _pre_split(text, self._pre_regexes):
-            out.extend(word_ids(word))
+        if self._escape_spaces:                  # SPM-style BPE: words are whole lines, cut them where no merge spans
+            cut = self._spm_cut.split
+            for word in _pre_split(text, self._pre_regexes):
+                for chunk in cut(word):
+                    if chunk:
+                        out.extend(word_ids(chunk))
+            return
+        out.extend(itertools.chain.from_iterable(map(word_ids, _pre_split(text, self._pre_regexes))))
 
     def _bpe_word(self, word):
         """ids of one pre-tokenized word (llm_tokenizer_bpe_session::tokenize)."""
@@ -789,12 +864,11 @@ class Tokenizer:
             i = vocab.get(word)
             if i is not None:
                 return (i,)
-        elif self._escape_spaces and word.strip("\n") == "":      # gemma4: a run of newlines as one token
+        elif self._newline_runs and word.strip("\n") == "":      # gemma4: a run of newlines as one token
             i = vocab.get(word)
             if i is not None:
                 return (i,)
-        ranks = self._ranks
-        syms = _merge(list(word), lambda a, b: ranks.get((a, b)))
+        syms = merge_ranked(list(word), self._ranks)
         ids = []
         for s in syms:
             i = vocab.get(s)
@@ -813,21 +887,13 @@ class Tokenizer:
         return tuple(ids)
 
     def _encode_spm(self, text, out):
-        word_ids = self._word_ids
-        for chunk in self._spm_cut.split(text):
-            if chunk:
-                out.extend(word_ids(chunk))
+        out.extend(itertools.chain.from_iterable(map(self._word_ids, filter(None, self._spm_cut.split(text)))))
 
     def _spm_chunk(self, text):
         """ids of an escaped SPM text chunk (llm_tokenizer_spm_session::tokenize)."""
-        vocab, scores = self._vocab, self._scores
-
-        def priority(a, b):
-            i = vocab.get(a + b)
-            return None if i is None else -scores[i]
-
+        vocab = self._vocab
         ids = []
-        for s in _merge(list(text), priority):
+        for s in merge_scored(list(text), vocab, self._scores):
             i = vocab.get(s)
             if i is not None:
                 ids.append(i)
@@ -851,15 +917,22 @@ class Tokenizer:
 
     def token_to_piece(self, token_id, special=False):
         """Bytes of one token (llama_token_to_piece): control/unknown tokens give b"" unless special=True."""
-        return self._pieces[self._check_id(token_id)][1 if special else 0]
+        return self._piece(self._check_id(token_id))[1 if special else 0]
 
     def decode(self, ids, skip_special=True):
         """Text of ids; see the module docstring for the rules."""
-        pieces = self._pieces
+        ids = ids.tolist() if isinstance(ids, np.ndarray) else list(ids)
+        if ids:
+            try:
+                ok = min(ids) >= 0 and max(ids) < self.n_vocab
+            except TypeError:
+                ok = False
+            if not ok:
+                for t in ids:
+                    self._check_id(t)
+        pieces, piece = self._pieces, self._piece
         k = 0 if skip_special else 1
-        out = []
-        for t in ids:
-            out.append(pieces[self._check_id(t)][k])
+        out = [(pieces[t] or piece(t))[k] for t in ids]
         data = b"".join(out)
         if self.add_space_prefix and out:
             first = next((p for p in out if p), b"")
