@@ -87,33 +87,36 @@ FG_INLINE_AVX2 void q4_0_rows_avx2(const int R, int64_t nb, const char *w, size_
 FG_DOT_FROM_ROWS(vec_dot_q4_0_q8_0_avx2, FG_TARGET_AVX2, q4_0_rows_avx2, QK4_0)
 FG_GEMV_FROM_ROWS(gemv_q4_0_q8_0_avx2, FG_TARGET_AVX2, q4_0_rows_avx2, QK4_0)
 
-/* ---- AVX-512: two blocks per zmm ---- */
-#define Q4_0_ROWS_512(NAME, TARGET, DOT)                                                                    \
+/* ---- AVX-512: four blocks per step, arranged as in fg_quant_q4_1.c ---- */
+#define Q4_0_ROWS_512(NAME, TARGET, DOT2)                                                                   \
+    static inline __attribute__((always_inline)) TARGET void NAME##_step(                                   \
+        const int R, const int nblk, const char *w, size_t stride, const block_q8_0 *x, __m512 *acc) {      \
+        const __m512i xlo = fg_load_4x128(x->qs, sizeof(block_q8_0), nblk);                                 \
+        const __m512i xhi = fg_load_4x128(x->qs + 16, sizeof(block_q8_0), nblk);                            \
+        const __m512i eight = _mm512_set1_epi8(8);                                                          \
+        const __m512i x8 = DOT2(eight, xlo, eight, xhi);                                                    \
+        const __m256 dx = fg_f16_pairs4(&x->d, sizeof(block_q8_0), nblk); /* even lanes: dx */              \
+        for (int r = 0; r < R; r++) {                                                                       \
+            const block_q4_0 *b = (const block_q4_0 *)(w + r * stride);                                     \
+            __m512i lo, hi;                                                                                 \
+            fg_nibbles4_512(b->qs, sizeof(block_q4_0), nblk, &lo, &hi);                                     \
+            const __m512i s = _mm512_sub_epi32(DOT2(lo, xlo, hi, xhi), x8);                                 \
+            const __m256 d = _mm256_mul_ps(fg_f16_pairs4(&b->d, sizeof(block_q4_0), nblk), dx);             \
+            acc[r] = _mm512_fmadd_ps(_mm512_cvtepi32_ps(s), fg_spread4_512(d), acc[r]);                     \
+        }                                                                                                   \
+    }                                                                                                       \
     static inline __attribute__((always_inline)) TARGET void NAME(const int R, int64_t nb, const char *w,    \
                                                                   size_t stride, const void *vx, float *y) { \
         const block_q8_0 *x = vx;                                                                           \
         __m512 acc[4];                                                                                      \
         for (int r = 0; r < R; r++) acc[r] = _mm512_setzero_ps();                                           \
         int64_t i = 0;                                                                                      \
-        for (; i + 2 <= nb; i += 2) {                                                                       \
-            const __m512i xq = fg_q8_pair_nib_512(x[i].qs, x[i + 1].qs);                                         \
-            const __m512i x8 = DOT(_mm512_set1_epi8(8), xq);                                                \
-            const __m128 dx = fg_f16_pairs(&x[i].d, &x[i + 1].d);                                           \
-            for (int r = 0; r < R; r++) {                                                                   \
-                const block_q4_0 *b = (const block_q4_0 *)(w + r * stride) + i;                             \
-                const __m512i s = _mm512_sub_epi32(DOT(fg_nibbles_512(b[0].qs, b[1].qs), xq), x8);          \
-                const __m512 d = fg_spread2_nib_512(_mm_mul_ps(fg_f16_pairs(&b[0].d, &b[1].d), dx));            \
-                acc[r] = _mm512_fmadd_ps(_mm512_cvtepi32_ps(s), d, acc[r]);                                 \
-            }                                                                                               \
-        }                                                                                                   \
-        for (int r = 0; r < R; r++) {                                                                       \
-            float s = fg_hsum_512(acc[r]);                                                                  \
-            if (i < nb) s += vec_dot_q4_0_q8_0_scalar(QK4_0, (const block_q4_0 *)(w + r * stride) + i, x + i); \
-            y[r] = s;                                                                                       \
-        }                                                                                                   \
+        for (; i + 4 <= nb; i += 4) NAME##_step(R, 4, w + i * sizeof(block_q4_0), stride, x + i, acc);      \
+        if (i < nb) NAME##_step(R, (int)(nb - i), w + i * sizeof(block_q4_0), stride, x + i, acc);          \
+        for (int r = 0; r < R; r++) y[r] = fg_hsum_512(acc[r]);                                             \
     }
-Q4_0_ROWS_512(q4_0_rows_avx512, FG_TARGET_AVX512, FG_DOT_U8S8_512_BW)
-Q4_0_ROWS_512(q4_0_rows_avx512vnni, FG_TARGET_AVX512_VNNI, FG_DOT_U8S8_512_VNNI)
+Q4_0_ROWS_512(q4_0_rows_avx512, FG_TARGET_AVX512, FG_DOT2_U8S8_512_BW)
+Q4_0_ROWS_512(q4_0_rows_avx512vnni, FG_TARGET_AVX512_VNNI, FG_DOT2_U8S8_512_VNNI)
 FG_DOT_FROM_ROWS(vec_dot_q4_0_q8_0_avx512, FG_TARGET_AVX512, q4_0_rows_avx512, QK4_0)
 FG_GEMV_FROM_ROWS(gemv_q4_0_q8_0_avx512, FG_TARGET_AVX512, q4_0_rows_avx512, QK4_0)
 FG_DOT_FROM_ROWS(vec_dot_q4_0_q8_0_avx512vnni, FG_TARGET_AVX512_VNNI, q4_0_rows_avx512vnni, QK4_0)

@@ -92,35 +92,58 @@ FG_INLINE_AVX2 void q4_1_rows_avx2(const int R, int64_t nb, const char *w, size_
 FG_DOT_FROM_ROWS(vec_dot_q4_1_q8_1_avx2, FG_TARGET_AVX2, q4_1_rows_avx2, QK4_1)
 FG_GEMV_FROM_ROWS(gemv_q4_1_q8_1_avx2, FG_TARGET_AVX2, q4_1_rows_avx2, QK4_1)
 
-/* ---- AVX-512: two blocks per zmm ---- */
-#define Q4_1_ROWS_512(NAME, TARGET, DOT)                                                                    \
+/* ---- AVX-512: four blocks per step: the low nibbles of the 4 in one zmm, the high nibbles in another, the
+ * activation arranged the same way once per step for all rows. ---- */
+
+/* Four q4_1 blocks are 80 contiguous bytes whose fields sit on 4-byte boundaries: one 64-byte load plus one
+ * 16-byte load, then a two-source dword permute gathers the 4 x 16 quant bytes and a one-source permute the
+ * 4 (d, m) pairs. A last step of 1..3 blocks loads them one by one (fg_load_4x128 reads nothing beyond). */
+FG_INLINE_AVX512 void q4_1_load4_512(const block_q4_1 *b, int nblk, __m512i *qs, __m256 *dm) {
+    if (nblk == 4) {
+        const __m512i a = _mm512_loadu_si512((const void *)b);                              /* bytes 0..63 */
+        const __m512i c = _mm512_castsi128_si512(_mm_loadu_si128((const __m128i *)((const char *)b + 64)));
+        const __m512i qidx = _mm512_setr_epi32(1, 2, 3, 4, 6, 7, 8, 9, 11, 12, 13, 14, 16, 17, 18, 19);
+        *qs = _mm512_permutex2var_epi32(a, qidx, c);
+        const __m512i didx = _mm512_setr_epi32(0, 5, 10, 15, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0);
+        *dm = _mm256_cvtph_ps(_mm512_castsi512_si128(_mm512_permutexvar_epi32(didx, a)));
+    } else {
+        *qs = fg_load_4x128(b->qs, sizeof(block_q4_1), nblk);
+        *dm = fg_f16_pairs4(&b->d, sizeof(block_q4_1), nblk);
+    }
+}
+
+#define Q4_1_ROWS_512(NAME, TARGET, DOT2)                                                                   \
+    static inline __attribute__((always_inline)) TARGET void NAME##_step(                                   \
+        const int R, const int nblk, const char *w, size_t stride, const block_q8_1 *x, __m512 *acc, __m256 *accm) { \
+        const __m512i xlo = fg_load_4x128(x->qs, sizeof(block_q8_1), nblk);                                 \
+        const __m512i xhi = fg_load_4x128(x->qs + 16, sizeof(block_q8_1), nblk);                            \
+        const __m256 xds = fg_f16_pairs4(&x->d, sizeof(block_q8_1), nblk); /* [dx0 sx0 dx1 sx1 ...] */       \
+        for (int r = 0; r < R; r++) {                                                                       \
+            const block_q4_1 *b = (const block_q4_1 *)(w + r * stride);                                     \
+            __m512i q;                                                                                      \
+            __m256 dm;                                                                                      \
+            q4_1_load4_512(b, nblk, &q, &dm);                                                               \
+            const __m512i lo = _mm512_and_si512(q, _mm512_set1_epi8(0x0f));                                 \
+            const __m512i hi = _mm512_and_si512(_mm512_srli_epi16(q, 4), _mm512_set1_epi8(0x0f));           \
+            const __m256 ds = _mm256_mul_ps(dm, xds);                                                       \
+            acc[r] = _mm512_fmadd_ps(_mm512_cvtepi32_ps(DOT2(lo, xlo, hi, xhi)), fg_spread4_512(ds), acc[r]); \
+            accm[r] = _mm256_add_ps(accm[r], ds); /* odd lanes: m * s */                                    \
+        }                                                                                                   \
+    }                                                                                                       \
     static inline __attribute__((always_inline)) TARGET void NAME(const int R, int64_t nb, const char *w,    \
                                                                   size_t stride, const void *vx, float *y) { \
         const block_q8_1 *x = vx;                                                                           \
         __m512 acc[4];                                                                                      \
-        __m128 accm[4]; /* lanes 1, 3 collect m * s of the two blocks */                                    \
-        for (int r = 0; r < R; r++) acc[r] = _mm512_setzero_ps(), accm[r] = _mm_setzero_ps();              \
+        __m256 accm[4];                                                                                     \
+        for (int r = 0; r < R; r++) acc[r] = _mm512_setzero_ps(), accm[r] = _mm256_setzero_ps();           \
         int64_t i = 0;                                                                                      \
-        for (; i + 2 <= nb; i += 2) {                                                                       \
-            const __m512i xq = fg_q8_pair_nib_512(x[i].qs, x[i + 1].qs);                                         \
-            const __m128 xds = fg_f16_pairs(&x[i].d, &x[i + 1].d); /* [dx0 sx0 dx1 sx1] */                            \
-            for (int r = 0; r < R; r++) {                                                                   \
-                const block_q4_1 *b = (const block_q4_1 *)(w + r * stride) + i;                             \
-                const __m128 ds = _mm_mul_ps(fg_f16_pairs(&b[0].d, &b[1].d), xds);                \
-                const __m512 p = _mm512_cvtepi32_ps(DOT(fg_nibbles_512(b[0].qs, b[1].qs), xq));             \
-                acc[r] = _mm512_fmadd_ps(p, fg_spread2_nib_512(ds), acc[r]);                                    \
-                accm[r] = _mm_add_ps(accm[r], ds);                                                          \
-            }                                                                                               \
-        }                                                                                                   \
-        for (int r = 0; r < R; r++) {                                                                       \
-            const __m128 m = _mm_movehdup_ps(accm[r]);                                                      \
-            float s = fg_hsum_512(acc[r]) + _mm_cvtss_f32(_mm_add_ss(m, _mm_movehl_ps(m, m)));               \
-            if (i < nb) s += vec_dot_q4_1_q8_1_scalar(QK4_1, (const block_q4_1 *)(w + r * stride) + i, x + i); \
-            y[r] = s;                                                                                       \
-        }                                                                                                   \
+        for (; i + 4 <= nb; i += 4)                                                                         \
+            NAME##_step(R, 4, w + i * sizeof(block_q4_1), stride, x + i, acc, accm);                        \
+        if (i < nb) NAME##_step(R, (int)(nb - i), w + i * sizeof(block_q4_1), stride, x + i, acc, accm);    \
+        for (int r = 0; r < R; r++) y[r] = fg_hsum_512(acc[r]) + fg_hsum_odd_256(accm[r]);                  \
     }
-Q4_1_ROWS_512(q4_1_rows_avx512, FG_TARGET_AVX512, FG_DOT_U8S8_512_BW)
-Q4_1_ROWS_512(q4_1_rows_avx512vnni, FG_TARGET_AVX512_VNNI, FG_DOT_U8S8_512_VNNI)
+Q4_1_ROWS_512(q4_1_rows_avx512, FG_TARGET_AVX512, FG_DOT2_U8S8_512_BW)
+Q4_1_ROWS_512(q4_1_rows_avx512vnni, FG_TARGET_AVX512_VNNI, FG_DOT2_U8S8_512_VNNI)
 FG_DOT_FROM_ROWS(vec_dot_q4_1_q8_1_avx512, FG_TARGET_AVX512, q4_1_rows_avx512, QK4_1)
 FG_GEMV_FROM_ROWS(gemv_q4_1_q8_1_avx512, FG_TARGET_AVX512, q4_1_rows_avx512, QK4_1)
 FG_DOT_FROM_ROWS(vec_dot_q4_1_q8_1_avx512vnni, FG_TARGET_AVX512_VNNI, q4_1_rows_avx512vnni, QK4_1)

@@ -16,6 +16,7 @@ COMMAND_MODULES = [
     "fastgguf.cmd_pull",
     "fastgguf.cmd_run",
     "fastgguf.cmd_chat",
+    "fastgguf.cmd_quantize",
 ]
 
 

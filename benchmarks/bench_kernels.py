@@ -1,0 +1,125 @@
+"""GEMV throughput per weight format and instruction set, one thread, on the default model's matrices.
+
+    python -m pytest benchmarks/bench_kernels.py --benchmark-only -q -s
+
+Each case times y = W x (x already quantized, as in the forward pass) and records in extra_info the GB/s of
+weight bytes read and that figure as a fraction of this machine's single-thread read bandwidth, measured in
+the same run (kernels.read_bandwidth over 512 MB). Matrices come from the default model (Q4_1) and its Q8_0
+and Q4_0 variants (made once in the cache by fastgguf.quantize.quantized_variant); float formats use random
+weights of the same shapes. Every kernel is first checked against the scalar reference, then timed.
+A 576x1536 Q4_1 matrix is 0.55 MB (cache resident); token_embd (49152x576 Q8_0) is 30 MB.
+The table of medians is printed at the end of the module (visible with -s or in the terminal summary).
+"""
+import os
+
+os.environ.setdefault("OPENBLAS_NUM_THREADS", "1")  # the numpy baseline on one thread too
+os.environ.setdefault("OMP_NUM_THREADS", "1")
+
+import numpy as np  # noqa: E402
+import pytest  # noqa: E402
+
+from fastgguf import kernels  # noqa: E402
+
+MODEL = os.path.join(os.environ.get("FASTGGUF_CACHE", os.path.expanduser("~/.cache/fastgguf")),
+                     "SmolLM2-135M-Instruct.Q4_1.gguf")
+SHAPES = {"ffn_up": (1536, 576), "ffn_down": (576, 1536), "token_embd": (49152, 576)}
+CASES = [("Q4_1", "ffn_up"), ("Q4_1", "ffn_down"), ("Q4_0", "ffn_up"), ("Q4_0", "ffn_down"),
+         ("Q8_0", "ffn_up"), ("Q8_0", "ffn_down"), ("Q8_0", "token_embd"),
+         ("F16", "ffn_up"), ("BF16", "ffn_up"), ("F32", "ffn_up"), ("F16", "token_embd")]
+VARIANTS = [(isa, ext) for isa in kernels.available() for ext in ([True, False] if kernels.ext_available(isa)
+                                                                   else [False])]
+DOT_RTOL = 2e-5
+RESULTS = {}  # (fmt, matrix) -> {variant: GB/s}
+
+
+def _variant_name(isa, ext):
+    return isa + ("+" + kernels.ext_name(isa) if ext else "")
+
+
+@pytest.fixture(scope="module")
+def bandwidth():
+    return kernels.read_bandwidth(1 << 29)
+
+
+@pytest.fixture(scope="module", autouse=True)
+def table(request, bandwidth):
+    yield
+    cols = [_variant_name(*v) for v in VARIANTS] + ["numpy"]
+    lines = [f"single-thread read bandwidth: {bandwidth:.1f} GB/s; GEMV GB/s of weight bytes (median), "
+             f"fraction of bandwidth in ()",
+             f"{'format':6} {'matrix':18} " + " ".join(f"{c:>14}" for c in cols)]
+    for (fmt, mat), row in RESULTS.items():
+        cells = [f"{row[c]:6.1f} ({row[c] / bandwidth:4.2f})" if c in row else f"{'-':>14}" for c in cols]
+        lines.append(f"{fmt:6} {mat + ' ' + 'x'.join(map(str, SHAPES[mat])):18} " + " ".join(cells))
+    capman = request.config.pluginmanager.getplugin("capturemanager")
+    with capman.global_and_fixture_disabled():
+        print("\n" + "\n".join(lines))
+
+
+_cache = {}
+
+
+def _matrix(fmt, mat):
+    """Raw rows (rows, row_bytes) of the named matrix in format fmt."""
+    key = (fmt, mat)
+    if key in _cache:
+        return _cache[key]
+    rows, n = SHAPES[mat]
+    w = None
+    if fmt in ("Q4_1", "Q4_0", "Q8_0") and os.path.exists(MODEL):
+        from fastgguf.gguf import GGUFFile
+        from fastgguf.quantize import quantized_variant
+        path = MODEL if fmt == "Q4_1" else quantized_variant(MODEL, fmt)
+        name = "token_embd.weight" if mat == "token_embd" else f"blk.0.{mat}.weight"
+        with GGUFFile(path) as f:
+            if f.tensors[name].type.name == fmt:
+                w = np.array(f.tensor(name))
+    if w is None:  # random weights of the same shape
+        rng = np.random.default_rng(0)
+        w = kernels.quantize(rng.standard_normal((rows, n), dtype=np.float32) * 0.05, fmt)
+    assert w.shape[0] == rows
+    _cache[key] = w
+    return w
+
+
+def _activation(fmt, n):
+    x = np.random.default_rng(1).standard_normal(n, dtype=np.float32)
+    return x, kernels.quantize(x, kernels.vec_dot_type(fmt))
+
+
+@pytest.mark.parametrize("variant", VARIANTS, ids=[_variant_name(*v) for v in VARIANTS])
+@pytest.mark.parametrize("fmt,mat", CASES, ids=[f"{f}-{m}" for f, m in CASES])
+def test_gemv(benchmark, bandwidth, fmt, mat, variant):
+    isa, ext = variant
+    if isa == "scalar" and mat == "token_embd" and fmt != "Q8_0":
+        pytest.skip("slow and uninformative")
+    w = _matrix(fmt, mat)
+    x, xq = _activation(fmt, SHAPES[mat][1])
+    prev = kernels.ext_enabled()
+    kernels.set_ext(ext)
+    try:
+        ref = kernels.gemv(w, fmt, xq, isa="scalar")
+        got = kernels.gemv(w, fmt, xq, isa=isa)
+        wf = kernels.dequantize(w, fmt, SHAPES[mat][1])
+        xf = kernels.dequantize(xq, kernels.vec_dot_type(fmt), SHAPES[mat][1])
+        assert np.all(np.abs(got - ref) <= DOT_RTOL * (np.abs(wf) @ np.abs(xf)) + 1e-30)
+        benchmark(kernels.gemv, w, fmt, xq, isa)
+    finally:
+        kernels.set_ext(prev)
+    gbs = w.nbytes / benchmark.stats.stats.median / 1e9
+    benchmark.extra_info.update(weight_bytes=int(w.nbytes), GBps=round(gbs, 2), bandwidth_GBps=round(bandwidth, 2),
+                                fraction_of_bandwidth=round(gbs / bandwidth, 3))
+    RESULTS.setdefault((fmt, mat), {})[_variant_name(isa, ext)] = gbs
+
+
+@pytest.mark.parametrize("fmt,mat", CASES, ids=[f"{f}-{m}" for f, m in CASES])
+def test_numpy_baseline(benchmark, bandwidth, fmt, mat):
+    """numpy: dequantize the weights then a float32 matrix-vector product (what a pure-numpy engine does)."""
+    w = _matrix(fmt, mat)
+    n = SHAPES[mat][1]
+    x, _ = _activation(fmt, n)
+    benchmark(lambda: kernels.dequantize(w, fmt, n) @ x)
+    gbs = w.nbytes / benchmark.stats.stats.median / 1e9
+    benchmark.extra_info.update(weight_bytes=int(w.nbytes), GBps=round(gbs, 2), bandwidth_GBps=round(bandwidth, 2),
+                                fraction_of_bandwidth=round(gbs / bandwidth, 3))
+    RESULTS.setdefault((fmt, mat), {})["numpy"] = gbs
