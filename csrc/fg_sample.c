@@ -59,6 +59,70 @@ static int grow32(void **buf, int32_t *cap, int64_t need, size_t size) {
     return r;
 }
 
+/* ---- exp and sums that vectorize (no libm: same results on every platform) ---- */
+
+/* exp(x) for x <= 0: x = n*ln2 + r, exp(r) by Cephes' expf polynomial (error < 1 ulp on [-87, 0]), 2^n through the
+ * exponent bits. x < -87, -inf, NaN and x > 0 give exactly 0 (so banned tokens get no weight), +0 and -0 give 1.
+ * Only integer compares and selects: the loops calling it vectorize without fast-math. */
+static inline float exp_nonpos(float x) {
+    int32_t b;
+    memcpy(&b, &x, 4);
+    const int32_t B87 = (int32_t)0xC2AE0000; /* -87.0f; negative floats order like their int bits, reversed */
+    int32_t live = -(int32_t)(b <= B87) | -(int32_t)(b == 0); /* x in [-87, -0] or +0: all ones, else 0 */
+    b &= live;                                                 /* the others compute exp(0), masked below */
+    memcpy(&x, &b, 4);
+    float fx = x * 1.44269504088896341f;
+    int32_t n = (int32_t)(fx - 0.5f); /* round to nearest (fx <= 0) */
+    float fn = (float)n;
+    float r = x - fn * 0.693359375f;
+    r = r - fn * -2.12194440e-4f;
+    float p = 1.9875691500e-4f;
+    p = p * r + 1.3981999507e-3f;
+    p = p * r + 8.3334519073e-3f;
+    p = p * r + 4.1665795894e-2f;
+    p = p * r + 1.6666665459e-1f;
+    p = p * r + 5.0000001201e-1f;
+    float y = p * (r * r) + r + 1.0f;
+    int32_t bits = (int32_t)((uint32_t)(n + 127) << 23) & live;
+    float scale;
+    memcpy(&scale, &bits, 4);
+    return y * scale;
+}
+
+/* out[i] = exp((x[i] - mx) * k) for x (n,), mx >= every finite x[i], k > 0; -inf/NaN entries give 0. */
+static void exp_shifted(const float *restrict x, int32_t n, float mx, float k, float *restrict out) {
+    for (int32_t i = 0; i < n; i++) out[i] = exp_nonpos((x[i] - mx) * k);
+}
+
+/* sum of w (n,) in double, 8 independent lanes */
+static double sum_of(const float *w, int32_t n) {
+    double a[8] = {0};
+    int32_t i = 0;
+    for (; i + 8 <= n; i += 8)
+        for (int j = 0; j < 8; j++) a[j] += w[i + j];
+    for (; i < n; i++) a[0] += w[i];
+    return ((a[0] + a[1]) + (a[2] + a[3])) + ((a[4] + a[5]) + (a[6] + a[7]));
+}
+
+/* index drawn from weights w (n,) summing to `total` (> 0): block sums first, then within the block */
+static int32_t draw_weights(fg_rng *rng, const float *w, int32_t n, double total) {
+    enum { BLOCK = 256 };
+    double u = fg_rng_uniform(rng) * total, acc = 0.0;
+    int32_t b = 0;
+    for (; b + BLOCK < n; b += BLOCK) {
+        double bs = sum_of(w + b, BLOCK);
+        if (u < acc + bs) break;
+        acc += bs;
+    }
+    int32_t last = -1;
+    for (int32_t i = b; i < n; i++) {
+        if (w[i] > 0.0f) last = i;
+        acc += w[i];
+        if (u < acc && w[i] > 0.0f) return i;
+    }
+    return last; /* rounding: the last token with weight */
+}
+
 /* ---- life cycle ---- */
 
 void fg_sampler_init(fg_sampler *s, uint64_t seed) {
@@ -78,6 +142,7 @@ void fg_sampler_free(fg_sampler *s) {
     free(s->seen);
     free(s->cand);
     free(s->undo);
+    free(s->w);
     memset(s, 0, sizeof(*s));
 }
 
@@ -283,14 +348,14 @@ static void restore(fg_sampler *s, float *logits, int32_t nu) {
 
 /* ---- the draw ---- */
 
-/* index into c[0..m) drawn with weights exp((logit - max) / temp) */
+/* index into c[0..m) (sorted, c[0] the largest) drawn with weights exp((logit - max) / temp) */
 static int32_t draw(fg_sampler *s, const fg_cand *c, int32_t m, float temp) {
-    float mx = c[0].logit;
+    float mx = c[0].logit, k = 1.0f / temp;
     double sum = 0.0;
-    for (int32_t i = 0; i < m; i++) sum += exp((double)(c[i].logit - mx) / temp);
+    for (int32_t i = 0; i < m; i++) sum += exp_nonpos((c[i].logit - mx) * k);
     double u = fg_rng_uniform(&s->rng) * sum, acc = 0.0;
     for (int32_t i = 0; i < m; i++) {
-        acc += exp((double)(c[i].logit - mx) / temp);
+        acc += exp_nonpos((c[i].logit - mx) * k);
         if (u < acc) return i;
     }
     return m - 1;
@@ -314,34 +379,25 @@ static int32_t choose(fg_sampler *s, const float *logits, int32_t n) {
         mx = s->cand[0].logit;
         if (mx == INFINITY) return s->cand[0].id; /* a +inf logit wins outright (exp would give NaN) */
         z = 0.0;
-        for (int32_t i = 0; i < m; i++) z += exp((double)(s->cand[i].logit - mx));
+        for (int32_t i = 0; i < m; i++) z += exp_nonpos(s->cand[i].logit - mx);
     } else {
         mx = max_of(logits, n);
         if (!(mx > -INFINITY)) return FG_SAMPLE_NO_CANDIDATE;
         if (mx == INFINITY) return fg_argmax(logits, n);
+        if (grow32((void **)&s->w, &s->cap_w, n, sizeof(float))) return FG_SAMPLE_NO_MEMORY;
+        float *w = s->w; /* (n,) weights */
         if (s->top_p >= 1.0f && s->min_p <= 0.0f) {
             /* no truncation: draw straight from the whole vocabulary, no sort */
-            double sum = 0.0;
-            for (int32_t i = 0; i < n; i++)
-                if (logits[i] > -INFINITY) sum += expf((logits[i] - mx) / temp);
-            double u = fg_rng_uniform(&s->rng) * sum, acc = 0.0;
-            int32_t last = -1;
-            for (int32_t i = 0; i < n; i++) {
-                if (!(logits[i] > -INFINITY)) continue;
-                acc += expf((logits[i] - mx) / temp);
-                last = i;
-                if (u < acc) return i;
-            }
-            return last;
+            exp_shifted(logits, n, mx, 1.0f / temp, w);
+            return draw_weights(&s->rng, w, n, sum_of(w, n));
         }
         /* top-p's normalizer covers the whole vocabulary. Both top-p and min-p keep a prefix of the sorted
          * tokens, so only tokens above the min-p threshold need sorting, and for top-p only the tokens above a
          * threshold whose mass already reaches top_p: try mx-8, mx-16, ... (usually the first suffices). */
         if (grow32((void **)&s->cand, &s->cap_cand, n, sizeof(fg_cand))) return FG_SAMPLE_NO_MEMORY;
         float floor_ = s->min_p > 0.0f ? mx + logf(s->min_p) : -INFINITY;
-        z = 0.0;
-        for (int32_t i = 0; i < n; i++)
-            if (logits[i] > -INFINITY) z += expf(logits[i] - mx);
+        exp_shifted(logits, n, mx, 1.0f, w);
+        z = sum_of(w, n);
         for (float d = 8.0f;; d *= 2.0f) {
             float t = d > 100.0f ? floor_ : (mx - d > floor_ ? mx - d : floor_);
             double mass = 0.0;
@@ -352,7 +408,7 @@ static int32_t choose(fg_sampler *s, const float *logits, int32_t n) {
                     s->cand[m].logit = v;
                     s->cand[m].id = i;
                     m++;
-                    mass += expf(v - mx);
+                    mass += w[i];
                 }
             }
             if (t <= floor_ || mass >= (double)s->top_p * z) break;
@@ -364,7 +420,7 @@ static int32_t choose(fg_sampler *s, const float *logits, int32_t n) {
     if (s->top_p < 1.0f) { /* smallest prefix whose probability reaches top_p */
         double cum = 0.0;
         for (int32_t i = 0; i < m; i++) {
-            cum += exp((double)(c[i].logit - mx)) / z;
+            cum += exp_nonpos(c[i].logit - mx) / z;
             if (cum >= s->top_p) {
                 m = i + 1;
                 break;

@@ -65,6 +65,8 @@ typedef struct {
     int32_t cap_cand;
     fg_cand *undo;      /* (cap_undo,) original logits of the entries changed by bias/penalties */
     int32_t cap_undo;
+    float *w;           /* (cap_w,) softmax weights over the whole vocabulary (top_k = 0) */
+    int32_t cap_w;
 
     fg_rng rng;
 } fg_sampler;
