@@ -362,7 +362,8 @@ static int32_t draw(fg_sampler *s, const fg_cand *c, int32_t m, float temp) {
 }
 
 static int32_t choose(fg_sampler *s, const float *logits, int32_t n) {
-    if (s->temperature <= 0.0f || s->top_k == 1) {
+    /* greedy also when 1/temperature overflows (a tiny temperature is greedy in the limit) */
+    if (s->temperature <= 0.0f || !(1.0f / s->temperature < INFINITY) || s->top_k == 1) {
         int32_t a = fg_argmax(logits, n);
         return a < 0 ? FG_SAMPLE_NO_CANDIDATE : a;
     }

@@ -214,3 +214,11 @@ def test_huge_token_id_needs_n_vocab():
     with pytest.raises(ValueError, match="too large"):
         Sampler().accept(1 << 30)
     Sampler(n_vocab=1 << 25).accept((1 << 25) - 1)
+
+
+def test_tiny_temperature_is_greedy():
+    rng = np.random.default_rng(11)
+    x = rng.standard_normal(5000).astype(np.float32)
+    for t in (1e-45, 1e-30, 1e-6):
+        for kw in (dict(), dict(top_k=0), dict(top_k=0, top_p=1.0, min_p=0.0)):
+            assert Sampler(temperature=t, seed=1, **kw).sample(x) == int(np.argmax(x))
