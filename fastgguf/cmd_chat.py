@@ -50,7 +50,11 @@ def run(args) -> int:
     while True:
         if interactive:
             print("> ", end="", flush=True)
-        line = sys.stdin.readline()
+        try:
+            line = sys.stdin.readline()
+        except KeyboardInterrupt:
+            print("", file=sys.stderr)
+            break
         if not line:
             break
         text = line.rstrip("\r\n")
