@@ -17,6 +17,7 @@ COMMAND_MODULES = [
     "fastgguf.cmd_run",
     "fastgguf.cmd_chat",
     "fastgguf.cmd_quantize",
+    "fastgguf.cmd_tokenize",
 ]
 
 

@@ -122,7 +122,8 @@ def _byte_encode(word):
 
 
 def _byte_decode(text):
-    """Inverse of _byte_encode; characters outside the table stand for their own UTF-8 bytes."""
+    """Inverse of _byte_encode; characters outside the table stand for their own UTF-8 bytes (llama.cpp renders
+    them as "[UNK_BYTE_0x...]" text instead: some Command-R tokens hold such characters)."""
     try:
         return text.translate(_BYTE_DECODE).encode("latin-1")
     except UnicodeEncodeError:

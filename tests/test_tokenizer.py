@@ -465,3 +465,37 @@ def test_cutting_spm_text_at_spaces_changes_nothing(name, vocab_tokenizer):
             whole = list(tok._bpe_word(text))
             cut = [i for c in tok._spm_cut.split(text) if c for i in tok._bpe_word(c)]
         assert cut == whole, repr(text)
+
+
+# -- optional: against llama.cpp itself (llama-cpp-python), when it is installed -----------------------------------
+
+@pytest.mark.parametrize("name", ["llama-spm", "phi-3", "gpt-2", "qwen2", "llama-bpe"])
+def test_random_text_against_llama_cpp(name, vocab_path, vocab_tokenizer):
+    llama_cpp = pytest.importorskip("llama_cpp")
+    import random
+    path = vocab_path(name)
+    ref = llama_cpp.Llama(model_path=path, vocab_only=True, verbose=False)
+    tok = vocab_tokenizer(name)
+    specials = [tok.token_text(i) for i in tok._special_all[:40]]
+    alphabet = list(" \t\n\r'sStTdDlLvVrReE0123456789abcXYZ,.!?-_()[]<>|/\\\"#$%&*+=~`^@") \
+        + ["'s", "'LL", "  ", "   ", "\r\n", "\n\n", "Hello", " world", "ing", "▁"] \
+        + list("\u00a0\u3000\u2028\u0660\u00e9\u0301\u0378日本語한국어ру́сский🦙🚀\x1c\x0b\x85\u200b\ufeffµ")
+    rng = random.Random(4)
+    for _ in range(300):
+        parts = [rng.choice(alphabet) for _ in range(rng.randint(0, 24))]
+        if specials and rng.random() < 0.3:
+            parts.insert(rng.randint(0, len(parts)), rng.choice(specials))
+        s = "".join(parts)
+        for parse_special in (False, True):
+            expected = ref.tokenize(s.encode("utf-8"), add_bos=True, special=parse_special)
+            assert tok.encode(s, add_special=True, parse_special=parse_special) == expected, (s, parse_special)
+
+
+def test_cli_tokenize(vocab_path, capsys):
+    from fastgguf.cli import main
+    assert main(["tokenize", "-m", vocab_path("gpt-2"), "--ids", "Hello world"]) == 0
+    assert capsys.readouterr().out.strip() == "[15496, 995]"
+    assert main(["tokenize", "-m", vocab_path("gpt-2"), "Hello world"]) == 0
+    assert capsys.readouterr().out.splitlines() == [" 15496 -> 'Hello'", "   995 -> ' world'"]
+    assert main(["tokenize", "-m", vocab_path("bert-bge"), "x"]) == 1
+    assert "WPM" in capsys.readouterr().err
