@@ -4,9 +4,16 @@
 #include "fg_forward.h"
 #include "fg_kernels.h"
 #include "fg_ops.h"
+#ifdef _WIN32
+#include <malloc.h>
+#endif
 #ifdef _OPENMP
 #include <omp.h>
+#ifdef _MSC_VER
+#define BARRIER() __pragma(omp barrier)
+#else
 #define BARRIER() _Pragma("omp barrier")
+#endif
 #else
 #define BARRIER() ((void)0)
 #endif
@@ -16,9 +23,21 @@
 static size_t round64(size_t n) { return (n + 63) & ~(size_t)63; }
 
 static void *alloc64(size_t n) {
+#ifdef _WIN32
+    return _aligned_malloc(round64(n ? n : 1), 64);
+#else
     void *p = NULL;
     if (posix_memalign(&p, 64, round64(n ? n : 1)) != 0) return NULL;
     return p;
+#endif
+}
+
+static void free64(void *p) {
+#ifdef _WIN32
+    _aligned_free(p);
+#else
+    free(p);
+#endif
 }
 
 static size_t max_row_bytes(const fg_model *m, int64_t n) {
@@ -39,13 +58,16 @@ static size_t priv_bytes(const fg_state *s, const fg_model *m) {
 }
 
 void fg_state_free(fg_state *s) {
-    float **fs[] = {&s->k_cache, &s->v_cache, &s->x, &s->xn, &s->q, &s->att, &s->tmp, &s->gate, &s->up, &s->rope};
+    free64(s->k_cache);
+    free64(s->v_cache);
+    s->k_cache = s->v_cache = NULL;
+    float **fs[] = {&s->kcur, &s->vcur, &s->x, &s->xn, &s->q, &s->att, &s->tmp, &s->gate, &s->up, &s->rope};
     for (size_t i = 0; i < sizeof(fs) / sizeof(fs[0]); i++) {
-        free(*fs[i]);
+        free64(*fs[i]);
         *fs[i] = NULL;
     }
-    free(s->xq);
-    free(s->priv);
+    free64(s->xq);
+    free64(s->priv);
     s->xq = s->priv = NULL;
 }
 
@@ -60,9 +82,11 @@ int fg_state_init(fg_state *s, const fg_model *m, int n_ctx, int n_batch, int ma
     if (s->q_dim > s->n_in) s->n_in = s->q_dim;
     if (m->n_ff > s->n_in) s->n_in = m->n_ff;
     s->xq_row = max_row_bytes(m, s->n_in);
-    size_t B = (size_t)s->n_batch, cache = (size_t)m->n_layer * n_ctx * s->kv_dim * sizeof(float);
+    size_t B = (size_t)s->n_batch, cache = (size_t)m->n_layer * n_ctx * s->kv_dim * sizeof(uint16_t);
     s->k_cache = alloc64(cache);
     s->v_cache = alloc64(cache);
+    s->kcur = alloc64(B * s->kv_dim * sizeof(float));
+    s->vcur = alloc64(B * s->kv_dim * sizeof(float));
     s->x = alloc64(B * m->n_embd * sizeof(float));
     s->xn = alloc64(B * s->n_in * sizeof(float));
     s->q = alloc64(B * s->q_dim * sizeof(float));
@@ -74,7 +98,7 @@ int fg_state_init(fg_state *s, const fg_model *m, int n_ctx, int n_batch, int ma
     s->xq = alloc64(FG_MAX_SLOTS * B * s->xq_row);
     s->priv_size = priv_bytes(s, m);
     s->priv = alloc64(s->priv_size * s->max_threads);
-    if (!s->k_cache || !s->v_cache || !s->x || !s->xn || !s->q || !s->att || !s->tmp || !s->gate || !s->up ||
+    if (!s->k_cache || !s->v_cache || !s->kcur || !s->vcur || !s->x || !s->xn || !s->q || !s->att || !s->tmp || !s->gate || !s->up ||
         !s->rope || !s->xq || !s->priv) {
         fg_state_free(s);
         return -1;
@@ -88,7 +112,7 @@ int fg_state_set_max_threads(fg_state *s, const fg_model *m, int max_threads) {
     if (max_threads <= s->max_threads) return 0;
     char *p = alloc64(priv_bytes(s, m) * max_threads);
     if (!p) return -1;
-    free(s->priv);
+    free64(s->priv);
     s->priv = p;
     s->max_threads = max_threads;
     return 0;
@@ -193,43 +217,54 @@ static void rope_row(const team *t, const fg_layer *L, float *q, float *k, const
     }
 }
 
+/* Batch row i's K and V rows of KV head g into the F16 cache rows kc, vc (already at the row's position). */
+static void store_kv(const fg_state *s, int hd, const float *k, const float *v, uint16_t *kc, uint16_t *vc, int g) {
+    (void)s;
+    fg_f32_to_f16_row(kc + (int64_t)g * hd, k + (int64_t)g * hd, hd);
+    fg_f32_to_f16_row(vc + (int64_t)g * hd, v + (int64_t)g * hd, hd);
+}
+
 static void layer_forward(const team *t, int il, int64_t rows, int pos) {
     const fg_model *m = t->m;
     fg_state *s = t->s;
     const fg_layer *L = &m->layers[il];
     int64_t E = m->n_embd, QD = s->q_dim, KV = s->kv_dim, F = m->n_ff, r0, r1;
     int hd = m->head_dim, n_rep = m->n_head / m->n_head_kv;
-    float *kc = s->k_cache + ((int64_t)il * s->n_ctx + pos) * KV; /* rows pos.. of this layer's cache */
-    float *vc = s->v_cache + ((int64_t)il * s->n_ctx + pos) * KV;
+    uint16_t *kl = s->k_cache + (int64_t)il * s->n_ctx * KV; /* (n_ctx, kv_dim) of this layer */
+    uint16_t *vl = s->v_cache + (int64_t)il * s->n_ctx * KV;
     const char *xq[3];
     size_t xs;
 
-    /* q, k, v = attn_norm(x) . Wq, Wk, Wv; K and V straight into the cache */
+    /* q, k, v = attn_norm(x) . Wq, Wk, Wv */
     const fg_mat *qkv[3] = {&L->wq, &L->wk, &L->wv};
     prep(t, s->x, rows, E, E, L->attn_norm, qkv, 3, xq, &xs);
     fg_split_rows(QD, t->nth, t->ith, ROW_ALIGN, &r0, &r1);
     matmul(&L->wq, xq[0], xs, rows, s->q, QD, r0, r1);
     add_bias(s->q, QD, rows, L->bq, r0, r1);
     fg_split_rows(KV, t->nth, t->ith, ROW_ALIGN, &r0, &r1);
-    matmul(&L->wk, xq[1], xs, rows, kc, KV, r0, r1);
-    add_bias(kc, KV, rows, L->bk, r0, r1);
-    matmul(&L->wv, xq[2], xs, rows, vc, KV, r0, r1);
-    add_bias(vc, KV, rows, L->bv, r0, r1);
+    matmul(&L->wk, xq[1], xs, rows, s->kcur, KV, r0, r1);
+    add_bias(s->kcur, KV, rows, L->bk, r0, r1);
+    matmul(&L->wv, xq[2], xs, rows, s->vcur, KV, r0, r1);
+    add_bias(s->vcur, KV, rows, L->bv, r0, r1);
     BARRIER();
 
-    /* attention, per (token, KV head group); one token: each group's owner ropes its own heads first */
-    float *kl = s->k_cache + (int64_t)il * s->n_ctx * KV, *vl = s->v_cache + (int64_t)il * s->n_ctx * KV;
+    /* RoPE, K/V into the cache, attention per (token, KV head group). One token: each group's owner does its own
+     * heads start to end (no barrier); a batch: first every row's RoPE and cache store, a barrier, then attention. */
     if (rows == 1) {
         fg_split_rows(m->n_head_kv, t->nth, t->ith, 1, &r0, &r1);
         for (int64_t g = r0; g < r1; g++) {
-            rope_row(t, L, s->q, kc, s->rope, (int)g * n_rep, (int)(g + 1) * n_rep, (int)g, (int)g + 1);
+            rope_row(t, L, s->q, s->kcur, s->rope, (int)g * n_rep, (int)(g + 1) * n_rep, (int)g, (int)g + 1);
+            store_kv(s, hd, s->kcur, s->vcur, kl + (int64_t)pos * KV, vl + (int64_t)pos * KV, (int)g);
             fg_attention_group(s->att + g * n_rep * hd, s->q + g * n_rep * hd, n_rep, hd, kl + g * hd, vl + g * hd,
                                KV, pos, m->attn_scale, t->scores);
         }
     } else {
         fg_split_rows(rows, t->nth, t->ith, 1, &r0, &r1);
-        for (int64_t i = r0; i < r1; i++)
-            rope_row(t, L, s->q + i * QD, kc + i * KV, s->rope + i * m->n_rot, 0, m->n_head, 0, m->n_head_kv);
+        for (int64_t i = r0; i < r1; i++) {
+            rope_row(t, L, s->q + i * QD, s->kcur + i * KV, s->rope + i * m->n_rot, 0, m->n_head, 0, m->n_head_kv);
+            for (int g = 0; g < m->n_head_kv; g++)
+                store_kv(s, hd, s->kcur + i * KV, s->vcur + i * KV, kl + (pos + i) * KV, vl + (pos + i) * KV, g);
+        }
         BARRIER();
         fg_split_rows(rows * m->n_head_kv, t->nth, t->ith, 1, &r0, &r1);
         for (int64_t u = r0; u < r1; u++) {

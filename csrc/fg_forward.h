@@ -44,7 +44,8 @@ typedef struct {
 typedef struct {
     int n_ctx, n_batch, max_threads;
     int64_t q_dim, kv_dim, n_in;  /* n_in = max(n_embd, q_dim, n_ff) */
-    float *k_cache, *v_cache;     /* (n_layer, n_ctx, kv_dim) each, F32 */
+    uint16_t *k_cache, *v_cache;  /* (n_layer, n_ctx, kv_dim) each, F16 (half the memory and bandwidth of F32) */
+    float *kcur, *vcur;           /* (n_batch, kv_dim) this step's K and V before RoPE / conversion to F16 */
     float *x;                     /* (n_batch, n_embd) residual stream */
     float *xn;                    /* (n_batch, n_in) normed input, batch path */
     float *q, *att;               /* (n_batch, q_dim) */

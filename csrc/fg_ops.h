@@ -22,10 +22,15 @@ void fg_softmax(float *x, int64_t n);
 /* out (n,) = silu(gate) * up.  out may alias gate. */
 void fg_swiglu(float *out, const float *gate, const float *up, int64_t n);
 
+/* y (n,) = fp16(x), round to nearest even (the KV cache is F16). */
+void fg_f32_to_f16_row(uint16_t *y, const float *x, int64_t n);
+
 /* Attention of the n_rep query heads of one KV head group for one query at position `pos` over cache rows
- * 0..pos (causal). q: (n_rep, head_dim) contiguous; k, v: row t of this head at k + t*kv_stride; out: (n_rep,
- * head_dim). Each K and V row is read once for the whole group. scores: scratch of n_rep * (pos + 1) floats. */
-void fg_attention_group(float *out, const float *q, int n_rep, int head_dim, const float *k, const float *v,
+ * 0..pos (causal). q: (n_rep, head_dim) contiguous floats; k, v: F16, row t of this head at k + t*kv_stride
+ * (elements); out: (n_rep, head_dim). Each K and V row is read once for the whole group (it stays in L1 while
+ * the group's query heads use it). scores: scratch of n_rep * (pos + 1) floats. AVX2 (F16C+FMA) when the active
+ * ISA is x86 and head_dim % 8 == 0, else scalar. */
+void fg_attention_group(float *out, const float *q, int n_rep, int head_dim, const uint16_t *k, const uint16_t *v,
                         int64_t kv_stride, int64_t pos, float scale, float *scores);
 
 #endif

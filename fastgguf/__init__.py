@@ -3,3 +3,4 @@
 __version__ = "0.1.0"
 
 from fastgguf.gguf import GGUFError, GGUFFile, GGUFWriter  # noqa: E402,F401
+from fastgguf.model import Context, Model  # noqa: E402,F401

@@ -110,7 +110,7 @@ cdef class Weights:
 
 
 cdef class Runner:
-    """The forward pass of one conversation: KV cache (layer, n_ctx, kv_dim) F32 and scratch, over shared Weights.
+    """The forward pass of one conversation: KV cache (layer, n_ctx, kv_dim) F16 and scratch, over shared Weights.
 
     Not thread-safe: one thread at a time (fastgguf.model.Context guards it)."""
 

@@ -8,8 +8,8 @@ no lock of its own: the decode loop calls it with the GIL released, so it must o
 used by another thread.
 
 Context size: n_ctx may exceed the model's training context (`n_ctx_train`); that is allowed with a
-RuntimeWarning, since quality usually degrades past it. The KV cache is F32: n_layer * n_ctx * 2 * kv_dim * 4
-bytes (SmolLM2-135M, n_ctx=4096: 189 MB), allocated when the Context is created.
+RuntimeWarning, since quality usually degrades past it. The KV cache is F16 (as llama.cpp's default): n_layer * n_ctx * 2 *
+kv_dim * 2 bytes (SmolLM2-135M, n_ctx=4096: 94 MB), allocated when the Context is created.
 """
 import os
 import threading

@@ -53,8 +53,9 @@ class Oracle:
             x[..., 0:self.n_rot:2], x[..., 1:self.n_rot:2] = a * c - b * s, a * s + b * c
         return x
 
-    def forward(self, ids):
-        """Logits (len(ids), n_vocab) float64 of ids at positions 0.. (causal)."""
+    def forward(self, ids, kv_f16=False):
+        """Logits (len(ids), n_vocab) float64 of ids at positions 0.. (causal). kv_f16: round K (after RoPE) and V
+        to float16 as an F16 KV cache does (to compare engines exactly on tiny F32 models)."""
         W = self.w
         ids = np.asarray(ids)
         n, hd, H, KVH = len(ids), self.head_dim, self.n_head, self.n_head_kv
@@ -70,6 +71,8 @@ class Oracle:
             q = self.rope(q.reshape(n, H, hd), pos)
             k = self.rope(k.reshape(n, KVH, hd), pos)
             v = v.reshape(n, KVH, hd)
+            if kv_f16:
+                k, v = k.astype(np.float16).astype(np.float64), v.astype(np.float16).astype(np.float64)
             rep = H // KVH
             att = np.empty((n, H, hd))
             for hh in range(H):

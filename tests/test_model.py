@@ -264,12 +264,13 @@ def test_tiny_model_matches_oracle(tmp_path, opts):
     from oracle import Oracle
     path = make_tiny(tmp_path / "tiny.gguf", **opts)
     ids = [5, 17, 99, 0, 42, 42, 7, 63, 1, 2, 88, 31]
-    want = Oracle(path).forward(ids)
+    want = Oracle(path).forward(ids, kv_f16=True)      # fastgguf's KV cache is F16
     m = Model(path, n_threads=2)
-    np.testing.assert_allclose(m.context(16).eval(ids, all_logits=True), want, atol=2e-4, rtol=1e-4)
+    # F16 rounding of K/V computed in float32 vs float64 can land on the other side of a half-ulp: 1e-3
+    np.testing.assert_allclose(m.context(16).eval(ids, all_logits=True), want, atol=1e-3, rtol=1e-3)
     ctx = m.context(16)
     steps = np.array([ctx.runner.step_py(t) for t in ids])
-    np.testing.assert_allclose(steps, want, atol=2e-4, rtol=1e-4)
+    np.testing.assert_allclose(steps, want, atol=1e-3, rtol=1e-3)
 
 
 def test_tiny_quantized_model_close_to_oracle(tmp_path):
