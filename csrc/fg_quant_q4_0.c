@@ -67,21 +67,33 @@ FG_TARGET_AVX2 static void dequantize_row_q4_0_avx2(const void *vx, float *y, in
 }
 
 /* R rows of q4_0 . q8_0 with unsigned nibbles u = q + 8: sum (u - 8) x = dot(u, x) - dot(8, x); the second
- * term depends on the activation only, so it is computed once per block for all R rows. */
+ * term depends on the activation only, so it is computed once per step for all R rows. Two blocks per step,
+ * arranged as in fg_quant_q4_1.c; a final odd block is a step of one. */
+FG_INLINE_AVX2 void q4_0_step_avx2(const int R, const int nblk, const char *w, size_t stride, const block_q8_0 *x,
+                                   __m256 *acc) {
+    const __m256i xlo = fg_load_2x128(x->qs, sizeof(block_q8_0), nblk);
+    const __m256i xhi = fg_load_2x128(x->qs + 16, sizeof(block_q8_0), nblk);
+    const __m256i eight = _mm256_set1_epi8(8), m4 = _mm256_set1_epi8(0x0f);
+    const __m256i x8 = FG_DOT2_U8S8_256(eight, xlo, eight, xhi);
+    const __m128 dx = nblk > 1 ? fg_f16_pairs(&x[0].d, &x[1].d) : fg_f16_pair(&x->d); /* lanes 0, 2 */
+    for (int r = 0; r < R; r++) {
+        const block_q4_0 *b = (const block_q4_0 *)(w + r * stride);
+        fg_prefetch(b);
+        const __m256i q = fg_load_2x128(b->qs, sizeof(block_q4_0), nblk);
+        const __m256i lo = _mm256_and_si256(q, m4), hi = _mm256_and_si256(_mm256_srli_epi16(q, 4), m4);
+        const __m256i s = _mm256_sub_epi32(FG_DOT2_U8S8_256(lo, xlo, hi, xhi), x8);
+        const __m128 d = _mm_mul_ps(nblk > 1 ? fg_f16_pairs(&b[0].d, &b[1].d) : fg_f16_pair(&b->d), dx);
+        acc[r] = _mm256_fmadd_ps(_mm256_cvtepi32_ps(s), fg_spread2_256(d), acc[r]);
+    }
+}
+
 FG_INLINE_AVX2 void q4_0_rows_avx2(const int R, int64_t nb, const char *w, size_t stride, const void *vx, float *y) {
     const block_q8_0 *x = vx;
     __m256 acc[4];
     for (int r = 0; r < R; r++) acc[r] = _mm256_setzero_ps();
-    for (int64_t i = 0; i < nb; i++) {
-        const __m256i xq = _mm256_loadu_si256((const __m256i *)x[i].qs);
-        const __m256i x8 = fg_dot_u8s8_256(_mm256_set1_epi8(8), xq);
-        const float dx = fg_f16(x[i].d);
-        for (int r = 0; r < R; r++) {
-            const block_q4_0 *b = (const block_q4_0 *)(w + r * stride) + i;
-            const __m256i s = _mm256_sub_epi32(fg_dot_u8s8_256(fg_nibbles_256(b->qs), xq), x8);
-            acc[r] = _mm256_fmadd_ps(_mm256_cvtepi32_ps(s), _mm256_set1_ps(fg_f16(b->d) * dx), acc[r]);
-        }
-    }
+    int64_t i = 0;
+    for (; i + 2 <= nb; i += 2) q4_0_step_avx2(R, 2, w + i * sizeof(block_q4_0), stride, x + i, acc);
+    if (i < nb) q4_0_step_avx2(R, 1, w + i * sizeof(block_q4_0), stride, x + i, acc);
     for (int r = 0; r < R; r++) y[r] = fg_hsum_256(acc[r]);
 }
 FG_DOT_FROM_ROWS(vec_dot_q4_0_q8_0_avx2, FG_TARGET_AVX2, q4_0_rows_avx2, QK4_0)
@@ -99,6 +111,7 @@ FG_GEMV_FROM_ROWS(gemv_q4_0_q8_0_avx2, FG_TARGET_AVX2, q4_0_rows_avx2, QK4_0)
         for (int r = 0; r < R; r++) {                                                                       \
             const block_q4_0 *b = (const block_q4_0 *)(w + r * stride);                                     \
             __m512i lo, hi;                                                                                 \
+            fg_prefetch(b);                                                                                 \
             fg_nibbles4_512(b->qs, sizeof(block_q4_0), nblk, &lo, &hi);                                     \
             const __m512i s = _mm512_sub_epi32(DOT2(lo, xlo, hi, xhi), x8);                                 \
             const __m256 d = _mm256_mul_ps(fg_f16_pairs4(&b->d, sizeof(block_q4_0), nblk), dx);             \

@@ -70,24 +70,39 @@ FG_TARGET_AVX2 static void dequantize_row_q4_1_avx2(const void *vx, float *y, in
     }
 }
 
-/* R rows of q4_1 . q8_1: sum_j (d q_j + m) dx x_j = d dx sum(q x) + m (dx sum x) = d dx dot + m s. */
+/* Two blocks per step: ymm lo = the low nibbles of both blocks, hi = the high nibbles, and the activation in the
+ * same order (arranged once per step for all R rows). A final odd block is a step of one.
+ * R rows of q4_1 . q8_1: sum_j (d q_j + m) dx x_j = d dx sum(q x) + m (dx sum x) = d dx dot + m s. */
+FG_INLINE_AVX2 void q4_1_step_avx2(const int R, const int nblk, const char *w, size_t stride, const block_q8_1 *x,
+                                   __m256 *acc, __m128 *accm) {
+    const __m256i xlo = fg_load_2x128(x->qs, sizeof(block_q8_1), nblk);
+    const __m256i xhi = fg_load_2x128(x->qs + 16, sizeof(block_q8_1), nblk);
+    const __m128 xds = nblk > 1 ? fg_f16_pairs(&x[0].d, &x[1].d) : fg_f16_pair(&x->d); /* [dx0 sx0 dx1 sx1] */
+    const __m256i m4 = _mm256_set1_epi8(0x0f);
+    for (int r = 0; r < R; r++) {
+        const block_q4_1 *b = (const block_q4_1 *)(w + r * stride);
+        fg_prefetch(b);
+        const __m256i q = fg_load_2x128(b->qs, sizeof(block_q4_1), nblk);
+        const __m256i lo = _mm256_and_si256(q, m4), hi = _mm256_and_si256(_mm256_srli_epi16(q, 4), m4);
+        const __m128 ds = _mm_mul_ps(nblk > 1 ? fg_f16_pairs(&b[0].d, &b[1].d) : fg_f16_pair(&b->d), xds);
+        const __m256 p = _mm256_cvtepi32_ps(FG_DOT2_U8S8_256(lo, xlo, hi, xhi));
+        acc[r] = _mm256_fmadd_ps(p, fg_spread2_256(ds), acc[r]);
+        accm[r] = _mm_add_ps(accm[r], ds); /* lanes 1, 3: m * s */
+    }
+}
+
 FG_INLINE_AVX2 void q4_1_rows_avx2(const int R, int64_t nb, const char *w, size_t stride, const void *vx, float *y) {
     const block_q8_1 *x = vx;
     __m256 acc[4];
-    __m128 accm[4]; /* lane 1 collects m * s */
+    __m128 accm[4];
     for (int r = 0; r < R; r++) acc[r] = _mm256_setzero_ps(), accm[r] = _mm_setzero_ps();
-    for (int64_t i = 0; i < nb; i++) {
-        const __m256i xq = _mm256_loadu_si256((const __m256i *)x[i].qs);
-        const __m128 xds = fg_f16_pair(&x[i].d); /* [dx, sx] */
-        for (int r = 0; r < R; r++) {
-            const block_q4_1 *b = (const block_q4_1 *)(w + r * stride) + i;
-            const __m128 ds = _mm_mul_ps(fg_f16_pair(&b->d), xds); /* [d dx, m s] */
-            const __m256 p = _mm256_cvtepi32_ps(fg_dot_u8s8_256(fg_nibbles_256(b->qs), xq));
-            acc[r] = _mm256_fmadd_ps(p, _mm256_broadcastss_ps(ds), acc[r]);
-            accm[r] = _mm_add_ps(accm[r], ds);
-        }
+    int64_t i = 0;
+    for (; i + 2 <= nb; i += 2) q4_1_step_avx2(R, 2, w + i * sizeof(block_q4_1), stride, x + i, acc, accm);
+    if (i < nb) q4_1_step_avx2(R, 1, w + i * sizeof(block_q4_1), stride, x + i, acc, accm);
+    for (int r = 0; r < R; r++) {
+        const __m128 m = _mm_movehdup_ps(accm[r]); /* [m1 m1 m3 m3] */
+        y[r] = fg_hsum_256(acc[r]) + _mm_cvtss_f32(_mm_add_ss(m, _mm_movehl_ps(m, m)));
     }
-    for (int r = 0; r < R; r++) y[r] = fg_hsum_256(acc[r]) + _mm_cvtss_f32(_mm_movehdup_ps(accm[r]));
 }
 FG_DOT_FROM_ROWS(vec_dot_q4_1_q8_1_avx2, FG_TARGET_AVX2, q4_1_rows_avx2, QK4_1)
 FG_GEMV_FROM_ROWS(gemv_q4_1_q8_1_avx2, FG_TARGET_AVX2, q4_1_rows_avx2, QK4_1)
@@ -122,6 +137,7 @@ FG_INLINE_AVX512 void q4_1_load4_512(const block_q4_1 *b, int nblk, __m512i *qs,
             const block_q4_1 *b = (const block_q4_1 *)(w + r * stride);                                     \
             __m512i q;                                                                                      \
             __m256 dm;                                                                                      \
+            fg_prefetch(b);                                                                                 \
             q4_1_load4_512(b, nblk, &q, &dm);                                                               \
             const __m512i lo = _mm512_and_si512(q, _mm512_set1_epi8(0x0f));                                 \
             const __m512i hi = _mm512_and_si512(_mm512_srli_epi16(q, 4), _mm512_set1_epi8(0x0f));           \

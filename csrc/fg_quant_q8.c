@@ -136,6 +136,7 @@ FG_INLINE_AVX2 void q8_0_rows_avx2(const int R, int64_t nb, const char *w, size_
         const float dx = fg_f16(x[i].d);
         for (int r = 0; r < R; r++) {
             const block_q8_0 *b = (const block_q8_0 *)(w + r * stride) + i;
+            fg_prefetch(b);
             const __m256i sw = _mm256_sign_epi8(_mm256_loadu_si256((const __m256i *)b->qs), xq);
             const __m256 p = _mm256_cvtepi32_ps(fg_dot_u8s8_256(ax, sw));
             acc[r] = _mm256_fmadd_ps(p, _mm256_set1_ps(fg_f16(b->d) * dx), acc[r]);
@@ -161,6 +162,7 @@ FG_GEMV_FROM_ROWS(gemv_q8_0_q8_0_avx2, FG_TARGET_AVX2, q8_0_rows_avx2, QK8_0)
             const __m128 dx = fg_f16_pairs(&x[i].d, &x[i + 1].d);                                           \
             for (int r = 0; r < R; r++) {                                                                   \
                 const block_q8_0 *b = (const block_q8_0 *)(w + r * stride) + i;                             \
+                fg_prefetch(b);                                   \
                 __m512i wq = fg_load_2x256(b[0].qs, b[1].qs);                                               \
                 wq = _mm512_mask_sub_epi8(wq, neg, _mm512_setzero_si512(), wq);                             \
                 const __m512 d = fg_spread2_512(_mm_mul_ps(fg_f16_pairs(&b[0].d, &b[1].d), dx));            \
