@@ -83,6 +83,8 @@ def ext(name, pyx):
 extensions = [ext("fastgguf._kernels", "fastgguf/_kernels.pyx")]
 if os.path.exists(os.path.join(HERE, "fastgguf", "_runner.pyx")):
     extensions.append(ext("fastgguf._runner", "fastgguf/_runner.pyx"))
+if os.path.exists(os.path.join(HERE, "fastgguf", "_sampling.pyx")):  # cimports fastgguf._runner's Runner
+    extensions.append(ext("fastgguf._sampling", "fastgguf/_sampling.pyx"))
 if os.path.exists(os.path.join(HERE, "fastgguf", "_bpe.pyx")):
     extensions.append(ext("fastgguf._bpe", "fastgguf/_bpe.pyx"))
 

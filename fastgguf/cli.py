@@ -14,6 +14,8 @@ import sys
 COMMAND_MODULES = [
     "fastgguf.cmd_info",
     "fastgguf.cmd_pull",
+    "fastgguf.cmd_run",
+    "fastgguf.cmd_chat",
     "fastgguf.cmd_tokenize",
     "fastgguf.cmd_quantize",
 ]

@@ -1,0 +1,272 @@
+# cython: language_level=3, boundscheck=False, wraparound=False
+"""Samplers (C, csrc/fg_sample.c) and the decode loop.
+
+Sampler validates its parameters here, in Python; the C underneath trusts them. generate_ids is the decode loop:
+Runner.step + bias/penalties + sampling + bookkeeping run with the GIL released, and Python only sees each token id
+as it is yielded (for detokenization and stop checks)."""
+import math
+import os
+from collections.abc import Mapping
+
+import numpy as np
+cimport numpy as cnp
+from libc.stdint cimport int32_t, uint8_t, uint64_t
+
+from fastgguf._runner cimport Runner
+
+cnp.import_array()
+
+NO_CANDIDATE = FG_SAMPLE_NO_CANDIDATE
+NO_MEMORY = FG_SAMPLE_NO_MEMORY
+MAX_TOKEN_ID = (1 << 24) - 1  # without n_vocab, the largest id accepted
+
+
+def _real(name, value, lo=None, hi=None, lo_open=False):
+    if isinstance(value, bool) or not isinstance(value, (int, float, np.integer, np.floating)):
+        raise TypeError(f"{name} must be a number, got {type(value).__name__}")
+    v = float(value)
+    if not math.isfinite(v):
+        raise ValueError(f"{name} must be finite, got {value!r}")
+    if lo is not None and (v < lo or (lo_open and v == lo)):
+        raise ValueError(f"{name} must be {'>' if lo_open else '>='} {lo}, got {value!r}")
+    if hi is not None and v > hi:
+        raise ValueError(f"{name} must be <= {hi}, got {value!r}")
+    return v
+
+
+def _int(name, value, lo=None):
+    if isinstance(value, bool) or not isinstance(value, (int, np.integer)):
+        raise TypeError(f"{name} must be an int, got {type(value).__name__}")
+    v = int(value)
+    if lo is not None and v < lo:
+        raise ValueError(f"{name} must be >= {lo}, got {v}")
+    return v
+
+
+def _token_id(name, value, n_vocab):
+    if isinstance(value, str):  # OpenAI-style JSON has string keys
+        try:
+            value = int(value)
+        except ValueError:
+            raise ValueError(f"{name}: token id {value!r} is not an integer") from None
+    v = _int(name, value, 0)
+    if n_vocab is not None and v >= n_vocab:
+        raise ValueError(f"{name}: token id {v} is out of range for a vocabulary of {n_vocab}")
+    if n_vocab is None and v > MAX_TOKEN_ID:  # the history keeps per-id counters: bound them
+        raise ValueError(f"{name}: token id {v} is too large (> {MAX_TOKEN_ID}; give the Sampler n_vocab)")
+    return v
+
+
+def check_logit_bias(logit_bias, n_vocab=None):
+    """Validate {token id: bias} (ids may be int or decimal strings; bias finite or -inf to ban); returns a dict."""
+    if logit_bias is None:
+        return {}
+    if not isinstance(logit_bias, Mapping):
+        raise TypeError(f"logit_bias must be a dict {{token_id: bias}}, got {type(logit_bias).__name__}")
+    out = {}
+    for k, b in logit_bias.items():
+        tid = _token_id("logit_bias", k, n_vocab)
+        if isinstance(b, bool) or not isinstance(b, (int, float, np.integer, np.floating)):
+            raise TypeError(f"logit_bias[{k!r}] must be a number, got {type(b).__name__}")
+        b = float(b)
+        if math.isnan(b) or b == math.inf:
+            raise ValueError(f"logit_bias[{k!r}] must be finite or -inf (to ban the token), got {b}")
+        out[tid] = out.get(tid, 0.0) + b
+    return out
+
+
+cdef class Sampler:
+    """Turns logits into token ids.
+
+    Order (as llama.cpp): logit bias, repetition penalty (last ``repeat_last_n`` accepted tokens, prompt included;
+    positive logits divided, negative multiplied), frequency/presence penalties (OpenAI: over accepted *generated*
+    tokens, ``logit -= count*frequency_penalty + (count > 0)*presence_penalty``), then greedy when
+    ``temperature <= 0``, else top-k (0: off) -> top-p (1: off) -> min-p (0: off), measured at temperature 1,
+    and a draw from the softmax at ``temperature``. Same seed and inputs -> same tokens."""
+
+    def __cinit__(self, *args, **kwargs):
+        fg_sampler_init(&self.s, 0)
+
+    def __dealloc__(self):
+        fg_sampler_free(&self.s)
+
+    def __init__(self, temperature=0.8, top_k=40, top_p=0.95, min_p=0.05, repeat_penalty=1.0, repeat_last_n=64,
+                 frequency_penalty=0.0, presence_penalty=0.0, logit_bias=None, seed=None, n_vocab=None):
+        self.n_vocab = None if n_vocab is None else _int("n_vocab", n_vocab, 1)
+        if self.n_vocab is not None and self.n_vocab > 0x7FFFFFFF:
+            raise ValueError(f"n_vocab {self.n_vocab} is too large")
+        self.s.temperature = _real("temperature", temperature, 0.0)
+        self.s.top_k = min(_int("top_k", top_k, 0), 0x7FFFFFFF)
+        self.s.top_p = _real("top_p", top_p, 0.0, 1.0, lo_open=True)
+        self.s.min_p = _real("min_p", min_p, 0.0, 1.0)
+        self.s.repeat_penalty = _real("repeat_penalty", repeat_penalty, 0.0, lo_open=True)
+        self.s.repeat_last_n = min(_int("repeat_last_n", repeat_last_n, -1), 0x7FFFFFFF)
+        self.s.frequency_penalty = _real("frequency_penalty", frequency_penalty)
+        self.s.presence_penalty = _real("presence_penalty", presence_penalty)
+        bias = check_logit_bias(logit_bias, self.n_vocab)
+        ids = np.fromiter(bias.keys(), dtype=np.int32, count=len(bias))
+        vals = np.fromiter(bias.values(), dtype=np.float32, count=len(bias))
+        cdef int32_t[::1] ids_v = ids
+        cdef float[::1] vals_v = vals
+        if fg_sampler_set_bias(&self.s, &ids_v[0] if len(bias) else NULL,
+                               &vals_v[0] if len(bias) else NULL, <int32_t>len(bias)) != 0:
+            raise MemoryError("logit_bias")
+        self.logit_bias = bias
+        if seed is None:
+            seed = int.from_bytes(os.urandom(8), "little")
+        elif isinstance(seed, bool) or not isinstance(seed, (int, np.integer)):
+            raise TypeError(f"seed must be an int or None, got {type(seed).__name__}")
+        self.seed = int(seed)
+        fg_rng_seed(&self.s.rng, <uint64_t>(self.seed & 0xFFFFFFFFFFFFFFFF))
+
+    @property
+    def temperature(self): return self.s.temperature
+    @property
+    def top_k(self): return self.s.top_k
+    @property
+    def top_p(self): return self.s.top_p
+    @property
+    def min_p(self): return self.s.min_p
+    @property
+    def repeat_penalty(self): return self.s.repeat_penalty
+    @property
+    def repeat_last_n(self): return self.s.repeat_last_n
+    @property
+    def frequency_penalty(self): return self.s.frequency_penalty
+    @property
+    def presence_penalty(self): return self.s.presence_penalty
+
+    @property
+    def history(self):
+        """Every accepted token id, oldest first."""
+        return [self.s.hist[i] for i in range(self.s.n_hist)]
+
+    def __repr__(self):
+        return (f"Sampler(temperature={self.temperature:g}, top_k={self.top_k}, top_p={self.top_p:g}, "
+                f"min_p={self.min_p:g}, repeat_penalty={self.repeat_penalty:g}, repeat_last_n={self.repeat_last_n}, "
+                f"frequency_penalty={self.frequency_penalty:g}, presence_penalty={self.presence_penalty:g}, "
+                f"logit_bias={self.logit_bias!r}, seed={self.seed})")
+
+    cdef int sample_ptr(self, float *logits, int n_vocab) noexcept nogil:
+        return fg_sampler_sample(&self.s, logits, n_vocab)
+
+    def sample(self, logits):
+        """Token id chosen from a 1-D array of logits (not modified)."""
+        arr = np.asarray(logits)
+        if arr.ndim != 1 or arr.shape[0] == 0:
+            raise ValueError(f"logits must be a non-empty 1-D array, got shape {arr.shape}")
+        if self.n_vocab is not None and arr.shape[0] != self.n_vocab:
+            raise ValueError(f"logits have {arr.shape[0]} entries, the sampler's vocabulary has {self.n_vocab}")
+        if arr.shape[0] > 0x7FFFFFFF:
+            raise ValueError("logits too long")
+        # the C side changes biased/penalized entries and restores them: give it a writable float32 buffer
+        if arr.dtype != np.float32 or not arr.flags.c_contiguous or not arr.flags.writeable:
+            arr = np.array(arr, dtype=np.float32, order="C")
+        cdef float[::1] v = arr
+        cdef int n = <int>v.shape[0]
+        cdef int tok
+        with nogil:
+            tok = self.sample_ptr(&v[0], n)
+        return _check_sample(tok)
+
+    def apply(self, logits):
+        """A float32 copy of logits with logit bias and penalties applied (what top-k/top-p/min-p then see)."""
+        arr = np.array(logits, dtype=np.float32, order="C")
+        if arr.ndim != 1 or arr.shape[0] == 0:
+            raise ValueError(f"logits must be a non-empty 1-D array, got shape {arr.shape}")
+        cdef float[::1] v = arr
+        if fg_sampler_apply(&self.s, &v[0], <int32_t>v.shape[0]) != 0:
+            raise MemoryError("sampler scratch buffers")
+        return arr
+
+    def accept(self, token, generated=True):
+        """Record a token: it enters the repetition-penalty window, and when ``generated`` also the counts of the
+        frequency/presence penalties (prompt tokens: ``generated=False``)."""
+        tid = _token_id("token", token, self.n_vocab)
+        if fg_sampler_accept(&self.s, <int32_t>tid, 1 if generated else 0) != 0:
+            raise MemoryError("sampler history")
+
+    def accept_many(self, tokens, generated=False):
+        """accept() each token of a sequence (default: as prompt tokens)."""
+        for t in tokens:
+            self.accept(t, generated)
+
+    def reset(self):
+        """Forget the history (parameters, bias and random state are kept)."""
+        fg_sampler_reset(&self.s)
+
+
+def _check_sample(int tok):
+    if tok == FG_SAMPLE_NO_CANDIDATE:
+        raise ValueError("no token can be sampled: every logit is -inf or NaN (is every token banned by logit_bias?)")
+    if tok == FG_SAMPLE_NO_MEMORY:
+        raise MemoryError("sampler scratch buffers")
+    return tok
+
+
+def argmax(logits):
+    """First index of the maximum (NaN ignored) of a float32 vector, -1 if every entry is -inf/NaN (C fg_argmax)."""
+    cdef const float[::1] v = np.ascontiguousarray(logits, dtype=np.float32)
+    return fg_argmax(&v[0], <int32_t>v.shape[0]) if v.shape[0] else -1
+
+
+def top_k(logits, int k):
+    """(ids, logits) of the k largest entries, best first, ties by smaller id (C fg_top_k, partial selection)."""
+    cdef const float[::1] v = np.ascontiguousarray(logits, dtype=np.float32)
+    if k < 0:
+        raise ValueError(f"k must be >= 0, got {k}")
+    k = min(k, <int>v.shape[0])
+    out = np.zeros(max(k, 1), dtype=[("logit", np.float32), ("id", np.int32)])
+    cdef fg_cand[::1] o = out
+    cdef int m = fg_top_k(&v[0], <int32_t>v.shape[0], k, &o[0]) if k > 0 else 0
+    return out["id"][:m].copy(), out["logit"][:m].copy()
+
+
+def generate_ids(Runner runner, Sampler sampler, int max_tokens, eog_ids, logits=None, int token=-1):
+    """The decode loop: yields up to ``max_tokens`` sampled token ids.
+
+    Start from either ``logits`` (the last prompt position's logits, e.g. from Context.eval) or ``token`` (a token
+    not yet evaluated: it is stepped first). Each iteration runs Runner.step on the previous token, then bias,
+    penalties and sampling, and records the token in the sampler, all with the GIL released. Stops after yielding
+    an id in ``eog_ids`` (it is yielded), after ``max_tokens`` ids, or when the context is full. The last yielded
+    token is not stepped (it is not in the KV cache)."""
+    cdef int n_vocab = runner.n_vocab
+    cdef int n = 0, tok = -1, prev = token, rc = 0, acc = 0
+    cdef float *lp = NULL
+    cdef float[::1] first
+    if max_tokens < 0:
+        raise ValueError(f"max_tokens must be >= 0, got {max_tokens}")
+    if sampler.n_vocab is not None and sampler.n_vocab != n_vocab:
+        raise ValueError(f"sampler vocabulary {sampler.n_vocab} != runner vocabulary {n_vocab}")
+    if logits is not None:
+        if token >= 0:
+            raise ValueError("give either logits or token, not both")
+        first = np.array(logits, dtype=np.float32, order="C").reshape(-1)
+        if first.shape[0] != n_vocab:
+            raise ValueError(f"logits have {first.shape[0]} entries, the runner's vocabulary has {n_vocab}")
+        lp = &first[0]
+    elif token < 0 or token >= n_vocab:
+        raise ValueError(f"give logits, or a start token in [0, {n_vocab}), got token={token}")
+    eog_arr = np.zeros(n_vocab, dtype=np.uint8)
+    for e in eog_ids:
+        if 0 <= int(e) < n_vocab:
+            eog_arr[int(e)] = 1
+    cdef const uint8_t[::1] eog = eog_arr
+    while n < max_tokens:
+        with nogil:
+            if prev >= 0:
+                rc = runner.step(prev, &lp)
+            if rc == 0:
+                tok = sampler.sample_ptr(lp, n_vocab)
+                if tok >= 0:
+                    acc = fg_sampler_accept(&sampler.s, tok, 1)
+        if rc != 0:
+            return  # context full
+        _check_sample(tok)
+        if acc != 0:
+            raise MemoryError("sampler history")
+        n += 1
+        yield tok
+        if eog[tok]:
+            return
+        prev = tok

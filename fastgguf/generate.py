@@ -1,0 +1,350 @@
+"""Text generation: prompt -> tokens -> prompt evaluation (batched) -> decode loop -> text.
+
+The decode loop is Cython (`fastgguf._sampling.generate_ids`): forward step, penalties and sampling run with the GIL
+released; Python sees one token id at a time, only to detokenize it (UTF-8 safe streaming decoder) and to look for
+stop strings. A stop string is never emitted, even when it arrives split across tokens: text that could be the start
+of a stop string is held back until it is known not to be one.
+
+    result = generate(model, "Once upon a time", max_tokens=64, seed=1)
+    result.text, result.finish_reason, result.usage.total_tokens, result["text"]
+    for piece in generate(model, "Once upon a time", stream=True): print(piece, end="")
+
+finish_reason: "stop" (an end-of-generation token or a stop string), "length" (max_tokens reached, or the context is
+full). Usage counts prompt tokens and completion tokens (sampled tokens, without the end-of-generation token).
+
+Context reuse: with `context=` given, the tokens it already holds from an earlier generate() call on it are kept when
+they are a prefix of the new prompt (only the rest is evaluated; see usage.cached_tokens), otherwise it is reset.
+"""
+import dataclasses
+import time
+import weakref
+from dataclasses import dataclass, field
+from typing import List, Optional
+
+__all__ = ["generate", "chat", "GenerationResult", "GenerationStream", "Usage", "Timings", "make_sampler"]
+
+CTX_ROUND = 256  # a fresh context is sized to prompt + max_tokens rounded up to this
+
+
+class _DictLike:
+    """result["text"], result.get("usage"), dict(result), result.to_dict()."""
+
+    def __getitem__(self, key):
+        if key not in self.keys():
+            raise KeyError(key)
+        return getattr(self, key)
+
+    def get(self, key, default=None):
+        return getattr(self, key) if key in self.keys() else default
+
+    def keys(self):
+        return [f.name for f in dataclasses.fields(self)]
+
+    def __contains__(self, key):
+        return key in self.keys()
+
+    def __iter__(self):
+        return iter(self.keys())
+
+    def to_dict(self):
+        return dataclasses.asdict(self)
+
+
+@dataclass
+class Usage(_DictLike):
+    prompt_tokens: int = 0
+    completion_tokens: int = 0
+    total_tokens: int = 0
+    cached_tokens: int = 0  # prompt tokens reused from the context's cache (not evaluated again)
+
+
+@dataclass
+class Timings(_DictLike):
+    prompt_seconds: float = 0.0            # evaluating the prompt (its uncached tokens)
+    generation_seconds: float = 0.0        # the decode loop, detokenization included, consumer's time excluded
+    prompt_tokens_per_second: float = 0.0  # evaluated prompt tokens / prompt_seconds
+    generation_tokens_per_second: float = 0.0
+
+
+@dataclass
+class GenerationResult(_DictLike):
+    text: str
+    finish_reason: Optional[str]
+    usage: Usage
+    timings: Timings
+    token_ids: List[int] = field(default_factory=list)
+
+
+def _rate(n, seconds):
+    return n / seconds if seconds > 0 else 0.0
+
+
+def make_sampler(n_vocab=None, *, temperature=0.8, top_k=40, top_p=0.95, min_p=0.05, repeat_penalty=1.0,
+                 repeat_last_n=64, frequency_penalty=0.0, presence_penalty=0.0, logit_bias=None, seed=None):
+    """A validated fastgguf._sampling.Sampler (ValueError/TypeError on bad parameters)."""
+    from fastgguf._sampling import Sampler
+    return Sampler(temperature=temperature, top_k=top_k, top_p=top_p, min_p=min_p, repeat_penalty=repeat_penalty,
+                   repeat_last_n=repeat_last_n, frequency_penalty=frequency_penalty,
+                   presence_penalty=presence_penalty, logit_bias=logit_bias, seed=seed, n_vocab=n_vocab)
+
+
+def _check_stop(stop):
+    if stop is None:
+        return []
+    if isinstance(stop, str):
+        stop = [stop]
+    try:
+        stops = list(stop)
+    except TypeError:
+        raise TypeError(f"stop must be a string or a list of strings, got {type(stop).__name__}") from None
+    for s in stops:
+        if not isinstance(s, str):
+            raise TypeError(f"stop must be a string or a list of strings, got an item of type {type(s).__name__}")
+    return [s for s in stops if s]
+
+
+def _prompt_ids(tokenizer, prompt, n_vocab, add_special, parse_special):
+    if isinstance(prompt, str):
+        ids = list(tokenizer.encode(prompt, add_special=add_special, parse_special=parse_special))
+    elif isinstance(prompt, (bytes, bytearray)):
+        raise TypeError("prompt must be a str or a list of token ids, got bytes (decode it first)")
+    else:
+        try:
+            ids = [int(t) for t in prompt]
+        except (TypeError, ValueError):
+            raise TypeError(f"prompt must be a str or a list of token ids, got {type(prompt).__name__}") from None
+        for t in ids:
+            if not 0 <= t < n_vocab:
+                raise ValueError(f"prompt token id {t} is out of range for a vocabulary of {n_vocab}")
+    if not ids:
+        raise ValueError("the prompt is empty: it tokenizes to no tokens (give some text, or add_special=True "
+                         "on a model that adds a BOS token)")
+    return ids
+
+
+def _longest_partial(text, stops):
+    """Length of the longest suffix of text that is a proper prefix of some stop string."""
+    best = 0
+    for s in stops:
+        for k in range(min(len(s) - 1, len(text)), best, -1):
+            if text.endswith(s[:k]):
+                best = k
+                break
+    return best
+
+
+def _find_stop(text, stops):
+    """Index of the earliest stop string in text, -1 if none."""
+    return min((i for i in (text.find(s) for s in stops) if i >= 0), default=-1)
+
+
+# tokens each context holds from our last generate() on it, to reuse a common prefix
+_CTX_TOKENS = weakref.WeakKeyDictionary()
+
+
+def _runner_class():
+    try:
+        from fastgguf._runner import Runner
+        return Runner
+    except ImportError:  # pragma: no cover - only without the compiled extension
+        return None
+
+
+def _python_decode(context, sampler, max_tokens, eog, logits):
+    """Reference decode loop for contexts without a compiled Runner (test fakes): same contract as generate_ids."""
+    n = 0
+    while n < max_tokens:
+        tok = sampler.sample(logits)
+        sampler.accept(tok)
+        n += 1
+        yield tok
+        if tok in eog:
+            return
+        if context.n_past >= context.n_ctx:
+            return
+        logits = context.eval([tok])
+
+
+class GenerationStream:
+    """Iterator over generated text pieces. After it is exhausted: .finish_reason, .usage, .timings, .text,
+    .token_ids (the same values a non-streaming call returns in its result). .result() drains it and returns the
+    GenerationResult. close() stops early (finish_reason stays None)."""
+
+    def __init__(self, gen_fn):
+        self.text = ""
+        self.token_ids = []
+        self.finish_reason = None
+        self.usage = Usage()
+        self.timings = Timings()
+        self._gen = gen_fn(self)
+
+    def __iter__(self):
+        return self
+
+    def __next__(self):
+        piece = next(self._gen)
+        self.text += piece
+        return piece
+
+    def close(self):
+        self._gen.close()
+
+    def __enter__(self):
+        return self
+
+    def __exit__(self, *exc):
+        self.close()
+
+    def result(self):
+        for _ in self:
+            pass
+        return GenerationResult(text=self.text, finish_reason=self.finish_reason, usage=self.usage,
+                                timings=self.timings, token_ids=list(self.token_ids))
+
+
+def generate(model, prompt, *, max_tokens=256, temperature=0.8, top_k=40, top_p=0.95, min_p=0.05,
+             repeat_penalty=1.0, repeat_last_n=64, frequency_penalty=0.0, presence_penalty=0.0, logit_bias=None,
+             seed=None, stop=None, stream=False, context=None, add_special=True, parse_special=False):
+    """Complete `prompt` (text, or a list of token ids) with `model`.
+
+    Sampling parameters: see fastgguf._sampling.Sampler (temperature <= 0 is greedy). `stop`: a string or list of
+    strings; generation ends before the first one and it is not part of the text. `context`: a Context to run in
+    (default: a fresh one sized min(model.n_ctx_train, prompt + max_tokens) rounded up to 256). `max_tokens=None`:
+    until an end-of-generation token or the context is full.
+    Returns a GenerationResult, or with stream=True a GenerationStream of text pieces."""
+    tokenizer = model.tokenizer
+    n_vocab = int(getattr(model, "n_vocab", None) or tokenizer.n_vocab)
+    if max_tokens is not None and (isinstance(max_tokens, bool) or not isinstance(max_tokens, int)):
+        raise TypeError(f"max_tokens must be an int or None, got {type(max_tokens).__name__}")
+    if max_tokens is not None and max_tokens < 0:
+        raise ValueError(f"max_tokens must be >= 0, got {max_tokens}")
+    stops = _check_stop(stop)
+    sampler = make_sampler(n_vocab, temperature=temperature, top_k=top_k, top_p=top_p, min_p=min_p,
+                           repeat_penalty=repeat_penalty, repeat_last_n=repeat_last_n,
+                           frequency_penalty=frequency_penalty, presence_penalty=presence_penalty,
+                           logit_bias=logit_bias, seed=seed)
+    ids = _prompt_ids(tokenizer, prompt, n_vocab, add_special, parse_special)
+    n_prompt = len(ids)
+
+    n_ctx_train = int(getattr(model, "n_ctx_train", 0) or 0)
+    if context is None:
+        want = n_prompt + (max_tokens if max_tokens is not None else (n_ctx_train or n_prompt + 1))
+        n_ctx = -(-want // CTX_ROUND) * CTX_ROUND
+        if n_ctx_train:
+            if n_prompt > n_ctx_train:
+                raise ValueError(f"the prompt has {n_prompt} tokens, more than the model's context length "
+                                 f"{n_ctx_train}")
+            n_ctx = min(n_ctx, n_ctx_train)
+        context = model.context(n_ctx=n_ctx)
+    if n_prompt > context.n_ctx:
+        raise ValueError(f"the prompt has {n_prompt} tokens but the context holds only n_ctx={context.n_ctx} tokens")
+    if max_tokens is None:
+        max_tokens = context.n_ctx - n_prompt + 1
+
+    def run(st):
+        lock = getattr(context, "_lock", None)  # Context's one-thread-at-a-time lock, taken around each step
+        # prompt: reuse the cached common prefix, evaluate the rest (at least one token, for its logits)
+        cached = _CTX_TOKENS.get(context)
+        keep = 0
+        if cached is not None and len(cached) == context.n_past:
+            lim = min(len(cached), n_prompt - 1)
+            while keep < lim and cached[keep] == ids[keep]:
+                keep += 1
+        _CTX_TOKENS.pop(context, None)
+        t0 = time.perf_counter()
+        if keep == 0:
+            context.reset()
+        elif keep < context.n_past:
+            context.rewind(keep)
+        logits = context.eval(ids[keep:])
+        t1 = time.perf_counter()
+        st.timings.prompt_seconds = t1 - t0
+        st.timings.prompt_tokens_per_second = _rate(n_prompt - keep, t1 - t0)
+        st.usage = Usage(prompt_tokens=n_prompt, completion_tokens=0, total_tokens=n_prompt, cached_tokens=keep)
+
+        if repeat_penalty != 1.0 and repeat_last_n != 0:
+            sampler.accept_many(ids if repeat_last_n < 0 else ids[-repeat_last_n:], generated=False)
+        eog = set(int(e) for e in tokenizer.eog_ids)
+        runner_cls = _runner_class()
+        if runner_cls is not None and isinstance(getattr(context, "runner", None), runner_cls):
+            from fastgguf._sampling import generate_ids
+            id_iter = generate_ids(context.runner, sampler, max_tokens, eog, logits=logits)
+        else:
+            id_iter = _python_decode(context, sampler, max_tokens, eog, logits)
+
+        decoder = tokenizer.streaming_decoder()
+        sampled = []       # every id the loop gave, end-of-generation token included
+        pending = ""       # decoded text not yet emitted (may be the start of a stop string)
+        finish = "length"  # also when the context is full
+        by_stop_string = False
+        gen_time = 0.0
+        t = time.perf_counter()
+        try:
+            while True:
+                if lock is not None:
+                    if not lock.acquire(blocking=False):
+                        raise RuntimeError("this Context is being used by another thread; use one Context per "
+                                           "thread")
+                    try:
+                        tok = next(id_iter, None)
+                    finally:
+                        lock.release()
+                else:
+                    tok = next(id_iter, None)
+                if tok is None:
+                    break
+                sampled.append(tok)
+                if tok in eog:
+                    finish = "stop"
+                    break
+                st.token_ids.append(tok)
+                pending += decoder.feed(tok)
+                hold = 0
+                if stops:
+                    cut = _find_stop(pending, stops)
+                    if cut >= 0:
+                        pending = pending[:cut]
+                        finish, by_stop_string = "stop", True
+                        break
+                    hold = _longest_partial(pending, stops)
+                if len(pending) > hold:
+                    out, pending = pending[:len(pending) - hold], pending[len(pending) - hold:]
+                    gen_time += time.perf_counter() - t
+                    _update(st, gen_time)
+                    yield out
+                    t = time.perf_counter()
+            if not by_stop_string:
+                pending += decoder.flush()
+                cut = _find_stop(pending, stops) if stops else -1
+                if cut >= 0:  # completed by the flushed bytes
+                    pending = pending[:cut]
+                    finish = "stop"
+            # the KV cache holds the prompt and every sampled token but the last (never stepped)
+            in_cache = ids + sampled[:-1]
+            if len(in_cache) == context.n_past:
+                _CTX_TOKENS[context] = in_cache
+            st.finish_reason = finish
+            gen_time += time.perf_counter() - t
+            _update(st, gen_time)
+            if pending:
+                yield pending
+        finally:
+            close = getattr(id_iter, "close", None)
+            if close is not None:
+                close()
+
+    def _update(st, gen_time):
+        n = len(st.token_ids)
+        st.usage.completion_tokens = n
+        st.usage.total_tokens = n_prompt + n
+        st.timings.generation_seconds = gen_time
+        st.timings.generation_tokens_per_second = _rate(n, gen_time)
+
+    s = GenerationStream(run)
+    return s if stream else s.result()
+
+
+def chat(model, messages, **kwargs):
+    """Render messages with the model's chat template and generate the assistant's reply (see fastgguf.chat)."""
+    from fastgguf.chat import chat as _chat
+    return _chat(model, messages, **kwargs)

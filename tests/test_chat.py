@@ -1,0 +1,123 @@
+"""Chat templates (fastgguf.chat): HF-compatible rendering in a jinja2 sandbox, BOS handling, fallback, chat()."""
+import json
+
+import pytest
+
+from fastgguf.chat import (CHATML_TEMPLATE, ChatTemplateError, apply_chat_template, chat, chat_prompt_ids,
+                           render_template)
+from gen_fakes import BOS, IM_END, IM_START, FakeModel, FakeTokenizer
+
+SMOL_SYSTEM = "<|im_start|>system\nYou are a helpful AI assistant named SmolLM, trained by Hugging Face<|im_end|>\n"
+
+
+@pytest.fixture(scope="module")
+def smol_template(default_model_path):
+    from fastgguf.gguf import GGUFFile
+    with GGUFFile(default_model_path) as f:
+        return f.metadata["tokenizer.chat_template"]
+
+
+def test_smollm2_template_renders_as_expected(smol_template):
+    msgs = [{"role": "user", "content": "Hi there"}]
+    assert render_template(smol_template, msgs) == (
+        SMOL_SYSTEM + "<|im_start|>user\nHi there<|im_end|>\n<|im_start|>assistant\n")
+    assert render_template(smol_template, msgs, add_generation_prompt=False) == (
+        SMOL_SYSTEM + "<|im_start|>user\nHi there<|im_end|>\n")
+    msgs = [{"role": "system", "content": "Be brief."}, {"role": "user", "content": "2+2?"},
+            {"role": "assistant", "content": "4"}, {"role": "user", "content": "and 3+3?"}]
+    assert render_template(smol_template, msgs) == (
+        "<|im_start|>system\nBe brief.<|im_end|>\n<|im_start|>user\n2+2?<|im_end|>\n"
+        "<|im_start|>assistant\n4<|im_end|>\n<|im_start|>user\nand 3+3?<|im_end|>\n<|im_start|>assistant\n")
+
+
+@pytest.mark.parametrize("template", [
+    "{{ ''.__class__.__mro__[1].__subclasses__() }}",
+    "{{ cycler.__init__.__globals__.os.popen('echo pwned').read() }}",
+    "{{ joiner.__init__.__globals__ }}",
+    "{{ messages.__class__ }}",
+    "{% for m in messages %}{{ m.__class__.__base__ }}{% endfor %}",
+    "{{ messages.append({'role': 'x'}) }}",        # immutable sandbox: inputs cannot be mutated
+    "{{ messages[0].update({'role': 'x'}) }}",
+    "{{ (lipsum.__globals__)['os'] }}",
+])
+def test_sandbox_escape_raises(template):
+    with pytest.raises(ChatTemplateError, match="sandbox"):
+        render_template(template, [{"role": "user", "content": "hi"}])
+
+
+def test_hf_environment_features():
+    msgs = [{"role": "user", "content": "héllo"}]
+    assert render_template("{{ messages | tojson }}", msgs) == '[{"role": "user", "content": "héllo"}]'
+    assert render_template("{{ messages[0] | tojson(indent=2) }}", msgs) == json.dumps(msgs[0], indent=2,
+                                                                                       ensure_ascii=False)
+    with pytest.raises(ChatTemplateError, match="only user roles"):
+        render_template("{{ raise_exception('only user roles') }}", msgs)
+    assert len(render_template("{{ strftime_now('%Y-%m-%d') }}", msgs)) == 10
+    # trim_blocks + lstrip_blocks as transformers: block tags leave no stray newlines/indent
+    t = "{% for m in messages %}\n    {% if m.role == 'user' %}\n[{{ m.content }}]\n    {% endif %}\n{% endfor %}\n"
+    assert render_template(t, msgs) == "[héllo]\n"
+    assert render_template("{% for m in messages %}{% break %}{% endfor %}ok", msgs) == "ok"  # loopcontrols
+    assert render_template("{% generation %}{{ messages[0].content }}{% endgeneration %}", msgs) == "héllo"
+    assert render_template("{{ bos_token }}|{{ eos_token }}|{{ foo }}", msgs, bos_token="<s>", eos_token="</s>",
+                           foo="bar") == "<s>|</s>|bar"
+    with pytest.raises(ChatTemplateError, match="syntax"):
+        render_template("{% if %}", msgs)
+
+
+@pytest.mark.parametrize("messages,exc", [
+    ("hello", TypeError), ([["user", "hi"]], TypeError), ([{"content": "hi"}], ValueError),
+    ([{"role": "", "content": "hi"}], ValueError), ([{"role": "user"}], ValueError),
+    ([{"role": "user", "content": 3}], TypeError), ([{"role": "user", "content": [{"type": "text"}]}], TypeError),
+])
+def test_message_validation(messages, exc):
+    with pytest.raises(exc):
+        render_template(CHATML_TEMPLATE, messages)
+
+
+def test_fallback_chatml_and_special_tokens():
+    tok = FakeTokenizer(chat_template=None)
+    msgs = [{"role": "user", "content": "hi"}]
+    assert apply_chat_template(tok, msgs) == "<|im_start|>user\nhi<|im_end|>\n<|im_start|>assistant\n"
+    ids = chat_prompt_ids(tok, msgs)
+    assert ids[0] == IM_START and IM_END in ids and BOS not in ids  # parse_special, no BOS from this tokenizer
+
+
+def test_bos_added_once():
+    msgs = [{"role": "user", "content": "hi"}]
+    tok = FakeTokenizer(chat_template="{{ messages[0].content }}", add_bos=True)
+    assert chat_prompt_ids(tok, msgs) == [BOS] + list(b"hi")  # tokenizer adds BOS, template has none
+    tok = FakeTokenizer(chat_template="{{ bos_token }}{{ messages[0].content }}", add_bos=True)
+    assert chat_prompt_ids(tok, msgs) == [BOS] + list(b"hi")  # template has it: not doubled
+    tok = FakeTokenizer(chat_template="{{ messages[0].content }}", add_bos=False)
+    assert chat_prompt_ids(tok, msgs) == list(b"hi")
+
+
+def test_chat_generates_reply():
+    m = FakeModel("Hello!", chat_template="{% for m in messages %}<|im_start|>{{ m.content }}{% endfor %}")
+    r = chat(m, [{"role": "user", "content": "yo"}], temperature=0.0)
+    assert r.text == "Hello!" and r.finish_reason == "stop"
+    assert m.contexts[-1].evals[0] == [IM_START] + list(b"yo")
+    with pytest.raises(TypeError, match="add_special"):
+        chat(m, [{"role": "user", "content": "yo"}], add_special=True)
+
+
+def test_chat_fallback_stops_at_im_end_text():
+    m = FakeModel("Hello<|im_end|>junk")  # no template: ChatML, whose end marker is a stop string
+    r = chat(m, [{"role": "user", "content": "yo"}], temperature=0.0)
+    assert r.text == "Hello" and r.finish_reason == "stop"
+    s = chat(m, [{"role": "user", "content": "yo"}], temperature=0.0, stream=True, stop="zz")
+    assert "".join(s) == "Hello"
+
+
+def test_real_tokenizer_special_tokens(default_model_path, smol_template):
+    from fastgguf.gguf import GGUFFile
+    from fastgguf.tokenizer import Tokenizer
+    with GGUFFile(default_model_path) as f:
+        tok = Tokenizer.from_metadata(f.metadata)
+    assert tok.chat_template == smol_template
+    msgs = [{"role": "user", "content": "Hi"}]
+    assert apply_chat_template(tok, msgs, template="{{ bos_token }}x{{ eos_token }}") == "<|im_start|>x<|im_end|>"
+    ids = chat_prompt_ids(tok, msgs)
+    # SmolLM2 adds no BOS of its own; the template's markers are single special tokens
+    assert ids[0] == tok.bos_id == 1 and ids.count(1) == 3 and ids.count(2) == 2
+    assert ids == tok.encode(apply_chat_template(tok, msgs), add_special=False, parse_special=True)

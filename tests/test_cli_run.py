@@ -1,0 +1,56 @@
+"""`fastgguf run` / `fastgguf chat` through cli.main on the default model."""
+import io
+import sys
+
+import pytest
+
+from fastgguf.cli import main
+
+
+@pytest.fixture()
+def model_args(default_model_path):
+    return ["-m", default_model_path, "-t", "2"]
+
+
+def test_run_streams_completion(model_args, capsys):
+    rc = main(["run", *model_args, "--temp", "0", "-n", "4", "The capital of France is"])
+    out, err = capsys.readouterr()
+    assert rc == 0
+    assert out.startswith(" Paris") and out.endswith("\n")
+    assert "tok/s" in err and "generation: 4 tokens" in err
+
+
+def test_run_stop_and_seed(model_args, capsys):
+    args = ["run", *model_args, "-n", "6", "--seed", "3", "--top-k", "20", "--quiet", "Once upon a time"]
+    assert main(args) == 0
+    first = capsys.readouterr()
+    assert main(args) == 0
+    second = capsys.readouterr()
+    assert first.out == second.out and first.err == "" == second.err
+    assert main(["run", *model_args, "--temp", "0", "-n", "6", "--stop", "ris", "The capital of France is"]) == 0
+    assert capsys.readouterr().out == " Pa\n"
+
+
+def test_run_bad_arguments(model_args, capsys):
+    assert main(["run", *model_args, "--top-p", "0", "hi"]) == 2
+    assert "top_p" in capsys.readouterr().err
+    assert main(["run", "-m", "/nonexistent/model.gguf", "hi"]) != 0
+
+
+def test_chat_reads_turns_until_exit(model_args, capsys, monkeypatch):
+    monkeypatch.setattr(sys, "stdin", io.StringIO("What is 2+2?\n/exit\nnot read\n"))
+    rc = main(["chat", *model_args, "--temp", "0", "-n", "12", "--ctx", "256"])
+    out, err = capsys.readouterr()
+    assert rc == 0 and "4" in out and "not read" not in out
+
+
+def test_chat_history_is_trimmed_to_fit():
+    from fastgguf.cmd_chat import fit_history
+    from gen_fakes import FakeModel
+    m = FakeModel("", chat_template="{% for m in messages %}{{ m.content }}{% endfor %}")
+    hist = [{"role": "user", "content": "a" * 10}, {"role": "assistant", "content": "b" * 10},
+            {"role": "user", "content": "c" * 10}, {"role": "assistant", "content": "d" * 10}]
+    user = {"role": "user", "content": "e" * 5}
+    assert fit_history(m, [], hist, user, 100) == (hist, 0)
+    assert fit_history(m, [], hist, user, 30) == (hist[2:], 2)
+    assert fit_history(m, [], hist, user, 3) == ([], 4)
