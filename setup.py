@@ -71,22 +71,23 @@ class BuildExt(build_ext):
         super().build_extensions()
 
 
-def ext(name, pyx):
+def ext(name, pyx, csrc=True):
     return Extension(
         name,
-        sources=[pyx] + CSRC,
+        sources=[pyx] + (CSRC if csrc else []),
         include_dirs=["csrc", numpy.get_include()],
         define_macros=[("NPY_NO_DEPRECATED_API", "NPY_1_7_API_VERSION")],
     )
 
 
-extensions = [ext("fastgguf._kernels", "fastgguf/_kernels.pyx")]
-if os.path.exists(os.path.join(HERE, "fastgguf", "_runner.pyx")):
-    extensions.append(ext("fastgguf._runner", "fastgguf/_runner.pyx"))
-if os.path.exists(os.path.join(HERE, "fastgguf", "_sampling.pyx")):  # cimports fastgguf._runner's Runner
-    extensions.append(ext("fastgguf._sampling", "fastgguf/_sampling.pyx"))
-if os.path.exists(os.path.join(HERE, "fastgguf", "_bpe.pyx")):
-    extensions.append(ext("fastgguf._bpe", "fastgguf/_bpe.pyx"))
+# Each kernel-using extension links its own copy of csrc/ (and so its own ISA choice, made from FASTGGUF_ISA at
+# import): _kernels for tests/benchmarks/quantizer, _runner for the forward pass, _sampling for the decode loop.
+extensions = [
+    ext("fastgguf._kernels", "fastgguf/_kernels.pyx"),
+    ext("fastgguf._runner", "fastgguf/_runner.pyx"),
+    ext("fastgguf._sampling", "fastgguf/_sampling.pyx"),  # cimports fastgguf._runner's Runner
+    ext("fastgguf._bpe", "fastgguf/_bpe.pyx", csrc=False),
+]
 
 setup(
     ext_modules=cythonize(
