@@ -15,3 +15,11 @@ def default_model_path():
             pytest.skip("default model not cached and FASTGGUF_TEST_NO_DOWNLOAD=1")
         path = hub.default_model_path(download=True)
     return path
+
+
+def pytest_report_header(config):
+    import fastgguf
+    from fastgguf import _runner, kernels
+    where = os.path.dirname(fastgguf.__file__)
+    return [f"fastgguf {fastgguf.__version__} from {where}",
+            f"kernels: available {kernels.available()}, active {kernels.active()} (runner {_runner.active_isa()})"]
