@@ -220,8 +220,12 @@ def test_bad_arguments():
 
 
 def _run_env(env_extra, code):
+    """Run code in a fresh interpreter that imports the same fastgguf as this test run (installed or in place)."""
+    import fastgguf
     env = dict(os.environ, **env_extra)
-    return subprocess.run([sys.executable, "-c", code], env=env, capture_output=True, text=True, timeout=60)
+    where = os.path.dirname(os.path.dirname(os.path.abspath(fastgguf.__file__)))
+    return subprocess.run([sys.executable, "-c", code], env=env, cwd=where, capture_output=True, text=True,
+                          timeout=60)
 
 
 def test_env_forces_scalar():
