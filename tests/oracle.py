@@ -93,7 +93,7 @@ class Oracle:
 
 
 def make_reference(model_path, ref_path, out_path):
-    """The oracle's logits at llama.cpp's reference positions (tests/data/smollm2-q4_1-oracle.json)."""
+    """The oracle's logits at llama.cpp's reference positions (tests/data/smollm2-<variant>-oracle.json)."""
     import json
     o = Oracle(model_path)
     ref = json.load(open(ref_path))
@@ -113,9 +113,11 @@ def make_reference(model_path, ref_path, out_path):
 
 
 if __name__ == "__main__":
+    # python tests/oracle.py [q4_1|q8_0|q4_0]: the oracle at llama.cpp's reference positions of that variant
     import os
     import sys
     here = os.path.dirname(os.path.abspath(__file__))
-    make_reference(sys.argv[1] if len(sys.argv) > 1 else os.path.expanduser("~/.cache/fastgguf/SmolLM2-135M-Instruct.Q4_1.gguf"),
-                   os.path.join(here, "data", "smollm2-q4_1-logits.json"),
-                   os.path.join(here, "data", "smollm2-q4_1-oracle.json"))
+    v = sys.argv[1] if len(sys.argv) > 1 else "q4_1"
+    make_reference(os.path.expanduser(f"~/.cache/fastgguf/SmolLM2-135M-Instruct.{v.upper()}.gguf"),
+                   os.path.join(here, "data", f"smollm2-{v}-logits.json"),
+                   os.path.join(here, "data", f"smollm2-{v}-oracle.json"))
