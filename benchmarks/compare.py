@@ -309,21 +309,35 @@ def _chart(results, png):
         matplotlib.use("Agg")
         import matplotlib.pyplot as plt
     except ImportError:
-        print("matplotlib is not installed: no chart", file=sys.stderr)
+        print("matplotlib is not installed: no chart (pip install matplotlib)", file=sys.stderr)
         return
     rows = [r for r in results["rows"] if "llama.cpp" in r["medians"]["tg_tps"]]
     if not rows:
         return
-    keys = [k for k, _, better_up in METRICS if better_up]
-    fig, ax = plt.subplots(figsize=(8, 4))
+    # every bar: how many times faster fastgguf is (>1: fastgguf ahead); first token is a time, so inverted
+    keys = [("pp128_tps", "prompt 128", False), ("pp512_tps", "prompt 512", False), ("tg_tps", "decode 128", False),
+            ("ttft_s", "load to 1st token", True)]
+    fig, ax = plt.subplots(figsize=(10, 4.8))
     w = 0.8 / len(rows)
+    top = 1.0
     for i, r in enumerate(rows):
-        vals = [r["medians"][k]["fastgguf"] / r["medians"][k]["llama.cpp"] for k in keys]
-        ax.bar([j + i * w for j in range(len(keys))], vals, w, label=f"{r['variant']} {r['threads']}t")
+        vals = []
+        for k, _, inv in keys:
+            f, l = r["medians"][k]["fastgguf"], r["medians"][k]["llama.cpp"]
+            vals.append(l / f if inv else f / l)
+        top = max(top, *vals)
+        xs = [j + i * w for j in range(len(keys))]
+        bars = ax.bar(xs, vals, w, label=f"{r['variant'].upper()}, {r['threads']} thread{'s' if r['threads'] > 1 else ''}")
+        for b, v in zip(bars, vals):
+            ax.text(b.get_x() + b.get_width() / 2, v, f"{v:.1f}", ha="center", va="bottom", fontsize=7)
     ax.axhline(1.0, color="k", lw=0.8)
-    ax.set_xticks([j + w * (len(rows) - 1) / 2 for j in range(len(keys))], [k.replace("_tps", "") for k in keys])
-    ax.set_ylabel("fastgguf / llama.cpp (tokens/s)")
-    ax.legend()
+    ax.axhline(1.25, color="gray", lw=0.8, ls="--")
+    ax.set_xticks([j + w * (len(rows) - 1) / 2 for j in range(len(keys))], [label for _, label, _ in keys])
+    ax.set_ylim(0, top * 1.12)
+    ax.set_ylabel("fastgguf speed / llama.cpp speed")
+    ax.set_title(f"fastgguf vs llama-cpp-python, SmolLM2-135M, medians of {len(rows[0]['samples']['fastgguf'])} "
+                 f"fresh processes ({results['isa']}, {results['cores']} cores)", fontsize=10)
+    ax.legend(fontsize=8, ncol=2)
     fig.tight_layout()
     fig.savefig(png, dpi=120)
 
