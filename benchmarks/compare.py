@@ -188,7 +188,12 @@ def main(argv=None):
     ap.add_argument("--gen", type=int, default=128, help="tokens to decode")
     ap.add_argument("--json", help="save all samples and medians to this file")
     ap.add_argument("--png", help="draw a bar chart of the ratios (needs matplotlib)")
+    ap.add_argument("--replot", metavar="JSON", help="only draw --png from an earlier run's --json file")
     a = ap.parse_args(argv)
+    if a.replot:
+        with open(a.replot) as f:
+            _chart(json.load(f), a.png or os.path.splitext(a.replot)[0] + ".png")
+        return 0
     if a.worker:
         fn = worker_fastgguf if a.worker == "fastgguf" else worker_llama
         a.threads = a.threads[0]
@@ -344,13 +349,13 @@ def _chart(results, png):
             ("ttft_s", "load to 1st token", True)]
     fig, ax = plt.subplots(figsize=(10, 4.8))
     w = 0.8 / len(rows)
-    top = 1.0
+    top = bottom = 1.0
     for i, r in enumerate(rows):
         vals = []
         for k, _, inv in keys:
             f, l = r["medians"][k]["fastgguf"], r["medians"][k]["llama.cpp"]
             vals.append(l / f if inv else f / l)
-        top = max(top, *vals)
+        top, bottom = max(top, *vals), min(bottom, *vals)
         xs = [j + i * w for j in range(len(keys))]
         bars = ax.bar(xs, vals, w, label=f"{r['variant'].upper()}, {r['threads']} thread{'s' if r['threads'] > 1 else ''}")
         for b, v in zip(bars, vals):
@@ -358,10 +363,14 @@ def _chart(results, png):
     ax.axhline(1.0, color="k", lw=0.8)
     ax.axhline(1.25, color="gray", lw=0.8, ls="--")
     ax.set_xticks([j + w * (len(rows) - 1) / 2 for j in range(len(keys))], [label for _, label, _ in keys])
-    ax.set_ylim(0, top * 1.12)
-    ax.set_ylabel("fastgguf speed / llama.cpp speed")
+    ax.set_yscale("log")  # ratios: 0.5x and 2x equally far from parity
+    ticks = [t for t in (0.25, 0.5, 0.75, 1, 1.5, 2, 3, 4, 8, 16, 32, 64) if t <= top * 1.3]
+    ax.set_yticks(ticks, [f"{t:g}x" for t in ticks])
+    ax.minorticks_off()
+    ax.set_ylim(min(0.4, bottom * 0.8), top * 1.4)
+    ax.set_ylabel("fastgguf speed / llama.cpp speed (log)")
     ax.set_title(f"fastgguf vs llama-cpp-python, SmolLM2-135M, medians of {len(rows[0]['samples']['fastgguf'])} "
-                 f"fresh processes ({results['isa']}, {results['cores']} cores)", fontsize=10)
+                 f"fresh processes ({results['isa']}, {results['cores']} cores); dashed: 1.25x", fontsize=10)
     ax.legend(fontsize=8, ncol=2)
     fig.tight_layout()
     fig.savefig(png, dpi=120)
