@@ -22,16 +22,38 @@ import subprocess
 import sys
 import time
 
+try:  # run as a script from a source checkout built in place (python setup.py build_ext --inplace)
+    import fastgguf  # noqa: F401
+except ImportError:
+    sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
+
 PROMPT_SIZES = (128, 512)
+N_CHECK = 16  # greedy ids compared between the engines
+NEAR_TIE = 0.5  # top-1 minus top-2 logit under which the two engines' rounding may pick different tokens
 TEXT = ("The history of the city begins with a small settlement on the river, where traders met to exchange salt, "
         "grain and cloth. Over the centuries it grew into a market town, then a centre of learning with a library "
         "and a university, and finally a busy modern capital with trams, bridges and museums. ") * 40
 
 
 def _peak_rss_mb():
+    """This process's peak resident set. Linux: VmHWM (the address space's high-water mark, fresh after exec);
+    ru_maxrss would also count the parent's RSS at fork time."""
+    try:
+        with open("/proc/self/status") as f:
+            for line in f:
+                if line.startswith("VmHWM:"):
+                    return int(line.split()[1]) / 1024.0
+    except OSError:
+        pass
     import resource
     r = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss
     return r / 1024.0 if sys.platform != "darwin" else r / (1024.0 * 1024.0)
+
+
+def _nivcsw():
+    """Involuntary context switches of this process so far: high when other processes took our cores."""
+    import resource
+    return resource.getrusage(resource.RUSAGE_SELF).ru_nivcsw
 
 
 def _ids(path, n):
@@ -43,13 +65,18 @@ def _ids(path, n):
 
 
 def worker_fastgguf(a):
+    t = time.perf_counter()
     import numpy as np
     import fastgguf
+    out = {"engine": "fastgguf", "import_s": time.perf_counter() - t}
+    first = _ids(a.model, 8)
     t0 = time.perf_counter()
     model = fastgguf.Model(a.model, n_threads=a.threads)
     ctx = model.context(n_ctx=1024)
-    load = time.perf_counter() - t0
-    out = {"engine": "fastgguf", "load_s": load}
+    out["load_s"] = time.perf_counter() - t0
+    logits = ctx.eval(first)  # load to first token: open, map, allocate, an 8-token prompt, its argmax
+    out["first_top1"] = int(np.argmax(logits))
+    out["ttft_s"] = time.perf_counter() - t0
     for n in PROMPT_SIZES:
         ids = _ids(a.model, n)
         ctx.reset()
@@ -57,38 +84,53 @@ def worker_fastgguf(a):
         logits = ctx.eval(ids)
         out[f"pp{n}_tps"] = n / (time.perf_counter() - t)
         out[f"pp{n}_top1"] = int(np.argmax(logits))
-    # decode: 8-token prompt, then a.gen greedy tokens with every end-of-generation token banned
-    ctx.reset()
+    # decode: the 8-token prompt, then greedy with every end-of-generation token banned; max_tokens=gen+1 makes
+    # gen forward steps (the last sampled token is never stepped), as many as the llama.cpp loop below
     ban = {int(t): float("-inf") for t in model.tokenizer.eog_ids}
-    res = model.generate(_ids(a.model, 8), max_tokens=a.gen, temperature=0.0, logit_bias=ban, context=ctx)
-    if res.usage.completion_tokens != a.gen:
-        raise SystemExit(f"fastgguf decoded {res.usage.completion_tokens} tokens, expected {a.gen}")
+    res = model.generate(first, max_tokens=a.gen + 1, temperature=0.0, logit_bias=ban, context=ctx)
+    if res.usage.completion_tokens != a.gen + 1:
+        raise SystemExit(f"fastgguf decoded {res.usage.completion_tokens} tokens, expected {a.gen + 1}")
     out["tg_tps"] = a.gen / res.timings.generation_seconds
-    out["tg_ids"] = list(res.token_ids[:16])
+    out["tg_ids"] = list(res.token_ids[:N_CHECK])
+    # our own top-1 minus top-2 margin along that path (teacher-forced): tells a near-tie from a real disagreement
+    ctx.reset()
+    lg = ctx.eval(first + out["tg_ids"][:-1], all_logits=True)[len(first) - 1:]
+    top2 = np.sort(lg, axis=1)[:, -2:]
+    out["tg_margins"] = [round(float(x), 3) for x in top2[:, 1] - top2[:, 0]]
     out["peak_rss_mb"] = _peak_rss_mb()
+    out["involuntary_switches"] = _nivcsw()
     return out
 
 
 def worker_llama(a):
+    t = time.perf_counter()
     import numpy as np
     import llama_cpp
+    out = {"engine": "llama.cpp", "import_s": time.perf_counter() - t}
+    first = _ids(a.model, 8)
     t0 = time.perf_counter()
     llm = llama_cpp.Llama(model_path=a.model, n_ctx=1024, n_batch=512, n_ubatch=512, n_threads=a.threads,
                           n_threads_batch=a.threads, verbose=False)
-    load = time.perf_counter() - t0
-    out = {"engine": "llama.cpp", "load_s": load}
+    out["load_s"] = time.perf_counter() - t0
+    vocab = llm.n_vocab()
+
+    def last_logits():  # llama-cpp-python 0.3 fills llm.scores only with logits_all=True: read llama.cpp's buffer
+        return np.ctypeslib.as_array(llama_cpp.llama_get_logits_ith(llm._ctx.ctx, -1), shape=(vocab,))
+
+    llm.eval(first)
+    out["first_top1"] = int(np.argmax(last_logits()))
+    out["ttft_s"] = time.perf_counter() - t0
     for n in PROMPT_SIZES:
         ids = _ids(a.model, n)
         llm.reset()
         t = time.perf_counter()
         llm.eval(ids)
         out[f"pp{n}_tps"] = n / (time.perf_counter() - t)
-        out[f"pp{n}_top1"] = int(np.argmax(llm.scores[llm.n_tokens - 1]))
+        out[f"pp{n}_top1"] = int(np.argmax(last_logits()))
     # decode the way a llama-cpp-python user does greedy decoding token by token, end-of-generation tokens banned
-    vocab = llm.n_vocab()
     eog = [t for t in range(vocab) if llama_cpp.llama_vocab_is_eog(llm._model.vocab, t)]
     llm.reset()
-    llm.eval(_ids(a.model, 8))
+    llm.eval(first)
     try:
         llama_cpp.llama_perf_context_reset(llm._ctx.ctx)
     except Exception:
@@ -96,14 +138,14 @@ def worker_llama(a):
     toks = []
     t = time.perf_counter()
     for _ in range(a.gen):
-        logits = llm.scores[llm.n_tokens - 1]
+        logits = last_logits()
         logits[eog] = -np.inf
         tok = int(np.argmax(logits))
         toks.append(tok)
         llm.eval([tok])
     wall = time.perf_counter() - t
     out["tg_tps"] = a.gen / wall
-    out["tg_ids"] = toks[:16]
+    out["tg_ids"] = toks[:N_CHECK]
     try:
         perf = llama_cpp.llama_perf_context(llm._ctx.ctx)
         if perf.n_eval > 0 and perf.t_eval_ms > 0:
@@ -111,6 +153,7 @@ def worker_llama(a):
     except Exception:
         pass
     out["peak_rss_mb"] = _peak_rss_mb()
+    out["involuntary_switches"] = _nivcsw()
     return out
 
 
@@ -145,9 +188,15 @@ def main(argv=None):
     ap.add_argument("--gen", type=int, default=128, help="tokens to decode")
     ap.add_argument("--json", help="save all samples and medians to this file")
     ap.add_argument("--png", help="draw a bar chart of the ratios (needs matplotlib)")
+    ap.add_argument("--replot", metavar="JSON", help="only draw --png from an earlier run's --json file")
     a = ap.parse_args(argv)
+    if a.replot:
+        with open(a.replot) as f:
+            _chart(json.load(f), a.png or os.path.splitext(a.replot)[0] + ".png")
+        return 0
     if a.worker:
         fn = worker_fastgguf if a.worker == "fastgguf" else worker_llama
+        a.threads = a.threads[0]
         print(json.dumps(fn(a)))
         return 0
 
@@ -161,9 +210,13 @@ def main(argv=None):
         print("llama-cpp-python is not installed: measuring fastgguf alone. For the head-to-head run\n"
               "    pip install llama-cpp-python    (builds llama.cpp from source, a few minutes)\n", file=sys.stderr)
     threads = a.threads or sorted({1, physical_cores()})
-    bw = kernels.read_bandwidth() if hasattr(kernels, "read_bandwidth") else None
+    load_avg = os.getloadavg()[0] if hasattr(os, "getloadavg") else None
+    if load_avg is not None and load_avg > 0.5:
+        print(f"warning: 1-minute load average is {load_avg:.2f}: other processes share the CPUs, "
+              f"expect noisy figures", file=sys.stderr)
     base = hub.default_model_path()
-    results = {"bandwidth_gbs": bw, "isa": kernels.active(), "rows": []}
+    results = {"isa": kernels.active(), "cores": physical_cores(), "load_average": load_avg,
+               "bandwidth_gbs": {nt: bandwidth(nt) for nt in threads}, "rows": []}
     for v in a.variants:
         path = base if v == "q4_1" else _variant(base, v)
         bpt = model_bytes_per_token(path)
@@ -175,7 +228,10 @@ def main(argv=None):
                     samples[e].append(s)
                     print(f"  {v} t={nt} round {r + 1} {e}: pp512 {s['pp512_tps']:.0f} tg {s['tg_tps']:.1f} tok/s",
                           file=sys.stderr)
-            results["rows"].append({"variant": v, "threads": nt, "bytes_per_token": bpt, "samples": samples})
+            row = {"variant": v, "threads": nt, "bytes_per_token": bpt, "samples": samples}
+            row["agreement"] = _agreement(samples) if len(engines) > 1 else None
+            results["rows"].append(row)
+    results["load_average_end"] = os.getloadavg()[0] if hasattr(os, "getloadavg") else None
     _report(results, engines)
     if a.json:
         with open(a.json, "w") as f:
@@ -185,13 +241,33 @@ def main(argv=None):
     return 0
 
 
+def bandwidth(n_threads, nbytes=1 << 28):
+    """Memory read bandwidth in GB/s with n_threads threads reading concurrently (each its own buffer; the sum of
+    their best-of-3 rates): the ceiling for a decode step that streams every weight once."""
+    from concurrent.futures import ThreadPoolExecutor
+    from fastgguf import kernels
+    if n_threads == 1:
+        return kernels.read_bandwidth(nbytes)
+    with ThreadPoolExecutor(n_threads) as ex:  # read_bandwidth releases the GIL while it reads
+        return sum(ex.map(lambda _: kernels.read_bandwidth(nbytes), range(n_threads)))
+
+
+def _agreement(samples):
+    """Do both engines pick the same greedy tokens? First differing decode position (None: all N_CHECK equal)."""
+    f, l = samples["fastgguf"][0], samples["llama.cpp"][0]
+    first_diff = next((i for i, (x, y) in enumerate(zip(f["tg_ids"], l["tg_ids"])) if x != y), None)
+    top1 = {k: f[k] == l[k] for k in ("first_top1", "pp128_top1", "pp512_top1")}
+    margin = f["tg_margins"][first_diff] if first_diff is not None else None
+    return {"decode_first_diff": first_diff, "fastgguf_margin_there": margin, "top1_equal": top1}
+
+
 def _variant(base, v):
     from fastgguf.quantize import quantized_variant
     return quantized_variant(base, v, os.path.dirname(base))
 
 
-METRICS = [("load_s", "load s", False), ("pp128_tps", "pp128 tok/s", True), ("pp512_tps", "pp512 tok/s", True),
-           ("tg_tps", "decode tok/s", True), ("peak_rss_mb", "peak RSS MB", False)]
+METRICS = [("load_s", "load s", False), ("ttft_s", "1st token s", False), ("pp128_tps", "pp128 tok/s", True),
+           ("pp512_tps", "pp512 tok/s", True), ("tg_tps", "decode tok/s", True), ("peak_rss_mb", "peak RSS MB", False)]
 
 
 def _stats(xs):
@@ -199,34 +275,61 @@ def _stats(xs):
 
 
 def _report(results, engines):
-    bw = results["bandwidth_gbs"]
-    print(f"\nfastgguf vs llama.cpp  (ISA {results['isa']}, read bandwidth {bw:.1f} GB/s)" if bw else "")
-    print("medians (min-max); ratio = fastgguf / llama.cpp (>1 is better for tok/s, <1 better for s and MB)\n")
-    hdr = f"{'variant':7} {'thr':>3} {'metric':13} " + " ".join(f"{e:>24}" for e in engines) + ("   ratio" if len(engines) > 1 else "")
+    bws = results["bandwidth_gbs"]
+    print(f"\nfastgguf vs llama.cpp  (ISA {results['isa']}, {results['cores']} cores, read bandwidth "
+          + ", ".join(f"{bw:.1f} GB/s at {nt} thr" for nt, bw in bws.items())
+          + (f", load average {results['load_average']:.2f}" if results.get("load_average") is not None else "")
+          + ")")
+    print("medians (min-max) of fresh processes; ratio = fastgguf / llama.cpp of the medians (>1 is better for tok/s, "
+          "<1 better for s and MB), best = the same of the best rounds (less sensitive to other load on the machine)"
+          "\n1st token s = load + an 8-token prompt; decode = 128 greedy tokens, wall clock in Python\n")
+    hdr = f"{'variant':7} {'thr':>3} {'metric':13} " + " ".join(f"{e:>24}" for e in engines) + \
+        ("   ratio    best" if len(engines) > 1 else "")
     print(hdr)
     print("-" * len(hdr))
     for row in results["rows"]:
-        row["medians"] = {}
-        for key, label, _ in METRICS:
-            cells, meds = [], []
+        row["medians"], row["best"] = {}, {}
+        for key, label, up in METRICS:
+            cells, meds, bests = [], [], []
             for e in engines:
                 m, lo, hi = _stats([s[key] for s in row["samples"][e]])
                 meds.append(m)
+                bests.append(hi if up else lo)
                 cells.append(f"{m:9.3g} ({lo:.3g}-{hi:.3g})")
             row["medians"][key] = dict(zip(engines, meds))
-            ratio = f"  {meds[0] / meds[1]:6.2f}x" if len(engines) > 1 and meds[1] else ""
+            row["best"][key] = dict(zip(engines, bests))
+            ratio = f"  {meds[0] / meds[1]:6.2f}x {bests[0] / bests[1]:6.2f}x" if len(engines) > 1 and meds[1] else ""
             print(f"{row['variant']:7} {row['threads']:>3} {label:13} " + " ".join(f"{c:>24}" for c in cells) + ratio)
         if "llama.cpp" in engines:
             internal = [s["tg_tps_internal"] for s in row["samples"]["llama.cpp"] if "tg_tps_internal" in s]
             if internal:
                 m = statistics.median(internal)
-                print(f"{'':7} {'':>3} {'decode (C)':13} {'':>24} {m:9.3g} {'(internal timer)':>14}"
+                row["medians"]["tg_tps_internal"] = {"llama.cpp": m}
+                print(f"{'':7} {'':>3} {'decode (C)':13} {'(llama.cpp internal timer)':>24} {m:9.3g} {'':>14}"
                       f"   {row['medians']['tg_tps']['fastgguf'] / m:6.2f}x")
+        bw = bws.get(row["threads"])
         if bw:
+            ceil = bw * 1e9 / row["bytes_per_token"]
+            row["bandwidth_fraction"] = {}
             for e in engines:
-                ceil = bw * 1e9 / row["bytes_per_token"]
-                print(f"{'':7} {'':>3} {'':13} {e}: decode at {row['medians']['tg_tps'][e] / ceil:.0%} of the "
-                      f"bandwidth ceiling ({ceil:.0f} tok/s = {bw:.1f} GB/s / {row['bytes_per_token'] / 1e6:.0f} MB)")
+                frac = row["medians"]["tg_tps"][e] / ceil
+                row["bandwidth_fraction"][e] = frac
+                best = row["best"]["tg_tps"][e] / ceil
+                print(f"{'':7} {'':>3} {'':13} {e}: decode at {frac:.0%} (best round {best:.0%}) of the bandwidth "
+                      f"ceiling ({ceil:.0f} tok/s = {bw:.1f} GB/s / {row['bytes_per_token'] / 1e6:.0f} MB)")
+        sw = {e: statistics.median(s.get("involuntary_switches", 0) for s in row["samples"][e]) for e in engines}
+        print(f"{'':7} {'':>3} {'':13} involuntary context switches per run (median): "
+              + ", ".join(f"{e} {v:.0f}" for e, v in sw.items()))
+        ag = row.get("agreement")
+        if ag:
+            if ag["decode_first_diff"] is not None or not all(ag["top1_equal"].values()):
+                m = ag["fastgguf_margin_there"]
+                tie = f" (a near-tie: fastgguf's top-1 leads by {m:.2f})" if m is not None and m < NEAR_TIE else ""
+                print(f"{'':7} {'':>3} {'':13} WARNING: the engines disagree: greedy ids differ from decode position "
+                      f"{ag['decode_first_diff']}{tie}, prompt top-1 equal: {ag['top1_equal']}")
+            else:
+                print(f"{'':7} {'':>3} {'':13} same greedy ids for the first {N_CHECK} decode tokens and the same "
+                      f"prompt top-1")
         print()
 
 
@@ -236,21 +339,39 @@ def _chart(results, png):
         matplotlib.use("Agg")
         import matplotlib.pyplot as plt
     except ImportError:
-        print("matplotlib is not installed: no chart", file=sys.stderr)
+        print("matplotlib is not installed: no chart (pip install matplotlib)", file=sys.stderr)
         return
     rows = [r for r in results["rows"] if "llama.cpp" in r["medians"]["tg_tps"]]
     if not rows:
         return
-    keys = [k for k, _, better_up in METRICS if better_up]
-    fig, ax = plt.subplots(figsize=(8, 4))
+    # every bar: how many times faster fastgguf is (>1: fastgguf ahead); first token is a time, so inverted
+    keys = [("pp128_tps", "prompt 128", False), ("pp512_tps", "prompt 512", False), ("tg_tps", "decode 128", False),
+            ("ttft_s", "load to 1st token", True)]
+    fig, ax = plt.subplots(figsize=(10, 4.8))
     w = 0.8 / len(rows)
+    top = bottom = 1.0
     for i, r in enumerate(rows):
-        vals = [r["medians"][k]["fastgguf"] / r["medians"][k]["llama.cpp"] for k in keys]
-        ax.bar([j + i * w for j in range(len(keys))], vals, w, label=f"{r['variant']} {r['threads']}t")
+        vals = []
+        for k, _, inv in keys:
+            f, l = r["medians"][k]["fastgguf"], r["medians"][k]["llama.cpp"]
+            vals.append(l / f if inv else f / l)
+        top, bottom = max(top, *vals), min(bottom, *vals)
+        xs = [j + i * w for j in range(len(keys))]
+        bars = ax.bar(xs, vals, w, label=f"{r['variant'].upper()}, {r['threads']} thread{'s' if r['threads'] > 1 else ''}")
+        for b, v in zip(bars, vals):
+            ax.text(b.get_x() + b.get_width() / 2, v, f"{v:.1f}", ha="center", va="bottom", fontsize=7)
     ax.axhline(1.0, color="k", lw=0.8)
-    ax.set_xticks([j + w * (len(rows) - 1) / 2 for j in range(len(keys))], [k.replace("_tps", "") for k in keys])
-    ax.set_ylabel("fastgguf / llama.cpp (tokens/s)")
-    ax.legend()
+    ax.axhline(1.25, color="gray", lw=0.8, ls="--")
+    ax.set_xticks([j + w * (len(rows) - 1) / 2 for j in range(len(keys))], [label for _, label, _ in keys])
+    ax.set_yscale("log")  # ratios: 0.5x and 2x equally far from parity
+    ticks = [t for t in (0.25, 0.5, 0.75, 1, 1.5, 2, 3, 4, 8, 16, 32, 64) if t <= top * 1.3]
+    ax.set_yticks(ticks, [f"{t:g}x" for t in ticks])
+    ax.minorticks_off()
+    ax.set_ylim(min(0.4, bottom * 0.8), top * 1.4)
+    ax.set_ylabel("fastgguf speed / llama.cpp speed (log)")
+    ax.set_title(f"fastgguf vs llama-cpp-python, SmolLM2-135M, medians of {len(rows[0]['samples']['fastgguf'])} "
+                 f"fresh processes ({results['isa']}, {results['cores']} cores); dashed: 1.25x", fontsize=10)
+    ax.legend(fontsize=8, ncol=2)
     fig.tight_layout()
     fig.savefig(png, dpi=120)
 
