@@ -11,6 +11,7 @@ Context size: n_ctx may exceed the model's training context (`n_ctx_train`); tha
 RuntimeWarning, since quality usually degrades past it. The KV cache is F16 (as llama.cpp's default): n_layer * n_ctx * 2 *
 kv_dim * 2 bytes (SmolLM2-135M, n_ctx=4096: 94 MB), allocated when the Context is created.
 """
+import contextlib
 import os
 import threading
 import warnings
@@ -134,17 +135,14 @@ class Context:
         with self._guard():
             self.runner.n_threads = int(n)
 
+    @contextlib.contextmanager
     def _guard(self):
-        ctx = self
-
-        class _G:
-            def __enter__(self):
-                if not ctx._lock.acquire(blocking=False):
-                    raise RuntimeError("this Context is being used by another thread; use one Context per thread")
-
-            def __exit__(self, *exc):
-                ctx._lock.release()
-        return _G()
+        if not self._lock.acquire(blocking=False):
+            raise RuntimeError("this Context is being used by another thread; use one Context per thread")
+        try:
+            yield
+        finally:
+            self._lock.release()
 
     def eval(self, ids, all_logits=False):
         """Run token ids after the tokens already in the cache; returns float32 logits of the last token
