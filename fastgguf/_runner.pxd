@@ -55,6 +55,7 @@ cdef class Runner:
     cdef int _n_threads
     cdef bint _ready
     cdef float *logits          # (n_vocab,) of the last step / eval
+    cdef int32_t *ids           # (n_ctx,) the token ids in the cache, positions 0..n_past-1
     # Run one token at position n_past (then n_past += 1); *logits points at the runner's (n_vocab,) float32 buffer,
     # valid until the next call. Returns 0, or -1 when the context is full or the token is out of range (nothing
     # changed). GIL not needed.

@@ -3,7 +3,7 @@
 import numpy as np
 cimport numpy as cnp
 from libc.stdlib cimport calloc, free
-from libc.string cimport memset
+from libc.string cimport memcpy, memset
 from libc.stdint cimport int32_t, int64_t, uintptr_t
 from fastgguf.kernels cimport fg_init, fg_isa_active, fg_isa_name, fg_isa_from_name, fg_set_isa
 
@@ -130,6 +130,7 @@ cdef class Runner:
     def __cinit__(self):
         self._ready = False
         self.logits = NULL
+        self.ids = NULL
 
     def __init__(self, Weights weights, int n_ctx, int n_threads=1, int n_batch=64):
         if n_ctx < 1:
@@ -142,7 +143,8 @@ cdef class Runner:
         self.n_past = 0
         self._n_threads = n_threads
         self.logits = <float *>calloc(self.n_vocab, sizeof(float))
-        if self.logits == NULL:
+        self.ids = <int32_t *>calloc(n_ctx, sizeof(int32_t))
+        if self.logits == NULL or self.ids == NULL:
             raise MemoryError()
         if fg_state_init(&self.st, &weights.m, n_ctx, n_batch, n_threads) != 0:
             raise MemoryError(f"cannot allocate the KV cache and buffers for n_ctx={n_ctx}")
@@ -152,6 +154,7 @@ cdef class Runner:
         if self._ready:
             fg_state_free(&self.st)
         free(self.logits)
+        free(self.ids)
 
     @property
     def n_threads(self):
@@ -203,10 +206,16 @@ cdef class Runner:
             rc = fg_forward(&self.weights.m, &self.st, &toks[0], n, pos, dst, all_logits, nth)
         if rc != 0:
             raise RuntimeError("fg_forward failed")
+        memcpy(&self.ids[pos], &toks[0], n * sizeof(int32_t))
         self.n_past += n
         if all_logits:
             return out
         return np.asarray(<float[:self.n_vocab]> self.logits).copy()
+
+    @property
+    def tokens(self):
+        """The token ids in the cache (positions 0..n_past-1), as a list."""
+        return [self.ids[i] for i in range(self.n_past)]
 
     def logits_view(self):
         """A (n_vocab,) float32 view of the runner's logits buffer (valid until the next step/eval)."""
@@ -218,6 +227,7 @@ cdef class Runner:
             return -1
         if fg_forward(&self.weights.m, &self.st, &t, 1, self.n_past, self.logits, 0, self._n_threads) != 0:
             return -1
+        self.ids[self.n_past] = t
         self.n_past += 1
         logits[0] = self.logits
         return 0

@@ -17,7 +17,6 @@ they are a prefix of the new prompt (only the rest is evaluated; see usage.cache
 """
 import dataclasses
 import time
-import weakref
 from dataclasses import dataclass, field
 from typing import List, Optional
 
@@ -138,10 +137,6 @@ def _find_stop(text, stops):
     return min((i for i in (text.find(s) for s in stops) if i >= 0), default=-1)
 
 
-# tokens each context holds from our last generate() on it, to reuse a common prefix
-_CTX_TOKENS = weakref.WeakKeyDictionary()
-
-
 def _runner_class():
     try:
         from fastgguf._runner import Runner
@@ -244,13 +239,10 @@ def generate(model, prompt, *, max_tokens=256, temperature=0.8, top_k=40, top_p=
     def run(st):
         lock = getattr(context, "_lock", None)  # Context's one-thread-at-a-time lock, taken around each step
         # prompt: reuse the cached common prefix, evaluate the rest (at least one token, for its logits)
-        cached = _CTX_TOKENS.get(context)
-        keep = 0
-        if cached is not None and len(cached) == context.n_past:
-            lim = min(len(cached), n_prompt - 1)
-            while keep < lim and cached[keep] == ids[keep]:
-                keep += 1
-        _CTX_TOKENS.pop(context, None)
+        cached = context.tokens  # what the KV cache holds, kept by the Runner itself
+        keep, lim = 0, min(len(cached), n_prompt - 1)
+        while keep < lim and cached[keep] == ids[keep]:
+            keep += 1
         t0 = time.perf_counter()
         if keep == 0:
             context.reset()
@@ -319,10 +311,6 @@ def generate(model, prompt, *, max_tokens=256, temperature=0.8, top_k=40, top_p=
                 if cut >= 0:  # completed by the flushed bytes
                     pending = pending[:cut]
                     finish = "stop"
-            # the KV cache holds the prompt and every sampled token but the last (never stepped)
-            in_cache = ids + sampled[:-1]
-            if len(in_cache) == context.n_past:
-                _CTX_TOKENS[context] = in_cache
             st.finish_reason = finish
             gen_time += time.perf_counter() - t
             _update(st, gen_time)

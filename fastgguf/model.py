@@ -127,6 +127,11 @@ class Context:
         return self.runner.n_past
 
     @property
+    def tokens(self):
+        """The token ids in the KV cache, oldest first (len == n_past)."""
+        return self.runner.tokens
+
+    @property
     def n_threads(self):
         return self.runner.n_threads
 

@@ -211,6 +211,7 @@ class PythonLoopContext:
 
     n_ctx = property(lambda self: self._ctx.n_ctx)
     n_past = property(lambda self: self._ctx.n_past)
+    tokens = property(lambda self: self._ctx.tokens)
 
     def eval(self, ids, all_logits=False):
         return self._ctx.eval(ids, all_logits)
@@ -237,6 +238,26 @@ def test_real_cython_loop_matches_python_loop(model):
     assert a.token_ids == b.token_ids and a.text == b.text
     s = generate(model, "Once upon a time", context=model.context(n_ctx=64), stream=True, **kw)
     assert "".join(s) == a.text and s.finish_reason == a.finish_reason and s.token_ids == a.token_ids
+
+
+def test_real_prefix_reuse_follows_the_cache_not_the_last_generate(model):
+    """Context.tokens is what the KV cache holds, whoever filled it: generate() reuses exactly that prefix."""
+    kw = dict(max_tokens=4, temperature=0)
+    ctx = model.context(n_ctx=64)
+    first = generate(model, "Once upon a time", context=ctx, **kw)
+    held = ctx.tokens
+    assert len(held) == ctx.n_past == first.usage.prompt_tokens + 3  # the last sampled token is never run
+    assert held[:first.usage.prompt_tokens] == model.tokenize("Once upon a time")
+    # refill the cache directly with other ids of the same length: nothing of the old prompt may be reused
+    other = [(t + 1) % model.n_vocab for t in held]
+    ctx.reset()
+    ctx.eval(other)
+    assert ctx.tokens == other
+    again = generate(model, "Once upon a time", context=ctx, **kw)
+    assert again.usage.cached_tokens == 0 and again.token_ids == first.token_ids
+    # and the same prompt right after: all but its last token come from the cache
+    third = generate(model, "Once upon a time", context=ctx, **kw)
+    assert third.usage.cached_tokens == first.usage.prompt_tokens - 1 and third.token_ids == first.token_ids
 
 
 def test_real_generate_ids_direct(model):
