@@ -84,6 +84,8 @@ static void fill_effective(void) {
                 if (e->dequantize) k.dequantize = e->dequantize;
                 if (e->vec_dot) k.vec_dot = e->vec_dot;
                 if (e->gemv) k.gemv = e->gemv;
+                /* a gemm must match the gemv it stands for: an extension's gemv without its gemm drops the base one */
+                if (e->gemv || e->gemm) k.gemm = e->gemm;
             }
             effective[i][isa] = k;
         }
@@ -111,6 +113,7 @@ static void fill(int isa) {
         a->dequantize = k->dequantize ? k->dequantize : s->dequantize;
         a->vec_dot = k->vec_dot ? k->vec_dot : s->vec_dot;
         a->gemv = k->gemv; /* may stay NULL: then rows loop over vec_dot */
+        a->gemm = k->gemm; /* may stay NULL: then gemv (or vec_dot) per activation row */
     }
     active_isa = isa;
 }
@@ -176,6 +179,10 @@ void fg_gemm_rows(int wtype, const void *w, size_t stride, int64_t n, const void
     /* Blocks of 16 weight rows stay in L1/L2 while every activation row passes over them. */
     for (int64_t rb = r0; rb < r1; rb += 16) {
         int64_t re = rb + 16 < r1 ? rb + 16 : r1;
+        if (k->gemm) {
+            k->gemm(n, (const char *)w + (size_t)rb * stride, stride, xq, xq_stride, m, y + rb, ldy, re - rb);
+            continue;
+        }
         for (int64_t i = 0; i < m; i++) {
             const void *xi = (const char *)xq + (size_t)i * xq_stride;
             float *yi = y + i * ldy;

@@ -41,12 +41,17 @@ typedef void (*fg_dequantize_fn)(const void *x, float *y, int64_t n);        /* 
 typedef float (*fg_vec_dot_fn)(int64_t n, const void *w, const void *xq);   /* one weight row . activation */
 /* Optional multi-row product: y[r] = dot(W + r*stride, xq) for r in [0, nrows). */
 typedef void (*fg_gemv_fn)(int64_t n, const void *w, size_t stride, const void *xq, float *y, int64_t nrows);
+/* Optional multi-activation product: y[i*ldy + r] = dot(W + r*stride, xq + i*xq_stride) for i < m, r < nrows.
+ * Each weight block is unpacked once per tile of activation rows; results equal the gemv/vec_dot ones exactly. */
+typedef void (*fg_gemm_fn)(int64_t n, const void *w, size_t stride, const void *xq, size_t xq_stride, int64_t m,
+                           float *y, int64_t ldy, int64_t nrows);
 
 typedef struct {
     fg_quantize_fn quantize;
     fg_dequantize_fn dequantize;
     fg_vec_dot_fn vec_dot;
     fg_gemv_fn gemv;
+    fg_gemm_fn gemm; /* NULL: gemv (or vec_dot) once per activation row */
 } fg_type_kernels;
 
 /* ---- types ---- */

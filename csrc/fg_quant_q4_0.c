@@ -130,6 +130,84 @@ FG_GEMV_FROM_ROWS(gemv_q4_0_q8_0_avx2, FG_TARGET_AVX2, q4_0_rows_avx2, QK4_0)
     }
 Q4_0_ROWS_512(q4_0_rows_avx512, FG_TARGET_AVX512, FG_DOT2_U8S8_512_BW)
 Q4_0_ROWS_512(q4_0_rows_avx512vnni, FG_TARGET_AVX512_VNNI, FG_DOT2_U8S8_512_VNNI)
+
+/* AVX-512 gemm: a tile of R <= 4 weight rows x M <= 4 activation rows. Each weight step (four blocks) is unpacked
+ * once and dotted with the M activations; every (row, activation) pair runs exactly the arithmetic of NAME##_step
+ * above (same ops, same order), so results equal the gemv path bit for bit. Tiles of FG_Q4_0_GEMM_M activations. */
+#define FG_Q4_0_GEMM_M 2
+#define Q4_0_GEMM_512(NAME, TARGET, DOT2)                                                                   \
+    static inline __attribute__((always_inline)) TARGET void NAME##_gstep(                                  \
+        const int R, const int M, const int nblk, const char *w, size_t stride, const char *x, size_t xs,    \
+        __m512 acc[4][4]) {                                                                                 \
+        const __m512i eight = _mm512_set1_epi8(8);                                                          \
+        __m512i xlo[4], xhi[4], x8[4];                                                                      \
+        __m256 dx[4];                                                                                       \
+        for (int a = 0; a < M; a++) {                                                                       \
+            const block_q8_0 *xb = (const block_q8_0 *)(x + a * xs);                                        \
+            xlo[a] = fg_load_4x128(xb->qs, sizeof(block_q8_0), nblk);                                       \
+            xhi[a] = fg_load_4x128(xb->qs + 16, sizeof(block_q8_0), nblk);                                  \
+            x8[a] = DOT2(eight, xlo[a], eight, xhi[a]);                                                     \
+            dx[a] = fg_f16_pairs4(&xb->d, sizeof(block_q8_0), nblk);                                        \
+        }                                                                                                   \
+        for (int r = 0; r < R; r++) {                                                                       \
+            const block_q4_0 *b = (const block_q4_0 *)(w + r * stride);                                     \
+            __m512i lo, hi;                                                                                 \
+            fg_prefetch(b, stride);                                                                         \
+            fg_nibbles4_512(b->qs, sizeof(block_q4_0), nblk, &lo, &hi);                                     \
+            const __m256 dw = fg_f16_pairs4(&b->d, sizeof(block_q4_0), nblk);                               \
+            for (int a = 0; a < M; a++) {                                                                   \
+                const __m512i s = _mm512_sub_epi32(DOT2(lo, xlo[a], hi, xhi[a]), x8[a]);                    \
+                const __m256 d = _mm256_mul_ps(dw, dx[a]);                                                  \
+                acc[r][a] = _mm512_fmadd_ps(_mm512_cvtepi32_ps(s), fg_spread4_512(d), acc[r][a]);           \
+            }                                                                                               \
+        }                                                                                                   \
+    }                                                                                                       \
+    /* y[a*ldy + r] for r < R, a < M; x: M activation rows xs bytes apart */                                \
+    static inline __attribute__((always_inline)) TARGET void NAME##_tile(                                   \
+        const int R, const int M, int64_t nb, const char *w, size_t stride, const char *x, size_t xs,        \
+        float *y, int64_t ldy) {                                                                            \
+        __m512 acc[4][4];                                                                                   \
+        for (int r = 0; r < R; r++)                                                                         \
+            for (int a = 0; a < M; a++) acc[r][a] = _mm512_setzero_ps();                                    \
+        int64_t i = 0;                                                                                      \
+        for (; i + 4 <= nb; i += 4)                                                                         \
+            NAME##_gstep(R, M, 4, w + i * sizeof(block_q4_0), stride, x + i * sizeof(block_q8_0), xs, acc); \
+        if (i < nb)                                                                                         \
+            NAME##_gstep(R, M, (int)(nb - i), w + i * sizeof(block_q4_0), stride, x + i * sizeof(block_q8_0), \
+                         xs, acc);                                                                          \
+        for (int r = 0; r < R; r++)                                                                         \
+            for (int a = 0; a < M; a++) y[a * ldy + r] = fg_hsum_512(acc[r][a]);                            \
+    }                                                                                                       \
+    static inline __attribute__((always_inline)) TARGET void NAME##_rtile(                                  \
+        const int R, int M, int64_t nb, const char *w, size_t stride, const char *x, size_t xs, float *y,    \
+        int64_t ldy) {                                                                                      \
+        switch (M) {                                                                                        \
+        case 4: NAME##_tile(R, 4, nb, w, stride, x, xs, y, ldy); break;                                     \
+        case 3: NAME##_tile(R, 3, nb, w, stride, x, xs, y, ldy); break;                                     \
+        case 2: NAME##_tile(R, 2, nb, w, stride, x, xs, y, ldy); break;                                     \
+        default: NAME##_tile(R, 1, nb, w, stride, x, xs, y, ldy); break;                                    \
+        }                                                                                                   \
+    }                                                                                                       \
+    TARGET static void NAME(int64_t n, const void *w, size_t stride, const void *xq, size_t xs, int64_t m,   \
+                            float *y, int64_t ldy, int64_t nrows) {                                         \
+        const char *wr = (const char *)w, *xr = (const char *)xq;                                           \
+        const int64_t nb = n / QK4_0;                                                                       \
+        for (int64_t a = 0; a < m; a += FG_Q4_0_GEMM_M) {                                                   \
+            const int M = m - a < FG_Q4_0_GEMM_M ? (int)(m - a) : FG_Q4_0_GEMM_M;                           \
+            const char *xa = xr + a * xs;                                                                   \
+            float *ya = y + a * ldy;                                                                        \
+            int64_t r = 0;                                                                                  \
+            for (; r + 4 <= nrows; r += 4) NAME##_rtile(4, M, nb, wr + r * stride, stride, xa, xs, ya + r, ldy); \
+            switch (nrows - r) {                                                                            \
+            case 3: NAME##_rtile(3, M, nb, wr + r * stride, stride, xa, xs, ya + r, ldy); break;            \
+            case 2: NAME##_rtile(2, M, nb, wr + r * stride, stride, xa, xs, ya + r, ldy); break;            \
+            case 1: NAME##_rtile(1, M, nb, wr + r * stride, stride, xa, xs, ya + r, ldy); break;            \
+            default: break;                                                                                 \
+            }                                                                                               \
+        }                                                                                                   \
+    }
+Q4_0_GEMM_512(gemm_q4_0_q8_0_avx512, FG_TARGET_AVX512, FG_DOT2_U8S8_512_BW)
+Q4_0_GEMM_512(gemm_q4_0_q8_0_avx512vnni, FG_TARGET_AVX512_VNNI, FG_DOT2_U8S8_512_VNNI)
 FG_DOT_FROM_ROWS(vec_dot_q4_0_q8_0_avx512, FG_TARGET_AVX512, q4_0_rows_avx512, QK4_0)
 FG_GEMV_FROM_ROWS(gemv_q4_0_q8_0_avx512, FG_TARGET_AVX512, q4_0_rows_avx512, QK4_0)
 FG_DOT_FROM_ROWS(vec_dot_q4_0_q8_0_avx512vnni, FG_TARGET_AVX512_VNNI, q4_0_rows_avx512vnni, QK4_0)
@@ -172,7 +250,8 @@ const fg_type_kernels fg_q4_0_kernels[FG_ISA_COUNT] = {
     [FG_ISA_SCALAR] = {quantize_row_q4_0_scalar, dequantize_row_q4_0_scalar, vec_dot_q4_0_q8_0_scalar, NULL},
 #if FG_HAVE_X86
     [FG_ISA_AVX2] = {NULL, dequantize_row_q4_0_avx2, vec_dot_q4_0_q8_0_avx2, gemv_q4_0_q8_0_avx2},
-    [FG_ISA_AVX512] = {NULL, dequantize_row_q4_0_avx2, vec_dot_q4_0_q8_0_avx512, gemv_q4_0_q8_0_avx512},
+    [FG_ISA_AVX512] = {NULL, dequantize_row_q4_0_avx2, vec_dot_q4_0_q8_0_avx512, gemv_q4_0_q8_0_avx512,
+                       gemm_q4_0_q8_0_avx512},
 #endif
 #if FG_HAVE_NEON
     [FG_ISA_NEON] = {NULL, NULL, vec_dot_q4_0_q8_0_neon, gemv_q4_0_q8_0_neon},
@@ -181,7 +260,8 @@ const fg_type_kernels fg_q4_0_kernels[FG_ISA_COUNT] = {
 
 const fg_type_kernels fg_q4_0_kernels_ext[FG_ISA_COUNT] = {
 #if FG_HAVE_X86
-    [FG_ISA_AVX512] = {NULL, NULL, vec_dot_q4_0_q8_0_avx512vnni, gemv_q4_0_q8_0_avx512vnni},
+    [FG_ISA_AVX512] = {NULL, NULL, vec_dot_q4_0_q8_0_avx512vnni, gemv_q4_0_q8_0_avx512vnni,
+                       gemm_q4_0_q8_0_avx512vnni},
 #endif
 #if FG_HAVE_NEON
     [FG_ISA_NEON] = {NULL, NULL, vec_dot_q4_0_q8_0_neondp, gemv_q4_0_q8_0_neondp},

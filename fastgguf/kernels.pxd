@@ -20,11 +20,14 @@ cdef extern from "fg_kernels.h" nogil:
     ctypedef void (*fg_dequantize_fn)(const void *x, float *y, int64_t n)
     ctypedef float (*fg_vec_dot_fn)(int64_t n, const void *w, const void *xq)
     ctypedef void (*fg_gemv_fn)(int64_t n, const void *w, size_t stride, const void *xq, float *y, int64_t nrows)
+    ctypedef void (*fg_gemm_fn)(int64_t n, const void *w, size_t stride, const void *xq, size_t xq_stride, int64_t m,
+                                float *y, int64_t ldy, int64_t nrows)
     ctypedef struct fg_type_kernels:
         fg_quantize_fn quantize
         fg_dequantize_fn dequantize
         fg_vec_dot_fn vec_dot
         fg_gemv_fn gemv
+        fg_gemm_fn gemm
 
     int fg_type_supported(int type)
     int64_t fg_blck_size(int type)

@@ -180,6 +180,28 @@ def test_matmul_vs_numpy(isa, t):
         kernels.set_isa(prev)
 
 
+@pytest.mark.parametrize("t", WEIGHT_TYPES)
+def test_matmul_many_rows_equals_gemv_per_row(isa, t):
+    """Batched products (the gemm kernels, which tile weight rows x activation rows) give exactly the gemv result
+    of each activation row: same arithmetic per (row, activation) pair, only the loop order differs."""
+    prev = kernels.set_isa(isa)
+    try:
+        for n in (32, 160, 576):  # 1, 5 and 18 blocks: whole 4-block steps and tails
+            if t in ("F16", "BF16", "F32") and n > 160:
+                continue
+            for rows in (1, 3, 17, 33):
+                w = kernels.quantize(_data((rows, n), n + rows), t)
+                for m in (1, 2, 3, 5, 17):
+                    x = _data((m, n), n + 100 * m + rows)
+                    xq = kernels.quantize(x, kernels.vec_dot_type(t))
+                    got = kernels.matmul(w, t, x, n_threads=1)
+                    ref = np.stack([kernels.gemv(w, t, xq[i], isa=isa) for i in range(m)])
+                    assert np.array_equal(got, ref), (t, n, rows, m)
+                    assert np.array_equal(kernels.matmul(w, t, x, n_threads=2), got), (t, n, rows, m)
+    finally:
+        kernels.set_isa(prev)
+
+
 # ---------------------------------------------------------------- API and errors
 
 

@@ -109,6 +109,35 @@ static void test_type(int isa, const char *name, int type, long n) {
                 check(ok, "gemv", name, type, n, nr);
             }
         }
+        if (k->gemm && k->gemv) {
+            /* m activation rows xs bytes apart into y rows ldy apart: exactly gemv per activation row, and nothing
+             * written outside the (m, nr) tile */
+            enum { M = 5 };
+            const size_t xs = fg_row_size(xtype, n) + 2; /* not the row size: a real stride */
+            const long ldy = maxr + 1;
+            unsigned char *xm = malloc(xs * M);
+            float *ym = malloc(M * ldy * sizeof(float)), *ye = malloc(maxr * sizeof(float));
+            for (int i = 0; i < M; i++) {
+                fill(a, n, (int)n + 31 * i);
+                xk->quantize(a, xm + i * xs, n);
+            }
+            for (size_t c = 0; c < sizeof(row_counts) / sizeof(row_counts[0]); c++) {
+                long nr = row_counts[c];
+                for (int m = 1; m <= M; m++) {
+                    for (long j = 0; j < M * ldy; j++) ym[j] = NAN;
+                    k->gemm(n, w, stride, xm, xs, m, ym, ldy, nr);
+                    int ok = 1;
+                    for (int i = 0; i < M; i++) {
+                        k->gemv(n, w, stride, xm + i * xs, ye, nr);
+                        for (long r = 0; r < ldy; r++)
+                            ok &= (i < m && r < nr) ? ym[i * ldy + r] == ye[r] : isnan(ym[i * ldy + r]);
+                    }
+                    check(ok, "gemm", name, type, n, nr * 10 + m);
+                }
+            }
+            xk->dequantize(xq, a, n); /* a back to the activation the checks below expect */
+            free(xm), free(ym), free(ye);
+        }
         /* the dispatched row slice, as the forward pass calls it */
         if (fg_set_isa(isa) == 0) {
             for (long r = 0; r < maxr; r++) y[r] = NAN;
