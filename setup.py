@@ -1,7 +1,9 @@
-"""Build fastgguf's extensions: C kernels (csrc/) wrapped by Cython (fastgguf/*.pyx).
+"""Build fastgguf's two extensions: fastgguf._native (every C file of csrc/, compiled once, with the Cython layers
+fastgguf/_native.pyx + *.pxi) and fastgguf.tokenizer._bpe (the BPE merge loop; no C kernels).
 
 - One set of compiler flags for every file. SIMD code carries target attributes and is chosen at run time,
   so no -march=native: a wheel runs on any CPU of its platform.
+- Symbols are hidden (-fvisibility=hidden): the module exports its init function only, so two builds never clash.
 - OpenMP is used when the compiler has it (probed). FASTGGUF_NO_OPENMP=1 builds without it.
 - FASTGGUF_DEBUG=1 builds with -O0 -g; FASTGGUF_SANITIZE=1 adds ASan+UBSan (development only).
 """
@@ -51,7 +53,7 @@ class BuildExt(build_ext):
         else:
             debug = _flag("FASTGGUF_DEBUG")
             cflags = ["-O0", "-g"] if debug else ["-O3"]
-            cflags += ["-std=c11", "-ffp-contract=off", "-fno-strict-aliasing", "-Wall", "-Wno-unused-function", "-Wno-unknown-pragmas"]
+            cflags += ["-std=c11", "-fvisibility=hidden", "-ffp-contract=off", "-fno-strict-aliasing", "-Wall", "-Wno-unused-function", "-Wno-unknown-pragmas"]
             ldflags = []
             if _flag("FASTGGUF_SANITIZE"):
                 cflags += ["-fsanitize=address,undefined", "-fno-omit-frame-pointer"]
@@ -71,22 +73,18 @@ class BuildExt(build_ext):
         super().build_extensions()
 
 
-def ext(name, pyx, csrc=True):
+def ext(name, pyx, sources=(), include_dirs=()):
     return Extension(
         name,
-        sources=[pyx] + (CSRC if csrc else []),
-        include_dirs=["csrc", numpy.get_include()],
+        sources=[pyx, *sources],
+        include_dirs=[*include_dirs, numpy.get_include()],
         define_macros=[("NPY_NO_DEPRECATED_API", "NPY_1_7_API_VERSION")],
     )
 
 
-# Each kernel-using extension links its own copy of csrc/ (and so its own ISA choice, made from FASTGGUF_ISA at
-# import): _kernels for tests/benchmarks/quantizer, _runner for the forward pass, _sampling for the decode loop.
 extensions = [
-    ext("fastgguf._kernels", "fastgguf/_kernels.pyx"),
-    ext("fastgguf._runner", "fastgguf/_runner.pyx"),
-    ext("fastgguf._sampling", "fastgguf/_sampling.pyx"),  # cimports fastgguf._runner's Runner
-    ext("fastgguf._bpe", "fastgguf/_bpe.pyx", csrc=False),
+    ext("fastgguf._native", "fastgguf/_native.pyx", CSRC, ["csrc"]),
+    ext("fastgguf.tokenizer._bpe", "fastgguf/tokenizer/_bpe.pyx"),
 ]
 
 setup(

@@ -5,7 +5,7 @@
 Each case times y = W x (x already quantized, as in the forward pass) and records in extra_info the GB/s of
 weight bytes read and that figure as a fraction of this machine's single-thread read bandwidth, measured in
 the same run (kernels.read_bandwidth over 512 MB). Matrices come from the default model (Q4_1) and its Q8_0
-and Q4_0 variants (made once in the cache by fastgguf.quantize.quantized_variant); float formats use random
+and Q4_0 variants (made once in the cache by fastgguf.gguf.quantize.quantized_variant); float formats use random
 weights of the same shapes. Every kernel is first checked against the scalar reference, then timed.
 A 576x1536 Q4_1 matrix is 0.55 MB (cache resident); the 30 ffn_up matrices stacked are 16.6 MB and token_embd
 (49152x576 Q8_0) is 30 MB: these two stream from outside L2 as a decode step does.
@@ -70,7 +70,7 @@ def _matrix(fmt, mat):
     w = None
     if fmt in ("Q4_1", "Q4_0", "Q8_0") and os.path.exists(MODEL):
         from fastgguf.gguf import GGUFFile
-        from fastgguf.quantize import quantized_variant
+        from fastgguf.gguf.quantize import quantized_variant
         path = MODEL if fmt == "Q4_1" else quantized_variant(MODEL, fmt)
         names = (["token_embd.weight"] if mat == "token_embd" else
                  [f"blk.{i}.ffn_up.weight" for i in range(30)] if mat == "ffn_up_x30" else [f"blk.0.{mat}.weight"])

@@ -3,7 +3,7 @@
     python -m pytest benchmarks/bench_model.py --benchmark-only -q -s
 
 Cases, for the default model in Q4_1 and its Q4_0 and Q8_0 variants (made once in the cache by
-fastgguf.quantize.quantized_variant), at 1 thread and at all physical cores:
+fastgguf.gguf.quantize.quantized_variant), at 1 thread and at all physical cores:
 - test_prompt[pp128|pp512]: Context.eval of 128 / 512 prompt tokens from an empty cache (one call, batched).
 - test_decode: model.generate of 128 greedy tokens after a short prompt (end-of-generation tokens banned so every
   round decodes all of them), as a script would call it: sampling, detokenization and stop handling included.
@@ -27,7 +27,7 @@ import pytest
 
 import fastgguf
 from fastgguf import hub
-from fastgguf.model import physical_cores
+from fastgguf.engine.model import physical_cores
 
 HERE = os.path.dirname(os.path.abspath(__file__))
 REF = os.path.join(os.path.dirname(HERE), "tests", "data", "smollm2-q4_1-logits.json")
@@ -48,7 +48,7 @@ def _path(variant):
     base = hub.default_model_path(download=True)
     if variant == "q4_1":
         return base
-    from fastgguf.quantize import quantized_variant
+    from fastgguf.gguf.quantize import quantized_variant
     return quantized_variant(base, variant)
 
 
@@ -154,13 +154,13 @@ def test_decode(benchmark, variant, threads):
 def test_python_overhead(benchmark, monkeypatch, threads):
     """Time model.generate spends outside the Cython decode loop (generate_ids: Runner.step + sampling with the GIL
     released): each next() on the loop is timed inside the same run, so machine-load drift cancels out."""
-    from fastgguf import _sampling
+    from fastgguf.engine import generate as gen_module
     model = _model("q4_1", threads)
     ctx = model.context(n_ctx=256)
     prompt = _prompt_ids(model, 8)
     ban = {int(t): float("-inf") for t in model.tokenizer.eog_ids}
     inner = []
-    real = _sampling.generate_ids
+    real = gen_module.generate_ids
 
     def timed_generate_ids(*args, **kwargs):
         it = real(*args, **kwargs)
@@ -173,7 +173,7 @@ def test_python_overhead(benchmark, monkeypatch, threads):
                 return
             yield tok
 
-    monkeypatch.setattr(_sampling, "generate_ids", timed_generate_ids)
+    monkeypatch.setattr(gen_module, "generate_ids", timed_generate_ids)
     end_to_end = []
 
     def run():

@@ -60,24 +60,24 @@ def tok(request, tmp_path_factory):
 def test_encode_100k_cold(benchmark, tok):
     def run():
         tok._word_ids.cache_clear()
-        return tok.encode(TEXT)
+        return tok.tokenize(TEXT)
     ids = benchmark.pedantic(run, rounds=5, iterations=1)
-    assert tok.decode(ids) == TEXT
+    assert tok.detokenize(ids) == TEXT
 
 
 def test_encode_100k_warm(benchmark, tok):
-    tok.encode(TEXT)
+    tok.tokenize(TEXT)
     benchmark.pedantic(tok.encode, args=(TEXT,), rounds=10, iterations=1)
 
 
 def test_decode_100k(benchmark, tok):
-    ids = tok.encode(TEXT)
+    ids = tok.tokenize(TEXT)
     text = benchmark.pedantic(tok.decode, args=(ids,), rounds=10, iterations=1)
     assert text == TEXT
 
 
 def test_streaming_decode_100k(benchmark, tok):
-    ids = tok.encode(TEXT)
+    ids = tok.tokenize(TEXT)
 
     def run():
         dec = tok.streaming_decoder()

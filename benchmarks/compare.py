@@ -201,7 +201,7 @@ def main(argv=None):
         return 0
 
     from fastgguf import hub, kernels
-    from fastgguf.model import physical_cores
+    from fastgguf.engine.model import physical_cores
     try:
         import llama_cpp  # noqa: F401
         engines = ["fastgguf", "llama.cpp"]
@@ -262,7 +262,7 @@ def _agreement(samples):
 
 
 def _variant(base, v):
-    from fastgguf.quantize import quantized_variant
+    from fastgguf.gguf.quantize import quantized_variant
     return quantized_variant(base, v, os.path.dirname(base))
 
 

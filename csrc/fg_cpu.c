@@ -1,6 +1,6 @@
 /* CPU feature detection (cpuid + xgetbv on x86, fixed on aarch64) and instruction-set names. */
 #include <string.h>
-#include "fg_kernels.h"
+#include "fg_simd.h"
 
 #if defined(__x86_64__) || defined(_M_X64) || defined(__i386__) || defined(_M_IX86)
 #define FG_X86 1
@@ -83,8 +83,22 @@ static void detect(void) {
     cpu.done = 1;
 }
 
+int fg_isa_compiled(int isa) {
+    switch (isa) {
+    case FG_ISA_SCALAR: return 1;
+#if FG_HAVE_X86
+    case FG_ISA_AVX2: case FG_ISA_AVX512: return 1;
+#endif
+#if FG_HAVE_NEON
+    case FG_ISA_NEON: return 1;
+#endif
+    default: return 0;
+    }
+}
+
 int fg_isa_available(int isa) {
     detect();
+    if (!fg_isa_compiled(isa)) return 0;
     switch (isa) {
     case FG_ISA_SCALAR: return 1;
     case FG_ISA_AVX2: return cpu.avx2 && cpu.fma && cpu.f16c;

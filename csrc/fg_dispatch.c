@@ -16,37 +16,47 @@ FG_TABLES(q4_1)
 FG_TABLES(q8_0)
 FG_TABLES(q8_1)
 
+/* The type table: one row per format. Adding a format = its fg_quant_<fmt>.c plus one row here. */
 static const struct {
-    int type;
-    int64_t blck;
-    size_t size;
-    int dot_type;
+    fg_type_info info;
     const fg_type_kernels *tab, *ext;
 } types[] = {
-    {FG_TYPE_F32, 1, 4, FG_TYPE_F32, fg_f32_kernels, fg_f32_kernels_ext},
-    {FG_TYPE_F16, 1, 2, FG_TYPE_F32, fg_f16_kernels, fg_f16_kernels_ext},
-    {FG_TYPE_BF16, 1, 2, FG_TYPE_F32, fg_bf16_kernels, fg_bf16_kernels_ext},
-    {FG_TYPE_Q4_0, QK4_0, sizeof(block_q4_0), FG_TYPE_Q8_0, fg_q4_0_kernels, fg_q4_0_kernels_ext},
-    {FG_TYPE_Q4_1, QK4_1, sizeof(block_q4_1), FG_TYPE_Q8_1, fg_q4_1_kernels, fg_q4_1_kernels_ext},
-    {FG_TYPE_Q8_0, QK8_0, sizeof(block_q8_0), FG_TYPE_Q8_0, fg_q8_0_kernels, fg_q8_0_kernels_ext},
-    {FG_TYPE_Q8_1, QK8_1, sizeof(block_q8_1), -1, fg_q8_1_kernels, fg_q8_1_kernels_ext},
+    {{FG_TYPE_F32, "F32", 1, 4, FG_TYPE_F32}, fg_f32_kernels, fg_f32_kernels_ext},
+    {{FG_TYPE_F16, "F16", 1, 2, FG_TYPE_F32}, fg_f16_kernels, fg_f16_kernels_ext},
+    {{FG_TYPE_BF16, "BF16", 1, 2, FG_TYPE_F32}, fg_bf16_kernels, fg_bf16_kernels_ext},
+    {{FG_TYPE_Q4_0, "Q4_0", QK4_0, sizeof(block_q4_0), FG_TYPE_Q8_0}, fg_q4_0_kernels, fg_q4_0_kernels_ext},
+    {{FG_TYPE_Q4_1, "Q4_1", QK4_1, sizeof(block_q4_1), FG_TYPE_Q8_1}, fg_q4_1_kernels, fg_q4_1_kernels_ext},
+    {{FG_TYPE_Q8_0, "Q8_0", QK8_0, sizeof(block_q8_0), FG_TYPE_Q8_0}, fg_q8_0_kernels, fg_q8_0_kernels_ext},
+    {{FG_TYPE_Q8_1, "Q8_1", QK8_1, sizeof(block_q8_1), -1}, fg_q8_1_kernels, fg_q8_1_kernels_ext},
 };
 #define N_TYPES ((int)(sizeof(types) / sizeof(types[0])))
 
 static int find(int type) {
     for (int i = 0; i < N_TYPES; i++)
-        if (types[i].type == type) return i;
+        if (types[i].info.type == type) return i;
     return -1;
 }
 
+int fg_type_count(void) { return N_TYPES; }
+const fg_type_info *fg_type_at(int i) { return i >= 0 && i < N_TYPES ? &types[i].info : NULL; }
+
+size_t fg_max_act_row_size(int64_t n) {
+    size_t best = 0;
+    for (int i = 0; i < N_TYPES; i++) {
+        size_t b = types[i].info.dot_type < 0 ? 0 : fg_row_size(types[i].info.dot_type, n);
+        best = b > best ? b : best;
+    }
+    return best;
+}
+
 int fg_type_supported(int type) { return find(type) >= 0; }
-int64_t fg_blck_size(int type) { int i = find(type); return i < 0 ? 0 : types[i].blck; }
-size_t fg_type_size(int type) { int i = find(type); return i < 0 ? 0 : types[i].size; }
+int64_t fg_blck_size(int type) { int i = find(type); return i < 0 ? 0 : types[i].info.blck; }
+size_t fg_type_size(int type) { int i = find(type); return i < 0 ? 0 : types[i].info.size; }
 size_t fg_row_size(int type, int64_t n) {
     int i = find(type);
-    return i < 0 ? 0 : (size_t)(n / types[i].blck) * types[i].size;
+    return i < 0 ? 0 : (size_t)(n / types[i].info.blck) * types[i].info.size;
 }
-int fg_vec_dot_type(int wtype) { int i = find(wtype); return i < 0 ? -1 : types[i].dot_type; }
+int fg_vec_dot_type(int wtype) { int i = find(wtype); return i < 0 ? -1 : types[i].info.dot_type; }
 
 /* ISA extensions: used where the CPU has them unless FASTGGUF_NO_EXT=1 or fg_set_ext(0). */
 static int ext_on = -1;
@@ -93,6 +103,13 @@ static void fill_effective(void) {
     effective_ext = on;
 }
 
+unsigned fg_kernel_mask(int isa, int type) {
+    const fg_type_kernels *k = fg_kernels_of(isa, type);
+    if (!k || !fg_isa_available(isa)) return 0;
+    return (k->quantize ? FG_K_QUANTIZE : 0) | (k->dequantize ? FG_K_DEQUANTIZE : 0) | (k->vec_dot ? FG_K_VEC_DOT : 0) |
+           (k->gemv ? FG_K_GEMV : 0) | (k->gemm ? FG_K_GEMM : 0);
+}
+
 const fg_type_kernels *fg_kernels_of(int isa, int type) {
     int i = find(type);
     if (i < 0 || isa < 0 || isa >= FG_ISA_COUNT) return NULL;
@@ -108,7 +125,7 @@ static void fill(int isa) {
     fill_effective();
     for (int i = 0; i < N_TYPES; i++) {
         const fg_type_kernels *s = &types[i].tab[FG_ISA_SCALAR], *k = &effective[i][isa];
-        fg_type_kernels *a = &active[types[i].type];
+        fg_type_kernels *a = &active[types[i].info.type];
         a->quantize = k->quantize ? k->quantize : s->quantize;
         a->dequantize = k->dequantize ? k->dequantize : s->dequantize;
         a->vec_dot = k->vec_dot ? k->vec_dot : s->vec_dot;

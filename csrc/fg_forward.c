@@ -87,16 +87,10 @@ static void free64(void *p) {
 #endif
 }
 
-static size_t max_row_bytes(const fg_model *m, int64_t n) {
-    /* the largest quantized row of n elements over the activation types this model's weights need */
-    size_t best = (size_t)n * sizeof(float);
-    int types[] = {FG_TYPE_F32, FG_TYPE_Q8_0, FG_TYPE_Q8_1};
-    for (int i = 0; i < 3; i++) {
-        size_t b = fg_row_size(types[i], n);
-        best = b > best ? b : best;
-    }
-    (void)m;
-    return round64(best);
+static size_t max_row_bytes(int64_t n) {
+    /* the largest quantized activation row of n elements, whatever the weights' types (the type table knows) */
+    size_t best = (size_t)n * sizeof(float), b = fg_max_act_row_size(n);
+    return round64(b > best ? b : best);
 }
 
 static size_t priv_bytes(const fg_state *s, const fg_model *m) {
@@ -130,7 +124,7 @@ int fg_state_init(fg_state *s, const fg_model *m, int n_ctx, int n_batch, int ma
     s->n_in = m->n_embd;
     if (s->q_dim > s->n_in) s->n_in = s->q_dim;
     if (m->n_ff > s->n_in) s->n_in = m->n_ff;
-    s->xq_row = max_row_bytes(m, s->n_in);
+    s->xq_row = max_row_bytes(s->n_in);
     size_t B = (size_t)s->n_batch, cache = (size_t)m->n_layer * n_ctx * s->kv_dim * sizeof(uint16_t);
     s->k_cache = alloc64(cache);
     s->v_cache = alloc64(cache);

@@ -54,7 +54,24 @@ typedef struct {
     fg_gemm_fn gemm; /* NULL: gemv (or vec_dot) once per activation row */
 } fg_type_kernels;
 
-/* ---- types ---- */
+/* ---- types: one table (fg_dispatch.c) owns every fact about a format; Python and the forward pass ask it ---- */
+typedef struct {
+    int type;          /* ggml type id */
+    const char *name;  /* "Q4_0", as ggml names it */
+    int64_t blck;      /* elements per block (1 for float types) */
+    size_t size;       /* bytes per block */
+    int dot_type;      /* activation type its dot product takes; -1: an activation-only type (Q8_1, ...) */
+} fg_type_info;
+
+/* Kernel kinds, as bits of fg_kernel_mask */
+enum { FG_K_QUANTIZE = 1, FG_K_DEQUANTIZE = 2, FG_K_VEC_DOT = 4, FG_K_GEMV = 8, FG_K_GEMM = 16 };
+
+int fg_type_count(void);
+const fg_type_info *fg_type_at(int i);        /* i in [0, fg_type_count()) */
+/* The kernels an ISA has of its own for a type (its extension included when enabled); 0 where it runs scalar. */
+unsigned fg_kernel_mask(int isa, int type);
+/* Bytes of the largest activation row of n elements over every weight type's activation type. */
+size_t fg_max_act_row_size(int64_t n);
 int fg_type_supported(int type);              /* 1 if kernels exist for this weight/activation type */
 int64_t fg_blck_size(int type);               /* elements per block (1 for float types), 0 if unknown */
 size_t fg_type_size(int type);                /* bytes per block, 0 if unknown */
@@ -63,7 +80,8 @@ int fg_vec_dot_type(int wtype);               /* activation type for weights of 
 
 /* ---- instruction sets ---- */
 int fg_init(void);                            /* idempotent; honours FASTGGUF_ISA; 0 ok, -1 unknown/unavailable */
-int fg_isa_available(int isa);
+int fg_isa_compiled(int isa);                 /* 1 if this build holds the ISA's kernels */
+int fg_isa_available(int isa);                /* compiled in, and this CPU (and OS) runs it */
 int fg_isa_active(void);
 int fg_set_isa(int isa);                      /* 0 ok, -1 if not available (active ISA unchanged) */
 const char *fg_isa_name(int isa);             /* "scalar", "avx2", "avx512", "neon" */

@@ -34,7 +34,9 @@ int fg_cpu_has_dotprod(void);
         }                                                                                                    \
     }
 
-#if defined(__x86_64__) && (defined(__GNUC__) || defined(__clang__))
+/* SIMD code is compiled where the compiler takes target attributes (gcc, clang); -DFG_NO_SIMD builds scalar only
+ * (as MSVC does): then fg_isa_available() reports scalar alone. */
+#if !defined(FG_NO_SIMD) && defined(__x86_64__) && (defined(__GNUC__) || defined(__clang__))
 #define FG_HAVE_X86 1
 #include <immintrin.h>
 
@@ -205,7 +207,7 @@ FG_INLINE_AVX2 __m128 fg_f16_pairs(const void *p0, const void *p1) {
     _mm512_dpbusd_epi32(_mm512_dpbusd_epi32(_mm512_setzero_si512(), (u1), (s1)), (u2), (s2))
 #endif /* x86 */
 
-#if defined(__aarch64__)
+#if !defined(FG_NO_SIMD) && defined(__aarch64__)
 #define FG_HAVE_NEON 1
 #include <arm_neon.h>
 #if defined(__ARM_FEATURE_DOTPROD)

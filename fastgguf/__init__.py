@@ -1,7 +1,16 @@
-"""fastgguf: a fast CPU inference engine for GGUF language models."""
+"""fastgguf: a fast CPU inference engine for GGUF language models. This module is the public API only."""
 
-__version__ = "0.1.0"
+__version__ = "0.2.0.dev0"
 
-from fastgguf.gguf import GGUFError, GGUFFile, GGUFWriter  # noqa: E402,F401
-from fastgguf.tokenizer import Tokenizer, TokenizerError  # noqa: E402,F401
-from fastgguf.model import Context, Model  # noqa: E402,F401
+from fastgguf import kernels  # noqa: E402,F401  (first: a bad FASTGGUF_ISA fails the import here)
+from fastgguf.engine.generate import GenerationResult, GenerationStream  # noqa: E402,F401
+from fastgguf.engine.model import Context, Model  # noqa: E402,F401
+from fastgguf.engine.params import SamplingParams  # noqa: E402,F401
+from fastgguf.errors import (ChatTemplateError, FastGGUFError, GGUFError, HubError, QuantizeError,  # noqa: E402,F401
+                             TokenizerError)
+from fastgguf.gguf import GGUFFile, GGUFWriter  # noqa: E402,F401
+from fastgguf.tokenizer import Tokenizer  # noqa: E402,F401
+
+__all__ = ["Model", "Context", "Tokenizer", "GGUFFile", "GGUFWriter", "SamplingParams", "GenerationResult",
+           "GenerationStream", "kernels", "FastGGUFError", "GGUFError", "TokenizerError", "ChatTemplateError",
+           "QuantizeError", "HubError", "__version__"]

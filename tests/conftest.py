@@ -1,6 +1,10 @@
 import os
+import sys
 
 import pytest
+
+# tests/ mirrors the package (gguf/, tokenizer/, engine/, cli/); its shared helpers (gen_fakes, oracle) live here
+sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
 
 
 @pytest.fixture(scope="session")
@@ -19,7 +23,7 @@ def default_model_path():
 
 def pytest_report_header(config):
     import fastgguf
-    from fastgguf import _runner, kernels
+    from fastgguf import kernels
     where = os.path.dirname(fastgguf.__file__)
     return [f"fastgguf {fastgguf.__version__} from {where}",
-            f"kernels: available {kernels.available()}, active {kernels.active()} (runner {_runner.active_isa()})"]
+            f"kernels: compiled {kernels.compiled()}, available {kernels.available()}, active {kernels.active()}"]

@@ -53,7 +53,7 @@ class FakeTokenizer:
             return SPECIALS[tid].encode()
         return bytes([tid])
 
-    def encode(self, text, add_special=True, parse_special=False):
+    def tokenize(self, text, add_special=True, parse_special=False):
         ids = [BOS] if (add_special and self.add_bos) else []
         i = 0
         while i < len(text):
@@ -71,7 +71,7 @@ class FakeTokenizer:
                 i += 1
         return ids
 
-    def decode(self, ids):
+    def detokenize(self, ids):
         return b"".join(self.token_to_piece(t) for t in ids).decode("utf-8", "replace")
 
     def streaming_decoder(self):

@@ -34,11 +34,11 @@ def compare(a, b, refs):
 
 
 def main():
-    from fastgguf import _runner
+    from fastgguf import kernels
     from fastgguf.hub import default_model_path
     from fastgguf.kernels import available
-    from fastgguf.model import Model
-    from fastgguf.quantize import quantized_variant
+    from fastgguf.engine.model import Model
+    from fastgguf.gguf.quantize import quantized_variant
     from oracle import Oracle
     for v in sys.argv[1:] or ["q4_1", "q8_0", "q4_0"]:
         src = default_model_path()
@@ -62,7 +62,7 @@ def main():
             print("(llama-cpp-python not installed: oracle distances only)")
         m = Model(path, n_threads=2)
         for isa in available():
-            _runner.set_isa(isa)
+            kernels.set_isa(isa)
             runs[f"fastgguf {isa}"] = [m.context(64).eval(s, all_logits=True) for s in seqs]
         o = Oracle(path)
         oracle = [o.forward(s) for s in seqs]

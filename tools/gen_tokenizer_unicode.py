@@ -1,4 +1,4 @@
-"""Regenerate fastgguf/_unicode_classes.py: the character classes llama.cpp's pre-tokenizers see.
+"""Regenerate fastgguf/tokenizer/unicode_classes.py: the character classes llama.cpp's pre-tokenizers see.
 
 llama.cpp (src/unicode-data.cpp, Unicode 15.1) gives every code point one general category and a White_Space
 flag. Its pre-tokenizer regexes only ever ask: whitespace? letter? number? mark? punctuation? symbol?
@@ -13,7 +13,7 @@ import sys
 FLAG_CLASS = {0x0002: "N", 0x0004: "L", 0x0010: "M", 0x0020: "P", 0x0040: "S"}   # others -> "O"
 
 
-def main(src_path, out_path="fastgguf/_unicode_classes.py"):
+def main(src_path, out_path="fastgguf/tokenizer/unicode_classes.py"):
     src = open(src_path, encoding="utf-8").read()
     body = src.split("unicode_ranges_flags = {")[1].split("};")[0]
     ranges = [(int(a, 16), int(b, 16)) for a, b in re.findall(r"\{0x([0-9A-Fa-f]+), 0x([0-9A-Fa-f]+)\}", body)]

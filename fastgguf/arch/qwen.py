@@ -1,7 +1,7 @@
 """qwen2 and qwen3: the llama layout with NEOX RoPE (pairs (x[i], x[i + n_rot/2])). qwen2 carries q/k/v biases
 (optional in every arch); qwen3 has none but RMS-normalises each q and k head (attn_q_norm/attn_k_norm) before
 RoPE. Facts from llama.cpp (llama_model_rope_type: LLM_ARCH_QWEN2/QWEN3 -> LLAMA_ROPE_TYPE_NEOX)."""
-from fastgguf.arch import Arch, register
+from fastgguf.arch.base import Arch, register
 
 
 @register

@@ -1,10 +1,10 @@
-"""Samplers (csrc/fg_sample.c through fastgguf._sampling.Sampler)."""
+"""Samplers (csrc/fg_sample.c through fastgguf._native.Sampler)."""
 import math
 
 import numpy as np
 import pytest
 
-from fastgguf._sampling import Sampler, argmax, top_k
+from fastgguf._native import Sampler, argmax, top_k
 
 NEG_INF = float("-inf")
 

@@ -1,4 +1,4 @@
-"""The forward pass (fastgguf.model, fastgguf._runner, csrc/fg_forward.c): fidelity against llama.cpp's reference
+"""The forward pass (fastgguf.engine.model, fastgguf._native.Runner, csrc/fg_forward.c): fidelity against llama.cpp's reference
 logits and a float64 numpy oracle, KV-cache consistency, threads, errors."""
 import json
 import os
@@ -11,10 +11,10 @@ import pytest
 gguf = pytest.importorskip("gguf")
 
 from fastgguf.gguf import GGUFError  # noqa: E402
-from fastgguf.model import Context, Model  # noqa: E402
-from fastgguf._kernels import available as kernels_available  # noqa: E402
+from fastgguf.engine.model import Context, Model  # noqa: E402
+from fastgguf.kernels import available as kernels_available  # noqa: E402
 
-HERE = os.path.dirname(os.path.abspath(__file__))
+HERE = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))  # tests/
 REF = os.path.join(HERE, "data", "smollm2-q4_1-logits.json")        # llama.cpp (see its README in shared/reference)
 ORACLE = os.path.join(HERE, "data", "smollm2-q4_1-oracle.json")     # tests/oracle.py at the same positions
 VARIANTS = ("q4_1", "q8_0", "q4_0")   # the default model, and the Q8_0 / Q4_0 files our quantizer makes from it
@@ -115,7 +115,7 @@ def test_hparams(model):
 @pytest.fixture(scope="module")
 def variant_model(default_model_path):
     """variant -> Model of the default model quantized to it by our quantizer (made once in the model cache)."""
-    from fastgguf.quantize import quantized_variant
+    from fastgguf.gguf.quantize import quantized_variant
     models = {}
 
     def get(variant):
@@ -130,15 +130,15 @@ def variant_model(default_model_path):
 @pytest.mark.parametrize("variant", VARIANTS)
 def test_fidelity(variant_model, variant, isa):
     """Teacher-forced logits against llama.cpp's and against the float64 oracle's, on every available ISA."""
-    from fastgguf import _runner
+    from fastgguf import kernels
     refs, oracle = _data(variant, "logits"), _data(variant, "oracle")
     m = variant_model(variant)
-    old = _runner.active_isa()
-    _runner.set_isa(isa)
+    old = kernels.active()
+    kernels.set_isa(isa)
     try:
         logits = [m.context(64).eval(r["prompt_ids"] + r["greedy_ids"], all_logits=True) for r in refs]
     finally:
-        _runner.set_isa(old)
+        kernels.set_isa(old)
     for lg, r in zip(logits, refs):
         assert lg.shape == (len(r["prompt_ids"]) + len(r["greedy_ids"]), 49152)
     d, flips = fidelity(logits, refs, refs, oracle)
@@ -182,7 +182,7 @@ def test_batched_prompt_equals_chunks(model, reference):
     parts = [c.eval(ids[:7], all_logits=True), c.eval(ids[7:8], all_logits=True), c.eval(ids[8:], all_logits=True)]
     np.testing.assert_allclose(np.concatenate(parts), a, atol=2e-3, rtol=0)
     # the internal chunking of long prompts (n_batch) gives the same logits
-    from fastgguf._runner import Runner
+    from fastgguf._native import Runner
     small = Runner(model.weights, 32, 2, 5)
     np.testing.assert_allclose(small.eval(np.array(ids), True), a, atol=2e-3, rtol=0)
     # last-token logits equal the last row of all_logits
@@ -395,19 +395,19 @@ def test_greedy_generation_matches_reference(model, reference):
 
 def test_scalar_isa_matches_simd(tmp_path):
     """The forward pass's twins (attention, softmax, swiglu, F16 store) on every available ISA agree."""
-    from fastgguf import _runner
+    from fastgguf import kernels
     path = make_tiny(tmp_path / "tiny.gguf", arch="qwen3", qk_norm=True)
     m = Model(path, n_threads=2)
     ids = [5, 17, 99, 0, 42, 42, 7, 63, 1, 2, 88, 31]
-    isa = _runner.active_isa()
+    isa = kernels.active()
     a = m.context(16).eval(ids, all_logits=True)
     try:
         for other in kernels_available():
-            _runner.set_isa(other)
+            kernels.set_isa(other)
             b = m.context(16).eval(ids, all_logits=True)
             c = m.context(16)
             steps = np.array([c.runner.step_py(t) for t in ids])
             np.testing.assert_allclose(b, a, atol=1e-3, rtol=1e-3, err_msg=other)
             np.testing.assert_allclose(steps, a, atol=1e-3, rtol=1e-3, err_msg=other)
     finally:
-        _runner.set_isa(isa)
+        kernels.set_isa(isa)

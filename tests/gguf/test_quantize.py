@@ -1,4 +1,4 @@
-"""fastgguf.quantize / `fastgguf quantize`: a tiny model built here, quantized, read back with gguf-py."""
+"""fastgguf.gguf.quantize / `fastgguf quantize`: a tiny model built here, quantized, read back with gguf-py."""
 import os
 
 import numpy as np
@@ -10,7 +10,7 @@ from gguf import quants as gq
 from fastgguf import kernels
 from fastgguf.cli import main
 from fastgguf.gguf import GGMLType, GGUFFile, GGUFValueType, GGUFWriter
-from fastgguf.quantize import QuantizeError, quantize_file, quantized_variant, target_type
+from fastgguf.gguf.quantize import QuantizeError, quantize_file, quantized_variant, target_type
 
 RNG = np.random.default_rng(1)
 F32 = {  # the float content of every tensor of the tiny model, by name

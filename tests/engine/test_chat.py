@@ -1,9 +1,9 @@
-"""Chat templates (fastgguf.chat): HF-compatible rendering in a jinja2 sandbox, BOS handling, fallback, chat()."""
+"""Chat templates (fastgguf.engine.chat): HF-compatible rendering in a jinja2 sandbox, BOS handling, fallback, chat()."""
 import json
 
 import pytest
 
-from fastgguf.chat import (CHATML_TEMPLATE, ChatTemplateError, apply_chat_template, chat, chat_prompt_ids,
+from fastgguf.engine.chat import (CHATML_TEMPLATE, ChatTemplateError, apply_chat_template, chat, chat_prompt_ids,
                            render_template)
 from gen_fakes import BOS, IM_END, IM_START, FakeModel, FakeTokenizer
 
@@ -120,4 +120,4 @@ def test_real_tokenizer_special_tokens(default_model_path, smol_template):
     ids = chat_prompt_ids(tok, msgs)
     # SmolLM2 adds no BOS of its own; the template's markers are single special tokens
     assert ids[0] == tok.bos_id == 1 and ids.count(1) == 3 and ids.count(2) == 2
-    assert ids == tok.encode(apply_chat_template(tok, msgs), add_special=False, parse_special=True)
+    assert ids == tok.tokenize(apply_chat_template(tok, msgs), add_special=False, parse_special=True)

@@ -12,7 +12,7 @@ import pytest
 
 from fastgguf.tokenizer import Tokenizer, TokenizerError
 
-DATA = os.path.join(os.path.dirname(__file__), "data")
+DATA = os.path.join(os.path.dirname(os.path.dirname(os.path.abspath(__file__))), "data")
 VOCAB_DIR = os.path.join(DATA, "vocab")
 SUPPORTED = ["command-r", "deepseek-coder", "deepseek-llm", "falcon", "gemma-4", "gpt-2", "llama-bpe", "llama-spm",
              "mpt", "phi-3", "qwen2", "qwen35", "refact", "starcoder"]
@@ -75,7 +75,7 @@ def test_llama_cpp_vocab_cases(name, vocab_tokenizer):
     assert len(cases) >= 40
     failures = []
     for text, expected in cases:
-        got = tok.encode(text, add_special=False, parse_special=False)
+        got = tok.tokenize(text, add_special=False, parse_special=False)
         if got != expected:
             failures.append((text, expected, got))
     assert not failures, f"{len(failures)}/{len(cases)} cases differ, first: {failures[0]!r}"
@@ -85,7 +85,7 @@ def test_llama_cpp_vocab_cases(name, vocab_tokenizer):
 def test_llama_cpp_vocab_decode_roundtrip(name, vocab_tokenizer):
     tok = vocab_tokenizer(name)
     for text, expected in read_cases(name):
-        assert tok.decode(expected) == text
+        assert tok.detokenize(expected) == text
 
 
 def test_unsupported_vocab_type_is_named(vocab_path):
@@ -109,12 +109,12 @@ def test_unknown_pre_tokenizer_is_named():
 def test_spm_special_defaults_and_bos(vocab_tokenizer):
     tok = vocab_tokenizer("llama-spm")
     assert (tok.bos_id, tok.eos_id, tok.add_bos) == (1, 2, True)
-    ids = tok.encode("Hello world")
-    assert ids[0] == 1 and ids[1:] == tok.encode("Hello world", add_special=False)
-    assert tok.decode(ids) == "Hello world"
+    ids = tok.tokenize("Hello world")
+    assert ids[0] == 1 and ids[1:] == tok.tokenize("Hello world", add_special=False)
+    assert tok.detokenize(ids) == "Hello world"
     # <s> in the text is a control token: only recognised with parse_special
-    assert tok.encode("<s>Hi", add_special=False, parse_special=True)[0] == 1
-    assert 1 not in tok.encode("<s>Hi", add_special=False, parse_special=False)
+    assert tok.tokenize("<s>Hi", add_special=False, parse_special=True)[0] == 1
+    assert 1 not in tok.tokenize("<s>Hi", add_special=False, parse_special=False)
     assert tok.token_to_piece(1) == b"" and tok.token_to_piece(1, special=True) == b"<s>"
     assert tok.eog_ids == {2} and tok.is_eog(2) and not tok.is_eog(1)
 
@@ -122,53 +122,53 @@ def test_spm_special_defaults_and_bos(vocab_tokenizer):
 def test_spm_byte_fallback_and_streaming(vocab_tokenizer):
     tok = vocab_tokenizer("llama-spm")
     text = "a \U0001f999 b"                           # the llama emoji is not in the vocabulary: 4 byte tokens
-    ids = tok.encode(text, add_special=False)
+    ids = tok.tokenize(text, add_special=False)
     assert [tok.token_text(i) for i in ids if tok.token_text(i).startswith("<0x")] == ["<0xF0>", "<0x9F>",
                                                                                       "<0xA6>", "<0x99>"]
     dec = tok.streaming_decoder()
     outs = [dec.feed(i) for i in ids]
     assert "".join(outs) + dec.flush() == " " + text  # the stream keeps the SPM prefix space
     assert all("\ufffd" not in o for o in outs)
-    k = ids.index(tok.encode("\U0001f999", add_special=False)[-1])
+    k = ids.index(tok.tokenize("\U0001f999", add_special=False)[-1])
     assert outs[k - 3:k] == ["", "", ""] and outs[k] == "\U0001f999"
 
 
 def test_phi3_rstrip_of_special_tokens(vocab_tokenizer):
     tok = vocab_tokenizer("phi-3")
-    end = tok.encode("<|end|>", add_special=False, parse_special=True)
+    end = tok.tokenize("<|end|>", add_special=False, parse_special=True)
     assert len(end) == 1 and tok.is_eog(end[0])
     # special tokens of Phi-3 eat the whitespace that follows them (llama.cpp RSTRIP attribute)
-    a = tok.encode("<|user|>\nHi", add_special=False, parse_special=True)
-    b = tok.encode("<|user|>Hi", add_special=False, parse_special=True)
+    a = tok.tokenize("<|user|>\nHi", add_special=False, parse_special=True)
+    b = tok.tokenize("<|user|>Hi", add_special=False, parse_special=True)
     assert a == b
 
 
 def test_llama3_eog_and_specials(vocab_tokenizer):
     tok = vocab_tokenizer("llama-bpe")
-    eot = tok.encode("<|eot_id|>", add_special=False, parse_special=True)
+    eot = tok.tokenize("<|eot_id|>", add_special=False, parse_special=True)
     assert eot == [128009] and tok.is_eog(128009) and tok.is_eog(tok.eos_id)
-    assert tok.add_bos and tok.encode("x")[0] == 128000
-    plain = tok.encode("<|eot_id|>", add_special=False, parse_special=False)
-    assert 128009 not in plain and tok.decode(plain) == "<|eot_id|>"
-    assert tok.decode([128000, 9906]) == "Hello"
-    assert tok.decode([128000, 9906], skip_special=False) == "<|begin_of_text|>Hello"
+    assert tok.add_bos and tok.tokenize("x")[0] == 128000
+    plain = tok.tokenize("<|eot_id|>", add_special=False, parse_special=False)
+    assert 128009 not in plain and tok.detokenize(plain) == "<|eot_id|>"
+    assert tok.detokenize([128000, 9906]) == "Hello"
+    assert tok.detokenize([128000, 9906], skip_special=False) == "<|begin_of_text|>Hello"
 
 
 def test_decode_rejects_out_of_range(vocab_tokenizer):
     tok = vocab_tokenizer("gpt-2")
     with pytest.raises(ValueError, match="50257"):
-        tok.decode([1, 50257])
+        tok.detokenize([1, 50257])
     with pytest.raises(ValueError, match="-1"):
-        tok.decode([-1])
+        tok.detokenize([-1])
     with pytest.raises(ValueError, match="99999"):
         tok.token_to_piece(99999)
-    assert tok.decode(np.array([15496, 995], dtype=np.int32)) == "Hello world"
+    assert tok.detokenize(np.array([15496, 995], dtype=np.int32)) == "Hello world"
 
 
 def test_streaming_decoder_never_splits_utf8(vocab_tokenizer):
     tok = vocab_tokenizer("gpt-2")
     text = "naïve 日本語 🦙 done"
-    ids = tok.encode(text)
+    ids = tok.tokenize(text)
     dec = tok.streaming_decoder()
     outs = [dec.feed(i) for i in ids]
     assert all("\ufffd" not in o for o in outs)
@@ -178,7 +178,7 @@ def test_streaming_decoder_never_splits_utf8(vocab_tokenizer):
     dec = tok.streaming_decoder()
     assert "\ufffd" not in dec.feed(partial)
     assert dec.flush() == "\ufffd"                   # a dangling partial character becomes U+FFFD on flush
-    assert dec.feed(tok.encode("ok")[0]) == "ok"     # and the decoder is usable again
+    assert dec.feed(tok.tokenize("ok")[0]) == "ok"     # and the decoder is usable again
 
 
 # -- the default model (SmolLM2) --------------------------------------------------------------------------------
@@ -193,23 +193,23 @@ def test_smollm2_reference_ids(smollm2):
         ref = json.load(f)
     assert len(ref["cases"]) >= 10
     for case in ref["cases"]:
-        assert smollm2.encode(case["text"], parse_special=True) == case["ids_parse_special"], case["text"]
-        assert smollm2.encode(case["text"]) == case["ids_plain"], case["text"]
-        assert smollm2.decode(case["ids_plain"]) == case["text"]
+        assert smollm2.tokenize(case["text"], parse_special=True) == case["ids_parse_special"], case["text"]
+        assert smollm2.tokenize(case["text"]) == case["ids_plain"], case["text"]
+        assert smollm2.detokenize(case["ids_plain"]) == case["text"]
 
 
 def test_smollm2_properties(smollm2, default_model_path):
     assert smollm2.n_vocab == 49152 and not smollm2.add_bos
     assert smollm2.eos_id == 2 and smollm2.is_eog(2) and smollm2.is_eog(0)   # <|im_end|>, <|endoftext|>
     assert "<|im_start|>" in smollm2.chat_template
-    ids = smollm2.encode("<|im_start|>user\nHi<|im_end|>", parse_special=True)
+    ids = smollm2.tokenize("<|im_start|>user\nHi<|im_end|>", parse_special=True)
     assert ids[0] == 1 and ids[-1] == 2
-    assert smollm2.decode(ids) == "user\nHi"
-    assert smollm2.decode(ids, skip_special=False) == "<|im_start|>user\nHi<|im_end|>"
+    assert smollm2.detokenize(ids) == "user\nHi"
+    assert smollm2.detokenize(ids, skip_special=False) == "<|im_start|>user\nHi<|im_end|>"
     from fastgguf.gguf import GGUFFile
     with GGUFFile(default_model_path) as f:
         tok = Tokenizer.from_metadata(f.metadata)
-    assert tok.encode("Hello world") == [19556, 905]
+    assert tok.tokenize("Hello world") == [19556, 905]
 
 
 # -- small synthetic vocabularies (no files) --------------------------------------------------------------------
@@ -238,30 +238,30 @@ def _tiny_bpe(**extra):
 def test_tiny_bpe_merges_by_rank():
     tok = _tiny_bpe()
     he, ll, hell, hello, gw = 256, 257, 258, 259, 260
-    assert tok.encode("hello") == [hello]
-    assert tok.encode("hell") == [hell]
-    assert tok.encode("hel") == [he, ord("l")]
-    assert tok.encode("hello wo") == [hello, gw, ord("o")]
-    assert tok.decode([hello, gw, ord("o")]) == "hello wo"
+    assert tok.tokenize("hello") == [hello]
+    assert tok.tokenize("hell") == [hell]
+    assert tok.tokenize("hel") == [he, ord("l")]
+    assert tok.tokenize("hello wo") == [hello, gw, ord("o")]
+    assert tok.detokenize([hello, gw, ord("o")]) == "hello wo"
     assert tok.bos_id is None or tok.bos_id == 11     # gpt2 default BOS id 11 when the key is absent
 
 
 def test_tiny_bpe_user_defined_always_control_only_when_asked():
     tok = _tiny_bpe()
-    assert tok.encode("a<extra>b") == [ord("a"), 262, ord("b")]              # user-defined: always
-    assert 261 not in tok.encode("a<|end|>b")                                # control: only with parse_special
-    assert tok.encode("a<|end|>b", parse_special=True) == [ord("a"), 261, ord("b")]
+    assert tok.tokenize("a<extra>b") == [ord("a"), 262, ord("b")]              # user-defined: always
+    assert 261 not in tok.tokenize("a<|end|>b")                                # control: only with parse_special
+    assert tok.tokenize("a<|end|>b", parse_special=True) == [ord("a"), 261, ord("b")]
     assert tok.is_eog(261) and tok.eog_ids == {261}
-    assert tok.decode([ord("a"), 261, 262]) == "a<extra>"
+    assert tok.detokenize([ord("a"), 261, 262]) == "a<extra>"
     assert tok.token_to_piece(261) == b"" and tok.token_to_piece(261, special=True) == b"<|end|>"
 
 
 def test_add_bos_eos_flags():
     tok = _tiny_bpe(**{"tokenizer.ggml.add_bos_token": True, "tokenizer.ggml.bos_token_id": 262,
                        "tokenizer.ggml.add_eos_token": True})
-    assert tok.encode("hello") == [262, 259, 261]
-    assert tok.encode("hello", add_special=False) == [259]
-    assert tok.encode("", add_special=True) == [262, 261]
+    assert tok.tokenize("hello") == [262, 259, 261]
+    assert tok.tokenize("hello", add_special=False) == [259]
+    assert tok.tokenize("", add_special=True) == [262, 261]
     with pytest.raises(TokenizerError, match="add_bos_token"):
         Tokenizer.from_metadata({"tokenizer.ggml.model": "gpt2", "tokenizer.ggml.pre": "gpt-2",
                                  "tokenizer.ggml.tokens": ["a"] * 1 + ["b"], "tokenizer.ggml.merges": [],
@@ -278,21 +278,21 @@ def test_tiny_spm_scores_and_space_prefix():
           "tokenizer.ggml.scores": np.array(scores, np.float32), "tokenizer.ggml.token_type": np.array(types)}
     tok = Tokenizer.from_metadata(md)
     sp, a, b, ab, spa, spab, ba = range(n0, n0 + 7)
-    assert tok.encode("ab") == [1, spab]
-    assert tok.encode("ab", add_special=False) == [spab]
-    assert tok.encode("aba", add_special=False) == [spab, a]
-    assert tok.encode("c", add_special=False) == [sp, 3 + ord("c")]           # byte fallback <0x63>
-    assert tok.decode([1, spab, a]) == "aba"
+    assert tok.tokenize("ab") == [1, spab]
+    assert tok.tokenize("ab", add_special=False) == [spab]
+    assert tok.tokenize("aba", add_special=False) == [spab, a]
+    assert tok.tokenize("c", add_special=False) == [sp, 3 + ord("c")]           # byte fallback <0x63>
+    assert tok.detokenize([1, spab, a]) == "aba"
     # after a special token the next text gets a space prefix again (llama.cpp SPM behaviour)
-    assert tok.encode("</s>ab", add_special=False, parse_special=True) == [2, spab]
+    assert tok.tokenize("</s>ab", add_special=False, parse_special=True) == [2, spab]
 
 
 def test_encode_argument_checks():
     tok = _tiny_bpe()
     with pytest.raises(TypeError):
-        tok.encode(b"bytes")
-    assert tok.encode("") == []
-    assert tok.encode("\ud800x") == tok.encode("\ufffdx")                    # lone surrogate -> U+FFFD
+        tok.tokenize(b"bytes")
+    assert tok.tokenize("") == []
+    assert tok.tokenize("\ud800x") == tok.tokenize("\ufffdx")                    # lone surrogate -> U+FFFD
 
 
 # -- the compiled merge loop against the Python reference --------------------------------------------------------
@@ -300,7 +300,7 @@ def test_encode_argument_checks():
 def test_compiled_merge_matches_python_reference(vocab_tokenizer):
     import random
 
-    from fastgguf import tokenizer as T
+    from fastgguf.tokenizer import core as T
     bpe, spm = vocab_tokenizer("gpt-2"), vocab_tokenizer("llama-spm")
     rng = random.Random(0)
     letters = "aeinorstlhd Ġ▁'.,0123456789\u00e9"
@@ -315,19 +315,19 @@ def test_compiled_merge_matches_python_reference(vocab_tokenizer):
 
 @pytest.mark.parametrize("name", ["qwen2", "llama-spm"])
 def test_python_merge_fallback_gives_same_ids(name, vocab_path, monkeypatch):
-    from fastgguf import tokenizer as T
+    from fastgguf.tokenizer import core as T
     monkeypatch.setattr(T, "merge_ranked", T._merge_ranked_py)
     monkeypatch.setattr(T, "merge_scored", T._merge_scored_py)
     tok = Tokenizer(vocab_path(name))
     for text, expected in read_cases(name):
-        assert tok.encode(text, add_special=False) == expected
+        assert tok.tokenize(text, add_special=False) == expected
 
 
 def test_pre_tokenizer_one_pass_starcoder_equals_two_passes():
     """The one-regex form of the starcoder/smollm pre-tokenizer cuts exactly like llama.cpp's two regexes."""
     import random
 
-    from fastgguf import tokenizer as T
+    from fastgguf.tokenizer import core as T
     one, two = T._compiled_pre("starcoder"), T._compiled_pre("starcoder-2pass")
     rng = random.Random(1)
     alphabet = list(" \t\n\r'sdtmlvre0123456789abcXYZ,.!?-_()\u00a0\u3000\u0660\u00e9\u0301日🦙\x1c\x0b") + ["'s", "  "]
@@ -341,7 +341,7 @@ def test_pre_tokenizer_one_pass_starcoder_equals_two_passes():
 def _custom_split(text, kind):
     """A direct Python transcription of llama.cpp's custom splitters (the code it runs instead of these regexes):
     kind "gpt2", "llama3" (numbers by 3) or "qwen2" (numbers by 1)."""
-    from fastgguf.tokenizer import _char_class
+    from fastgguf.tokenizer.core import _char_class
     n = len(text)
 
     def cls(p):
@@ -435,7 +435,7 @@ def _custom_split(text, kind):
 def test_pre_tokenizer_regex_equals_llama_cpp_custom_splitter(kind):
     import random
 
-    from fastgguf import tokenizer as T
+    from fastgguf.tokenizer import core as T
     compiled = T._compiled_pre(kind)
     rng = random.Random(2)
     alphabet = list(" \t\n\r'sSdtTmlLvVrReE0123456789abcXYZ,.!?-_()") + ["'s", "'LL", "'Re", "  ", "   ", "\r\n"] \
@@ -450,7 +450,7 @@ def test_cutting_spm_text_at_spaces_changes_nothing(name, vocab_tokenizer):
     """Merging word by word (cut before U+2581 where no token can span) equals merging the whole text at once."""
     import random
 
-    from fastgguf import tokenizer as T
+    from fastgguf.tokenizer import core as T
     tok = vocab_tokenizer(name)
     rng = random.Random(3)
     words = ["the", "a", "▁", "▁▁", "ing", "Hello", "wor", "ld", "\u00e9t\u00e9", "日本", "🦙", ".", ">", "<", "'s",
@@ -488,7 +488,7 @@ def test_random_text_against_llama_cpp(name, vocab_path, vocab_tokenizer):
         s = "".join(parts)
         for parse_special in (False, True):
             expected = ref.tokenize(s.encode("utf-8"), add_bos=True, special=parse_special)
-            assert tok.encode(s, add_special=True, parse_special=parse_special) == expected, (s, parse_special)
+            assert tok.tokenize(s, add_special=True, parse_special=parse_special) == expected, (s, parse_special)
 
 
 def test_cli_tokenize(vocab_path, capsys):

@@ -5,7 +5,7 @@ import os
 import numpy as np
 import pytest
 
-from fastgguf.generate import GenerationResult, GenerationStream, generate
+from fastgguf.engine.generate import GenerationResult, GenerationStream, generate
 from gen_fakes import EOS, N_VOCAB, FakeModel
 
 GREEDY = dict(temperature=0.0)
@@ -198,7 +198,7 @@ def test_context_reuse_keeps_common_prefix():
 
 @pytest.fixture(scope="module")
 def model(default_model_path):
-    from fastgguf.model import Model
+    from fastgguf.engine.model import Model
     return Model(default_model_path)
 
 
@@ -261,7 +261,7 @@ def test_real_prefix_reuse_follows_the_cache_not_the_last_generate(model):
 
 
 def test_real_generate_ids_direct(model):
-    from fastgguf._sampling import Sampler, generate_ids
+    from fastgguf._native import Sampler, generate_ids
     ctx = model.context(n_ctx=16)
     ids = model.tokenize("The capital of France is")
     logits = ctx.eval(ids)

@@ -22,6 +22,7 @@ from concurrent.futures import ThreadPoolExecutor
 import numpy as np
 
 from fastgguf import kernels
+from fastgguf.errors import QuantizeError
 from fastgguf.gguf import GGML_TYPE_INFO, GGMLType, GGUFFile, GGUFValueType, GGUFWriter
 
 TARGETS = {"q4_0": GGMLType.Q4_0, "q4_1": GGMLType.Q4_1, "q8_0": GGMLType.Q8_0}
@@ -29,13 +30,9 @@ TARGETS = {"q4_0": GGMLType.Q4_0, "q4_1": GGMLType.Q4_1, "q8_0": GGMLType.Q8_0}
 FILE_TYPES = {GGMLType.F32: 0, GGMLType.F16: 1, GGMLType.Q4_0: 2, GGMLType.Q4_1: 3, GGMLType.Q8_0: 7,
               GGMLType.BF16: 32}
 HIGH_PRECISION = ("token_embd.weight", "output.weight")
-READABLE = {GGMLType.F32, GGMLType.F16, GGMLType.BF16, GGMLType.Q4_0, GGMLType.Q4_1, GGMLType.Q8_0}
+READABLE = frozenset(GGMLType(t) for t in kernels.SUPPORTED_TYPES.values())  # what the kernels dequantize
 QUANTIZATION_VERSION = 2
 CHUNK_ELEMENTS = 1 << 20  # rows per job: about a million elements (4 MB of float32 in flight per thread)
-
-
-class QuantizeError(ValueError):
-    pass
 
 
 def target_type(name: str, shape: tuple, qtype: GGMLType, pure: bool = False) -> GGMLType:

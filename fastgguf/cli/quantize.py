@@ -7,7 +7,6 @@ and output matrix to Q8_0 unless --pure, 1-D tensors to F32; metadata copied, ge
 from __future__ import annotations
 
 import collections
-import sys
 
 
 def register(subparsers) -> None:
@@ -26,20 +25,14 @@ def register(subparsers) -> None:
 def run(args) -> int:
     import os
 
-    from fastgguf.quantize import QuantizeError, quantize_file
+    from fastgguf.gguf.quantize import quantize_file
 
     if os.path.abspath(args.input) == os.path.abspath(args.output):
-        print("fastgguf quantize: error: output must differ from input", file=sys.stderr)
-        return 2
+        raise ValueError("output must differ from input")
     if args.threads is not None and args.threads < 1:
-        print("fastgguf quantize: error: --threads must be >= 1", file=sys.stderr)
-        return 2
-    try:
-        plan = quantize_file(args.input, args.output, args.type, pure=args.pure, n_threads=args.threads,
-                             progress=not args.quiet)
-    except QuantizeError as e:
-        print(f"fastgguf quantize: error: {e}", file=sys.stderr)
-        return 1
+        raise ValueError("--threads must be >= 1")
+    plan = quantize_file(args.input, args.output, args.type, pure=args.pure, n_threads=args.threads,
+                         progress=not args.quiet)
     counts = collections.Counter(t.name for t in plan.values())
     summary = ", ".join(f"{n} {t}" for t, n in sorted(counts.items()))
     print(f"wrote {args.output}: {len(plan)} tensors ({summary})")

@@ -19,6 +19,10 @@ from collections.abc import Mapping
 from datetime import datetime
 from functools import lru_cache
 
+from fastgguf.engine.generate import generate
+from fastgguf.engine.params import SamplingParams
+from fastgguf.errors import ChatTemplateError
+
 __all__ = ["ChatTemplateError", "CHATML_TEMPLATE", "render_template", "apply_chat_template", "chat_prompt_ids",
            "chat", "validate_messages"]
 
@@ -29,10 +33,6 @@ CHATML_TEMPLATE = (
     "{% if add_generation_prompt %}{{ '<|im_start|>assistant\n' }}{% endif %}"
 )
 CHATML_STOP = "<|im_end|>"
-
-
-class ChatTemplateError(ValueError):
-    """The chat template is invalid, raised an exception, or broke the sandbox's rules."""
 
 
 def _raise_exception(message):
@@ -148,23 +148,24 @@ def chat_prompt_ids(model_or_tokenizer, messages, *, add_generation_prompt=True,
     tok = getattr(model_or_tokenizer, "tokenizer", model_or_tokenizer)
     text = apply_chat_template(tok, messages, add_generation_prompt=add_generation_prompt, template=template,
                                **extra)
-    ids = list(tok.encode(text, add_special=False, parse_special=True))
+    ids = list(tok.tokenize(text, add_special=False, parse_special=True))
     bos = getattr(tok, "bos_id", None)
-    if bos is not None and bos >= 0 and list(tok.encode("", add_special=True))[:1] == [bos]:
+    if bos is not None and bos >= 0 and list(tok.tokenize("", add_special=True))[:1] == [bos]:
         bos_text = _special_text(tok, bos)
         if not (bos_text and text.startswith(bos_text)) and ids[:1] != [bos]:
             ids.insert(0, bos)
     return ids
 
 
-def chat(model, messages, *, add_generation_prompt=True, template=None, tools=None, documents=None,
-         stop=None, **generate_kwargs):
-    """Generate the assistant's reply to messages: render the chat template, then fastgguf.generate.generate
-    (same keyword arguments and result; add_special/parse_special are decided here)."""
-    from fastgguf.generate import _check_stop, generate
+def chat(model, messages, params=None, *, add_generation_prompt=True, template=None, tools=None, documents=None,
+         **generate_kwargs):
+    """Generate the assistant's reply to messages: render the chat template, then fastgguf.engine.generate.generate
+    (same SamplingParams / keyword arguments and result; add_special/parse_special are decided here)."""
     for k in ("add_special", "parse_special"):
         if k in generate_kwargs:
             raise TypeError(f"chat() does not take {k}: it tokenizes the rendered template with special tokens")
+    sampling = {k: generate_kwargs.pop(k) for k in SamplingParams.names() if k in generate_kwargs}
+    params = SamplingParams.from_args(params, **sampling)
     extra = {}
     if tools is not None:
         extra["tools"] = tools
@@ -173,8 +174,7 @@ def chat(model, messages, *, add_generation_prompt=True, template=None, tools=No
     tok = model.tokenizer
     if template is None and not getattr(tok, "chat_template", None):
         template = CHATML_TEMPLATE
-    stops = _check_stop(stop)
-    if template is CHATML_TEMPLATE and CHATML_STOP not in stops:
-        stops.append(CHATML_STOP)
+    if template is CHATML_TEMPLATE and CHATML_STOP not in params.stop:
+        params = params.replace(stop=params.stop + (CHATML_STOP,))
     ids = chat_prompt_ids(tok, messages, add_generation_prompt=add_generation_prompt, template=template, **extra)
-    return generate(model, ids, stop=stops or None, **generate_kwargs)
+    return generate(model, ids, params, **generate_kwargs)

@@ -21,7 +21,7 @@ def register(subparsers) -> None:
 
 
 def run(args) -> int:
-    from fastgguf.tokenizer import Tokenizer, TokenizerError
+    from fastgguf.tokenizer import Tokenizer
     if args.text is not None:
         text = args.text
     elif args.file:
@@ -33,12 +33,8 @@ def run(args) -> int:
     if path is None:
         from fastgguf import hub
         path = hub.default_model_path(download=True)
-    try:
-        tok = Tokenizer(path)
-    except TokenizerError as e:
-        print(f"fastgguf tokenize: error: {e}", file=sys.stderr)
-        return 1
-    ids = tok.encode(text, add_special=not args.no_add_special, parse_special=args.parse_special)
+    tok = Tokenizer(path)
+    ids = tok.tokenize(text, add_special=not args.no_add_special, parse_special=args.parse_special)
     if args.ids:
         print(ids)
         return 0

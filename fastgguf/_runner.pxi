@@ -1,27 +1,4 @@
-# cython: boundscheck=False, wraparound=False
-"""Runner: one conversation's forward pass over shared Weights (see _runner.pxd and csrc/fg_forward.h)."""
-import numpy as np
-cimport numpy as cnp
-from libc.stdlib cimport calloc, free
-from libc.string cimport memcpy, memset
-from libc.stdint cimport int32_t, int64_t, uintptr_t
-from fastgguf.kernels cimport fg_init, fg_isa_active, fg_isa_name, fg_isa_from_name, fg_set_isa
-
-cnp.import_array()
-fg_init()
-
-
-def active_isa():
-    """The instruction set the forward pass uses. Every extension module carries its own copy of the kernels'
-    dispatch state, so fastgguf._kernels.set_isa does not reach the Runner: use set_isa here (or FASTGGUF_ISA)."""
-    return fg_isa_name(fg_isa_active()).decode()
-
-
-def set_isa(name):
-    """Switch the forward pass's kernels to an available ISA ("scalar", "avx2", "avx512", "neon")."""
-    cdef int i = fg_isa_from_name(str(name).encode())
-    if i < 0 or fg_set_isa(i) != 0:
-        raise ValueError(f"instruction set {name!r} is not available on this CPU")
+# Included by _native.pyx. Runner: one conversation's forward pass over shared Weights (csrc/fg_forward.h).
 
 
 cdef inline const void *_ptr(arr):

@@ -26,9 +26,9 @@ Facts (regexes, defaults, special-token rules) follow llama.cpp's src/llama-voca
 - ``token_to_piece(id, special=False)``: llama_token_to_piece: CONTROL and UNKNOWN tokens give b"" unless
   ``special``; USER_DEFINED tokens give their text; BPE pieces map back through the GPT-2 byte table; SPM pieces
   turn U+2581 into spaces and <0xXX> into the byte.
-- ``decode(ids, skip_special=True)``: the concatenated pieces (``special = not skip_special``) decoded as UTF-8
+- ``detokenize(ids, skip_special=True)`` (alias ``decode``): the concatenated pieces (``special = not skip_special``) decoded as UTF-8
   with replacement characters. When the vocabulary adds a space prefix (SPM), the leading space of the first
-  rendered piece is dropped, also after a BOS, so ``decode(encode(s)) == s`` (llama_detokenize keeps it after a
+  rendered piece is dropped, also after a BOS, so ``detokenize(tokenize(s)) == s`` (llama_detokenize keeps it after a
   BOS). llama.cpp's optional "clean spaces" pass is not applied.
 - ``streaming_decoder()``: ``feed(id)`` returns only complete UTF-8 characters (bytes of a split character wait for
   the next tokens); nothing is stripped, so the stream of a generation is exactly its pieces.
@@ -44,13 +44,10 @@ import re
 
 import numpy as np
 
-from . import _unicode_classes
+from fastgguf.errors import TokenizerError
+from fastgguf.tokenizer import unicode_classes as _unicode_classes
 
 __all__ = ["Tokenizer", "TokenizerError", "StreamingDecoder"]
-
-
-class TokenizerError(ValueError):
-    """Bad or unsupported tokenizer metadata."""
 
 
 # ---------------------------------------------------------------------------------------------------------------
@@ -477,7 +474,7 @@ def _merge_scored_py(syms, vocab, scores):
 
 
 try:                                    # the same loop compiled (fastgguf/_bpe.pyx); the Python one is the reference
-    from ._bpe import merge_ranked, merge_scored
+    from fastgguf.tokenizer._bpe import merge_ranked, merge_scored
 except ImportError:                     # pragma: no cover - source checkout without a build
     merge_ranked, merge_scored = _merge_ranked_py, _merge_scored_py
 
@@ -553,7 +550,7 @@ class Tokenizer:
         if _metadata is None:
             if path is None:
                 raise TypeError("Tokenizer() needs a GGUF path (or use Tokenizer.from_metadata)")
-            from .gguf import GGUFFile
+            from fastgguf.gguf import GGUFFile
             with GGUFFile(path) as f:
                 md = f.metadata
                 keys = [k for k in md if k.startswith("tokenizer.") or k in ("general.name",
@@ -774,11 +771,11 @@ class Tokenizer:
 
     # -- encoding -----------------------------------------------------------------------------------------------
 
-    def encode(self, text, add_special=True, parse_special=False):
+    def tokenize(self, text, add_special=True, parse_special=False):
         """Token ids of text. add_special: add BOS/EOS as the model wants (tokenizer.ggml.add_bos_token/...);
         parse_special: recognise control tokens such as <|im_start|> written in the text."""
         if not isinstance(text, str):
-            raise TypeError(f"encode() needs a str, got {type(text).__name__}")
+            raise TypeError(f"tokenize() needs a str, got {type(text).__name__}")
         try:
             text.encode("utf-8")
         except UnicodeEncodeError:                # lone surrogates: llama.cpp sees invalid UTF-8 -> U+FFFD
@@ -920,7 +917,7 @@ class Tokenizer:
         """Bytes of one token (llama_token_to_piece): control/unknown tokens give b"" unless special=True."""
         return self._piece(self._check_id(token_id))[1 if special else 0]
 
-    def decode(self, ids, skip_special=True):
+    def detokenize(self, ids, skip_special=True):
         """Text of ids; see the module docstring for the rules."""
         ids = ids.tolist() if isinstance(ids, np.ndarray) else list(ids)
         if ids:
@@ -940,6 +937,10 @@ class Tokenizer:
             if first.startswith(b" ") and data.startswith(b" "):
                 data = data[1:]
         return data.decode("utf-8", "replace")
+
+    # the other common spelling (Hugging Face's); tokenize/detokenize is the one fastgguf uses
+    encode = tokenize
+    decode = detokenize
 
     def streaming_decoder(self, skip_special=True):
         """Decoder fed one id at a time that only ever returns complete UTF-8 characters."""

@@ -19,8 +19,9 @@ import warnings
 import numpy as np
 
 from fastgguf import arch as _arch
-from fastgguf._runner import Runner, Weights
+from fastgguf._native import Runner, Weights
 from fastgguf.gguf import GGUFFile
+from fastgguf.tokenizer import Tokenizer
 
 
 def physical_cores():
@@ -82,26 +83,27 @@ class Model:
     def tokenizer(self):
         with self._tok_lock:
             if self._tokenizer is None:
-                from fastgguf.tokenizer import Tokenizer
                 self._tokenizer = Tokenizer.from_metadata(self.file.metadata)
             return self._tokenizer
 
     def tokenize(self, text, add_special=True, parse_special=False):
-        return self.tokenizer.encode(text, add_special=add_special, parse_special=parse_special)
+        return self.tokenizer.tokenize(text, add_special=add_special, parse_special=parse_special)
 
     def detokenize(self, ids):
-        return self.tokenizer.decode(ids)
+        return self.tokenizer.detokenize(ids)
 
     def context(self, n_ctx=4096, n_threads=None):
         return Context(self, n_ctx=n_ctx, n_threads=n_threads)
 
-    def generate(self, prompt, **kwargs):
-        from fastgguf.generate import generate
-        return generate(self, prompt, **kwargs)
+    def generate(self, prompt, params=None, **kwargs):
+        """See fastgguf.engine.generate.generate (params: a SamplingParams; keywords build or override it)."""
+        from fastgguf.engine.generate import generate
+        return generate(self, prompt, params, **kwargs)
 
-    def chat(self, messages, **kwargs):
-        from fastgguf.generate import chat
-        return chat(self, messages, **kwargs)
+    def chat(self, messages, params=None, **kwargs):
+        """See fastgguf.engine.chat.chat."""
+        from fastgguf.engine.chat import chat
+        return chat(self, messages, params, **kwargs)
 
 
 class Context:

@@ -9,7 +9,7 @@ from __future__ import annotations
 
 import sys
 
-from fastgguf.cmd_run import add_model_args, add_sampling_args, load_model, sampling_kwargs, speed_line
+from fastgguf.cli.common import add_model_args, add_sampling_args, load_model, sampling_params, speed_line
 
 
 def register(subparsers) -> None:
@@ -24,7 +24,7 @@ def register(subparsers) -> None:
 def fit_history(model, system, history, user, budget):
     """Drop the oldest exchanges until the rendered conversation is at most `budget` tokens (room is left for the
     reply). Returns (history, number of messages dropped)."""
-    from fastgguf.chat import chat_prompt_ids
+    from fastgguf.engine.chat import chat_prompt_ids
     dropped = 0
     while history and len(chat_prompt_ids(model, system + history + [user])) > budget:
         history = history[2:]
@@ -33,17 +33,13 @@ def fit_history(model, system, history, user, budget):
 
 
 def run(args) -> int:
-    from fastgguf.chat import chat
-    try:
-        model = load_model(args)
-        n_ctx = args.ctx or min(model.n_ctx_train or 4096, 4096)
-        if n_ctx < 1:
-            raise ValueError(f"--ctx must be >= 1, got {n_ctx}")
-        ctx = model.context(n_ctx=n_ctx)
-        kw = sampling_kwargs(args)
-    except (ValueError, TypeError) as e:
-        print(f"fastgguf chat: error: {e}", file=sys.stderr)
-        return 2
+    from fastgguf.engine.chat import chat
+    params = sampling_params(args)
+    model = load_model(args)
+    n_ctx = args.ctx or min(model.n_ctx_train or 4096, 4096)
+    if n_ctx < 1:
+        raise ValueError(f"--ctx must be >= 1, got {n_ctx}")
+    ctx = model.context(n_ctx=n_ctx)
     system = [{"role": "system", "content": args.system}] if args.system else []
     history = []
     interactive = sys.stdin.isatty()
@@ -67,11 +63,11 @@ def run(args) -> int:
             continue
         try:
             history, dropped = fit_history(model, system, history, {"role": "user", "content": text},
-                                           ctx.n_ctx - min(args.max_tokens, ctx.n_ctx // 2))
+                                           ctx.n_ctx - min(params.max_tokens or ctx.n_ctx, ctx.n_ctx // 2))
             if dropped:
                 print(f"(context full: forgot the {dropped} oldest messages)", file=sys.stderr)
             messages = system + history + [{"role": "user", "content": text}]
-            stream = chat(model, messages, stream=True, context=ctx, **kw)
+            stream = chat(model, messages, params, stream=True, context=ctx)
             for piece in stream:
                 sys.stdout.write(piece)
                 sys.stdout.flush()

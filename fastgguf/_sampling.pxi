@@ -1,88 +1,20 @@
-# cython: language_level=3, boundscheck=False, wraparound=False
-"""Samplers (C, csrc/fg_sample.c) and the decode loop.
+# Included by _native.pyx. Samplers (C, csrc/fg_sample.c) and the decode loop.
+#
+# Sampler validates its parameters here, in Python; the C underneath trusts them. generate_ids is the decode loop:
+# Runner.step + bias/penalties + sampling + bookkeeping run with the GIL released, and Python only sees each token id
+# as it is yielded (for detokenization and stop checks).
 
-Sampler validates its parameters here, in Python; the C underneath trusts them. generate_ids is the decode loop:
-Runner.step + bias/penalties + sampling + bookkeeping run with the GIL released, and Python only sees each token id
-as it is yielded (for detokenization and stop checks)."""
-import math
-import os
-from collections.abc import Mapping
-
-import numpy as np
-cimport numpy as cnp
-from libc.stdint cimport int32_t, uint8_t, uint64_t
-
-from fastgguf._runner cimport Runner
-
-cnp.import_array()
+from fastgguf.engine.params import SamplingParams, check_logit_bias, check_token_id
 
 NO_CANDIDATE = FG_SAMPLE_NO_CANDIDATE
 NO_MEMORY = FG_SAMPLE_NO_MEMORY
-MAX_TOKEN_ID = (1 << 24) - 1  # without n_vocab, the largest id accepted
-
-
-def _real(name, value, lo=None, hi=None, lo_open=False):
-    if isinstance(value, bool) or not isinstance(value, (int, float, np.integer, np.floating)):
-        raise TypeError(f"{name} must be a number, got {type(value).__name__}")
-    v = float(value)
-    if not math.isfinite(v):
-        raise ValueError(f"{name} must be finite, got {value!r}")
-    if lo is not None and (v < lo or (lo_open and v == lo)):
-        raise ValueError(f"{name} must be {'>' if lo_open else '>='} {lo}, got {value!r}")
-    if hi is not None and v > hi:
-        raise ValueError(f"{name} must be <= {hi}, got {value!r}")
-    return v
-
-
-def _int(name, value, lo=None):
-    if isinstance(value, bool) or not isinstance(value, (int, np.integer)):
-        raise TypeError(f"{name} must be an int, got {type(value).__name__}")
-    v = int(value)
-    if lo is not None and v < lo:
-        raise ValueError(f"{name} must be >= {lo}, got {v}")
-    return v
-
-
-def _token_id(name, value, n_vocab):
-    if isinstance(value, str):  # OpenAI-style JSON has string keys
-        try:
-            value = int(value)
-        except ValueError:
-            raise ValueError(f"{name}: token id {value!r} is not an integer") from None
-    v = _int(name, value, 0)
-    if n_vocab is not None and v >= n_vocab:
-        raise ValueError(f"{name}: token id {v} is out of range for a vocabulary of {n_vocab}")
-    if n_vocab is None and v > MAX_TOKEN_ID:  # the history keeps per-id counters: bound them
-        raise ValueError(f"{name}: token id {v} is too large (> {MAX_TOKEN_ID}; give the Sampler n_vocab)")
-    return v
-
-
-def check_logit_bias(logit_bias, n_vocab=None):
-    """Validate {token id: bias} (ids may be int or decimal strings; bias finite or -inf to ban); returns a dict."""
-    if logit_bias is None:
-        return {}
-    if not isinstance(logit_bias, Mapping):
-        raise TypeError(f"logit_bias must be a dict {{token_id: bias}}, got {type(logit_bias).__name__}")
-    out = {}
-    for k, b in logit_bias.items():
-        tid = _token_id("logit_bias", k, n_vocab)
-        if isinstance(b, bool) or not isinstance(b, (int, float, np.integer, np.floating)):
-            raise TypeError(f"logit_bias[{k!r}] must be a number, got {type(b).__name__}")
-        b = float(b)
-        if math.isnan(b) or b == math.inf:
-            raise ValueError(f"logit_bias[{k!r}] must be finite or -inf (to ban the token), got {b}")
-        out[tid] = out.get(tid, 0.0) + b
-    return out
 
 
 cdef class Sampler:
-    """Turns logits into token ids.
-
-    Order (as llama.cpp): logit bias, repetition penalty (last ``repeat_last_n`` accepted tokens, prompt included;
-    positive logits divided, negative multiplied), frequency/presence penalties (OpenAI: over accepted *generated*
-    tokens, ``logit -= count*frequency_penalty + (count > 0)*presence_penalty``), then greedy when
-    ``temperature <= 0``, else top-k (0: off) -> top-p (1: off) -> min-p (0: off), measured at temperature 1,
-    and a draw from the softmax at ``temperature``. Same seed and inputs -> same tokens."""
+    """Turns logits into token ids, as a SamplingParams says (see fastgguf.engine.params for the order of the
+    samplers). `Sampler(params, n_vocab=None)` or `Sampler(temperature=..., ...)`: keywords build (or override) the
+    SamplingParams, which validates them; the C underneath trusts the result. With n_vocab, token ids (logit_bias,
+    accepted tokens) are checked against the vocabulary."""
 
     def __cinit__(self, *args, **kwargs):
         fg_sampler_init(&self.s, 0)
@@ -90,20 +22,24 @@ cdef class Sampler:
     def __dealloc__(self):
         fg_sampler_free(&self.s)
 
-    def __init__(self, temperature=0.8, top_k=40, top_p=0.95, min_p=0.05, repeat_penalty=1.0, repeat_last_n=64,
-                 frequency_penalty=0.0, presence_penalty=0.0, logit_bias=None, seed=None, n_vocab=None):
-        self.n_vocab = None if n_vocab is None else _int("n_vocab", n_vocab, 1)
-        if self.n_vocab is not None and self.n_vocab > 0x7FFFFFFF:
-            raise ValueError(f"n_vocab {self.n_vocab} is too large")
-        self.s.temperature = _real("temperature", temperature, 0.0)
-        self.s.top_k = min(_int("top_k", top_k, 0), 0x7FFFFFFF)
-        self.s.top_p = _real("top_p", top_p, 0.0, 1.0, lo_open=True)
-        self.s.min_p = _real("min_p", min_p, 0.0, 1.0)
-        self.s.repeat_penalty = _real("repeat_penalty", repeat_penalty, 0.0, lo_open=True)
-        self.s.repeat_last_n = min(_int("repeat_last_n", repeat_last_n, -1), 0x7FFFFFFF)
-        self.s.frequency_penalty = _real("frequency_penalty", frequency_penalty)
-        self.s.presence_penalty = _real("presence_penalty", presence_penalty)
-        bias = check_logit_bias(logit_bias, self.n_vocab)
+    def __init__(self, params=None, *, n_vocab=None, **kwargs):
+        p = SamplingParams.from_args(params, **kwargs)
+        if n_vocab is not None:
+            if isinstance(n_vocab, bool) or not isinstance(n_vocab, (int, np.integer)):
+                raise TypeError(f"n_vocab must be an int, got {type(n_vocab).__name__}")
+            if not 1 <= n_vocab <= 0x7FFFFFFF:
+                raise ValueError(f"n_vocab must be in [1, 2**31), got {n_vocab}")
+        self.n_vocab = None if n_vocab is None else int(n_vocab)
+        self.params = p
+        self.s.temperature = p.temperature
+        self.s.top_k = p.top_k
+        self.s.top_p = p.top_p
+        self.s.min_p = p.min_p
+        self.s.repeat_penalty = p.repeat_penalty
+        self.s.repeat_last_n = p.repeat_last_n
+        self.s.frequency_penalty = p.frequency_penalty
+        self.s.presence_penalty = p.presence_penalty
+        bias = check_logit_bias(p.logit_bias, self.n_vocab)
         ids = np.fromiter(bias.keys(), dtype=np.int32, count=len(bias))
         vals = np.fromiter(bias.values(), dtype=np.float32, count=len(bias))
         cdef int32_t[::1] ids_v = ids
@@ -112,11 +48,7 @@ cdef class Sampler:
                                &vals_v[0] if len(bias) else NULL, <int32_t>len(bias)) != 0:
             raise MemoryError("logit_bias")
         self.logit_bias = bias
-        if seed is None:
-            seed = int.from_bytes(os.urandom(8), "little")
-        elif isinstance(seed, bool) or not isinstance(seed, (int, np.integer)):
-            raise TypeError(f"seed must be an int or None, got {type(seed).__name__}")
-        self.seed = int(seed)
+        self.seed = p.seed if p.seed is not None else int.from_bytes(os.urandom(8), "little")
         fg_rng_seed(&self.s.rng, <uint64_t>(self.seed & 0xFFFFFFFFFFFFFFFF))
 
     @property
@@ -182,7 +114,7 @@ cdef class Sampler:
     def accept(self, token, generated=True):
         """Record a token: it enters the repetition-penalty window, and when ``generated`` also the counts of the
         frequency/presence penalties (prompt tokens: ``generated=False``)."""
-        tid = _token_id("token", token, self.n_vocab)
+        tid = check_token_id("token", token, self.n_vocab)
         if fg_sampler_accept(&self.s, <int32_t>tid, 1 if generated else 0) != 0:
             raise MemoryError("sampler history")
 

@@ -1,21 +1,29 @@
-# cython: language_level=3
-"""Thin Python wrappers over the C kernels, for tests, benchmarks and the quantizer.
+# Included by _native.pyx. Thin Python wrappers over the C kernels, for tests, benchmarks and the quantizer.
+# Arrays in, arrays out; every function validates its arguments so the C underneath can trust them.
 
-Arrays in, arrays out; every function validates its arguments so the C underneath can trust them."""
-import os
+ISAS = tuple(fg_isa_name(i).decode() for i in range(FG_ISA_COUNT))
+_KINDS = ((FG_K_QUANTIZE, "quantize"), (FG_K_DEQUANTIZE, "dequantize"), (FG_K_VEC_DOT, "vec_dot"),
+          (FG_K_GEMV, "gemv"), (FG_K_GEMM, "gemm"))
 
-import numpy as np
-cimport numpy as cnp
-from libc.stdint cimport int64_t, uint8_t, uint64_t
 
-from fastgguf.kernels cimport *
+def type_table():
+    """The C type table (csrc/fg_dispatch.c), the one owner of format facts: one dict per type with its name,
+    ggml id, block size, block bytes, the activation type its dot product takes (None for activation-only types)
+    and, per available ISA, the kernels that ISA has of its own (the rest run the scalar reference)."""
+    out = []
+    cdef const fg_type_info *t
+    for i in range(fg_type_count()):
+        t = fg_type_at(i)
+        out.append({"name": t.name.decode(), "id": t.type, "block_size": t.blck, "type_size": t.size,
+                    "dot_type": t.dot_type if t.dot_type >= 0 else None,
+                    "kernels": {isa: [k for bit, k in _KINDS if fg_kernel_mask(j, t.type) & bit]
+                                for j, isa in enumerate(ISAS) if fg_isa_available(j)}})
+    return out
 
-cnp.import_array()
 
-SUPPORTED_TYPES = {"F32": FG_TYPE_F32, "F16": FG_TYPE_F16, "BF16": FG_TYPE_BF16, "Q4_0": FG_TYPE_Q4_0,
-                   "Q4_1": FG_TYPE_Q4_1, "Q8_0": FG_TYPE_Q8_0, "Q8_1": FG_TYPE_Q8_1}
+SUPPORTED_TYPES = {t["name"]: t["id"] for t in type_table()}
 SUPPORTED_NAMES = {v: k for k, v in SUPPORTED_TYPES.items()}
-ISAS = ("scalar", "avx2", "avx512", "neon")
+WEIGHT_TYPES = tuple(t["id"] for t in type_table() if t["dot_type"] is not None)  # what a matrix may be stored as
 
 
 def _init():
@@ -28,7 +36,7 @@ def _init():
 
 
 def available():
-    """Instruction sets this CPU (and OS) can run, best last."""
+    """Instruction sets this build holds and this CPU (and OS) runs, best last."""
     return [fg_isa_name(i).decode() for i in range(FG_ISA_COUNT) if fg_isa_available(i)]
 
 
@@ -41,8 +49,13 @@ def cpu_features():
     return fg_cpu_features().decode()
 
 
+def compiled():
+    """Instruction sets whose kernels this build holds (an ISA not compiled in is never available)."""
+    return [fg_isa_name(i).decode() for i in range(FG_ISA_COUNT) if fg_isa_compiled(i)]
+
+
 def set_isa(name):
-    """Force an instruction set for this module's kernels (tests, benchmarks). Returns the previous one."""
+    """Force an instruction set for every kernel, the model's forward pass included. Returns the previous one."""
     prev = active()
     fg_set_isa(_isa_id(name))
     return prev
@@ -285,6 +298,3 @@ def matmul(w_raw, wtype, x, int n_threads=0):
     if rc != 0:
         raise MemoryError("fg_gemm failed")
     return y[0] if squeeze else y
-
-
-_init()

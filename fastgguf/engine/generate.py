@@ -1,6 +1,6 @@
 """Text generation: prompt -> tokens -> prompt evaluation (batched) -> decode loop -> text.
 
-The decode loop is Cython (`fastgguf._sampling.generate_ids`): forward step, penalties and sampling run with the GIL
+The decode loop is Cython (`fastgguf._native.generate_ids`): forward step, penalties and sampling run with the GIL
 released; Python sees one token id at a time, only to detokenize it (UTF-8 safe streaming decoder) and to look for
 stop strings. A stop string is never emitted, even when it arrives split across tokens: text that could be the start
 of a stop string is held back until it is known not to be one.
@@ -20,7 +20,10 @@ import time
 from dataclasses import dataclass, field
 from typing import List, Optional
 
-__all__ = ["generate", "chat", "GenerationResult", "GenerationStream", "Usage", "Timings", "make_sampler"]
+from fastgguf._native import Runner, Sampler, generate_ids
+from fastgguf.engine.params import SamplingParams
+
+__all__ = ["generate", "GenerationResult", "GenerationStream", "Usage", "Timings", "make_sampler"]
 
 CTX_ROUND = 256  # a fresh context is sized to prompt + max_tokens rounded up to this
 
@@ -78,33 +81,14 @@ def _rate(n, seconds):
     return n / seconds if seconds > 0 else 0.0
 
 
-def make_sampler(n_vocab=None, *, temperature=0.8, top_k=40, top_p=0.95, min_p=0.05, repeat_penalty=1.0,
-                 repeat_last_n=64, frequency_penalty=0.0, presence_penalty=0.0, logit_bias=None, seed=None):
-    """A validated fastgguf._sampling.Sampler (ValueError/TypeError on bad parameters)."""
-    from fastgguf._sampling import Sampler
-    return Sampler(temperature=temperature, top_k=top_k, top_p=top_p, min_p=min_p, repeat_penalty=repeat_penalty,
-                   repeat_last_n=repeat_last_n, frequency_penalty=frequency_penalty,
-                   presence_penalty=presence_penalty, logit_bias=logit_bias, seed=seed, n_vocab=n_vocab)
-
-
-def _check_stop(stop):
-    if stop is None:
-        return []
-    if isinstance(stop, str):
-        stop = [stop]
-    try:
-        stops = list(stop)
-    except TypeError:
-        raise TypeError(f"stop must be a string or a list of strings, got {type(stop).__name__}") from None
-    for s in stops:
-        if not isinstance(s, str):
-            raise TypeError(f"stop must be a string or a list of strings, got an item of type {type(s).__name__}")
-    return [s for s in stops if s]
+def make_sampler(n_vocab=None, params=None, **kwargs):
+    """A Sampler following SamplingParams (`params` and/or keyword fields; ValueError/TypeError on bad ones)."""
+    return Sampler(SamplingParams.from_args(params, **kwargs), n_vocab=n_vocab)
 
 
 def _prompt_ids(tokenizer, prompt, n_vocab, add_special, parse_special):
     if isinstance(prompt, str):
-        ids = list(tokenizer.encode(prompt, add_special=add_special, parse_special=parse_special))
+        ids = list(tokenizer.tokenize(prompt, add_special=add_special, parse_special=parse_special))
     elif isinstance(prompt, (bytes, bytearray)):
         raise TypeError("prompt must be a str or a list of token ids, got bytes (decode it first)")
     else:
@@ -135,14 +119,6 @@ def _longest_partial(text, stops):
 def _find_stop(text, stops):
     """Index of the earliest stop string in text, -1 if none."""
     return min((i for i in (text.find(s) for s in stops) if i >= 0), default=-1)
-
-
-def _runner_class():
-    try:
-        from fastgguf._runner import Runner
-        return Runner
-    except ImportError:  # pragma: no cover - only without the compiled extension
-        return None
 
 
 def _python_decode(context, sampler, max_tokens, eog, logits):
@@ -197,27 +173,22 @@ class GenerationStream:
                                 timings=self.timings, token_ids=list(self.token_ids))
 
 
-def generate(model, prompt, *, max_tokens=256, temperature=0.8, top_k=40, top_p=0.95, min_p=0.05,
-             repeat_penalty=1.0, repeat_last_n=64, frequency_penalty=0.0, presence_penalty=0.0, logit_bias=None,
-             seed=None, stop=None, stream=False, context=None, add_special=True, parse_special=False):
+def generate(model, prompt, params=None, *, stream=False, context=None, add_special=True, parse_special=False,
+             **sampling):
     """Complete `prompt` (text, or a list of token ids) with `model`.
 
-    Sampling parameters: see fastgguf._sampling.Sampler (temperature <= 0 is greedy). `stop`: a string or list of
-    strings; generation ends before the first one and it is not part of the text. `context`: a Context to run in
-    (default: a fresh one sized min(model.n_ctx_train, prompt + max_tokens) rounded up to 256). `max_tokens=None`:
-    until an end-of-generation token or the context is full.
+    `params`: a SamplingParams (fastgguf.engine.params: sampling, max_tokens, stop, seed); keyword arguments build
+    one or override its fields (`generate(m, "Hi", temperature=0, max_tokens=8)`). A stop string ends generation
+    before it and is not part of the text. `context`: a Context to run in (default: a fresh one sized
+    min(model.n_ctx_train, prompt + max_tokens) rounded up to 256). `max_tokens=None`: until an end-of-generation
+    token or the context is full.
     Returns a GenerationResult, or with stream=True a GenerationStream of text pieces."""
+    params = SamplingParams.from_args(params, **sampling)
+    max_tokens, stops = params.max_tokens, list(params.stop)
+    repeat_penalty, repeat_last_n = params.repeat_penalty, params.repeat_last_n
     tokenizer = model.tokenizer
     n_vocab = int(getattr(model, "n_vocab", None) or tokenizer.n_vocab)
-    if max_tokens is not None and (isinstance(max_tokens, bool) or not isinstance(max_tokens, int)):
-        raise TypeError(f"max_tokens must be an int or None, got {type(max_tokens).__name__}")
-    if max_tokens is not None and max_tokens < 0:
-        raise ValueError(f"max_tokens must be >= 0, got {max_tokens}")
-    stops = _check_stop(stop)
-    sampler = make_sampler(n_vocab, temperature=temperature, top_k=top_k, top_p=top_p, min_p=min_p,
-                           repeat_penalty=repeat_penalty, repeat_last_n=repeat_last_n,
-                           frequency_penalty=frequency_penalty, presence_penalty=presence_penalty,
-                           logit_bias=logit_bias, seed=seed)
+    sampler = Sampler(params, n_vocab=n_vocab)
     ids = _prompt_ids(tokenizer, prompt, n_vocab, add_special, parse_special)
     n_prompt = len(ids)
 
@@ -257,9 +228,7 @@ def generate(model, prompt, *, max_tokens=256, temperature=0.8, top_k=40, top_p=
         if repeat_penalty != 1.0 and repeat_last_n != 0:
             sampler.accept_many(ids if repeat_last_n < 0 else ids[-repeat_last_n:], generated=False)
         eog = set(int(e) for e in tokenizer.eog_ids)
-        runner_cls = _runner_class()
-        if runner_cls is not None and isinstance(getattr(context, "runner", None), runner_cls):
-            from fastgguf._sampling import generate_ids
+        if isinstance(getattr(context, "runner", None), Runner):
             id_iter = generate_ids(context.runner, sampler, max_tokens, eog, logits=logits)
         else:
             id_iter = _python_decode(context, sampler, max_tokens, eog, logits)
@@ -331,8 +300,3 @@ def generate(model, prompt, *, max_tokens=256, temperature=0.8, top_k=40, top_p=
     s = GenerationStream(run)
     return s if stream else s.result()
 
-
-def chat(model, messages, **kwargs):
-    """Render messages with the model's chat template and generate the assistant's reply (see fastgguf.chat)."""
-    from fastgguf.chat import chat as _chat
-    return _chat(model, messages, **kwargs)

@@ -1,0 +1,196 @@
+# The C API of csrc/ as Cython sees it (fg_kernels.h, fg_forward.h, fg_sample.h) and the cdef classes of
+# fastgguf._native. The only place Cython code declares the C contract.
+from libc.stdint cimport int32_t, int64_t, uint8_t, uint64_t
+
+cdef extern from "fg_kernels.h" nogil:
+    enum:
+        FG_TYPE_F32
+        FG_TYPE_F16
+        FG_TYPE_Q4_0
+        FG_TYPE_Q4_1
+        FG_TYPE_Q8_0
+        FG_TYPE_Q8_1
+        FG_TYPE_BF16
+        FG_ISA_SCALAR
+        FG_ISA_AVX2
+        FG_ISA_AVX512
+        FG_ISA_NEON
+        FG_ISA_COUNT
+
+    ctypedef void (*fg_quantize_fn)(const float *x, void *y, int64_t n)
+    ctypedef void (*fg_dequantize_fn)(const void *x, float *y, int64_t n)
+    ctypedef float (*fg_vec_dot_fn)(int64_t n, const void *w, const void *xq)
+    ctypedef void (*fg_gemv_fn)(int64_t n, const void *w, size_t stride, const void *xq, float *y, int64_t nrows)
+    ctypedef void (*fg_gemm_fn)(int64_t n, const void *w, size_t stride, const void *xq, size_t xq_stride, int64_t m,
+                                float *y, int64_t ldy, int64_t nrows)
+    ctypedef struct fg_type_kernels:
+        fg_quantize_fn quantize
+        fg_dequantize_fn dequantize
+        fg_vec_dot_fn vec_dot
+        fg_gemv_fn gemv
+        fg_gemm_fn gemm
+
+    ctypedef struct fg_type_info:
+        int type
+        const char *name
+        int64_t blck
+        size_t size
+        int dot_type
+
+    enum:
+        FG_K_QUANTIZE
+        FG_K_DEQUANTIZE
+        FG_K_VEC_DOT
+        FG_K_GEMV
+        FG_K_GEMM
+
+    int fg_type_count()
+    const fg_type_info *fg_type_at(int i)
+    unsigned fg_kernel_mask(int isa, int type)
+    int fg_type_supported(int type)
+    int64_t fg_blck_size(int type)
+    size_t fg_type_size(int type)
+    size_t fg_row_size(int type, int64_t n)
+    int fg_vec_dot_type(int wtype)
+
+    int fg_init()
+    int fg_isa_compiled(int isa)
+    int fg_isa_available(int isa)
+    int fg_isa_active()
+    int fg_set_isa(int isa)
+    const char *fg_isa_name(int isa)
+    int fg_isa_from_name(const char *name)
+    const char *fg_cpu_features()
+
+    int fg_isa_ext_available(int isa)
+    const char *fg_isa_ext_name(int isa)
+    int fg_ext_enabled()
+    int fg_set_ext(int on)
+
+    void fg_quantize_row(int type, const float *x, void *y, int64_t n)
+    void fg_dequantize_row(int type, const void *x, float *y, int64_t n)
+    float fg_vec_dot(int wtype, int64_t n, const void *w, const void *xq)
+    void fg_gemv_rows(int wtype, const void *w, size_t stride, int64_t n, const void *xq, float *y,
+                      int64_t r0, int64_t r1)
+    void fg_gemm_rows(int wtype, const void *w, size_t stride, int64_t n, const void *xq, size_t xq_stride,
+                      int64_t m, float *y, int64_t ldy, int64_t r0, int64_t r1)
+    int fg_gemm(int wtype, const void *w, size_t stride, int64_t rows, int64_t n, const float *x, int64_t m,
+                float *y, int n_threads)
+    const fg_type_kernels *fg_kernels_of(int isa, int type)
+    void fg_split_rows(int64_t n, int nth, int ith, int64_t align, int64_t *r0, int64_t *r1)
+
+
+# ---- the forward pass (csrc/fg_forward.h) ----
+cdef extern from "fg_forward.h" nogil:
+    ctypedef struct fg_mat:
+        const void *data
+        int type
+        size_t stride
+        int64_t rows, cols
+
+    ctypedef struct fg_layer:
+        const float *attn_norm
+        fg_mat wq, wk, wv
+        const float *bq
+        const float *bk
+        const float *bv
+        const float *q_norm
+        const float *k_norm
+        fg_mat wo
+        const float *ffn_norm
+        fg_mat w_gate, w_up, w_down
+
+    ctypedef struct fg_model:
+        int n_embd, n_layer, n_head, n_head_kv, head_dim, n_ff, n_vocab
+        int n_rot, rope_neox
+        float norm_eps, rope_base, rope_freq_scale, attn_scale
+        const float *rope_freqs
+        fg_mat tok_embd
+        const float *output_norm
+        fg_mat output
+        const fg_layer *layers
+
+    ctypedef struct fg_state:
+        int n_ctx, n_batch, max_threads
+
+    int fg_state_init(fg_state *s, const fg_model *m, int n_ctx, int n_batch, int max_threads)
+    void fg_state_free(fg_state *s)
+    int fg_state_set_max_threads(fg_state *s, const fg_model *m, int max_threads)
+    int fg_forward(const fg_model *m, fg_state *s, const int32_t *tokens, int n_tokens, int pos, float *logits,
+                   int all_logits, int n_threads)
+
+
+cdef class Weights:
+    """The model's weights as C pointers into the mapped file, plus what keeps them alive. Immutable, shared."""
+    cdef fg_model m
+    cdef fg_layer *layers
+    cdef list _keep
+    cdef readonly object hparams
+
+
+cdef class Runner:
+    cdef readonly int n_vocab, n_ctx, n_past
+    cdef readonly Weights weights
+    cdef fg_state st
+    cdef int _n_threads
+    cdef bint _ready
+    cdef float *logits          # (n_vocab,) of the last step / eval
+    cdef int32_t *ids           # (n_ctx,) the token ids in the cache, positions 0..n_past-1
+    # Run one token at position n_past (then n_past += 1); *logits points at the runner's (n_vocab,) float32 buffer,
+    # valid until the next call. Returns 0, or -1 when the context is full or the token is out of range (nothing
+    # changed). GIL not needed.
+    cdef int step(self, int token, float **logits) noexcept nogil
+
+
+# ---- samplers (csrc/fg_sample.h) ----
+cdef extern from "fg_sample.h" nogil:
+    enum:
+        FG_SAMPLE_NO_CANDIDATE
+        FG_SAMPLE_NO_MEMORY
+
+    ctypedef struct fg_rng:
+        uint64_t s[4]
+
+    ctypedef struct fg_cand:
+        float logit
+        int32_t id
+
+    ctypedef struct fg_sampler:
+        float temperature
+        int32_t top_k
+        float top_p
+        float min_p
+        float repeat_penalty
+        int32_t repeat_last_n
+        float frequency_penalty
+        float presence_penalty
+        int32_t n_bias
+        int32_t *hist
+        int64_t n_hist
+        int32_t *counts
+        int32_t cap_tok
+        fg_rng rng
+
+    void fg_rng_seed(fg_rng *r, uint64_t seed)
+    uint64_t fg_rng_next(fg_rng *r)
+    double fg_rng_uniform(fg_rng *r)
+    void fg_sampler_init(fg_sampler *s, uint64_t seed)
+    void fg_sampler_free(fg_sampler *s)
+    int fg_sampler_set_bias(fg_sampler *s, const int32_t *ids, const float *vals, int32_t n)
+    void fg_sampler_reset(fg_sampler *s)
+    int fg_sampler_accept(fg_sampler *s, int32_t id, int generated)
+    int fg_sampler_apply(fg_sampler *s, float *logits, int32_t n_vocab)
+    int32_t fg_sampler_sample(fg_sampler *s, float *logits, int32_t n_vocab)
+    int32_t fg_argmax(const float *x, int32_t n)
+    int32_t fg_top_k(const float *x, int32_t n, int32_t k, fg_cand *out)
+
+
+cdef class Sampler:
+    cdef fg_sampler s
+    cdef readonly object params      # the SamplingParams it follows
+    cdef readonly object seed        # the seed in use (drawn from os.urandom when None was given)
+    cdef readonly object logit_bias  # {id: bias} as validated
+    cdef readonly object n_vocab     # vocabulary size bias ids and accepted ids are checked against, or None
+    # Choose a token from logits (n_vocab,) (left unchanged on return). Returns the id (>= 0), or
+    # FG_SAMPLE_NO_CANDIDATE (-1: every logit -inf/NaN) / FG_SAMPLE_NO_MEMORY (-2). Does not record the token.
+    cdef int sample_ptr(self, float *logits, int n_vocab) noexcept nogil

@@ -1,0 +1,77 @@
+"""What several commands share: model/context flags, sampling flags generated from SamplingParams, loading."""
+
+from __future__ import annotations
+
+import dataclasses
+import math
+from typing import Optional
+
+from fastgguf.engine.params import SamplingParams
+
+_SAMPLING_FIELDS = {f.name: f for f in dataclasses.fields(SamplingParams)}
+_ARG_TYPES = {float: float, int: int, Optional[int]: int}
+
+
+def add_model_args(p) -> None:
+    """Model/context flags shared by `run` and `chat`."""
+    p.add_argument("-m", "--model", help="GGUF file (default: the default model, downloaded if needed)")
+    p.add_argument("-t", "--threads", type=int, default=None, help="threads (default: physical cores)")
+    p.add_argument("--ctx", type=int, default=None, help="context size in tokens (default: sized to fit)")
+
+
+def _bias_item(text):
+    tid, sep, bias = text.partition("=")
+    if not sep:
+        raise ValueError(f"--logit-bias takes ID=BIAS, got {text!r}")
+    return int(tid), (-math.inf if bias.strip().lower() in ("-inf", "-infinity") else float(bias))
+
+
+def add_sampling_args(p, **defaults) -> None:
+    """One flag per SamplingParams field (its metadata names the flags and help). `defaults` overrides a field's
+    default for this command (e.g. chat's max_tokens)."""
+    g = p.add_argument_group("sampling (fastgguf.SamplingParams)")
+    for name, f in _SAMPLING_FIELDS.items():
+        md = f.metadata
+        default = defaults.get(name, f.default)
+        shown = "random" if name == "seed" else default
+        kw = dict(dest=name, default=default, metavar=md["metavar"],
+                  help=md["help"] if shown in ((), None) else f"{md['help']} ({shown})")
+        if name in ("stop", "logit_bias"):
+            kw.update(action="append", default=None)
+        else:
+            kw["type"] = _ARG_TYPES[f.type]
+        g.add_argument(*md["flags"], **kw)
+
+
+def sampling_params(args) -> SamplingParams:
+    """The SamplingParams the flags say."""
+    kw = {name: getattr(args, name) for name in _SAMPLING_FIELDS}
+    kw["logit_bias"] = dict(_bias_item(x) for x in kw["logit_bias"] or ())
+    return SamplingParams(**kw)
+
+
+def load_model(args):
+    from fastgguf.engine.model import Model
+    path = args.model
+    if path is None:
+        from fastgguf import hub
+        path = hub.default_model_path()
+    if args.threads is not None and args.threads < 1:
+        raise ValueError(f"--threads must be >= 1, got {args.threads}")
+    return Model(path, n_threads=args.threads)
+
+
+def make_context(model, args):
+    if args.ctx is None:
+        return None
+    if args.ctx < 1:
+        raise ValueError(f"--ctx must be >= 1, got {args.ctx}")
+    return model.context(n_ctx=args.ctx)
+
+
+def speed_line(stream) -> str:
+    u, t = stream.usage, stream.timings
+    cached = f" ({u.cached_tokens} cached)" if u.cached_tokens else ""
+    return (f"prompt: {u.prompt_tokens} tokens{cached}, {t.prompt_tokens_per_second:.1f} tok/s | "
+            f"generation: {u.completion_tokens} tokens, {t.generation_tokens_per_second:.1f} tok/s | "
+            f"finish: {stream.finish_reason}")

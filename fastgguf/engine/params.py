@@ -1,0 +1,178 @@
+"""SamplingParams: the one owner of sampling and stopping defaults and of their validation.
+
+`generate`, `chat`, the Sampler, the command line (its flags are generated from the fields below) and the server
+all take one of these; nothing else writes a default down.
+
+    params = SamplingParams(temperature=0, max_tokens=32)
+    model.generate("Hello", params=params)
+    model.generate("Hello", temperature=0, max_tokens=32)        # the same: keywords build SamplingParams
+    model.generate("Hello", params=params, seed=3)               # keywords override fields of params
+
+Order of the samplers (as llama.cpp): logit bias, repetition penalty (last `repeat_last_n` accepted tokens, prompt
+included; positive logits divided, negative multiplied), frequency/presence penalties (OpenAI: over accepted
+*generated* tokens), then greedy when `temperature <= 0`, else top-k (0: off) -> top-p (1: off) -> min-p (0: off),
+measured at temperature 1, and a draw from the softmax at `temperature`. Same seed and inputs -> same tokens.
+"""
+import dataclasses
+import math
+from collections.abc import Mapping
+from dataclasses import dataclass, field
+from typing import Optional, Tuple
+
+import numpy as np
+
+__all__ = ["SamplingParams", "check_logit_bias", "check_stop", "MAX_TOKEN_ID", "MAX_TOKENS_LIMIT"]
+
+MAX_TOKEN_ID = (1 << 24) - 1     # without a vocabulary size, the largest token id accepted
+MAX_TOKENS_LIMIT = (1 << 31) - 1  # max_tokens above this is an error at the call, not an overflow later
+
+
+def _real(name, value, lo=None, hi=None, lo_open=False):
+    if isinstance(value, bool) or not isinstance(value, (int, float, np.integer, np.floating)):
+        raise TypeError(f"{name} must be a number, got {type(value).__name__}")
+    v = float(value)
+    if not math.isfinite(v):
+        raise ValueError(f"{name} must be finite, got {value!r}")
+    if lo is not None and (v < lo or (lo_open and v == lo)):
+        raise ValueError(f"{name} must be {'>' if lo_open else '>='} {lo}, got {value!r}")
+    if hi is not None and v > hi:
+        raise ValueError(f"{name} must be <= {hi}, got {value!r}")
+    return v
+
+
+def _int(name, value, lo=None, hi=None):
+    if isinstance(value, bool) or not isinstance(value, (int, np.integer)):
+        raise TypeError(f"{name} must be an int, got {type(value).__name__}")
+    v = int(value)
+    if lo is not None and v < lo:
+        raise ValueError(f"{name} must be >= {lo}, got {v}")
+    if hi is not None and v > hi:
+        raise ValueError(f"{name} must be <= {hi}, got {v}")
+    return v
+
+
+def check_token_id(name, value, n_vocab=None):
+    """A token id (int, or a decimal string as OpenAI JSON keys are) in [0, n_vocab)."""
+    if isinstance(value, str):
+        try:
+            value = int(value)
+        except ValueError:
+            raise ValueError(f"{name}: token id {value!r} is not an integer") from None
+    v = _int(name, value, 0)
+    if n_vocab is not None and v >= n_vocab:
+        raise ValueError(f"{name}: token id {v} is out of range for a vocabulary of {n_vocab}")
+    if n_vocab is None and v > MAX_TOKEN_ID:  # the sampler keeps per-id counters: bound them
+        raise ValueError(f"{name}: token id {v} is too large (> {MAX_TOKEN_ID}; give the Sampler n_vocab)")
+    return v
+
+
+def check_logit_bias(logit_bias, n_vocab=None):
+    """Validate {token id: bias} (ids may be int or decimal strings; bias finite or -inf to ban); returns a dict."""
+    if logit_bias is None:
+        return {}
+    if not isinstance(logit_bias, Mapping):
+        raise TypeError(f"logit_bias must be a dict {{token_id: bias}}, got {type(logit_bias).__name__}")
+    out = {}
+    for k, b in logit_bias.items():
+        tid = check_token_id("logit_bias", k, n_vocab)
+        if isinstance(b, bool) or not isinstance(b, (int, float, np.integer, np.floating)):
+            raise TypeError(f"logit_bias[{k!r}] must be a number, got {type(b).__name__}")
+        b = float(b)
+        if math.isnan(b) or b == math.inf:
+            raise ValueError(f"logit_bias[{k!r}] must be finite or -inf (to ban the token), got {b}")
+        out[tid] = out.get(tid, 0.0) + b
+    return out
+
+
+def check_stop(stop):
+    """A stop string or a list of them -> a tuple of the non-empty strings."""
+    if stop is None:
+        return ()
+    if isinstance(stop, str):
+        stop = [stop]
+    try:
+        stops = list(stop)
+    except TypeError:
+        raise TypeError(f"stop must be a string or a list of strings, got {type(stop).__name__}") from None
+    for s in stops:
+        if not isinstance(s, str):
+            raise TypeError(f"stop must be a string or a list of strings, got an item of type {type(s).__name__}")
+    return tuple(s for s in stops if s)
+
+
+def _opt(flags, help, metavar=None):
+    """Field metadata: the command-line flags and help text (fastgguf.cli.common generates the flags from it)."""
+    return {"flags": flags, "help": help, "metavar": metavar}
+
+
+@dataclass(frozen=True)
+class SamplingParams:
+    """How to choose tokens and when to stop. Immutable; validated on creation (TypeError / ValueError naming the
+    field). `replace(**changes)` returns a validated copy."""
+    max_tokens: Optional[int] = field(default=256, metadata=_opt(
+        ("-n", "--max-tokens"), "tokens to generate; None: until end-of-generation or a full context"))
+    temperature: float = field(default=0.8, metadata=_opt(("--temp", "--temperature"), "temperature, 0 = greedy"))
+    top_k: int = field(default=40, metadata=_opt(("--top-k",), "top-k, 0 = off"))
+    top_p: float = field(default=0.95, metadata=_opt(("--top-p",), "top-p (nucleus), 1 = off"))
+    min_p: float = field(default=0.05, metadata=_opt(("--min-p",), "min-p, 0 = off"))
+    repeat_penalty: float = field(default=1.0, metadata=_opt(("--repeat-penalty",), "repetition penalty, 1 = off"))
+    repeat_last_n: int = field(default=64, metadata=_opt(
+        ("--repeat-last-n",), "tokens the repetition penalty looks at (-1: all)"))
+    frequency_penalty: float = field(default=0.0, metadata=_opt(("--frequency-penalty",), "OpenAI frequency penalty"))
+    presence_penalty: float = field(default=0.0, metadata=_opt(("--presence-penalty",), "OpenAI presence penalty"))
+    logit_bias: Optional[Mapping] = field(default=None, metadata=_opt(
+        ("--logit-bias",), "add BIAS to token ID's logit (repeatable; -inf bans it)", metavar="ID=BIAS"))
+    seed: Optional[int] = field(default=None, metadata=_opt(("--seed",), "random seed (None: random)"))
+    stop: Tuple[str, ...] = field(default=(), metadata=_opt(
+        ("--stop",), "stop string, never emitted (repeatable)", metavar="TEXT"))
+
+    def __post_init__(self):
+        set_ = object.__setattr__
+        if self.max_tokens is not None:
+            set_(self, "max_tokens", _int("max_tokens", self.max_tokens, 0, MAX_TOKENS_LIMIT))
+        set_(self, "temperature", _real("temperature", self.temperature, 0.0))
+        set_(self, "top_k", min(_int("top_k", self.top_k, 0), 0x7FFFFFFF))
+        set_(self, "top_p", _real("top_p", self.top_p, 0.0, 1.0, lo_open=True))
+        set_(self, "min_p", _real("min_p", self.min_p, 0.0, 1.0))
+        set_(self, "repeat_penalty", _real("repeat_penalty", self.repeat_penalty, 0.0, lo_open=True))
+        set_(self, "repeat_last_n", min(_int("repeat_last_n", self.repeat_last_n, -1), 0x7FFFFFFF))
+        set_(self, "frequency_penalty", _real("frequency_penalty", self.frequency_penalty))
+        set_(self, "presence_penalty", _real("presence_penalty", self.presence_penalty))
+        if self.logit_bias is not None:
+            set_(self, "logit_bias", check_logit_bias(self.logit_bias) or None)
+        if self.seed is not None:
+            if isinstance(self.seed, bool) or not isinstance(self.seed, (int, np.integer)):
+                raise TypeError(f"seed must be an int or None, got {type(self.seed).__name__}")
+            set_(self, "seed", int(self.seed))
+        set_(self, "stop", check_stop(self.stop))
+
+    def __hash__(self):  # logit_bias is a dict
+        return hash(tuple((k, tuple(sorted(v.items())) if isinstance(v, dict) else v)
+                          for k, v in dataclasses.asdict(self).items()))
+
+    def replace(self, **changes):
+        return dataclasses.replace(self, **changes)
+
+    @property
+    def greedy(self):
+        return self.temperature <= 0.0
+
+    @classmethod
+    def names(cls):
+        return tuple(f.name for f in dataclasses.fields(cls))
+
+    @classmethod
+    def from_args(cls, params=None, **kwargs):
+        """`params` (a SamplingParams, a dict of fields, or None) with keyword overrides; an unknown keyword is a
+        TypeError naming it."""
+        unknown = sorted(set(kwargs) - set(cls.names()))
+        if unknown:
+            raise TypeError(f"unknown sampling parameter(s): {', '.join(unknown)} "
+                            f"(known: {', '.join(cls.names())})")
+        if params is None:
+            return cls(**kwargs)
+        if isinstance(params, Mapping):
+            return cls.from_args(None, **{**params, **kwargs})
+        if not isinstance(params, cls):
+            raise TypeError(f"params must be a SamplingParams, got {type(params).__name__}")
+        return params.replace(**kwargs) if kwargs else params

@@ -1,0 +1,31 @@
+"""Every exception fastgguf raises on purpose derives from FastGGUFError, so `except fastgguf.FastGGUFError` catches
+them all. Each also keeps the builtin base it had before (GGUFError is still a ValueError, HubError a
+RuntimeError), so existing handlers keep working. Bad arguments to the API stay plain ValueError / TypeError.
+
+The command line maps these to exit codes in one table: fastgguf.cli.EXIT_CODES."""
+
+__all__ = ["FastGGUFError", "GGUFError", "TokenizerError", "ChatTemplateError", "QuantizeError", "HubError"]
+
+
+class FastGGUFError(Exception):
+    """Base of fastgguf's own errors."""
+
+
+class GGUFError(FastGGUFError, ValueError):
+    """A GGUF file is malformed or unsupported (or its model cannot be run), or a GGUFFile is used after close()."""
+
+
+class TokenizerError(FastGGUFError, ValueError):
+    """The vocabulary in a file is invalid or of an unsupported kind."""
+
+
+class ChatTemplateError(FastGGUFError, ValueError):
+    """The chat template is invalid, raised an exception, broke the sandbox's rules or exceeded its budgets."""
+
+
+class QuantizeError(FastGGUFError, ValueError):
+    """A model cannot be quantized as asked."""
+
+
+class HubError(FastGGUFError, RuntimeError):
+    """A model could not be downloaded or verified."""
