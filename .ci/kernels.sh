@@ -1,6 +1,7 @@
 #!/usr/bin/env bash
 # Kernel checks outside Python (called by .ci/run):
-#   (a) tests/c/test_kernels.c under AddressSanitizer + UBSan with gcc, on this machine's ISAs;
+#   (a) tests/c/test_kernels.c under AddressSanitizer + UBSan with gcc, on this machine's ISAs, and built with
+#       -DFG_NO_SIMD (scalar only: an ISA whose code is not compiled in must not be available);
 #   (b) the NEON kernels cross-compiled for aarch64 and run under qemu-user: with dotprod (qemu's default CPU,
 #       the test also runs the emulation path by switching the extension off) and on a CPU without dotprod,
 #       plus a build with dotprod enabled at compile time (-march=armv8.2-a+dotprod).
@@ -28,6 +29,11 @@ run_test() { # name, command...: runs it, demands the closing line with 0 failed
 gcc $CFLAGS -fsanitize=address,undefined -fno-sanitize-recover=all -fno-omit-frame-pointer -g -O1 \
     $SRCS -lm -o "$OUT/test_kernels_asan"
 run_test asan-ubsan "$OUT/test_kernels_asan"
+
+# (a2) a build without SIMD code (as MSVC compiles it): only scalar may be available, and it must pass
+gcc $CFLAGS -DFG_NO_SIMD -O1 $SRCS -lm -o "$OUT/test_kernels_nosimd"
+run_test no-simd "$OUT/test_kernels_nosimd"
+grep -q '^compiled: scalar$' "$OUT/no-simd.log" || { echo "FAILED: FG_NO_SIMD build claims SIMD"; exit 1; }
 
 # (b) NEON under qemu
 need_install=0

@@ -1,5 +1,5 @@
 #!/usr/bin/env python3
-"""Development-only: the fidelity table of tests/test_model.py, measured on the full logits.
+"""Development-only: the fidelity table of tests/engine/test_model.py, measured on the full logits.
 
     python tools/fidelity_report.py [q4_1 q8_0 q4_0]
 

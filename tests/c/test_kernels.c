@@ -165,6 +165,17 @@ static void test_isa(int isa, const char *name) {
 int main(void) {
     fg_init();
     printf("cpu: %s\n", fg_cpu_features());
+    /* An ISA is available only if this build holds its code; -DFG_NO_SIMD builds scalar only (as MSVC does). */
+    for (int isa = 0; isa < FG_ISA_COUNT; isa++) {
+        check(!fg_isa_available(isa) || fg_isa_compiled(isa), "available-implies-compiled", fg_isa_name(isa), 0, 0, 0);
+#ifdef FG_NO_SIMD
+        check(fg_isa_available(isa) == (isa == FG_ISA_SCALAR), "no-simd-build", fg_isa_name(isa), 0, 0, 0);
+#endif
+    }
+    printf("compiled:");
+    for (int isa = 0; isa < FG_ISA_COUNT; isa++)
+        if (fg_isa_compiled(isa)) printf(" %s", fg_isa_name(isa));
+    printf("\n");
     for (int isa = 1; isa < FG_ISA_COUNT; isa++) {
         if (!fg_isa_available(isa)) continue;
         char name[32];

@@ -1,0 +1,233 @@
+"""The package's shape (issue: one native core, subpackages, one owner per fact): each test pins a defect of 0.1.0.
+
+- one native kernel module, so one kernel table: set_isa() / FASTGGUF_ISA reach the model's forward pass;
+- a bad FASTGGUF_ISA fails `import fastgguf` itself, listing the valid values;
+- an ISA is available only if its code was compiled in;
+- no import cycles between fastgguf's modules;
+- the C type table is the one owner of format facts;
+- the README's public names import."""
+import ast
+import glob
+import os
+import re
+import shutil
+import subprocess
+import sys
+
+import numpy as np
+import pytest
+
+import fastgguf
+from fastgguf import kernels
+from fastgguf.gguf import GGML_TYPE_INFO, GGMLType
+
+PKG = os.path.dirname(os.path.abspath(fastgguf.__file__))
+ROOT = os.path.dirname(PKG)
+README = os.path.join(os.path.dirname(os.path.dirname(os.path.abspath(__file__))), "README.md")
+
+
+def _run(env_extra, code):
+    """Run code in a fresh interpreter that imports the same fastgguf as this test run (installed or in place)."""
+    env = dict(os.environ, **env_extra)
+    return subprocess.run([sys.executable, "-c", code], env=env, cwd=ROOT, capture_output=True, text=True,
+                          timeout=120)
+
+
+def test_one_native_kernel_module():
+    """0.1.0 had three extensions, each with its own copy of csrc/ and its own ISA choice."""
+    ext = (".so", ".pyd")
+    native = sorted(os.path.relpath(p, PKG) for p in glob.glob(os.path.join(PKG, "**", "*"), recursive=True)
+                    if p.endswith(ext))
+    names = sorted(re.sub(r"\..*$", "", n) for n in native)
+    assert names == ["_native", os.path.join("tokenizer", "_bpe")], native
+
+
+@pytest.mark.skipif(not sys.platform.startswith("linux") or shutil.which("nm") is None, reason="needs Linux nm")
+def test_native_module_exports_only_its_init():
+    """Built with hidden visibility: the 0.1.0 extensions each exported the same ~49 fg_* symbols."""
+    import fastgguf._native as nat
+    out = subprocess.run(["nm", "-D", "--defined-only", nat.__file__], capture_output=True, text=True).stdout
+    exported = [line.split()[-1] for line in out.splitlines() if line.split()[1:2] == ["T"]]
+    assert exported == ["PyInit__native"], exported
+
+
+def test_bogus_isa_fails_import_fastgguf():
+    r = _run({"FASTGGUF_ISA": "bogus"}, "import fastgguf")
+    assert r.returncode != 0
+    assert "FASTGGUF_ISA='bogus'" in r.stderr
+    for isa in kernels.available():  # the message lists the valid values
+        assert repr(isa) in r.stderr
+
+
+def test_available_means_compiled_in():
+    """Under MSVC 0.1.0 compiled no SIMD code yet reported avx2 as available (its tests compared scalar with
+    scalar). tests/c (FG_NO_SIMD build, run by .ci/kernels.sh) checks the scalar-only build; here the invariant."""
+    assert set(kernels.available()) <= set(kernels.compiled())
+    assert "scalar" in kernels.available()
+    for t in kernels.type_table():
+        assert set(t["kernels"]) == set(kernels.available()), t
+
+
+@pytest.mark.skipif(len(kernels.available()) < 2, reason="one instruction set only")
+def test_set_isa_reaches_the_model(default_model_path):
+    """0.1.0: after kernels.set_isa("scalar") the model kept running AVX2. Scalar and SIMD kernels sum in different
+    orders, so the logits differ in their last bits exactly when the switch reaches the forward pass."""
+    m = fastgguf.Model(default_model_path, n_threads=1)
+    ids = m.tokenize("The capital of France is")
+    best = kernels.available()[-1]
+    prev = kernels.set_isa(best)
+    try:
+        a = m.context(32).eval(ids)
+        kernels.set_isa("scalar")
+        assert kernels.active() == "scalar"
+        b = m.context(32).eval(ids)
+        kernels.set_isa(best)
+        c = m.context(32).eval(ids)
+    finally:
+        kernels.set_isa(prev)
+    assert not np.array_equal(a, b), "scalar and SIMD gave identical logits: set_isa did not reach the model"
+    assert np.array_equal(a, c)
+    # the same model, only rounding differs (amplified over 30 layers: up to ~1 logit, see tests/engine/test_model.py)
+    assert a.argmax() == b.argmax() and np.corrcoef(a, b)[0, 1] > 0.99
+
+
+@pytest.mark.skipif(len(kernels.available()) < 2, reason="one instruction set only")
+def test_env_isa_reaches_the_model(default_model_path):
+    code = ("import fastgguf, numpy as np; m = fastgguf.Model(%r, n_threads=1); "
+            "print(fastgguf.kernels.active()); np.save(__import__('sys').stdout.buffer, "
+            "m.context(16).eval(m.tokenize('Hello there')))") % default_model_path
+    outs = {}
+    for isa in ("scalar", kernels.available()[-1]):
+        env = dict(os.environ, FASTGGUF_ISA=isa)
+        r = subprocess.run([sys.executable, "-c", code], env=env, cwd=ROOT, capture_output=True, timeout=120)
+        assert r.returncode == 0, r.stderr.decode()
+        first, rest = r.stdout.split(b"\n", 1)
+        assert first.decode() == isa
+        import io
+        outs[isa] = np.load(io.BytesIO(rest))
+    a, b = outs.values()
+    assert not np.array_equal(a, b)
+
+
+def _module_imports():
+    """{module: set of fastgguf modules it imports at module level (not inside functions)}."""
+    graph = {}
+    for path in glob.glob(os.path.join(PKG, "**", "*.py"), recursive=True):
+        rel = os.path.relpath(path, ROOT)[:-3].replace(os.sep, ".")
+        mod = rel[:-len(".__init__")] if rel.endswith(".__init__") else rel
+        pkg = mod if rel.endswith(".__init__") else mod.rsplit(".", 1)[0]
+        deps = set()
+        for node in ast.parse(open(path, encoding="utf-8").read()).body:  # module level only
+            if isinstance(node, ast.Import):
+                deps |= {a.name for a in node.names}
+            elif isinstance(node, ast.ImportFrom):
+                base = node.module or ""
+                if node.level:
+                    base = ".".join(pkg.split(".")[:len(pkg.split(".")) - node.level + 1] + ([base] if base else []))
+                deps.add(base)
+                deps |= {f"{base}.{a.name}" for a in node.names}
+        graph[mod] = {d for d in deps if d.startswith("fastgguf")}
+    return {m: {d for d in deps if d in graph and d != m} for m, deps in graph.items()}
+
+
+def test_no_import_cycles():
+    """0.1.0 had chat <-> generate (through a private _check_stop) and arch/__init__ <-> arch/llama."""
+    graph = _module_imports()
+    # a package's __init__ importing its own submodules is how packages re-export; a cycle is a submodule that
+    # imports back something other than its package.
+    def edges(m):
+        return {d for d in graph[m] if not (m.startswith(d + ".") and d in graph)}
+    state, stack = {}, []
+
+    def visit(m):
+        state[m] = 1
+        stack.append(m)
+        for d in edges(m):
+            if state.get(d) == 1:
+                raise AssertionError("import cycle: " + " -> ".join(stack[stack.index(d):] + [d]))
+            if d not in state:
+                visit(d)
+        stack.pop()
+        state[m] = 2
+
+    for m in sorted(graph):
+        if m not in state:
+            visit(m)
+    assert "fastgguf.engine.generate" not in graph["fastgguf.engine.params"]
+
+
+@pytest.mark.parametrize("mod", ["fastgguf.engine.chat", "fastgguf.engine.generate", "fastgguf.arch.llama",
+                                 "fastgguf.arch.qwen", "fastgguf.gguf.quantize", "fastgguf.cli", "fastgguf._native",
+                                 "fastgguf.tokenizer.core", "fastgguf.engine.params"])
+def test_each_module_imports_first(mod):
+    r = _run({}, f"import {mod}")
+    assert r.returncode == 0, r.stderr
+
+
+def test_type_table_owns_format_facts():
+    table = kernels.type_table()
+    names = {t["name"] for t in table}
+    assert {"F32", "F16", "BF16", "Q4_0", "Q4_1", "Q8_0", "Q8_1"} <= names
+    for t in table:
+        if t["dot_type"] is not None:  # weight types: the file layout (activation-only types live in memory only)
+            assert (t["block_size"], t["type_size"]) == GGML_TYPE_INFO[GGMLType(t["id"])], t
+        assert kernels.block_size(t["name"]) == t["block_size"]
+        if t["dot_type"] is not None:
+            assert t["id"] in kernels.WEIGHT_TYPES
+            assert kernels.vec_dot_type(t["name"]) == t["dot_type"]
+        assert t["kernels"]["scalar"][:3] == ["quantize", "dequantize", "vec_dot"] or t["dot_type"] is None
+    assert kernels.SUPPORTED_TYPES == {t["name"]: t["id"] for t in table}
+
+
+def test_no_type_names_in_the_forward_pass():
+    """A new quant type = one C file + one table row: nothing in the forward pass or the Python graph names one."""
+    src = os.path.join(ROOT, "csrc", "fg_forward.c")
+    if not os.path.exists(src):
+        pytest.skip("source tree not available")
+    files = [src] + glob.glob(os.path.join(PKG, "engine", "*.py")) + glob.glob(os.path.join(PKG, "arch", "*.py"))
+    for path in files:
+        text = open(path, encoding="utf-8").read()
+        assert not re.search(r"\bFG_TYPE_Q|\bQ[0-9]_[0-9K]\b|GGMLType\.Q", text), path
+
+
+def test_errors_share_a_base():
+    from fastgguf import errors
+    for name in ("GGUFError", "TokenizerError", "ChatTemplateError", "QuantizeError", "HubError"):
+        cls = getattr(errors, name)
+        assert issubclass(cls, fastgguf.FastGGUFError), name
+        assert getattr(fastgguf, name) is cls
+    assert issubclass(fastgguf.GGUFError, ValueError)
+    import importlib
+    assert importlib.import_module("fastgguf.engine.chat").ChatTemplateError is errors.ChatTemplateError
+    assert importlib.import_module("fastgguf.tokenizer").TokenizerError is errors.TokenizerError
+
+
+def test_one_tokenizer_verb(default_model_path):
+    """0.1.0: Model.tokenize but Tokenizer.encode. tokenize/detokenize everywhere; encode/decode are aliases."""
+    tok = fastgguf.Tokenizer(default_model_path)
+    m = fastgguf.Model(default_model_path)
+    ids = tok.tokenize("Hello world")
+    assert m.tokenize("Hello world") == ids == tok.encode("Hello world")
+    assert tok.detokenize(ids) == m.detokenize(ids) == tok.decode(ids) == "Hello world"
+    readme = open(README, encoding="utf-8").read() if os.path.exists(README) else ""
+    assert ".encode(" not in readme and ".decode(" not in readme
+
+
+def _readme_public_names():
+    text = open(README, encoding="utf-8").read()
+    block = text.split("<!-- public-api -->", 2)[1]
+    return re.findall(r"`(fastgguf(?:\.\w+)+)`", block)
+
+
+@pytest.mark.skipif(not os.path.exists(README), reason="README not available")
+def test_readme_public_names_import():
+    names = _readme_public_names()
+    assert len(names) >= 10, names
+    for dotted in names:
+        parts = dotted.split(".")
+        obj = fastgguf
+        for p in parts[1:]:
+            obj = getattr(obj, p)  # AttributeError names the missing one
+        assert obj is not None, dotted
+    for name in fastgguf.__all__:
+        assert hasattr(fastgguf, name), name
