@@ -1,6 +1,8 @@
 # Included by _native.pyx. Thin Python wrappers over the C kernels, for tests, benchmarks and the quantizer.
 # Arrays in, arrays out; every function validates its arguments so the C underneath can trust them.
 
+from fastgguf.engine.threads import check_n_threads
+
 ISAS = tuple(fg_isa_name(i).decode() for i in range(FG_ISA_COUNT))
 _KINDS = ((FG_K_QUANTIZE, "quantize"), (FG_K_DEQUANTIZE, "dequantize"), (FG_K_VEC_DOT, "vec_dot"),
           (FG_K_GEMV, "gemv"), (FG_K_GEMM, "gemm"))
@@ -269,11 +271,16 @@ def read_bandwidth(int64_t nbytes=1 << 29, int repeats=3, bint prefetch=True):
     return best
 
 
-def matmul(w_raw, wtype, x, int n_threads=0):
+def matmul(w_raw, wtype, x, n_threads=None):
     """y = x @ W.T with W given as raw rows (rows, row_bytes) of type wtype; x float (m, n) or (n,).
 
-    The activation is quantized to vec_dot_type(wtype) first, exactly as in the forward pass."""
+    The activation is quantized to vec_dot_type(wtype) first, exactly as in the forward pass. n_threads: None (or
+    0) for all, else a validated positive count (fastgguf.engine.threads)."""
     cdef int ti = _type_id(wtype)
+    cdef int nth = 0 if n_threads is None or (not isinstance(n_threads, bool) and n_threads == 0) \
+        else check_n_threads(n_threads)
+    if fg_vec_dot_type(ti) < 0:
+        raise ValueError(f"type {wtype!r} is an activation-only type: it cannot be a weight matrix")
     xa = np.asarray(x, dtype=np.float32)
     squeeze = xa.ndim == 1
     cdef cnp.ndarray[cnp.float32_t, ndim=2] xs = np.ascontiguousarray(xa.reshape(1, -1) if squeeze else xa)
@@ -294,7 +301,7 @@ def matmul(w_raw, wtype, x, int n_threads=0):
     cdef int rc
     with nogil:
         rc = fg_gemm(ti, &wv[0, 0] if rows and rs else NULL, rs, rows, n, &xs[0, 0] if m and n else NULL, m,
-                     &y[0, 0] if m and rows else NULL, n_threads)
+                     &y[0, 0] if m and rows else NULL, nth)
     if rc != 0:
         raise MemoryError("fg_gemm failed")
     return y[0] if squeeze else y

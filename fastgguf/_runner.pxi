@@ -195,8 +195,12 @@ cdef class Runner:
         return [self.ids[i] for i in range(self.n_past)]
 
     def logits_view(self):
-        """A (n_vocab,) float32 view of the runner's logits buffer (valid until the next step/eval)."""
-        return np.asarray(<float[:self.n_vocab]> self.logits)
+        """A (n_vocab,) float32 view of the runner's logits buffer: overwritten by the next step/eval, and it keeps
+        the Runner (so the buffer) alive as long as it lives."""
+        cdef cnp.npy_intp n = self.n_vocab
+        cdef cnp.ndarray arr = cnp.PyArray_SimpleNewFromData(1, &n, cnp.NPY_FLOAT32, <void *>self.logits)
+        cnp.set_array_base(arr, self)
+        return arr
 
     cdef int step(self, int token, float **logits) noexcept nogil:
         cdef int32_t t = token

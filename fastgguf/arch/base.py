@@ -10,6 +10,8 @@ from fastgguf import kernels
 from fastgguf.errors import GGUFError
 from fastgguf.gguf.constants import GGMLType
 
+MAX_DIM = 1 << 20  # the largest width (embedding, feed-forward, heads x head size) or layer count accepted
+
 
 @dataclass(frozen=True)
 class Hparams:
@@ -58,7 +60,7 @@ class Arch:
         self.f = f
         self.md = f.metadata
 
-    # ---- hyperparameters ----
+    # ---- hyperparameters: each read checks its type and range, so a hostile file is a GGUFError naming the key ----
     def key(self, name, default=KeyError):
         k = f"{self.name}.{name}"
         if k in self.md:
@@ -67,27 +69,83 @@ class Arch:
             raise GGUFError(f"{self.f.path}: missing metadata key {k!r}")
         return default
 
-    def int_key(self, name, default=KeyError):
+    def int_key(self, name, default=KeyError, lo=1, hi=MAX_DIM):
+        """An integer hyperparameter in [lo, hi]; per-layer arrays are accepted when all their values are equal."""
         v = self.key(name, default)
+        k = f"{self.name}.{name}"
         if isinstance(v, np.ndarray):   # per-layer values (some models): supported only when all equal
+            if v.dtype.kind not in "iu":
+                raise GGUFError(f"{k} must be an integer (or an array of integers), got an array of {v.dtype}")
             if v.size == 0 or not np.all(v == v.flat[0]):
-                raise GGUFError(f"{self.name}.{name}: per-layer values are not supported")
+                raise GGUFError(f"{k}: per-layer values are not supported")
             v = v.flat[0]
-        return int(v)
+        if isinstance(v, (bool, np.bool_)) or not isinstance(v, (int, np.integer)):
+            raise GGUFError(f"{k} must be an integer, got {type(v).__name__} {v!r:.40}")
+        v = int(v)
+        if not lo <= v <= hi:
+            raise GGUFError(f"{k} = {v} is out of range [{lo}, {hi}]")
+        return v
+
+    def float_key(self, name, default=KeyError, lo=0.0, lo_open=True):
+        """A finite real hyperparameter > lo (>= lo with lo_open=False)."""
+        v = self.key(name, default)
+        k = f"{self.name}.{name}"
+        if isinstance(v, (bool, np.bool_)) or not isinstance(v, (int, float, np.integer, np.floating)):
+            raise GGUFError(f"{k} must be a number, got {type(v).__name__} {v!r:.40}")
+        v = float(v)
+        if not math.isfinite(v) or v < lo or (lo_open and v == lo):
+            raise GGUFError(f"{k} = {v} must be finite and {'>' if lo_open else '>='} {lo}")
+        return v
+
+    def str_key(self, name, default=KeyError):
+        v = self.key(name, default)
+        if not isinstance(v, str):
+            raise GGUFError(f"{self.name}.{name} must be a string, got {type(v).__name__}")
+        return v
+
+    def rope_freq_scale(self):
+        """1 / the linear scaling factor. As llama.cpp: a factor without rope.scaling.type (older converters, or
+        the legacy rope.scale_linear) means linear scaling."""
+        has_factor = f"{self.name}.rope.scaling.factor" in self.md or f"{self.name}.rope.scale_linear" in self.md
+        scaling = self.str_key("rope.scaling.type", "linear" if has_factor else "none")
+        if scaling not in ("none", "linear"):
+            raise GGUFError(f"rope scaling type {scaling!r} is not supported (supported: none, linear, and "
+                            f"llama3-style frequency factors from rope_freqs.weight)")
+        if scaling == "none":
+            return 1.0
+        name = "rope.scaling.factor" if f"{self.name}.rope.scaling.factor" in self.md else "rope.scale_linear"
+        factor = self.float_key(name, 1.0)
+        return 1.0 / factor
 
     def hparams(self):
         n_embd = self.int_key("embedding_length")
         n_head = self.int_key("attention.head_count")
         n_head_kv = self.int_key("attention.head_count_kv", n_head)
+        if n_embd % n_head and f"{self.name}.attention.key_length" not in self.md:
+            raise GGUFError(f"{self.name}.embedding_length {n_embd} is not a multiple of "
+                            f"{self.name}.attention.head_count {n_head} (and no attention.key_length)")
         head_dim = self.int_key("attention.key_length", n_embd // n_head)
         if self.int_key("attention.value_length", head_dim) != head_dim:
             raise GGUFError("attention.value_length != attention.key_length is not supported")
-        scaling = self.key("rope.scaling.type", "none")
-        factor = float(self.key("rope.scaling.factor", self.key("rope.scale_linear", 0.0)))
-        if scaling not in ("none", "linear"):
-            raise GGUFError(f"rope scaling type {scaling!r} is not supported (supported: none, linear, and "
-                            f"llama3-style frequency factors from rope_freqs.weight)")
-        freq_scale = 1.0 / factor if (scaling == "linear" and factor > 0) else 1.0
+        if n_head % n_head_kv:
+            raise GGUFError(f"{self.name}.attention.head_count {n_head} is not a multiple of "
+                            f"{self.name}.attention.head_count_kv {n_head_kv}")
+        if n_head * head_dim > MAX_DIM:
+            raise GGUFError(f"{self.name}: head_count * key_length = {n_head * head_dim} is too large")
+        n_rot = self.int_key("rope.dimension_count", head_dim, lo=0, hi=head_dim)
+        if n_rot % 2:
+            raise GGUFError(f"{self.name}.rope.dimension_count = {n_rot} must be even")
+        if "token_embd.weight" not in self.f.tensors:
+            raise GGUFError(f"{self.f.path}: missing tensor 'token_embd.weight' for architecture {self.name!r}")
+        emb = self.f.tensors["token_embd.weight"]
+        if len(emb.shape) != 2 or emb.shape[0] < 1:
+            raise GGUFError(f"tensor 'token_embd.weight' must have shape (n_vocab >= 1, {n_embd}), got {emb.shape}")
+        n_vocab = int(emb.shape[0])
+        if "tokenizer.ggml.tokens" in self.md:
+            n_tok = self.md.array_len("tokenizer.ggml.tokens")
+            if n_tok > n_vocab:
+                raise GGUFError(f"tokenizer.ggml.tokens has {n_tok} tokens but token_embd.weight only {n_vocab} "
+                                f"rows")
         return Hparams(
             arch=self.name,
             n_embd=n_embd,
@@ -96,14 +154,14 @@ class Arch:
             n_head_kv=n_head_kv,
             head_dim=head_dim,
             n_ff=self.int_key("feed_forward_length"),
-            n_vocab=int(self.f.tensors["token_embd.weight"].shape[0]),
-            n_rot=self.int_key("rope.dimension_count", head_dim),
+            n_vocab=n_vocab,
+            n_rot=n_rot,
             rope_neox=self.rope_neox,
-            norm_eps=float(self.key("attention.layer_norm_rms_epsilon", 1e-5)),
-            rope_base=float(self.key("rope.freq_base", 10000.0)),
-            rope_freq_scale=freq_scale,
+            norm_eps=self.float_key("attention.layer_norm_rms_epsilon", 1e-5),
+            rope_base=self.float_key("rope.freq_base", 10000.0),
+            rope_freq_scale=self.rope_freq_scale(),
             attn_scale=1.0 / math.sqrt(head_dim),
-            n_ctx_train=self.int_key("context_length", 0),
+            n_ctx_train=self.int_key("context_length", 0, lo=0, hi=1 << 31),
         )
 
     # ---- tensors ----
@@ -156,6 +214,10 @@ class Arch:
             d = {role: take(role, f"blk.{i}.{n}") for role, n in self.layer_tensors.items()}
             for role, n in self.optional_layer_tensors.items():
                 d[role] = take(role, f"blk.{i}.{n}", required=False)
+            if (d.get("q_norm") is None) != (d.get("k_norm") is None):
+                have, miss = ("attn_q_norm", "attn_k_norm") if d.get("k_norm") is None else ("attn_k_norm",
+                                                                                             "attn_q_norm")
+                raise GGUFError(f"blk.{i}: {have}.weight without {miss}.weight (both or neither)")
             layers.append(d)
         out["layers"] = layers
         unused = [n for n in names if n not in used]
@@ -177,6 +239,9 @@ def register(cls):
 def get(f):
     """The Arch instance for an open GGUFFile; an unsupported architecture is a GGUFError naming it."""
     name = f.metadata.get("general.architecture")
+    if not isinstance(name, str):
+        raise GGUFError(f"general.architecture must be a string, got {type(name).__name__}"
+                        if name is not None else "missing metadata key 'general.architecture'")
     if name not in ARCHS:
         raise GGUFError(f"architecture {name!r} is not supported (supported: {', '.join(sorted(ARCHS))})")
     return ARCHS[name](f)

@@ -15,13 +15,14 @@ full). Usage counts prompt tokens and completion tokens (sampled tokens, without
 Context reuse: with `context=` given, the tokens it already holds from an earlier generate() call on it are kept when
 they are a prefix of the new prompt (only the rest is evaluated; see usage.cached_tokens), otherwise it is reset.
 """
+import contextlib
 import dataclasses
 import time
 from dataclasses import dataclass, field
 from typing import List, Optional
 
 from fastgguf._native import Runner, Sampler, generate_ids
-from fastgguf.engine.params import SamplingParams
+from fastgguf.engine.params import SamplingParams, check_token_ids
 
 __all__ = ["generate", "GenerationResult", "GenerationStream", "Usage", "Timings", "make_sampler"]
 
@@ -89,20 +90,13 @@ def make_sampler(n_vocab=None, params=None, **kwargs):
 def _prompt_ids(tokenizer, prompt, n_vocab, add_special, parse_special):
     if isinstance(prompt, str):
         ids = list(tokenizer.tokenize(prompt, add_special=add_special, parse_special=parse_special))
-    elif isinstance(prompt, (bytes, bytearray)):
+        if not ids:
+            raise ValueError("the prompt is empty: it tokenizes to no tokens (give some text, or add_special=True "
+                             "on a model that adds a BOS token)")
+        return ids
+    if isinstance(prompt, (bytes, bytearray)):
         raise TypeError("prompt must be a str or a list of token ids, got bytes (decode it first)")
-    else:
-        try:
-            ids = [int(t) for t in prompt]
-        except (TypeError, ValueError):
-            raise TypeError(f"prompt must be a str or a list of token ids, got {type(prompt).__name__}") from None
-        for t in ids:
-            if not 0 <= t < n_vocab:
-                raise ValueError(f"prompt token id {t} is out of range for a vocabulary of {n_vocab}")
-    if not ids:
-        raise ValueError("the prompt is empty: it tokenizes to no tokens (give some text, or add_special=True "
-                         "on a model that adds a BOS token)")
-    return ids
+    return check_token_ids(prompt, n_vocab, "prompt").tolist()
 
 
 def _longest_partial(text, stops):
@@ -121,7 +115,7 @@ def _find_stop(text, stops):
     return min((i for i in (text.find(s) for s in stops) if i >= 0), default=-1)
 
 
-def _python_decode(context, sampler, max_tokens, eog, logits):
+def _python_decode(context, c_eval, sampler, max_tokens, eog, logits):
     """Reference decode loop for contexts without a compiled Runner (test fakes): same contract as generate_ids."""
     n = 0
     while n < max_tokens:
@@ -133,32 +127,57 @@ def _python_decode(context, sampler, max_tokens, eog, logits):
             return
         if context.n_past >= context.n_ctx:
             return
-        logits = context.eval([tok])
+        logits = c_eval([tok])
+
+
+class _NoClaim:
+    release = staticmethod(lambda: None)
+    guard = staticmethod(contextlib.nullcontext)
+
+
+_NO_CLAIM = _NoClaim()
 
 
 class GenerationStream:
     """Iterator over generated text pieces. After it is exhausted: .finish_reason, .usage, .timings, .text,
     .token_ids (the same values a non-streaming call returns in its result). .result() drains it and returns the
-    GenerationResult. close() stops early (finish_reason stays None)."""
+    GenerationResult. close() stops early (finish_reason stays None).
 
-    def __init__(self, gen_fn):
+    A live stream owns its context, from its creation until it is exhausted, closed, fails or is garbage
+    collected: any other use of that context meanwhile (another generate(), eval, reset, from any thread) raises
+    RuntimeError."""
+
+    def __init__(self, gen_fn, release):
         self.text = ""
         self.token_ids = []
         self.finish_reason = None
         self.usage = Usage()
         self.timings = Timings()
+        self._release = release
         self._gen = gen_fn(self)
 
     def __iter__(self):
         return self
 
     def __next__(self):
-        piece = next(self._gen)
+        try:
+            piece = next(self._gen)
+        except BaseException:  # exhausted (StopIteration) or failed: the context is free again
+            self._release()
+            raise
         self.text += piece
         return piece
 
     def close(self):
-        self._gen.close()
+        try:
+            self._gen.close()
+        finally:
+            self._release()
+
+    def __del__(self):
+        release = getattr(self, "_release", None)
+        if release is not None:
+            release()
 
     def __enter__(self):
         return self
@@ -183,6 +202,9 @@ def generate(model, prompt, params=None, *, stream=False, context=None, add_spec
     min(model.n_ctx_train, prompt + max_tokens) rounded up to 256). `max_tokens=None`: until an end-of-generation
     token or the context is full.
     Returns a GenerationResult, or with stream=True a GenerationStream of text pieces."""
+    if context is not None and not hasattr(context, "_claim") and not all(
+            hasattr(context, a) for a in ("eval", "reset", "rewind", "tokens", "n_past", "n_ctx")):
+        raise TypeError(f"context must be a fastgguf.Context (model.context()), got {type(context).__name__}")
     params = SamplingParams.from_args(params, **sampling)
     max_tokens, stops = params.max_tokens, list(params.stop)
     repeat_penalty, repeat_last_n = params.repeat_penalty, params.repeat_last_n
@@ -208,18 +230,19 @@ def generate(model, prompt, params=None, *, stream=False, context=None, add_spec
         max_tokens = context.n_ctx - n_prompt + 1
 
     def run(st):
-        lock = getattr(context, "_lock", None)  # Context's one-thread-at-a-time lock, taken around each step
+        # the stream owns the context (see GenerationStream); each step runs inside claim.guard()
         # prompt: reuse the cached common prefix, evaluate the rest (at least one token, for its logits)
         cached = context.tokens  # what the KV cache holds, kept by the Runner itself
         keep, lim = 0, min(len(cached), n_prompt - 1)
         while keep < lim and cached[keep] == ids[keep]:
             keep += 1
         t0 = time.perf_counter()
-        if keep == 0:
-            context.reset()
-        elif keep < context.n_past:
-            context.rewind(keep)
-        logits = context.eval(ids[keep:])
+        with claim.guard():
+            if keep == 0:
+                c_reset()
+            elif keep < context.n_past:
+                c_rewind(keep)
+            logits = c_eval(ids[keep:])
         t1 = time.perf_counter()
         st.timings.prompt_seconds = t1 - t0
         st.timings.prompt_tokens_per_second = _rate(n_prompt - keep, t1 - t0)
@@ -231,7 +254,7 @@ def generate(model, prompt, params=None, *, stream=False, context=None, add_spec
         if isinstance(getattr(context, "runner", None), Runner):
             id_iter = generate_ids(context.runner, sampler, max_tokens, eog, logits=logits)
         else:
-            id_iter = _python_decode(context, sampler, max_tokens, eog, logits)
+            id_iter = _python_decode(context, c_eval, sampler, max_tokens, eog, logits)
 
         decoder = tokenizer.streaming_decoder()
         sampled = []       # every id the loop gave, end-of-generation token included
@@ -242,15 +265,7 @@ def generate(model, prompt, params=None, *, stream=False, context=None, add_spec
         t = time.perf_counter()
         try:
             while True:
-                if lock is not None:
-                    if not lock.acquire(blocking=False):
-                        raise RuntimeError("this Context is being used by another thread; use one Context per "
-                                           "thread")
-                    try:
-                        tok = next(id_iter, None)
-                    finally:
-                        lock.release()
-                else:
+                with claim.guard():
                     tok = next(id_iter, None)
                 if tok is None:
                     break
@@ -297,6 +312,10 @@ def generate(model, prompt, params=None, *, stream=False, context=None, add_spec
         st.timings.generation_seconds = gen_time
         st.timings.generation_tokens_per_second = _rate(n, gen_time)
 
-    s = GenerationStream(run)
+    if hasattr(context, "_claim"):
+        claim, c_eval, c_reset, c_rewind = context._claim(), context._eval, context._reset, context._rewind
+    else:  # a duck-typed context (a test double): its own methods, nothing to claim
+        claim, c_eval, c_reset, c_rewind = _NO_CLAIM, context.eval, context.reset, context.rewind
+    s = GenerationStream(run, claim.release)
     return s if stream else s.result()
 

@@ -20,45 +20,44 @@ import numpy as np
 
 from fastgguf import arch as _arch
 from fastgguf._native import Runner, Weights
+from fastgguf.engine.params import check_token_ids
+from fastgguf.engine.threads import check_n_threads, physical_cores  # noqa: F401  (physical_cores: public here)
+from fastgguf.errors import GGUFError
 from fastgguf.gguf import GGUFFile
 from fastgguf.tokenizer import Tokenizer
 
 
-def physical_cores():
-    """Physical cores this process may run on (affinity-aware; Linux topology when readable), at least 1."""
-    try:
-        cpus = sorted(os.sched_getaffinity(0))
-    except AttributeError:
-        return max(1, (os.cpu_count() or 2) // 2)
-    cores = set()
-    try:
-        for c in cpus:
-            base = f"/sys/devices/system/cpu/cpu{c}/topology/"
-            with open(base + "core_id") as f1, open(base + "physical_package_id") as f2:
-                cores.add((f2.read().strip(), f1.read().strip()))
-    except OSError:
-        return max(1, len(cpus))
-    return max(1, len(cores))
+MAX_CTX = 1 << 24  # positions; past this int32 position arithmetic in the kernels is not safe
 
 
 class Model:
-    """A GGUF model ready to run. `Model(path, n_threads=None)`; n_threads defaults to the physical cores."""
+    """A GGUF model ready to run. `Model(path, n_threads=None, mmap=True)`; n_threads defaults to the physical cores.
 
-    def __init__(self, path, n_threads=None):
+    mmap=True (the default, as llama.cpp) maps the file: loading takes milliseconds and processes share the pages,
+    but the file must not change while the model lives. Truncating it (a download into the same path) kills the
+    process with SIGBUS on the next read, and rewriting it in place silently changes the weights. mmap=False
+    reads the weights into private memory (slower to load, memory not shared; the file may then change or go
+    away). `fastgguf pull` never rewrites a cached model in place: it replaces the file by an atomic rename, which
+    leaves a model that maps the old file intact."""
+
+    def __init__(self, path, n_threads=None, mmap=True):
+        if n_threads is not None:
+            n_threads = check_n_threads(n_threads)
+        if not isinstance(mmap, bool):
+            raise TypeError(f"mmap must be True or False, got {type(mmap).__name__}")
         self.path = os.fspath(path)
-        self.file = GGUFFile(self.path)
+        self.file = GGUFFile(self.path, mmap=mmap)
         try:
             a = _arch.get(self.file)
             self.hparams = a.hparams()
-            self.weights = Weights(self.hparams, a.tensors(self.hparams))
+            try:
+                self.weights = Weights(self.hparams, a.tensors(self.hparams))
+            except ValueError as e:  # a tensor of the wrong shape: the file's fault
+                raise GGUFError(f"{self.path}: {e}") from None
         except BaseException:
             self.file.close()
             raise
-        if n_threads is None:
-            n_threads = physical_cores()
-        if int(n_threads) < 1:
-            raise ValueError(f"n_threads must be >= 1, got {n_threads}")
-        self.n_threads = int(n_threads)
+        self.n_threads = physical_cores() if n_threads is None else n_threads
         self._tokenizer = None
         self._tok_lock = threading.Lock()
 
@@ -106,19 +105,39 @@ class Model:
         return chat(self, messages, params, **kwargs)
 
 
+class _Claim:
+    """A generation stream's hold on its Context (see Context._claim)."""
+
+    def __init__(self, ctx):
+        self._ctx = ctx
+
+    def guard(self):
+        return self._ctx._guard(self)
+
+    def release(self):
+        if self._ctx._owner is self:
+            self._ctx._owner = None
+
+
 class Context:
     """One conversation over a Model: KV cache of n_ctx positions. Use from one thread at a time."""
 
     def __init__(self, model, n_ctx=4096, n_threads=None):
+        if isinstance(n_ctx, bool) or not hasattr(n_ctx, "__index__"):
+            raise TypeError(f"n_ctx must be an int, got {type(n_ctx).__name__}")
         n_ctx = int(n_ctx)
         if n_ctx < 1:
             raise ValueError(f"n_ctx must be >= 1, got {n_ctx}")
+        if n_ctx > MAX_CTX:
+            raise ValueError(f"n_ctx={n_ctx} is larger than fastgguf supports ({MAX_CTX})")
+        n_threads = model.n_threads if n_threads is None else check_n_threads(n_threads)
         if model.n_ctx_train and n_ctx > model.n_ctx_train:
             warnings.warn(f"n_ctx={n_ctx} exceeds the model's training context {model.n_ctx_train}; "
                           f"output quality may degrade past it", RuntimeWarning, stacklevel=3)
         self.model = model
-        self.runner = Runner(model.weights, n_ctx, n_threads or model.n_threads)
+        self.runner = Runner(model.weights, n_ctx, n_threads)
         self._lock = threading.Lock()
+        self._owner = None  # the _Claim of the live generation stream that owns this context, if any
 
     @property
     def n_ctx(self):
@@ -139,29 +158,58 @@ class Context:
 
     @n_threads.setter
     def n_threads(self, n):
+        n = check_n_threads(n)
         with self._guard():
-            self.runner.n_threads = int(n)
+            self.runner.n_threads = n
 
     @contextlib.contextmanager
-    def _guard(self):
+    def _guard(self, owner=None):
+        """One user at a time: RuntimeError when another thread is inside, or when a live generation stream owns
+        the context and the caller is not that stream (`owner`)."""
         if not self._lock.acquire(blocking=False):
             raise RuntimeError("this Context is being used by another thread; use one Context per thread")
         try:
+            if self._owner is not None and self._owner is not owner:
+                raise RuntimeError("this Context belongs to a live generation stream: finish or close() the stream "
+                                   "first (or use another Context)")
             yield
         finally:
             self._lock.release()
 
+    def _claim(self):
+        """Give the context to a generation stream until claim.release() (idempotent): meanwhile every other use
+        raises RuntimeError, and the stream runs each of its steps inside claim.guard()."""
+        with self._guard():
+            self._owner = claim = _Claim(self)
+        return claim
+
+    def _eval(self, ids, all_logits=False):
+        ids = check_token_ids(ids, self.model.n_vocab)
+        n_past = self.runner.n_past
+        logits = self.runner.eval(ids, all_logits)
+        if np.isnan(logits).all(axis=-1).any():
+            self.runner.rewind(n_past)
+            raise FloatingPointError("the model produced all-NaN logits (broken weights?)")
+        return logits
+
+    def _reset(self):
+        self.runner.reset()
+
+    def _rewind(self, n_past):
+        self.runner.rewind(n_past)
+
     def eval(self, ids, all_logits=False):
         """Run token ids after the tokens already in the cache; returns float32 logits of the last token
-        (n_vocab,), or of every token (len(ids), n_vocab) with all_logits."""
+        (n_vocab,), or of every token (len(ids), n_vocab) with all_logits. All-NaN logits raise
+        FloatingPointError (a broken model file) instead of being returned."""
         with self._guard():
-            return self.runner.eval(np.asarray(ids), all_logits)
+            return self._eval(ids, all_logits)
 
     def reset(self):
         with self._guard():
-            self.runner.reset()
+            self._reset()
 
     def rewind(self, n_past):
         """Drop cached tokens after the first n_past."""
         with self._guard():
-            self.runner.rewind(n_past)
+            self._rewind(n_past)

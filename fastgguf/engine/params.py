@@ -21,7 +21,8 @@ from typing import Optional, Tuple
 
 import numpy as np
 
-__all__ = ["SamplingParams", "check_logit_bias", "check_stop", "MAX_TOKEN_ID", "MAX_TOKENS_LIMIT"]
+__all__ = ["SamplingParams", "check_logit_bias", "check_stop", "check_token_id", "check_token_ids", "MAX_TOKEN_ID",
+           "MAX_TOKENS_LIMIT"]
 
 MAX_TOKEN_ID = (1 << 24) - 1     # without a vocabulary size, the largest token id accepted
 MAX_TOKENS_LIMIT = (1 << 31) - 1  # max_tokens above this is an error at the call, not an overflow later
@@ -64,6 +65,30 @@ def check_token_id(name, value, n_vocab=None):
     if n_vocab is None and v > MAX_TOKEN_ID:  # the sampler keeps per-id counters: bound them
         raise ValueError(f"{name}: token id {v} is too large (> {MAX_TOKEN_ID}; give the Sampler n_vocab)")
     return v
+
+
+def check_token_ids(ids, n_vocab, name="ids"):
+    """A non-empty sequence of token ids in [0, n_vocab) -> int32 array. The one check for token-id input (prompts,
+    Context.eval): floats, strings, bools and mappings are refused, never truncated or parsed."""
+    if isinstance(ids, (str, bytes, bytearray, Mapping, set, frozenset)) or not hasattr(ids, "__len__"):
+        raise TypeError(f"{name} must be a sequence of int token ids, got {type(ids).__name__}")
+    if isinstance(ids, np.ndarray):
+        if ids.ndim != 1:
+            raise ValueError(f"{name} must be a 1-D sequence of token ids, got shape {ids.shape}")
+        if ids.dtype.kind not in "iu":
+            raise ValueError(f"{name}: token ids must be integers, got {ids.dtype}")
+        arr = ids
+    else:
+        for t in ids:
+            if isinstance(t, bool) or not isinstance(t, (int, np.integer)):
+                raise ValueError(f"{name}: token ids must be integers, got {type(t).__name__} {t!r:.20}")
+        arr = np.array([int(t) for t in ids], dtype=np.int64)
+    if arr.size == 0:
+        raise ValueError(f"{name} is empty: give at least one token id")
+    lo, hi = int(arr.min()), int(arr.max())
+    if lo < 0 or hi >= n_vocab:
+        raise ValueError(f"{name}: token id {lo if lo < 0 else hi} is out of range for a vocabulary of {n_vocab}")
+    return arr.astype(np.int32)
 
 
 def check_logit_bias(logit_bias, n_vocab=None):

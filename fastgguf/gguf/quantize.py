@@ -22,6 +22,7 @@ from concurrent.futures import ThreadPoolExecutor
 import numpy as np
 
 from fastgguf import kernels
+from fastgguf.engine.threads import check_n_threads, usable_cpus
 from fastgguf.errors import QuantizeError
 from fastgguf.gguf import GGML_TYPE_INFO, GGMLType, GGUFFile, GGUFValueType, GGUFWriter
 
@@ -103,7 +104,7 @@ def quantize_file(src, dst, qtype="q4_0", *, pure: bool = False, n_threads: int 
     """Write dst: src with its weights quantized to qtype ("q4_0", "q4_1", "q8_0" or a GGMLType).
     Returns {tensor name: GGMLType written}."""
     qt = _target(qtype)
-    n_threads = n_threads or os.cpu_count() or 1
+    n_threads = usable_cpus() if n_threads is None else check_n_threads(n_threads)
     with GGUFFile(src) as f:
         for name, ti in f.tensors.items():
             if ti.type not in READABLE:

@@ -343,20 +343,48 @@ class Metadata(dict):
         return (dict, (dict(self._all()),))
 
 
-class GGUFFile:
-    """A parsed GGUF file (see the module docstring). Use as a context manager or call close()."""
+def _map_file(fh):
+    return mmap.mmap(fh.fileno(), 0, access=mmap.ACCESS_READ)
 
-    def __init__(self, path):
+
+def _private_copy(fh):
+    """The whole file read into an anonymous (private) mapping: same interface as the file mapping, but the file
+    may change or disappear afterwards without touching it."""
+    size = os.fstat(fh.fileno()).st_size
+    if size == 0:
+        raise ValueError("cannot map an empty file")
+    mm = mmap.mmap(-1, size)
+    view, done = memoryview(mm), 0
+    while done < size:
+        n = fh.readinto(view[done:])
+        if not n:
+            view.release()
+            mm.close()
+            raise GGUFError(f"{fh.name}: the file shrank while being read")
+        done += n
+    view.release()
+    return mm
+
+
+class GGUFFile:
+    """A parsed GGUF file (see the module docstring). Use as a context manager or call close().
+
+    mmap=True maps the file read-only and shares its pages (the file must then not change while it is open: a
+    truncation kills the process with SIGBUS on the next read, an in-place rewrite changes the data under you);
+    mmap=False copies it into private memory first."""
+
+    def __init__(self, path, mmap=True):
         self.path = os.fspath(path)
         self._mm = None
         self._u8 = None
         with open(self.path, "rb") as fh:       # a missing file raises FileNotFoundError (an OSError)
             try:
-                mm = mmap.mmap(fh.fileno(), 0, access=mmap.ACCESS_READ)
+                mm = _map_file(fh) if mmap else _private_copy(fh)
             except ValueError as e:             # empty file
                 raise GGUFError(f"{self.path}: empty file, not a GGUF file ({e})") from None
         self._mm = mm
         self._u8 = np.frombuffer(mm, dtype=np.uint8)    # the one buffer export every array view shares
+        self._u8.flags.writeable = False
         try:
             self._parse(mm)
         except BaseException:
