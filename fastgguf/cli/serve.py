@@ -28,6 +28,8 @@ def register(subparsers) -> None:
     p.add_argument("--api-key", default=None, help="require this Bearer key (default: $FASTGGUF_API_KEY)")
     p.add_argument("--max-queue", type=int, default=64, help="requests that may wait before 429 (64)")
     p.add_argument("--max-body", type=int, default=8 << 20, help="largest request body in bytes (8 MiB)")
+    p.add_argument("--ping-interval", type=float, default=5.0,
+                   help="seconds between ': ping' comments to a stream waiting in the queue (5)")
     p.add_argument("--log-level", default="warning", help="uvicorn log level (warning)")
     p.set_defaults(func=run)
 
@@ -41,6 +43,8 @@ def run(args) -> int:
     for name in ("parallel", "port", "max_queue", "max_body"):
         if getattr(args, name) < 1:
             raise ValueError(f"--{name.replace('_', '-')} must be >= 1")
+    if not args.ping_interval > 0:
+        raise ValueError("--ping-interval must be > 0")
     if args.ctx_size is not None and args.ctx_size < 2:
         raise ValueError("--ctx-size must be >= 2")
     from fastgguf.cli.common import load_model
@@ -48,7 +52,7 @@ def run(args) -> int:
     model = load_model(args)
     key = args.api_key or os.environ.get("FASTGGUF_API_KEY") or None
     app = create_app(model, parallel=args.parallel, n_ctx=args.ctx_size, n_threads=args.threads, api_key=key,
-                     max_queue=args.max_queue, max_body_bytes=args.max_body)
+                     max_queue=args.max_queue, max_body_bytes=args.max_body, ping_interval=args.ping_interval)
     print(f"fastgguf serve: {os.path.basename(model.path)} on http://{args.host}:{args.port}/v1 "
           f"(parallel {args.parallel})", file=sys.stderr, flush=True)
     uvicorn.run(app, host=args.host, port=args.port, log_level=args.log_level)

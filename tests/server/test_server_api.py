@@ -252,17 +252,23 @@ def test_tokenize_roundtrip_and_metrics(server, model):
         assert f"\n{name} " in "\n" + metrics, name
 
 
-def test_queue_full_is_429(default_model_path, model_name):
-    s = Server(default_model_path, "--parallel", "1", "--max-queue", "1", "--ctx-size", "256", api_key=None)
+def test_queue_full_is_429_and_pings_while_queued(default_model_path, model_name):
+    s = Server(default_model_path, "--parallel", "1", "--max-queue", "1", "--ctx-size", "256", "--ping-interval",
+               "0.2", api_key=None)
     try:
         import openai
         c = openai.OpenAI(base_url=s.base + "/v1", api_key="none", max_retries=0, timeout=60)
-        streams = [c.completions.create(model=model_name, prompt="Count: 1, 2,", max_tokens=100, temperature=0,
-                                        stream=True) for _ in range(2)]  # one running, one queued (both responses have started)
+        running = c.completions.create(model=model_name, prompt="Count: 1, 2,", max_tokens=120, temperature=0,
+                                       stream=True)
+        body = json.dumps({"prompt": "Count: 1, 2,", "max_tokens": 2, "stream": True}).encode()
+        queued = urllib.request.urlopen(urllib.request.Request(
+            s.base + "/v1/completions", data=body, headers={"Content-Type": "application/json"}), timeout=60)
+        assert queued.readline() == b": ping\n"  # it waits behind the running one
         status, resp, hdrs = http(s, "POST", "/v1/completions", {"prompt": "hi", "max_tokens": 1}, key=None)
         assert status == 429 and resp["error"]["type"] == "rate_limit_error" and hdrs["Retry-After"]
-        for st in streams:
-            st.close()
+        running.close()
+        rest = queued.read().decode()
+        assert '"finish_reason": "length"' in rest and rest.endswith("data: [DONE]\n\n")
     finally:
         s.stop()
 
