@@ -183,7 +183,27 @@ def create_app(model, *, parallel=4, n_ctx=None, n_threads=None, api_key=None, m
                 req.cancel()
             return JSONResponse(b.final())
 
+        # hold the response until the first token (an error before it is a real HTTP status), unless the request
+        # waits longer than a ping interval: then the stream starts, with ': ping' comments while it is queued
+        early, t_end = [], loop.time() + ping_interval
+        while not any(ev[0] != "start" for ev in early):
+            left = t_end - loop.time()
+            if left <= 0:
+                break
+            try:
+                early += await asyncio.wait_for(q.get(), left)
+            except asyncio.TimeoutError:
+                break
+        try:
+            first_chunks = b.chunks(early)
+        except Exception as e:  # noqa: BLE001
+            req.cancel()
+            status, body, headers = oa.error_body(e)
+            return JSONResponse(body, status_code=status, headers=headers)
+
         async def events():
+            for c in first_chunks:
+                yield f"data: {json.dumps(c, ensure_ascii=False)}\n\n"
             while b.usage is None:
                 if req.state == "queued":
                     try:

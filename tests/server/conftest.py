@@ -59,7 +59,7 @@ class Server:
 
 @pytest.fixture(scope="session")
 def server(default_model_path):
-    s = Server(default_model_path, "--parallel", "4", "--ctx-size", "512", "--max-body", "100000")
+    s = Server(default_model_path, "--parallel", "4", "--ctx-size", "512", "--max-body", "2000000")
     yield s
     s.stop()
 

@@ -219,13 +219,21 @@ def test_bad_json_and_body_limit_and_openai_client_errors(server, client, model_
     import openai
     status, resp, _ = http(server, "POST", "/v1/chat/completions", raw=b"{not json")
     assert status == 400 and "JSON" in resp["error"]["message"]
-    status, resp, _ = http(server, "POST", "/v1/completions", {"prompt": "x" * 200000})
+    status, resp, _ = http(server, "POST", "/v1/completions", {"prompt": "x" * 3_000_000})
     assert status == 413 and resp["error"]["code"] == "request_too_large"
     with pytest.raises(openai.BadRequestError) as e:
         client.chat.completions.create(model=model_name, messages=MSGS, temperature=-2)
     assert e.value.status_code == 400 and e.value.body["param"] == "temperature"
     with pytest.raises(openai.NotFoundError):
         client.chat.completions.create(model="nope", messages=MSGS)
+
+
+def test_error_before_first_token_is_http_status(server, model):
+    banned = {str(i): float("-inf") for i in range(model.n_vocab)}  # json: -Infinity, which Python's parser reads
+    for stream in (False, True):
+        status, resp, _ = http(server, "POST", "/v1/completions", {"prompt": "hi", "max_tokens": 2, "stream": stream,
+                                                                   "logit_bias": banned, "temperature": 0})
+        assert status == 400 and "no token can be sampled" in resp["error"]["message"], (stream, resp)
 
 
 def test_api_key(server, model_name):
