@@ -15,7 +15,7 @@ import sys
 
 from fastgguf.errors import FastGGUFError
 
-COMMAND_MODULES = [f"fastgguf.cli.{name}" for name in ("info", "pull", "run", "chat", "tokenize", "quantize")]
+COMMAND_MODULES = [f"fastgguf.cli.{name}" for name in ("info", "pull", "run", "chat", "tokenize", "quantize", "serve")]
 
 # (exception class, exit code, meaning): the first matching row wins.
 EXIT_CODES = (

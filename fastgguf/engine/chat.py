@@ -24,7 +24,7 @@ from fastgguf.engine.params import SamplingParams
 from fastgguf.errors import ChatTemplateError
 
 __all__ = ["ChatTemplateError", "CHATML_TEMPLATE", "render_template", "apply_chat_template", "chat_prompt_ids",
-           "chat", "validate_messages"]
+           "chat", "validate_messages", "prepare_chat"]
 
 CHATML_TEMPLATE = (
     "{% for message in messages %}"
@@ -171,10 +171,18 @@ def chat(model, messages, params=None, *, add_generation_prompt=True, template=N
         extra["tools"] = tools
     if documents is not None:
         extra["documents"] = documents
+    ids, params = prepare_chat(model, messages, params, add_generation_prompt=add_generation_prompt,
+                               template=template, **extra)
+    return generate(model, ids, params, **generate_kwargs)
+
+
+def prepare_chat(model, messages, params, *, add_generation_prompt=True, template=None, **extra):
+    """(prompt ids, params) for a chat: the rendered template's ids, and params with "<|im_end|>" added to the stop
+    strings when the ChatML fallback template is used. chat() and the server both start here."""
     tok = model.tokenizer
     if template is None and not getattr(tok, "chat_template", None):
         template = CHATML_TEMPLATE
     if template is CHATML_TEMPLATE and CHATML_STOP not in params.stop:
         params = params.replace(stop=params.stop + (CHATML_STOP,))
     ids = chat_prompt_ids(tok, messages, add_generation_prompt=add_generation_prompt, template=template, **extra)
-    return generate(model, ids, params, **generate_kwargs)
+    return ids, params

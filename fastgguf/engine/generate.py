@@ -24,7 +24,7 @@ from typing import List, Optional
 from fastgguf._native import Runner, Sampler, generate_ids
 from fastgguf.engine.params import SamplingParams, check_token_ids
 
-__all__ = ["generate", "GenerationResult", "GenerationStream", "Usage", "Timings", "make_sampler"]
+__all__ = ["generate", "GenerationResult", "GenerationStream", "Usage", "Timings", "make_sampler", "StopText"]
 
 CTX_ROUND = 256  # a fresh context is sized to prompt + max_tokens rounded up to this
 
@@ -113,6 +113,49 @@ def _longest_partial(text, stops):
 def _find_stop(text, stops):
     """Index of the earliest stop string in text, -1 if none."""
     return min((i for i in (text.find(s) for s in stops) if i >= 0), default=-1)
+
+
+class StopText:
+    """Streaming stop-string filter: feed decoded text pieces, get back what may be emitted now.
+
+    Text that could be the start of a stop string is held back until it is known not to be one, so a stop string is
+    never emitted, even when it arrives split across tokens. Used by generate() and by the server's Engine.
+
+        st = StopText(("\n\n",))
+        out = st.feed(piece)       # text safe to emit now ('' while held back)
+        if st.stopped: ...         # a stop string was found: out is the text before it; feed no more
+        out = st.flush(tail)       # at the end: the held-back text (plus a decoder's flushed tail), stop applied
+    """
+    __slots__ = ("stops", "pending", "stopped")
+
+    def __init__(self, stops=()):
+        self.stops = list(stops)
+        self.pending = ""
+        self.stopped = False
+
+    def feed(self, text):
+        pending = self.pending + text
+        hold = 0
+        if self.stops:
+            cut = _find_stop(pending, self.stops)
+            if cut >= 0:
+                self.pending, self.stopped = "", True
+                return pending[:cut]
+            hold = _longest_partial(pending, self.stops)
+        if len(pending) > hold:
+            self.pending = pending[len(pending) - hold:]
+            return pending[:len(pending) - hold]
+        self.pending = pending
+        return ""
+
+    def flush(self, tail=""):
+        """Everything still held back (with `tail` appended), cut at a stop string it completes."""
+        pending, self.pending = self.pending + tail, ""
+        cut = _find_stop(pending, self.stops) if self.stops else -1
+        if cut >= 0:
+            self.stopped = True
+            return pending[:cut]
+        return pending
 
 
 def _python_decode(context, c_eval, sampler, max_tokens, eog, logits):
@@ -257,10 +300,9 @@ def generate(model, prompt, params=None, *, stream=False, context=None, add_spec
             id_iter = _python_decode(context, c_eval, sampler, max_tokens, eog, logits)
 
         decoder = tokenizer.streaming_decoder()
+        stopper = StopText(stops)  # holds back text that may be the start of a stop string
         sampled = []       # every id the loop gave, end-of-generation token included
-        pending = ""       # decoded text not yet emitted (may be the start of a stop string)
         finish = "length"  # also when the context is full
-        by_stop_string = False
         gen_time = 0.0
         t = time.perf_counter()
         try:
@@ -274,26 +316,20 @@ def generate(model, prompt, params=None, *, stream=False, context=None, add_spec
                     finish = "stop"
                     break
                 st.token_ids.append(tok)
-                pending += decoder.feed(tok)
-                hold = 0
-                if stops:
-                    cut = _find_stop(pending, stops)
-                    if cut >= 0:
-                        pending = pending[:cut]
-                        finish, by_stop_string = "stop", True
-                        break
-                    hold = _longest_partial(pending, stops)
-                if len(pending) > hold:
-                    out, pending = pending[:len(pending) - hold], pending[len(pending) - hold:]
+                out = stopper.feed(decoder.feed(tok))
+                if stopper.stopped:
+                    finish = "stop"
+                    break
+                if out:
                     gen_time += time.perf_counter() - t
                     _update(st, gen_time)
                     yield out
                     t = time.perf_counter()
-            if not by_stop_string:
-                pending += decoder.flush()
-                cut = _find_stop(pending, stops) if stops else -1
-                if cut >= 0:  # completed by the flushed bytes
-                    pending = pending[:cut]
+            if stopper.stopped:
+                pending = out
+            else:
+                pending = stopper.flush(decoder.flush())
+                if stopper.stopped:  # completed by the flushed bytes
                     finish = "stop"
             st.finish_reason = finish
             gen_time += time.perf_counter() - t

@@ -104,6 +104,18 @@ class Model:
         from fastgguf.engine.chat import chat
         return chat(self, messages, params, **kwargs)
 
+    def create_completion(self, prompt, **kwargs):
+        """OpenAI-style completion in-process (llama-cpp-python's name): the dict fastgguf's server sends for
+        /v1/completions, or an iterator of chunk dicts with stream=True. See fastgguf.engine.openai."""
+        from fastgguf.engine.openai import create_completion
+        return create_completion(self, prompt, **kwargs)
+
+    def create_chat_completion(self, messages, **kwargs):
+        """OpenAI-style chat completion in-process: the dict the server sends for /v1/chat/completions, or an
+        iterator of chunk dicts with stream=True. See fastgguf.engine.openai."""
+        from fastgguf.engine.openai import create_chat_completion
+        return create_chat_completion(self, messages, **kwargs)
+
 
 class _Claim:
     """A generation stream's hold on its Context (see Context._claim)."""

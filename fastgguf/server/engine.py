@@ -1,0 +1,379 @@
+"""Engine: the continuous-batching thread behind the server and the in-process OpenAI-style API.
+
+One thread owns the model, the slots (`parallel` Contexts, each one live sequence and its KV cache) and the batch.
+Each step it:
+  1. admits queued sequences into free slots (the idle slot whose cached tokens share the longest prefix with the
+     prompt is chosen, and only the rest is evaluated: `usage.prompt_tokens_details.cached_tokens`),
+  2. drops cancelled requests (a client that went away frees its slots within one step),
+  3. gives every sequence its next tokens: a chunk of at most `chunk` prompt tokens while prefilling (a long prompt
+     never stalls the others for more than one chunk), else its last sampled token,
+  4. runs ONE `forward_batch` for all of them,
+  5. samples each decoding sequence with its own Sampler (its own SamplingParams and seed), detokenizes with a
+     streaming decoder and holds back possible stop strings (`StopText`, shared with generate()),
+  6. hands the step's events to their consumers: one `loop.call_soon_threadsafe` per asyncio loop, or a direct call
+     of the request's sink when it has no loop (the in-process API).
+
+Batching changes who waits, never what is computed: forward_batch is bit-identical to running each sequence alone and
+every sequence samples exactly as generate() does (prompt tokens in the repetition window, same seed), so a request's
+output under load equals the same request run alone through `model.generate`.
+
+Events (tuples) a request's sink receives, in order:
+  ("start",)                                  the request left the queue (its first sequence has a slot)
+  ("delta", index, text, logprobs)            text of choice `index` (may be ""), logprobs: list of
+                                              (token_id, logprob, [(id, logprob), ...]) or None
+  ("finish", index, finish_reason)            choice `index` ended ("stop" or "length")
+  ("done", usage)                             every choice ended: {"prompt_tokens", "completion_tokens",
+                                              "cached_tokens"}
+  ("error", exception)                        the request failed (no "done" follows)
+"""
+import collections
+import itertools
+import math
+import threading
+import time
+
+import numpy as np
+
+from fastgguf._native import Sampler
+from fastgguf.engine import batch as _batch
+from fastgguf.engine.generate import StopText
+from fastgguf.engine.params import SamplingParams
+
+__all__ = ["Engine", "Request", "QueueFull"]
+
+CHUNK = 64  # prompt tokens per sequence per step
+
+
+class QueueFull(RuntimeError):
+    """The engine's queue is full; retry after `retry_after` seconds."""
+
+    def __init__(self, message, retry_after=1):
+        super().__init__(message)
+        self.retry_after = retry_after
+
+
+_ids = itertools.count(1)
+
+
+class Request:
+    """One API request: `prompts` (lists of token ids), `n` choices per prompt (choice index = prompt * n + j, seed
+    + j), params (SamplingParams), logprobs (None: off; k >= 0: the chosen token's logprob and the k best).
+    `sink(events)` receives lists of events; with `loop` (asyncio) it is called in that loop's thread."""
+
+    def __init__(self, prompts, params, sink, *, n=1, logprobs=None, loop=None):
+        self.id = next(_ids)
+        self.prompts = [list(p) for p in prompts]
+        self.params = SamplingParams.from_args(params)
+        self.n = int(n)
+        self.logprobs = logprobs
+        self.sink = sink
+        self.loop = loop
+        self.cancelled = False
+        self.state = "queued"  # -> "running" -> "done"
+        self.t_submit = time.perf_counter()
+        self.t_first = None
+        self.n_choices = len(self.prompts) * self.n
+        self.n_finished = 0
+        self.prompt_tokens = 0
+        self.cached_tokens = 0
+        self.completion_tokens = 0
+
+    def cancel(self):
+        """Stop generating (thread-safe): the engine frees the request's slots at its next step."""
+        self.cancelled = True
+
+
+class _Seq:
+    """One choice of a request, in a slot."""
+    __slots__ = ("req", "index", "prompt", "sampler", "decoder", "stopper", "slot", "pos", "next_tok", "n_sampled",
+                 "n_out", "max_tokens")
+
+    def __init__(self, req, index, prompt):
+        self.req, self.index, self.prompt = req, index, prompt
+        self.slot = None
+        self.pos = 0        # prompt tokens in the slot's KV cache
+        self.next_tok = -1  # sampled, not yet evaluated
+        self.n_sampled = 0  # ids sampled, end-of-generation included (what max_tokens counts)
+        self.n_out = 0      # completion tokens (without end-of-generation)
+
+
+class _Slot:
+    __slots__ = ("ctx", "seq")
+
+    def __init__(self, ctx):
+        self.ctx, self.seq = ctx, None
+
+
+def _logprobs(logits, tok, k):
+    x = logits.astype(np.float64)
+    m = np.max(x[np.isfinite(x)]) if np.isfinite(x).any() else 0.0
+    lse = m + math.log(np.sum(np.exp(x - m)))
+    lp = x - lse
+    top = []
+    if k > 0:
+        kk = min(k, lp.shape[0])
+        idx = np.argpartition(-lp, kk - 1)[:kk]
+        idx = idx[np.lexsort((idx, -lp[idx]))]
+        top = [(int(i), float(lp[i])) for i in idx]
+    return (int(tok), float(lp[tok]), top)
+
+
+class Engine:
+    """`Engine(model, parallel=4, n_ctx=2048, n_threads=None, max_queue=64, chunk=64)`; `start()`, `submit(req)`,
+    `stop()`. Slots are created on first use (each a Context of n_ctx tokens)."""
+
+    def __init__(self, model, parallel=4, n_ctx=2048, n_threads=None, max_queue=64, chunk=CHUNK):
+        if int(parallel) < 1:
+            raise ValueError(f"parallel must be >= 1, got {parallel}")
+        if int(n_ctx) < 2:
+            raise ValueError(f"n_ctx must be >= 2, got {n_ctx}")
+        if int(chunk) < 1:
+            raise ValueError(f"chunk must be >= 1, got {chunk}")
+        self.model = model
+        self.parallel = int(parallel)
+        self.n_ctx = int(n_ctx)
+        self.n_threads = n_threads
+        self.max_queue = int(max_queue)
+        self.chunk = int(chunk)
+        self.eog = frozenset(int(e) for e in model.tokenizer.eog_ids)
+        self._slots = []
+        self._queue = collections.deque()  # _Seq waiting for a slot
+        self._cond = threading.Condition()
+        self._thread = None
+        self._stopping = False
+        # metrics (read without the lock: plain ints and floats)
+        self.m = dict(prompt_tokens=0, prompt_tokens_evaluated=0, completion_tokens=0, requests=0, steps=0,
+                      batch_tokens=0, batch_seqs=0, ttft_sum=0.0, ttft_count=0, errors=0)
+
+    # -- public ------------------------------------------------------------------------------------------------
+
+    def start(self):
+        with self._cond:
+            if self._thread is None:
+                self._stopping = False
+                self._thread = threading.Thread(target=self._run, name="fastgguf-engine", daemon=True)
+                self._thread.start()
+        return self
+
+    def stop(self, timeout=None):
+        with self._cond:
+            self._stopping = True
+            self._cond.notify_all()
+        t = self._thread
+        if t is not None:
+            t.join(timeout)
+        self._thread = None
+
+    def submit(self, req):
+        """Queue a request (thread-safe). QueueFull when `max_queue` requests already wait."""
+        for p in req.prompts:
+            if not 1 <= len(p) <= self.n_ctx:
+                raise ValueError(f"a prompt of {len(p)} tokens does not fit a context of {self.n_ctx} tokens")
+        seqs = [_Seq(req, i * req.n + j, p) for i, p in enumerate(req.prompts) for j in range(req.n)]
+        with self._cond:
+            if self.queued_requests() >= self.max_queue:
+                raise QueueFull(f"the server is busy: {self.max_queue} requests are queued", retry_after=1)
+            req.prompt_tokens = sum(len(p) for p in req.prompts)
+            self._queue.extend(seqs)
+            self.m["requests"] += 1
+            self._cond.notify_all()
+        self.start()
+        return req
+
+    def queued_requests(self):
+        return len({id(s.req) for s in self._queue if s.req.state == "queued"})
+
+    def running_requests(self):
+        return len({id(s.seq.req) for s in self._slots if s.seq is not None})
+
+    def live_sequences(self):
+        return sum(1 for s in self._slots if s.seq is not None)
+
+    # -- the thread --------------------------------------------------------------------------------------------
+
+    def _run(self):
+        while True:
+            with self._cond:
+                while not self._stopping and not self._queue and not any(s.seq for s in self._slots):
+                    self._cond.wait()
+                if self._stopping:
+                    return
+            out = collections.defaultdict(list)  # request -> its events of this step
+            try:
+                self._step(out)
+            except Exception as e:  # noqa: BLE001 - a failed step fails its requests, the engine lives on
+                for slot in self._slots:
+                    if slot.seq is not None:
+                        self._fail(slot.seq.req, e, out)
+            self._deliver(out)
+
+    def _deliver(self, out):
+        by_loop = collections.defaultdict(list)
+        for req, evs in out.items():
+            if req.loop is None:
+                try:
+                    req.sink(evs)
+                except Exception:  # noqa: BLE001 - a consumer's bug must not kill the engine
+                    req.cancel()
+            else:
+                by_loop[req.loop].append((req, evs))
+        for loop, items in by_loop.items():
+            try:
+                loop.call_soon_threadsafe(_dispatch, items)
+            except RuntimeError:  # the loop is closed: nobody listens any more
+                for req, _ in items:
+                    req.cancel()
+
+    def _free(self, seq):
+        if seq.slot is not None:
+            seq.slot.seq = None
+            seq.slot = None
+
+    def _fail(self, req, exc, out):
+        if req.state == "done":
+            return
+        req.state = "done"
+        self.m["errors"] += 1
+        for slot in self._slots:
+            if slot.seq is not None and slot.seq.req is req:
+                slot.ctx.reset()  # its cache may be half-written
+                self._free(slot.seq)
+        with self._cond:
+            self._queue = collections.deque(s for s in self._queue if s.req is not req)
+        out[req].append(("error", exc))
+
+    def _admit(self, out):
+        with self._cond:
+            while self._queue and self._queue[0].req.cancelled:
+                self._queue.popleft().req.state = "done"
+            while self._queue:
+                free = [s for s in self._slots if s.seq is None]
+                if not free and len(self._slots) < self.parallel:
+                    slot = _Slot(self.model.context(n_ctx=self.n_ctx, n_threads=self.n_threads))
+                    self._slots.append(slot)
+                    free = [slot]
+                if not free:
+                    break
+                seq = self._queue.popleft()
+                if seq.req.cancelled:
+                    seq.req.state = "done"
+                    continue
+                self._place(seq, free, out)
+
+    def _place(self, seq, free, out):
+        req, ids = seq.req, seq.prompt
+        lim = len(ids) - 1  # at least one prompt token is evaluated, for its logits
+
+        def common(slot):
+            cached = slot.ctx.tokens
+            k, n = 0, min(len(cached), lim)
+            while k < n and cached[k] == ids[k]:
+                k += 1
+            return k
+        best = max(free, key=lambda s: (common(s), -s.ctx.n_past))
+        keep = common(best)
+        if keep == 0:
+            best.ctx.reset()
+        elif keep < best.ctx.n_past:
+            best.ctx.rewind(keep)
+        best.seq, seq.slot, seq.pos = seq, best, keep
+        p = req.params
+        if p.seed is not None and seq.index % req.n:
+            p = p.replace(seed=p.seed + seq.index % req.n)
+        seq.sampler = Sampler(p, n_vocab=self.model.n_vocab)
+        if p.repeat_penalty != 1.0 and p.repeat_last_n != 0:
+            seq.sampler.accept_many(ids if p.repeat_last_n < 0 else ids[-p.repeat_last_n:], generated=False)
+        seq.decoder = self.model.tokenizer.streaming_decoder()
+        seq.stopper = StopText(p.stop)
+        seq.max_tokens = p.max_tokens
+        if seq.index % req.n == 0:  # prompt tokens are counted once per prompt, not per choice
+            req.cached_tokens += keep
+        self.m["prompt_tokens"] += len(ids) - keep if seq.index % req.n == 0 else 0
+        if req.state == "queued":
+            req.state = "running"
+            out[req].append(("start",))
+
+    def _step(self, out):
+        self._admit(out)
+        for slot in self._slots:
+            seq = slot.seq
+            if seq is not None and seq.req.cancelled:
+                seq.req.state = "done"
+                self._free(seq)
+        items, seqs = [], []
+        for slot in self._slots:
+            seq = slot.seq
+            if seq is None:
+                continue
+            if seq.pos < len(seq.prompt):
+                chunk = seq.prompt[seq.pos:seq.pos + self.chunk]
+            else:
+                chunk = [seq.next_tok]
+            items.append((slot.ctx, chunk))
+            seqs.append(seq)
+        if not items:
+            return
+        logits = _batch.forward_batch(self.model, items, self.n_threads)
+        self.m["steps"] += 1
+        self.m["batch_seqs"] += len(items)
+        self.m["batch_tokens"] += sum(len(c) for _, c in items)
+        for seq, (_, chunk), lg in zip(seqs, items, logits):
+            if seq.pos < len(seq.prompt):
+                seq.pos += len(chunk)
+                self.m["prompt_tokens_evaluated"] += len(chunk)
+                if seq.pos < len(seq.prompt):
+                    continue
+                if seq.max_tokens is not None and seq.max_tokens <= 0:
+                    self._finish(seq, "", None, "length", out)
+                    continue
+            try:
+                self._sample(seq, lg, out)
+            except Exception as e:  # noqa: BLE001 - e.g. every token banned: this request fails, not the others
+                self._fail(seq.req, e, out)
+
+    def _sample(self, seq, lg, out):
+        req = seq.req
+        tok = seq.sampler.sample(lg)
+        seq.sampler.accept(tok)
+        seq.n_sampled += 1
+        lps = [_logprobs(lg, tok, req.logprobs)] if req.logprobs is not None else None
+        if req.t_first is None:
+            req.t_first = time.perf_counter()
+            self.m["ttft_sum"] += req.t_first - req.t_submit
+            self.m["ttft_count"] += 1
+        if tok in self.eog:
+            self._finish(seq, seq.stopper.flush(seq.decoder.flush()), None, "stop", out)
+            return
+        seq.n_out += 1
+        req.completion_tokens += 1
+        self.m["completion_tokens"] += 1
+        text = seq.stopper.feed(seq.decoder.feed(tok))
+        if seq.stopper.stopped:
+            self._finish(seq, text, lps, "stop", out)
+        elif (seq.max_tokens is not None and seq.n_sampled >= seq.max_tokens) or seq.slot.ctx.n_past >= self.n_ctx:
+            text += seq.stopper.flush(seq.decoder.flush())
+            self._finish(seq, text, lps, "stop" if seq.stopper.stopped else "length", out)
+        else:
+            seq.next_tok = tok
+            if text or lps:
+                out[req].append(("delta", seq.index, text, lps))
+
+    def _finish(self, seq, text, lps, reason, out):
+        req = seq.req
+        if text or lps:
+            out[req].append(("delta", seq.index, text, lps))
+        out[req].append(("finish", seq.index, reason))
+        self._free(seq)
+        req.n_finished += 1
+        if req.n_finished == req.n_choices:
+            req.state = "done"
+            out[req].append(("done", {"prompt_tokens": req.prompt_tokens, "completion_tokens": req.completion_tokens,
+                                      "cached_tokens": req.cached_tokens}))
+
+
+def _dispatch(items):
+    for req, evs in items:
+        try:
+            req.sink(evs)
+        except Exception:  # noqa: BLE001
+            req.cancel()

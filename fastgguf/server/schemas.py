@@ -1,0 +1,174 @@
+"""Pydantic models of every request and response of the HTTP API (OpenAI's shapes).
+
+Request models type each field loosely where fastgguf validates it itself: sampling fields are checked by
+SamplingParams (the one owner of that validation) through fastgguf.engine.openai, which also builds the response
+dicts; the response models here describe those dicts (FastAPI validates them and shows them in /docs).
+"""
+from typing import Any, Dict, List, Literal, Optional, Union
+
+from pydantic import BaseModel, ConfigDict
+
+
+class _Loose(BaseModel):
+    model_config = ConfigDict(extra="allow")
+
+
+class _Sampling(_Loose):
+    model: Optional[str] = None
+    max_tokens: Optional[int] = None
+    temperature: Optional[float] = None
+    top_p: Optional[float] = None
+    top_k: Optional[int] = None
+    min_p: Optional[float] = None
+    stop: Optional[Union[str, List[str]]] = None
+    seed: Optional[int] = None
+    n: Optional[int] = None
+    frequency_penalty: Optional[float] = None
+    presence_penalty: Optional[float] = None
+    repetition_penalty: Optional[float] = None
+    repeat_penalty: Optional[float] = None
+    logit_bias: Optional[Dict[str, Any]] = None
+    stream: Optional[bool] = None
+    stream_options: Optional[Dict[str, Any]] = None
+    user: Optional[str] = None  # ignored
+
+
+class ChatCompletionRequest(_Sampling):
+    messages: Union[str, List[Dict[str, Any]]]
+    max_completion_tokens: Optional[int] = None
+    logprobs: Optional[bool] = None
+    top_logprobs: Optional[int] = None
+    response_format: Optional[Any] = None
+    tools: Optional[List[Any]] = None
+    tool_choice: Optional[Any] = None
+
+
+class CompletionRequest(_Sampling):
+    prompt: Any = None  # a string, a list of strings, a list of token ids or a list of lists of token ids
+    logprobs: Optional[int] = None
+    echo: Optional[bool] = None
+    suffix: Optional[str] = None
+    best_of: Optional[int] = None
+    response_format: Optional[Any] = None
+
+
+class EmbeddingRequest(_Loose):
+    input: Any
+    model: Optional[str] = None
+    encoding_format: Optional[str] = None
+    user: Optional[str] = None
+
+
+class TokenizeRequest(_Loose):
+    content: str
+    add_special: bool = True
+    parse_special: bool = False
+    model: Optional[str] = None
+
+
+class DetokenizeRequest(_Loose):
+    tokens: List[int]
+    model: Optional[str] = None
+
+
+# -- responses -----------------------------------------------------------------------------------------------------
+
+class PromptTokensDetails(_Loose):
+    cached_tokens: int = 0
+
+
+class Usage(_Loose):
+    prompt_tokens: int
+    completion_tokens: int
+    total_tokens: int
+    prompt_tokens_details: Optional[PromptTokensDetails] = None
+
+
+class ChatMessage(_Loose):
+    role: Literal["assistant"]
+    content: Optional[str]
+
+
+class ChatChoice(_Loose):
+    index: int
+    message: ChatMessage
+    logprobs: Optional[Dict[str, Any]] = None
+    finish_reason: Optional[str]
+
+
+class ChatCompletion(_Loose):
+    id: str
+    object: Literal["chat.completion"]
+    created: int
+    model: str
+    system_fingerprint: Optional[str] = None
+    choices: List[ChatChoice]
+    usage: Optional[Usage]
+
+
+class ChatChunkChoice(_Loose):
+    index: int
+    delta: Dict[str, Any]
+    logprobs: Optional[Dict[str, Any]] = None
+    finish_reason: Optional[str]
+
+
+class ChatCompletionChunk(_Loose):
+    id: str
+    object: Literal["chat.completion.chunk"]
+    created: int
+    model: str
+    choices: List[ChatChunkChoice]
+    usage: Optional[Usage] = None
+
+
+class CompletionChoice(_Loose):
+    index: int
+    text: str
+    logprobs: Optional[Dict[str, Any]] = None
+    finish_reason: Optional[str]
+
+
+class Completion(_Loose):
+    id: str
+    object: Literal["text_completion"]
+    created: int
+    model: str
+    system_fingerprint: Optional[str] = None
+    choices: List[CompletionChoice]
+    usage: Optional[Usage] = None
+
+
+class ModelCard(_Loose):
+    id: str
+    object: Literal["model"] = "model"
+    created: int
+    owned_by: str = "fastgguf"
+
+
+class ModelList(_Loose):
+    object: Literal["list"] = "list"
+    data: List[ModelCard]
+
+
+class TokenizeResponse(_Loose):
+    tokens: List[int]
+
+
+class DetokenizeResponse(_Loose):
+    content: str
+
+
+class Health(_Loose):
+    status: str
+
+
+class ErrorDetail(_Loose):
+    message: str
+    type: str
+    param: Optional[str] = None
+    code: Optional[str] = None
+
+
+class ErrorResponse(_Loose):
+    error: ErrorDetail

@@ -1,0 +1,20 @@
+"""`fastgguf serve` without the server extra says which extra to install (the server itself: tests/server)."""
+import sys
+
+from fastgguf.cli import main
+
+
+def test_serve_without_fastapi_names_the_extra(monkeypatch, capsys):
+    monkeypatch.setitem(sys.modules, "fastapi", None)  # import fastapi -> ImportError
+    assert main(["serve", "-m", "nonexistent.gguf"]) == 1
+    assert 'pip install "fastgguf[server]"' in capsys.readouterr().err
+
+
+def test_serve_is_a_command(capsys):
+    try:
+        main(["serve", "--help"])
+    except SystemExit as e:
+        assert e.code == 0
+    out = capsys.readouterr().out
+    for flag in ("--parallel", "--ctx-size", "--api-key", "--port", "--host", "--threads"):
+        assert flag in out

@@ -1,0 +1,82 @@
+"""A real server for the tests: `python -m fastgguf serve` in a subprocess on a free port of 127.0.0.1, default model,
+--parallel 4, an API key; the official `openai` client talks to it. Skipped when fastapi/uvicorn are missing."""
+import os
+import socket
+import subprocess
+import sys
+import time
+import urllib.request
+
+import pytest
+
+pytest.importorskip("fastapi", reason="the server extra is not installed: pip install 'fastgguf[server]'")
+pytest.importorskip("uvicorn", reason="the server extra is not installed: pip install 'fastgguf[server]'")
+
+API_KEY = "test-key-123"
+ROOT = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
+
+
+def free_port():
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return s.getsockname()[1]
+
+
+class Server:
+    def __init__(self, model_path, *extra, api_key=API_KEY):
+        self.port = free_port()
+        self.base = f"http://127.0.0.1:{self.port}"
+        self.api_key = api_key
+        env = dict(os.environ, PYTHONPATH=ROOT + os.pathsep + os.environ.get("PYTHONPATH", ""))
+        env.pop("FASTGGUF_API_KEY", None)
+        cmd = [sys.executable, "-m", "fastgguf", "serve", "-m", model_path, "--port", str(self.port), *extra]
+        if api_key:
+            cmd += ["--api-key", api_key]
+        self.proc = subprocess.Popen(cmd, env=env, stdout=subprocess.PIPE, stderr=subprocess.STDOUT)
+        deadline = time.time() + 60
+        while True:
+            if self.proc.poll() is not None:
+                raise RuntimeError(f"server exited: {self.proc.stdout.read().decode(errors='replace')}")
+            try:
+                with urllib.request.urlopen(self.base + "/health", timeout=1) as r:
+                    if r.status == 200:
+                        break
+            except OSError:
+                pass
+            if time.time() > deadline:
+                self.stop()
+                raise RuntimeError("server did not start in 60 s")
+            time.sleep(0.2)
+
+    def stop(self):
+        self.proc.terminate()
+        try:
+            self.proc.wait(10)
+        except subprocess.TimeoutExpired:
+            self.proc.kill()
+            self.proc.wait()
+
+
+@pytest.fixture(scope="session")
+def server(default_model_path):
+    s = Server(default_model_path, "--parallel", "4", "--ctx-size", "512", "--max-body", "2000000")
+    yield s
+    s.stop()
+
+
+@pytest.fixture(scope="session")
+def client(server):
+    import openai
+    return openai.OpenAI(base_url=server.base + "/v1", api_key=server.api_key, max_retries=0, timeout=60)
+
+
+@pytest.fixture(scope="session")
+def model(default_model_path):
+    import fastgguf
+    return fastgguf.Model(default_model_path)
+
+
+@pytest.fixture(scope="session")
+def model_name(model):
+    from fastgguf.engine.openai import model_id
+    return model_id(model)

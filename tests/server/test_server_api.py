@@ -1,0 +1,293 @@
+"""The OpenAI-compatible server, end to end: a real uvicorn server (conftest) driven by the official openai client.
+
+Every text is checked against the same request run alone in-process through model.generate / model.chat with the
+same SamplingParams and seed: batching changes who waits, never what is computed."""
+import asyncio
+import json
+import time
+import urllib.error
+import urllib.request
+
+import pytest
+
+from conftest import API_KEY, Server
+
+MSGS = [{"role": "user", "content": "Name three colors."}]
+
+
+def http(server, method, path, body=None, key=API_KEY, raw=None, headers=None):
+    """(status, parsed JSON or text, headers) of one raw request."""
+    data = raw if raw is not None else (json.dumps(body).encode() if body is not None else None)
+    h = {"Content-Type": "application/json", **(headers or {})}
+    if key:
+        h["Authorization"] = f"Bearer {key}"
+    req = urllib.request.Request(server.base + path, data=data, method=method, headers=h)
+    try:
+        with urllib.request.urlopen(req, timeout=60) as r:
+            status, text, hdrs = r.status, r.read().decode(), r.headers
+    except urllib.error.HTTPError as e:
+        status, text, hdrs = e.code, e.read().decode(), e.headers
+    try:
+        return status, json.loads(text), hdrs
+    except ValueError:
+        return status, text, hdrs
+
+
+def solo_chat(model, messages, **kw):
+    return model.chat(messages, **kw)
+
+
+# -- basics --------------------------------------------------------------------------------------------------------
+
+def test_health_models_and_unknown_model(server, client, model_name):
+    assert http(server, "GET", "/health", key=None)[:2] == (200, {"status": "ok"})
+    assert [m.id for m in client.models.list().data] == [model_name]
+    assert client.models.retrieve(model_name).id == model_name
+    for path in ("/models", "/v1/models"):
+        assert http(server, "GET", path)[1]["data"][0]["id"] == model_name
+    status, body, _ = http(server, "GET", "/v1/models/no-such-model")
+    assert status == 404 and body["error"]["code"] == "model_not_found"
+
+
+def test_chat_matches_solo_run_and_usage(client, model, model_name):
+    from fastgguf.engine.chat import chat_prompt_ids
+    r = client.chat.completions.create(model=model_name, messages=MSGS, max_tokens=10, temperature=0)
+    solo = solo_chat(model, MSGS, max_tokens=10, temperature=0)
+    assert r.object == "chat.completion" and r.model == model_name and r.id.startswith("chatcmpl-")
+    c = r.choices[0]
+    assert c.message.role == "assistant" and c.message.content == solo.text
+    assert c.finish_reason == solo.finish_reason
+    assert r.usage.prompt_tokens == len(chat_prompt_ids(model, MSGS)) == solo.usage.prompt_tokens
+    assert r.usage.completion_tokens == solo.usage.completion_tokens
+    assert r.usage.total_tokens == r.usage.prompt_tokens + r.usage.completion_tokens
+
+
+def test_completion_matches_solo_run_seeded(client, model, model_name):
+    r = client.completions.create(model=model_name, prompt="The sky is", max_tokens=8, temperature=0.9, seed=7,
+                                  extra_body={"top_k": 0, "min_p": 0.1})
+    solo = model.generate("The sky is", max_tokens=8, temperature=0.9, seed=7, top_k=0, min_p=0.1)
+    assert r.object == "text_completion" and r.choices[0].text == solo.text
+    assert r.usage.prompt_tokens == solo.usage.prompt_tokens
+    assert r.usage.completion_tokens == solo.usage.completion_tokens
+
+
+def test_stream_joined_equals_non_stream(client, model_name):
+    kw = dict(model=model_name, messages=MSGS, max_tokens=12, temperature=0)
+    full = client.chat.completions.create(**kw)
+    chunks = list(client.chat.completions.create(stream=True, stream_options={"include_usage": True}, **kw))
+    assert chunks[0].choices[0].delta.role == "assistant"
+    finals = [c for c in chunks if c.choices and c.choices[0].finish_reason is not None]
+    assert len(finals) == 1 and finals[0] is chunks[-2]
+    assert chunks[-1].choices == [] and chunks[-1].usage.completion_tokens == full.usage.completion_tokens
+    assert all(c.usage is None for c in chunks[:-1])
+    text = "".join(c.choices[0].delta.content or "" for c in chunks if c.choices)
+    assert text == full.choices[0].message.content
+    assert finals[0].choices[0].finish_reason == full.choices[0].finish_reason
+
+    ckw = dict(model=model_name, prompt="Once upon a time", max_tokens=12, temperature=0)
+    cfull = client.completions.create(**ckw)
+    cchunks = list(client.completions.create(stream=True, **ckw))
+    assert "".join(c.choices[0].text for c in cchunks) == cfull.choices[0].text
+    assert [c.choices[0].finish_reason for c in cchunks].count(None) == len(cchunks) - 1
+
+
+def test_stop_strings(client, model, model_name):
+    base = model.generate("Once upon a time", max_tokens=16, temperature=0).text
+    stop = base[len(base) // 2:len(base) // 2 + 3]
+    assert stop.strip()
+    r = client.completions.create(model=model_name, prompt="Once upon a time", max_tokens=16, temperature=0,
+                                  stop=[stop, "zzzz"])
+    solo = model.generate("Once upon a time", max_tokens=16, temperature=0, stop=[stop, "zzzz"])
+    assert r.choices[0].text == solo.text == base[:base.index(stop)]
+    assert r.choices[0].finish_reason == "stop"
+    # streamed: the stop string never appears, even split across chunks
+    chunks = list(client.completions.create(model=model_name, prompt="Once upon a time", max_tokens=16,
+                                            temperature=0, stop=stop, stream=True))
+    assert "".join(c.choices[0].text for c in chunks) == solo.text
+
+
+def test_logprobs(client, model_name):
+    r = client.chat.completions.create(model=model_name, messages=MSGS, max_tokens=5, temperature=0, logprobs=True,
+                                       top_logprobs=3)
+    content = r.choices[0].logprobs.content
+    assert len(content) == r.usage.completion_tokens
+    for e in content:
+        assert len(e.top_logprobs) == 3 and e.logprob <= 0
+        assert e.top_logprobs[0].token == e.token and e.top_logprobs[0].logprob == pytest.approx(e.logprob)
+    assert "".join(e.token for e in content) == r.choices[0].message.content
+    c = client.completions.create(model=model_name, prompt="Hello", max_tokens=4, temperature=0, logprobs=2)
+    lp = c.choices[0].logprobs
+    assert len(lp.tokens) == len(lp.token_logprobs) == len(lp.top_logprobs) == c.usage.completion_tokens
+    assert all(len(t) <= 2 for t in lp.top_logprobs) and lp.text_offset[0] == 0
+
+
+def test_n2_choices_and_cached_prompt(client, model, model_name):
+    r = client.chat.completions.create(model=model_name, messages=MSGS, max_tokens=6, temperature=1.0, seed=11, n=2)
+    assert [c.index for c in r.choices] == [0, 1]
+    assert r.choices[0].message.content == solo_chat(model, MSGS, max_tokens=6, temperature=1.0, seed=11).text
+    assert r.choices[1].message.content == solo_chat(model, MSGS, max_tokens=6, temperature=1.0, seed=12).text
+    again = client.chat.completions.create(model=model_name, messages=MSGS, max_tokens=2, temperature=0)
+    assert again.usage.prompt_tokens_details.cached_tokens > 0
+
+
+def test_echo_and_token_prompt(client, model, model_name):
+    ids = list(model.tokenize("Hello there"))
+    r = client.completions.create(model=model_name, prompt=ids, max_tokens=4, temperature=0, echo=True)
+    solo = model.generate(ids, max_tokens=4, temperature=0)
+    assert r.choices[0].text == model.detokenize(ids) + solo.text
+
+
+# -- concurrency ---------------------------------------------------------------------------------------------------
+
+def test_16_concurrent_streams_equal_solo_runs(server, model, model_name):
+    import openai
+    prompts = [f"Story number {i}: once" for i in range(16)]
+    kws = [dict(max_tokens=8, temperature=0 if i % 2 else 0.8, seed=100 + i) for i in range(16)]
+
+    async def one(ac, i):
+        stream = await ac.completions.create(model=model_name, prompt=prompts[i], stream=True, **kws[i])
+        return "".join([c.choices[0].text async for c in stream])
+
+    async def main():
+        ac = openai.AsyncOpenAI(base_url=server.base + "/v1", api_key=API_KEY, max_retries=0, timeout=120)
+        try:
+            return await asyncio.gather(*(one(ac, i) for i in range(16)))
+        finally:
+            await ac.close()
+    got = asyncio.run(main())
+    for i in range(16):
+        assert got[i] == model.generate(prompts[i], **kws[i]).text, i
+
+
+def test_disconnect_frees_the_sequence(server, client, model_name):
+    stream = client.chat.completions.create(model=model_name, messages=MSGS, max_tokens=200, temperature=0,
+                                            stream=True)
+    for i, _ in enumerate(stream):
+        if i == 2:
+            break
+    stream.close()
+    deadline = time.time() + 10
+    while time.time() < deadline:
+        metrics = http(server, "GET", "/metrics")[1]
+        if "fastgguf_requests_running 0" in metrics:
+            break
+        time.sleep(0.1)
+    assert "fastgguf_requests_running 0" in metrics
+    r = client.chat.completions.create(model=model_name, messages=MSGS, max_tokens=3, temperature=0)
+    assert r.choices[0].message.content
+
+
+# -- errors --------------------------------------------------------------------------------------------------------
+
+BAD = [
+    ("/v1/chat/completions", {"messages": MSGS, "temperature": -1}, 400, "temperature", None),
+    ("/v1/chat/completions", {"messages": MSGS, "top_p": 2}, 400, "top_p", None),
+    ("/v1/chat/completions", {"messages": MSGS, "temperature": "hot"}, 400, "temperature", None),
+    ("/v1/chat/completions", {"messages": MSGS, "max_tokens": -3}, 400, "max_tokens", None),
+    ("/v1/chat/completions", {"messages": MSGS, "seed": 1.5}, 400, "seed", None),
+    ("/v1/chat/completions", {"messages": MSGS, "logit_bias": {"999999": 1}}, 400, "logit_bias", None),
+    ("/v1/chat/completions", {"messages": MSGS, "n": 0}, 400, "n", None),
+    ("/v1/chat/completions", {}, 400, "messages", None),
+    ("/v1/chat/completions", {"messages": [{"role": "robot", "content": "hi"}]}, 400, "messages", None),
+    ("/v1/chat/completions", {"messages": MSGS, "tools": [{"type": "function", "function": {"name": "f"}}]},
+     400, "tools", "unsupported_parameter"),
+    ("/v1/chat/completions", {"messages": MSGS, "response_format": {"type": "json_object"}}, 400,
+     "response_format", "unsupported_parameter"),
+    ("/v1/chat/completions", {"messages": MSGS, "response_format": {"type": "json_schema", "json_schema": {}}}, 400,
+     "response_format", "unsupported_parameter"),
+    ("/v1/chat/completions", {"messages": MSGS, "max_tokens": 100000}, 400, "messages", "context_length_exceeded"),
+    ("/v1/chat/completions", {"messages": MSGS, "model": "gpt-9"}, 404, "model", "model_not_found"),
+    ("/v1/completions", {"prompt": [1, 2, 10 ** 9]}, 400, "prompt", None),
+    ("/v1/completions", {"prompt": "hi", "logprobs": 99}, 400, "logprobs", None),
+    ("/v1/completions", {"prompt": "hi", "stream_options": {"include_usage": True}}, 400, "stream_options", None),
+    ("/completions", {"prompt": "x " * 600}, 400, "messages", "context_length_exceeded"),
+    ("/v1/embeddings", {"input": "hello"}, 400, None, "unsupported_endpoint"),
+    ("/v1/nothing-here", {}, 404, None, "not_found"),
+]
+
+
+@pytest.mark.parametrize("path,body,status,param,code", BAD, ids=[f"{i}" for i in range(len(BAD))])
+def test_bad_requests(server, path, body, status, param, code):
+    got, resp, _ = http(server, "POST", path, body)
+    assert got == status, resp
+    err = resp["error"]
+    assert set(err) == {"message", "type", "param", "code"} and err["message"]
+    assert err["param"] == param and err["code"] == code
+
+
+def test_bad_json_and_body_limit_and_openai_client_errors(server, client, model_name):
+    import openai
+    status, resp, _ = http(server, "POST", "/v1/chat/completions", raw=b"{not json")
+    assert status == 400 and "JSON" in resp["error"]["message"]
+    status, resp, _ = http(server, "POST", "/v1/completions", {"prompt": "x" * 3_000_000})
+    assert status == 413 and resp["error"]["code"] == "request_too_large"
+    with pytest.raises(openai.BadRequestError) as e:
+        client.chat.completions.create(model=model_name, messages=MSGS, temperature=-2)
+    assert e.value.status_code == 400 and e.value.body["param"] == "temperature"
+    with pytest.raises(openai.NotFoundError):
+        client.chat.completions.create(model="nope", messages=MSGS)
+
+
+def test_error_before_first_token_is_http_status(server, model):
+    banned = {str(i): float("-inf") for i in range(model.n_vocab)}  # json: -Infinity, which Python's parser reads
+    for stream in (False, True):
+        status, resp, _ = http(server, "POST", "/v1/completions", {"prompt": "hi", "max_tokens": 2, "stream": stream,
+                                                                   "logit_bias": banned, "temperature": 0})
+        assert status == 400 and "no token can be sampled" in resp["error"]["message"], (stream, resp)
+
+
+def test_api_key(server, model_name):
+    import openai
+    for key in (None, "wrong"):
+        status, resp, _ = http(server, "GET", "/v1/models", key=key)
+        assert status == 401 and resp["error"]["code"] == "invalid_api_key"
+    bad = openai.OpenAI(base_url=server.base + "/v1", api_key="wrong", max_retries=0)
+    with pytest.raises(openai.AuthenticationError):
+        bad.models.list()
+
+
+def test_tokenize_roundtrip_and_metrics(server, model):
+    text = "Hello world, tokenize me!"
+    status, resp, _ = http(server, "POST", "/tokenize", {"content": text})
+    assert status == 200 and resp["tokens"] == list(model.tokenize(text))
+    status, resp2, _ = http(server, "POST", "/v1/detokenize", {"tokens": resp["tokens"]})
+    assert status == 200 and resp2["content"] == text
+    assert http(server, "POST", "/detokenize", {"tokens": [-1]})[0] == 400
+    status, metrics, hdrs = http(server, "GET", "/metrics")
+    assert status == 200 and hdrs["Content-Type"].startswith("text/plain")
+    for name in ("fastgguf_prompt_tokens_total", "fastgguf_completion_tokens_total", "fastgguf_requests_running",
+                 "fastgguf_requests_queued", "fastgguf_batch_size_sum", "fastgguf_time_to_first_token_seconds_count"):
+        assert f"\n{name} " in "\n" + metrics, name
+
+
+def test_queue_full_is_429_and_pings_while_queued(default_model_path, model_name):
+    s = Server(default_model_path, "--parallel", "1", "--max-queue", "1", "--ctx-size", "256", "--ping-interval",
+               "0.2", api_key=None)
+    try:
+        import openai
+        c = openai.OpenAI(base_url=s.base + "/v1", api_key="none", max_retries=0, timeout=60)
+        running = c.completions.create(model=model_name, prompt="Count: 1, 2,", max_tokens=120, temperature=0,
+                                       stream=True)
+        body = json.dumps({"prompt": "Count: 1, 2,", "max_tokens": 2, "stream": True}).encode()
+        queued = urllib.request.urlopen(urllib.request.Request(
+            s.base + "/v1/completions", data=body, headers={"Content-Type": "application/json"}), timeout=60)
+        assert queued.readline() == b": ping\n"  # it waits behind the running one
+        status, resp, hdrs = http(s, "POST", "/v1/completions", {"prompt": "hi", "max_tokens": 1}, key=None)
+        assert status == 429 and resp["error"]["type"] == "rate_limit_error" and hdrs["Retry-After"]
+        running.close()
+        rest = queued.read().decode()
+        assert '"finish_reason": "length"' in rest and rest.endswith("data: [DONE]\n\n")
+    finally:
+        s.stop()
+
+
+# -- in-process API: the same dicts --------------------------------------------------------------------------------
+
+def test_in_process_api_same_shapes(client, model, model_name):
+    r = model.create_chat_completion(MSGS, max_tokens=6, temperature=0)
+    h = client.chat.completions.create(model=model_name, messages=MSGS, max_tokens=6, temperature=0).model_dump()
+    assert r["choices"][0]["message"]["content"] == h["choices"][0]["message"]["content"]
+    assert set(r) <= set(h) and r["usage"]["completion_tokens"] == h["usage"]["completion_tokens"]
+    chunks = list(model.create_completion("Once upon a time", max_tokens=6, temperature=0, stream=True))
+    assert "".join(c["choices"][0]["text"] for c in chunks if c["choices"]) == \
+        model.create_completion("Once upon a time", max_tokens=6, temperature=0)["choices"][0]["text"]
