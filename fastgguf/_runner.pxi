@@ -339,3 +339,36 @@ def forward_batch(Weights w, Workspace ws, list runners, list token_lists, int n
         r.n_past += k
         memcpy(r.logits, &out[i, 0], w.m.n_vocab * sizeof(float))
     return [out[i] for i in range(n)]
+
+
+def _forward_rows(Weights w, Workspace ws, list runners, tokens, seq_of_row, pos_of_row, logit_rows,
+                  int n_threads=1):
+    """Test hook: fg_forward_multi on raw row arrays, with only the array lengths checked here (the C entry
+    point validates the rest). The workspace keeps its chunk size (rows are not reserved). Runners' n_past and
+    tokens are not touched. Returns (rc, logits (len(logit_rows), n_vocab))."""
+    cdef Py_ssize_t n = len(runners), i
+    rs = list(runners)
+    for obj in rs:
+        if not isinstance(obj, Runner) or (<Runner>obj).weights is not w:
+            raise ValueError("expected Runners over w")
+    cdef cnp.ndarray[int32_t, ndim=1] tk = np.ascontiguousarray(tokens, dtype=np.int32)
+    cdef cnp.ndarray[int32_t, ndim=1] sq = np.ascontiguousarray(seq_of_row, dtype=np.int32)
+    cdef cnp.ndarray[int32_t, ndim=1] ps = np.ascontiguousarray(pos_of_row, dtype=np.int32)
+    cdef cnp.ndarray[int32_t, ndim=1] lr = np.ascontiguousarray(logit_rows, dtype=np.int32)
+    if n == 0 or tk.shape[0] == 0 or sq.shape[0] != tk.shape[0] or ps.shape[0] != tk.shape[0]:
+        raise ValueError("need runners and rows, with tokens, seq_of_row and pos_of_row of one length")
+    cdef cnp.ndarray[float, ndim=2] out = np.zeros((max(lr.shape[0], 1), w.m.n_vocab), dtype=np.float32)
+    ws.reserve(1, max((<Runner>r).n_ctx for r in rs), n_threads)
+    cdef fg_kv **kvs = <fg_kv **>malloc(n * sizeof(fg_kv *))
+    if kvs == NULL:
+        raise MemoryError()
+    for i in range(n):
+        kvs[i] = &(<Runner>rs[i]).st.kv
+    cdef int rc, n_rows = tk.shape[0], n_seqs = <int>n, n_lr = lr.shape[0]
+    cdef int32_t dummy = 0
+    cdef const int32_t *lrp = &lr[0] if n_lr > 0 else &dummy
+    with nogil:
+        rc = fg_forward_multi(&w.m, &ws.w, kvs, n_seqs, &tk[0], &sq[0], &ps[0], n_rows, lrp, n_lr, &out[0, 0],
+                              n_threads)
+    free(kvs)
+    return rc, out[:n_lr]
