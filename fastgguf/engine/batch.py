@@ -3,7 +3,9 @@
 `forward_batch(model, [(ctx_a, ids_a), (ctx_b, ids_b), ...])` evaluates each context's new tokens after its cached
 ones in ONE pass: every weight matrix is read once for all the step's rows (the cost of a decode step is mostly
 reading the weights, so N sequences cost far less than N steps), and attention runs per sequence against its own
-KV cache. A sequence may bring one token (a decode step) or many (a prompt chunk) in the same call.
+KV cache. A sequence may bring one token (a decode step) or many (a prompt chunk) in the same call; the call
+returns when all its rows are done, so a server bounds the latency of a step by splitting long prompts into chunks
+(rows run in internal chunks of up to 256).
 
 Results are bit-identical to running each context alone (`ctx.eval(ids)`), whatever the other sequences and the
 number of threads: every op is row-wise and the matrix kernels give a row the same result in a GEMM as in a GEMV.
