@@ -56,7 +56,7 @@ static void team_barrier(int *b, int nth) {
 #endif
     }
 }
-#define BARRIER(t) team_barrier((t)->s->barrier, (t)->nth)
+#define BARRIER(t) team_barrier((t)->w->barrier, (t)->nth)
 #elif defined(_OPENMP) && defined(_MSC_VER)
 #define BARRIER(t) __pragma(omp barrier)
 #elif defined(_OPENMP)
@@ -93,93 +93,134 @@ static size_t max_row_bytes(int64_t n) {
     return round64(b > best ? b : best);
 }
 
-static size_t priv_bytes(const fg_state *s, const fg_model *m) {
-    return round64((size_t)s->n_in * sizeof(float)) + FG_MAX_SLOTS * s->xq_row +
-           round64((size_t)m->n_head * s->n_ctx * sizeof(float));
+static size_t priv_bytes(const fg_work *w, const fg_model *m) {
+    return round64((size_t)w->n_in * sizeof(float)) + FG_MAX_SLOTS * w->xq_row +
+           round64((size_t)m->n_head * w->max_ctx * sizeof(float));
 }
 
-void fg_state_free(fg_state *s) {
-    free64(s->k_cache);
-    free64(s->v_cache);
-    s->k_cache = s->v_cache = NULL;
-    float **fs[] = {&s->kcur, &s->vcur, &s->x, &s->xn, &s->q, &s->att, &s->tmp, &s->gate, &s->up, &s->rope};
+void fg_kv_free(fg_kv *kv) {
+    free64(kv->k_cache);
+    free64(kv->v_cache);
+    kv->k_cache = kv->v_cache = NULL;
+}
+
+int fg_kv_init(fg_kv *kv, const fg_model *m, int n_ctx) {
+    size_t cache = (size_t)m->n_layer * n_ctx * m->n_head_kv * m->head_dim * sizeof(uint16_t);
+    kv->n_ctx = n_ctx;
+    kv->k_cache = alloc64(cache);
+    kv->v_cache = alloc64(cache);
+    if (!kv->k_cache || !kv->v_cache) {
+        fg_kv_free(kv);
+        return -1;
+    }
+    memset(kv->k_cache, 0, cache);
+    memset(kv->v_cache, 0, cache);
+    return 0;
+}
+
+void fg_work_free(fg_work *w) {
+    float **fs[] = {&w->kcur, &w->vcur, &w->x, &w->xn, &w->q, &w->att, &w->tmp, &w->gate, &w->up, &w->rope};
     for (size_t i = 0; i < sizeof(fs) / sizeof(fs[0]); i++) {
         free64(*fs[i]);
         *fs[i] = NULL;
     }
-    free64(s->xq);
-    free64(s->priv);
-    free64(s->barrier);
-    s->xq = s->priv = NULL;
-    s->barrier = NULL;
+    free64(w->xq);
+    free64(w->priv);
+    free64(w->barrier);
+    w->xq = w->priv = NULL;
+    w->barrier = NULL;
+}
+
+int fg_work_init(fg_work *w, const fg_model *m, int n_batch, int max_ctx, int max_threads) {
+    memset(w, 0, sizeof(*w));
+    w->n_batch = n_batch < 1 ? 1 : n_batch;
+    w->max_ctx = max_ctx < 1 ? 1 : max_ctx;
+    w->max_threads = max_threads < 1 ? 1 : max_threads;
+    w->q_dim = (int64_t)m->n_head * m->head_dim;
+    w->kv_dim = (int64_t)m->n_head_kv * m->head_dim;
+    w->n_in = m->n_embd;
+    if (w->q_dim > w->n_in) w->n_in = w->q_dim;
+    if (m->n_ff > w->n_in) w->n_in = m->n_ff;
+    w->xq_row = max_row_bytes(w->n_in);
+    size_t B = (size_t)w->n_batch;
+    w->kcur = alloc64(B * w->kv_dim * sizeof(float));
+    w->vcur = alloc64(B * w->kv_dim * sizeof(float));
+    w->x = alloc64(B * m->n_embd * sizeof(float));
+    w->xn = alloc64(B * w->n_in * sizeof(float));
+    w->q = alloc64(B * w->q_dim * sizeof(float));
+    w->att = alloc64(B * w->q_dim * sizeof(float));
+    w->tmp = alloc64(B * m->n_embd * sizeof(float));
+    w->gate = alloc64(B * m->n_ff * sizeof(float));
+    w->up = alloc64(B * m->n_ff * sizeof(float));
+    w->rope = alloc64(B * (m->n_rot > 0 ? m->n_rot : 1) * sizeof(float));
+    w->xq = alloc64(FG_MAX_SLOTS * B * w->xq_row);
+    w->priv_size = priv_bytes(w, m);
+    w->priv = alloc64(w->priv_size * w->max_threads);
+    w->barrier = alloc64(64);
+    if (!w->kcur || !w->vcur || !w->x || !w->xn || !w->q || !w->att || !w->tmp || !w->gate || !w->up || !w->rope ||
+        !w->xq || !w->priv || !w->barrier) {
+        fg_work_free(w);
+        return -1;
+    }
+    memset(w->barrier, 0, 64);
+    return 0;
+}
+
+int fg_work_reserve(fg_work *w, const fg_model *m, int n_batch, int max_ctx, int max_threads) {
+    if (n_batch <= w->n_batch && max_ctx <= w->max_ctx && max_threads <= w->max_threads) return 0;
+    fg_work grown;
+    if (fg_work_init(&grown, m, n_batch > w->n_batch ? n_batch : w->n_batch, max_ctx > w->max_ctx ? max_ctx : w->max_ctx,
+                     max_threads > w->max_threads ? max_threads : w->max_threads) != 0)
+        return -1;
+    fg_work_free(w);
+    *w = grown;
+    return 0;
+}
+
+void fg_state_free(fg_state *s) {
+    fg_kv_free(&s->kv);
+    fg_work_free(&s->work);
 }
 
 int fg_state_init(fg_state *s, const fg_model *m, int n_ctx, int n_batch, int max_threads) {
     memset(s, 0, sizeof(*s));
-    s->n_ctx = n_ctx;
-    s->n_batch = n_batch < 1 ? 1 : n_batch;
-    s->max_threads = max_threads < 1 ? 1 : max_threads;
-    s->q_dim = (int64_t)m->n_head * m->head_dim;
-    s->kv_dim = (int64_t)m->n_head_kv * m->head_dim;
-    s->n_in = m->n_embd;
-    if (s->q_dim > s->n_in) s->n_in = s->q_dim;
-    if (m->n_ff > s->n_in) s->n_in = m->n_ff;
-    s->xq_row = max_row_bytes(s->n_in);
-    size_t B = (size_t)s->n_batch, cache = (size_t)m->n_layer * n_ctx * s->kv_dim * sizeof(uint16_t);
-    s->k_cache = alloc64(cache);
-    s->v_cache = alloc64(cache);
-    s->kcur = alloc64(B * s->kv_dim * sizeof(float));
-    s->vcur = alloc64(B * s->kv_dim * sizeof(float));
-    s->x = alloc64(B * m->n_embd * sizeof(float));
-    s->xn = alloc64(B * s->n_in * sizeof(float));
-    s->q = alloc64(B * s->q_dim * sizeof(float));
-    s->att = alloc64(B * s->q_dim * sizeof(float));
-    s->tmp = alloc64(B * m->n_embd * sizeof(float));
-    s->gate = alloc64(B * m->n_ff * sizeof(float));
-    s->up = alloc64(B * m->n_ff * sizeof(float));
-    s->rope = alloc64(B * (m->n_rot > 0 ? m->n_rot : 1) * sizeof(float));
-    s->xq = alloc64(FG_MAX_SLOTS * B * s->xq_row);
-    s->priv_size = priv_bytes(s, m);
-    s->priv = alloc64(s->priv_size * s->max_threads);
-    s->barrier = alloc64(64);
-    if (!s->k_cache || !s->v_cache || !s->kcur || !s->vcur || !s->x || !s->xn || !s->q || !s->att || !s->tmp || !s->gate || !s->up ||
-        !s->rope || !s->xq || !s->priv || !s->barrier) {
-        fg_state_free(s);
+    if (fg_kv_init(&s->kv, m, n_ctx) != 0) return -1;
+    if (fg_work_init(&s->work, m, n_batch, n_ctx, max_threads) != 0) {
+        fg_kv_free(&s->kv);
         return -1;
     }
-    memset(s->barrier, 0, 64);
-    memset(s->k_cache, 0, cache);
-    memset(s->v_cache, 0, cache);
     return 0;
 }
 
 int fg_state_set_max_threads(fg_state *s, const fg_model *m, int max_threads) {
-    if (max_threads <= s->max_threads) return 0;
-    char *p = alloc64(priv_bytes(s, m) * max_threads);
-    if (!p) return -1;
-    free64(s->priv);
-    s->priv = p;
-    s->max_threads = max_threads;
-    return 0;
+    return fg_work_reserve(&s->work, m, s->work.n_batch, s->work.max_ctx, max_threads);
 }
 
 /* ---- pieces run by every thread of the team ---- */
 
 typedef struct {
     const fg_model *m;
-    fg_state *s;
+    fg_work *w;
+    fg_kv *const *seqs;  /* the call's caches */
+    const int32_t *seq;  /* (rows,) of the current chunk: index into seqs of each row */
+    const int32_t *pos;  /* (rows,) of the current chunk: position of each row */
     int ith, nth;
-    float *pxn;        /* private (n_in,) */
-    char *pxq;         /* private FG_MAX_SLOTS * xq_row */
-    float *scores;     /* private (n_head * n_ctx) */
+    float *pxn;          /* private (n_in,) */
+    char *pxq;           /* private FG_MAX_SLOTS * xq_row */
+    float *scores;       /* private (n_head * max_ctx) */
 } team;
+
+/* Layer il's (n_ctx, kv_dim) F16 K or V cache (cache: kv->k_cache or kv->v_cache). */
+static uint16_t *layer_cache(const fg_kv *kv, uint16_t *cache, int il, int64_t kv_dim) {
+    return cache + (int64_t)il * kv->n_ctx * kv_dim;
+}
 
 /* Inputs of matrices ws[0..nw) from rows src (rows, n) (ld floats apart): RMS-normed with `norm` unless NULL,
  * then quantized once per distinct activation type. xq[j], xq_stride: where matrix j's input rows are.
  * rows == 1: each thread makes its own private copy (no barrier); else rows are split, then a barrier. */
 static void prep(const team *t, const float *src, int64_t rows, int64_t n, int64_t ld, const float *norm,
                  const fg_mat *const *ws, int nw, const char **xq, size_t *xq_stride) {
-    fg_state *s = t->s;
+    fg_work *s = t->w;
     int slot_type[FG_MAX_SLOTS], n_slots = 0, slot_of[FG_MAX_SLOTS];
     for (int j = 0; j < nw; j++) {
         int dt = fg_vec_dot_type(ws[j]->type), k = 0;
@@ -232,7 +273,7 @@ static void add_bias(float *y, int64_t ldy, int64_t rows, const float *b, int64_
 
 /* x[i, r] += W_r . in_i for own rows: the output projections with the residual add fused. */
 static void matmul_residual(const team *t, const fg_mat *w, const float *in, int64_t rows, int64_t n, int64_t ld) {
-    fg_state *s = t->s;
+    fg_work *s = t->w;
     const fg_mat *ws[1] = {w};
     const char *xq[1];
     size_t xs;
@@ -262,80 +303,98 @@ static void rope_row(const team *t, const fg_layer *L, float *q, float *k, const
     }
 }
 
-/* Batch row i's K and V rows of KV head g into the F16 cache rows kc, vc (already at the row's position). */
-static void store_kv(const fg_state *s, int hd, const float *k, const float *v, uint16_t *kc, uint16_t *vc, int g) {
-    (void)s;
-    fg_f32_to_f16_row(kc + (int64_t)g * hd, k + (int64_t)g * hd, hd);
-    fg_f32_to_f16_row(vc + (int64_t)g * hd, v + (int64_t)g * hd, hd);
+/* K and V (kv_dim,) of one row into the F16 cache rows kc, vc (already at the row's position). */
+static void store_kv(int64_t kv_dim, const float *k, const float *v, uint16_t *kc, uint16_t *vc) {
+    fg_f32_to_f16_row(kc, k, kv_dim);
+    fg_f32_to_f16_row(vc, v, kv_dim);
 }
 
-static void layer_forward(const team *t, int il, int64_t rows, int pos) {
+/* One row (a decode step). q, k, v = attn_norm(x) . Wq, Wk, Wv with whole heads per thread: the n_head + 2 n_head_kv
+ * heads of q|k|v split evenly, so each thread ropes its own q and k heads and stores its k and v heads in the cache
+ * with no barrier in between. Then attention split by query head (balanced even when there are fewer KV groups
+ * than threads); a thread reads the K/V rows of a group once for all its heads of it. Output: w->att row 0. */
+static void attention_one_row(const team *t, const fg_layer *L, int il, const char *const *xq, size_t xs) {
     const fg_model *m = t->m;
-    fg_state *s = t->s;
+    fg_work *s = t->w;
+    const fg_kv *kv = t->seqs[t->seq[0]];
+    int pos = t->pos[0], H = m->n_head, G = m->n_head_kv, hd = m->head_dim, n_rep = H / G;
+    int64_t QD = s->q_dim, KV = s->kv_dim, u0, u1, h0, h1;
+    uint16_t *kl = layer_cache(kv, kv->k_cache, il, KV), *vl = layer_cache(kv, kv->v_cache, il, KV);
+    fg_split_rows(H + 2 * G, t->nth, t->ith, 1, &u0, &u1);
+    h0 = u0 < H ? u0 : H, h1 = u1 < H ? u1 : H;                                     /* q heads */
+    matmul(&L->wq, xq[0], xs, 1, s->q, QD, h0 * hd, h1 * hd);
+    add_bias(s->q, QD, 1, L->bq, h0 * hd, h1 * hd);
+    rope_row(t, L, s->q, s->kcur, s->rope, (int)h0, (int)h1, 0, 0);
+    h0 = u0 - H < 0 ? 0 : (u0 - H < G ? u0 - H : G), h1 = u1 - H < 0 ? 0 : (u1 - H < G ? u1 - H : G); /* k heads */
+    matmul(&L->wk, xq[1], xs, 1, s->kcur, KV, h0 * hd, h1 * hd);
+    add_bias(s->kcur, KV, 1, L->bk, h0 * hd, h1 * hd);
+    rope_row(t, L, s->q, s->kcur, s->rope, 0, 0, (int)h0, (int)h1);
+    for (int64_t g = h0; g < h1; g++) fg_f32_to_f16_row(kl + (int64_t)pos * KV + g * hd, s->kcur + g * hd, hd);
+    h0 = u0 - H - G < 0 ? 0 : u0 - H - G, h1 = u1 - H - G < 0 ? 0 : u1 - H - G;      /* v heads */
+    matmul(&L->wv, xq[2], xs, 1, s->vcur, KV, h0 * hd, h1 * hd);
+    add_bias(s->vcur, KV, 1, L->bv, h0 * hd, h1 * hd);
+    for (int64_t g = h0; g < h1; g++) fg_f32_to_f16_row(vl + (int64_t)pos * KV + g * hd, s->vcur + g * hd, hd);
+    BARRIER(t);
+    fg_split_rows(H, t->nth, t->ith, 1, &h0, &h1);
+    for (int64_t g = h0 / n_rep; g * n_rep < h1; g++) {
+        int64_t a = g * n_rep > h0 ? g * n_rep : h0, b = (g + 1) * n_rep < h1 ? (g + 1) * n_rep : h1;
+        fg_attention_group(s->att + a * hd, s->q + a * hd, (int)(b - a), hd, kl + g * hd, vl + g * hd, KV, pos,
+                           m->attn_scale, t->scores);
+    }
+}
+
+/* Several rows, of one or several sequences. q, k, v = attn_norm(x) . Wq, Wk, Wv (GEMM over all rows); then each
+ * row's RoPE and store into its own sequence's cache at its own position; then attention per (row, KV group)
+ * over that cache up to the row's position (causal within a sequence's chunk: its rows are all stored first).
+ * Output: w->att (rows, q_dim). */
+static void attention_rows(const team *t, const fg_layer *L, int il, int64_t rows, const char *const *xq,
+                           size_t xs) {
+    const fg_model *m = t->m;
+    fg_work *s = t->w;
+    int hd = m->head_dim, G = m->n_head_kv, n_rep = m->n_head / G;
+    int64_t QD = s->q_dim, KV = s->kv_dim, r0, r1;
+    fg_split_rows(QD, t->nth, t->ith, ROW_ALIGN, &r0, &r1);
+    matmul(&L->wq, xq[0], xs, rows, s->q, QD, r0, r1);
+    add_bias(s->q, QD, rows, L->bq, r0, r1);
+    fg_split_rows(KV, t->nth, t->ith, ROW_ALIGN, &r0, &r1);
+    matmul(&L->wk, xq[1], xs, rows, s->kcur, KV, r0, r1);
+    add_bias(s->kcur, KV, rows, L->bk, r0, r1);
+    matmul(&L->wv, xq[2], xs, rows, s->vcur, KV, r0, r1);
+    add_bias(s->vcur, KV, rows, L->bv, r0, r1);
+    BARRIER(t);
+    fg_split_rows(rows, t->nth, t->ith, 1, &r0, &r1);
+    for (int64_t i = r0; i < r1; i++) {
+        const fg_kv *kv = t->seqs[t->seq[i]];
+        int64_t at = (int64_t)t->pos[i] * KV;
+        rope_row(t, L, s->q + i * QD, s->kcur + i * KV, s->rope + i * m->n_rot, 0, m->n_head, 0, G);
+        store_kv(KV, s->kcur + i * KV, s->vcur + i * KV, layer_cache(kv, kv->k_cache, il, KV) + at,
+                 layer_cache(kv, kv->v_cache, il, KV) + at);
+    }
+    BARRIER(t);
+    fg_split_rows(rows * G, t->nth, t->ith, 1, &r0, &r1);
+    for (int64_t u = r0; u < r1; u++) {
+        int64_t i = u / G, g = u % G;
+        const fg_kv *kv = t->seqs[t->seq[i]];
+        fg_attention_group(s->att + i * QD + g * n_rep * hd, s->q + i * QD + g * n_rep * hd, n_rep, hd,
+                           layer_cache(kv, kv->k_cache, il, KV) + g * hd, layer_cache(kv, kv->v_cache, il, KV) + g * hd,
+                           KV, t->pos[i], m->attn_scale, t->scores);
+    }
+}
+
+static void layer_forward(const team *t, int il, int64_t rows) {
+    const fg_model *m = t->m;
+    fg_work *s = t->w;
     const fg_layer *L = &m->layers[il];
-    int64_t E = m->n_embd, QD = s->q_dim, KV = s->kv_dim, F = m->n_ff, r0, r1;
-    int hd = m->head_dim, n_rep = m->n_head / m->n_head_kv;
-    uint16_t *kl = s->k_cache + (int64_t)il * s->n_ctx * KV; /* (n_ctx, kv_dim) of this layer */
-    uint16_t *vl = s->v_cache + (int64_t)il * s->n_ctx * KV;
+    int64_t E = m->n_embd, QD = s->q_dim, F = m->n_ff, r0, r1;
     const char *xq[3];
     size_t xs;
 
     const fg_mat *qkv[3] = {&L->wq, &L->wk, &L->wv};
     prep(t, s->x, rows, E, E, L->attn_norm, qkv, 3, xq, &xs);
-    if (rows == 1) {
-        /* One token. q, k, v = attn_norm(x) . Wq, Wk, Wv with whole heads per thread: the n_head + 2 n_head_kv
-         * heads of q|k|v split evenly, so each thread ropes its own q and k heads and stores its k and v heads in
-         * the cache with no barrier in between. Then attention split by query head (balanced even when there are
-         * fewer KV groups than threads); a thread reads the K/V rows of a group once for all its heads of it. */
-        int H = m->n_head, G = m->n_head_kv;
-        int64_t u0, u1, h0, h1;
-        fg_split_rows(H + 2 * G, t->nth, t->ith, 1, &u0, &u1);
-        h0 = u0 < H ? u0 : H, h1 = u1 < H ? u1 : H;                                     /* q heads */
-        matmul(&L->wq, xq[0], xs, 1, s->q, QD, h0 * hd, h1 * hd);
-        add_bias(s->q, QD, 1, L->bq, h0 * hd, h1 * hd);
-        rope_row(t, L, s->q, s->kcur, s->rope, (int)h0, (int)h1, 0, 0);
-        h0 = u0 - H < 0 ? 0 : (u0 - H < G ? u0 - H : G), h1 = u1 - H < 0 ? 0 : (u1 - H < G ? u1 - H : G); /* k */
-        matmul(&L->wk, xq[1], xs, 1, s->kcur, KV, h0 * hd, h1 * hd);
-        add_bias(s->kcur, KV, 1, L->bk, h0 * hd, h1 * hd);
-        rope_row(t, L, s->q, s->kcur, s->rope, 0, 0, (int)h0, (int)h1);
-        for (int64_t g = h0; g < h1; g++) fg_f32_to_f16_row(kl + (int64_t)pos * KV + g * hd, s->kcur + g * hd, hd);
-        h0 = u0 - H - G < 0 ? 0 : u0 - H - G, h1 = u1 - H - G < 0 ? 0 : u1 - H - G;      /* v heads */
-        matmul(&L->wv, xq[2], xs, 1, s->vcur, KV, h0 * hd, h1 * hd);
-        add_bias(s->vcur, KV, 1, L->bv, h0 * hd, h1 * hd);
-        for (int64_t g = h0; g < h1; g++) fg_f32_to_f16_row(vl + (int64_t)pos * KV + g * hd, s->vcur + g * hd, hd);
-        BARRIER(t);
-        fg_split_rows(H, t->nth, t->ith, 1, &h0, &h1);
-        for (int64_t g = h0 / n_rep; g * n_rep < h1; g++) {
-            int64_t a = g * n_rep > h0 ? g * n_rep : h0, b = (g + 1) * n_rep < h1 ? (g + 1) * n_rep : h1;
-            fg_attention_group(s->att + a * hd, s->q + a * hd, (int)(b - a), hd, kl + g * hd, vl + g * hd, KV, pos,
-                               m->attn_scale, t->scores);
-        }
-    } else {
-        /* A batch. q, k, v = attn_norm(x) . Wq, Wk, Wv; then every row's RoPE and cache store; then attention per
-         * (token, KV group). */
-        fg_split_rows(QD, t->nth, t->ith, ROW_ALIGN, &r0, &r1);
-        matmul(&L->wq, xq[0], xs, rows, s->q, QD, r0, r1);
-        add_bias(s->q, QD, rows, L->bq, r0, r1);
-        fg_split_rows(KV, t->nth, t->ith, ROW_ALIGN, &r0, &r1);
-        matmul(&L->wk, xq[1], xs, rows, s->kcur, KV, r0, r1);
-        add_bias(s->kcur, KV, rows, L->bk, r0, r1);
-        matmul(&L->wv, xq[2], xs, rows, s->vcur, KV, r0, r1);
-        add_bias(s->vcur, KV, rows, L->bv, r0, r1);
-        BARRIER(t);
-        fg_split_rows(rows, t->nth, t->ith, 1, &r0, &r1);
-        for (int64_t i = r0; i < r1; i++) {
-            rope_row(t, L, s->q + i * QD, s->kcur + i * KV, s->rope + i * m->n_rot, 0, m->n_head, 0, m->n_head_kv);
-            for (int g = 0; g < m->n_head_kv; g++)
-                store_kv(s, hd, s->kcur + i * KV, s->vcur + i * KV, kl + (pos + i) * KV, vl + (pos + i) * KV, g);
-        }
-        BARRIER(t);
-        fg_split_rows(rows * m->n_head_kv, t->nth, t->ith, 1, &r0, &r1);
-        for (int64_t u = r0; u < r1; u++) {
-            int64_t i = u / m->n_head_kv, g = u % m->n_head_kv;
-            fg_attention_group(s->att + i * QD + g * n_rep * hd, s->q + i * QD + g * n_rep * hd, n_rep, hd,
-                               kl + g * hd, vl + g * hd, KV, pos + i, m->attn_scale, t->scores);
-        }
-    }
+    if (rows == 1)
+        attention_one_row(t, L, il, xq, xs);
+    else
+        attention_rows(t, L, il, rows, xq, xs);
     BARRIER(t);
 
     /* x += att . Wo */
@@ -352,12 +411,72 @@ static void layer_forward(const team *t, int il, int64_t rows, int pos) {
     matmul_residual(t, &L->w_down, s->gate, rows, F, F);
 }
 
-int fg_forward(const fg_model *m, fg_state *s, const int32_t *tokens, int n_tokens, int pos, float *logits,
-               int all_logits, int n_threads) {
-    if (n_tokens < 1 || pos < 0 || (int64_t)pos + n_tokens > s->n_ctx) return -1;
-    for (int i = 0; i < n_tokens; i++)
-        if (tokens[i] < 0 || tokens[i] >= m->n_vocab) return -1;
-    int nth = n_threads < 1 ? 1 : (n_threads > s->max_threads ? s->max_threads : n_threads);
+/* Embeddings and RoPE tables of the chunk's rows (tokens (rows,)) into w->x, w->rope (rows split, no barrier). */
+static void embed_rows(const team *t, const int32_t *tokens, int64_t rows) {
+    const fg_model *m = t->m;
+    fg_work *s = t->w;
+    const fg_mat *te = &m->tok_embd;
+    int64_t E = m->n_embd, r0, r1;
+    fg_split_rows(rows, t->nth, t->ith, 1, &r0, &r1);
+    for (int64_t i = r0; i < r1; i++) {
+        fg_dequantize_row(te->type, (const char *)te->data + (size_t)tokens[i] * te->stride, s->x + i * E, E);
+        if (m->n_rot > 0)
+            fg_rope_table(s->rope + i * m->n_rot, m->n_rot, t->pos[i], m->rope_base, m->rope_freq_scale, m->rope_freqs);
+    }
+}
+
+/* logits (n_out, n_vocab) = output . output_norm(x) of rows want[0..n_out) (increasing, numbered from the call's
+ * first row; this chunk starts at row c0). Contiguous rows are read in place; others are gathered into w->tmp. */
+static void logits_rows(const team *t, const int32_t *want, int64_t n_out, int c0, float *logits) {
+    const fg_model *m = t->m;
+    fg_work *s = t->w;
+    int64_t E = m->n_embd, r0, r1;
+    const float *src = s->x + (int64_t)(want[0] - c0) * E;
+    if (want[n_out - 1] - want[0] != n_out - 1) {
+        fg_split_rows(n_out, t->nth, t->ith, 1, &r0, &r1);
+        for (int64_t i = r0; i < r1; i++) memcpy(s->tmp + i * E, s->x + (int64_t)(want[i] - c0) * E, E * sizeof(float));
+        BARRIER(t);
+        src = s->tmp;
+    }
+    const fg_mat *ws[1] = {&m->output};
+    const char *xq[1];
+    size_t xs;
+    prep(t, src, n_out, E, E, m->output_norm, ws, 1, xq, &xs);
+    fg_split_rows(m->n_vocab, t->nth, t->ith, ROW_ALIGN, &r0, &r1);
+    matmul(&m->output, xq[0], xs, n_out, logits, m->n_vocab, r0, r1);
+}
+
+/* The checks of fg_forward_multi (see fg_forward.h): 0 when the call is valid, else -1. */
+static int check_rows(const fg_model *m, const fg_work *w, fg_kv *const *seqs, int n_seqs, const int32_t *tokens,
+                      const int32_t *seq_of_row, const int32_t *pos_of_row, int n_rows, const int32_t *logit_rows,
+                      int n_logit_rows) {
+    if (n_seqs < 1 || n_rows < 1 || n_logit_rows < 0 || !seqs || !tokens || !seq_of_row || !pos_of_row ||
+        (n_logit_rows > 0 && !logit_rows))
+        return -1;
+    for (int j = 0; j < n_seqs; j++) {
+        if (!seqs[j] || !seqs[j]->k_cache || !seqs[j]->v_cache) return -1;
+        for (int k = 0; k < j; k++)
+            if (seqs[k] == seqs[j]) return -1;
+    }
+    for (int r = 0; r < n_rows; r++) {
+        int j = seq_of_row[r], p = pos_of_row[r];
+        if (tokens[r] < 0 || tokens[r] >= m->n_vocab || j < 0 || j >= n_seqs) return -1;
+        if (p < 0 || p >= seqs[j]->n_ctx || p >= w->max_ctx) return -1;
+        int prev = r - 1; /* the sequence's previous row, if any: its position must be p - 1 */
+        while (prev >= 0 && seq_of_row[prev] != j) prev--;
+        if (prev >= 0 && pos_of_row[prev] != p - 1) return -1;
+    }
+    for (int i = 0; i < n_logit_rows; i++)
+        if (logit_rows[i] < 0 || logit_rows[i] >= n_rows || (i > 0 && logit_rows[i] <= logit_rows[i - 1])) return -1;
+    return 0;
+}
+
+int fg_forward_multi(const fg_model *m, fg_work *w, fg_kv *const *seqs, int n_seqs, const int32_t *tokens,
+                     const int32_t *seq_of_row, const int32_t *pos_of_row, int n_rows, const int32_t *logit_rows,
+                     int n_logit_rows, float *logits, int n_threads) {
+    if (check_rows(m, w, seqs, n_seqs, tokens, seq_of_row, pos_of_row, n_rows, logit_rows, n_logit_rows) != 0)
+        return -1;
+    int nth = n_threads < 1 ? 1 : (n_threads > w->max_threads ? w->max_threads : n_threads);
 
 #ifdef _OPENMP
 #pragma omp parallel num_threads(nth)
@@ -365,7 +484,8 @@ int fg_forward(const fg_model *m, fg_state *s, const int32_t *tokens, int n_toke
     {
         team t;
         t.m = m;
-        t.s = s;
+        t.w = w;
+        t.seqs = seqs;
 #ifdef _OPENMP
         t.ith = omp_get_thread_num();
         t.nth = omp_get_num_threads();
@@ -373,44 +493,50 @@ int fg_forward(const fg_model *m, fg_state *s, const int32_t *tokens, int n_toke
         t.ith = 0;
         t.nth = 1;
 #endif
-        char *p = s->priv + (size_t)t.ith * s->priv_size;
+        char *p = w->priv + (size_t)t.ith * w->priv_size;
         t.pxn = (float *)p;
-        t.pxq = p + round64((size_t)s->n_in * sizeof(float));
-        t.scores = (float *)(t.pxq + FG_MAX_SLOTS * s->xq_row);
-        int64_t E = m->n_embd, r0, r1;
+        t.pxq = p + round64((size_t)w->n_in * sizeof(float));
+        t.scores = (float *)(t.pxq + FG_MAX_SLOTS * w->xq_row);
+        int li = 0; /* next entry of logit_rows */
 
-        for (int c = 0; c < n_tokens; c += s->n_batch) {
-            int64_t rows = n_tokens - c < s->n_batch ? n_tokens - c : s->n_batch;
-            int p0 = pos + c;
-            /* embeddings and RoPE tables of this chunk's tokens */
-            fg_split_rows(rows, t.nth, t.ith, 1, &r0, &r1);
-            for (int64_t i = r0; i < r1; i++) {
-                const fg_mat *te = &m->tok_embd;
-                fg_dequantize_row(te->type, (const char *)te->data + (size_t)tokens[c + i] * te->stride, s->x + i * E, E);
-                if (m->n_rot > 0)
-                    fg_rope_table(s->rope + i * m->n_rot, m->n_rot, p0 + i, m->rope_base, m->rope_freq_scale,
-                                  m->rope_freqs);
-            }
+        /* chunks of up to n_batch rows, in row order (a sequence's later rows see its earlier chunks' cache) */
+        for (int c = 0; c < n_rows; c += w->n_batch) {
+            int64_t rows = n_rows - c < w->n_batch ? n_rows - c : w->n_batch;
+            t.seq = seq_of_row + c;
+            t.pos = pos_of_row + c;
+            embed_rows(&t, tokens + c, rows);
             BARRIER(&t);
 
-            for (int il = 0; il < m->n_layer; il++) layer_forward(&t, il, rows, p0);
+            for (int il = 0; il < m->n_layer; il++) layer_forward(&t, il, rows);
 
-            /* logits of the last token, or of every token */
-            int last = c + rows >= n_tokens;
-            if (all_logits || last) {
-                int64_t o0 = all_logits ? 0 : rows - 1, n_out = rows - o0;
-                float *lg = logits + (all_logits ? (int64_t)c * m->n_vocab : 0);
-                const fg_mat *ws[1] = {&m->output};
-                const char *xq[1];
-                size_t xs;
-                prep(&t, s->x + o0 * E, n_out, E, E, m->output_norm, ws, 1, xq, &xs);
-                fg_split_rows(m->n_vocab, t.nth, t.ith, ROW_ALIGN, &r0, &r1);
-                matmul(&m->output, xq[0], xs, n_out, lg, m->n_vocab, r0, r1);
-            }
-            if (!last) {
+            int l0 = li;
+            while (li < n_logit_rows && logit_rows[li] < c + rows) li++;
+            if (li > l0) logits_rows(&t, logit_rows + l0, li - l0, c, logits + (int64_t)l0 * m->n_vocab);
+            if (c + rows < n_rows) {
                 BARRIER(&t);
             }
         }
     }
     return 0;
+}
+
+int fg_forward(const fg_model *m, fg_state *s, const int32_t *tokens, int n_tokens, int pos, float *logits,
+               int all_logits, int n_threads) {
+    if (n_tokens < 1 || pos < 0 || (int64_t)pos + n_tokens > s->kv.n_ctx) return -1;
+    /* rows: all of sequence 0 at pos, pos+1, ...; logits of every row or of the last one */
+    int32_t small[3 * 64], *buf = n_tokens <= 64 ? small : malloc(3 * (size_t)n_tokens * sizeof(int32_t));
+    if (!buf) return -1;
+    int32_t *seq_of_row = buf, *pos_of_row = buf + n_tokens, *logit_rows = buf + 2 * n_tokens;
+    for (int i = 0; i < n_tokens; i++) {
+        seq_of_row[i] = 0;
+        pos_of_row[i] = pos + i;
+        logit_rows[i] = i;
+    }
+    fg_kv *seqs[1] = {&s->kv};
+    int rc = all_logits ? fg_forward_multi(m, &s->work, seqs, 1, tokens, seq_of_row, pos_of_row, n_tokens, logit_rows,
+                                           n_tokens, logits, n_threads)
+                        : fg_forward_multi(m, &s->work, seqs, 1, tokens, seq_of_row, pos_of_row, n_tokens,
+                                           logit_rows + n_tokens - 1, 1, logits, n_threads);
+    if (buf != small) free(buf);
+    return rc;
 }

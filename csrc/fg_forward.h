@@ -1,5 +1,5 @@
-/* The llama-family forward pass: weights (pointers into the mapped file), per-context state (KV cache and
- * scratch), and fg_forward, which runs a batch of tokens inside ONE OpenMP parallel region.
+/* The llama-family forward pass: weights (pointers into the mapped file), KV caches (one per sequence), scratch,
+ * and fg_forward_multi, which runs rows of one or several sequences inside ONE OpenMP parallel region.
  *
  * Threading: every thread owns the same output rows of every matrix on every call (fg_split_rows), works on
  * them, and meets the others at a barrier only where the next op needs the whole vector: about 5 barriers per
@@ -41,11 +41,18 @@ typedef struct {
 
 #define FG_MAX_SLOTS 3 /* distinct activation types for one input (q, k, v may differ) */
 
+/* One sequence's KV cache: what a conversation keeps between calls. */
 typedef struct {
-    int n_ctx, n_batch, max_threads;
-    int64_t q_dim, kv_dim, n_in;  /* n_in = max(n_embd, q_dim, n_ff) */
+    int n_ctx;
     uint16_t *k_cache, *v_cache;  /* (n_layer, n_ctx, kv_dim) each, F16 (half the memory and bandwidth of F32) */
-    float *kcur, *vcur;           /* (n_batch, kv_dim) this step's K and V before RoPE / conversion to F16 */
+} fg_kv;
+
+/* Scratch of a forward call: the rows of one chunk (up to n_batch rows, of any sequences), per-thread private
+ * buffers and the team's barrier. Holds nothing between calls; one call at a time. */
+typedef struct {
+    int n_batch, max_ctx, max_threads; /* rows per chunk; longest cache attention may read; threads */
+    int64_t q_dim, kv_dim, n_in;  /* n_in = max(n_embd, q_dim, n_ff) */
+    float *kcur, *vcur;           /* (n_batch, kv_dim) this chunk's K and V before RoPE / conversion to F16 */
     float *x;                     /* (n_batch, n_embd) residual stream */
     float *xn;                    /* (n_batch, n_in) normed input, batch path */
     float *q, *att;               /* (n_batch, q_dim) */
@@ -54,10 +61,27 @@ typedef struct {
     float *rope;                  /* (n_batch, n_rot) cos/sin pairs */
     char *xq;                     /* (FG_MAX_SLOTS, n_batch, xq_row) quantized inputs, batch path */
     size_t xq_row;
-    char *priv;                   /* (max_threads, priv_size): per-thread xn (n_in), slots, scores */
+    char *priv;                   /* (max_threads, priv_size): per-thread xn (n_in), slots, scores (n_head, max_ctx) */
     size_t priv_size;
     int *barrier;                 /* the team's barrier: {arrived, generation, sleepers}, one cache line */
+} fg_work;
+
+/* One conversation run alone: its cache and its own scratch. */
+typedef struct {
+    fg_kv kv;
+    fg_work work;
 } fg_state;
+
+/* 0 ok, -1 allocation failure (left freed). */
+int fg_kv_init(fg_kv *kv, const fg_model *m, int n_ctx);
+void fg_kv_free(fg_kv *kv);
+/* n_batch: rows per internal chunk; max_ctx: the largest n_ctx of the caches it will serve. 0 ok, -1 allocation
+ * failure (left freed). */
+int fg_work_init(fg_work *w, const fg_model *m, int n_batch, int max_ctx, int max_threads);
+void fg_work_free(fg_work *w);
+/* Grow w to at least n_batch rows, max_ctx and max_threads (never shrinks). 0 ok, -1 allocation failure (w
+ * unchanged). */
+int fg_work_reserve(fg_work *w, const fg_model *m, int n_batch, int max_ctx, int max_threads);
 
 /* 0 ok, -1 allocation failure (state left freed). n_batch: tokens per internal chunk of a prompt. */
 int fg_state_init(fg_state *s, const fg_model *m, int n_ctx, int n_batch, int max_threads);
@@ -67,8 +91,25 @@ int fg_state_set_max_threads(fg_state *s, const fg_model *m, int max_threads);
 
 /* Run tokens (n_tokens,) at positions pos..pos+n_tokens-1, writing K/V into the cache. logits: (n_vocab,) for the
  * last token, or (n_tokens, n_vocab) when all_logits. Returns 0; -1 if pos + n_tokens > n_ctx, n_tokens < 1 or
- * a token is out of range (nothing done); n_threads is clamped to [1, max_threads]. */
+ * a token is out of range (nothing done), or on allocation failure; n_threads is clamped to [1, max_threads].
+ * The one-sequence case of fg_forward_multi. */
 int fg_forward(const fg_model *m, fg_state *s, const int32_t *tokens, int n_tokens, int pos, float *logits,
                int all_logits, int n_threads);
+
+/* One forward pass over rows of several sequences: each weight matrix is read once per chunk of w->n_batch rows
+ * (GEMM over all of them), attention is per row against its own sequence's cache.
+ *   seqs (n_seqs,): distinct caches; tokens, seq_of_row, pos_of_row (n_rows,): row r is token tokens[r] of
+ *   sequence seqs[seq_of_row[r]] at position pos_of_row[r]. A sequence's rows come in row order at consecutive
+ *   positions (a prompt chunk; causal within it); its cache must hold positions 0..pos-1 of its first row.
+ *   logit_rows (n_logit_rows,): strictly increasing rows whose logits are written to logits (n_logit_rows,
+ *   n_vocab), in that order.
+ * A row's logits are bit-identical whatever the other rows and the number of threads (every op is row-wise; the
+ * GEMM of a row equals its GEMV). Returns 0; -1 (nothing done) on bad input: a count < 1 (n_logit_rows < 0), a
+ * NULL or repeated cache, a sequence index, token or position out of range (pos >= that cache's n_ctx or
+ * w->max_ctx), non-consecutive positions of one sequence, logit rows not increasing or out of range.
+ * n_threads is clamped to [1, w->max_threads]. */
+int fg_forward_multi(const fg_model *m, fg_work *w, fg_kv *const *seqs, int n_seqs, const int32_t *tokens,
+                     const int32_t *seq_of_row, const int32_t *pos_of_row, int n_rows, const int32_t *logit_rows,
+                     int n_logit_rows, float *logits, int n_threads);
 
 #endif

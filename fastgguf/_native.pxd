@@ -110,14 +110,27 @@ cdef extern from "fg_forward.h" nogil:
         fg_mat output
         const fg_layer *layers
 
-    ctypedef struct fg_state:
-        int n_ctx, n_batch, max_threads
+    ctypedef struct fg_kv:
+        int n_ctx
 
+    ctypedef struct fg_work:
+        int n_batch, max_ctx, max_threads
+
+    ctypedef struct fg_state:
+        fg_kv kv
+        fg_work work
+
+    int fg_work_init(fg_work *w, const fg_model *m, int n_batch, int max_ctx, int max_threads)
+    void fg_work_free(fg_work *w)
+    int fg_work_reserve(fg_work *w, const fg_model *m, int n_batch, int max_ctx, int max_threads)
     int fg_state_init(fg_state *s, const fg_model *m, int n_ctx, int n_batch, int max_threads)
     void fg_state_free(fg_state *s)
     int fg_state_set_max_threads(fg_state *s, const fg_model *m, int max_threads)
     int fg_forward(const fg_model *m, fg_state *s, const int32_t *tokens, int n_tokens, int pos, float *logits,
                    int all_logits, int n_threads)
+    int fg_forward_multi(const fg_model *m, fg_work *w, fg_kv *const *seqs, int n_seqs, const int32_t *tokens,
+                         const int32_t *seq_of_row, const int32_t *pos_of_row, int n_rows,
+                         const int32_t *logit_rows, int n_logit_rows, float *logits, int n_threads)
 
 
 cdef class Weights:
@@ -140,6 +153,16 @@ cdef class Runner:
     # valid until the next call. Returns 0, or -1 when the context is full or the token is out of range (nothing
     # changed). GIL not needed.
     cdef int step(self, int token, float **logits) noexcept nogil
+
+
+cdef class Workspace:
+    """Scratch of forward_batch (fg_work): rows of one step of several sequences; grows as needed. Not
+    thread-safe: one call at a time (fastgguf.engine.batch keeps one per thread)."""
+    cdef readonly Weights weights
+    cdef fg_work w
+    cdef bint _ready
+    # Grow to at least n_rows rows (capped at the chunk size), max_ctx and max_threads. Raises MemoryError.
+    cdef int reserve(self, int n_rows, int max_ctx, int max_threads) except -1
 
 
 # ---- samplers (csrc/fg_sample.h) ----

@@ -222,3 +222,157 @@ cdef class Runner:
         if rc != 0:
             return None
         return np.asarray(<float[:self.n_vocab]> lg).copy()
+
+
+# ---- one forward pass over several sequences (the basis of continuous batching) ----
+
+cdef int _CHUNK_ROWS = 256  # rows per internal chunk of forward_batch: each weight matrix is read once per chunk
+
+
+cdef class Workspace:
+    def __cinit__(self):
+        self._ready = False
+
+    def __init__(self, Weights weights, int n_rows=1, int max_ctx=1, int max_threads=1):
+        if n_rows < 1 or max_ctx < 1 or max_threads < 1:
+            raise ValueError(f"n_rows, max_ctx and max_threads must be >= 1, got {n_rows}, {max_ctx}, {max_threads}")
+        self.weights = weights
+        if fg_work_init(&self.w, &weights.m, min(n_rows, _CHUNK_ROWS), max_ctx, max_threads) != 0:
+            raise MemoryError("cannot allocate the batch workspace")
+        self._ready = True
+
+    def __dealloc__(self):
+        if self._ready:
+            fg_work_free(&self.w)
+
+    cdef int reserve(self, int n_rows, int max_ctx, int max_threads) except -1:
+        if fg_work_reserve(&self.w, &self.weights.m, min(n_rows, _CHUNK_ROWS), max_ctx, max_threads) != 0:
+            raise MemoryError(f"cannot grow the batch workspace to {n_rows} rows, n_ctx={max_ctx}, "
+                              f"{max_threads} threads")
+        return 0
+
+    @property
+    def n_rows(self):
+        """Rows per internal chunk (grows up to the chunk size as larger steps come)."""
+        return self.w.n_batch
+
+    @property
+    def max_ctx(self):
+        return self.w.max_ctx
+
+    @property
+    def max_threads(self):
+        return self.w.max_threads
+
+
+def forward_batch(Weights w, Workspace ws, list runners, list token_lists, int n_threads=1):
+    """One forward pass over several sequences: runners[i] (a Runner over w, each at most once) gets
+    token_lists[i] (a non-empty 1-D sequence of ids) at positions n_past.., all rows in one pass (each weight
+    matrix read once per chunk of up to 256 rows), with the GIL released. Returns a list of float32 (n_vocab,)
+    logits of each sequence's last token (rows of one array). Each runner's n_past, tokens and logits buffer
+    advance as with runner.eval(token_lists[i]), and the logits are bit-identical to that. Raises ValueError /
+    TypeError on bad input (naming the sequence), with no runner changed."""
+    cdef Py_ssize_t n = len(runners), i
+    cdef Runner r
+    if n == 0:
+        raise ValueError("forward_batch needs at least one sequence")
+    if len(token_lists) != n:
+        raise ValueError(f"{n} runners but {len(token_lists)} token lists")
+    if n_threads < 1:
+        raise ValueError(f"n_threads must be >= 1, got {n_threads}")
+    if ws.weights is not w:
+        raise ValueError("the workspace belongs to other weights")
+    rs = list(runners)  # our own references: the list may change while the GIL is released
+    seen = set()
+    arrays = []
+    cdef int64_t total = 0
+    cdef int max_ctx = 1
+    for i in range(n):
+        obj = rs[i]
+        if not isinstance(obj, Runner):
+            raise TypeError(f"sequence {i}: expected a Runner, got {type(obj).__name__}")
+        r = <Runner>obj
+        if r.weights is not w:
+            raise ValueError(f"sequence {i}: its Runner runs other weights")
+        if id(r) in seen:
+            raise ValueError(f"sequence {i}: the same Runner appears more than once")
+        seen.add(id(r))
+        a = np.asarray(token_lists[i])
+        if a.ndim != 1 or a.shape[0] == 0:
+            raise ValueError(f"sequence {i}: expected a non-empty 1-D sequence of token ids, got shape {a.shape}")
+        if a.dtype.kind not in "iu":
+            raise ValueError(f"sequence {i}: token ids must be integers, got {a.dtype}")
+        lo, hi = int(a.min()), int(a.max())
+        if lo < 0 or hi >= w.m.n_vocab:
+            raise ValueError(f"sequence {i}: token id {lo if lo < 0 else hi} out of range [0, {w.m.n_vocab})")
+        if r.n_past + a.shape[0] > r.n_ctx:
+            raise ValueError(f"sequence {i}: {a.shape[0]} tokens at position {r.n_past} exceed the context size "
+                             f"n_ctx={r.n_ctx} ({r.n_past + a.shape[0]} > {r.n_ctx})")
+        arrays.append(np.ascontiguousarray(a, dtype=np.int32))
+        total += a.shape[0]
+        max_ctx = max(max_ctx, r.n_ctx)
+    if total > 0x7FFFFFFF:
+        raise ValueError(f"{total} rows in one step is too many")
+
+    # rows: each sequence's tokens in turn; logits of each sequence's last row
+    lens = np.array([a.shape[0] for a in arrays], dtype=np.int64)
+    cdef cnp.ndarray[int32_t, ndim=1] tokens = np.concatenate(arrays)
+    cdef cnp.ndarray[int32_t, ndim=1] seq_of_row = np.repeat(np.arange(n, dtype=np.int32), lens)
+    cdef cnp.ndarray[int32_t, ndim=1] pos_of_row = np.concatenate(
+        [np.arange((<Runner>rs[i]).n_past, (<Runner>rs[i]).n_past + lens[i], dtype=np.int32) for i in range(n)])
+    cdef cnp.ndarray[int32_t, ndim=1] logit_rows = (np.cumsum(lens) - 1).astype(np.int32)
+    cdef cnp.ndarray[float, ndim=2] out = np.empty((n, w.m.n_vocab), dtype=np.float32)
+    ws.reserve(<int>total, max_ctx, n_threads)
+    cdef fg_kv **kvs = <fg_kv **>malloc(n * sizeof(fg_kv *))
+    if kvs == NULL:
+        raise MemoryError()
+    for i in range(n):
+        kvs[i] = &(<Runner>rs[i]).st.kv
+    cdef int rc, n_rows = <int>total, n_seqs = <int>n
+    with nogil:
+        rc = fg_forward_multi(&w.m, &ws.w, kvs, n_seqs, &tokens[0], &seq_of_row[0], &pos_of_row[0], n_rows,
+                              &logit_rows[0], n_seqs, &out[0, 0], n_threads)
+    free(kvs)
+    if rc != 0:
+        raise RuntimeError("fg_forward_multi failed")
+    cdef int k
+    for i in range(n):
+        r = <Runner>rs[i]
+        k = <int>lens[i]
+        memcpy(&r.ids[r.n_past], &tokens[logit_rows[i] - k + 1], k * sizeof(int32_t))
+        r.n_past += k
+        memcpy(r.logits, &out[i, 0], w.m.n_vocab * sizeof(float))
+    return [out[i] for i in range(n)]
+
+
+def _forward_rows(Weights w, Workspace ws, list runners, tokens, seq_of_row, pos_of_row, logit_rows,
+                  int n_threads=1):
+    """Test hook: fg_forward_multi on raw row arrays, with only the array lengths checked here (the C entry
+    point validates the rest). The workspace keeps its chunk size (rows are not reserved). Runners' n_past and
+    tokens are not touched. Returns (rc, logits (len(logit_rows), n_vocab))."""
+    cdef Py_ssize_t n = len(runners), i
+    rs = list(runners)
+    for obj in rs:
+        if not isinstance(obj, Runner) or (<Runner>obj).weights is not w:
+            raise ValueError("expected Runners over w")
+    cdef cnp.ndarray[int32_t, ndim=1] tk = np.ascontiguousarray(tokens, dtype=np.int32)
+    cdef cnp.ndarray[int32_t, ndim=1] sq = np.ascontiguousarray(seq_of_row, dtype=np.int32)
+    cdef cnp.ndarray[int32_t, ndim=1] ps = np.ascontiguousarray(pos_of_row, dtype=np.int32)
+    cdef cnp.ndarray[int32_t, ndim=1] lr = np.ascontiguousarray(logit_rows, dtype=np.int32)
+    if n == 0 or tk.shape[0] == 0 or sq.shape[0] != tk.shape[0] or ps.shape[0] != tk.shape[0]:
+        raise ValueError("need runners and rows, with tokens, seq_of_row and pos_of_row of one length")
+    cdef cnp.ndarray[float, ndim=2] out = np.zeros((max(lr.shape[0], 1), w.m.n_vocab), dtype=np.float32)
+    ws.reserve(1, max((<Runner>r).n_ctx for r in rs), n_threads)
+    cdef fg_kv **kvs = <fg_kv **>malloc(n * sizeof(fg_kv *))
+    if kvs == NULL:
+        raise MemoryError()
+    for i in range(n):
+        kvs[i] = &(<Runner>rs[i]).st.kv
+    cdef int rc, n_rows = tk.shape[0], n_seqs = <int>n, n_lr = lr.shape[0]
+    cdef int32_t dummy = 0
+    cdef const int32_t *lrp = &lr[0] if n_lr > 0 else &dummy
+    with nogil:
+        rc = fg_forward_multi(&w.m, &ws.w, kvs, n_seqs, &tk[0], &sq[0], &ps[0], n_rows, lrp, n_lr, &out[0, 0],
+                              n_threads)
+    free(kvs)
+    return rc, out[:n_lr]

@@ -29,6 +29,16 @@ def _err(status, message, type_="invalid_request_error", param=None, code=None, 
                         status_code=status, headers=headers)
 
 
+DRAIN_LIMIT = 64 << 20  # a declared body above the limit but below this is read and dropped before the 413
+
+
+async def _drain(receive):
+    while True:
+        msg = await receive()
+        if msg["type"] == "http.disconnect" or not msg.get("more_body"):
+            return
+
+
 class _Guard:
     """ASGI middleware: API key (hmac.compare_digest) and body size limit (413), before any route runs. The body is
     read here, counted, and replayed to the app."""
@@ -49,6 +59,8 @@ class _Guard:
                        code="request_too_large")
         length = dict(scope["headers"]).get(b"content-length")
         if length is not None and length.isdigit() and int(length) > self.max_body:
+            if int(length) <= DRAIN_LIMIT:  # read (and drop) a moderate body first: a client still sending when
+                await _drain(receive)       # the answer comes and the connection closes sees a reset, not the 413
             return await too_big(scope, receive, send)
         if scope["method"] in ("GET", "HEAD"):
             return await self.app(scope, receive, send)
@@ -59,6 +71,8 @@ class _Guard:
                 return
             size += len(msg.get("body", b""))
             if size > self.max_body:
+                if msg.get("more_body") and size <= DRAIN_LIMIT:
+                    await _drain(receive)
                 return await too_big(scope, receive, send)
             chunks.append(msg.get("body", b""))
             if not msg.get("more_body"):
