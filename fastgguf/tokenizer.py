@@ -549,6 +549,10 @@ def _space_cut_regex(texts):
 class Tokenizer:
     """Tokenizer of a GGUF model: ``Tokenizer(path)`` or ``Tokenizer.from_metadata(metadata)``."""
 
+    # the per-word ids cache: bounded by bytes (estimated), and words longer than this are never cached
+    WORD_CACHE_BYTES = 16 << 20
+    WORD_CACHE_MAX_CHARS = 256
+
     def __init__(self, path=None, *, _metadata=None):
         if _metadata is None:
             if path is None:
@@ -681,7 +685,29 @@ class Tokenizer:
         self._pieces = [None] * n
         if self.spm or self._escape_spaces:
             self._spm_cut = _space_cut_regex(texts if self.spm else [m.replace(" ", "", 1) for m in merges])
-        self._word_ids = functools.lru_cache(maxsize=1 << 16)(self._spm_chunk if self.spm else self._bpe_word)
+        self._word_ids = self._bounded_word_cache(self._spm_chunk if self.spm else self._bpe_word)
+
+    def _bounded_word_cache(self, fn):
+        """fn (word -> tuple of ids) with a cache of at most WORD_CACHE_BYTES (estimated: key, value, entry),
+        emptied when full; words over WORD_CACHE_MAX_CHARS are computed each time, not kept for the model's life."""
+        import sys
+        cache = self._word_cache = {}
+        self._word_cache_bytes = 0
+        budget, max_chars, getsizeof = self.WORD_CACHE_BYTES, self.WORD_CACHE_MAX_CHARS, sys.getsizeof
+
+        def word_ids(word):
+            ids = cache.get(word)
+            if ids is None:
+                ids = fn(word)
+                if len(word) <= max_chars:
+                    cost = getsizeof(word) + getsizeof(ids) + 100
+                    if self._word_cache_bytes + cost > budget:
+                        cache.clear()
+                        self._word_cache_bytes = 0
+                    cache[word] = ids
+                    self._word_cache_bytes += cost
+            return ids
+        return word_ids
 
     def _find_eog(self, special):
         """End-of-generation ids, and the attribute fixes llama.cpp makes on the way (llama_vocab::impl::load)."""
