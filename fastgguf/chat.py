@@ -79,8 +79,50 @@ def _seq_len(x):
     return len(x) if isinstance(x, (str, bytes, bytearray, list, tuple)) else None
 
 
+def _deep_len(x, budget=None):
+    """About len(str(x)), found without building it: lists, dicts, namespaces, ... are walked (each container
+    counted per reference, so shared references count as often as str() would print them); stops once over
+    budget (default: the size limit). A template can nest references to one big string; this bounds its text."""
+    if isinstance(x, (str, bytes)):
+        return len(x)
+    from jinja2.utils import Namespace
+    budget = _limit() if budget is None else budget
+    total = 0
+    stack = [x]
+    while stack:
+        v = stack.pop()
+        if isinstance(v, (str, bytes, bytearray)):
+            total += len(v) + 2
+        elif isinstance(v, (list, tuple, set, frozenset)):
+            total += 2 + 2 * len(v)
+            if total <= budget:
+                stack.extend(v)
+        elif isinstance(v, Mapping):
+            total += 2 + 4 * len(v)
+            if total <= budget:
+                stack.extend(v.keys())
+                stack.extend(v.values())
+        elif isinstance(v, Namespace):
+            total += 16
+            stack.append(object.__getattribute__(v, "_Namespace__attrs"))
+        elif isinstance(v, int):
+            total += v.bit_length() // 3 + 2
+        else:
+            total += 32
+        if total > budget:
+            break
+    return total
+
+
 def _str_len(x):
-    return len(x) if isinstance(x, (str, bytes)) else len(str(x))
+    return len(x) if isinstance(x, (str, bytes)) else _deep_len(x)
+
+
+def _finalize(value):
+    """environment.finalize: every printed value ({{ x }}) is bounded before str() builds its text."""
+    if not isinstance(value, (str, int, float, bool, type(None))):
+        _check_est(_deep_len(value), "printed value")
+    return value
 
 
 _PERCENT_SPEC = re.compile(r"%(?:\([^)]*\))?[#0 +-]*(\*|\d+)?(?:\.(\*|\d*))?[hlL]?(.)", re.S)
@@ -106,7 +148,7 @@ def _check_percent(fmt, args):
         _too_big(widest, "formatted field")
     if n:
         vals = args.values() if isinstance(args, Mapping) else (args if isinstance(args, tuple) else (args,))
-        biggest = max((len(ascii(v)) for v in vals), default=0)
+        biggest = max((_deep_len(v) for v in vals), default=0)
         _check_est(len(fmt) + n * (widest + biggest + 32), "formatted string")
 
 
@@ -114,9 +156,9 @@ def _checked_binop(op, fn, left, right):
     _tick()
     if op == "*":
         if isinstance(right, int) and _seq_len(left) is not None:
-            _check_est(_seq_len(left) * max(right, 0), "repeated sequence")
+            _check_est(_deep_len(left) * max(right, 0), "repeated sequence")
         elif isinstance(left, int) and _seq_len(right) is not None:
-            _check_est(_seq_len(right) * max(left, 0), "repeated sequence")
+            _check_est(_deep_len(right) * max(left, 0), "repeated sequence")
         elif isinstance(left, int) and isinstance(right, int):
             if left.bit_length() + right.bit_length() > MAX_INT_BITS:
                 raise ChatTemplateError(f"chat template: integer product too large (limit {MAX_INT_BITS} bits)")
@@ -135,7 +177,11 @@ def _checked_binop(op, fn, left, right):
 
 def _checked_join(sep, items):
     items = list(items)
-    _check_est(sum(_str_len(x) for x in items) + len(sep) * len(items), "joined string")
+    total = len(sep) * len(items)
+    _check_est(total, "joined string")
+    for x in items:
+        total += _str_len(x)
+        _check_est(total, "joined string")
     return items
 
 
@@ -283,6 +329,7 @@ def _compile(template):
             _tick()
             widest = max((int(d) for d in re.findall(r"\d+", format_spec)), default=0)
             _check_est(widest, "formatted field")
+            _check_est(_deep_len(value), "formatted field")
             out = super().format_field(value, format_spec)
             self._fg_total += len(out)
             _check_est(self._fg_total, "formatted string")
@@ -335,6 +382,7 @@ def _compile(template):
 
     env = StrictSandbox(trim_blocks=True, lstrip_blocks=True, extensions=[GenerationBlock, jinja2.ext.loopcontrols])
     env.concat = _bounded_concat
+    env.finalize = _finalize
     env.globals["range"] = _bounded_range
     lipsum = env.globals["lipsum"]
 
@@ -348,11 +396,20 @@ def _compile(template):
         return lipsum(n, html, min, max)
     env.globals["lipsum"] = bounded_lipsum
 
-    def bounded(f, pre=None):
-        """A filter with the deadline, an optional pre-check of its arguments, and a size check of its result."""
+    stringifying = {"string", "pprint", "e", "escape", "forceescape", "upper", "lower", "title", "capitalize", "trim",
+                    "striptags", "wordcount", "center", "indent", "wordwrap", "replace", "truncate", "urlize",
+                    "format", "xmlattr", "safe", "list", "reverse", "unique", "int", "float"}
+
+    def bounded(f, pre=None, stringify=False):
+        """A filter with the deadline, an optional pre-check of its arguments, and a size check of its result;
+        a filter that turns its arguments into text first bounds their printed size."""
         @wraps(f)
         def g(*args, **kwargs):
             _tick()
+            if stringify:
+                for a in args:
+                    if not isinstance(a, (str, int, float, bool, type(None))):
+                        _check_est(_deep_len(a), "value turned into text")
             if pre is not None:
                 pre(*args, **kwargs)
             return _check_size(f(*args, **kwargs))
@@ -415,13 +472,13 @@ def _compile(template):
         return total
 
     for name, f in list(filters.items()):
-        filters[name] = bounded(f)
+        filters[name] = bounded(f, stringify=name in stringifying)
     for name, pre in (("center", pre_ints), ("batch", pre_ints), ("slice", pre_ints), ("truncate", pre_ints),
                       ("indent", pre_indent), ("wordwrap", pre_wordwrap), ("replace", pre_replace),
                       ("format", pre_format), ("urlize", pre_urlize)):
-        filters[name] = bounded(filters[name].__wrapped__, pre)
+        filters[name] = bounded(filters[name].__wrapped__, pre, stringify=True)
     filters["join"], filters["sum"] = join, sum_
-    filters["tojson"] = bounded(_tojson)
+    filters["tojson"] = bounded(_tojson, stringify=True)
 
     @jinja2.pass_context  # not folded at compile time
     def fg_iter(context, iterable):
@@ -431,7 +488,7 @@ def _compile(template):
 
     @jinja2.pass_context
     def fg_concat(context, parts):
-        return "".join(_checked_join("", map(str, parts)))
+        return "".join(map(str, _checked_join("", parts)))
 
     filters["_fg_iter"], filters["_fg_concat"] = fg_iter, fg_concat
     env.globals["raise_exception"] = _raise_exception

@@ -62,7 +62,18 @@ HOSTILE = {
     "map_center": "{{ ['x'] | map('center', 10**9) | list }}",
     "int_to_str_limit": "{{ 10 ** 5000 }}",
     "undefined_call": "{{ nothing() }}",
+    "list_repeat_of_big_string": BIG + "{{ [s] * 1000000 }}",
 }
+# nested lists of references to one big string: tiny to build, huge once turned into text
+NESTED = BIG + ("{% set a = [s, s, s, s, s, s, s, s, s, s] %}{% set b = [a, a, a, a, a, a, a, a, a, a] %}"
+                "{% set c = [b, b, b, b, b, b, b, b, b, b] %}{% set d = [c, c, c, c, c, c, c, c, c, c] %}"
+                "{% set ns = namespace(x=d, y=d) %}")
+for _name, _use in {"print": "{{ d }}", "tojson": "{{ d | tojson }}", "tilde": "{{ d ~ '' }}",
+                    "percent": "{{ '%s' % (d,) }}", "format_method": "{{ '{}'.format(d) }}",
+                    "string_filter": "{{ d | string | length }}", "join": "{{ [d, d] | join }}",
+                    "upper": "{{ d | upper | length }}", "namespace": "{{ ns }}",
+                    "format_filter": "{{ '%s' | format(d) }}", "pprint": "{{ d | pprint | length }}"}.items():
+    HOSTILE[f"nested_refs_{_name}"] = NESTED + _use
 
 
 @pytest.mark.parametrize("name", sorted(HOSTILE))
