@@ -6,7 +6,11 @@ extension, the `{% generation %}` block (a no-op here), the `tojson` filter (jso
 indent/separators/sort_keys), the globals `raise_exception(msg)` and `strftime_now(fmt)`, and the variables
 `messages`, `add_generation_prompt`, `bos_token`, `eos_token` (plus `tools`/`documents` when given and any extra
 keyword). A template touching unsafe attributes (`__class__`, `__globals__`, ...) or mutating its inputs raises
-ChatTemplateError: templates come from model files and are untrusted.
+ChatTemplateError: templates come from model files and are untrusted. For the same reason a render has budgets
+(RENDER_TIME_LIMIT_S = 1 s; MAX_TEMPLATE_CHARS = 1 MB plus twice the input's characters for the output and for any
+value it builds; range() of at most MAX_RANGE items; integers of at most MAX_INT_BITS bits from * and **): loops,
+operators, string methods and filters check them before building, and every overrun or Python error inside the
+template (RecursionError, OverflowError, TypeError, ...) is raised as ChatTemplateError.
 
 Models without a template use CHATML_TEMPLATE (documented fallback); then "<|im_end|>" is also a stop string.
 
