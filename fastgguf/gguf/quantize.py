@@ -115,6 +115,8 @@ def quantize_file(src, dst, qtype="q4_0", *, pure: bool = False, n_threads: int 
         plan, jobs, outputs = {}, [], {}
         for name, ti in f.tensors.items():
             out_t = target_type(name, ti.shape, qt, pure)
+            if ti.n_elements == 0:
+                out_t = ti.type  # a tensor with a zero dimension has nothing to quantize: copied as it is
             plan[name] = out_t
             src_arr = f.tensor(name)
             if out_t == ti.type:

@@ -377,7 +377,19 @@ class GGUFFile:
         self.path = os.fspath(path)
         self._mm = None
         self._u8 = None
-        with open(self.path, "rb") as fh:       # a missing file raises FileNotFoundError (an OSError)
+        # Only regular files: a FIFO or a character device (/dev/zero) would block or read forever. stat() first,
+        # then open with O_NONBLOCK (a FIFO swapped in meanwhile cannot block the open) and check again.
+        import stat
+        st = os.stat(self.path)                 # a missing file raises FileNotFoundError (an OSError)
+        if stat.S_ISDIR(st.st_mode):
+            raise GGUFError(f"{self.path}: is a directory, not a GGUF file")
+        if not stat.S_ISREG(st.st_mode):
+            raise GGUFError(f"{self.path}: is not a regular file (a FIFO, device or socket), not a GGUF file")
+        fd = os.open(self.path, os.O_RDONLY | getattr(os, "O_NONBLOCK", 0) | getattr(os, "O_BINARY", 0))
+        fh = os.fdopen(fd, "rb")
+        with fh:
+            if not stat.S_ISREG(os.fstat(fh.fileno()).st_mode):
+                raise GGUFError(f"{self.path}: is not a regular file, not a GGUF file")
             try:
                 mm = _map_file(fh) if mmap else _private_copy(fh)
             except ValueError as e:             # empty file

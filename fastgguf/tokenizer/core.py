@@ -493,6 +493,11 @@ def _md_int(md, key):
         raise TokenizerError(f"metadata {key} should be an integer, got {v!r}") from None
 
 
+def _short_repr(v, n=80):
+    r = repr(v.tolist() if isinstance(v, np.ndarray) else v)
+    return r if len(r) <= n else r[:n] + "..."
+
+
 def _md_bool(md, key):
     v = md.get(key)
     if v is None:
@@ -546,6 +551,10 @@ def _space_cut_regex(texts):
 class Tokenizer:
     """Tokenizer of a GGUF model: ``Tokenizer(path)`` or ``Tokenizer.from_metadata(metadata)``."""
 
+    # the per-word ids cache: bounded by bytes (estimated), and words longer than this are never cached
+    WORD_CACHE_BYTES = 16 << 20
+    WORD_CACHE_MAX_CHARS = 256
+
     def __init__(self, path=None, *, _metadata=None):
         if _metadata is None:
             if path is None:
@@ -567,6 +576,22 @@ class Tokenizer:
     # -- loading ------------------------------------------------------------------------------------------------
 
     def _load(self, md):
+        # a GGUF file may hold any value type under any key: a wrong one is a TokenizerError, not a crash later
+        for key in ("tokenizer.ggml.model", "tokenizer.ggml.pre"):
+            v = md.get(key)
+            if v is not None and not isinstance(v, str):
+                raise TokenizerError(f"metadata {key} should be a string, got {type(v).__name__} {_short_repr(v)}")
+        for key in ("tokenizer.ggml.tokens", "tokenizer.ggml.merges"):
+            v = md.get(key)
+            if v is not None and (not isinstance(v, (list, tuple)) or not all(isinstance(t, str) for t in v)):
+                raise TokenizerError(f"metadata {key} should be an array of strings, got {type(v).__name__} "
+                                     f"{_short_repr(v)}")
+        for key in ("tokenizer.ggml.scores", "tokenizer.ggml.token_type"):
+            v = md.get(key)
+            if v is not None and not (isinstance(v, np.ndarray) and v.dtype.kind in "biuf" or isinstance(
+                    v, (list, tuple)) and all(isinstance(x, (int, float)) for x in v)):
+                raise TokenizerError(f"metadata {key} should be a numeric array, got {type(v).__name__} "
+                                     f"{_short_repr(v)}")
         model = md.get("tokenizer.ggml.model")
         if model is None:
             raise TokenizerError("metadata has no tokenizer.ggml.model")
@@ -661,7 +686,8 @@ class Tokenizer:
                                                                 i))
         self._special_user = [i for i in self._special_all if not attrs[i] & (ATTR_CONTROL | ATTR_UNKNOWN)]
 
-        self.chat_template = md.get("tokenizer.chat_template")
+        ct = md.get("tokenizer.chat_template")
+        self.chat_template = ct if isinstance(ct, str) else None     # a non-string template counts as none
         self.n_vocab = n
         self.special_ids = special                # {"bos", "eos", "eot", "eom", "unk", "sep", "pad", "mask", "fim_*"}
         self.bos_id = special["bos"]
@@ -678,7 +704,29 @@ class Tokenizer:
         self._pieces = [None] * n
         if self.spm or self._escape_spaces:
             self._spm_cut = _space_cut_regex(texts if self.spm else [m.replace(" ", "", 1) for m in merges])
-        self._word_ids = functools.lru_cache(maxsize=1 << 16)(self._spm_chunk if self.spm else self._bpe_word)
+        self._word_ids = self._bounded_word_cache(self._spm_chunk if self.spm else self._bpe_word)
+
+    def _bounded_word_cache(self, fn):
+        """fn (word -> tuple of ids) with a cache of at most WORD_CACHE_BYTES (estimated: key, value, entry),
+        emptied when full; words over WORD_CACHE_MAX_CHARS are computed each time, not kept for the model's life."""
+        import sys
+        cache = self._word_cache = {}
+        self._word_cache_bytes = 0
+        budget, max_chars, getsizeof = self.WORD_CACHE_BYTES, self.WORD_CACHE_MAX_CHARS, sys.getsizeof
+
+        def word_ids(word):
+            ids = cache.get(word)
+            if ids is None:
+                ids = fn(word)
+                if len(word) <= max_chars:
+                    cost = getsizeof(word) + getsizeof(ids) + 100
+                    if self._word_cache_bytes + cost > budget:
+                        cache.clear()
+                        self._word_cache_bytes = 0
+                    cache[word] = ids
+                    self._word_cache_bytes += cost
+            return ids
+        return word_ids
 
     def _find_eog(self, special):
         """End-of-generation ids, and the attribute fixes llama.cpp makes on the way (llama_vocab::impl::load)."""
@@ -724,8 +772,10 @@ class Tokenizer:
     def _per_model_attrs(self, md):
         """llama.cpp "Handle per token attributes": LSTRIP/RSTRIP by model name."""
         attrs, vocab = self._attrs, self._vocab
-        name = str(md.get("general.name") or "").lower()
-        arch = str(md.get("general.architecture") or "")
+        name = md.get("general.name")
+        name = name.lower() if isinstance(name, str) else ""
+        arch = md.get("general.architecture")
+        arch = arch if isinstance(arch, str) else ""
         pre_name = str(md.get("tokenizer.ggml.pre") or "")
         if any(s in pre_name for s in ("jina-v2-de", "jina-v2-es", "jina-v2-code")) or any(
                 s in arch for s in ("nomic-bert-moe", "jina-bert-v3")):
