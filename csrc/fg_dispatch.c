@@ -15,6 +15,11 @@ FG_TABLES(q4_0)
 FG_TABLES(q4_1)
 FG_TABLES(q8_0)
 FG_TABLES(q8_1)
+FG_TABLES(q8_k)
+FG_TABLES(q4_k)
+FG_TABLES(q6_k)
+FG_TABLES(q5_0)
+FG_TABLES(q5_1)
 
 static const struct {
     int type;
@@ -30,6 +35,11 @@ static const struct {
     {FG_TYPE_Q4_1, QK4_1, sizeof(block_q4_1), FG_TYPE_Q8_1, fg_q4_1_kernels, fg_q4_1_kernels_ext},
     {FG_TYPE_Q8_0, QK8_0, sizeof(block_q8_0), FG_TYPE_Q8_0, fg_q8_0_kernels, fg_q8_0_kernels_ext},
     {FG_TYPE_Q8_1, QK8_1, sizeof(block_q8_1), -1, fg_q8_1_kernels, fg_q8_1_kernels_ext},
+    {FG_TYPE_Q8_K, QK_K, sizeof(block_q8_K), -1, fg_q8_k_kernels, fg_q8_k_kernels_ext},
+    {FG_TYPE_Q4_K, QK_K, sizeof(block_q4_K), FG_TYPE_Q8_K, fg_q4_k_kernels, fg_q4_k_kernels_ext},
+    {FG_TYPE_Q6_K, QK_K, sizeof(block_q6_K), FG_TYPE_Q8_K, fg_q6_k_kernels, fg_q6_k_kernels_ext},
+    {FG_TYPE_Q5_0, QK5_0, sizeof(block_q5_0), FG_TYPE_Q8_0, fg_q5_0_kernels, fg_q5_0_kernels_ext},
+    {FG_TYPE_Q5_1, QK5_1, sizeof(block_q5_1), FG_TYPE_Q8_1, fg_q5_1_kernels, fg_q5_1_kernels_ext},
 };
 #define N_TYPES ((int)(sizeof(types) / sizeof(types[0])))
 

@@ -100,6 +100,15 @@ FG_INLINE_AVX2 __m256i fg_nibbles_256(const uint8_t *qs) {
     return _mm256_and_si256(v, _mm256_set1_epi8(0x0f));
 }
 
+/* 32 bits (little-endian) -> 32 bytes, 0xff where the bit is set: byte j <- bit j. */
+FG_INLINE_AVX2 __m256i fg_bits_to_bytes_256(uint32_t bits) {
+    const __m256i idx = _mm256_setr_epi8(0, 0, 0, 0, 0, 0, 0, 0, 1, 1, 1, 1, 1, 1, 1, 1,
+                                         2, 2, 2, 2, 2, 2, 2, 2, 3, 3, 3, 3, 3, 3, 3, 3);
+    const __m256i bit = _mm256_set1_epi64x(0x8040201008040201LL);
+    const __m256i v = _mm256_shuffle_epi8(_mm256_set1_epi32((int)bits), idx);
+    return _mm256_cmpeq_epi8(_mm256_and_si256(v, bit), bit);
+}
+
 /* 16 packed nibbles -> 32 floats in element order (4 x 8). */
 FG_INLINE_AVX2 void fg_nibbles_ps(const uint8_t *qs, __m256 q[4]) {
     const __m128i b = _mm_loadu_si128((const __m128i *)qs), m = _mm_set1_epi8(0x0f);

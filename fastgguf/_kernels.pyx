@@ -14,6 +14,7 @@ cnp.import_array()
 
 SUPPORTED_TYPES = {"F32": FG_TYPE_F32, "F16": FG_TYPE_F16, "BF16": FG_TYPE_BF16, "Q4_0": FG_TYPE_Q4_0,
                    "Q4_1": FG_TYPE_Q4_1, "Q8_0": FG_TYPE_Q8_0, "Q8_1": FG_TYPE_Q8_1}
+SUPPORTED_TYPES.update({k: v for k, v in {"Q5_0": 6, "Q5_1": 7, "Q2_K": 10, "Q3_K": 11, "Q4_K": 12, "Q5_K": 13, "Q6_K": 14, "Q8_K": 15, "IQ4_NL": 20, "IQ4_XS": 23}.items() if fg_type_supported(v)})
 SUPPORTED_NAMES = {v: k for k, v in SUPPORTED_TYPES.items()}
 ISAS = ("scalar", "avx2", "avx512", "neon")
 

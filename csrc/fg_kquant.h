@@ -1,0 +1,160 @@
+/* Scalar helpers of the K-quant reference quantizers (fg_quant_q*_k.c), following ggml's quantize_row_*_ref
+ * operation for operation (same float expressions in the same order, no contraction: the build uses
+ * -ffp-contract=off) so the bytes are identical to llama.cpp's. Without an importance matrix. */
+#ifndef FG_KQUANT_H
+#define FG_KQUANT_H
+
+#include "fg_blocks.h"
+
+#define FG_GROUP_MAX_EPS 1e-15f
+
+/* Round to nearest, ties to even, through the float adder (valid for |v| <= 4194303). */
+static inline int fg_nearest_int(float v) {
+    float t = v + 12582912.f;
+    int32_t i;
+    memcpy(&i, &t, 4);
+    return (i & 0x007fffff) - 0x00400000;
+}
+
+static inline int fg_clampi(int v, int lo, int hi) { return v < lo ? lo : v > hi ? hi : v; }
+
+/* Scale and min (x ~ scale * L - the_min, L in 0..nmax) of n values fitted by weighted least squares over
+ * nstep + 1 trial scales (ggml's make_qkx2_quants). Laux: scratch of n. */
+static float fg_make_qkx2_quants(int n, int nmax, const float *x, const float *weights, uint8_t *L, float *the_min,
+                                 uint8_t *Laux, float rmin, float rdelta, int nstep, int use_mad) {
+    float min = x[0], max = x[0];
+    float sum_w = weights[0];
+    float sum_x = sum_w * x[0];
+    for (int i = 1; i < n; ++i) {
+        if (x[i] < min) min = x[i];
+        if (x[i] > max) max = x[i];
+        float w = weights[i];
+        sum_w += w;
+        sum_x += w * x[i];
+    }
+    if (min > 0) min = 0;
+    if (max == min) {
+        for (int i = 0; i < n; ++i) L[i] = 0;
+        *the_min = -min;
+        return 0.f;
+    }
+    float iscale = nmax / (max - min);
+    float scale = 1 / iscale;
+    float best_error = 0;
+    for (int i = 0; i < n; ++i) {
+        int l = fg_nearest_int(iscale * (x[i] - min));
+        L[i] = (uint8_t)fg_clampi(l, 0, nmax);
+        float diff = scale * L[i] + min - x[i];
+        diff = use_mad ? fabsf(diff) : diff * diff;
+        best_error += weights[i] * diff;
+    }
+    if (nstep < 1) {
+        *the_min = -min;
+        return scale;
+    }
+    for (int is = 0; is <= nstep; ++is) {
+        iscale = (rmin + rdelta * is + nmax) / (max - min);
+        float sum_l = 0, sum_l2 = 0, sum_xl = 0;
+        for (int i = 0; i < n; ++i) {
+            int l = fg_clampi(fg_nearest_int(iscale * (x[i] - min)), 0, nmax);
+            Laux[i] = (uint8_t)l;
+            float w = weights[i];
+            sum_l += w * l;
+            sum_l2 += w * l * l;
+            sum_xl += w * l * x[i];
+        }
+        float D = sum_w * sum_l2 - sum_l * sum_l;
+        if (D > 0) {
+            float this_scale = (sum_w * sum_xl - sum_x * sum_l) / D;
+            float this_min = (sum_l2 * sum_x - sum_l * sum_xl) / D;
+            if (this_min > 0) {
+                this_min = 0;
+                this_scale = sum_xl / sum_l2;
+            }
+            float cur_error = 0;
+            for (int i = 0; i < n; ++i) {
+                float diff = this_scale * Laux[i] + this_min - x[i];
+                diff = use_mad ? fabsf(diff) : diff * diff;
+                cur_error += weights[i] * diff;
+            }
+            if (cur_error < best_error) {
+                for (int i = 0; i < n; ++i) L[i] = Laux[i];
+                best_error = cur_error;
+                scale = this_scale;
+                min = this_min;
+            }
+        }
+    }
+    *the_min = -min;
+    return scale;
+}
+
+/* Signed scale of n values, L in 0..2*nmax-1 (x ~ scale * (L - nmax)), weights x^2, refined over 18 trial scales
+ * (ggml's make_qx_quants with rmse_type 1 and no importance weights). */
+static float fg_make_qx_quants(int n, int nmax, const float *x, int8_t *L) {
+    float max = 0, amax = 0;
+    for (int i = 0; i < n; ++i) {
+        float ax = fabsf(x[i]);
+        if (ax > amax) { amax = ax; max = x[i]; }
+    }
+    if (amax < FG_GROUP_MAX_EPS) {
+        for (int i = 0; i < n; ++i) L[i] = 0;
+        return 0.f;
+    }
+    float iscale = -nmax / max;
+    float sumlx = 0, suml2 = 0;
+    for (int i = 0; i < n; ++i) {
+        int l = fg_clampi(fg_nearest_int(iscale * x[i]), -nmax, nmax - 1);
+        L[i] = (int8_t)(l + nmax);
+        float w = x[i] * x[i];
+        sumlx += w * x[i] * l;
+        suml2 += w * l * l;
+    }
+    float scale = suml2 ? sumlx / suml2 : 0.0f;
+    float best = scale * sumlx;
+    for (int is = -9; is <= 9; ++is) {
+        if (is == 0) continue;
+        iscale = -(nmax + 0.1f * is) / max;
+        sumlx = suml2 = 0;
+        for (int i = 0; i < n; ++i) {
+            int l = fg_clampi(fg_nearest_int(iscale * x[i]), -nmax, nmax - 1);
+            float w = x[i] * x[i];
+            sumlx += w * x[i] * l;
+            suml2 += w * l * l;
+        }
+        if (suml2 > 0 && sumlx * sumlx > best * suml2) {
+            for (int i = 0; i < n; ++i)
+                L[i] = (int8_t)(nmax + fg_clampi(fg_nearest_int(iscale * x[i]), -nmax, nmax - 1));
+            scale = sumlx / suml2;
+            best = scale * sumlx;
+        }
+    }
+    return scale;
+}
+
+/* q4_K / q5_K scales[12]: scale j and min j (6 bits each, j < 8). Bytes 0..3: scales 0..3 (+ top 2 bits of
+ * scales 4..7); 4..7: mins 0..3 (+ top bits of mins 4..7); 8..11: low nibble scale 4+k, high nibble min 4+k. */
+static inline void fg_scale_min_k4(int j, const uint8_t *q, uint8_t *d, uint8_t *m) {
+    if (j < 4) {
+        *d = q[j] & 63;
+        *m = q[j + 4] & 63;
+    } else {
+        *d = (q[j + 4] & 0xF) | ((q[j - 4] >> 6) << 4);
+        *m = (q[j + 4] >> 4) | ((q[j - 0] >> 6) << 4);
+    }
+}
+
+/* All 8 scales then all 8 mins as 16 bytes (for the dot kernels). */
+static inline void fg_unpack_scales_k4(const uint8_t *q, uint8_t out[16]) {
+    uint32_t u[4];
+    memcpy(u, q, 12);
+    const uint32_t m6 = 0x3f3f3f3f, m4 = 0x0f0f0f0f, m2 = 0x03030303;
+    u[3] = ((u[2] >> 4) & m4) | (((u[1] >> 6) & m2) << 4); /* mins 4..7 */
+    const uint32_t mins03 = u[1] & m6;
+    u[1] = (u[2] & m4) | (((u[0] >> 6) & m2) << 4);        /* scales 4..7 */
+    u[2] = mins03;
+    u[0] &= m6;                                            /* scales 0..3 */
+    memcpy(out, u, 16);
+}
+
+#endif
