@@ -170,6 +170,62 @@ FG_DOT_FROM_ROWS(vec_dot_q4_k_q8_k_avx2, FG_TARGET_AVX2, q4_k_rows_avx2, QK_K)
 FG_GEMV_FROM_ROWS(gemv_q4_k_q8_k_avx2, FG_TARGET_AVX2, q4_k_rows_avx2, QK_K)
 #endif /* FG_HAVE_X86 */
 
+#if FG_HAVE_NEON
+/* ---- NEON: nibbles 0..15 fit int8; each 16-byte vector lies inside one 32-element sub-block, whose scale
+ * weights the int32 partial sums; the mins term is (bsums pairwise) . mins in int16 x int16 -> int32. ---- */
+#define Q4_K_ROWS_NEON(NAME, TARGET, DOT)                                                                   \
+    static inline __attribute__((always_inline)) TARGET void NAME(const int R, int64_t nb, const char *w,    \
+                                                                  size_t stride, const void *vx, float *y) { \
+        const block_q8_K *x = vx;                                                                           \
+        float32x4_t acc[4];                                                                                 \
+        float accm[4];                                                                                      \
+        for (int r = 0; r < R; r++) acc[r] = vdupq_n_f32(0.0f), accm[r] = 0.0f;                             \
+        for (int64_t i = 0; i < nb; i++) {                                                                  \
+            const int16x8_t bsp = vpaddq_s16(vld1q_s16(x[i].bsums), vld1q_s16(x[i].bsums + 8)); /* per 32 */ \
+            const block_q4_K *b[4];                                                                         \
+            uint8_t sm[4][16];                                                                              \
+            int32x4_t isum[4];                                                                              \
+            for (int r = 0; r < R; r++) {                                                                   \
+                b[r] = (const block_q4_K *)(w + r * stride) + i;                                            \
+                fg_prefetch(b[r], stride);                                                                  \
+                fg_prefetch((const char *)b[r] + 64, stride);                                               \
+                fg_prefetch((const char *)b[r] + 128, stride);                                              \
+                fg_unpack_scales_k4(b[r]->scales, sm[r]);                                                   \
+                isum[r] = vdupq_n_s32(0);                                                                   \
+            }                                                                                               \
+            for (int k = 0; k < QK_K / 64; k++) {                                                           \
+                const int8_t *xq = x[i].qs + 64 * k;                                                        \
+                const int8x16_t x0 = vld1q_s8(xq), x1 = vld1q_s8(xq + 16);                                  \
+                const int8x16_t x2 = vld1q_s8(xq + 32), x3 = vld1q_s8(xq + 48);                             \
+                for (int r = 0; r < R; r++) {                                                               \
+                    const uint8x16_t q0 = vld1q_u8(b[r]->qs + 32 * k), q1 = vld1q_u8(b[r]->qs + 32 * k + 16); \
+                    const uint8x16_t m4 = vdupq_n_u8(0x0f);                                                 \
+                    int32x4_t p0 = DOT(vdupq_n_s32(0), vreinterpretq_s8_u8(vandq_u8(q0, m4)), x0);          \
+                    p0 = DOT(p0, vreinterpretq_s8_u8(vandq_u8(q1, m4)), x1);                                \
+                    int32x4_t p1 = DOT(vdupq_n_s32(0), vreinterpretq_s8_u8(vshrq_n_u8(q0, 4)), x2);         \
+                    p1 = DOT(p1, vreinterpretq_s8_u8(vshrq_n_u8(q1, 4)), x3);                               \
+                    isum[r] = vmlaq_n_s32(isum[r], p0, sm[r][2 * k]);                                       \
+                    isum[r] = vmlaq_n_s32(isum[r], p1, sm[r][2 * k + 1]);                                   \
+                }                                                                                           \
+            }                                                                                               \
+            for (int r = 0; r < R; r++) {                                                                   \
+                const int16x8_t mins = vreinterpretq_s16_u16(vmovl_u8(vld1_u8(sm[r] + 8)));                  \
+                const int32x4_t pm = vmlal_high_s16(vmull_s16(vget_low_s16(bsp), vget_low_s16(mins)), bsp, mins); \
+                acc[r] = vfmaq_n_f32(acc[r], vcvtq_f32_s32(isum[r]), fg_fp16_to_fp32(b[r]->d) * x[i].d);    \
+                accm[r] += fg_fp16_to_fp32(b[r]->dmin) * x[i].d * (float)vaddvq_s32(pm);                    \
+            }                                                                                               \
+        }                                                                                                   \
+        for (int r = 0; r < R; r++) y[r] = vaddvq_f32(acc[r]) - accm[r];                                    \
+    }
+#define FG_NO_TARGET
+Q4_K_ROWS_NEON(q4_k_rows_neon, FG_NO_TARGET, fg_dot_s8_emul)
+Q4_K_ROWS_NEON(q4_k_rows_neondp, FG_TARGET_DOTPROD, vdotq_s32)
+FG_DOT_FROM_ROWS(vec_dot_q4_k_q8_k_neon, FG_NO_TARGET, q4_k_rows_neon, QK_K)
+FG_GEMV_FROM_ROWS(gemv_q4_k_q8_k_neon, FG_NO_TARGET, q4_k_rows_neon, QK_K)
+FG_DOT_FROM_ROWS(vec_dot_q4_k_q8_k_neondp, FG_TARGET_DOTPROD, q4_k_rows_neondp, QK_K)
+FG_GEMV_FROM_ROWS(gemv_q4_k_q8_k_neondp, FG_TARGET_DOTPROD, q4_k_rows_neondp, QK_K)
+#endif /* FG_HAVE_NEON */
+
 const fg_type_kernels fg_q4_k_kernels[FG_ISA_COUNT] = {
     [FG_ISA_SCALAR] = {quantize_row_q4_k_scalar, dequantize_row_q4_k_scalar, vec_dot_q4_k_q8_k_scalar, NULL},
 #if FG_HAVE_X86
@@ -177,6 +233,14 @@ const fg_type_kernels fg_q4_k_kernels[FG_ISA_COUNT] = {
     /* the AVX2 kernels, until AVX-512 twins exist (an empty entry would fall back to scalar) */
     [FG_ISA_AVX512] = {NULL, dequantize_row_q4_k_avx2, vec_dot_q4_k_q8_k_avx2, gemv_q4_k_q8_k_avx2},
 #endif
+#if FG_HAVE_NEON
+    [FG_ISA_NEON] = {NULL, NULL, vec_dot_q4_k_q8_k_neon, gemv_q4_k_q8_k_neon},
+#endif
 };
 
-const fg_type_kernels fg_q4_k_kernels_ext[FG_ISA_COUNT] = {{0}};
+const fg_type_kernels fg_q4_k_kernels_ext[FG_ISA_COUNT] = {
+    [FG_ISA_SCALAR] = {0}, /* never used: keeps the initializer non-empty off NEON */
+#if FG_HAVE_NEON
+    [FG_ISA_NEON] = {NULL, NULL, vec_dot_q4_k_q8_k_neondp, gemv_q4_k_q8_k_neondp},
+#endif
+};

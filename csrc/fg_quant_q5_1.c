@@ -112,6 +112,43 @@ FG_DOT_FROM_ROWS(vec_dot_q5_1_q8_1_avx2, FG_TARGET_AVX2, q5_1_rows_avx2, QK5_1)
 FG_GEMV_FROM_ROWS(gemv_q5_1_q8_1_avx2, FG_TARGET_AVX2, q5_1_rows_avx2, QK5_1)
 #endif /* FG_HAVE_X86 */
 
+#if FG_HAVE_NEON
+/* ---- NEON: q 0..31 fits int8, so the signed dot applies directly ---- */
+#define Q5_1_ROWS_NEON(NAME, TARGET, DOT)                                                                   \
+    static inline __attribute__((always_inline)) TARGET void NAME(const int R, int64_t nb, const char *w,    \
+                                                                  size_t stride, const void *vx, float *y) { \
+        const block_q8_1 *x = vx;                                                                           \
+        float32x4_t acc[4];                                                                                 \
+        float accm[4];                                                                                      \
+        for (int r = 0; r < R; r++) acc[r] = vdupq_n_f32(0.0f), accm[r] = 0.0f;                             \
+        for (int64_t i = 0; i < nb; i++) {                                                                  \
+            const int8x16_t x0 = vld1q_s8(x[i].qs), x1 = vld1q_s8(x[i].qs + 16);                            \
+            const float dx = fg_fp16_to_fp32(x[i].d), sx = fg_fp16_to_fp32(x[i].s);                         \
+            for (int r = 0; r < R; r++) {                                                                   \
+                const block_q5_1 *b = (const block_q5_1 *)(w + r * stride) + i;                             \
+                fg_prefetch(b, stride);                                                                     \
+                uint32_t qh;                                                                                \
+                memcpy(&qh, b->qh, 4);                                                                      \
+                const uint8x16_t q = vld1q_u8(b->qs), m = vdupq_n_u8(0x10);                                 \
+                const uint8x16_t lo = vorrq_u8(vandq_u8(q, vdupq_n_u8(0x0f)), vandq_u8(fg_bits_to_bytes_neon(qh), m)); \
+                const uint8x16_t hi = vorrq_u8(vshrq_n_u8(q, 4), vandq_u8(fg_bits_to_bytes_neon(qh >> 16), m)); \
+                int32x4_t s = DOT(vdupq_n_s32(0), vreinterpretq_s8_u8(lo), x0);                             \
+                s = DOT(s, vreinterpretq_s8_u8(hi), x1);                                                    \
+                acc[r] = vfmaq_n_f32(acc[r], vcvtq_f32_s32(s), fg_fp16_to_fp32(b->d) * dx);                 \
+                accm[r] += fg_fp16_to_fp32(b->m) * sx;                                                      \
+            }                                                                                               \
+        }                                                                                                   \
+        for (int r = 0; r < R; r++) y[r] = vaddvq_f32(acc[r]) + accm[r];                                    \
+    }
+#define FG_NO_TARGET
+Q5_1_ROWS_NEON(q5_1_rows_neon, FG_NO_TARGET, fg_dot_s8_emul)
+Q5_1_ROWS_NEON(q5_1_rows_neondp, FG_TARGET_DOTPROD, vdotq_s32)
+FG_DOT_FROM_ROWS(vec_dot_q5_1_q8_1_neon, FG_NO_TARGET, q5_1_rows_neon, QK5_1)
+FG_GEMV_FROM_ROWS(gemv_q5_1_q8_1_neon, FG_NO_TARGET, q5_1_rows_neon, QK5_1)
+FG_DOT_FROM_ROWS(vec_dot_q5_1_q8_1_neondp, FG_TARGET_DOTPROD, q5_1_rows_neondp, QK5_1)
+FG_GEMV_FROM_ROWS(gemv_q5_1_q8_1_neondp, FG_TARGET_DOTPROD, q5_1_rows_neondp, QK5_1)
+#endif /* FG_HAVE_NEON */
+
 const fg_type_kernels fg_q5_1_kernels[FG_ISA_COUNT] = {
     [FG_ISA_SCALAR] = {quantize_row_q5_1_scalar, dequantize_row_q5_1_scalar, vec_dot_q5_1_q8_1_scalar, NULL},
 #if FG_HAVE_X86
@@ -119,6 +156,14 @@ const fg_type_kernels fg_q5_1_kernels[FG_ISA_COUNT] = {
     /* the AVX2 kernels, until AVX-512 twins exist (an empty entry would fall back to scalar) */
     [FG_ISA_AVX512] = {NULL, dequantize_row_q5_1_avx2, vec_dot_q5_1_q8_1_avx2, gemv_q5_1_q8_1_avx2},
 #endif
+#if FG_HAVE_NEON
+    [FG_ISA_NEON] = {NULL, NULL, vec_dot_q5_1_q8_1_neon, gemv_q5_1_q8_1_neon},
+#endif
 };
 
-const fg_type_kernels fg_q5_1_kernels_ext[FG_ISA_COUNT] = {{0}};
+const fg_type_kernels fg_q5_1_kernels_ext[FG_ISA_COUNT] = {
+    [FG_ISA_SCALAR] = {0}, /* never used: keeps the initializer non-empty off NEON */
+#if FG_HAVE_NEON
+    [FG_ISA_NEON] = {NULL, NULL, vec_dot_q5_1_q8_1_neondp, gemv_q5_1_q8_1_neondp},
+#endif
+};

@@ -161,6 +161,61 @@ FG_DOT_FROM_ROWS(vec_dot_q6_k_q8_k_avx2, FG_TARGET_AVX2, q6_k_rows_avx2, QK_K)
 FG_GEMV_FROM_ROWS(gemv_q6_k_q8_k_avx2, FG_TARGET_AVX2, q6_k_rows_avx2, QK_K)
 #endif /* FG_HAVE_X86 */
 
+#if FG_HAVE_NEON
+/* ---- NEON: q - 32 fits int8; each 16-byte vector is exactly one sub-block, weighted by its scale. ---- */
+#define Q6_K_ROWS_NEON(NAME, TARGET, DOT)                                                                   \
+    static inline __attribute__((always_inline)) TARGET void NAME(const int R, int64_t nb, const char *w,    \
+                                                                  size_t stride, const void *vx, float *y) { \
+        const block_q8_K *x = vx;                                                                           \
+        float32x4_t acc[4];                                                                                 \
+        for (int r = 0; r < R; r++) acc[r] = vdupq_n_f32(0.0f);                                             \
+        for (int64_t i = 0; i < nb; i++) {                                                                  \
+            const block_q6_K *b[4];                                                                         \
+            int32x4_t isum[4];                                                                              \
+            for (int r = 0; r < R; r++) {                                                                   \
+                b[r] = (const block_q6_K *)(w + r * stride) + i;                                            \
+                for (int c = 0; c < 256; c += 64) fg_prefetch((const char *)b[r] + c, stride);              \
+                isum[r] = vdupq_n_s32(0);                                                                   \
+            }                                                                                               \
+            for (int h = 0; h < 2; h++) {                                                                   \
+                for (int v = 0; v < 2; v++) { /* elements 128h + 32k + 16v + 0..15, k = 0..3 */            \
+                    const int8_t *xq = x[i].qs + 128 * h + 16 * v;                                          \
+                    const int8x16_t x0 = vld1q_s8(xq), x1 = vld1q_s8(xq + 32);                              \
+                    const int8x16_t x2 = vld1q_s8(xq + 64), x3 = vld1q_s8(xq + 96);                         \
+                    for (int r = 0; r < R; r++) {                                                           \
+                        const uint8_t *ql = b[r]->ql + 64 * h + 16 * v, *qhp = b[r]->qh + 32 * h + 16 * v;  \
+                        const uint8x16_t la = vld1q_u8(ql), lb = vld1q_u8(ql + 32), qh = vld1q_u8(qhp);     \
+                        const uint8x16_t m4 = vdupq_n_u8(0x0f), m30 = vdupq_n_u8(0x30);                     \
+                        const int8x16_t off = vdupq_n_s8(32);                                               \
+                        const uint8x16_t u0 = vorrq_u8(vandq_u8(la, m4), vandq_u8(vshlq_n_u8(qh, 4), m30)); \
+                        const uint8x16_t u1 = vorrq_u8(vandq_u8(lb, m4), vandq_u8(vshlq_n_u8(qh, 2), m30)); \
+                        const uint8x16_t u2 = vorrq_u8(vshrq_n_u8(la, 4), vandq_u8(qh, m30));               \
+                        const uint8x16_t u3 = vorrq_u8(vshrq_n_u8(lb, 4), vandq_u8(vshrq_n_u8(qh, 2), m30)); \
+                        const int8_t *sc = b[r]->scales + 8 * h + v;                                        \
+                        const int32x4_t z = vdupq_n_s32(0);                                                 \
+                        int32x4_t s = isum[r];                                                              \
+                        s = vmlaq_n_s32(s, DOT(z, vsubq_s8(vreinterpretq_s8_u8(u0), off), x0), sc[0]);      \
+                        s = vmlaq_n_s32(s, DOT(z, vsubq_s8(vreinterpretq_s8_u8(u1), off), x1), sc[2]);      \
+                        s = vmlaq_n_s32(s, DOT(z, vsubq_s8(vreinterpretq_s8_u8(u2), off), x2), sc[4]);      \
+                        s = vmlaq_n_s32(s, DOT(z, vsubq_s8(vreinterpretq_s8_u8(u3), off), x3), sc[6]);      \
+                        isum[r] = s;                                                                        \
+                    }                                                                                       \
+                }                                                                                           \
+            }                                                                                               \
+            for (int r = 0; r < R; r++)                                                                     \
+                acc[r] = vfmaq_n_f32(acc[r], vcvtq_f32_s32(isum[r]), fg_fp16_to_fp32(b[r]->d) * x[i].d);    \
+        }                                                                                                   \
+        for (int r = 0; r < R; r++) y[r] = vaddvq_f32(acc[r]);                                              \
+    }
+#define FG_NO_TARGET
+Q6_K_ROWS_NEON(q6_k_rows_neon, FG_NO_TARGET, fg_dot_s8_emul)
+Q6_K_ROWS_NEON(q6_k_rows_neondp, FG_TARGET_DOTPROD, vdotq_s32)
+FG_DOT_FROM_ROWS(vec_dot_q6_k_q8_k_neon, FG_NO_TARGET, q6_k_rows_neon, QK_K)
+FG_GEMV_FROM_ROWS(gemv_q6_k_q8_k_neon, FG_NO_TARGET, q6_k_rows_neon, QK_K)
+FG_DOT_FROM_ROWS(vec_dot_q6_k_q8_k_neondp, FG_TARGET_DOTPROD, q6_k_rows_neondp, QK_K)
+FG_GEMV_FROM_ROWS(gemv_q6_k_q8_k_neondp, FG_TARGET_DOTPROD, q6_k_rows_neondp, QK_K)
+#endif /* FG_HAVE_NEON */
+
 const fg_type_kernels fg_q6_k_kernels[FG_ISA_COUNT] = {
     [FG_ISA_SCALAR] = {quantize_row_q6_k_scalar, dequantize_row_q6_k_scalar, vec_dot_q6_k_q8_k_scalar, NULL},
 #if FG_HAVE_X86
@@ -168,6 +223,14 @@ const fg_type_kernels fg_q6_k_kernels[FG_ISA_COUNT] = {
     /* the AVX2 kernels, until AVX-512 twins exist (an empty entry would fall back to scalar) */
     [FG_ISA_AVX512] = {NULL, dequantize_row_q6_k_avx2, vec_dot_q6_k_q8_k_avx2, gemv_q6_k_q8_k_avx2},
 #endif
+#if FG_HAVE_NEON
+    [FG_ISA_NEON] = {NULL, NULL, vec_dot_q6_k_q8_k_neon, gemv_q6_k_q8_k_neon},
+#endif
 };
 
-const fg_type_kernels fg_q6_k_kernels_ext[FG_ISA_COUNT] = {{0}};
+const fg_type_kernels fg_q6_k_kernels_ext[FG_ISA_COUNT] = {
+    [FG_ISA_SCALAR] = {0}, /* never used: keeps the initializer non-empty off NEON */
+#if FG_HAVE_NEON
+    [FG_ISA_NEON] = {NULL, NULL, vec_dot_q6_k_q8_k_neondp, gemv_q6_k_q8_k_neondp},
+#endif
+};

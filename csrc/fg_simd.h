@@ -232,6 +232,13 @@ FG_INLINE_AVX2 __m128 fg_f16_pairs(const void *p0, const void *p1) {
 #define fg_prefetch(p, stride) __builtin_prefetch((const char *)(p) + 4 * (stride))
 #endif
 
+/* 16 bits -> 16 bytes, 0xff where the bit is set: byte j <- bit j. */
+static inline uint8x16_t fg_bits_to_bytes_neon(uint32_t bits) {
+    static const uint8_t bit[16] = {1, 2, 4, 8, 16, 32, 64, 128, 1, 2, 4, 8, 16, 32, 64, 128};
+    const uint8x16_t v = vcombine_u8(vdup_n_u8((uint8_t)(bits & 0xff)), vdup_n_u8((uint8_t)((bits >> 8) & 0xff)));
+    return vtstq_u8(v, vld1q_u8(bit));
+}
+
 /* 16 x int8 . 16 x int8 -> 4 int32 partial sums, without the dotprod extension. */
 static inline int32x4_t fg_dot_s8_emul(int32x4_t acc, int8x16_t a, int8x16_t b) {
     acc = vpadalq_s16(acc, vmull_s8(vget_low_s8(a), vget_low_s8(b)));
