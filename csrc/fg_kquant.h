@@ -132,6 +132,77 @@ static float fg_make_qx_quants(int n, int nmax, const float *x, int8_t *L) {
     return scale;
 }
 
+/* Signed scale of n values, L in 0..2*nmax-1, refined by up to 5 passes of coordinate descent with weights x^2
+ * (ggml's make_q3_quants with do_rmse). */
+static float fg_make_q3_quants(int n, int nmax, const float *x, int8_t *L) {
+    float max = 0, amax = 0;
+    for (int i = 0; i < n; ++i) {
+        float ax = fabsf(x[i]);
+        if (ax > amax) { amax = ax; max = x[i]; }
+    }
+    if (amax < FG_GROUP_MAX_EPS) {
+        for (int i = 0; i < n; ++i) L[i] = 0;
+        return 0.f;
+    }
+    float iscale = -nmax / max;
+    float sumlx = 0, suml2 = 0;
+    for (int i = 0; i < n; ++i) {
+        int l = fg_clampi(fg_nearest_int(iscale * x[i]), -nmax, nmax - 1);
+        L[i] = (int8_t)l;
+        float w = x[i] * x[i];
+        sumlx += w * x[i] * l;
+        suml2 += w * l * l;
+    }
+    for (int itry = 0; itry < 5; ++itry) {
+        int n_changed = 0;
+        for (int i = 0; i < n; ++i) {
+            float w = x[i] * x[i];
+            float slx = sumlx - w * x[i] * L[i];
+            if (slx > 0) {
+                float sl2 = suml2 - w * L[i] * L[i];
+                int new_l = fg_clampi(fg_nearest_int(x[i] * sl2 / slx), -nmax, nmax - 1);
+                if (new_l != L[i]) {
+                    slx += w * x[i] * new_l;
+                    sl2 += w * new_l * new_l;
+                    if (sl2 > 0 && slx * slx * suml2 > sumlx * sumlx * sl2) {
+                        L[i] = (int8_t)new_l;
+                        sumlx = slx;
+                        suml2 = sl2;
+                        ++n_changed;
+                    }
+                }
+            }
+        }
+        if (!n_changed) break;
+    }
+    for (int i = 0; i < n; ++i) L[i] += nmax;
+    return suml2 > 0.0f ? sumlx / suml2 : 0.0f;
+}
+
+/* The 16 non-uniform levels of IQ4_NL / IQ4_XS. */
+static const int8_t fg_kvalues_iq4nl[16] = {-127, -104, -83, -65, -49, -35, -22, -10, 1, 13, 25, 38, 53, 69, 89, 113};
+
+/* Index of the level nearest to x in the sorted table val[n] (ties to the upper one, as ggml). */
+static inline int fg_best_index_int8(int n, const int8_t *val, float x) {
+    if (x <= val[0]) return 0;
+    if (x >= val[n - 1]) return n - 1;
+    int ml = 0, mu = n - 1;
+    while (mu - ml > 1) {
+        int mav = (ml + mu) / 2;
+        if (x < val[mav]) mu = mav; else ml = mav;
+    }
+    return x - val[mu - 1] < val[mu] - x ? mu - 1 : mu;
+}
+
+/* q3_K scales[12] -> 16 signed scales (6 bits, minus 32): low nibbles in bytes 0..7 (scales 0..7) and their
+ * high nibbles (8..15), the top 2 bits of scale j in byte 8 + j % 4 at bit 2 * (j / 4). */
+static inline void fg_unpack_scales_q3k(const uint8_t *s, int8_t out[16]) {
+    for (int j = 0; j < 16; j++) {
+        const int lo = j < 8 ? s[j] & 0xF : s[j - 8] >> 4;
+        out[j] = (int8_t)((lo | (((s[8 + j % 4] >> (2 * (j / 4))) & 3) << 4)) - 32);
+    }
+}
+
 /* q4_K / q5_K scales[12]: scale j and min j (6 bits each, j < 8). Bytes 0..3: scales 0..3 (+ top 2 bits of
  * scales 4..7); 4..7: mins 0..3 (+ top bits of mins 4..7); 8..11: low nibble scale 4+k, high nibble min 4+k. */
 static inline void fg_scale_min_k4(int j, const uint8_t *q, uint8_t *d, uint8_t *m) {
