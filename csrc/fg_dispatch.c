@@ -21,6 +21,8 @@ FG_TABLES(q6_k)
 FG_TABLES(q5_0)
 FG_TABLES(q5_1)
 FG_TABLES(q5_k)
+FG_TABLES(q3_k)
+FG_TABLES(q2_k)
 
 static const struct {
     int type;
@@ -42,6 +44,8 @@ static const struct {
     {FG_TYPE_Q5_0, QK5_0, sizeof(block_q5_0), FG_TYPE_Q8_0, fg_q5_0_kernels, fg_q5_0_kernels_ext},
     {FG_TYPE_Q5_1, QK5_1, sizeof(block_q5_1), FG_TYPE_Q8_1, fg_q5_1_kernels, fg_q5_1_kernels_ext},
     {FG_TYPE_Q5_K, QK_K, sizeof(block_q5_K), FG_TYPE_Q8_K, fg_q5_k_kernels, fg_q5_k_kernels_ext},
+    {FG_TYPE_Q3_K, QK_K, sizeof(block_q3_K), FG_TYPE_Q8_K, fg_q3_k_kernels, fg_q3_k_kernels_ext},
+    {FG_TYPE_Q2_K, QK_K, sizeof(block_q2_K), FG_TYPE_Q8_K, fg_q2_k_kernels, fg_q2_k_kernels_ext},
 };
 #define N_TYPES ((int)(sizeof(types) / sizeof(types[0])))
 
