@@ -194,6 +194,86 @@ static inline int fg_best_index_int8(int n, const int8_t *val, float x) {
     return x - val[mu - 1] < val[mu] - x ? mu - 1 : mu;
 }
 
+/* ggml's quantize_row_iq4_nl_impl without importance weights, for one super-block of sbs elements in sub-blocks
+ * of 32: sbs = 32 (IQ4_NL, one fp16 scale; ntry = -1: no trial scales) or 256 (IQ4_XS, 6-bit sub-block scales
+ * under an fp16 super-scale; ntry = 7). L: scratch of sbs, scales: of sbs / 32. A sub-block below
+ * FG_GROUP_MAX_EPS keeps the L it came with: the caller zeroes L (ggml leaves it stale, which only matters where
+ * the scale is 0 anyway). */
+static void fg_quantize_iq4(int sbs, const float *x, uint16_t *dh, uint8_t *q4, uint16_t *scales_h,
+                            uint8_t *scales_l, float *scales, uint8_t *L, int ntry) {
+    const int8_t *values = fg_kvalues_iq4nl;
+    float weight[32];
+    memset(q4, 0, (size_t)sbs / 2);
+    *dh = fg_fp32_to_fp16(0.f);
+    float max_scale = 0, amax_scale = 0;
+    for (int ib = 0; ib < sbs / 32; ++ib) {
+        const float *xb = x + ib * 32;
+        uint8_t *Lb = L + ib * 32;
+        for (int j = 0; j < 32; ++j) weight[j] = xb[j] * xb[j];
+        float amax = 0, max = 0;
+        for (int j = 0; j < 32; ++j) {
+            float ax = fabsf(xb[j]);
+            if (ax > amax) { amax = ax; max = xb[j]; }
+        }
+        if (amax < FG_GROUP_MAX_EPS) {
+            scales[ib] = 0;
+            continue;
+        }
+        float d = ntry > 0 ? -max / values[0] : max / values[0];
+        float id = 1 / d;
+        float sumqx = 0, sumq2 = 0;
+        for (int j = 0; j < 32; ++j) {
+            int l = fg_best_index_int8(16, values, id * xb[j]);
+            Lb[j] = (uint8_t)l;
+            float q = values[l], w = weight[j];
+            sumqx += w * q * xb[j];
+            sumq2 += w * q * q;
+        }
+        d = sumq2 > 0 ? sumqx / sumq2 : 0.f;
+        float best = d * sumqx;
+        for (int itry = -ntry; itry <= ntry; ++itry) {
+            id = (itry + values[0]) / max;
+            sumqx = sumq2 = 0;
+            for (int j = 0; j < 32; ++j) {
+                int l = fg_best_index_int8(16, values, id * xb[j]);
+                float q = values[l], w = weight[j];
+                sumqx += w * q * xb[j];
+                sumq2 += w * q * q;
+            }
+            if (sumq2 > 0 && sumqx * sumqx > best * sumq2) {
+                d = sumqx / sumq2;
+                best = d * sumqx;
+            }
+        }
+        scales[ib] = d;
+        if (fabsf(d) > amax_scale) amax_scale = fabsf(d), max_scale = d;
+    }
+    if (sbs / 32 > 1) {
+        *scales_h = 0;
+        float d = -max_scale / 32;
+        *dh = fg_fp32_to_fp16(d);
+        float id = d ? 1 / d : 0.f;
+        for (int ib = 0; ib < sbs / 32; ++ib) {
+            int l = fg_clampi(fg_nearest_int(id * scales[ib]), -32, 31);
+            float dl = d * l;
+            float idl = dl ? 1 / dl : 0.f;
+            for (int j = 0; j < 32; ++j) L[32 * ib + j] = (uint8_t)fg_best_index_int8(16, values, idl * x[32 * ib + j]);
+            l += 32;
+            if (ib % 2 == 0) scales_l[ib / 2] = (uint8_t)(l & 0xf);
+            else scales_l[ib / 2] |= (uint8_t)((l & 0xf) << 4);
+            *scales_h |= (uint16_t)((l >> 4) << 2 * ib);
+        }
+    } else {
+        *dh = fg_fp32_to_fp16(scales[0]);
+        if (ntry > 0) {
+            float id = scales[0] ? 1 / scales[0] : 0;
+            for (int j = 0; j < sbs; ++j) L[j] = (uint8_t)fg_best_index_int8(16, values, id * x[j]);
+        }
+    }
+    for (int i = 0; i < sbs / 32; ++i)
+        for (int j = 0; j < 16; ++j) q4[16 * i + j] = (uint8_t)(L[32 * i + j] | (L[32 * i + 16 + j] << 4));
+}
+
 /* q3_K scales[12] -> 16 signed scales (6 bits, minus 32): low nibbles in bytes 0..7 (scales 0..7) and their
  * high nibbles (8..15), the top 2 bits of scale j in byte 8 + j % 4 at bit 2 * (j / 4). */
 static inline void fg_unpack_scales_q3k(const uint8_t *s, int8_t out[16]) {
