@@ -277,10 +277,16 @@ static void fg_quantize_iq4(int sbs, const float *x, uint16_t *dh, uint8_t *q4, 
 /* q3_K scales[12] -> 16 signed scales (6 bits, minus 32): low nibbles in bytes 0..7 (scales 0..7) and their
  * high nibbles (8..15), the top 2 bits of scale j in byte 8 + j % 4 at bit 2 * (j / 4). */
 static inline void fg_unpack_scales_q3k(const uint8_t *s, int8_t out[16]) {
-    for (int j = 0; j < 16; j++) {
-        const int lo = j < 8 ? s[j] & 0xF : s[j - 8] >> 4;
-        out[j] = (int8_t)((lo | (((s[8 + j % 4] >> (2 * (j / 4))) & 3) << 4)) - 32);
-    }
+    uint32_t a[4];
+    memcpy(a, s, 12);
+    const uint32_t m4 = 0x0f0f0f0f, m2 = 0x03030303, hi = a[2];
+    a[3] = ((a[1] >> 4) & m4) | (((hi >> 6) & m2) << 4); /* scales 12..15 */
+    a[2] = ((a[0] >> 4) & m4) | (((hi >> 4) & m2) << 4); /* 8..11 */
+    a[1] = (a[1] & m4) | (((hi >> 2) & m2) << 4);        /* 4..7 */
+    a[0] = (a[0] & m4) | ((hi & m2) << 4);               /* 0..3 */
+    uint8_t u[16];
+    memcpy(u, a, 16);
+    for (int j = 0; j < 16; j++) out[j] = (int8_t)(u[j] - 32);
 }
 
 /* q4_K / q5_K scales[12]: scale j and min j (6 bits each, j < 8). Bytes 0..3: scales 0..3 (+ top 2 bits of

@@ -53,6 +53,18 @@ FG_INLINE_AVX2 __m256i iq4_dot_avx2(const uint8_t *qs, __m256i xs) {
     return _mm256_maddubs_epi16(_mm256_sign_epi8(k, k), _mm256_sign_epi8(xs, k)); /* |.| <= 2 * 127 * 127 */
 }
 
+/* Bit-exact with the scalar reference: d * level. */
+FG_TARGET_AVX2 static void dequantize_row_iq4_nl_avx2(const void *vx, float *y, int64_t n) {
+    const block_iq4_nl *x = vx;
+    const __m256i table = _mm256_broadcastsi128_si256(_mm_loadu_si128((const __m128i *)fg_kvalues_iq4nl));
+    for (int64_t i = 0; i < n / QK4_NL; i++, y += QK4_NL) {
+        const __m256i k = _mm256_shuffle_epi8(table, fg_nibbles_256(x[i].qs));
+        const __m256 d = _mm256_set1_ps(fg_f16(x[i].d));
+        fg_store_i8x16_ps(y, _mm256_castsi256_si128(k), d, _mm256_setzero_ps());
+        fg_store_i8x16_ps(y + 16, _mm256_extracti128_si256(k, 1), d, _mm256_setzero_ps());
+    }
+}
+
 FG_INLINE_AVX2 void iq4_nl_rows_avx2(const int R, int64_t nb, const char *w, size_t stride, const void *vx, float *y) {
     const block_q8_0 *x = vx;
     __m256 acc[4];
@@ -108,9 +120,9 @@ FG_GEMV_FROM_ROWS(gemv_iq4_nl_q8_0_neondp, FG_TARGET_DOTPROD, iq4_nl_rows_neondp
 const fg_type_kernels fg_iq4_nl_kernels[FG_ISA_COUNT] = {
     [FG_ISA_SCALAR] = {quantize_row_iq4_nl_scalar, dequantize_row_iq4_nl_scalar, vec_dot_iq4_nl_q8_0_scalar, NULL},
 #if FG_HAVE_X86
-    [FG_ISA_AVX2] = {NULL, NULL, vec_dot_iq4_nl_q8_0_avx2, gemv_iq4_nl_q8_0_avx2},
+    [FG_ISA_AVX2] = {NULL, dequantize_row_iq4_nl_avx2, vec_dot_iq4_nl_q8_0_avx2, gemv_iq4_nl_q8_0_avx2},
     /* the AVX2 kernels, until AVX-512 twins exist (an empty entry would fall back to scalar) */
-    [FG_ISA_AVX512] = {NULL, NULL, vec_dot_iq4_nl_q8_0_avx2, gemv_iq4_nl_q8_0_avx2},
+    [FG_ISA_AVX512] = {NULL, dequantize_row_iq4_nl_avx2, vec_dot_iq4_nl_q8_0_avx2, gemv_iq4_nl_q8_0_avx2},
 #endif
 #if FG_HAVE_NEON
     [FG_ISA_NEON] = {NULL, NULL, vec_dot_iq4_nl_q8_0_neon, gemv_iq4_nl_q8_0_neon},

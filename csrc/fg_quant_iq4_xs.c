@@ -61,6 +61,23 @@ static float vec_dot_iq4_xs_q8_k_scalar(int64_t n, const void *vw, const void *v
 }
 
 #if FG_HAVE_X86
+/* Bit-exact with the scalar reference: (d * (ls - 32)) * level. */
+FG_TARGET_AVX2 static void dequantize_row_iq4_xs_avx2(const void *vx, float *y, int64_t n) {
+    const block_iq4_xs *x = vx;
+    const __m256i table = _mm256_broadcastsi128_si256(_mm_loadu_si128((const __m128i *)fg_kvalues_iq4nl));
+    for (int64_t i = 0; i < n / QK_K; i++) {
+        const float d = fg_f16(x[i].d);
+        int s[8];
+        iq4_xs_scales(&x[i], s);
+        for (int j = 0; j < 8; j++, y += 32) {
+            const __m256i k = _mm256_shuffle_epi8(table, fg_nibbles_256(x[i].qs + 16 * j));
+            const __m256 dl = _mm256_set1_ps(d * s[j]);
+            fg_store_i8x16_ps(y, _mm256_castsi256_si128(k), dl, _mm256_setzero_ps());
+            fg_store_i8x16_ps(y + 16, _mm256_extracti128_si256(k, 1), dl, _mm256_setzero_ps());
+        }
+    }
+}
+
 /* ---- AVX2: IQ4_NL's level shuffle per sub-block, weighted by its scale in the widening madd ---- */
 FG_INLINE_AVX2 void iq4_xs_rows_avx2(const int R, int64_t nb, const char *w, size_t stride, const void *vx, float *y) {
     const block_q8_K *x = vx;
@@ -143,9 +160,9 @@ FG_GEMV_FROM_ROWS(gemv_iq4_xs_q8_k_neondp, FG_TARGET_DOTPROD, iq4_xs_rows_neondp
 const fg_type_kernels fg_iq4_xs_kernels[FG_ISA_COUNT] = {
     [FG_ISA_SCALAR] = {quantize_row_iq4_xs_scalar, dequantize_row_iq4_xs_scalar, vec_dot_iq4_xs_q8_k_scalar, NULL},
 #if FG_HAVE_X86
-    [FG_ISA_AVX2] = {NULL, NULL, vec_dot_iq4_xs_q8_k_avx2, gemv_iq4_xs_q8_k_avx2},
+    [FG_ISA_AVX2] = {NULL, dequantize_row_iq4_xs_avx2, vec_dot_iq4_xs_q8_k_avx2, gemv_iq4_xs_q8_k_avx2},
     /* the AVX2 kernels, until AVX-512 twins exist (an empty entry would fall back to scalar) */
-    [FG_ISA_AVX512] = {NULL, NULL, vec_dot_iq4_xs_q8_k_avx2, gemv_iq4_xs_q8_k_avx2},
+    [FG_ISA_AVX512] = {NULL, dequantize_row_iq4_xs_avx2, vec_dot_iq4_xs_q8_k_avx2, gemv_iq4_xs_q8_k_avx2},
 #endif
 #if FG_HAVE_NEON
     [FG_ISA_NEON] = {NULL, NULL, vec_dot_iq4_xs_q8_k_neon, gemv_iq4_xs_q8_k_neon},

@@ -82,6 +82,26 @@ static float vec_dot_q2_k_q8_k_scalar(int64_t n, const void *vw, const void *vx)
 }
 
 #if FG_HAVE_X86
+/* Bit-exact with the scalar reference: (d * sc) * q - dmin * m. */
+FG_TARGET_AVX2 static void dequantize_row_q2_k_avx2(const void *vx, float *y, int64_t n) {
+    const block_q2_K *x = vx;
+    for (int64_t i = 0; i < n / QK_K; i++, y += QK_K) {
+        const float d = fg_f16(x[i].d), min = fg_f16(x[i].dmin);
+        for (int h = 0; h < 2; h++) {
+            __m256i q2 = _mm256_loadu_si256((const __m256i *)(x[i].qs + 32 * h));
+            for (int j = 0; j < 4; j++, q2 = _mm256_srli_epi16(q2, 2)) {
+                const __m256i u = _mm256_and_si256(q2, _mm256_set1_epi8(3));
+                for (int v = 0; v < 2; v++) {
+                    const uint8_t sc = x[i].scales[8 * h + 2 * j + v];
+                    const __m128i q = v ? _mm256_extracti128_si256(u, 1) : _mm256_castsi256_si128(u);
+                    fg_store_i8x16_ps(y + 128 * h + 32 * j + 16 * v, q, _mm256_set1_ps(d * (sc & 0xF)),
+                                      _mm256_set1_ps(min * (sc >> 4)));
+                }
+            }
+        }
+    }
+}
+
 /* ---- AVX2: q (0..3) . x by maddubs, weighted per 16-element sub-block by its scale in the widening madd;
  * the mins term is bsums . mins. ---- */
 FG_INLINE_AVX2 void q2_k_rows_avx2(const int R, int64_t nb, const char *w, size_t stride, const void *vx, float *y) {
@@ -192,9 +212,9 @@ FG_GEMV_FROM_ROWS(gemv_q2_k_q8_k_neondp, FG_TARGET_DOTPROD, q2_k_rows_neondp, QK
 const fg_type_kernels fg_q2_k_kernels[FG_ISA_COUNT] = {
     [FG_ISA_SCALAR] = {quantize_row_q2_k_scalar, dequantize_row_q2_k_scalar, vec_dot_q2_k_q8_k_scalar, NULL},
 #if FG_HAVE_X86
-    [FG_ISA_AVX2] = {NULL, NULL, vec_dot_q2_k_q8_k_avx2, gemv_q2_k_q8_k_avx2},
+    [FG_ISA_AVX2] = {NULL, dequantize_row_q2_k_avx2, vec_dot_q2_k_q8_k_avx2, gemv_q2_k_q8_k_avx2},
     /* the AVX2 kernels, until AVX-512 twins exist (an empty entry would fall back to scalar) */
-    [FG_ISA_AVX512] = {NULL, NULL, vec_dot_q2_k_q8_k_avx2, gemv_q2_k_q8_k_avx2},
+    [FG_ISA_AVX512] = {NULL, dequantize_row_q2_k_avx2, vec_dot_q2_k_q8_k_avx2, gemv_q2_k_q8_k_avx2},
 #endif
 #if FG_HAVE_NEON
     [FG_ISA_NEON] = {NULL, NULL, vec_dot_q2_k_q8_k_neon, gemv_q2_k_q8_k_neon},

@@ -88,6 +88,31 @@ static float vec_dot_q3_k_q8_k_scalar(int64_t n, const void *vw, const void *vx)
 }
 
 #if FG_HAVE_X86
+/* Bit-exact with the scalar reference: (d * s) * (q - 4). */
+FG_TARGET_AVX2 static void dequantize_row_q3_k_avx2(const void *vx, float *y, int64_t n) {
+    const block_q3_K *x = vx;
+    const __m256i m3 = _mm256_set1_epi8(3), one = _mm256_set1_epi8(1), four = _mm256_set1_epi8(4);
+    for (int64_t i = 0; i < n / QK_K; i++, y += QK_K) {
+        const float d = fg_f16(x[i].d);
+        int8_t sc[16];
+        fg_unpack_scales_q3k(x[i].scales, sc);
+        __m256i hm = _mm256_loadu_si256((const __m256i *)x[i].hmask);
+        for (int h = 0; h < 2; h++) {
+            __m256i q2 = _mm256_loadu_si256((const __m256i *)(x[i].qs + 32 * h));
+            for (int j = 0; j < 4; j++) {
+                const __m256i u = _mm256_or_si256(_mm256_and_si256(q2, m3), _mm256_slli_epi16(_mm256_and_si256(hm, one), 2));
+                const __m256i q = _mm256_sub_epi8(u, four);
+                q2 = _mm256_srli_epi16(q2, 2);
+                hm = _mm256_srli_epi16(hm, 1);
+                for (int v = 0; v < 2; v++)
+                    fg_store_i8x16_ps(y + 128 * h + 32 * j + 16 * v,
+                                      v ? _mm256_extracti128_si256(q, 1) : _mm256_castsi256_si128(q),
+                                      _mm256_set1_ps(d * sc[8 * h + 2 * j + v]), _mm256_setzero_ps());
+            }
+        }
+    }
+}
+
 /* ---- AVX2: u = q (0..7, unsigned) . x by maddubs, the int16 sums of each 16-element sub-block weighted by its
  * scale in the widening madd; the -4 offset as 4 * (bsums . scales). ---- */
 FG_INLINE_AVX2 void q3_k_rows_avx2(const int R, int64_t nb, const char *w, size_t stride, const void *vx, float *y) {
@@ -193,9 +218,9 @@ FG_GEMV_FROM_ROWS(gemv_q3_k_q8_k_neondp, FG_TARGET_DOTPROD, q3_k_rows_neondp, QK
 const fg_type_kernels fg_q3_k_kernels[FG_ISA_COUNT] = {
     [FG_ISA_SCALAR] = {quantize_row_q3_k_scalar, dequantize_row_q3_k_scalar, vec_dot_q3_k_q8_k_scalar, NULL},
 #if FG_HAVE_X86
-    [FG_ISA_AVX2] = {NULL, NULL, vec_dot_q3_k_q8_k_avx2, gemv_q3_k_q8_k_avx2},
+    [FG_ISA_AVX2] = {NULL, dequantize_row_q3_k_avx2, vec_dot_q3_k_q8_k_avx2, gemv_q3_k_q8_k_avx2},
     /* the AVX2 kernels, until AVX-512 twins exist (an empty entry would fall back to scalar) */
-    [FG_ISA_AVX512] = {NULL, NULL, vec_dot_q3_k_q8_k_avx2, gemv_q3_k_q8_k_avx2},
+    [FG_ISA_AVX512] = {NULL, dequantize_row_q3_k_avx2, vec_dot_q3_k_q8_k_avx2, gemv_q3_k_q8_k_avx2},
 #endif
 #if FG_HAVE_NEON
     [FG_ISA_NEON] = {NULL, NULL, vec_dot_q3_k_q8_k_neon, gemv_q3_k_q8_k_neon},

@@ -102,6 +102,31 @@ static float vec_dot_q5_k_q8_k_scalar(int64_t n, const void *vw, const void *vx)
 }
 
 #if FG_HAVE_X86
+/* Bit-exact with the scalar reference: (d * sc) * q - dmin * m. */
+FG_TARGET_AVX2 static void dequantize_row_q5_k_avx2(const void *vx, float *y, int64_t n) {
+    const block_q5_K *x = vx;
+    const __m256i m4 = _mm256_set1_epi8(0x0f), one = _mm256_set1_epi8(1);
+    for (int64_t i = 0; i < n / QK_K; i++, y += QK_K) {
+        const float d = fg_f16(x[i].d), min = fg_f16(x[i].dmin);
+        uint8_t sm[16];
+        fg_unpack_scales_k4(x[i].scales, sm);
+        __m256i qh = _mm256_loadu_si256((const __m256i *)x[i].qh);
+        for (int k = 0; k < QK_K / 64; k++) {
+            const __m256i q = _mm256_loadu_si256((const __m256i *)(x[i].qs + 32 * k));
+            const __m256i lo = _mm256_or_si256(_mm256_and_si256(q, m4), _mm256_slli_epi16(_mm256_and_si256(qh, one), 4));
+            const __m256i hi = _mm256_or_si256(_mm256_and_si256(_mm256_srli_epi16(q, 4), m4),
+                                               _mm256_slli_epi16(_mm256_and_si256(_mm256_srli_epi16(qh, 1), one), 4));
+            qh = _mm256_srli_epi16(qh, 2);
+            for (int t = 0; t < 2; t++) {
+                const __m256i u = t ? hi : lo;
+                const __m256 s = _mm256_set1_ps(d * sm[2 * k + t]), m = _mm256_set1_ps(min * sm[8 + 2 * k + t]);
+                fg_store_i8x16_ps(y + 64 * k + 32 * t, _mm256_castsi256_si128(u), s, m);
+                fg_store_i8x16_ps(y + 64 * k + 32 * t + 16, _mm256_extracti128_si256(u, 1), s, m);
+            }
+        }
+    }
+}
+
 /* ---- AVX2: q4_K's kernel with the fifth bit or-ed in (qh shifted right by 2 per run of 64) ---- */
 FG_INLINE_AVX2 void q5_k_rows_avx2(const int R, int64_t nb, const char *w, size_t stride, const void *vx, float *y) {
     const block_q8_K *x = vx;
@@ -216,9 +241,9 @@ FG_GEMV_FROM_ROWS(gemv_q5_k_q8_k_neondp, FG_TARGET_DOTPROD, q5_k_rows_neondp, QK
 const fg_type_kernels fg_q5_k_kernels[FG_ISA_COUNT] = {
     [FG_ISA_SCALAR] = {quantize_row_q5_k_scalar, dequantize_row_q5_k_scalar, vec_dot_q5_k_q8_k_scalar, NULL},
 #if FG_HAVE_X86
-    [FG_ISA_AVX2] = {NULL, NULL, vec_dot_q5_k_q8_k_avx2, gemv_q5_k_q8_k_avx2},
+    [FG_ISA_AVX2] = {NULL, dequantize_row_q5_k_avx2, vec_dot_q5_k_q8_k_avx2, gemv_q5_k_q8_k_avx2},
     /* the AVX2 kernels, until AVX-512 twins exist (an empty entry would fall back to scalar) */
-    [FG_ISA_AVX512] = {NULL, NULL, vec_dot_q5_k_q8_k_avx2, gemv_q5_k_q8_k_avx2},
+    [FG_ISA_AVX512] = {NULL, dequantize_row_q5_k_avx2, vec_dot_q5_k_q8_k_avx2, gemv_q5_k_q8_k_avx2},
 #endif
 #if FG_HAVE_NEON
     [FG_ISA_NEON] = {NULL, NULL, vec_dot_q5_k_q8_k_neon, gemv_q5_k_q8_k_neon},

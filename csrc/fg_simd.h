@@ -109,6 +109,14 @@ FG_INLINE_AVX2 __m256i fg_bits_to_bytes_256(uint32_t bits) {
     return _mm256_cmpeq_epi8(_mm256_and_si256(v, bit), bit);
 }
 
+/* 16 int8 -> 16 floats s * v - m at y (as the scalar dequantizers compute them: no FMA; m = 0 gives s * v). */
+FG_INLINE_AVX2 void fg_store_i8x16_ps(float *y, __m128i v, __m256 s, __m256 m) {
+    const __m256 a = _mm256_cvtepi32_ps(_mm256_cvtepi8_epi32(v));
+    const __m256 b = _mm256_cvtepi32_ps(_mm256_cvtepi8_epi32(_mm_srli_si128(v, 8)));
+    _mm256_storeu_ps(y, _mm256_sub_ps(_mm256_mul_ps(s, a), m));
+    _mm256_storeu_ps(y + 8, _mm256_sub_ps(_mm256_mul_ps(s, b), m));
+}
+
 /* 16 packed nibbles -> 32 floats in element order (4 x 8). */
 FG_INLINE_AVX2 void fg_nibbles_ps(const uint8_t *qs, __m256 q[4]) {
     const __m128i b = _mm_loadu_si128((const __m128i *)qs), m = _mm_set1_epi8(0x0f);
