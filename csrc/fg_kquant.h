@@ -20,8 +20,8 @@ static inline int fg_clampi(int v, int lo, int hi) { return v < lo ? lo : v > hi
 
 /* Scale and min (x ~ scale * L - the_min, L in 0..nmax) of n values fitted by weighted least squares over
  * nstep + 1 trial scales (ggml's make_qkx2_quants). Laux: scratch of n. */
-static float fg_make_qkx2_quants(int n, int nmax, const float *x, const float *weights, uint8_t *L, float *the_min,
-                                 uint8_t *Laux, float rmin, float rdelta, int nstep, int use_mad) {
+static inline float fg_make_qkx2_quants(int n, int nmax, const float *x, const float *weights, uint8_t *L,
+                                        float *the_min, uint8_t *Laux, float rmin, float rdelta, int nstep, int use_mad) {
     float min = x[0], max = x[0];
     float sum_w = weights[0];
     float sum_x = sum_w * x[0];
@@ -91,7 +91,7 @@ static float fg_make_qkx2_quants(int n, int nmax, const float *x, const float *w
 
 /* Signed scale of n values, L in 0..2*nmax-1 (x ~ scale * (L - nmax)), weights x^2, refined over 18 trial scales
  * (ggml's make_qx_quants with rmse_type 1 and no importance weights). */
-static float fg_make_qx_quants(int n, int nmax, const float *x, int8_t *L) {
+static inline float fg_make_qx_quants(int n, int nmax, const float *x, int8_t *L) {
     float max = 0, amax = 0;
     for (int i = 0; i < n; ++i) {
         float ax = fabsf(x[i]);
@@ -134,7 +134,7 @@ static float fg_make_qx_quants(int n, int nmax, const float *x, int8_t *L) {
 
 /* Signed scale of n values, L in 0..2*nmax-1, refined by up to 5 passes of coordinate descent with weights x^2
  * (ggml's make_q3_quants with do_rmse). */
-static float fg_make_q3_quants(int n, int nmax, const float *x, int8_t *L) {
+static inline float fg_make_q3_quants(int n, int nmax, const float *x, int8_t *L) {
     float max = 0, amax = 0;
     for (int i = 0; i < n; ++i) {
         float ax = fabsf(x[i]);
@@ -199,8 +199,8 @@ static inline int fg_best_index_int8(int n, const int8_t *val, float x) {
  * under an fp16 super-scale; ntry = 7). L: scratch of sbs, scales: of sbs / 32. A sub-block below
  * FG_GROUP_MAX_EPS keeps the L it came with: the caller zeroes L (ggml leaves it stale, which only matters where
  * the scale is 0 anyway). */
-static void fg_quantize_iq4(int sbs, const float *x, uint16_t *dh, uint8_t *q4, uint16_t *scales_h,
-                            uint8_t *scales_l, float *scales, uint8_t *L, int ntry) {
+static inline void fg_quantize_iq4(int sbs, const float *x, uint16_t *dh, uint8_t *q4, uint16_t *scales_h,
+                                   uint8_t *scales_l, float *scales, uint8_t *L, int ntry) {
     const int8_t *values = fg_kvalues_iq4nl;
     float weight[32];
     memset(q4, 0, (size_t)sbs / 2);

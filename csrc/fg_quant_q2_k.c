@@ -47,19 +47,22 @@ static void quantize_row_q2_k_scalar(const float *x, void *vy, int64_t n) {
     }
 }
 
-/* q (0..3) of element e. */
-static inline int q2_k_get(const block_q2_K *b, int e) {
-    return (b->qs[32 * (e / 128) + e % 32] >> (2 * ((e % 128) / 32))) & 3;
+/* q (0..3) of the 256 elements of a block, in element order. */
+static inline void q2_k_unpack(const block_q2_K *b, uint8_t q[QK_K]) {
+    for (int h = 0; h < 2; h++)
+        for (int j = 0; j < 4; j++)
+            for (int l = 0; l < 32; l++) q[128 * h + 32 * j + l] = (b->qs[32 * h + l] >> (2 * j)) & 3;
 }
 
 static void dequantize_row_q2_k_scalar(const void *vx, float *y, int64_t n) {
     const block_q2_K *x = vx;
-    for (int64_t i = 0; i < n / QK_K; i++) {
+    for (int64_t i = 0; i < n / QK_K; i++, y += QK_K) {
         const float d = fg_fp16_to_fp32(x[i].d), min = fg_fp16_to_fp32(x[i].dmin);
-        for (int e = 0; e < QK_K; e++) {
-            const uint8_t sc = x[i].scales[e / 16];
-            const float dl = d * (sc & 0xF), ml = min * (sc >> 4);
-            y[i * QK_K + e] = dl * q2_k_get(&x[i], e) - ml;
+        uint8_t q[QK_K];
+        q2_k_unpack(&x[i], q);
+        for (int s = 0; s < QK_K / 16; s++) {
+            const float dl = d * (x[i].scales[s] & 0xF), ml = min * (x[i].scales[s] >> 4);
+            for (int k = 0; k < 16; k++) y[16 * s + k] = dl * q[16 * s + k] - ml;
         }
     }
 }
@@ -69,10 +72,12 @@ static float vec_dot_q2_k_q8_k_scalar(int64_t n, const void *vw, const void *vx)
     const block_q8_K *x = vx;
     float sum = 0.0f;
     for (int64_t i = 0; i < n / QK_K; i++) {
+        uint8_t q[QK_K];
+        q2_k_unpack(&w[i], q);
         int sumi = 0, summ = 0;
         for (int s = 0; s < QK_K / 16; s++) {
             int p = 0;
-            for (int k = 0; k < 16; k++) p += q2_k_get(&w[i], 16 * s + k) * x[i].qs[16 * s + k];
+            for (int k = 0; k < 16; k++) p += q[16 * s + k] * x[i].qs[16 * s + k];
             sumi += (w[i].scales[s] & 0xF) * p;
             summ += (w[i].scales[s] >> 4) * x[i].bsums[s];
         }

@@ -52,20 +52,23 @@ static void quantize_row_q3_k_scalar(const float *x, void *vy, int64_t n) {
     }
 }
 
-/* q - 4 (-4..3) of element e. */
-static inline int q3_k_get(const block_q3_K *b, int e) {
-    const int h = e / 128, j = (e % 128) / 32, l = e % 32;
-    const int lo = (b->qs[32 * h + l] >> (2 * j)) & 3;
-    return lo - ((b->hmask[l] >> (4 * h + j)) & 1 ? 0 : 4);
+/* q - 4 (-4..3) of the 256 elements of a block, in element order. */
+static inline void q3_k_unpack(const block_q3_K *b, int8_t q[QK_K]) {
+    for (int h = 0; h < 2; h++)
+        for (int j = 0; j < 4; j++)
+            for (int l = 0; l < 32; l++)
+                q[128 * h + 32 * j + l] = (int8_t)(((b->qs[32 * h + l] >> (2 * j)) & 3) -
+                                                   ((b->hmask[l] >> (4 * h + j)) & 1 ? 0 : 4));
 }
 
 static void dequantize_row_q3_k_scalar(const void *vx, float *y, int64_t n) {
     const block_q3_K *x = vx;
-    for (int64_t i = 0; i < n / QK_K; i++) {
+    for (int64_t i = 0; i < n / QK_K; i++, y += QK_K) {
         const float d = fg_fp16_to_fp32(x[i].d);
-        int8_t sc[16];
+        int8_t sc[16], q[QK_K];
         fg_unpack_scales_q3k(x[i].scales, sc);
-        for (int e = 0; e < QK_K; e++) y[i * QK_K + e] = d * sc[e / 16] * q3_k_get(&x[i], e);
+        q3_k_unpack(&x[i], q);
+        for (int e = 0; e < QK_K; e++) y[e] = d * sc[e / 16] * q[e];
     }
 }
 
@@ -74,12 +77,13 @@ static float vec_dot_q3_k_q8_k_scalar(int64_t n, const void *vw, const void *vx)
     const block_q8_K *x = vx;
     float sum = 0.0f;
     for (int64_t i = 0; i < n / QK_K; i++) {
-        int8_t sc[16];
+        int8_t sc[16], q[QK_K];
         fg_unpack_scales_q3k(w[i].scales, sc);
+        q3_k_unpack(&w[i], q);
         int sumi = 0;
         for (int s = 0; s < QK_K / 16; s++) {
             int p = 0;
-            for (int k = 0; k < 16; k++) p += q3_k_get(&w[i], 16 * s + k) * x[i].qs[16 * s + k];
+            for (int k = 0; k < 16; k++) p += q[16 * s + k] * x[i].qs[16 * s + k];
             sumi += sc[s] * p;
         }
         sum += fg_fp16_to_fp32(w[i].d) * x[i].d * (float)sumi;

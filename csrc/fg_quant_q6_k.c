@@ -49,21 +49,27 @@ static void quantize_row_q6_k_scalar(const float *x, void *vy, int64_t n) {
     }
 }
 
-/* q of element 32k + l of a half (0..63). */
-static inline int q6_k_get(const uint8_t *ql, const uint8_t *qh, int k, int l) {
-    return ((ql[l + 32 * (k & 1)] >> (4 * (k >> 1))) & 0xF) | (((qh[l] >> (2 * k)) & 3) << 4);
+/* q - 32 (-32..31) of the 256 elements of a block, in element order. */
+static inline void q6_k_unpack(const block_q6_K *b, int8_t q[QK_K]) {
+    for (int h = 0; h < 2; h++) {
+        const uint8_t *ql = b->ql + 64 * h, *qh = b->qh + 32 * h;
+        int8_t *o = q + 128 * h;
+        for (int l = 0; l < 32; l++) {
+            o[l] = (int8_t)(((ql[l] & 0xF) | (((qh[l] >> 0) & 3) << 4)) - 32);
+            o[l + 32] = (int8_t)(((ql[l + 32] & 0xF) | (((qh[l] >> 2) & 3) << 4)) - 32);
+            o[l + 64] = (int8_t)(((ql[l] >> 4) | (((qh[l] >> 4) & 3) << 4)) - 32);
+            o[l + 96] = (int8_t)(((ql[l + 32] >> 4) | (((qh[l] >> 6) & 3) << 4)) - 32);
+        }
+    }
 }
 
 static void dequantize_row_q6_k_scalar(const void *vx, float *y, int64_t n) {
     const block_q6_K *x = vx;
-    for (int64_t i = 0; i < n / QK_K; i++) {
+    for (int64_t i = 0; i < n / QK_K; i++, y += QK_K) {
         const float d = fg_fp16_to_fp32(x[i].d);
-        for (int h = 0; h < 2; h++)
-            for (int k = 0; k < 4; k++)
-                for (int l = 0; l < 32; l++) {
-                    const int e = 128 * h + 32 * k + l;
-                    y[i * QK_K + e] = d * x[i].scales[e / 16] * (float)(q6_k_get(x[i].ql + 64 * h, x[i].qh + 32 * h, k, l) - 32);
-                }
+        int8_t q[QK_K];
+        q6_k_unpack(&x[i], q);
+        for (int e = 0; e < QK_K; e++) y[e] = d * x[i].scales[e / 16] * (float)q[e];
     }
 }
 
@@ -72,15 +78,14 @@ static float vec_dot_q6_k_q8_k_scalar(int64_t n, const void *vw, const void *vx)
     const block_q8_K *x = vx;
     float sum = 0.0f;
     for (int64_t i = 0; i < n / QK_K; i++) {
-        int sub[QK_K / 16] = {0};
-        for (int h = 0; h < 2; h++)
-            for (int k = 0; k < 4; k++)
-                for (int l = 0; l < 32; l++) {
-                    const int e = 128 * h + 32 * k + l;
-                    sub[e / 16] += (q6_k_get(w[i].ql + 64 * h, w[i].qh + 32 * h, k, l) - 32) * x[i].qs[e];
-                }
+        int8_t q[QK_K];
+        q6_k_unpack(&w[i], q);
         int sumi = 0;
-        for (int s = 0; s < QK_K / 16; s++) sumi += w[i].scales[s] * sub[s];
+        for (int s = 0; s < QK_K / 16; s++) {
+            int p = 0;
+            for (int k = 0; k < 16; k++) p += q[16 * s + k] * x[i].qs[16 * s + k];
+            sumi += w[i].scales[s] * p;
+        }
         sum += fg_fp16_to_fp32(w[i].d) * x[i].d * (float)sumi;
     }
     return sum;

@@ -47,6 +47,7 @@ def inputs():
     x[5, :256] = 0.0  # an all-zero super-block
     x[7, 300] = -80.0  # one outlier of each sign
     x[7, 301] = 80.0
+    x[0, 40], x[0, 41] = -9.0, 9.0  # largest magnitude twice with opposite signs: the first one sets the sign
     return x
 
 

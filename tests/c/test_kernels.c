@@ -44,6 +44,11 @@ static void fill(float *x, long n, int salt) {
         x[b + 5] = 127.0f;
     }
     if (n >= 64) memset(x + n - 32, 0, 32 * sizeof(float)); /* an all-zero block: d = 0 */
+    if (n >= 768) {
+        memset(x + n - 256, 0, 256 * sizeof(float)); /* an all-zero super-block */
+        x[256 + 3] = -200.0f;                         /* largest magnitude twice, opposite signs: the first wins */
+        x[256 + 7] = 200.0f;
+    }
 }
 
 static const int types[] = {FG_TYPE_F32, FG_TYPE_F16, FG_TYPE_BF16, FG_TYPE_Q4_0, FG_TYPE_Q4_1, FG_TYPE_Q8_0,
