@@ -82,7 +82,7 @@ def _gguf_dequantize(raw, t, n):
 def test_dequantize_random_blocks_vs_gguf(isa, t):
     b = kernels.block_size(t)
     nblocks = 24 if b == 256 else 96
-    raw = _random_blocks(t, nblocks, seed=hash(t) % 1000)
+    raw = _random_blocks(t, nblocks, seed=ALL.index(t))
     n = nblocks * b // 4
     rows = raw.reshape(4, -1)
     got = kernels.dequantize(rows, t, n, isa=isa)
@@ -160,6 +160,29 @@ def test_vec_dot_and_gemv_vs_float64(isa, t):
         assert np.all(np.abs(dots - exact) <= bound), (n, dots - exact, bound)
         y = kernels.gemv(w, t, xq, isa=isa)
         assert np.all(np.abs(y - exact) <= bound), (n, y - exact, bound)
+
+
+@pytest.mark.parametrize("isa", ISAS)
+@pytest.mark.parametrize("t", WEIGHTS)
+def test_vec_dot_random_blocks_vs_float64(isa, t):
+    """Random weight bytes reach the extremes quantize rarely makes (largest scales and quants together):
+    nothing saturates or overflows in the integer sums."""
+    b = kernels.block_size(t)
+    nb = 8 if b == 256 else 64
+    rows = 5
+    w = _random_blocks(t, rows * nb, seed=100 + ALL.index(t)).reshape(rows, -1)
+    at = NAMES[kernels.vec_dot_type(t)]
+    x = np.random.default_rng(5).standard_normal(nb * b).astype(np.float32)
+    x[::7] = np.where(x[::7] > 0, 8.0, -8.0)  # many activations at +-127 after quantization
+    xq = kernels.quantize(x, at)
+    wd = kernels.dequantize(w, t, nb * b).astype(np.float64)
+    xd = kernels.dequantize(xq, at, nb * b).astype(np.float64)
+    bound = DOT_RTOL * (np.abs(wd) @ np.abs(xd))
+    if t == "Q5_1":
+        mb = w.reshape(rows, -1, 24)[:, :, 2:4].copy().view(np.float16).astype(np.float64)[..., 0]
+        bound += FP16_RTOL * (np.abs(mb) @ np.abs(xd.reshape(-1, 32).sum(axis=1)))
+    y = kernels.gemv(w, t, xq, isa=isa)
+    assert np.all(np.abs(y - wd @ xd) <= bound), (y - wd @ xd, bound)
 
 
 @pytest.mark.parametrize("t", WEIGHTS)
