@@ -94,11 +94,44 @@ FG_TARGET_AVX2 static void dequantize_row_q8_k_avx2(const void *vx, float *y, in
 }
 #endif /* FG_HAVE_X86 */
 
+#if FG_HAVE_NEON
+/* ---- NEON: same d, and vcvtnq rounds half to even like fg_nearest_int ---- */
+static void quantize_row_q8_k_neon(const float *x, void *vy, int64_t n) {
+    block_q8_K *y = vy;
+    for (int64_t i = 0; i < n / QK_K; i++, x += QK_K) {
+        float32x4_t amax4 = vdupq_n_f32(0.0f);
+        for (int j = 0; j < QK_K; j += 4) amax4 = vmaxq_f32(amax4, vabsq_f32(vld1q_f32(x + j)));
+        const float amax = vmaxvq_f32(amax4);
+        if (!amax) {
+            memset(&y[i], 0, sizeof(block_q8_K));
+            continue;
+        }
+        int first = 0; /* the first element reaching amax gives the sign */
+        while (fabsf(x[first]) != amax) first++;
+        const float iscale = -127.f / x[first];
+        for (int j = 0; j < QK_K; j += 16) {
+            int32x4_t q[4];
+            for (int k = 0; k < 4; k++) {
+                q[k] = vminq_s32(vcvtnq_s32_f32(vmulq_n_f32(vld1q_f32(x + j + 4 * k), iscale)), vdupq_n_s32(127));
+            }
+            const int16x8_t a = vcombine_s16(vmovn_s32(q[0]), vmovn_s32(q[1]));
+            const int16x8_t b = vcombine_s16(vmovn_s32(q[2]), vmovn_s32(q[3]));
+            vst1q_s8(y[i].qs + j, vcombine_s8(vmovn_s16(a), vmovn_s16(b)));
+            y[i].bsums[j / 16] = (int16_t)(vaddvq_s16(a) + vaddvq_s16(b));
+        }
+        y[i].d = 1 / iscale;
+    }
+}
+#endif /* FG_HAVE_NEON */
+
 const fg_type_kernels fg_q8_k_kernels[FG_ISA_COUNT] = {
     [FG_ISA_SCALAR] = {quantize_row_q8_k_scalar, dequantize_row_q8_k_scalar, NULL, NULL},
 #if FG_HAVE_X86
     [FG_ISA_AVX2] = {quantize_row_q8_k_avx2, dequantize_row_q8_k_avx2, NULL, NULL},
     [FG_ISA_AVX512] = {quantize_row_q8_k_avx2, dequantize_row_q8_k_avx2, NULL, NULL},
+#endif
+#if FG_HAVE_NEON
+    [FG_ISA_NEON] = {quantize_row_q8_k_neon, NULL, NULL, NULL},
 #endif
 };
 
