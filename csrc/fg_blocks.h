@@ -13,6 +13,7 @@
 #define QK8_1 32
 #define QK5_0 32
 #define QK5_1 32
+#define QK4_NL 32
 #define QK_K 256         /* super-block of the K-quants */
 #define K_SCALE_SIZE 12  /* 8 six-bit scales + 8 six-bit mins (q4_K, q5_K) */
 
@@ -90,7 +91,7 @@ typedef struct {
 
 typedef struct {
     uint16_t d;                    /* fp16 scale; x = d * kvalues[q] (16 non-uniform levels) */
-    uint8_t qs[16];                /* nibbles as q4_0 */
+    uint8_t qs[QK4_NL / 2];        /* nibbles as q4_0 */
 } block_iq4_nl;
 
 typedef struct {

@@ -48,7 +48,7 @@ static const struct {
     {FG_TYPE_Q5_K, QK_K, sizeof(block_q5_K), FG_TYPE_Q8_K, fg_q5_k_kernels, fg_q5_k_kernels_ext},
     {FG_TYPE_Q3_K, QK_K, sizeof(block_q3_K), FG_TYPE_Q8_K, fg_q3_k_kernels, fg_q3_k_kernels_ext},
     {FG_TYPE_Q2_K, QK_K, sizeof(block_q2_K), FG_TYPE_Q8_K, fg_q2_k_kernels, fg_q2_k_kernels_ext},
-    {FG_TYPE_IQ4_NL, 32, sizeof(block_iq4_nl), FG_TYPE_Q8_0, fg_iq4_nl_kernels, fg_iq4_nl_kernels_ext},
+    {FG_TYPE_IQ4_NL, QK4_NL, sizeof(block_iq4_nl), FG_TYPE_Q8_0, fg_iq4_nl_kernels, fg_iq4_nl_kernels_ext},
     {FG_TYPE_IQ4_XS, QK_K, sizeof(block_iq4_xs), FG_TYPE_Q8_K, fg_iq4_xs_kernels, fg_iq4_xs_kernels_ext},
 };
 #define N_TYPES ((int)(sizeof(types) / sizeof(types[0])))

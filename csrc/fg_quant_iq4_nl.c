@@ -3,8 +3,6 @@
 #include "fg_simd.h"
 #include "fg_kquant.h"
 
-#define QK4_NL 32
-
 /* ---- scalar reference ---- */
 
 /* ggml's quantize_row_iq4_nl_ref (bytes identical except the nibbles of all-zero blocks, see fg_quantize_iq4). */
