@@ -11,6 +11,11 @@
 #define QK4_1 32
 #define QK8_0 32
 #define QK8_1 32
+#define QK5_0 32
+#define QK5_1 32
+#define QK4_NL 32
+#define QK_K 256         /* super-block of the K-quants */
+#define K_SCALE_SIZE 12  /* 8 six-bit scales + 8 six-bit mins (q4_K, q5_K) */
 
 typedef struct {
     uint16_t d;              /* fp16 scale */
@@ -34,10 +39,88 @@ typedef struct {
     int8_t qs[QK8_1];
 } block_q8_1;
 
+typedef struct {
+    uint16_t d;              /* fp16 scale; x = d * (q - 16) */
+    uint8_t qh[4];           /* bit j (little-endian u32) = bit 4 of element j */
+    uint8_t qs[QK5_0 / 2];   /* low 4 bits, nibbles as q4_0 */
+} block_q5_0;
+
+typedef struct {
+    uint16_t d;              /* fp16 scale; x = d * q + m */
+    uint16_t m;              /* fp16 minimum */
+    uint8_t qh[4];           /* as q5_0 */
+    uint8_t qs[QK5_1 / 2];
+} block_q5_1;
+
+/* K-quants: super-blocks of 256 with per-sub-block scales. */
+typedef struct {
+    uint16_t d;                    /* fp16 super-scale of the 6-bit scales */
+    uint16_t dmin;                 /* fp16 super-scale of the 6-bit mins */
+    uint8_t scales[K_SCALE_SIZE];  /* 8 (scale, min) pairs of 6 bits, one per 32 elements (see fg_kquant.h) */
+    uint8_t qs[QK_K / 2];          /* 4 runs of 32 bytes: low nibbles = 32 elements, high nibbles = the next 32 */
+} block_q4_K;                      /* x = d * sc * q - dmin * m */
+
+typedef struct {
+    uint8_t ql[QK_K / 2];          /* low 4 bits: per half of 128, ql[l] lo/hi -> l, l+64; ql[l+32] lo/hi -> l+32, l+96 */
+    uint8_t qh[QK_K / 4];          /* high 2 bits: per half, qh[l] bits 2k..2k+1 -> element l + 32k */
+    int8_t scales[QK_K / 16];      /* one per 16 elements */
+    uint16_t d;                    /* fp16 super-scale (last) */
+} block_q6_K;                      /* x = d * scale * (q - 32) */
+
+typedef struct {
+    uint16_t d;                    /* fp16 super-scale of the 6-bit scales */
+    uint16_t dmin;                 /* fp16 super-scale of the 6-bit mins */
+    uint8_t scales[K_SCALE_SIZE];  /* as q4_K */
+    uint8_t qh[QK_K / 8];          /* bit 4 of element 64k + l (l < 32) in bit 2k of qh[l], of 64k + 32 + l in 2k+1 */
+    uint8_t qs[QK_K / 2];          /* low 4 bits, as q4_K's nibbles */
+} block_q5_K;                      /* x = d * sc * q - dmin * m, q in 0..31 */
+
+typedef struct {
+    uint8_t hmask[QK_K / 8];       /* bit 2 of element 128h + 32j + l (l < 32): bit 4h + j of hmask[l] */
+    uint8_t qs[QK_K / 4];          /* low 2 bits of element 128h + 32j + l: bits 2j..2j+1 of qs[32h + l] */
+    uint8_t scales[12];            /* 16 six-bit signed scales (fg_kquant.h), one per 16 elements */
+    uint16_t d;                    /* fp16 super-scale (last) */
+} block_q3_K;                      /* x = d * (sc - 32) * (q - 4), q in 0..7 */
+
+typedef struct {
+    uint8_t scales[QK_K / 16];     /* per 16 elements: low nibble scale, high nibble min */
+    uint8_t qs[QK_K / 4];          /* 2 bits of element 128h + 32j + l: bits 2j..2j+1 of qs[32h + l] */
+    uint16_t d;                    /* fp16 super-scale of the scales (after the quants) */
+    uint16_t dmin;                 /* fp16 super-scale of the mins */
+} block_q2_K;                      /* x = d * sc * q - dmin * m, q in 0..3 */
+
+typedef struct {
+    uint16_t d;                    /* fp16 scale; x = d * kvalues[q] (16 non-uniform levels) */
+    uint8_t qs[QK4_NL / 2];        /* nibbles as q4_0 */
+} block_iq4_nl;
+
+typedef struct {
+    uint16_t d;                    /* fp16 super-scale */
+    uint16_t scales_h;             /* top 2 bits of the 8 six-bit scales, 2 bits each */
+    uint8_t scales_l[QK_K / 64];   /* low 4 bits of the scales, two per byte (sub-block 2k low nibble) */
+    uint8_t qs[QK_K / 2];          /* 8 sub-blocks of 32: 16 bytes each, nibbles as q4_0 */
+} block_iq4_xs;                    /* x = d * (ls - 32) * kvalues[q] */
+
+typedef struct {
+    float d;                       /* float scale (not fp16) */
+    int8_t qs[QK_K];
+    int16_t bsums[QK_K / 16];      /* sum of qs per group of 16 */
+} block_q8_K;
+
 _Static_assert(sizeof(block_q4_0) == 18, "block_q4_0 must be 18 bytes");
 _Static_assert(sizeof(block_q4_1) == 20, "block_q4_1 must be 20 bytes");
 _Static_assert(sizeof(block_q8_0) == 34, "block_q8_0 must be 34 bytes");
 _Static_assert(sizeof(block_q8_1) == 36, "block_q8_1 must be 36 bytes");
+_Static_assert(sizeof(block_q5_0) == 22, "block_q5_0 must be 22 bytes");
+_Static_assert(sizeof(block_q5_1) == 24, "block_q5_1 must be 24 bytes");
+_Static_assert(sizeof(block_q4_K) == 144, "block_q4_K must be 144 bytes");
+_Static_assert(sizeof(block_q6_K) == 210, "block_q6_K must be 210 bytes");
+_Static_assert(sizeof(block_q8_K) == 292, "block_q8_K must be 292 bytes");
+_Static_assert(sizeof(block_q5_K) == 176, "block_q5_K must be 176 bytes");
+_Static_assert(sizeof(block_q3_K) == 110, "block_q3_K must be 110 bytes");
+_Static_assert(sizeof(block_q2_K) == 84, "block_q2_K must be 84 bytes");
+_Static_assert(sizeof(block_iq4_nl) == 18, "block_iq4_nl must be 18 bytes");
+_Static_assert(sizeof(block_iq4_xs) == 136, "block_iq4_xs must be 136 bytes");
 
 /* IEEE half <-> float, portable, round-to-nearest-even (matches numpy's float16 conversion). */
 static inline float fg_fp16_to_fp32(uint16_t h) {

@@ -15,6 +15,16 @@ FG_TABLES(q4_0)
 FG_TABLES(q4_1)
 FG_TABLES(q8_0)
 FG_TABLES(q8_1)
+FG_TABLES(q8_k)
+FG_TABLES(q4_k)
+FG_TABLES(q6_k)
+FG_TABLES(q5_0)
+FG_TABLES(q5_1)
+FG_TABLES(q5_k)
+FG_TABLES(q3_k)
+FG_TABLES(q2_k)
+FG_TABLES(iq4_nl)
+FG_TABLES(iq4_xs)
 
 /* The type table: one row per format. Adding a format = its fg_quant_<fmt>.c plus one row here. */
 static const struct {
@@ -28,6 +38,16 @@ static const struct {
     {{FG_TYPE_Q4_1, "Q4_1", QK4_1, sizeof(block_q4_1), FG_TYPE_Q8_1}, fg_q4_1_kernels, fg_q4_1_kernels_ext},
     {{FG_TYPE_Q8_0, "Q8_0", QK8_0, sizeof(block_q8_0), FG_TYPE_Q8_0}, fg_q8_0_kernels, fg_q8_0_kernels_ext},
     {{FG_TYPE_Q8_1, "Q8_1", QK8_1, sizeof(block_q8_1), -1}, fg_q8_1_kernels, fg_q8_1_kernels_ext},
+    {{FG_TYPE_Q8_K, "Q8_K", QK_K, sizeof(block_q8_K), -1}, fg_q8_k_kernels, fg_q8_k_kernels_ext},
+    {{FG_TYPE_Q4_K, "Q4_K", QK_K, sizeof(block_q4_K), FG_TYPE_Q8_K}, fg_q4_k_kernels, fg_q4_k_kernels_ext},
+    {{FG_TYPE_Q6_K, "Q6_K", QK_K, sizeof(block_q6_K), FG_TYPE_Q8_K}, fg_q6_k_kernels, fg_q6_k_kernels_ext},
+    {{FG_TYPE_Q5_0, "Q5_0", QK5_0, sizeof(block_q5_0), FG_TYPE_Q8_0}, fg_q5_0_kernels, fg_q5_0_kernels_ext},
+    {{FG_TYPE_Q5_1, "Q5_1", QK5_1, sizeof(block_q5_1), FG_TYPE_Q8_1}, fg_q5_1_kernels, fg_q5_1_kernels_ext},
+    {{FG_TYPE_Q5_K, "Q5_K", QK_K, sizeof(block_q5_K), FG_TYPE_Q8_K}, fg_q5_k_kernels, fg_q5_k_kernels_ext},
+    {{FG_TYPE_Q3_K, "Q3_K", QK_K, sizeof(block_q3_K), FG_TYPE_Q8_K}, fg_q3_k_kernels, fg_q3_k_kernels_ext},
+    {{FG_TYPE_Q2_K, "Q2_K", QK_K, sizeof(block_q2_K), FG_TYPE_Q8_K}, fg_q2_k_kernels, fg_q2_k_kernels_ext},
+    {{FG_TYPE_IQ4_NL, "IQ4_NL", QK4_NL, sizeof(block_iq4_nl), FG_TYPE_Q8_0}, fg_iq4_nl_kernels, fg_iq4_nl_kernels_ext},
+    {{FG_TYPE_IQ4_XS, "IQ4_XS", QK_K, sizeof(block_iq4_xs), FG_TYPE_Q8_K}, fg_iq4_xs_kernels, fg_iq4_xs_kernels_ext},
 };
 #define N_TYPES ((int)(sizeof(types) / sizeof(types[0])))
 

@@ -102,6 +102,23 @@ FG_INLINE_AVX2 __m256i fg_nibbles_256(const uint8_t *qs) {
     return _mm256_and_si256(v, _mm256_set1_epi8(0x0f));
 }
 
+/* 32 bits (little-endian) -> 32 bytes, 0xff where the bit is set: byte j <- bit j. */
+FG_INLINE_AVX2 __m256i fg_bits_to_bytes_256(uint32_t bits) {
+    const __m256i idx = _mm256_setr_epi8(0, 0, 0, 0, 0, 0, 0, 0, 1, 1, 1, 1, 1, 1, 1, 1,
+                                         2, 2, 2, 2, 2, 2, 2, 2, 3, 3, 3, 3, 3, 3, 3, 3);
+    const __m256i bit = _mm256_set1_epi64x(0x8040201008040201LL);
+    const __m256i v = _mm256_shuffle_epi8(_mm256_set1_epi32((int)bits), idx);
+    return _mm256_cmpeq_epi8(_mm256_and_si256(v, bit), bit);
+}
+
+/* 16 int8 -> 16 floats s * v - m at y (as the scalar dequantizers compute them: no FMA; m = 0 gives s * v). */
+FG_INLINE_AVX2 void fg_store_i8x16_ps(float *y, __m128i v, __m256 s, __m256 m) {
+    const __m256 a = _mm256_cvtepi32_ps(_mm256_cvtepi8_epi32(v));
+    const __m256 b = _mm256_cvtepi32_ps(_mm256_cvtepi8_epi32(_mm_srli_si128(v, 8)));
+    _mm256_storeu_ps(y, _mm256_sub_ps(_mm256_mul_ps(s, a), m));
+    _mm256_storeu_ps(y + 8, _mm256_sub_ps(_mm256_mul_ps(s, b), m));
+}
+
 /* 16 packed nibbles -> 32 floats in element order (4 x 8). */
 FG_INLINE_AVX2 void fg_nibbles_ps(const uint8_t *qs, __m256 q[4]) {
     const __m128i b = _mm_loadu_si128((const __m128i *)qs), m = _mm_set1_epi8(0x0f);
@@ -224,6 +241,13 @@ FG_INLINE_AVX2 __m128 fg_f16_pairs(const void *p0, const void *p1) {
 #else
 #define fg_prefetch(p, stride) __builtin_prefetch((const char *)(p) + 4 * (stride))
 #endif
+
+/* 16 bits -> 16 bytes, 0xff where the bit is set: byte j <- bit j. */
+static inline uint8x16_t fg_bits_to_bytes_neon(uint32_t bits) {
+    static const uint8_t bit[16] = {1, 2, 4, 8, 16, 32, 64, 128, 1, 2, 4, 8, 16, 32, 64, 128};
+    const uint8x16_t v = vcombine_u8(vdup_n_u8((uint8_t)(bits & 0xff)), vdup_n_u8((uint8_t)((bits >> 8) & 0xff)));
+    return vtstq_u8(v, vld1q_u8(bit));
+}
 
 /* 16 x int8 . 16 x int8 -> 4 int32 partial sums, without the dotprod extension. */
 static inline int32x4_t fg_dot_s8_emul(int32x4_t acc, int8x16_t a, int8x16_t b) {

@@ -2,7 +2,8 @@
  * its run-time extension: VNNI on avx512, dotprod on neon), on random data at odd sizes.
  *
  * Build (see .ci/kernels.sh): cc -Icsrc tests/c/test_kernels.c csrc/fg_cpu.c csrc/fg_dispatch.c
- *                               csrc/fg_quant_float.c csrc/fg_quant_q4_0.c csrc/fg_quant_q4_1.c csrc/fg_quant_q8.c -lm
+ *                               csrc/fg_quant_float.c csrc/fg_quant_q4_0.c csrc/fg_quant_q4_1.c csrc/fg_quant_q8.c
+ *                               csrc/fg_quant_q8_k.c csrc/fg_quant_q4_k.c ... (every format file) -lm
  * Exit status 0 when everything passed; the last line reads "kernels: N passed, M failed". */
 #include <math.h>
 #include <stdio.h>
@@ -43,11 +44,19 @@ static void fill(float *x, long n, int salt) {
         x[b + 5] = 127.0f;
     }
     if (n >= 64) memset(x + n - 32, 0, 32 * sizeof(float)); /* an all-zero block: d = 0 */
+    if (n >= 768) {
+        memset(x + n - 256, 0, 256 * sizeof(float)); /* an all-zero super-block */
+        x[256 + 3] = -200.0f;                         /* largest magnitude twice, opposite signs: the first wins */
+        x[256 + 7] = 200.0f;
+    }
 }
 
 static const int types[] = {FG_TYPE_F32, FG_TYPE_F16, FG_TYPE_BF16, FG_TYPE_Q4_0, FG_TYPE_Q4_1, FG_TYPE_Q8_0,
-                            FG_TYPE_Q8_1};
+                            FG_TYPE_Q8_1, FG_TYPE_Q8_K, FG_TYPE_Q4_K, FG_TYPE_Q6_K, FG_TYPE_Q5_0, FG_TYPE_Q5_1,
+                            FG_TYPE_Q5_K, FG_TYPE_Q3_K, FG_TYPE_Q2_K,
+                            FG_TYPE_IQ4_NL, FG_TYPE_IQ4_XS};
 static const long sizes[] = {32, 64, 96, 544, 576, 608, 1536, 4128};
+static const long k_sizes[] = {256, 512, 768, 2304, 4352}; /* super-block types (QK_K = 256) */
 static const long odd_float_sizes[] = {1, 7, 13, 33, 100, 577};
 static const long row_counts[] = {1, 2, 3, 4, 5, 17};
 
@@ -155,7 +164,10 @@ static void test_type(int isa, const char *name, int type, long n) {
 
 static void test_isa(int isa, const char *name) {
     for (size_t t = 0; t < sizeof(types) / sizeof(types[0]); t++) {
-        for (size_t s = 0; s < sizeof(sizes) / sizeof(sizes[0]); s++) test_type(isa, name, types[t], sizes[s]);
+        if (fg_blck_size(types[t]) == 256)
+            for (size_t s = 0; s < sizeof(k_sizes) / sizeof(k_sizes[0]); s++) test_type(isa, name, types[t], k_sizes[s]);
+        else
+            for (size_t s = 0; s < sizeof(sizes) / sizeof(sizes[0]); s++) test_type(isa, name, types[t], sizes[s]);
         if (fg_blck_size(types[t]) == 1)
             for (size_t s = 0; s < sizeof(odd_float_sizes) / sizeof(odd_float_sizes[0]); s++)
                 test_type(isa, name, types[t], odd_float_sizes[s]);

@@ -1,0 +1,177 @@
+/* IQ4_XS weights: super-blocks of 256 = 8 sub-blocks of 32, x = d * (ls_j - 32) * kvalues[q] with 6-bit ls_j
+ * (low 4 bits: nibble j % 2 of scales_l[j / 2]; top 2: bits 2j..2j+1 of scales_h) and q as IQ4_NL (16 bytes
+ * of nibbles per sub-block). Dot against Q8_K: sum_j d dx (ls_j - 32) (kvalues[q] . x)_j. */
+#include "fg_simd.h"
+#include "fg_kquant.h"
+
+/* ---- scalar reference ---- */
+
+/* ggml's quantize_row_iq4_xs_ref. */
+static void quantize_row_iq4_xs_scalar(const float *x, void *vy, int64_t n) {
+    block_iq4_xs *y = vy;
+    uint8_t L[QK_K];
+    float scales[QK_K / 32];
+    for (int64_t i = 0; i < n / QK_K; i++) {
+        memset(L, 0, sizeof L);
+        fg_quantize_iq4(QK_K, x + i * QK_K, &y[i].d, y[i].qs, &y[i].scales_h, y[i].scales_l, scales, L, 7);
+    }
+}
+
+/* The 8 sub-block scales ls_j - 32. */
+static inline void iq4_xs_scales(const block_iq4_xs *b, int s[8]) {
+    for (int j = 0; j < 8; j++)
+        s[j] = (((b->scales_l[j / 2] >> 4 * (j % 2)) & 0xf) | (((b->scales_h >> 2 * j) & 3) << 4)) - 32;
+}
+
+static void dequantize_row_iq4_xs_scalar(const void *vx, float *y, int64_t n) {
+    const block_iq4_xs *x = vx;
+    for (int64_t i = 0; i < n / QK_K; i++) {
+        const float d = fg_fp16_to_fp32(x[i].d);
+        int s[8];
+        iq4_xs_scales(&x[i], s);
+        for (int j = 0; j < 8; j++, y += 32) {
+            const float dl = d * s[j];
+            const uint8_t *qs = x[i].qs + 16 * j;
+            for (int l = 0; l < 16; l++) {
+                y[l] = dl * fg_kvalues_iq4nl[qs[l] & 0xf];
+                y[l + 16] = dl * fg_kvalues_iq4nl[qs[l] >> 4];
+            }
+        }
+    }
+}
+
+static float vec_dot_iq4_xs_q8_k_scalar(int64_t n, const void *vw, const void *vx) {
+    const block_iq4_xs *w = vw;
+    const block_q8_K *x = vx;
+    float sum = 0.0f;
+    for (int64_t i = 0; i < n / QK_K; i++) {
+        int s[8], sumi = 0;
+        iq4_xs_scales(&w[i], s);
+        for (int j = 0; j < 8; j++) {
+            const uint8_t *qs = w[i].qs + 16 * j;
+            const int8_t *q8 = x[i].qs + 32 * j;
+            int p = 0;
+            for (int l = 0; l < 16; l++)
+                p += fg_kvalues_iq4nl[qs[l] & 0xf] * q8[l] + fg_kvalues_iq4nl[qs[l] >> 4] * q8[l + 16];
+            sumi += s[j] * p;
+        }
+        sum += fg_fp16_to_fp32(w[i].d) * x[i].d * (float)sumi;
+    }
+    return sum;
+}
+
+#if FG_HAVE_X86
+/* Bit-exact with the scalar reference: (d * (ls - 32)) * level. */
+FG_TARGET_AVX2 static void dequantize_row_iq4_xs_avx2(const void *vx, float *y, int64_t n) {
+    const block_iq4_xs *x = vx;
+    const __m256i table = _mm256_broadcastsi128_si256(_mm_loadu_si128((const __m128i *)fg_kvalues_iq4nl));
+    for (int64_t i = 0; i < n / QK_K; i++) {
+        const float d = fg_f16(x[i].d);
+        int s[8];
+        iq4_xs_scales(&x[i], s);
+        for (int j = 0; j < 8; j++, y += 32) {
+            const __m256i k = _mm256_shuffle_epi8(table, fg_nibbles_256(x[i].qs + 16 * j));
+            const __m256 dl = _mm256_set1_ps(d * s[j]);
+            fg_store_i8x16_ps(y, _mm256_castsi256_si128(k), dl, _mm256_setzero_ps());
+            fg_store_i8x16_ps(y + 16, _mm256_extracti128_si256(k, 1), dl, _mm256_setzero_ps());
+        }
+    }
+}
+
+/* ---- AVX2: IQ4_NL's level shuffle per sub-block, weighted by its scale in the widening madd ---- */
+FG_INLINE_AVX2 void iq4_xs_rows_avx2(const int R, int64_t nb, const char *w, size_t stride, const void *vx, float *y) {
+    const block_q8_K *x = vx;
+    const __m256i table = _mm256_broadcastsi128_si256(_mm_loadu_si128((const __m128i *)fg_kvalues_iq4nl));
+    __m256 acc[4];
+    for (int r = 0; r < R; r++) acc[r] = _mm256_setzero_ps();
+    for (int64_t i = 0; i < nb; i++) {
+        const block_iq4_xs *b[4];
+        int s[4][8];
+        __m256i isum[4];
+        for (int r = 0; r < R; r++) {
+            b[r] = (const block_iq4_xs *)(w + r * stride) + i;
+            fg_prefetch(b[r], stride);
+            fg_prefetch((const char *)b[r] + 64, stride);
+            fg_prefetch((const char *)b[r] + 128, stride);
+            iq4_xs_scales(b[r], s[r]);
+            isum[r] = _mm256_setzero_si256();
+        }
+        for (int j = 0; j < 8; j++) {
+            const __m256i xs = _mm256_loadu_si256((const __m256i *)(x[i].qs + 32 * j));
+            for (int r = 0; r < R; r++) {
+                const __m256i k = _mm256_shuffle_epi8(table, fg_nibbles_256(b[r]->qs + 16 * j));
+                const __m256i p = _mm256_maddubs_epi16(_mm256_sign_epi8(k, k), _mm256_sign_epi8(xs, k));
+                isum[r] = _mm256_add_epi32(isum[r], _mm256_madd_epi16(p, _mm256_set1_epi16((short)s[r][j])));
+            }
+        }
+        for (int r = 0; r < R; r++)
+            acc[r] = _mm256_fmadd_ps(_mm256_cvtepi32_ps(isum[r]), _mm256_set1_ps(fg_f16(b[r]->d) * x[i].d), acc[r]);
+    }
+    for (int r = 0; r < R; r++) y[r] = fg_hsum_256(acc[r]);
+}
+FG_DOT_FROM_ROWS(vec_dot_iq4_xs_q8_k_avx2, FG_TARGET_AVX2, iq4_xs_rows_avx2, QK_K)
+FG_GEMV_FROM_ROWS(gemv_iq4_xs_q8_k_avx2, FG_TARGET_AVX2, iq4_xs_rows_avx2, QK_K)
+#endif /* FG_HAVE_X86 */
+
+#if FG_HAVE_NEON
+/* ---- NEON: levels by table lookup, signed dot, one sub-block (2 vectors) per scale ---- */
+#define IQ4_XS_ROWS_NEON(NAME, TARGET, DOT)                                                                 \
+    static inline __attribute__((always_inline)) TARGET void NAME(const int R, int64_t nb, const char *w,    \
+                                                                  size_t stride, const void *vx, float *y) { \
+        const block_q8_K *x = vx;                                                                           \
+        const int8x16_t table = vld1q_s8(fg_kvalues_iq4nl);                                                 \
+        float32x4_t acc[4];                                                                                 \
+        for (int r = 0; r < R; r++) acc[r] = vdupq_n_f32(0.0f);                                             \
+        for (int64_t i = 0; i < nb; i++) {                                                                  \
+            const block_iq4_xs *b[4];                                                                       \
+            int s[4][8];                                                                                    \
+            int32x4_t isum[4];                                                                              \
+            for (int r = 0; r < R; r++) {                                                                   \
+                b[r] = (const block_iq4_xs *)(w + r * stride) + i;                                          \
+                fg_prefetch(b[r], stride);                                                                  \
+                fg_prefetch((const char *)b[r] + 64, stride);                                               \
+                fg_prefetch((const char *)b[r] + 128, stride);                                              \
+                iq4_xs_scales(b[r], s[r]);                                                                  \
+                isum[r] = vdupq_n_s32(0);                                                                   \
+            }                                                                                               \
+            for (int j = 0; j < 8; j++) {                                                                   \
+                const int8x16_t x0 = vld1q_s8(x[i].qs + 32 * j), x1 = vld1q_s8(x[i].qs + 32 * j + 16);      \
+                for (int r = 0; r < R; r++) {                                                               \
+                    const uint8x16_t q = vld1q_u8(b[r]->qs + 16 * j);                                       \
+                    int32x4_t p = DOT(vdupq_n_s32(0), vqtbl1q_s8(table, vandq_u8(q, vdupq_n_u8(0x0f))), x0); \
+                    p = DOT(p, vqtbl1q_s8(table, vshrq_n_u8(q, 4)), x1);                                    \
+                    isum[r] = vmlaq_n_s32(isum[r], p, s[r][j]);                                             \
+                }                                                                                           \
+            }                                                                                               \
+            for (int r = 0; r < R; r++)                                                                     \
+                acc[r] = vfmaq_n_f32(acc[r], vcvtq_f32_s32(isum[r]), fg_fp16_to_fp32(b[r]->d) * x[i].d);    \
+        }                                                                                                   \
+        for (int r = 0; r < R; r++) y[r] = vaddvq_f32(acc[r]);                                              \
+    }
+#define FG_NO_TARGET
+IQ4_XS_ROWS_NEON(iq4_xs_rows_neon, FG_NO_TARGET, fg_dot_s8_emul)
+IQ4_XS_ROWS_NEON(iq4_xs_rows_neondp, FG_TARGET_DOTPROD, vdotq_s32)
+FG_DOT_FROM_ROWS(vec_dot_iq4_xs_q8_k_neon, FG_NO_TARGET, iq4_xs_rows_neon, QK_K)
+FG_GEMV_FROM_ROWS(gemv_iq4_xs_q8_k_neon, FG_NO_TARGET, iq4_xs_rows_neon, QK_K)
+FG_DOT_FROM_ROWS(vec_dot_iq4_xs_q8_k_neondp, FG_TARGET_DOTPROD, iq4_xs_rows_neondp, QK_K)
+FG_GEMV_FROM_ROWS(gemv_iq4_xs_q8_k_neondp, FG_TARGET_DOTPROD, iq4_xs_rows_neondp, QK_K)
+#endif /* FG_HAVE_NEON */
+
+const fg_type_kernels fg_iq4_xs_kernels[FG_ISA_COUNT] = {
+    [FG_ISA_SCALAR] = {quantize_row_iq4_xs_scalar, dequantize_row_iq4_xs_scalar, vec_dot_iq4_xs_q8_k_scalar, NULL},
+#if FG_HAVE_X86
+    [FG_ISA_AVX2] = {NULL, dequantize_row_iq4_xs_avx2, vec_dot_iq4_xs_q8_k_avx2, gemv_iq4_xs_q8_k_avx2},
+    /* the AVX2 kernels, until AVX-512 twins exist (an empty entry would fall back to scalar) */
+    [FG_ISA_AVX512] = {NULL, dequantize_row_iq4_xs_avx2, vec_dot_iq4_xs_q8_k_avx2, gemv_iq4_xs_q8_k_avx2},
+#endif
+#if FG_HAVE_NEON
+    [FG_ISA_NEON] = {NULL, NULL, vec_dot_iq4_xs_q8_k_neon, gemv_iq4_xs_q8_k_neon},
+#endif
+};
+
+const fg_type_kernels fg_iq4_xs_kernels_ext[FG_ISA_COUNT] = {
+    [FG_ISA_SCALAR] = {0}, /* never used: keeps the initializer non-empty off NEON */
+#if FG_HAVE_NEON
+    [FG_ISA_NEON] = {NULL, NULL, vec_dot_iq4_xs_q8_k_neondp, gemv_iq4_xs_q8_k_neondp},
+#endif
+};

@@ -1,0 +1,246 @@
+/* Q4_K weights: super-blocks of 256 = 8 sub-blocks of 32, x = d * sc_j * q - dmin * m_j with q in 0..15 and
+ * 6-bit (sc_j, m_j) packed in scales[12] (fg_kquant.h). qs: 4 runs of 32 bytes, run k holds sub-block 2k in its
+ * low nibbles and 2k+1 in its high nibbles. Dot against Q8_K:
+ *   sum_j d dx sc_j (q . x)_j - dmin dx sum_j m_j (sum x)_j, where (sum x)_j = bsums[2j] + bsums[2j+1]. */
+#include "fg_simd.h"
+#include "fg_kquant.h"
+
+/* ---- scalar reference ---- */
+
+/* ggml's quantize_row_q4_K_ref. */
+static void quantize_row_q4_k_scalar(const float *x, void *vy, int64_t n) {
+    block_q4_K *y = vy;
+    uint8_t L[QK_K], Laux[32];
+    float weights[32], mins[QK_K / 32], scales[QK_K / 32];
+    for (int64_t i = 0; i < n / QK_K; i++, x += QK_K) {
+        float max_scale = 0, max_min = 0;
+        for (int j = 0; j < QK_K / 32; ++j) {
+            float sum_x2 = 0;
+            for (int l = 0; l < 32; ++l) sum_x2 += x[32 * j + l] * x[32 * j + l];
+            const float av_x = sqrtf(sum_x2 / 32);
+            for (int l = 0; l < 32; ++l) weights[l] = av_x + fabsf(x[32 * j + l]);
+            scales[j] = fg_make_qkx2_quants(32, 15, x + 32 * j, weights, L + 32 * j, &mins[j], Laux, -1.f, 0.1f, 20, 0);
+            if (scales[j] > max_scale) max_scale = scales[j];
+            if (mins[j] > max_min) max_min = mins[j];
+        }
+        const float inv_scale = max_scale > 0 ? 63.f / max_scale : 0.f;
+        const float inv_min = max_min > 0 ? 63.f / max_min : 0.f;
+        for (int j = 0; j < QK_K / 32; ++j) {
+            uint8_t ls = (uint8_t)fg_nearest_int(inv_scale * scales[j]);
+            uint8_t lm = (uint8_t)fg_nearest_int(inv_min * mins[j]);
+            ls = ls < 63 ? ls : 63;
+            lm = lm < 63 ? lm : 63;
+            if (j < 4) {
+                y[i].scales[j] = ls;
+                y[i].scales[j + 4] = lm;
+            } else {
+                y[i].scales[j + 4] = (ls & 0xF) | ((lm & 0xF) << 4);
+                y[i].scales[j - 4] |= ((ls >> 4) << 6);
+                y[i].scales[j - 0] |= ((lm >> 4) << 6);
+            }
+        }
+        y[i].d = fg_fp32_to_fp16(max_scale / 63.f);
+        y[i].dmin = fg_fp32_to_fp16(max_min / 63.f);
+        for (int j = 0; j < QK_K / 32; ++j) {
+            uint8_t sc, m;
+            fg_scale_min_k4(j, y[i].scales, &sc, &m);
+            const float d = fg_fp16_to_fp32(y[i].d) * sc;
+            if (!d) continue;
+            const float dm = fg_fp16_to_fp32(y[i].dmin) * m;
+            for (int ii = 0; ii < 32; ++ii) L[32 * j + ii] = (uint8_t)fg_clampi(fg_nearest_int((x[32 * j + ii] + dm) / d), 0, 15);
+        }
+        for (int j = 0; j < QK_K; j += 64)
+            for (int l = 0; l < 32; ++l) y[i].qs[j / 2 + l] = L[j + l] | (L[j + l + 32] << 4);
+    }
+}
+
+static void dequantize_row_q4_k_scalar(const void *vx, float *y, int64_t n) {
+    const block_q4_K *x = vx;
+    for (int64_t i = 0; i < n / QK_K; i++) {
+        const float d = fg_fp16_to_fp32(x[i].d), min = fg_fp16_to_fp32(x[i].dmin);
+        const uint8_t *q = x[i].qs;
+        for (int j = 0; j < QK_K / 32; j += 2, q += 32) {
+            uint8_t sc, m;
+            fg_scale_min_k4(j, x[i].scales, &sc, &m);
+            const float d1 = d * sc, m1 = min * m;
+            fg_scale_min_k4(j + 1, x[i].scales, &sc, &m);
+            const float d2 = d * sc, m2 = min * m;
+            for (int l = 0; l < 32; ++l) *y++ = d1 * (q[l] & 0xF) - m1;
+            for (int l = 0; l < 32; ++l) *y++ = d2 * (q[l] >> 4) - m2;
+        }
+    }
+}
+
+static float vec_dot_q4_k_q8_k_scalar(int64_t n, const void *vw, const void *vx) {
+    const block_q4_K *w = vw;
+    const block_q8_K *x = vx;
+    float sum = 0.0f;
+    for (int64_t i = 0; i < n / QK_K; i++) {
+        uint8_t sm[16]; /* scales 0..7, mins 0..7 */
+        fg_unpack_scales_k4(w[i].scales, sm);
+        const int8_t *q8 = x[i].qs;
+        int sumi = 0, summ = 0;
+        for (int j = 0; j < QK_K / 64; j++, q8 += 64) {
+            int s0 = 0, s1 = 0;
+            for (int l = 0; l < 32; l++) {
+                s0 += (w[i].qs[32 * j + l] & 0xF) * q8[l];
+                s1 += (w[i].qs[32 * j + l] >> 4) * q8[l + 32];
+            }
+            sumi += sm[2 * j] * s0 + sm[2 * j + 1] * s1;
+        }
+        for (int g = 0; g < QK_K / 16; g++) summ += x[i].bsums[g] * sm[8 + g / 2];
+        sum += fg_fp16_to_fp32(w[i].d) * x[i].d * (float)sumi - fg_fp16_to_fp32(w[i].dmin) * x[i].d * (float)summ;
+    }
+    return sum;
+}
+
+#if FG_HAVE_X86
+/* ---- AVX2 ---- */
+
+/* Bit-exact with the scalar reference: (d * sc) * q, then - dmin * m (no FMA). */
+FG_TARGET_AVX2 static void dequantize_row_q4_k_avx2(const void *vx, float *y, int64_t n) {
+    const block_q4_K *x = vx;
+    for (int64_t i = 0; i < n / QK_K; i++) {
+        const float d = fg_f16(x[i].d), min = fg_f16(x[i].dmin);
+        uint8_t sm[16];
+        fg_unpack_scales_k4(x[i].scales, sm);
+        for (int j = 0; j < QK_K / 32; j += 2) {
+            const __m128i q0 = _mm_loadu_si128((const __m128i *)(x[i].qs + 16 * j));
+            const __m128i q1 = _mm_loadu_si128((const __m128i *)(x[i].qs + 16 * j + 16));
+            const __m128i m4 = _mm_set1_epi8(0x0f);
+            const __m128i v[4] = {_mm_and_si128(q0, m4), _mm_and_si128(q1, m4), /* sub-block j: 32 low nibbles */
+                                  _mm_and_si128(_mm_srli_epi16(q0, 4), m4), _mm_and_si128(_mm_srli_epi16(q1, 4), m4)};
+            for (int h = 0; h < 2; h++) {
+                const __m256 dd = _mm256_set1_ps(d * sm[j + h]), mm = _mm256_set1_ps(min * sm[8 + j + h]);
+                for (int k = 0; k < 4; k++) {
+                    const __m128i b = k & 1 ? _mm_srli_si128(v[2 * h + k / 2], 8) : v[2 * h + k / 2];
+                    const __m256 q = _mm256_cvtepi32_ps(_mm256_cvtepu8_epi32(b));
+                    _mm256_storeu_ps(y + 32 * (j + h) + 8 * k, _mm256_sub_ps(_mm256_mul_ps(dd, q), mm));
+                }
+            }
+        }
+        y += QK_K;
+    }
+}
+
+/* R rows against one activation: per super-block, each 32-byte run of nibbles is one ymm (low nibbles: sub-block
+ * 2k, high: 2k+1) dotted with the activation's 2 x 32 bytes (loaded once for all rows); the int16 pair sums are
+ * weighted by the 6-bit scale in the widening madd, so a super-block is one int32 vector per row. The mins
+ * term is bsums (16 x int16) . mins (each repeated twice). */
+FG_INLINE_AVX2 void q4_k_rows_avx2(const int R, int64_t nb, const char *w, size_t stride, const void *vx, float *y) {
+    const block_q8_K *x = vx;
+    const __m256i m4 = _mm256_set1_epi8(0x0f);
+    __m256 acc[4], accm[4];
+    for (int r = 0; r < R; r++) acc[r] = _mm256_setzero_ps(), accm[r] = _mm256_setzero_ps();
+    for (int64_t i = 0; i < nb; i++) {
+        const block_q4_K *b[4];
+        uint8_t sm[4][16];
+        __m256i isum[4];
+        for (int r = 0; r < R; r++) {
+            b[r] = (const block_q4_K *)(w + r * stride) + i;
+            fg_prefetch(b[r], stride);
+            fg_prefetch((const char *)b[r] + 64, stride);
+            fg_prefetch((const char *)b[r] + 128, stride);
+            fg_unpack_scales_k4(b[r]->scales, sm[r]);
+            isum[r] = _mm256_setzero_si256();
+        }
+        for (int k = 0; k < QK_K / 64; k++) {
+            const __m256i x0 = _mm256_loadu_si256((const __m256i *)(x[i].qs + 64 * k));
+            const __m256i x1 = _mm256_loadu_si256((const __m256i *)(x[i].qs + 64 * k + 32));
+            for (int r = 0; r < R; r++) {
+                const __m256i q = _mm256_loadu_si256((const __m256i *)(b[r]->qs + 32 * k));
+                const __m256i lo = _mm256_and_si256(q, m4), hi = _mm256_and_si256(_mm256_srli_epi16(q, 4), m4);
+                const __m256i p0 = _mm256_madd_epi16(_mm256_maddubs_epi16(lo, x0), _mm256_set1_epi16(sm[r][2 * k]));
+                const __m256i p1 = _mm256_madd_epi16(_mm256_maddubs_epi16(hi, x1), _mm256_set1_epi16(sm[r][2 * k + 1]));
+                isum[r] = _mm256_add_epi32(isum[r], _mm256_add_epi32(p0, p1));
+            }
+        }
+        const __m256i bsums = _mm256_loadu_si256((const __m256i *)x[i].bsums);
+        for (int r = 0; r < R; r++) {
+            const __m128i m8 = _mm_loadl_epi64((const __m128i *)(sm[r] + 8));
+            const __m256i mins = _mm256_cvtepu8_epi16(_mm_unpacklo_epi8(m8, m8));
+            const __m256 pm = _mm256_cvtepi32_ps(_mm256_madd_epi16(bsums, mins));
+            acc[r] = _mm256_fmadd_ps(_mm256_cvtepi32_ps(isum[r]), _mm256_set1_ps(fg_f16(b[r]->d) * x[i].d), acc[r]);
+            accm[r] = _mm256_fmadd_ps(pm, _mm256_set1_ps(fg_f16(b[r]->dmin) * x[i].d), accm[r]);
+        }
+    }
+    for (int r = 0; r < R; r++) y[r] = fg_hsum_256(acc[r]) - fg_hsum_256(accm[r]);
+}
+FG_DOT_FROM_ROWS(vec_dot_q4_k_q8_k_avx2, FG_TARGET_AVX2, q4_k_rows_avx2, QK_K)
+FG_GEMV_FROM_ROWS(gemv_q4_k_q8_k_avx2, FG_TARGET_AVX2, q4_k_rows_avx2, QK_K)
+#endif /* FG_HAVE_X86 */
+
+#if FG_HAVE_NEON
+/* ---- NEON: nibbles 0..15 fit int8; each 16-byte vector lies inside one 32-element sub-block, whose scale
+ * weights the int32 partial sums; the mins term is (bsums pairwise) . mins in int16 x int16 -> int32. ---- */
+#define Q4_K_ROWS_NEON(NAME, TARGET, DOT)                                                                   \
+    static inline __attribute__((always_inline)) TARGET void NAME(const int R, int64_t nb, const char *w,    \
+                                                                  size_t stride, const void *vx, float *y) { \
+        const block_q8_K *x = vx;                                                                           \
+        float32x4_t acc[4];                                                                                 \
+        float accm[4];                                                                                      \
+        for (int r = 0; r < R; r++) acc[r] = vdupq_n_f32(0.0f), accm[r] = 0.0f;                             \
+        for (int64_t i = 0; i < nb; i++) {                                                                  \
+            const int16x8_t bsp = vpaddq_s16(vld1q_s16(x[i].bsums), vld1q_s16(x[i].bsums + 8)); /* per 32 */ \
+            const block_q4_K *b[4];                                                                         \
+            uint8_t sm[4][16];                                                                              \
+            int32x4_t isum[4];                                                                              \
+            for (int r = 0; r < R; r++) {                                                                   \
+                b[r] = (const block_q4_K *)(w + r * stride) + i;                                            \
+                fg_prefetch(b[r], stride);                                                                  \
+                fg_prefetch((const char *)b[r] + 64, stride);                                               \
+                fg_prefetch((const char *)b[r] + 128, stride);                                              \
+                fg_unpack_scales_k4(b[r]->scales, sm[r]);                                                   \
+                isum[r] = vdupq_n_s32(0);                                                                   \
+            }                                                                                               \
+            for (int k = 0; k < QK_K / 64; k++) {                                                           \
+                const int8_t *xq = x[i].qs + 64 * k;                                                        \
+                const int8x16_t x0 = vld1q_s8(xq), x1 = vld1q_s8(xq + 16);                                  \
+                const int8x16_t x2 = vld1q_s8(xq + 32), x3 = vld1q_s8(xq + 48);                             \
+                for (int r = 0; r < R; r++) {                                                               \
+                    const uint8x16_t q0 = vld1q_u8(b[r]->qs + 32 * k), q1 = vld1q_u8(b[r]->qs + 32 * k + 16); \
+                    const uint8x16_t m4 = vdupq_n_u8(0x0f);                                                 \
+                    int32x4_t p0 = DOT(vdupq_n_s32(0), vreinterpretq_s8_u8(vandq_u8(q0, m4)), x0);          \
+                    p0 = DOT(p0, vreinterpretq_s8_u8(vandq_u8(q1, m4)), x1);                                \
+                    int32x4_t p1 = DOT(vdupq_n_s32(0), vreinterpretq_s8_u8(vshrq_n_u8(q0, 4)), x2);         \
+                    p1 = DOT(p1, vreinterpretq_s8_u8(vshrq_n_u8(q1, 4)), x3);                               \
+                    isum[r] = vmlaq_n_s32(isum[r], p0, sm[r][2 * k]);                                       \
+                    isum[r] = vmlaq_n_s32(isum[r], p1, sm[r][2 * k + 1]);                                   \
+                }                                                                                           \
+            }                                                                                               \
+            for (int r = 0; r < R; r++) {                                                                   \
+                const int16x8_t mins = vreinterpretq_s16_u16(vmovl_u8(vld1_u8(sm[r] + 8)));                  \
+                const int32x4_t pm = vmlal_high_s16(vmull_s16(vget_low_s16(bsp), vget_low_s16(mins)), bsp, mins); \
+                acc[r] = vfmaq_n_f32(acc[r], vcvtq_f32_s32(isum[r]), fg_fp16_to_fp32(b[r]->d) * x[i].d);    \
+                accm[r] += fg_fp16_to_fp32(b[r]->dmin) * x[i].d * (float)vaddvq_s32(pm);                    \
+            }                                                                                               \
+        }                                                                                                   \
+        for (int r = 0; r < R; r++) y[r] = vaddvq_f32(acc[r]) - accm[r];                                    \
+    }
+#define FG_NO_TARGET
+Q4_K_ROWS_NEON(q4_k_rows_neon, FG_NO_TARGET, fg_dot_s8_emul)
+Q4_K_ROWS_NEON(q4_k_rows_neondp, FG_TARGET_DOTPROD, vdotq_s32)
+FG_DOT_FROM_ROWS(vec_dot_q4_k_q8_k_neon, FG_NO_TARGET, q4_k_rows_neon, QK_K)
+FG_GEMV_FROM_ROWS(gemv_q4_k_q8_k_neon, FG_NO_TARGET, q4_k_rows_neon, QK_K)
+FG_DOT_FROM_ROWS(vec_dot_q4_k_q8_k_neondp, FG_TARGET_DOTPROD, q4_k_rows_neondp, QK_K)
+FG_GEMV_FROM_ROWS(gemv_q4_k_q8_k_neondp, FG_TARGET_DOTPROD, q4_k_rows_neondp, QK_K)
+#endif /* FG_HAVE_NEON */
+
+const fg_type_kernels fg_q4_k_kernels[FG_ISA_COUNT] = {
+    [FG_ISA_SCALAR] = {quantize_row_q4_k_scalar, dequantize_row_q4_k_scalar, vec_dot_q4_k_q8_k_scalar, NULL},
+#if FG_HAVE_X86
+    [FG_ISA_AVX2] = {NULL, dequantize_row_q4_k_avx2, vec_dot_q4_k_q8_k_avx2, gemv_q4_k_q8_k_avx2},
+    /* the AVX2 kernels, until AVX-512 twins exist (an empty entry would fall back to scalar) */
+    [FG_ISA_AVX512] = {NULL, dequantize_row_q4_k_avx2, vec_dot_q4_k_q8_k_avx2, gemv_q4_k_q8_k_avx2},
+#endif
+#if FG_HAVE_NEON
+    [FG_ISA_NEON] = {NULL, NULL, vec_dot_q4_k_q8_k_neon, gemv_q4_k_q8_k_neon},
+#endif
+};
+
+const fg_type_kernels fg_q4_k_kernels_ext[FG_ISA_COUNT] = {
+    [FG_ISA_SCALAR] = {0}, /* never used: keeps the initializer non-empty off NEON */
+#if FG_HAVE_NEON
+    [FG_ISA_NEON] = {NULL, NULL, vec_dot_q4_k_q8_k_neondp, gemv_q4_k_q8_k_neondp},
+#endif
+};

@@ -1,0 +1,258 @@
+/* Q5_K weights: super-blocks of 256 = 8 sub-blocks of 32, x = d * sc_j * q - dmin * m_j with q in 0..31: low
+ * 4 bits as q4_K's nibbles (run k of 32 bytes: sub-block 2k low, 2k+1 high), bit 4 of element 64k + l in bit 2k
+ * of qh[l] and of 64k + 32 + l in bit 2k+1; scales as q4_K. Dot against Q8_K as q4_K. */
+#include "fg_simd.h"
+#include "fg_kquant.h"
+
+/* ---- scalar reference ---- */
+
+/* ggml's quantize_row_q5_K_ref. */
+static void quantize_row_q5_k_scalar(const float *x, void *vy, int64_t n) {
+    block_q5_K *y = vy;
+    uint8_t L[QK_K], Laux[32];
+    float weights[32], mins[QK_K / 32], scales[QK_K / 32];
+    for (int64_t i = 0; i < n / QK_K; i++, x += QK_K) {
+        float max_scale = 0, max_min = 0;
+        for (int j = 0; j < QK_K / 32; ++j) {
+            float sum_x2 = 0;
+            for (int l = 0; l < 32; ++l) sum_x2 += x[32 * j + l] * x[32 * j + l];
+            const float av_x = sqrtf(sum_x2 / 32);
+            for (int l = 0; l < 32; ++l) weights[l] = av_x + fabsf(x[32 * j + l]);
+            scales[j] = fg_make_qkx2_quants(32, 31, x + 32 * j, weights, L + 32 * j, &mins[j], Laux, -0.5f, 0.1f, 15, 0);
+            if (scales[j] > max_scale) max_scale = scales[j];
+            if (mins[j] > max_min) max_min = mins[j];
+        }
+        const float inv_scale = max_scale > 0 ? 63.f / max_scale : 0.f;
+        const float inv_min = max_min > 0 ? 63.f / max_min : 0.f;
+        for (int j = 0; j < QK_K / 32; ++j) {
+            uint8_t ls = (uint8_t)fg_nearest_int(inv_scale * scales[j]);
+            uint8_t lm = (uint8_t)fg_nearest_int(inv_min * mins[j]);
+            ls = ls < 63 ? ls : 63;
+            lm = lm < 63 ? lm : 63;
+            if (j < 4) {
+                y[i].scales[j] = ls;
+                y[i].scales[j + 4] = lm;
+            } else {
+                y[i].scales[j + 4] = (ls & 0xF) | ((lm & 0xF) << 4);
+                y[i].scales[j - 4] |= ((ls >> 4) << 6);
+                y[i].scales[j - 0] |= ((lm >> 4) << 6);
+            }
+        }
+        y[i].d = fg_fp32_to_fp16(max_scale / 63.f);
+        y[i].dmin = fg_fp32_to_fp16(max_min / 63.f);
+        for (int j = 0; j < QK_K / 32; ++j) {
+            uint8_t sc, m;
+            fg_scale_min_k4(j, y[i].scales, &sc, &m);
+            const float d = fg_fp16_to_fp32(y[i].d) * sc;
+            if (!d) continue;
+            const float dm = fg_fp16_to_fp32(y[i].dmin) * m;
+            for (int ii = 0; ii < 32; ++ii) L[32 * j + ii] = (uint8_t)fg_clampi(fg_nearest_int((x[32 * j + ii] + dm) / d), 0, 31);
+        }
+        memset(y[i].qh, 0, QK_K / 8);
+        for (int k = 0; k < QK_K / 64; k++) {
+            for (int l = 0; l < 32; ++l) {
+                int l1 = L[64 * k + l], l2 = L[64 * k + l + 32];
+                if (l1 > 15) l1 -= 16, y[i].qh[l] |= (uint8_t)(1 << (2 * k));
+                if (l2 > 15) l2 -= 16, y[i].qh[l] |= (uint8_t)(2 << (2 * k));
+                y[i].qs[32 * k + l] = (uint8_t)(l1 | (l2 << 4));
+            }
+        }
+    }
+}
+
+static void dequantize_row_q5_k_scalar(const void *vx, float *y, int64_t n) {
+    const block_q5_K *x = vx;
+    for (int64_t i = 0; i < n / QK_K; i++) {
+        const float d = fg_fp16_to_fp32(x[i].d), min = fg_fp16_to_fp32(x[i].dmin);
+        for (int k = 0; k < QK_K / 64; k++) {
+            uint8_t sc, m;
+            fg_scale_min_k4(2 * k, x[i].scales, &sc, &m);
+            const float d1 = d * sc, m1 = min * m;
+            fg_scale_min_k4(2 * k + 1, x[i].scales, &sc, &m);
+            const float d2 = d * sc, m2 = min * m;
+            const uint8_t *ql = x[i].qs + 32 * k, u1 = (uint8_t)(1 << (2 * k)), u2 = (uint8_t)(2 << (2 * k));
+            for (int l = 0; l < 32; ++l) *y++ = d1 * ((ql[l] & 0xF) + (x[i].qh[l] & u1 ? 16 : 0)) - m1;
+            for (int l = 0; l < 32; ++l) *y++ = d2 * ((ql[l] >> 4) + (x[i].qh[l] & u2 ? 16 : 0)) - m2;
+        }
+    }
+}
+
+static float vec_dot_q5_k_q8_k_scalar(int64_t n, const void *vw, const void *vx) {
+    const block_q5_K *w = vw;
+    const block_q8_K *x = vx;
+    float sum = 0.0f;
+    for (int64_t i = 0; i < n / QK_K; i++) {
+        uint8_t sm[16]; /* scales 0..7, mins 0..7 */
+        fg_unpack_scales_k4(w[i].scales, sm);
+        const int8_t *q8 = x[i].qs;
+        int sumi = 0, summ = 0;
+        for (int k = 0; k < QK_K / 64; k++, q8 += 64) {
+            int s0 = 0, s1 = 0;
+            for (int l = 0; l < 32; l++) {
+                const int qb = w[i].qs[32 * k + l], hb = w[i].qh[l] >> (2 * k);
+                s0 += ((qb & 0xF) | ((hb & 1) << 4)) * q8[l];
+                s1 += ((qb >> 4) | ((hb & 2) << 3)) * q8[l + 32];
+            }
+            sumi += sm[2 * k] * s0 + sm[2 * k + 1] * s1;
+        }
+        for (int g = 0; g < QK_K / 16; g++) summ += x[i].bsums[g] * sm[8 + g / 2];
+        sum += fg_fp16_to_fp32(w[i].d) * x[i].d * (float)sumi - fg_fp16_to_fp32(w[i].dmin) * x[i].d * (float)summ;
+    }
+    return sum;
+}
+
+#if FG_HAVE_X86
+/* Bit-exact with the scalar reference: (d * sc) * q - dmin * m. */
+FG_TARGET_AVX2 static void dequantize_row_q5_k_avx2(const void *vx, float *y, int64_t n) {
+    const block_q5_K *x = vx;
+    const __m256i m4 = _mm256_set1_epi8(0x0f), one = _mm256_set1_epi8(1);
+    for (int64_t i = 0; i < n / QK_K; i++, y += QK_K) {
+        const float d = fg_f16(x[i].d), min = fg_f16(x[i].dmin);
+        uint8_t sm[16];
+        fg_unpack_scales_k4(x[i].scales, sm);
+        __m256i qh = _mm256_loadu_si256((const __m256i *)x[i].qh);
+        for (int k = 0; k < QK_K / 64; k++) {
+            const __m256i q = _mm256_loadu_si256((const __m256i *)(x[i].qs + 32 * k));
+            const __m256i lo = _mm256_or_si256(_mm256_and_si256(q, m4), _mm256_slli_epi16(_mm256_and_si256(qh, one), 4));
+            const __m256i hi = _mm256_or_si256(_mm256_and_si256(_mm256_srli_epi16(q, 4), m4),
+                                               _mm256_slli_epi16(_mm256_and_si256(_mm256_srli_epi16(qh, 1), one), 4));
+            qh = _mm256_srli_epi16(qh, 2);
+            for (int t = 0; t < 2; t++) {
+                const __m256i u = t ? hi : lo;
+                const __m256 s = _mm256_set1_ps(d * sm[2 * k + t]), m = _mm256_set1_ps(min * sm[8 + 2 * k + t]);
+                fg_store_i8x16_ps(y + 64 * k + 32 * t, _mm256_castsi256_si128(u), s, m);
+                fg_store_i8x16_ps(y + 64 * k + 32 * t + 16, _mm256_extracti128_si256(u, 1), s, m);
+            }
+        }
+    }
+}
+
+/* ---- AVX2: q4_K's kernel with the fifth bit or-ed in (qh shifted right by 2 per run of 64) ---- */
+FG_INLINE_AVX2 void q5_k_rows_avx2(const int R, int64_t nb, const char *w, size_t stride, const void *vx, float *y) {
+    const block_q8_K *x = vx;
+    const __m256i m4 = _mm256_set1_epi8(0x0f), one = _mm256_set1_epi8(1);
+    __m256 acc[4], accm[4];
+    for (int r = 0; r < R; r++) acc[r] = _mm256_setzero_ps(), accm[r] = _mm256_setzero_ps();
+    for (int64_t i = 0; i < nb; i++) {
+        const block_q5_K *b[4];
+        uint8_t sm[4][16];
+        __m256i isum[4], qh[4];
+        for (int r = 0; r < R; r++) {
+            b[r] = (const block_q5_K *)(w + r * stride) + i;
+            fg_prefetch(b[r], stride);
+            fg_prefetch((const char *)b[r] + 64, stride);
+            fg_prefetch((const char *)b[r] + 128, stride);
+            fg_unpack_scales_k4(b[r]->scales, sm[r]);
+            isum[r] = _mm256_setzero_si256();
+            qh[r] = _mm256_loadu_si256((const __m256i *)b[r]->qh);
+        }
+        for (int k = 0; k < QK_K / 64; k++) {
+            const __m256i x0 = _mm256_loadu_si256((const __m256i *)(x[i].qs + 64 * k));
+            const __m256i x1 = _mm256_loadu_si256((const __m256i *)(x[i].qs + 64 * k + 32));
+            for (int r = 0; r < R; r++) {
+                const __m256i q = _mm256_loadu_si256((const __m256i *)(b[r]->qs + 32 * k));
+                const __m256i h0 = _mm256_slli_epi16(_mm256_and_si256(qh[r], one), 4);
+                const __m256i h1 = _mm256_slli_epi16(_mm256_and_si256(_mm256_srli_epi16(qh[r], 1), one), 4);
+                qh[r] = _mm256_srli_epi16(qh[r], 2);
+                const __m256i lo = _mm256_or_si256(_mm256_and_si256(q, m4), h0);
+                const __m256i hi = _mm256_or_si256(_mm256_and_si256(_mm256_srli_epi16(q, 4), m4), h1);
+                const __m256i p0 = _mm256_madd_epi16(_mm256_maddubs_epi16(lo, x0), _mm256_set1_epi16(sm[r][2 * k]));
+                const __m256i p1 = _mm256_madd_epi16(_mm256_maddubs_epi16(hi, x1), _mm256_set1_epi16(sm[r][2 * k + 1]));
+                isum[r] = _mm256_add_epi32(isum[r], _mm256_add_epi32(p0, p1));
+            }
+        }
+        const __m256i bsums = _mm256_loadu_si256((const __m256i *)x[i].bsums);
+        for (int r = 0; r < R; r++) {
+            const __m128i m8 = _mm_loadl_epi64((const __m128i *)(sm[r] + 8));
+            const __m256i mins = _mm256_cvtepu8_epi16(_mm_unpacklo_epi8(m8, m8));
+            const __m256 pm = _mm256_cvtepi32_ps(_mm256_madd_epi16(bsums, mins));
+            acc[r] = _mm256_fmadd_ps(_mm256_cvtepi32_ps(isum[r]), _mm256_set1_ps(fg_f16(b[r]->d) * x[i].d), acc[r]);
+            accm[r] = _mm256_fmadd_ps(pm, _mm256_set1_ps(fg_f16(b[r]->dmin) * x[i].d), accm[r]);
+        }
+    }
+    for (int r = 0; r < R; r++) y[r] = fg_hsum_256(acc[r]) - fg_hsum_256(accm[r]);
+}
+FG_DOT_FROM_ROWS(vec_dot_q5_k_q8_k_avx2, FG_TARGET_AVX2, q5_k_rows_avx2, QK_K)
+FG_GEMV_FROM_ROWS(gemv_q5_k_q8_k_avx2, FG_TARGET_AVX2, q5_k_rows_avx2, QK_K)
+#endif /* FG_HAVE_X86 */
+
+#if FG_HAVE_NEON
+/* ---- NEON: q4_K's kernel with the fifth bit or-ed in ---- */
+#define Q5_K_ROWS_NEON(NAME, TARGET, DOT)                                                                   \
+    static inline __attribute__((always_inline)) TARGET void NAME(const int R, int64_t nb, const char *w,    \
+                                                                  size_t stride, const void *vx, float *y) { \
+        const block_q8_K *x = vx;                                                                           \
+        float32x4_t acc[4];                                                                                 \
+        float accm[4];                                                                                      \
+        for (int r = 0; r < R; r++) acc[r] = vdupq_n_f32(0.0f), accm[r] = 0.0f;                             \
+        for (int64_t i = 0; i < nb; i++) {                                                                  \
+            const int16x8_t bsp = vpaddq_s16(vld1q_s16(x[i].bsums), vld1q_s16(x[i].bsums + 8));             \
+            const block_q5_K *b[4];                                                                         \
+            uint8_t sm[4][16];                                                                              \
+            int32x4_t isum[4];                                                                              \
+            uint8x16_t qh0[4], qh1[4];                                                                      \
+            for (int r = 0; r < R; r++) {                                                                   \
+                b[r] = (const block_q5_K *)(w + r * stride) + i;                                            \
+                fg_prefetch(b[r], stride);                                                                  \
+                fg_prefetch((const char *)b[r] + 64, stride);                                               \
+                fg_prefetch((const char *)b[r] + 128, stride);                                              \
+                fg_unpack_scales_k4(b[r]->scales, sm[r]);                                                   \
+                isum[r] = vdupq_n_s32(0);                                                                   \
+                qh0[r] = vld1q_u8(b[r]->qh), qh1[r] = vld1q_u8(b[r]->qh + 16);                              \
+            }                                                                                               \
+            for (int k = 0; k < QK_K / 64; k++) {                                                           \
+                const int8_t *xq = x[i].qs + 64 * k;                                                        \
+                const int8x16_t x0 = vld1q_s8(xq), x1 = vld1q_s8(xq + 16);                                  \
+                const int8x16_t x2 = vld1q_s8(xq + 32), x3 = vld1q_s8(xq + 48);                             \
+                for (int r = 0; r < R; r++) {                                                               \
+                    const uint8x16_t q0 = vld1q_u8(b[r]->qs + 32 * k), q1 = vld1q_u8(b[r]->qs + 32 * k + 16); \
+                    const uint8x16_t m4 = vdupq_n_u8(0x0f), one = vdupq_n_u8(1), two = vdupq_n_u8(2);       \
+                    const uint8x16_t l0 = vorrq_u8(vandq_u8(q0, m4), vshlq_n_u8(vandq_u8(qh0[r], one), 4)); \
+                    const uint8x16_t l1 = vorrq_u8(vandq_u8(q1, m4), vshlq_n_u8(vandq_u8(qh1[r], one), 4)); \
+                    const uint8x16_t h0 = vorrq_u8(vshrq_n_u8(q0, 4), vshlq_n_u8(vandq_u8(qh0[r], two), 3)); \
+                    const uint8x16_t h1 = vorrq_u8(vshrq_n_u8(q1, 4), vshlq_n_u8(vandq_u8(qh1[r], two), 3)); \
+                    qh0[r] = vshrq_n_u8(qh0[r], 2), qh1[r] = vshrq_n_u8(qh1[r], 2);                         \
+                    int32x4_t p0 = DOT(vdupq_n_s32(0), vreinterpretq_s8_u8(l0), x0);                        \
+                    p0 = DOT(p0, vreinterpretq_s8_u8(l1), x1);                                              \
+                    int32x4_t p1 = DOT(vdupq_n_s32(0), vreinterpretq_s8_u8(h0), x2);                        \
+                    p1 = DOT(p1, vreinterpretq_s8_u8(h1), x3);                                              \
+                    isum[r] = vmlaq_n_s32(isum[r], p0, sm[r][2 * k]);                                       \
+                    isum[r] = vmlaq_n_s32(isum[r], p1, sm[r][2 * k + 1]);                                   \
+                }                                                                                           \
+            }                                                                                               \
+            for (int r = 0; r < R; r++) {                                                                   \
+                const int16x8_t mins = vreinterpretq_s16_u16(vmovl_u8(vld1_u8(sm[r] + 8)));                  \
+                const int32x4_t pm = vmlal_high_s16(vmull_s16(vget_low_s16(bsp), vget_low_s16(mins)), bsp, mins); \
+                acc[r] = vfmaq_n_f32(acc[r], vcvtq_f32_s32(isum[r]), fg_fp16_to_fp32(b[r]->d) * x[i].d);    \
+                accm[r] += fg_fp16_to_fp32(b[r]->dmin) * x[i].d * (float)vaddvq_s32(pm);                    \
+            }                                                                                               \
+        }                                                                                                   \
+        for (int r = 0; r < R; r++) y[r] = vaddvq_f32(acc[r]) - accm[r];                                    \
+    }
+#define FG_NO_TARGET
+Q5_K_ROWS_NEON(q5_k_rows_neon, FG_NO_TARGET, fg_dot_s8_emul)
+Q5_K_ROWS_NEON(q5_k_rows_neondp, FG_TARGET_DOTPROD, vdotq_s32)
+FG_DOT_FROM_ROWS(vec_dot_q5_k_q8_k_neon, FG_NO_TARGET, q5_k_rows_neon, QK_K)
+FG_GEMV_FROM_ROWS(gemv_q5_k_q8_k_neon, FG_NO_TARGET, q5_k_rows_neon, QK_K)
+FG_DOT_FROM_ROWS(vec_dot_q5_k_q8_k_neondp, FG_TARGET_DOTPROD, q5_k_rows_neondp, QK_K)
+FG_GEMV_FROM_ROWS(gemv_q5_k_q8_k_neondp, FG_TARGET_DOTPROD, q5_k_rows_neondp, QK_K)
+#endif /* FG_HAVE_NEON */
+
+const fg_type_kernels fg_q5_k_kernels[FG_ISA_COUNT] = {
+    [FG_ISA_SCALAR] = {quantize_row_q5_k_scalar, dequantize_row_q5_k_scalar, vec_dot_q5_k_q8_k_scalar, NULL},
+#if FG_HAVE_X86
+    [FG_ISA_AVX2] = {NULL, dequantize_row_q5_k_avx2, vec_dot_q5_k_q8_k_avx2, gemv_q5_k_q8_k_avx2},
+    /* the AVX2 kernels, until AVX-512 twins exist (an empty entry would fall back to scalar) */
+    [FG_ISA_AVX512] = {NULL, dequantize_row_q5_k_avx2, vec_dot_q5_k_q8_k_avx2, gemv_q5_k_q8_k_avx2},
+#endif
+#if FG_HAVE_NEON
+    [FG_ISA_NEON] = {NULL, NULL, vec_dot_q5_k_q8_k_neon, gemv_q5_k_q8_k_neon},
+#endif
+};
+
+const fg_type_kernels fg_q5_k_kernels_ext[FG_ISA_COUNT] = {
+    [FG_ISA_SCALAR] = {0}, /* never used: keeps the initializer non-empty off NEON */
+#if FG_HAVE_NEON
+    [FG_ISA_NEON] = {NULL, NULL, vec_dot_q5_k_q8_k_neondp, gemv_q5_k_q8_k_neondp},
+#endif
+};

@@ -1,0 +1,241 @@
+/* Q6_K weights: super-blocks of 256 = 16 sub-blocks of 16, x = d * scale_s * (q - 32), q in 0..63, int8 scales,
+ * fp16 d LAST in the 210-byte block. Per half of 128 elements: ql 64 bytes, qh 32 bytes; element 32k + l
+ * (k = 0..3, l < 32) has low bits ql[l + 32 (k & 1)] >> 4 (k >> 1) and high bits (qh[l] >> 2k) & 3.
+ * Dot against Q8_K: sum_s d dx scale_s ((q . x)_s - 32 bsums_s). */
+#include "fg_simd.h"
+#include "fg_kquant.h"
+
+/* ---- scalar reference ---- */
+
+/* ggml's quantize_row_q6_K_ref. */
+static void quantize_row_q6_k_scalar(const float *x, void *vy, int64_t n) {
+    block_q6_K *y = vy;
+    int8_t L[QK_K];
+    float scales[QK_K / 16];
+    for (int64_t i = 0; i < n / QK_K; i++, x += QK_K) {
+        float max_scale = 0, max_abs_scale = 0;
+        for (int ib = 0; ib < QK_K / 16; ++ib) {
+            const float scale = fg_make_qx_quants(16, 32, x + 16 * ib, L + 16 * ib);
+            scales[ib] = scale;
+            if (fabsf(scale) > max_abs_scale) max_abs_scale = fabsf(scale), max_scale = scale;
+        }
+        if (max_abs_scale < FG_GROUP_MAX_EPS) {
+            memset(&y[i], 0, sizeof(block_q6_K));
+            continue;
+        }
+        const float iscale = -128.f / max_scale;
+        y[i].d = fg_fp32_to_fp16(1 / iscale);
+        for (int ib = 0; ib < QK_K / 16; ++ib) {
+            const int l = fg_nearest_int(iscale * scales[ib]);
+            y[i].scales[ib] = (int8_t)(l < 127 ? l : 127);
+        }
+        for (int j = 0; j < QK_K / 16; ++j) {
+            const float d = fg_fp16_to_fp32(y[i].d) * y[i].scales[j];
+            if (!d) continue;
+            for (int ii = 0; ii < 16; ++ii)
+                L[16 * j + ii] = (int8_t)(fg_clampi(fg_nearest_int(x[16 * j + ii] / d), -32, 31) + 32);
+        }
+        uint8_t *ql = y[i].ql, *qh = y[i].qh;
+        for (int j = 0; j < QK_K; j += 128, ql += 64, qh += 32) {
+            for (int l = 0; l < 32; ++l) {
+                const uint8_t q1 = L[j + l] & 0xF, q2 = L[j + l + 32] & 0xF;
+                const uint8_t q3 = L[j + l + 64] & 0xF, q4 = L[j + l + 96] & 0xF;
+                ql[l] = q1 | (q3 << 4);
+                ql[l + 32] = q2 | (q4 << 4);
+                qh[l] = (L[j + l] >> 4) | ((L[j + l + 32] >> 4) << 2) | ((L[j + l + 64] >> 4) << 4) |
+                        ((L[j + l + 96] >> 4) << 6);
+            }
+        }
+    }
+}
+
+/* q - 32 (-32..31) of the 256 elements of a block, in element order. */
+static inline void q6_k_unpack(const block_q6_K *b, int8_t q[QK_K]) {
+    for (int h = 0; h < 2; h++) {
+        const uint8_t *ql = b->ql + 64 * h, *qh = b->qh + 32 * h;
+        int8_t *o = q + 128 * h;
+        for (int l = 0; l < 32; l++) {
+            o[l] = (int8_t)(((ql[l] & 0xF) | (((qh[l] >> 0) & 3) << 4)) - 32);
+            o[l + 32] = (int8_t)(((ql[l + 32] & 0xF) | (((qh[l] >> 2) & 3) << 4)) - 32);
+            o[l + 64] = (int8_t)(((ql[l] >> 4) | (((qh[l] >> 4) & 3) << 4)) - 32);
+            o[l + 96] = (int8_t)(((ql[l + 32] >> 4) | (((qh[l] >> 6) & 3) << 4)) - 32);
+        }
+    }
+}
+
+static void dequantize_row_q6_k_scalar(const void *vx, float *y, int64_t n) {
+    const block_q6_K *x = vx;
+    for (int64_t i = 0; i < n / QK_K; i++, y += QK_K) {
+        const float d = fg_fp16_to_fp32(x[i].d);
+        int8_t q[QK_K];
+        q6_k_unpack(&x[i], q);
+        for (int e = 0; e < QK_K; e++) y[e] = d * x[i].scales[e / 16] * (float)q[e];
+    }
+}
+
+static float vec_dot_q6_k_q8_k_scalar(int64_t n, const void *vw, const void *vx) {
+    const block_q6_K *w = vw;
+    const block_q8_K *x = vx;
+    float sum = 0.0f;
+    for (int64_t i = 0; i < n / QK_K; i++) {
+        int8_t q[QK_K];
+        q6_k_unpack(&w[i], q);
+        int sumi = 0;
+        for (int s = 0; s < QK_K / 16; s++) {
+            int p = 0;
+            for (int k = 0; k < 16; k++) p += q[16 * s + k] * x[i].qs[16 * s + k];
+            sumi += w[i].scales[s] * p;
+        }
+        sum += fg_fp16_to_fp32(w[i].d) * x[i].d * (float)sumi;
+    }
+    return sum;
+}
+
+#if FG_HAVE_X86
+/* ---- AVX2 ---- */
+
+/* One half (128 elements) of a block -> 4 x 32 unsigned bytes q (0..63), element order. */
+FG_INLINE_AVX2 void q6_k_unpack_avx2(const uint8_t *ql, const uint8_t *qh, __m256i q[4]) {
+    const __m256i m4 = _mm256_set1_epi8(0x0f), m30 = _mm256_set1_epi8(0x30);
+    const __m256i a = _mm256_loadu_si256((const __m256i *)ql), b = _mm256_loadu_si256((const __m256i *)(ql + 32));
+    const __m256i h = _mm256_loadu_si256((const __m256i *)qh);
+    /* (qh >> 2k) & 3, moved to bits 4..5: 16-bit shifts, then the mask drops what crossed a byte */
+    q[0] = _mm256_or_si256(_mm256_and_si256(a, m4), _mm256_and_si256(_mm256_slli_epi16(h, 4), m30));
+    q[1] = _mm256_or_si256(_mm256_and_si256(b, m4), _mm256_and_si256(_mm256_slli_epi16(h, 2), m30));
+    q[2] = _mm256_or_si256(_mm256_and_si256(_mm256_srli_epi16(a, 4), m4), _mm256_and_si256(h, m30));
+    q[3] = _mm256_or_si256(_mm256_and_si256(_mm256_srli_epi16(b, 4), m4), _mm256_and_si256(_mm256_srli_epi16(h, 2), m30));
+}
+
+/* Bit-exact with the scalar reference: (d * scale) * (q - 32). */
+FG_TARGET_AVX2 static void dequantize_row_q6_k_avx2(const void *vx, float *y, int64_t n) {
+    const block_q6_K *x = vx;
+    for (int64_t i = 0; i < n / QK_K; i++, y += QK_K) {
+        const float d = fg_f16(x[i].d);
+        for (int h = 0; h < 2; h++) {
+            __m256i q[4];
+            q6_k_unpack_avx2(x[i].ql + 64 * h, x[i].qh + 32 * h, q);
+            for (int k = 0; k < 4; k++) {
+                const __m256i qs = _mm256_sub_epi8(q[k], _mm256_set1_epi8(32));
+                for (int e = 0; e < 4; e++) { /* 8 elements at 128h + 32k + 8e */
+                    const __m128i b = e & 2 ? _mm256_extracti128_si256(qs, 1) : _mm256_castsi256_si128(qs);
+                    const __m256 v = _mm256_cvtepi32_ps(_mm256_cvtepi8_epi32(e & 1 ? _mm_srli_si128(b, 8) : b));
+                    const int s = (128 * h + 32 * k + 8 * e) / 16;
+                    _mm256_storeu_ps(y + 128 * h + 32 * k + 8 * e, _mm256_mul_ps(_mm256_set1_ps(d * x[i].scales[s]), v));
+                }
+            }
+        }
+    }
+}
+
+/* R rows against one activation: q (0..63, unsigned) . x by maddubs, the int16 sums of each 16-element
+ * sub-block weighted by its scale in the widening madd; the -32 offset as 32 * (bsums . scales). */
+FG_INLINE_AVX2 void q6_k_rows_avx2(const int R, int64_t nb, const char *w, size_t stride, const void *vx, float *y) {
+    const block_q8_K *x = vx;
+    __m256 acc[4];
+    for (int r = 0; r < R; r++) acc[r] = _mm256_setzero_ps();
+    for (int64_t i = 0; i < nb; i++) {
+        const block_q6_K *b[4];
+        __m256i isum[4];
+        const __m256i bsums = _mm256_loadu_si256((const __m256i *)x[i].bsums);
+        for (int r = 0; r < R; r++) {
+            b[r] = (const block_q6_K *)(w + r * stride) + i;
+            for (int c = 0; c < 256; c += 64) fg_prefetch((const char *)b[r] + c, stride);
+            const __m256i sc16 = _mm256_cvtepi8_epi16(_mm_loadu_si128((const __m128i *)b[r]->scales));
+            isum[r] = _mm256_slli_epi32(_mm256_madd_epi16(bsums, sc16), 5); /* 32 * sum_s scale_s bsums_s */
+            isum[r] = _mm256_sub_epi32(_mm256_setzero_si256(), isum[r]);
+        }
+        for (int h = 0; h < 2; h++) {
+            __m256i xs[4];
+            for (int k = 0; k < 4; k++) xs[k] = _mm256_loadu_si256((const __m256i *)(x[i].qs + 128 * h + 32 * k));
+            for (int r = 0; r < R; r++) {
+                __m256i q[4];
+                q6_k_unpack_avx2(b[r]->ql + 64 * h, b[r]->qh + 32 * h, q);
+                const int8_t *sc = b[r]->scales + 8 * h;
+                for (int k = 0; k < 4; k++) {
+                    const __m256i s = _mm256_set_m128i(_mm_set1_epi16(sc[2 * k + 1]), _mm_set1_epi16(sc[2 * k]));
+                    isum[r] = _mm256_add_epi32(isum[r], _mm256_madd_epi16(_mm256_maddubs_epi16(q[k], xs[k]), s));
+                }
+            }
+        }
+        for (int r = 0; r < R; r++)
+            acc[r] = _mm256_fmadd_ps(_mm256_cvtepi32_ps(isum[r]), _mm256_set1_ps(fg_f16(b[r]->d) * x[i].d), acc[r]);
+    }
+    for (int r = 0; r < R; r++) y[r] = fg_hsum_256(acc[r]);
+}
+FG_DOT_FROM_ROWS(vec_dot_q6_k_q8_k_avx2, FG_TARGET_AVX2, q6_k_rows_avx2, QK_K)
+FG_GEMV_FROM_ROWS(gemv_q6_k_q8_k_avx2, FG_TARGET_AVX2, q6_k_rows_avx2, QK_K)
+#endif /* FG_HAVE_X86 */
+
+#if FG_HAVE_NEON
+/* ---- NEON: q - 32 fits int8; each 16-byte vector is exactly one sub-block, weighted by its scale. ---- */
+#define Q6_K_ROWS_NEON(NAME, TARGET, DOT)                                                                   \
+    static inline __attribute__((always_inline)) TARGET void NAME(const int R, int64_t nb, const char *w,    \
+                                                                  size_t stride, const void *vx, float *y) { \
+        const block_q8_K *x = vx;                                                                           \
+        float32x4_t acc[4];                                                                                 \
+        for (int r = 0; r < R; r++) acc[r] = vdupq_n_f32(0.0f);                                             \
+        for (int64_t i = 0; i < nb; i++) {                                                                  \
+            const block_q6_K *b[4];                                                                         \
+            int32x4_t isum[4];                                                                              \
+            for (int r = 0; r < R; r++) {                                                                   \
+                b[r] = (const block_q6_K *)(w + r * stride) + i;                                            \
+                for (int c = 0; c < 256; c += 64) fg_prefetch((const char *)b[r] + c, stride);              \
+                isum[r] = vdupq_n_s32(0);                                                                   \
+            }                                                                                               \
+            for (int h = 0; h < 2; h++) {                                                                   \
+                for (int v = 0; v < 2; v++) { /* elements 128h + 32k + 16v + 0..15, k = 0..3 */            \
+                    const int8_t *xq = x[i].qs + 128 * h + 16 * v;                                          \
+                    const int8x16_t x0 = vld1q_s8(xq), x1 = vld1q_s8(xq + 32);                              \
+                    const int8x16_t x2 = vld1q_s8(xq + 64), x3 = vld1q_s8(xq + 96);                         \
+                    for (int r = 0; r < R; r++) {                                                           \
+                        const uint8_t *ql = b[r]->ql + 64 * h + 16 * v, *qhp = b[r]->qh + 32 * h + 16 * v;  \
+                        const uint8x16_t la = vld1q_u8(ql), lb = vld1q_u8(ql + 32), qh = vld1q_u8(qhp);     \
+                        const uint8x16_t m4 = vdupq_n_u8(0x0f), m30 = vdupq_n_u8(0x30);                     \
+                        const int8x16_t off = vdupq_n_s8(32);                                               \
+                        const uint8x16_t u0 = vorrq_u8(vandq_u8(la, m4), vandq_u8(vshlq_n_u8(qh, 4), m30)); \
+                        const uint8x16_t u1 = vorrq_u8(vandq_u8(lb, m4), vandq_u8(vshlq_n_u8(qh, 2), m30)); \
+                        const uint8x16_t u2 = vorrq_u8(vshrq_n_u8(la, 4), vandq_u8(qh, m30));               \
+                        const uint8x16_t u3 = vorrq_u8(vshrq_n_u8(lb, 4), vandq_u8(vshrq_n_u8(qh, 2), m30)); \
+                        const int8_t *sc = b[r]->scales + 8 * h + v;                                        \
+                        const int32x4_t z = vdupq_n_s32(0);                                                 \
+                        int32x4_t s = isum[r];                                                              \
+                        s = vmlaq_n_s32(s, DOT(z, vsubq_s8(vreinterpretq_s8_u8(u0), off), x0), sc[0]);      \
+                        s = vmlaq_n_s32(s, DOT(z, vsubq_s8(vreinterpretq_s8_u8(u1), off), x1), sc[2]);      \
+                        s = vmlaq_n_s32(s, DOT(z, vsubq_s8(vreinterpretq_s8_u8(u2), off), x2), sc[4]);      \
+                        s = vmlaq_n_s32(s, DOT(z, vsubq_s8(vreinterpretq_s8_u8(u3), off), x3), sc[6]);      \
+                        isum[r] = s;                                                                        \
+                    }                                                                                       \
+                }                                                                                           \
+            }                                                                                               \
+            for (int r = 0; r < R; r++)                                                                     \
+                acc[r] = vfmaq_n_f32(acc[r], vcvtq_f32_s32(isum[r]), fg_fp16_to_fp32(b[r]->d) * x[i].d);    \
+        }                                                                                                   \
+        for (int r = 0; r < R; r++) y[r] = vaddvq_f32(acc[r]);                                              \
+    }
+#define FG_NO_TARGET
+Q6_K_ROWS_NEON(q6_k_rows_neon, FG_NO_TARGET, fg_dot_s8_emul)
+Q6_K_ROWS_NEON(q6_k_rows_neondp, FG_TARGET_DOTPROD, vdotq_s32)
+FG_DOT_FROM_ROWS(vec_dot_q6_k_q8_k_neon, FG_NO_TARGET, q6_k_rows_neon, QK_K)
+FG_GEMV_FROM_ROWS(gemv_q6_k_q8_k_neon, FG_NO_TARGET, q6_k_rows_neon, QK_K)
+FG_DOT_FROM_ROWS(vec_dot_q6_k_q8_k_neondp, FG_TARGET_DOTPROD, q6_k_rows_neondp, QK_K)
+FG_GEMV_FROM_ROWS(gemv_q6_k_q8_k_neondp, FG_TARGET_DOTPROD, q6_k_rows_neondp, QK_K)
+#endif /* FG_HAVE_NEON */
+
+const fg_type_kernels fg_q6_k_kernels[FG_ISA_COUNT] = {
+    [FG_ISA_SCALAR] = {quantize_row_q6_k_scalar, dequantize_row_q6_k_scalar, vec_dot_q6_k_q8_k_scalar, NULL},
+#if FG_HAVE_X86
+    [FG_ISA_AVX2] = {NULL, dequantize_row_q6_k_avx2, vec_dot_q6_k_q8_k_avx2, gemv_q6_k_q8_k_avx2},
+    /* the AVX2 kernels, until AVX-512 twins exist (an empty entry would fall back to scalar) */
+    [FG_ISA_AVX512] = {NULL, dequantize_row_q6_k_avx2, vec_dot_q6_k_q8_k_avx2, gemv_q6_k_q8_k_avx2},
+#endif
+#if FG_HAVE_NEON
+    [FG_ISA_NEON] = {NULL, NULL, vec_dot_q6_k_q8_k_neon, gemv_q6_k_q8_k_neon},
+#endif
+};
+
+const fg_type_kernels fg_q6_k_kernels_ext[FG_ISA_COUNT] = {
+    [FG_ISA_SCALAR] = {0}, /* never used: keeps the initializer non-empty off NEON */
+#if FG_HAVE_NEON
+    [FG_ISA_NEON] = {NULL, NULL, vec_dot_q6_k_q8_k_neondp, gemv_q6_k_q8_k_neondp},
+#endif
+};
