@@ -21,9 +21,10 @@ import fastgguf
 from fastgguf import kernels
 from fastgguf.gguf import GGML_TYPE_INFO, GGMLType
 
-PKG = os.path.dirname(os.path.abspath(fastgguf.__file__))
+PKG = os.path.dirname(os.path.abspath(fastgguf.__file__))    # the package under test (installed, or in place)
 ROOT = os.path.dirname(PKG)
-README = os.path.join(os.path.dirname(os.path.dirname(os.path.abspath(__file__))), "README.md")
+REPO = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))  # the source tree these tests belong to
+README = os.path.join(REPO, "README.md")
 
 
 def _run(env_extra, code):
@@ -181,10 +182,11 @@ def test_type_table_owns_format_facts():
 
 def test_no_type_names_in_the_forward_pass():
     """A new quant type = one C file + one table row: nothing in the forward pass or the Python graph names one."""
-    src = os.path.join(ROOT, "csrc", "fg_forward.c")
+    src = os.path.join(REPO, "csrc", "fg_forward.c")
     if not os.path.exists(src):
         pytest.skip("source tree not available")
-    files = [src] + glob.glob(os.path.join(PKG, "engine", "*.py")) + glob.glob(os.path.join(PKG, "arch", "*.py"))
+    pkg = os.path.join(REPO, "fastgguf")
+    files = [src] + glob.glob(os.path.join(pkg, "engine", "*.py")) + glob.glob(os.path.join(pkg, "arch", "*.py"))
     for path in files:
         text = open(path, encoding="utf-8").read()
         assert not re.search(r"\bFG_TYPE_Q|\bQ[0-9]_[0-9K]\b|GGMLType\.Q", text), path
