@@ -1,0 +1,124 @@
+"""Fuzz target: hyperparameter validation (fastgguf.arch), on a tiny well-formed model whose metadata the input
+rewrites: any GGUF value type (scalars, strings, arrays) under any of the keys an architecture reads, with edge
+values (0, negative, NaN, inf, huge). Loading may only succeed or raise GGUFError; a model that loads must run a
+token and give finite logits (or FloatingPointError for all-NaN ones). Nothing else may escape: no
+ZeroDivisionError, OverflowError, TypeError, KeyError, MemoryError or crash.
+
+    python tests/fuzz/fuzz_hparams.py -max_total_time=60 tests/fuzz/corpus/hparams
+"""
+import math
+import os
+import struct
+import sys
+import tempfile
+
+import numpy as np
+
+sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
+import _harness  # noqa: E402
+
+with _harness.instrumented():
+    _harness.import_fastgguf()
+    import fastgguf  # noqa: E402
+    from fastgguf.gguf import GGUFError, GGUFValueType, GGUFWriter  # noqa: E402
+
+E, H, KVH, HD, F, NV = 32, 2, 1, 16, 32, 16
+ARCHS = ("llama", "qwen2", "qwen3")
+KEYS = ("block_count", "context_length", "embedding_length", "feed_forward_length", "attention.head_count",
+        "attention.head_count_kv", "attention.key_length", "attention.value_length", "rope.dimension_count",
+        "rope.freq_base", "attention.layer_norm_rms_epsilon", "rope.scaling.type", "rope.scaling.factor",
+        "rope.scale_linear")
+BASE = {"block_count": 1, "context_length": 64, "embedding_length": E, "feed_forward_length": F,
+        "attention.head_count": H, "attention.head_count_kv": KVH, "rope.dimension_count": HD,
+        "rope.freq_base": 10000.0, "attention.layer_norm_rms_epsilon": 1e-5}
+INTS = (0, 1, 2, 16, 32, 64, -1, -2, 2**31 - 1, 2**31, 2**32 - 1, 2**40, 2**63 - 1)
+FLOATS = (0.0, -0.0, 1.0, -1.0, 0.5, 1e-30, 1e30, math.nan, math.inf, -math.inf, 10000.0, 1e-5)
+V = GGUFValueType
+SCALAR_TYPES = (V.UINT8, V.INT8, V.UINT16, V.INT16, V.UINT32, V.INT32, V.UINT64, V.INT64, V.FLOAT32, V.FLOAT64,
+                V.BOOL, V.STRING)
+RANGES = {V.UINT8: (0, 255), V.INT8: (-128, 127), V.UINT16: (0, 65535), V.INT16: (-32768, 32767),
+          V.UINT32: (0, 2**32 - 1), V.INT32: (-2**31, 2**31 - 1), V.UINT64: (0, 2**64 - 1),
+          V.INT64: (-2**63, 2**63 - 1)}
+_RNG = np.random.default_rng(0)
+_TENSORS = {"token_embd.weight": (NV, E), "output_norm.weight": (E,), "blk.0.attn_norm.weight": (E,),
+            "blk.0.attn_q.weight": (H * HD, E), "blk.0.attn_k.weight": (KVH * HD, E),
+            "blk.0.attn_v.weight": (KVH * HD, E), "blk.0.attn_output.weight": (E, H * HD),
+            "blk.0.ffn_norm.weight": (E,), "blk.0.ffn_gate.weight": (F, E), "blk.0.ffn_up.weight": (F, E),
+            "blk.0.ffn_down.weight": (E, F)}
+_DATA = {n: (_RNG.standard_normal(s) * 0.3).astype(np.float32) for n, s in _TENSORS.items()}
+_fd, _PATH = tempfile.mkstemp(suffix=".gguf")
+os.close(_fd)
+
+
+class Bytes:
+    def __init__(self, data):
+        self.data, self.pos = data, 0
+
+    def byte(self):
+        b = self.data[self.pos] if self.pos < len(self.data) else 0
+        self.pos += 1
+        return b
+
+
+def value(src, vt):
+    """A value of type vt chosen by the input: mostly edge values, else raw bytes."""
+    pick = src.byte()
+    if vt == V.STRING:
+        return ("none", "linear", "yarn", "llama3", "", "x" * 300, "64")[pick % 7]
+    if vt == V.BOOL:
+        return bool(pick & 1)
+    if vt in (V.FLOAT32, V.FLOAT64):
+        if pick < 200:
+            return FLOATS[pick % len(FLOATS)]
+        raw = bytes(src.byte() for _ in range(4))
+        return struct.unpack("<f", raw)[0]
+    lo, hi = RANGES[vt]
+    v = INTS[pick % len(INTS)] if pick < 200 else src.byte() * 257 + src.byte()
+    return min(max(v, lo), hi)
+
+
+def build(data):
+    src = Bytes(data)
+    arch = ARCHS[src.byte() % len(ARCHS)]
+    md = {k: (v, V.FLOAT32 if isinstance(v, float) else V.UINT32) for k, v in BASE.items()}
+    for _ in range(src.byte() % 6):
+        key = KEYS[src.byte() % len(KEYS)]
+        op = src.byte() % 8
+        if op == 0:
+            md.pop(key, None)
+        elif op == 1:  # an array of a scalar type (per-layer values are allowed when equal)
+            vt = SCALAR_TYPES[src.byte() % (len(SCALAR_TYPES) - 2)]
+            md[key] = ([value(src, vt) for _ in range(src.byte() % 3 + 1)], V.ARRAY, vt)
+        else:
+            vt = SCALAR_TYPES[src.byte() % len(SCALAR_TYPES)]
+            md[key] = (value(src, vt), vt)
+    w = GGUFWriter()
+    w.add_string("general.architecture", arch)
+    for k, spec in md.items():
+        if spec[1] == V.ARRAY:
+            w.add_array(f"{arch}.{k}", spec[0], spec[2])
+        else:
+            w.add_value(f"{arch}.{k}", spec[0], spec[1])
+    for name, a in _DATA.items():
+        w.add_tensor(name, a)
+    w.write(_PATH)
+
+
+def test_one_input(data):
+    try:
+        build(data)
+    except (ValueError, OverflowError, struct.error):
+        return  # the writer refused the value (out of its type's range): not a file to test
+    try:
+        m = fastgguf.Model(_PATH, n_threads=1)
+    except GGUFError:
+        return
+    try:
+        logits = m.context(8).eval([1, 2])
+    except FloatingPointError:
+        return
+    assert logits.shape == (NV,)
+
+
+if __name__ == "__main__":
+    _harness.run(test_one_input)
