@@ -130,14 +130,17 @@ def test_logits_view_keeps_the_runner_alive(tiny_path):
     del junk
 
 
-def test_logits_view_after_context_is_gone_in_a_subprocess(tiny_path):
+def test_logits_view_after_context_is_gone_in_a_subprocess(tiny_path, tmp_path):
     code = ("import gc, numpy as np, fastgguf\n"
             f"m = fastgguf.Model({tiny_path!r}, n_threads=1)\n"
             "ctx = m.context(16); want = ctx.eval([1, 2, 3]); v = ctx.runner.logits_view()\n"
             "del ctx; gc.collect(); bufs = [np.ones(1 << 16) for _ in range(50)]\n"
             "assert np.array_equal(v, want); print('ok')\n")
-    env = dict(os.environ, MALLOC_MMAP_THRESHOLD_="65536", MALLOC_PERTURB_="165")
-    r = subprocess.run([sys.executable, "-c", code], env=env, capture_output=True, text=True, timeout=120)
+    where = os.path.dirname(os.path.dirname(os.path.abspath(fastgguf.__file__)))  # the fastgguf under test
+    env = dict(os.environ, MALLOC_MMAP_THRESHOLD_="65536", MALLOC_PERTURB_="165",
+               PYTHONPATH=where + os.pathsep + os.environ.get("PYTHONPATH", ""))
+    r = subprocess.run([sys.executable, "-c", code], env=env, cwd=str(tmp_path), capture_output=True, text=True,
+                       timeout=120)
     assert r.returncode == 0 and r.stdout.strip() == "ok", r.stderr
 
 

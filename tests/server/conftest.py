@@ -13,7 +13,11 @@ pytest.importorskip("fastapi", reason="the server extra is not installed: pip in
 pytest.importorskip("uvicorn", reason="the server extra is not installed: pip install 'fastgguf[server]'")
 
 API_KEY = "test-key-123"
-ROOT = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
+import fastgguf  # noqa: E402
+
+# the server subprocess imports the same fastgguf as this test run (installed, or built in place), never whatever
+# the current directory holds
+ROOT = os.path.dirname(os.path.dirname(os.path.abspath(fastgguf.__file__)))
 
 
 def free_port():
@@ -32,7 +36,7 @@ class Server:
         cmd = [sys.executable, "-m", "fastgguf", "serve", "-m", model_path, "--port", str(self.port), *extra]
         if api_key:
             cmd += ["--api-key", api_key]
-        self.proc = subprocess.Popen(cmd, env=env, stdout=subprocess.PIPE, stderr=subprocess.STDOUT)
+        self.proc = subprocess.Popen(cmd, env=env, cwd=ROOT, stdout=subprocess.PIPE, stderr=subprocess.STDOUT)
         deadline = time.time() + 60
         while True:
             if self.proc.poll() is not None:
