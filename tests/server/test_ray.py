@@ -197,6 +197,7 @@ def test_killed_replica_restarts_and_waiting_requests_are_served(ray_server, rcl
         time.sleep(1.0)  # the first 4 are decoding
         assert not all(f.done() for f in futs), "the requests finished before the kill: make them longer"
         os.kill(victim, signal.SIGKILL)
+        t_kill = time.perf_counter()
         results = [f.result() for f in futs]
     failed = [r for r in results if isinstance(r, Exception)]
     served = [r for r in results if not isinstance(r, Exception)]
@@ -211,6 +212,7 @@ def test_killed_replica_restarts_and_waiting_requests_are_served(ray_server, rcl
     while True:
         now = ray_server.replica_pids()
         if len(now) == 2 and victim not in now:
+            print(f"kill: a new replica process {time.perf_counter() - t_kill:.1f} s after the kill")
             break
         assert time.time() < deadline, f"no new replica: {before} -> {now}"
         time.sleep(0.5)
