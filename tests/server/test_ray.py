@@ -117,6 +117,24 @@ class RayServer:
         os.unlink(self.log.name)
 
 
+def test_deployment_options(tmp_path, monkeypatch):
+    """num_cpus = threads per replica, max_ongoing_requests = parallel, autoscaling with --max-replicas, a local
+    path made absolute (no cluster needed: options and bind are local)."""
+    from fastgguf.server.ray import deployment
+    f = tmp_path / "m.gguf"
+    f.write_bytes(b"")
+    monkeypatch.chdir(tmp_path)
+    d = deployment("m.gguf", replicas=2, threads=3, parallel=5)._bound_deployment
+    assert d.num_replicas == 2 and d.ray_actor_options["num_cpus"] == 3 and d.max_ongoing_requests == 5
+    assert d.init_args == (str(f), 3)
+    assert deployment("some-name", threads=1)._bound_deployment.init_args == ("some-name", 1)
+    a = deployment(None, replicas=1, max_replicas=4, threads=1, parallel=2)._bound_deployment
+    cfg = a._deployment_config.autoscaling_config
+    assert (cfg.min_replicas, cfg.max_replicas, cfg.target_ongoing_requests) == (1, 4, 2)
+    with pytest.raises(ValueError):
+        deployment(None, replicas=3, max_replicas=2)
+
+
 @pytest.fixture(scope="module")
 def ray_server(default_model_path):
     s = RayServer(default_model_path)
