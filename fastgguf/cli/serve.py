@@ -1,6 +1,12 @@
 """``fastgguf serve [-m MODEL] [--host 127.0.0.1] [--port 8080] [--parallel 4] [--ctx-size N] [--threads N]
 [--api-key KEY]``: an OpenAI-compatible HTTP server with continuous batching (needs ``pip install "fastgguf[server]"``).
 
+``fastgguf serve --ray [--replicas N] [--max-replicas M] [--address auto | ray://HOST:10001]``: the same API on one
+endpoint, served by N Ray Serve replicas (needs ``pip install "fastgguf[ray]"``; see docs/scale-out.md). Without
+--address a local Ray cluster is started (and stopped on exit); with one, the command joins that cluster, and on exit
+removes its application and leaves the cluster running. --threads is per replica, and each replica reserves as many
+Ray CPUs (default: this machine's physical cores divided by N, at least 1).
+
 The API key may also come from the FASTGGUF_API_KEY environment variable; without one, no key is required.
 """
 
@@ -31,6 +37,16 @@ def register(subparsers) -> None:
     p.add_argument("--ping-interval", type=float, default=5.0,
                    help="seconds between ': ping' comments to a stream waiting in the queue (5)")
     p.add_argument("--log-level", default="warning", help="uvicorn log level (warning)")
+    g = p.add_argument_group("scale-out with Ray Serve (pip install \"fastgguf[ray]\"; docs/scale-out.md)")
+    g.add_argument("--ray", action="store_true", help="serve with Ray Serve replicas instead of one process")
+    g.add_argument("--replicas", type=int, default=1, help="replicas (1); with --max-replicas: the minimum")
+    g.add_argument("--max-replicas", type=int, default=None,
+                   help="autoscale up to this many replicas on ongoing requests (default: a fixed --replicas)")
+    g.add_argument("--address", default=None,
+                   help="Ray cluster to join: 'auto' (a cluster started on this node with `ray start`) or "
+                        "ray://HOST:10001 (default: start a local cluster)")
+    g.add_argument("--num-cpus", type=int, default=None,
+                   help="CPUs of the local Ray cluster started without --address (default: all)")
     p.set_defaults(func=run)
 
 
@@ -47,13 +63,76 @@ def run(args) -> int:
         raise ValueError("--ping-interval must be > 0")
     if args.ctx_size is not None and args.ctx_size < 2:
         raise ValueError("--ctx-size must be >= 2")
+    key = args.api_key or os.environ.get("FASTGGUF_API_KEY") or None
+    if args.ray:
+        return run_ray(args, key)
     from fastgguf.cli.common import load_model
     from fastgguf.server import create_app
     model = load_model(args)
-    key = args.api_key or os.environ.get("FASTGGUF_API_KEY") or None
     app = create_app(model, parallel=args.parallel, n_ctx=args.ctx_size, n_threads=args.threads, api_key=key,
                      max_queue=args.max_queue, max_body_bytes=args.max_body, ping_interval=args.ping_interval)
     print(f"fastgguf serve: {os.path.basename(model.path)} on http://{args.host}:{args.port}/v1 "
           f"(parallel {args.parallel})", file=sys.stderr, flush=True)
     uvicorn.run(app, host=args.host, port=args.port, log_level=args.log_level)
+    return 0
+
+
+APP_NAME = "fastgguf"
+
+
+def run_ray(args, key) -> int:
+    """`fastgguf serve --ray`: deploy fastgguf.server.ray on a Ray cluster and wait for Ctrl+C / SIGTERM."""
+    try:
+        import ray
+        from ray import serve
+    except ImportError as e:
+        raise MissingExtra(f"--ray needs the 'ray' extra: pip install \"fastgguf[ray]\" ({e})") from None
+    import signal
+    import time
+
+    from fastgguf.server.ray import deployment, default_threads
+    if args.replicas < 1:
+        raise ValueError("--replicas must be >= 1")
+    if args.max_replicas is not None and args.max_replicas < args.replicas:
+        raise ValueError("--max-replicas must be >= --replicas")
+    if args.threads is not None and args.threads < 1:
+        raise ValueError(f"--threads must be >= 1, got {args.threads}")
+    threads = args.threads or default_threads(args.replicas)
+    app = deployment(args.model, replicas=args.replicas, max_replicas=args.max_replicas, threads=threads,
+                     parallel=args.parallel, n_ctx=args.ctx_size, api_key=key, max_queue=args.max_queue,
+                     max_body_bytes=args.max_body, ping_interval=args.ping_interval)
+
+    def _term(signum, frame):
+        raise KeyboardInterrupt
+    own_cluster = args.address is None
+    t0 = time.perf_counter()
+    if own_cluster:
+        ray.init(num_cpus=args.num_cpus, include_dashboard=False, log_to_driver=False)
+    else:
+        ray.init(address=args.address, log_to_driver=False)
+    signal.signal(signal.SIGTERM, _term)  # after ray.init, which installs its own
+    try:
+        cpus = ray.cluster_resources().get("CPU", 0)
+        if args.replicas * threads > cpus:
+            print(f"fastgguf serve: warning: {args.replicas} replicas x {threads} threads need "
+                  f"{args.replicas * threads} CPUs; the cluster has {cpus:g}: replicas wait for CPUs "
+                  f"(pass --threads)", file=sys.stderr, flush=True)
+        serve.start(http_options={"host": args.host, "port": args.port})
+        serve.run(app, name=APP_NAME, route_prefix="/", blocking=False)
+        scale = (f"{args.replicas}..{args.max_replicas} replicas (autoscaling)"
+                 if args.max_replicas and args.max_replicas > args.replicas else f"{args.replicas} replicas")
+        print(f"fastgguf serve --ray: {scale} x {threads} threads, parallel {args.parallel}, on "
+              f"http://{args.host}:{args.port}/v1 (ready in {time.perf_counter() - t0:.1f} s)",
+              file=sys.stderr, flush=True)
+        while True:
+            time.sleep(1)
+    except KeyboardInterrupt:
+        pass
+    finally:
+        signal.signal(signal.SIGTERM, signal.SIG_DFL)
+        try:
+            if not own_cluster:  # a cluster of our own goes with ray.shutdown(), replicas and all
+                serve.delete(APP_NAME)
+        finally:
+            ray.shutdown()
     return 0

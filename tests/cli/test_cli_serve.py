@@ -10,11 +10,21 @@ def test_serve_without_fastapi_names_the_extra(monkeypatch, capsys):
     assert 'pip install "fastgguf[server]"' in capsys.readouterr().err
 
 
+def test_serve_ray_without_ray_names_the_extra(monkeypatch, capsys):
+    import pytest
+    pytest.importorskip("fastapi")
+    pytest.importorskip("uvicorn")
+    monkeypatch.setitem(sys.modules, "ray", None)  # import ray -> ImportError
+    assert main(["serve", "--ray", "-m", "nonexistent.gguf"]) == 1
+    assert 'pip install "fastgguf[ray]"' in capsys.readouterr().err
+
+
 def test_serve_is_a_command(capsys):
     try:
         main(["serve", "--help"])
     except SystemExit as e:
         assert e.code == 0
     out = capsys.readouterr().out
-    for flag in ("--parallel", "--ctx-size", "--api-key", "--port", "--host", "--threads"):
+    for flag in ("--parallel", "--ctx-size", "--api-key", "--port", "--host", "--threads", "--ray", "--replicas",
+                 "--max-replicas", "--address"):
         assert flag in out
