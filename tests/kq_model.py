@@ -11,7 +11,9 @@ import numpy as np
 E, L, H, KVH, HD, F, V = 256, 8, 4, 1, 64, 512, 512
 
 
-def make_kq_model(path, seed=7, n_layer=L):
+def make_kq_model(path, seed=7, n_layer=L, wtype=None):
+    """wtype (a type name such as "Q4_K"): every matrix stored in that format (quantized by fastgguf's kernels)
+    instead of F16/F32; the random draws are the same either way."""
     import gguf
 
     rng = np.random.default_rng(seed)
@@ -31,7 +33,11 @@ def make_kq_model(path, seed=7, n_layer=L):
         a = (rng.standard_normal(shape) * s).astype(np.float32)
         if name.endswith("norm.weight"):
             a = (1.0 + a).astype(np.float32)
-        w.add_tensor(name, a.astype(np.float16) if f16 and len(shape) == 2 else a)
+        if wtype is not None and len(shape) == 2:
+            from fastgguf import kernels
+            w.add_tensor(name, kernels.quantize(a, wtype), raw_dtype=gguf.GGMLQuantizationType[wtype])
+        else:
+            w.add_tensor(name, a.astype(np.float16) if f16 and len(shape) == 2 else a)
 
     t("token_embd.weight", V, E, s=1.0, f16=False)
     t("output_norm.weight", E, s=0.1)
