@@ -196,6 +196,10 @@ static inline const fg_type_kernels *act(int type) {
 }
 
 void fg_quantize_row(int type, const float *x, void *y, int64_t n) { act(type)->quantize(x, y, n); }
+void fg_quantize_row_file(int type, const float *x, void *y, int64_t n) {
+    if (type == FG_TYPE_IQ4_NL) fg_quantize_row_iq4_nl_search(x, y, n);
+    else fg_kernels_of(FG_ISA_SCALAR, type)->quantize(x, y, n);
+}
 void fg_dequantize_row(int type, const void *x, float *y, int64_t n) { act(type)->dequantize(x, y, n); }
 float fg_vec_dot(int wtype, int64_t n, const void *w, const void *xq) { return act(wtype)->vec_dot(n, w, xq); }
 

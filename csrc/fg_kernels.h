@@ -107,6 +107,11 @@ int fg_set_ext(int on);                       /* re-selects the kernels; returns
 
 /* ---- kernels (active ISA) ---- */
 void fg_quantize_row(int type, const float *x, void *y, int64_t n);
+/* The rows llama-quantize writes (ggml_quantize_chunk without an importance matrix): the scalar reference of
+ * fg_quantize_row, except IQ4_NL, whose file quantizer (quantize_iq4_nl) tries 7 trial scales either side of the
+ * first guess where quantize_row_iq4_nl_ref tries none. */
+void fg_quantize_row_file(int type, const float *x, void *y, int64_t n);
+void fg_quantize_row_iq4_nl_search(const float *x, void *y, int64_t n);
 void fg_dequantize_row(int type, const void *x, float *y, int64_t n);
 float fg_vec_dot(int wtype, int64_t n, const void *w, const void *xq);
 

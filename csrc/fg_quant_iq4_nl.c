@@ -17,6 +17,19 @@ static void quantize_row_iq4_nl_scalar(const float *x, void *vy, int64_t n) {
     }
 }
 
+/* ggml's quantize_iq4_nl without importance weights (what llama-quantize writes): ntry = 7. The final pass
+ * recomputes every index from the chosen scale, so all-zero blocks are deterministic here (zero scale, index 8). */
+void fg_quantize_row_iq4_nl_search(const float *x, void *vy, int64_t n) {
+    block_iq4_nl *y = vy;
+    uint8_t L[QK4_NL];
+    float scale;
+    uint16_t unused_h;
+    for (int64_t i = 0; i < n / QK4_NL; i++) {
+        memset(L, 0, sizeof L);
+        fg_quantize_iq4(QK4_NL, x + i * QK4_NL, &y[i].d, y[i].qs, &unused_h, NULL, &scale, L, 7);
+    }
+}
+
 static void dequantize_row_iq4_nl_scalar(const void *vx, float *y, int64_t n) {
     const block_iq4_nl *x = vx;
     for (int64_t i = 0; i < n / QK4_NL; i++, y += QK4_NL) {

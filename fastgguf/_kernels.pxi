@@ -154,6 +154,22 @@ def quantize(x, t, isa=None):
     return out.reshape(tuple(np.shape(x)[:-1]) + (rs,))
 
 
+def quantize_as_llama_file(x, t):
+    """Quantize float rows x (..., n) as llama-quantize writes them into a file (ggml_quantize_chunk, no importance
+    matrix): the scalar reference of quantize(), except IQ4_NL, whose file quantizer searches 7 trial scales either
+    side (quantize_row_iq4_nl_ref, which quantize() matches, tries none). Used by fastgguf.gguf.quantize."""
+    cdef int ti = _type_id(t)
+    cdef cnp.ndarray[cnp.float32_t, ndim=2] a = np.ascontiguousarray(np.asarray(x, dtype=np.float32).reshape(-1, np.shape(x)[-1]))
+    cdef int64_t n = a.shape[1], rows = a.shape[0], i
+    _check_len(ti, n)
+    cdef size_t rs = fg_row_size(ti, n)
+    cdef cnp.ndarray[cnp.uint8_t, ndim=2] out = np.empty((rows, rs), dtype=np.uint8)
+    with nogil:
+        for i in range(rows):
+            fg_quantize_row_file(ti, &a[i, 0] if n else NULL, &out[i, 0] if rs else NULL, n)
+    return out.reshape(tuple(np.shape(x)[:-1]) + (rs,))
+
+
 def dequantize(raw, t, int64_t n, isa=None):
     """Dequantize raw blocks (..., row_bytes) holding rows of n elements into float32 (..., n)."""
     cdef int ti = _type_id(t)

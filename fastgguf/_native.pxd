@@ -68,6 +68,7 @@ cdef extern from "fg_kernels.h" nogil:
     int fg_set_ext(int on)
 
     void fg_quantize_row(int type, const float *x, void *y, int64_t n)
+    void fg_quantize_row_file(int type, const float *x, void *y, int64_t n)
     void fg_dequantize_row(int type, const void *x, float *y, int64_t n)
     float fg_vec_dot(int wtype, int64_t n, const void *w, const void *xq)
     void fg_gemv_rows(int wtype, const void *w, size_t stride, int64_t n, const void *xq, float *y,

@@ -29,6 +29,7 @@ from fastgguf._native import (  # noqa: F401
     gemv,
     matmul,
     quantize,
+    quantize_as_llama_file,
     read_bandwidth,
     row_size,
     set_ext,
@@ -40,4 +41,5 @@ from fastgguf._native import (  # noqa: F401
 
 __all__ = ["ISAS", "SUPPORTED_TYPES", "WEIGHT_TYPES", "active", "active_ext", "available", "block_size", "compiled",
            "cpu_features", "dequantize", "ext_available", "ext_enabled", "ext_name", "gemv", "matmul", "quantize",
-           "read_bandwidth", "row_size", "set_ext", "set_isa", "type_table", "vec_dot", "vec_dot_type"]
+           "quantize_as_llama_file", "read_bandwidth", "row_size", "set_ext", "set_isa", "type_table", "vec_dot",
+           "vec_dot_type"]

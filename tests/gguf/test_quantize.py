@@ -136,9 +136,9 @@ def test_unreadable_input_type(tmp_path):
     path = str(tmp_path / "k.gguf")
     w = GGUFWriter()
     w.add_string("general.architecture", "llama")
-    w.add_tensor("blk.0.attn_q.weight", np.zeros((1, 210), np.uint8), ggml_type=GGMLType.Q6_K, shape=(1, 256))
+    w.add_tensor("blk.0.attn_q.weight", np.zeros((1, 66), np.uint8), ggml_type=GGMLType.IQ2_XXS, shape=(1, 256))
     w.write(path)
-    with pytest.raises(QuantizeError, match="Q6_K"):
+    with pytest.raises(QuantizeError, match="IQ2_XXS"):
         quantize_file(path, str(tmp_path / "o.gguf"), "q4_0")
     with pytest.raises(QuantizeError, match="unknown quantization type"):
         quantize_file(path, str(tmp_path / "o.gguf"), "q3_0")
