@@ -30,6 +30,15 @@ class Hparams:
     rope_freq_scale: float
     attn_scale: float
     n_ctx_train: int
+    # the gemma-family options; the defaults mean "off" (llama layout)
+    embd_scale: float = 1.0          # embeddings multiplied by this (gemma: sqrt(n_embd))
+    ffn_act: str = "silu"            # "silu" or "gelu_tanh": act(gate) * up
+    attn_softcap: float = 0.0        # > 0: attention scores soft-capped, c * tanh(s / c) (gemma2)
+    final_softcap: float = 0.0       # > 0: logits soft-capped likewise
+    n_swa: int = 0                   # window of the sliding-window layers
+    swa_layers: tuple = ()           # indices of the sliding-window layers
+    rope_base_swa: float = 10000.0   # their RoPE base and linear scale
+    rope_freq_scale_swa: float = 1.0
 
 
 class Arch:
@@ -54,7 +63,8 @@ class Arch:
         "bk": "attn_k.bias",
         "bv": "attn_v.bias",
     }
-    vectors = ("attn_norm", "ffn_norm", "bq", "bk", "bv", "q_norm", "k_norm", "output_norm", "rope_freqs")
+    vectors = ("attn_norm", "ffn_norm", "bq", "bk", "bv", "q_norm", "k_norm", "output_norm", "rope_freqs",
+               "attn_post_norm", "ffn_post_norm")
 
     def __init__(self, f):
         self.f = f
@@ -118,6 +128,10 @@ class Arch:
         return 1.0 / factor
 
     def hparams(self):
+        """The Hparams of the file; subclasses extend base_hparams() (dataclasses.replace)."""
+        return self.base_hparams()
+
+    def base_hparams(self):
         n_embd = self.int_key("embedding_length")
         n_head = self.int_key("attention.head_count")
         n_head_kv = self.int_key("attention.head_count_kv", n_head)
