@@ -270,9 +270,10 @@ def test_rewind_then_continue_matches(model, reference):
 # ---- a tiny synthetic llama (F32 weights: fastgguf must match the float64 oracle almost exactly) ----
 
 def make_tiny(path, *, arch="llama", tied=True, bias=False, rope_freqs=False, scale_linear=None, extra=None,
-              wtype=None, qk_norm=False, seed=0):
+              wtype=None, qk_norm=False, seed=0, post_norms=False, n_layer=2, meta=None):
+    """meta: more metadata, {key without the arch prefix: int (uint32), float (float32) or list of bools}."""
     rng = np.random.default_rng(seed)
-    E, L, H, KVH, F, V, hd = 64, 2, 4, 2, 96, 100, 16
+    E, L, H, KVH, F, V, hd = 64, n_layer, 4, 2, 96, 100, 16
     w = gguf.GGUFWriter(str(path), arch)
     w.add_block_count(L)
     w.add_context_length(128)
@@ -286,6 +287,13 @@ def make_tiny(path, *, arch="llama", tied=True, bias=False, rope_freqs=False, sc
     if scale_linear:
         w.add_rope_scaling_type(gguf.RopeScalingType.LINEAR)
         w.add_rope_scaling_factor(scale_linear)
+    for k, v in (meta or {}).items():
+        if isinstance(v, list):
+            w.add_array(f"{arch}.{k}", v)
+        elif isinstance(v, float):
+            w.add_float32(f"{arch}.{k}", v)
+        else:
+            w.add_uint32(f"{arch}.{k}", v)
 
     def t(name, *shape, s=0.2):
         a = (rng.standard_normal(shape) * s).astype(np.float32)
@@ -314,6 +322,9 @@ def make_tiny(path, *, arch="llama", tied=True, bias=False, rope_freqs=False, sc
             t(p + "attn_q_norm.weight", hd, s=1.0)
             t(p + "attn_k_norm.weight", hd, s=1.0)
         t(p + "attn_output.weight", E, H * hd)
+        if post_norms:
+            t(p + "post_attention_norm.weight", E, s=1.0)
+            t(p + "post_ffw_norm.weight", E, s=1.0)
         t(p + "ffn_norm.weight", E, s=1.0)
         t(p + "ffn_gate.weight", F, E)
         t(p + "ffn_up.weight", F, E)
@@ -327,8 +338,19 @@ def make_tiny(path, *, arch="llama", tied=True, bias=False, rope_freqs=False, sc
     return str(path)
 
 
+GEMMA_TINY = [
+    {"arch": "gemma"},
+    {"arch": "gemma2", "post_norms": True, "n_layer": 3,
+     "meta": {"attention.sliding_window": 5, "attn_logit_softcapping": 0.5, "final_logit_softcapping": 2.0}},
+    {"arch": "gemma3", "post_norms": True, "qk_norm": True, "n_layer": 4,
+     "meta": {"attention.sliding_window": 4, "attention.sliding_window_pattern": 3, "rope.freq_base_swa": 100.0}},
+    {"arch": "gemma3", "post_norms": True, "qk_norm": True, "n_layer": 3, "scale_linear": 8.0,
+     "meta": {"attention.sliding_window": 3, "final_logit_softcapping": 3.0}},
+]
+
+
 @pytest.mark.parametrize("opts", [{}, {"tied": False, "bias": True}, {"rope_freqs": True}, {"scale_linear": 4.0},
-                                  {"arch": "qwen2", "bias": True}, {"arch": "qwen3", "qk_norm": True}])
+                                  {"arch": "qwen2", "bias": True}, {"arch": "qwen3", "qk_norm": True}] + GEMMA_TINY)
 def test_tiny_model_matches_oracle(tmp_path, opts):
     from oracle import Oracle
     path = make_tiny(tmp_path / "tiny.gguf", **opts)
