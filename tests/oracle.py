@@ -25,7 +25,7 @@ class Oracle:
         scale_type = md.get(f"{a}.rope.scaling.type", "none")
         factor = md.get(f"{a}.rope.scaling.factor", 0.0)
         self.freq_scale = 1.0 / factor if scale_type == "linear" and factor else 1.0
-        self.neox = a in ("qwen2", "qwen3", "gemma", "gemma2", "gemma3")
+        self.neox = a in ("qwen2", "qwen3", "gemma", "gemma2", "gemma3", "phi3")
         # the gemma family (see fastgguf/arch/gemma.py for the facts): embeddings * sqrt(n_embd), GELU (tanh),
         # post-attention/FFN norms, soft-caps (gemma2), sliding-window layers with their own RoPE base (gemma3)
         self.gemma = a.startswith("gemma")
@@ -40,6 +40,17 @@ class Oracle:
                   for t in r.tensors}
         if "output.weight" not in self.w:
             self.w["output.weight"] = self.w["token_embd.weight"]
+        qd, kvd = self.n_head * self.head_dim, self.n_head_kv * self.head_dim
+        for l in range(self.n_layer):   # phi3's fused matrices: q|k|v rows, gate|up rows
+            p = f"blk.{l}."
+            if p + "attn_qkv.weight" in self.w:
+                qkv = self.w.pop(p + "attn_qkv.weight")
+                self.w[p + "attn_q.weight"], self.w[p + "attn_k.weight"], self.w[p + "attn_v.weight"] = \
+                    qkv[:qd], qkv[qd:qd + kvd], qkv[qd + kvd:]
+            if a == "phi3" and p + "ffn_gate.weight" not in self.w:
+                gu = self.w.pop(p + "ffn_up.weight")
+                half = gu.shape[0] // 2
+                self.w[p + "ffn_gate.weight"], self.w[p + "ffn_up.weight"] = gu[:half], gu[half:]
 
     def rmsnorm(self, x, w):
         return x / np.sqrt(np.mean(x * x, axis=-1, keepdims=True) + self.eps) * w

@@ -179,6 +179,19 @@ class Arch:
         )
 
     # ---- tensors ----
+    def split_layer(self, d, hp, i):
+        """A hook for fused tensors (phi3): turn layer i's roles into the forward pass's (wq, wk, wv, w_gate,
+        w_up ...). Default: as they are."""
+        return d
+
+    @staticmethod
+    def row_slice(spec, r0, r1, name):
+        """Rows [r0, r1) of a matrix spec (array, type, rows, cols): a view (each row is whole blocks)."""
+        arr, t, rows, cols = spec
+        if r1 > rows:
+            raise GGUFError(f"tensor {name!r} has {rows} rows, expected at least {r1}")
+        return (arr[r0:r1], t, r1 - r0, cols)
+
     def matrix(self, name):
         ti = self.f.tensors[name]
         if ti.type not in kernels.WEIGHT_TYPES:  # the C type table is the one owner of this fact
@@ -228,6 +241,7 @@ class Arch:
             d = {role: take(role, f"blk.{i}.{n}") for role, n in self.layer_tensors.items()}
             for role, n in self.optional_layer_tensors.items():
                 d[role] = take(role, f"blk.{i}.{n}", required=False)
+            d = self.split_layer(d, hp, i)
             if (d.get("q_norm") is None) != (d.get("k_norm") is None):
                 have, miss = ("attn_q_norm", "attn_k_norm") if d.get("k_norm") is None else ("attn_k_norm",
                                                                                              "attn_q_norm")

@@ -178,3 +178,23 @@ def test_rewind_past_the_ring(tmp_path):
         ctx.rewind(20)
     ctx.rewind(300 - rows + 7)
     np.testing.assert_allclose(ctx.eval(ids[300 - rows + 7:], all_logits=True), full[300 - rows + 7:], atol=2e-3)
+
+
+def test_missing_tensor_or_key_is_named(tmp_path):
+    from fastgguf.gguf import GGUFError
+    path = make_tiny(tmp_path / "a.gguf", arch="gemma3", qk_norm=True)            # no post norms
+    with pytest.raises(GGUFError, match="missing tensor 'blk.0.post_attention_norm.weight'.*'gemma3'"):
+        Model(path)
+    path = make_tiny(tmp_path / "b.gguf", arch="gemma3", post_norms=True)        # no q/k norms
+    with pytest.raises(GGUFError, match="attn_q_norm"):
+        Model(path)
+    path = make_tiny(tmp_path / "c.gguf", arch="phi3")                           # separate gate: ffn_up too short
+    with pytest.raises(GGUFError, match="ffn_up.weight: expected 192 rows"):
+        Model(path)
+    path = make_tiny(tmp_path / "d.gguf", arch="gemma3", post_norms=True, qk_norm=True,
+                     meta={"attention.sliding_window": 4, "attention.sliding_window_pattern": [True, False, True]})
+    with pytest.raises(GGUFError, match="sliding_window_pattern: expected 2 booleans"):
+        Model(path)
+    path = make_tiny(tmp_path / "e.gguf", arch="gemma3", post_norms=True, qk_norm=True,
+                     meta={"attention.sliding_window": 4, "attention.sliding_window_pattern": [False, True]})
+    assert Model(path).hparams.swa_layers == (1,)
