@@ -198,3 +198,9 @@ def test_missing_tensor_or_key_is_named(tmp_path):
     path = make_tiny(tmp_path / "e.gguf", arch="gemma3", post_norms=True, qk_norm=True,
                      meta={"attention.sliding_window": 4, "attention.sliding_window_pattern": [False, True]})
     assert Model(path).hparams.swa_layers == (1,)
+
+
+def test_cli_run_by_catalogue_name(gemma3_path, capsys):
+    from fastgguf.cli import main
+    assert main(["run", "-m", "gemma3-270m", "The capital of France is", "-n", "8", "--temp", "0", "-t", "1"]) == 0
+    assert capsys.readouterr().out.startswith(" the capital of the country of France")
