@@ -101,12 +101,22 @@ static size_t priv_bytes(const fg_work *w, const fg_model *m) {
 void fg_kv_free(fg_kv *kv) {
     free64(kv->k_cache);
     free64(kv->v_cache);
+    free(kv->layer_row0);
     kv->k_cache = kv->v_cache = NULL;
+    kv->layer_row0 = NULL;
 }
 
 int fg_kv_init(fg_kv *kv, const fg_model *m, int n_ctx) {
-    size_t cache = (size_t)m->n_layer * n_ctx * m->n_head_kv * m->head_dim * sizeof(uint16_t);
+    memset(kv, 0, sizeof(*kv));
     kv->n_ctx = n_ctx;
+    kv->n_swa_rows = m->n_swa + FG_MAX_BATCH < n_ctx ? m->n_swa + FG_MAX_BATCH : n_ctx;
+    kv->layer_row0 = malloc(((size_t)m->n_layer + 1) * sizeof(int64_t));
+    if (!kv->layer_row0) return -1;
+    kv->layer_row0[0] = 0;
+    for (int il = 0; il < m->n_layer; il++)
+        kv->layer_row0[il + 1] = kv->layer_row0[il] + (m->layers[il].swa ? kv->n_swa_rows : n_ctx);
+    size_t cache = (size_t)kv->layer_row0[m->n_layer] * m->n_head_kv * m->head_dim * sizeof(uint16_t);
+    kv->bytes = 2 * cache;
     kv->k_cache = alloc64(cache);
     kv->v_cache = alloc64(cache);
     if (!kv->k_cache || !kv->v_cache) {
@@ -133,7 +143,7 @@ void fg_work_free(fg_work *w) {
 
 int fg_work_init(fg_work *w, const fg_model *m, int n_batch, int max_ctx, int max_threads) {
     memset(w, 0, sizeof(*w));
-    w->n_batch = n_batch < 1 ? 1 : n_batch;
+    w->n_batch = n_batch < 1 ? 1 : (n_batch > FG_MAX_BATCH ? FG_MAX_BATCH : n_batch);
     w->max_ctx = max_ctx < 1 ? 1 : max_ctx;
     w->max_threads = max_threads < 1 ? 1 : max_threads;
     w->q_dim = (int64_t)m->n_head * m->head_dim;
@@ -152,7 +162,7 @@ int fg_work_init(fg_work *w, const fg_model *m, int n_batch, int max_ctx, int ma
     w->tmp = alloc64(B * m->n_embd * sizeof(float));
     w->gate = alloc64(B * m->n_ff * sizeof(float));
     w->up = alloc64(B * m->n_ff * sizeof(float));
-    w->rope = alloc64(B * (m->n_rot > 0 ? m->n_rot : 1) * sizeof(float));
+    w->rope = alloc64(2 * B * (m->n_rot > 0 ? m->n_rot : 1) * sizeof(float)); /* full and sliding-window layers */
     w->xq = alloc64(FG_MAX_SLOTS * B * w->xq_row);
     w->priv_size = priv_bytes(w, m);
     w->priv = alloc64(w->priv_size * w->max_threads);
@@ -210,10 +220,23 @@ typedef struct {
     float *scores;       /* private (n_head * max_ctx) */
 } team;
 
-/* Layer il's (n_ctx, kv_dim) F16 K or V cache (cache: kv->k_cache or kv->v_cache). */
+/* Layer il's (layer_rows, kv_dim) F16 K or V cache (cache: kv->k_cache or kv->v_cache). */
 static uint16_t *layer_cache(const fg_kv *kv, uint16_t *cache, int il, int64_t kv_dim) {
-    return cache + (int64_t)il * kv->n_ctx * kv_dim;
+    return cache + kv->layer_row0[il] * kv_dim;
 }
+
+static int64_t layer_rows(const fg_kv *kv, int il) { return kv->layer_row0[il + 1] - kv->layer_row0[il]; }
+
+/* The keys a query at position pos of layer il attends to: n of them, the first in row *first of a ring of *ring
+ * rows (the whole prefix for a full-attention layer; the last n_swa positions for a sliding-window one). */
+static int64_t attn_span(const fg_model *m, const fg_kv *kv, int il, int64_t pos, int64_t *first, int64_t *ring) {
+    int64_t n = pos + 1;
+    *ring = layer_rows(kv, il);
+    if (m->layers[il].swa && n > m->n_swa) n = m->n_swa;
+    *first = (pos + 1 - n) % *ring;
+    return n;
+}
+
 
 /* Inputs of matrices ws[0..nw) from rows src (rows, n) (ld floats apart): RMS-normed with `norm` unless NULL,
  * then quantized once per distinct activation type. xq[j], xq_stride: where matrix j's input rows are.
@@ -271,8 +294,10 @@ static void add_bias(float *y, int64_t ldy, int64_t rows, const float *b, int64_
         for (int64_t r = r0; r < r1; r++) y[i * ldy + r] += b[r];
 }
 
-/* x[i, r] += W_r . in_i for own rows: the output projections with the residual add fused. */
-static void matmul_residual(const team *t, const fg_mat *w, const float *in, int64_t rows, int64_t n, int64_t ld) {
+/* x[i, r] += W_r . in_i for own rows: the output projections with the residual add fused. With post_norm (gemma):
+ * x_i += rmsnorm(W . in_i) * post_norm, which needs the whole product first (rows split after a barrier). */
+static void matmul_residual(const team *t, const fg_mat *w, const float *in, int64_t rows, int64_t n, int64_t ld,
+                            const float *post_norm) {
     fg_work *s = t->w;
     const fg_mat *ws[1] = {w};
     const char *xq[1];
@@ -281,6 +306,16 @@ static void matmul_residual(const team *t, const fg_mat *w, const float *in, int
     prep(t, in, rows, n, ld, NULL, ws, 1, xq, &xs);
     fg_split_rows(w->rows, t->nth, t->ith, ROW_ALIGN, &r0, &r1);
     matmul(w, xq[0], xs, rows, s->tmp, E, r0, r1);
+    if (post_norm) {
+        BARRIER(t);
+        fg_split_rows(rows, t->nth, t->ith, 1, &r0, &r1);
+        for (int64_t i = r0; i < r1; i++) {
+            fg_rmsnorm(s->tmp + i * E, s->tmp + i * E, post_norm, E, t->m->norm_eps);
+            for (int64_t r = 0; r < E; r++) s->x[i * E + r] += s->tmp[i * E + r];
+        }
+        BARRIER(t);
+        return;
+    }
     for (int64_t i = 0; i < rows; i++)
         for (int64_t r = r0; r < r1; r++) s->x[i * E + r] += s->tmp[i * E + r];
     BARRIER(t);
@@ -289,6 +324,7 @@ static void matmul_residual(const team *t, const fg_mat *w, const float *in, int
 /* Per-head norm (optional) then RoPE of q heads [h0, h1) and k heads [g0, g1) of batch row i. */
 static void rope_row(const team *t, const fg_layer *L, float *q, float *k, const float *cs, int h0, int h1, int g0,
                      int g1) {
+    if (L->swa) cs += (int64_t)t->w->n_batch * t->m->n_rot; /* the sliding-window layers' table */
     const fg_model *m = t->m;
     int hd = m->head_dim;
     for (int h = h0; h < h1; h++) {
@@ -318,7 +354,8 @@ static void attention_one_row(const team *t, const fg_layer *L, int il, const ch
     fg_work *s = t->w;
     const fg_kv *kv = t->seqs[t->seq[0]];
     int pos = t->pos[0], H = m->n_head, G = m->n_head_kv, hd = m->head_dim, n_rep = H / G;
-    int64_t QD = s->q_dim, KV = s->kv_dim, u0, u1, h0, h1;
+    int64_t QD = s->q_dim, KV = s->kv_dim, u0, u1, h0, h1, first, ring;
+    int64_t n_keys = attn_span(m, kv, il, pos, &first, &ring), row = pos % ring;
     uint16_t *kl = layer_cache(kv, kv->k_cache, il, KV), *vl = layer_cache(kv, kv->v_cache, il, KV);
     fg_split_rows(H + 2 * G, t->nth, t->ith, 1, &u0, &u1);
     h0 = u0 < H ? u0 : H, h1 = u1 < H ? u1 : H;                                     /* q heads */
@@ -329,17 +366,17 @@ static void attention_one_row(const team *t, const fg_layer *L, int il, const ch
     matmul(&L->wk, xq[1], xs, 1, s->kcur, KV, h0 * hd, h1 * hd);
     add_bias(s->kcur, KV, 1, L->bk, h0 * hd, h1 * hd);
     rope_row(t, L, s->q, s->kcur, s->rope, 0, 0, (int)h0, (int)h1);
-    for (int64_t g = h0; g < h1; g++) fg_f32_to_f16_row(kl + (int64_t)pos * KV + g * hd, s->kcur + g * hd, hd);
+    for (int64_t g = h0; g < h1; g++) fg_f32_to_f16_row(kl + row * KV + g * hd, s->kcur + g * hd, hd);
     h0 = u0 - H - G < 0 ? 0 : u0 - H - G, h1 = u1 - H - G < 0 ? 0 : u1 - H - G;      /* v heads */
     matmul(&L->wv, xq[2], xs, 1, s->vcur, KV, h0 * hd, h1 * hd);
     add_bias(s->vcur, KV, 1, L->bv, h0 * hd, h1 * hd);
-    for (int64_t g = h0; g < h1; g++) fg_f32_to_f16_row(vl + (int64_t)pos * KV + g * hd, s->vcur + g * hd, hd);
+    for (int64_t g = h0; g < h1; g++) fg_f32_to_f16_row(vl + row * KV + g * hd, s->vcur + g * hd, hd);
     BARRIER(t);
     fg_split_rows(H, t->nth, t->ith, 1, &h0, &h1);
     for (int64_t g = h0 / n_rep; g * n_rep < h1; g++) {
         int64_t a = g * n_rep > h0 ? g * n_rep : h0, b = (g + 1) * n_rep < h1 ? (g + 1) * n_rep : h1;
-        fg_attention_group(s->att + a * hd, s->q + a * hd, (int)(b - a), hd, kl + g * hd, vl + g * hd, KV, pos,
-                           m->attn_scale, t->scores);
+        fg_attention_group(s->att + a * hd, s->q + a * hd, (int)(b - a), hd, kl + g * hd, vl + g * hd, KV, n_keys,
+                           first, ring, m->attn_scale, m->attn_softcap, t->scores);
     }
 }
 
@@ -365,7 +402,7 @@ static void attention_rows(const team *t, const fg_layer *L, int il, int64_t row
     fg_split_rows(rows, t->nth, t->ith, 1, &r0, &r1);
     for (int64_t i = r0; i < r1; i++) {
         const fg_kv *kv = t->seqs[t->seq[i]];
-        int64_t at = (int64_t)t->pos[i] * KV;
+        int64_t at = (t->pos[i] % layer_rows(kv, il)) * KV;
         rope_row(t, L, s->q + i * QD, s->kcur + i * KV, s->rope + i * m->n_rot, 0, m->n_head, 0, G);
         store_kv(KV, s->kcur + i * KV, s->vcur + i * KV, layer_cache(kv, kv->k_cache, il, KV) + at,
                  layer_cache(kv, kv->v_cache, il, KV) + at);
@@ -373,11 +410,12 @@ static void attention_rows(const team *t, const fg_layer *L, int il, int64_t row
     BARRIER(t);
     fg_split_rows(rows * G, t->nth, t->ith, 1, &r0, &r1);
     for (int64_t u = r0; u < r1; u++) {
-        int64_t i = u / G, g = u % G;
+        int64_t i = u / G, g = u % G, first, ring;
         const fg_kv *kv = t->seqs[t->seq[i]];
+        int64_t n_keys = attn_span(m, kv, il, t->pos[i], &first, &ring);
         fg_attention_group(s->att + i * QD + g * n_rep * hd, s->q + i * QD + g * n_rep * hd, n_rep, hd,
                            layer_cache(kv, kv->k_cache, il, KV) + g * hd, layer_cache(kv, kv->v_cache, il, KV) + g * hd,
-                           KV, t->pos[i], m->attn_scale, t->scores);
+                           KV, n_keys, first, ring, m->attn_scale, m->attn_softcap, t->scores);
     }
 }
 
@@ -398,17 +436,23 @@ static void layer_forward(const team *t, int il, int64_t rows) {
     BARRIER(t);
 
     /* x += att . Wo */
-    matmul_residual(t, &L->wo, s->att, rows, QD, QD);
+    matmul_residual(t, &L->wo, s->att, rows, QD, QD, L->attn_post_norm);
 
-    /* x += (silu(ffn_norm(x) . Wgate) * (ffn_norm(x) . Wup)) . Wdown; each thread owns the same gate and up rows */
+    /* x += (act(ffn_norm(x) . Wgate) * (ffn_norm(x) . Wup)) . Wdown; each thread owns the same gate and up rows */
     const fg_mat *gu[2] = {&L->w_gate, &L->w_up};
     prep(t, s->x, rows, E, E, L->ffn_norm, gu, 2, xq, &xs);
     fg_split_rows(F, t->nth, t->ith, ROW_ALIGN, &r0, &r1);
     matmul(&L->w_gate, xq[0], xs, rows, s->gate, F, r0, r1);
     matmul(&L->w_up, xq[1], xs, rows, s->up, F, r0, r1);
-    for (int64_t i = 0; i < rows; i++) fg_swiglu(s->gate + i * F + r0, s->gate + i * F + r0, s->up + i * F + r0, r1 - r0);
+    for (int64_t i = 0; i < rows; i++) {
+        float *g = s->gate + i * F + r0;
+        if (m->ffn_act == FG_ACT_GELU_TANH)
+            fg_geglu(g, g, s->up + i * F + r0, r1 - r0);
+        else
+            fg_swiglu(g, g, s->up + i * F + r0, r1 - r0);
+    }
     BARRIER(t);
-    matmul_residual(t, &L->w_down, s->gate, rows, F, F);
+    matmul_residual(t, &L->w_down, s->gate, rows, F, F, L->ffn_post_norm);
 }
 
 /* Embeddings and RoPE tables of the chunk's rows (tokens (rows,)) into w->x, w->rope (rows split, no barrier). */
@@ -419,9 +463,16 @@ static void embed_rows(const team *t, const int32_t *tokens, int64_t rows) {
     int64_t E = m->n_embd, r0, r1;
     fg_split_rows(rows, t->nth, t->ith, 1, &r0, &r1);
     for (int64_t i = r0; i < r1; i++) {
-        fg_dequantize_row(te->type, (const char *)te->data + (size_t)tokens[i] * te->stride, s->x + i * E, E);
-        if (m->n_rot > 0)
+        float *x = s->x + i * E;
+        fg_dequantize_row(te->type, (const char *)te->data + (size_t)tokens[i] * te->stride, x, E);
+        if (m->embd_scale != 1.0f)
+            for (int64_t j = 0; j < E; j++) x[j] *= m->embd_scale;
+        if (m->n_rot > 0) {
             fg_rope_table(s->rope + i * m->n_rot, m->n_rot, t->pos[i], m->rope_base, m->rope_freq_scale, m->rope_freqs);
+            if (m->n_swa > 0)
+                fg_rope_table(s->rope + ((int64_t)s->n_batch + i) * m->n_rot, m->n_rot, t->pos[i], m->rope_base_swa,
+                              m->rope_freq_scale_swa, m->rope_freqs);
+        }
     }
 }
 
@@ -444,6 +495,8 @@ static void logits_rows(const team *t, const int32_t *want, int64_t n_out, int c
     prep(t, src, n_out, E, E, m->output_norm, ws, 1, xq, &xs);
     fg_split_rows(m->n_vocab, t->nth, t->ith, ROW_ALIGN, &r0, &r1);
     matmul(&m->output, xq[0], xs, n_out, logits, m->n_vocab, r0, r1);
+    if (m->final_softcap > 0.0f)
+        for (int64_t i = 0; i < n_out; i++) fg_softcap(logits + i * m->n_vocab + r0, r1 - r0, m->final_softcap);
 }
 
 /* The checks of fg_forward_multi (see fg_forward.h): 0 when the call is valid, else -1. */

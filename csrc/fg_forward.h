@@ -26,13 +26,27 @@ typedef struct {
     const float *ffn_norm;        /* (n_embd,) */
     fg_mat w_gate, w_up;          /* (n_ff, n_embd) */
     fg_mat w_down;                /* (n_embd, n_ff) */
+    const float *attn_post_norm;  /* optional (n_embd,) RMS norm of the attention output before the residual add */
+    const float *ffn_post_norm;   /* optional (n_embd,) RMS norm of the FFN output before the residual add (gemma) */
+    int swa;                      /* 1: a sliding-window layer: attends to its last m->n_swa positions only, with
+                                   * RoPE base/scale rope_base_swa/rope_freq_scale_swa and a ring of K/V rows */
 } fg_layer;
+
+#define FG_ACT_SILU 0             /* ffn = silu(gate) * up (llama) */
+#define FG_ACT_GELU_TANH 1        /* ffn = gelu_tanh(gate) * up (gemma) */
+#define FG_MAX_BATCH 256          /* rows per chunk of a forward call at most (the K/V ring's slack, see fg_kv) */
 
 typedef struct {
     int n_embd, n_layer, n_head, n_head_kv, head_dim, n_ff, n_vocab;
     int n_rot, rope_neox;         /* rotated dims per head (<= head_dim); 0: pairs (2i, 2i+1), 1: (i, i+n_rot/2) */
     float norm_eps, rope_base, rope_freq_scale, attn_scale;
     const float *rope_freqs;      /* optional (n_rot/2,) frequency divisors (rope_freqs.weight) or NULL */
+    float embd_scale;             /* embeddings are multiplied by this (gemma: sqrt(n_embd); else 1) */
+    int ffn_act;                  /* FG_ACT_SILU or FG_ACT_GELU_TANH */
+    float attn_softcap;           /* > 0: attention scores s -> c tanh(s / c) (gemma2); 0: none */
+    float final_softcap;          /* > 0: logits soft-capped likewise (gemma2); 0: none */
+    int n_swa;                    /* window of the sliding-window layers (positions, >= 1 if a layer has swa) */
+    float rope_base_swa, rope_freq_scale_swa; /* RoPE of the sliding-window layers */
     fg_mat tok_embd;              /* (n_vocab, n_embd) */
     const float *output_norm;     /* (n_embd,) */
     fg_mat output;                /* (n_vocab, n_embd); may be tok_embd (tied) */
@@ -41,10 +55,15 @@ typedef struct {
 
 #define FG_MAX_SLOTS 3 /* distinct activation types for one input (q, k, v may differ) */
 
-/* One sequence's KV cache: what a conversation keeps between calls. */
+/* One sequence's KV cache: what a conversation keeps between calls. F16 (half the memory and bandwidth of F32).
+ * Layer il holds layer_rows[il] rows of kv_dim: n_ctx for a full-attention layer (row = position), and a ring of
+ * n_swa_rows = min(n_ctx, n_swa + FG_MAX_BATCH) for a sliding-window layer (row = position mod n_swa_rows): the
+ * n_swa positions a query sees plus the rows a chunk writes before its first row reads. */
 typedef struct {
-    int n_ctx;
-    uint16_t *k_cache, *v_cache;  /* (n_layer, n_ctx, kv_dim) each, F16 (half the memory and bandwidth of F32) */
+    int n_ctx, n_swa_rows;
+    uint16_t *k_cache, *v_cache;  /* the layers' rows one after another */
+    int64_t *layer_row0;          /* (n_layer + 1,) first row of each layer; the last entry is the total */
+    size_t bytes;                 /* of K and V together */
 } fg_kv;
 
 /* Scratch of a forward call: the rows of one chunk (up to n_batch rows, of any sequences), per-thread private
@@ -58,7 +77,8 @@ typedef struct {
     float *q, *att;               /* (n_batch, q_dim) */
     float *tmp;                   /* (n_batch, n_embd) */
     float *gate, *up;             /* (n_batch, n_ff) */
-    float *rope;                  /* (n_batch, n_rot) cos/sin pairs */
+    float *rope;                  /* (n_batch, n_rot) cos/sin pairs; then (n_batch, n_rot) of the sliding-window
+                                   * layers when the model has any */
     char *xq;                     /* (FG_MAX_SLOTS, n_batch, xq_row) quantized inputs, batch path */
     size_t xq_row;
     char *priv;                   /* (max_threads, priv_size): per-thread xn (n_in), slots, scores (n_head, max_ctx) */

@@ -52,6 +52,16 @@ static void swiglu_scalar(float *out, const float *gate, const float *up, int64_
     }
 }
 
+/* GELU (tanh form) as x * sigmoid(2z), z = sqrt(2/pi) (x + 0.044715 x^3): 0.5 (1 + tanh z) = sigmoid(2z). */
+#define GELU_2C 1.5957691216057308f /* 2 sqrt(2/pi) */
+#define GELU_A 0.044715f
+static void geglu_scalar(float *out, const float *gate, const float *up, int64_t n) {
+    for (int64_t i = 0; i < n; i++) {
+        float g = gate[i];
+        out[i] = g / (1.0f + expf(-GELU_2C * (g + GELU_A * g * g * g))) * up[i];
+    }
+}
+
 static int use_avx2(int64_t n) {
 #ifdef FG_HAVE_X86
     int isa = fg_isa_active();
@@ -68,11 +78,23 @@ static void f32_to_f16_scalar(uint16_t *y, const float *x, int64_t n) {
     for (int64_t i = 0; i < n; i++) y[i] = fg_fp32_to_fp16(x[i]);
 }
 
+/* Slot of the t-th key of a window that starts at slot `first` of a ring of `ring` slots. */
+static inline int64_t ring_slot(int64_t first, int64_t t, int64_t ring) {
+    int64_t s = first + t;
+    return s >= ring ? s - ring : s;
+}
+
+static void softcap_scalar(float *x, int64_t n, float cap) {
+    float inv = 1.0f / cap;
+    for (int64_t i = 0; i < n; i++) x[i] = cap * tanhf(x[i] * inv);
+}
+
 static void attention_scalar(float *out, const float *q, int n_rep, int hd, const uint16_t *k, const uint16_t *v,
-                             int64_t kv_stride, int64_t n, float scale, float *scores) {
+                             int64_t kv_stride, int64_t n, int64_t first, int64_t ring, float scale, float softcap,
+                             float *scores) {
     /* scores (n_rep, n): one pass over K */
     for (int64_t t = 0; t < n; t++) {
-        const uint16_t *kt = k + t * kv_stride;
+        const uint16_t *kt = k + ring_slot(first, t, ring) * kv_stride;
         for (int r = 0; r < n_rep; r++) {
             const float *qr = q + (int64_t)r * hd;
             float s = 0.0f;
@@ -80,11 +102,12 @@ static void attention_scalar(float *out, const float *q, int n_rep, int hd, cons
             scores[r * n + t] = s * scale;
         }
     }
+    if (softcap > 0.0f) softcap_scalar(scores, (int64_t)n_rep * n, softcap);
     for (int r = 0; r < n_rep; r++) softmax_scalar(scores + r * n, n);
     /* out (n_rep, hd) = P . V, one pass over V */
     memset(out, 0, sizeof(float) * (size_t)n_rep * hd);
     for (int64_t t = 0; t < n; t++) {
-        const uint16_t *vt = v + t * kv_stride;
+        const uint16_t *vt = v + ring_slot(first, t, ring) * kv_stride;
         for (int r = 0; r < n_rep; r++) {
             float p = scores[r * n + t], *o = out + (int64_t)r * hd;
             for (int d = 0; d < hd; d++) o[d] += p * fg_fp16_to_fp32(vt[d]);
@@ -154,11 +177,26 @@ FG_TARGET_AVX2 static void swiglu_avx2(float *out, const float *gate, const floa
     for (; i < n; i++) out[i] = gate[i] / (1.0f + expf(-gate[i])) * up[i];
 }
 
+FG_TARGET_AVX2 static void geglu_avx2(float *out, const float *gate, const float *up, int64_t n) {
+    int64_t i = 0;
+    const __m256 one = _mm256_set1_ps(1.0f), c = _mm256_set1_ps(-GELU_2C), a = _mm256_set1_ps(GELU_A);
+    for (; i + 8 <= n; i += 8) {
+        __m256 g = _mm256_loadu_ps(gate + i);
+        __m256 z = _mm256_mul_ps(c, _mm256_add_ps(g, _mm256_mul_ps(a, _mm256_mul_ps(g, _mm256_mul_ps(g, g)))));
+        __m256 e = exp_avx2(z);
+        _mm256_storeu_ps(out + i, _mm256_mul_ps(_mm256_div_ps(g, _mm256_add_ps(one, e)), _mm256_loadu_ps(up + i)));
+    }
+    for (; i < n; i++) {
+        float g = gate[i];
+        out[i] = g / (1.0f + expf(-GELU_2C * (g + GELU_A * g * g * g))) * up[i];
+    }
+}
+
 FG_TARGET_AVX2 static void attention_avx2(float *out, const float *q, int n_rep, int hd, const uint16_t *k,
-                                          const uint16_t *v, int64_t kv_stride, int64_t n, float scale,
-                                          float *scores) {
+                                          const uint16_t *v, int64_t kv_stride, int64_t n, int64_t first,
+                                          int64_t ring, float scale, float softcap, float *scores) {
     for (int64_t t = 0; t < n; t++) {
-        const uint16_t *kt = k + t * kv_stride;
+        const uint16_t *kt = k + ring_slot(first, t, ring) * kv_stride;
         for (int r = 0; r < n_rep; r++) {
             const float *qr = q + (int64_t)r * hd;
             __m256 a0 = _mm256_setzero_ps(), a1 = _mm256_setzero_ps();
@@ -171,10 +209,11 @@ FG_TARGET_AVX2 static void attention_avx2(float *out, const float *q, int n_rep,
             scores[r * n + t] = fg_hsum_256(_mm256_add_ps(a0, a1)) * scale;
         }
     }
+    if (softcap > 0.0f) softcap_scalar(scores, (int64_t)n_rep * n, softcap);
     for (int r = 0; r < n_rep; r++) softmax_avx2(scores + r * n, n);
     memset(out, 0, sizeof(float) * (size_t)n_rep * hd);
     for (int64_t t = 0; t < n; t++) {
-        const uint16_t *vt = v + t * kv_stride;
+        const uint16_t *vt = v + ring_slot(first, t, ring) * kv_stride;
         for (int r = 0; r < n_rep; r++) {
             __m256 p = _mm256_set1_ps(scores[r * n + t]);
             float *o = out + (int64_t)r * hd;
@@ -187,10 +226,11 @@ FG_TARGET_AVX2 static void attention_avx2(float *out, const float *q, int n_rep,
 /* ---- AVX-512 twin of the attention: each K/V slice converted once for all R heads, accumulators in registers
  * (R <= 8 a constant after inlining, head_dim % 16 == 0) ---- */
 FG_INLINE_AVX512 void attention_512_r(const int R, float *out, const float *q, int hd, const uint16_t *k,
-                                      const uint16_t *v, int64_t kv_stride, int64_t n, float scale, float *scores) {
+                                      const uint16_t *v, int64_t kv_stride, int64_t n, int64_t first, int64_t ring,
+                                      float scale, float softcap, float *scores) {
     __m512 acc[8];
     for (int64_t t = 0; t < n; t++) {
-        const uint16_t *kt = k + t * kv_stride;
+        const uint16_t *kt = k + ring_slot(first, t, ring) * kv_stride;
         for (int r = 0; r < R; r++) acc[r] = _mm512_setzero_ps();
         for (int d = 0; d < hd; d += 16) {
             __m512 kd = _mm512_cvtph_ps(_mm256_loadu_si256((const __m256i *)(kt + d)));
@@ -198,11 +238,12 @@ FG_INLINE_AVX512 void attention_512_r(const int R, float *out, const float *q, i
         }
         for (int r = 0; r < R; r++) scores[r * n + t] = _mm512_reduce_add_ps(acc[r]) * scale;
     }
+    if (softcap > 0.0f) softcap_scalar(scores, (int64_t)R * n, softcap);
     for (int r = 0; r < R; r++) softmax_avx2(scores + r * n, n);
     for (int d = 0; d < hd; d += 16) {  /* out[:, d:d+16] = P . V[:, d:d+16] */
         for (int r = 0; r < R; r++) acc[r] = _mm512_setzero_ps();
         for (int64_t t = 0; t < n; t++) {
-            __m512 vd = _mm512_cvtph_ps(_mm256_loadu_si256((const __m256i *)(v + t * kv_stride + d)));
+            __m512 vd = _mm512_cvtph_ps(_mm256_loadu_si256((const __m256i *)(v + ring_slot(first, t, ring) * kv_stride + d)));
             for (int r = 0; r < R; r++) acc[r] = _mm512_fmadd_ps(_mm512_set1_ps(scores[r * n + t]), vd, acc[r]);
         }
         for (int r = 0; r < R; r++) _mm512_storeu_ps(out + r * hd + d, acc[r]);
@@ -210,10 +251,10 @@ FG_INLINE_AVX512 void attention_512_r(const int R, float *out, const float *q, i
 }
 
 FG_TARGET_AVX512 static void attention_avx512(float *out, const float *q, int n_rep, int hd, const uint16_t *k,
-                                              const uint16_t *v, int64_t kv_stride, int64_t n, float scale,
-                                              float *scores) {
+                                              const uint16_t *v, int64_t kv_stride, int64_t n, int64_t first,
+                                              int64_t ring, float scale, float softcap, float *scores) {
     switch (n_rep) {
-#define CASE(R) case R: attention_512_r(R, out, q, hd, k, v, kv_stride, n, scale, scores); break;
+#define CASE(R) case R: attention_512_r(R, out, q, hd, k, v, kv_stride, n, first, ring, scale, softcap, scores); break;
         CASE(1) CASE(2) CASE(3) CASE(4) CASE(5) CASE(6) CASE(7) CASE(8)
 #undef CASE
     default: break;
@@ -241,6 +282,16 @@ void fg_swiglu(float *out, const float *gate, const float *up, int64_t n) {
     swiglu_scalar(out, gate, up, n);
 }
 
+void fg_geglu(float *out, const float *gate, const float *up, int64_t n) {
+#ifdef FG_HAVE_X86
+    if (use_avx2(8)) {
+        geglu_avx2(out, gate, up, n);
+        return;
+    }
+#endif
+    geglu_scalar(out, gate, up, n);
+}
+
 void fg_f32_to_f16_row(uint16_t *y, const float *x, int64_t n) {
 #ifdef FG_HAVE_X86
     if (use_avx2(8)) {
@@ -252,16 +303,21 @@ void fg_f32_to_f16_row(uint16_t *y, const float *x, int64_t n) {
 }
 
 void fg_attention_group(float *out, const float *q, int n_rep, int head_dim, const uint16_t *k, const uint16_t *v,
-                        int64_t kv_stride, int64_t pos, float scale, float *scores) {
+                        int64_t kv_stride, int64_t n, int64_t first, int64_t ring, float scale, float softcap,
+                        float *scores) {
 #ifdef FG_HAVE_X86
     if (fg_isa_active() == FG_ISA_AVX512 && head_dim % 16 == 0 && n_rep >= 1 && n_rep <= 8) {
-        attention_avx512(out, q, n_rep, head_dim, k, v, kv_stride, pos + 1, scale, scores);
+        attention_avx512(out, q, n_rep, head_dim, k, v, kv_stride, n, first, ring, scale, softcap, scores);
         return;
     }
     if (use_avx2(head_dim)) {
-        attention_avx2(out, q, n_rep, head_dim, k, v, kv_stride, pos + 1, scale, scores);
+        attention_avx2(out, q, n_rep, head_dim, k, v, kv_stride, n, first, ring, scale, softcap, scores);
         return;
     }
 #endif
-    attention_scalar(out, q, n_rep, head_dim, k, v, kv_stride, pos + 1, scale, scores);
+    attention_scalar(out, q, n_rep, head_dim, k, v, kv_stride, n, first, ring, scale, softcap, scores);
+}
+
+void fg_softcap(float *x, int64_t n, float cap) {
+    if (cap > 0.0f) softcap_scalar(x, n, cap);
 }

@@ -22,15 +22,24 @@ void fg_softmax(float *x, int64_t n);
 /* out (n,) = silu(gate) * up.  out may alias gate. */
 void fg_swiglu(float *out, const float *gate, const float *up, int64_t n);
 
+/* out (n,) = gelu(gate) * up, GELU in its tanh form (gemma).  out may alias gate. */
+void fg_geglu(float *out, const float *gate, const float *up, int64_t n);
+
+/* x (n,) = cap * tanh(x / cap) in place (soft-capping, gemma2); nothing when cap <= 0. */
+void fg_softcap(float *x, int64_t n, float cap);
+
 /* y (n,) = fp16(x), round to nearest even (the KV cache is F16). */
 void fg_f32_to_f16_row(uint16_t *y, const float *x, int64_t n);
 
-/* Attention of the n_rep query heads of one KV head group for one query at position `pos` over cache rows
- * 0..pos (causal). q: (n_rep, head_dim) contiguous floats; k, v: F16, row t of this head at k + t*kv_stride
- * (elements); out: (n_rep, head_dim). Each K and V row is read once for the whole group (it stays in L1 while
- * the group's query heads use it). scores: scratch of n_rep * (pos + 1) floats. AVX-512 when active and
- * head_dim % 16 == 0 and n_rep <= 8; else AVX2 (F16C+FMA) on x86 when head_dim % 8 == 0; else scalar. */
+/* Attention of the n_rep query heads of one KV head group for one query over n >= 1 cached keys (the query's
+ * own position last). q: (n_rep, head_dim) contiguous floats; k, v: F16 rows of a ring of `ring` slots (a
+ * full-length cache: ring = n_ctx, first = 0), key t at slot (first + t) mod ring, rows kv_stride elements apart;
+ * out: (n_rep, head_dim). Scores are q.k * scale, then soft-capped (softcap > 0: softcap * tanh(s / softcap)).
+ * Each K and V row is read once for the whole group (it stays in L1 while the group's query heads use it).
+ * scores: scratch of n_rep * n floats. AVX-512 when active and head_dim % 16 == 0 and n_rep <= 8; else AVX2
+ * (F16C+FMA) on x86 when head_dim % 8 == 0; else scalar. */
 void fg_attention_group(float *out, const float *q, int n_rep, int head_dim, const uint16_t *k, const uint16_t *v,
-                        int64_t kv_stride, int64_t pos, float scale, float *scores);
+                        int64_t kv_stride, int64_t n, int64_t first, int64_t ring, float scale, float softcap,
+                        float *scores);
 
 #endif

@@ -100,19 +100,28 @@ cdef extern from "fg_forward.h" nogil:
         fg_mat wo
         const float *ffn_norm
         fg_mat w_gate, w_up, w_down
+        const float *attn_post_norm
+        const float *ffn_post_norm
+        int swa
 
     ctypedef struct fg_model:
         int n_embd, n_layer, n_head, n_head_kv, head_dim, n_ff, n_vocab
         int n_rot, rope_neox
         float norm_eps, rope_base, rope_freq_scale, attn_scale
         const float *rope_freqs
+        float embd_scale
+        int ffn_act
+        float attn_softcap, final_softcap
+        int n_swa
+        float rope_base_swa, rope_freq_scale_swa
         fg_mat tok_embd
         const float *output_norm
         fg_mat output
         const fg_layer *layers
 
     ctypedef struct fg_kv:
-        int n_ctx
+        int n_ctx, n_swa_rows
+        size_t bytes
 
     ctypedef struct fg_work:
         int n_batch, max_ctx, max_threads

@@ -66,6 +66,21 @@ cdef class Weights:
         self.m.rope_freq_scale = hp.rope_freq_scale
         self.m.attn_scale = hp.attn_scale
         self.m.rope_freqs = _vec(self, tensors.get("rope_freqs"), hp.n_rot // 2, "rope_freqs")
+        # the gemma-family options (Hparams fields with defaults that mean "off")
+        self.m.embd_scale = hp.embd_scale
+        if hp.ffn_act not in ("silu", "gelu_tanh"):
+            raise ValueError(f"unknown feed-forward activation {hp.ffn_act!r}")
+        self.m.ffn_act = 1 if hp.ffn_act == "gelu_tanh" else 0
+        self.m.attn_softcap = hp.attn_softcap
+        self.m.final_softcap = hp.final_softcap
+        swa_layers = tuple(hp.swa_layers)
+        if any(i < 0 or i >= hp.n_layer for i in swa_layers):
+            raise ValueError(f"sliding-window layers {swa_layers} out of range [0, {hp.n_layer})")
+        if swa_layers and hp.n_swa < 1:
+            raise ValueError(f"sliding window {hp.n_swa} must be >= 1")
+        self.m.n_swa = hp.n_swa if swa_layers else 0
+        self.m.rope_base_swa = hp.rope_base_swa
+        self.m.rope_freq_scale_swa = hp.rope_freq_scale_swa
         self.m.tok_embd = _mat(self, tensors["tok_embd"], hp.n_vocab, E, "token_embd")
         self.m.output_norm = _vec(self, tensors["output_norm"], E, "output_norm")
         self.m.output = _mat(self, tensors["output"], hp.n_vocab, E, "output")
@@ -93,6 +108,9 @@ cdef class Weights:
             L.w_gate = _mat(self, d["w_gate"], F, E, p + "ffn_gate")
             L.w_up = _mat(self, d["w_up"], F, E, p + "ffn_up")
             L.w_down = _mat(self, d["w_down"], E, F, p + "ffn_down")
+            L.attn_post_norm = _vec(self, d.get("attn_post_norm"), E, p + "post_attention_norm")
+            L.ffn_post_norm = _vec(self, d.get("ffn_post_norm"), E, p + "post_ffw_norm")
+            L.swa = 1 if i in swa_layers else 0
         self.m.layers = self.layers
 
     def __dealloc__(self):
@@ -137,6 +155,21 @@ cdef class Runner:
     def n_threads(self):
         return self._n_threads
 
+    @property
+    def kv_bytes(self):
+        """Bytes of this runner's KV cache (K and V, F16; sliding-window layers keep a ring, not n_ctx rows)."""
+        return self.st.kv.bytes
+
+    def can_rewind(self, int n_past):
+        """Whether rewind(n_past) keeps a usable cache: always for full-attention models; with sliding-window
+        layers, their ring must still hold the n_swa positions before n_past (else reset and evaluate again)."""
+        if n_past < 0 or n_past > self.n_past:
+            return False
+        cdef int n_swa = self.weights.m.n_swa, rows = self.st.kv.n_swa_rows
+        if n_swa == 0 or n_past == 0 or n_past == self.n_past:
+            return True
+        return max(0, n_past - n_swa) >= self.n_past - rows
+
     @n_threads.setter
     def n_threads(self, int n):
         if n < 1:
@@ -153,6 +186,9 @@ cdef class Runner:
         """Keep only the first n_past tokens of the cache (0 <= n_past <= current n_past)."""
         if n_past < 0 or n_past > self.n_past:
             raise ValueError(f"cannot rewind to {n_past}: {self.n_past} tokens in the cache")
+        if not self.can_rewind(n_past):
+            raise ValueError(f"cannot rewind to {n_past} from {self.n_past}: the sliding-window layers no longer "
+                             f"hold the positions before it (see can_rewind; reset instead)")
         self.n_past = n_past
 
     def eval(self, ids, bint all_logits=False):

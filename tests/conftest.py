@@ -27,3 +27,20 @@ def pytest_report_header(config):
     where = os.path.dirname(fastgguf.__file__)
     return [f"fastgguf {fastgguf.__version__} from {where}",
             f"kernels: compiled {kernels.compiled()}, available {kernels.available()}, active {kernels.active()}"]
+
+
+def catalogue_model(name):
+    """Path of a catalogue model (fastgguf.hub.CATALOGUE), pulled once if needed; skipped when
+    FASTGGUF_TEST_NO_DOWNLOAD=1 and it is not cached."""
+    from fastgguf import hub
+    if not hub.is_cached(name):
+        if os.environ.get("FASTGGUF_TEST_NO_DOWNLOAD") == "1":
+            pytest.skip(f"{name} not cached and FASTGGUF_TEST_NO_DOWNLOAD=1")
+        return hub.pull(name)
+    return hub.model_path(name, download=False)
+
+
+@pytest.fixture(scope="session")
+def gemma3_path():
+    """The real Gemma 3 270M (Q4_K_M), from the catalogue."""
+    return catalogue_model("gemma3-270m")

@@ -25,21 +25,44 @@ class Oracle:
         scale_type = md.get(f"{a}.rope.scaling.type", "none")
         factor = md.get(f"{a}.rope.scaling.factor", 0.0)
         self.freq_scale = 1.0 / factor if scale_type == "linear" and factor else 1.0
-        self.neox = a in ("qwen2", "qwen3")
+        self.neox = a in ("qwen2", "qwen3", "gemma", "gemma2", "gemma3", "phi3")
+        # the gemma family (see fastgguf/arch/gemma.py for the facts): embeddings * sqrt(n_embd), GELU (tanh),
+        # post-attention/FFN norms, soft-caps (gemma2), sliding-window layers with their own RoPE base (gemma3)
+        self.gemma = a.startswith("gemma")
+        self.attn_softcap = md.get(f"{a}.attn_logit_softcapping", 50.0 if a == "gemma2" else 0.0)
+        self.final_softcap = md.get(f"{a}.final_logit_softcapping", 30.0 if a == "gemma2" else 0.0)
+        self.n_swa = md.get(f"{a}.attention.sliding_window", 4096 if a == "gemma2" else 0) if a in ("gemma2", "gemma3") else 0
+        pattern = md.get(f"{a}.attention.sliding_window_pattern", {"gemma2": 2, "gemma3": 6}.get(a, 0))
+        self.swa = [bool(self.n_swa) and (pattern == 0 or l % pattern < pattern - 1) for l in range(self.n_layer)]
+        self.base_swa = md.get(f"{a}.rope.freq_base_swa", 10000.0 if a == "gemma3" else self.base)
         # name -> float64 array in numpy order (rows, cols)
         self.w = {t.name: dequantize(t.data, t.tensor_type).astype(np.float64).reshape(tuple(int(d) for d in t.shape[::-1]))
                   for t in r.tensors}
         if "output.weight" not in self.w:
             self.w["output.weight"] = self.w["token_embd.weight"]
+        qd, kvd = self.n_head * self.head_dim, self.n_head_kv * self.head_dim
+        for l in range(self.n_layer):   # phi3's fused matrices: q|k|v rows, gate|up rows
+            p = f"blk.{l}."
+            if p + "attn_qkv.weight" in self.w:
+                qkv = self.w.pop(p + "attn_qkv.weight")
+                self.w[p + "attn_q.weight"], self.w[p + "attn_k.weight"], self.w[p + "attn_v.weight"] = \
+                    qkv[:qd], qkv[qd:qd + kvd], qkv[qd + kvd:]
+            if a == "phi3" and p + "ffn_gate.weight" not in self.w:
+                gu = self.w.pop(p + "ffn_up.weight")
+                half = gu.shape[0] // 2
+                self.w[p + "ffn_gate.weight"], self.w[p + "ffn_up.weight"] = gu[:half], gu[half:]
 
     def rmsnorm(self, x, w):
         return x / np.sqrt(np.mean(x * x, axis=-1, keepdims=True) + self.eps) * w
 
-    def rope(self, x, pos):
-        """x: (n, heads, head_dim); rotate the first n_rot dims."""
+    def rope(self, x, pos, swa=False):
+        """x: (n, heads, head_dim); rotate the first n_rot dims (swa: a sliding-window layer's RoPE)."""
         half = self.n_rot // 2
         i = np.arange(half)
-        inv = self.base ** (-2.0 * i / self.n_rot) * self.freq_scale
+        if swa:
+            inv = self.base_swa ** (-2.0 * i / self.n_rot) * (1.0 if self.arch == "gemma3" else self.freq_scale)
+        else:
+            inv = self.base ** (-2.0 * i / self.n_rot) * self.freq_scale
         if "rope_freqs.weight" in self.w:
             inv = inv / self.w["rope_freqs.weight"]
         th = pos[:, None] * inv[None, :]                        # (n, half)
@@ -61,7 +84,10 @@ class Oracle:
         n, hd, H, KVH = len(ids), self.head_dim, self.n_head, self.n_head_kv
         pos = np.arange(n, dtype=np.float64)
         x = W["token_embd.weight"][ids]
+        if self.gemma:
+            x = x * np.sqrt(self.n_embd)
         mask = np.triu(np.full((n, n), -np.inf), 1)
+        window = mask + np.tril(np.full((n, n), -np.inf), -self.n_swa) if self.n_swa else mask
         for l in range(self.n_layer):
             p = f"blk.{l}."
             h = self.rmsnorm(x, W[p + "attn_norm.weight"])
@@ -72,7 +98,7 @@ class Oracle:
             if p + "attn_q_norm.weight" in W:      # qwen3: per-head RMS norm before RoPE
                 q = self.rmsnorm(q, W[p + "attn_q_norm.weight"])
                 k = self.rmsnorm(k, W[p + "attn_k_norm.weight"])
-            q, k = self.rope(q, pos), self.rope(k, pos)
+            q, k = self.rope(q, pos, self.swa[l]), self.rope(k, pos, self.swa[l])
             v = v.reshape(n, KVH, hd)
             if kv_f16:
                 k, v = k.astype(np.float16).astype(np.float64), v.astype(np.float16).astype(np.float64)
@@ -80,16 +106,32 @@ class Oracle:
             att = np.empty((n, H, hd))
             for hh in range(H):
                 g = hh // rep
-                s = q[:, hh, :] @ k[:, g, :].T / np.sqrt(hd) + mask
+                s = q[:, hh, :] @ k[:, g, :].T / np.sqrt(hd)
+                if self.attn_softcap:
+                    s = self.attn_softcap * np.tanh(s / self.attn_softcap)
+                s = s + (window if self.swa[l] else mask)
                 s = np.exp(s - s.max(axis=1, keepdims=True))
                 s /= s.sum(axis=1, keepdims=True)
                 att[:, hh, :] = s @ v[:, g, :]
-            x = x + att.reshape(n, H * hd) @ W[p + "attn_output.weight"].T
+            o = att.reshape(n, H * hd) @ W[p + "attn_output.weight"].T
+            if p + "post_attention_norm.weight" in W:
+                o = self.rmsnorm(o, W[p + "post_attention_norm.weight"])
+            x = x + o
             h = self.rmsnorm(x, W[p + "ffn_norm.weight"])
             gt = h @ W[p + "ffn_gate.weight"].T
             up = h @ W[p + "ffn_up.weight"].T
-            x = x + (gt / (1 + np.exp(-gt)) * up) @ W[p + "ffn_down.weight"].T
-        return self.rmsnorm(x, W["output_norm.weight"]) @ W["output.weight"].T
+            if self.gemma:
+                act = 0.5 * gt * (1 + np.tanh(np.sqrt(2 / np.pi) * (gt + 0.044715 * gt ** 3)))
+            else:
+                act = gt / (1 + np.exp(-gt))
+            o = (act * up) @ W[p + "ffn_down.weight"].T
+            if p + "post_ffw_norm.weight" in W:
+                o = self.rmsnorm(o, W[p + "post_ffw_norm.weight"])
+            x = x + o
+        lo = self.rmsnorm(x, W["output_norm.weight"]) @ W["output.weight"].T
+        if self.final_softcap:
+            lo = self.final_softcap * np.tanh(lo / self.final_softcap)
+        return lo
 
 
 def make_reference(model_path, ref_path, out_path):

@@ -233,3 +233,16 @@ def test_readme_public_names_import():
         assert obj is not None, dotted
     for name in fastgguf.__all__:
         assert hasattr(fastgguf, name), name
+
+
+@pytest.mark.skipif(not os.path.exists(README), reason="README not available")
+def test_readme_lists_the_weight_formats_and_architectures():
+    """The README's table of formats is the type table's runnable formats, and every architecture is listed."""
+    from fastgguf import arch, kernels
+    from fastgguf.gguf.constants import GGMLType
+    text = open(README, encoding="utf-8").read()
+    line = [ln for ln in text.split("## Supported models")[1].split("\n\n") if "Weight formats" in ln][0]
+    listed = set(line.split("activation\nformats only):")[1].split(";")[0].replace("\n", " ").replace(" ", "").split(","))
+    assert listed == {GGMLType(t).name for t in kernels.WEIGHT_TYPES}
+    for name in arch.ARCHS:
+        assert f"| `{name}` |" in text

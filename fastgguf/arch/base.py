@@ -30,6 +30,15 @@ class Hparams:
     rope_freq_scale: float
     attn_scale: float
     n_ctx_train: int
+    # the gemma-family options; the defaults mean "off" (llama layout)
+    embd_scale: float = 1.0          # embeddings multiplied by this (gemma: sqrt(n_embd))
+    ffn_act: str = "silu"            # "silu" or "gelu_tanh": act(gate) * up
+    attn_softcap: float = 0.0        # > 0: attention scores soft-capped, c * tanh(s / c) (gemma2)
+    final_softcap: float = 0.0       # > 0: logits soft-capped likewise
+    n_swa: int = 0                   # window of the sliding-window layers
+    swa_layers: tuple = ()           # indices of the sliding-window layers
+    rope_base_swa: float = 10000.0   # their RoPE base and linear scale
+    rope_freq_scale_swa: float = 1.0
 
 
 class Arch:
@@ -54,7 +63,8 @@ class Arch:
         "bk": "attn_k.bias",
         "bv": "attn_v.bias",
     }
-    vectors = ("attn_norm", "ffn_norm", "bq", "bk", "bv", "q_norm", "k_norm", "output_norm", "rope_freqs")
+    vectors = ("attn_norm", "ffn_norm", "bq", "bk", "bv", "q_norm", "k_norm", "output_norm", "rope_freqs",
+               "attn_post_norm", "ffn_post_norm")
 
     def __init__(self, f):
         self.f = f
@@ -118,6 +128,10 @@ class Arch:
         return 1.0 / factor
 
     def hparams(self):
+        """The Hparams of the file; subclasses extend base_hparams() (dataclasses.replace)."""
+        return self.base_hparams()
+
+    def base_hparams(self):
         n_embd = self.int_key("embedding_length")
         n_head = self.int_key("attention.head_count")
         n_head_kv = self.int_key("attention.head_count_kv", n_head)
@@ -165,6 +179,19 @@ class Arch:
         )
 
     # ---- tensors ----
+    def split_layer(self, d, hp, i):
+        """A hook for fused tensors (phi3): turn layer i's roles into the forward pass's (wq, wk, wv, w_gate,
+        w_up ...). Default: as they are."""
+        return d
+
+    @staticmethod
+    def row_slice(spec, r0, r1, name):
+        """Rows [r0, r1) of a matrix spec (array, type, rows, cols): a view (each row is whole blocks)."""
+        arr, t, rows, cols = spec
+        if r1 > rows:
+            raise GGUFError(f"tensor {name!r} has {rows} rows, expected at least {r1}")
+        return (arr[r0:r1], t, r1 - r0, cols)
+
     def matrix(self, name):
         ti = self.f.tensors[name]
         if ti.type not in kernels.WEIGHT_TYPES:  # the C type table is the one owner of this fact
@@ -214,6 +241,7 @@ class Arch:
             d = {role: take(role, f"blk.{i}.{n}") for role, n in self.layer_tensors.items()}
             for role, n in self.optional_layer_tensors.items():
                 d[role] = take(role, f"blk.{i}.{n}", required=False)
+            d = self.split_layer(d, hp, i)
             if (d.get("q_norm") is None) != (d.get("k_norm") is None):
                 have, miss = ("attn_q_norm", "attn_k_norm") if d.get("k_norm") is None else ("attn_k_norm",
                                                                                              "attn_q_norm")

@@ -14,7 +14,8 @@ _ARG_TYPES = {float: float, int: int, Optional[int]: int}
 
 def add_model_args(p) -> None:
     """Model/context flags shared by `run` and `chat`."""
-    p.add_argument("-m", "--model", help="GGUF file (default: the default model, downloaded if needed)")
+    p.add_argument("-m", "--model", help="GGUF file or catalogue name (fastgguf pull --list; default: the default model, downloaded "
+                   "if needed)")
     p.add_argument("-t", "--threads", type=int, default=None, help="threads (default: physical cores)")
     p.add_argument("--ctx", type=int, default=None, help="context size in tokens (default: sized to fit)")
 
@@ -52,10 +53,8 @@ def sampling_params(args) -> SamplingParams:
 
 def load_model(args):
     from fastgguf.engine.model import Model
-    path = args.model
-    if path is None:
-        from fastgguf import hub
-        path = hub.default_model_path()
+    from fastgguf import hub
+    path = hub.resolve(args.model)
     if args.threads is not None and args.threads < 1:
         raise ValueError(f"--threads must be >= 1, got {args.threads}")
     return Model(path, n_threads=args.threads)

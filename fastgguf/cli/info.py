@@ -15,7 +15,9 @@ import numpy as np
 
 def register(subparsers) -> None:
     p = subparsers.add_parser("info", help="describe a GGUF file (default: the default model)")
-    p.add_argument("file", nargs="?", help="GGUF file (default: the default model, downloaded if needed)")
+    p.add_argument("file", nargs="?", help="GGUF file or catalogue name (default: the default model, downloaded if "
+                                           "needed)")
+    p.add_argument("-m", "--model", dest="model", default=None, help="the same as FILE")
     p.add_argument("--json", action="store_true", help="print one JSON object instead of text")
     p.add_argument("--no-tensors", action="store_true", help="leave out the per-tensor table")
     p.set_defaults(func=run)
@@ -151,7 +153,9 @@ def _print_text(d: dict, show_tensors: bool, out) -> None:
 def run(args) -> int:
     from fastgguf import hub
     from fastgguf.gguf import GGUFFile
-    path = args.file or hub.default_model_path(download=True)
+    if args.file and args.model:
+        raise ValueError("give the model as FILE or as -m, not both")
+    path = hub.resolve(args.file or args.model)
     with GGUFFile(path) as f:
         d = describe(f)
     if args.json:

@@ -12,7 +12,8 @@ import sys
 def register(subparsers) -> None:
     p = subparsers.add_parser("tokenize", help="show the token ids of a text")
     p.add_argument("text", nargs="?", help="text to tokenize (default: -f FILE or standard input)")
-    p.add_argument("-m", "--model", help="GGUF file (default: the default model, downloaded if needed)")
+    p.add_argument("-m", "--model", help="GGUF file or catalogue name (fastgguf pull --list; default: the default model, downloaded "
+                   "if needed)")
     p.add_argument("-f", "--file", help="read the text from this file")
     p.add_argument("--ids", action="store_true", help="print only the list of ids")
     p.add_argument("--parse-special", action="store_true", help="recognise control tokens such as <|im_start|>")
@@ -29,10 +30,8 @@ def run(args) -> int:
             text = f.read()
     else:
         text = sys.stdin.read()
-    path = args.model
-    if path is None:
-        from fastgguf import hub
-        path = hub.default_model_path(download=True)
+    from fastgguf import hub
+    path = hub.resolve(args.model)
     tok = Tokenizer(path)
     ids = tok.tokenize(text, add_special=not args.no_add_special, parse_special=args.parse_special)
     if args.ids:

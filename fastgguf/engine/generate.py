@@ -279,6 +279,8 @@ def generate(model, prompt, params=None, *, stream=False, context=None, add_spec
         keep, lim = 0, min(len(cached), n_prompt - 1)
         while keep < lim and cached[keep] == ids[keep]:
             keep += 1
+        if hasattr(context, "reusable"):
+            keep = context.reusable(keep)
         t0 = time.perf_counter()
         with claim.guard():
             if keep == 0:

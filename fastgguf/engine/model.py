@@ -200,7 +200,10 @@ class Context:
         n_past = self.runner.n_past
         logits = self.runner.eval(ids, all_logits)
         if np.isnan(logits).all(axis=-1).any():
-            self.runner.rewind(n_past)
+            if self.runner.can_rewind(n_past):
+                self.runner.rewind(n_past)
+            else:
+                self.runner.reset()
             raise FloatingPointError("the model produced all-NaN logits (broken weights?)")
         return logits
 
@@ -209,6 +212,15 @@ class Context:
 
     def _rewind(self, n_past):
         self.runner.rewind(n_past)
+
+    def reusable(self, n_past):
+        """n_past if rewind(n_past) can keep that much of the cache, else 0 (sliding-window layers keep a ring of
+        recent positions: a far rewind needs a fresh start)."""
+        return n_past if self.runner.can_rewind(n_past) else 0
+
+    def __repr__(self):
+        return (f"Context(n_ctx={self.n_ctx}, n_past={self.n_past}, n_threads={self.n_threads}, "
+                f"kv_bytes={self.runner.kv_bytes})")
 
     def eval(self, ids, all_logits=False):
         """Run token ids after the tokens already in the cache; returns float32 logits of the last token

@@ -269,7 +269,7 @@ class Engine:
             k, n = 0, min(len(cached), lim)
             while k < n and cached[k] == ids[k]:
                 k += 1
-            return k
+            return slot.ctx.reusable(k)
         best = max(free, key=lambda s: (common(s), -s.ctx.n_past))
         keep = common(best)
         if keep == 0:

@@ -270,9 +270,10 @@ def test_rewind_then_continue_matches(model, reference):
 # ---- a tiny synthetic llama (F32 weights: fastgguf must match the float64 oracle almost exactly) ----
 
 def make_tiny(path, *, arch="llama", tied=True, bias=False, rope_freqs=False, scale_linear=None, extra=None,
-              wtype=None, qk_norm=False, seed=0):
+              wtype=None, qk_norm=False, seed=0, post_norms=False, n_layer=2, meta=None, fused=False):
+    """meta: more metadata, {key without the arch prefix: int (uint32), float (float32) or list of bools}."""
     rng = np.random.default_rng(seed)
-    E, L, H, KVH, F, V, hd = 64, 2, 4, 2, 96, 100, 16
+    E, L, H, KVH, F, V, hd = 64, n_layer, 4, 2, 96, 100, 16
     w = gguf.GGUFWriter(str(path), arch)
     w.add_block_count(L)
     w.add_context_length(128)
@@ -286,9 +287,16 @@ def make_tiny(path, *, arch="llama", tied=True, bias=False, rope_freqs=False, sc
     if scale_linear:
         w.add_rope_scaling_type(gguf.RopeScalingType.LINEAR)
         w.add_rope_scaling_factor(scale_linear)
+    for k, v in (meta or {}).items():
+        if isinstance(v, list):
+            w.add_array(f"{arch}.{k}", v)
+        elif isinstance(v, float):
+            w.add_float32(f"{arch}.{k}", v)
+        else:
+            w.add_uint32(f"{arch}.{k}", v)
 
-    def t(name, *shape, s=0.2):
-        a = (rng.standard_normal(shape) * s).astype(np.float32)
+    def t(name, *shape, s=0.2, a=None):
+        a = (rng.standard_normal(shape) * s).astype(np.float32) if a is None else a
         if wtype is not None and len(shape) == 2 and name != "token_embd.weight":
             w.add_tensor(name, gguf.quants.quantize(a, wtype), raw_dtype=wtype)
         else:
@@ -303,9 +311,12 @@ def make_tiny(path, *, arch="llama", tied=True, bias=False, rope_freqs=False, sc
     for i in range(L):
         p = f"blk.{i}."
         t(p + "attn_norm.weight", E, s=1.0)
-        t(p + "attn_q.weight", H * hd, E)
-        t(p + "attn_k.weight", KVH * hd, E)
-        t(p + "attn_v.weight", KVH * hd, E)
+        if fused:   # phi3: q|k|v in one matrix
+            t(p + "attn_qkv.weight", a=(rng.standard_normal(((H + 2 * KVH) * hd, E)) * 0.2).astype(np.float32))
+        else:
+            t(p + "attn_q.weight", H * hd, E)
+            t(p + "attn_k.weight", KVH * hd, E)
+            t(p + "attn_v.weight", KVH * hd, E)
         if bias:
             t(p + "attn_q.bias", H * hd)
             t(p + "attn_k.bias", KVH * hd)
@@ -314,9 +325,15 @@ def make_tiny(path, *, arch="llama", tied=True, bias=False, rope_freqs=False, sc
             t(p + "attn_q_norm.weight", hd, s=1.0)
             t(p + "attn_k_norm.weight", hd, s=1.0)
         t(p + "attn_output.weight", E, H * hd)
+        if post_norms:
+            t(p + "post_attention_norm.weight", E, s=1.0)
+            t(p + "post_ffw_norm.weight", E, s=1.0)
         t(p + "ffn_norm.weight", E, s=1.0)
-        t(p + "ffn_gate.weight", F, E)
-        t(p + "ffn_up.weight", F, E)
+        if fused:   # phi3: gate|up in ffn_up
+            t(p + "ffn_up.weight", a=(rng.standard_normal((2 * F, E)) * 0.2).astype(np.float32))
+        else:
+            t(p + "ffn_gate.weight", F, E)
+            t(p + "ffn_up.weight", F, E)
         t(p + "ffn_down.weight", E, F)
     for name, a in (extra or {}).items():
         w.add_tensor(name, a)
@@ -327,8 +344,21 @@ def make_tiny(path, *, arch="llama", tied=True, bias=False, rope_freqs=False, sc
     return str(path)
 
 
+GEMMA_TINY = [
+    {"arch": "gemma"},
+    {"arch": "gemma2", "post_norms": True, "n_layer": 3,
+     "meta": {"attention.sliding_window": 5, "attn_logit_softcapping": 0.5, "final_logit_softcapping": 2.0}},
+    {"arch": "gemma3", "post_norms": True, "qk_norm": True, "n_layer": 4,
+     "meta": {"attention.sliding_window": 4, "attention.sliding_window_pattern": 3, "rope.freq_base_swa": 100.0}},
+    {"arch": "gemma3", "post_norms": True, "qk_norm": True, "n_layer": 3, "scale_linear": 8.0,
+     "meta": {"attention.sliding_window": 3, "final_logit_softcapping": 3.0}},
+]
+
+
 @pytest.mark.parametrize("opts", [{}, {"tied": False, "bias": True}, {"rope_freqs": True}, {"scale_linear": 4.0},
-                                  {"arch": "qwen2", "bias": True}, {"arch": "qwen3", "qk_norm": True}])
+                                  {"arch": "qwen2", "bias": True}, {"arch": "qwen3", "qk_norm": True},
+                                  {"arch": "phi3", "fused": True, "tied": False}]
+                         + GEMMA_TINY)
 def test_tiny_model_matches_oracle(tmp_path, opts):
     from oracle import Oracle
     path = make_tiny(tmp_path / "tiny.gguf", **opts)
@@ -342,9 +372,11 @@ def test_tiny_model_matches_oracle(tmp_path, opts):
     np.testing.assert_allclose(steps, want, atol=1e-3, rtol=1e-3)
 
 
-def test_tiny_quantized_model_close_to_oracle(tmp_path):
+@pytest.mark.parametrize("opts", [{}, {"arch": "phi3", "fused": True}, {"arch": "qwen3", "qk_norm": True}])
+def test_tiny_quantized_model_close_to_oracle(tmp_path, opts):
+    """Q8_0 weights (phi3: its fused matrices split into row views of quantized blocks)."""
     from oracle import Oracle
-    path = make_tiny(tmp_path / "tiny.gguf", wtype=gguf.GGMLQuantizationType.Q8_0)
+    path = make_tiny(tmp_path / "tiny.gguf", wtype=gguf.GGMLQuantizationType.Q8_0, **opts)
     ids = [5, 17, 99, 0, 42, 42, 7]
     want = Oracle(path).forward(ids)
     got = Model(path, n_threads=1).context(8).eval(ids, all_logits=True)

@@ -1,0 +1,40 @@
+"""phi3 (Phi-3 / Phi-3.5 mini and medium): the llama layout with NEOX RoPE and fused matrices: attn_qkv holds the
+q, k and v rows one after another (n_embd + 2 kv_dim rows; separate attn_q/k/v are accepted too), ffn_up holds
+the gate rows then the up rows (2 n_ff): SwiGLU of its two halves. The fused matrices are split into row views
+here, so the forward pass is llama's. Facts from llama.cpp (src/models/phi3.cpp): its sliding window is
+disabled there (phi3 runs with full attention), so it is here; LongRoPE's rope_factors_long/short (the 128k
+variants) are not supported (they are refused as unknown tensors)."""
+from fastgguf.arch.base import Arch, register
+from fastgguf.errors import GGUFError
+
+
+@register
+class Phi3(Arch):
+    name = "phi3"
+    rope_neox = True
+
+    def __init__(self, f):
+        super().__init__(f)
+        fused_qkv = "blk.0.attn_qkv.weight" in f.tensors
+        lt = {k: v for k, v in Arch.layer_tensors.items() if k not in ("w_gate", "w_up")}
+        lt["w_gate_up"] = "ffn_up.weight"
+        if fused_qkv:
+            lt = {k: v for k, v in lt.items() if k not in ("wq", "wk", "wv")}
+            lt["wqkv"] = "attn_qkv.weight"
+        self.layer_tensors = lt
+
+    def split_layer(self, d, hp, i):
+        qd, kv = hp.n_head * hp.head_dim, hp.n_head_kv * hp.head_dim
+        if "wqkv" in d:
+            spec, name = d.pop("wqkv"), f"blk.{i}.attn_qkv.weight"
+            if spec[2] != qd + 2 * kv:
+                raise GGUFError(f"{name}: expected {qd + 2 * kv} rows (q, k, v), got {spec[2]}")
+            d["wq"] = self.row_slice(spec, 0, qd, name)
+            d["wk"] = self.row_slice(spec, qd, qd + kv, name)
+            d["wv"] = self.row_slice(spec, qd + kv, qd + 2 * kv, name)
+        spec, name = d.pop("w_gate_up"), f"blk.{i}.ffn_up.weight"
+        if spec[2] != 2 * hp.n_ff:
+            raise GGUFError(f"{name}: expected {2 * hp.n_ff} rows (gate, up), got {spec[2]}")
+        d["w_gate"] = self.row_slice(spec, 0, hp.n_ff, name)
+        d["w_up"] = self.row_slice(spec, hp.n_ff, 2 * hp.n_ff, name)
+        return d
