@@ -301,6 +301,52 @@ static inline void fg_scale_min_k4(int j, const uint8_t *q, uint8_t *d, uint8_t 
     }
 }
 
+/* The shared first half of ggml's quantize_row_q4_K_ref / q5_K_ref for one super-block x (QK_K,): each 32-value
+ * sub-block gets a scale and a min (make_qkx2_quants with levels 0..nmax, rmin, nstep), both quantized to 6 bits
+ * against the super-block's largest and packed into scales12[12]; *d and *dmin the fp16 super-scales; L (QK_K,)
+ * the final levels 0..nmax under the quantized scales. The caller packs L (q4_K: nibbles; q5_K: nibbles + qh). */
+static inline void fg_quantize_k4_scales(const float *x, int nmax, float rmin, int nstep, uint8_t scales12[12],
+                                         uint16_t *d_out, uint16_t *dmin_out, uint8_t L[QK_K]) {
+    uint8_t Laux[32];
+    float weights[32], mins[QK_K / 32], scales[QK_K / 32];
+    float max_scale = 0, max_min = 0;
+    for (int j = 0; j < QK_K / 32; ++j) {
+        float sum_x2 = 0;
+        for (int l = 0; l < 32; ++l) sum_x2 += x[32 * j + l] * x[32 * j + l];
+        const float av_x = sqrtf(sum_x2 / 32);
+        for (int l = 0; l < 32; ++l) weights[l] = av_x + fabsf(x[32 * j + l]);
+        scales[j] = fg_make_qkx2_quants(32, nmax, x + 32 * j, weights, L + 32 * j, &mins[j], Laux, rmin, 0.1f, nstep, 0);
+        if (scales[j] > max_scale) max_scale = scales[j];
+        if (mins[j] > max_min) max_min = mins[j];
+    }
+    const float inv_scale = max_scale > 0 ? 63.f / max_scale : 0.f;
+    const float inv_min = max_min > 0 ? 63.f / max_min : 0.f;
+    for (int j = 0; j < QK_K / 32; ++j) {
+        uint8_t ls = (uint8_t)fg_nearest_int(inv_scale * scales[j]);
+        uint8_t lm = (uint8_t)fg_nearest_int(inv_min * mins[j]);
+        ls = ls < 63 ? ls : 63;
+        lm = lm < 63 ? lm : 63;
+        if (j < 4) {
+            scales12[j] = ls;
+            scales12[j + 4] = lm;
+        } else {
+            scales12[j + 4] = (ls & 0xF) | ((lm & 0xF) << 4);
+            scales12[j - 4] |= ((ls >> 4) << 6);
+            scales12[j - 0] |= ((lm >> 4) << 6);
+        }
+    }
+    *d_out = fg_fp32_to_fp16(max_scale / 63.f);
+    *dmin_out = fg_fp32_to_fp16(max_min / 63.f);
+    for (int j = 0; j < QK_K / 32; ++j) {
+        uint8_t sc, m;
+        fg_scale_min_k4(j, scales12, &sc, &m);
+        const float d = fg_fp16_to_fp32(*d_out) * sc;
+        if (!d) continue;
+        const float dm = fg_fp16_to_fp32(*dmin_out) * m;
+        for (int ii = 0; ii < 32; ++ii) L[32 * j + ii] = (uint8_t)fg_clampi(fg_nearest_int((x[32 * j + ii] + dm) / d), 0, nmax);
+    }
+}
+
 /* All 8 scales then all 8 mins as 16 bytes (for the dot kernels). */
 static inline void fg_unpack_scales_k4(const uint8_t *q, uint8_t out[16]) {
     uint32_t u[4];

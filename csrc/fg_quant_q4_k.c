@@ -10,45 +10,9 @@
 /* ggml's quantize_row_q4_K_ref. */
 static void quantize_row_q4_k_scalar(const float *x, void *vy, int64_t n) {
     block_q4_K *y = vy;
-    uint8_t L[QK_K], Laux[32];
-    float weights[32], mins[QK_K / 32], scales[QK_K / 32];
+    uint8_t L[QK_K];
     for (int64_t i = 0; i < n / QK_K; i++, x += QK_K) {
-        float max_scale = 0, max_min = 0;
-        for (int j = 0; j < QK_K / 32; ++j) {
-            float sum_x2 = 0;
-            for (int l = 0; l < 32; ++l) sum_x2 += x[32 * j + l] * x[32 * j + l];
-            const float av_x = sqrtf(sum_x2 / 32);
-            for (int l = 0; l < 32; ++l) weights[l] = av_x + fabsf(x[32 * j + l]);
-            scales[j] = fg_make_qkx2_quants(32, 15, x + 32 * j, weights, L + 32 * j, &mins[j], Laux, -1.f, 0.1f, 20, 0);
-            if (scales[j] > max_scale) max_scale = scales[j];
-            if (mins[j] > max_min) max_min = mins[j];
-        }
-        const float inv_scale = max_scale > 0 ? 63.f / max_scale : 0.f;
-        const float inv_min = max_min > 0 ? 63.f / max_min : 0.f;
-        for (int j = 0; j < QK_K / 32; ++j) {
-            uint8_t ls = (uint8_t)fg_nearest_int(inv_scale * scales[j]);
-            uint8_t lm = (uint8_t)fg_nearest_int(inv_min * mins[j]);
-            ls = ls < 63 ? ls : 63;
-            lm = lm < 63 ? lm : 63;
-            if (j < 4) {
-                y[i].scales[j] = ls;
-                y[i].scales[j + 4] = lm;
-            } else {
-                y[i].scales[j + 4] = (ls & 0xF) | ((lm & 0xF) << 4);
-                y[i].scales[j - 4] |= ((ls >> 4) << 6);
-                y[i].scales[j - 0] |= ((lm >> 4) << 6);
-            }
-        }
-        y[i].d = fg_fp32_to_fp16(max_scale / 63.f);
-        y[i].dmin = fg_fp32_to_fp16(max_min / 63.f);
-        for (int j = 0; j < QK_K / 32; ++j) {
-            uint8_t sc, m;
-            fg_scale_min_k4(j, y[i].scales, &sc, &m);
-            const float d = fg_fp16_to_fp32(y[i].d) * sc;
-            if (!d) continue;
-            const float dm = fg_fp16_to_fp32(y[i].dmin) * m;
-            for (int ii = 0; ii < 32; ++ii) L[32 * j + ii] = (uint8_t)fg_clampi(fg_nearest_int((x[32 * j + ii] + dm) / d), 0, 15);
-        }
+        fg_quantize_k4_scales(x, 15, -1.f, 20, y[i].scales, &y[i].d, &y[i].dmin, L);
         for (int j = 0; j < QK_K; j += 64)
             for (int l = 0; l < 32; ++l) y[i].qs[j / 2 + l] = L[j + l] | (L[j + l + 32] << 4);
     }
