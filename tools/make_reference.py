@@ -22,11 +22,13 @@ def main():
     ap.add_argument("--prompts-from", default=os.path.join(os.path.dirname(__file__), "..", "tests", "data",
                                                              "smollm2-q4_1-logits.json"))
     ap.add_argument("--n-gen", type=int, default=32)
+    ap.add_argument("--engine-note", default="", help="appended to the engine field (which llama.cpp build)")
+    ap.add_argument("--no-flash", action="store_true", help="flash attention off (to measure llama.cpp's own spread)")
     a = ap.parse_args()
     import llama_cpp
 
     prompts = [(r["prompt"], r["parse_special"]) for r in json.load(open(a.prompts_from))["results"]]
-    llm = llama_cpp.Llama(model_path=a.model, n_ctx=512, n_batch=512, logits_all=True, flash_attn=True,
+    llm = llama_cpp.Llama(model_path=a.model, n_ctx=512, n_batch=512, logits_all=True, flash_attn=not a.no_flash,
                           n_threads=2, verbose=False)
     n_vocab = llm.n_vocab()
     eog = [t for t in range(n_vocab) if llama_cpp.llama_vocab_is_eog(llm._model.vocab, t)]
@@ -54,7 +56,8 @@ def main():
                         "greedy_ids": gen, "greedy_text": llm.detokenize(gen).decode("utf-8", "replace"),
                         "positions": positions})
     out = {"model_file": os.path.basename(a.model),
-           "engine": f"llama.cpp via llama-cpp-python {llama_cpp.__version__}, flash attention on",
+           "engine": f"llama.cpp via llama-cpp-python {llama_cpp.__version__}, flash attention "
+                     f"{'off' if a.no_flash else 'on'}{a.engine_note}",
            "note": "greedy with end-of-generation tokens suppressed; top-10 logits teacher-forced at every "
                    "position from the last prompt token",
            "results": results}
