@@ -182,7 +182,9 @@ def main(argv=None):
     ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     ap.add_argument("--worker", choices=["fastgguf", "llama.cpp"], help=argparse.SUPPRESS)
     ap.add_argument("--model", help="GGUF file (a worker's input)")
-    ap.add_argument("--variants", nargs="+", default=["q4_1"], help="default-model variants: q4_1 q4_0 q8_0")
+    ap.add_argument("--variants", nargs="+", default=["q4_1"],
+                    help="default-model variants: q4_1 q4_0 q8_0, or a llama.cpp recipe (q4_k_m q6_k ...) made by "
+                         "fastgguf quantize (the same bytes as llama-quantize's)")
     ap.add_argument("--threads", nargs="+", type=int, default=None, help="thread counts (default: 1 and all cores)")
     ap.add_argument("--rounds", type=int, default=3)
     ap.add_argument("--gen", type=int, default=128, help="tokens to decode")
@@ -215,7 +217,7 @@ def main(argv=None):
         print(f"warning: 1-minute load average is {load_avg:.2f}: other processes share the CPUs, "
               f"expect noisy figures", file=sys.stderr)
     base = hub.default_model_path()
-    results = {"isa": kernels.active(), "cores": physical_cores(), "load_average": load_avg,
+    results = {"isa": kernels.active(), "cpu": _cpu_model(), "cores": physical_cores(), "load_average": load_avg,
                "bandwidth_gbs": {nt: bandwidth(nt) for nt in threads}, "rows": []}
     for v in a.variants:
         path = base if v == "q4_1" else _variant(base, v)
@@ -239,6 +241,15 @@ def main(argv=None):
     if a.png:
         _chart(results, a.png)
     return 0
+
+
+def _cpu_model():
+    """lscpu's "Model name" (None where lscpu is missing)."""
+    try:
+        out = subprocess.run(["lscpu"], capture_output=True, text=True, timeout=10).stdout
+    except (OSError, subprocess.SubprocessError):
+        return None
+    return next((ln.split(":", 1)[1].strip() for ln in out.splitlines() if ln.startswith("Model name")), None)
 
 
 def bandwidth(n_threads, nbytes=1 << 28):
@@ -276,7 +287,8 @@ def _stats(xs):
 
 def _report(results, engines):
     bws = results["bandwidth_gbs"]
-    print(f"\nfastgguf vs llama.cpp  (ISA {results['isa']}, {results['cores']} cores, read bandwidth "
+    print(f"\nfastgguf vs llama.cpp  ({results.get('cpu') or 'CPU ?'}, ISA {results['isa']}, {results['cores']} cores, "
+          "read bandwidth "
           + ", ".join(f"{bw:.1f} GB/s at {nt} thr" for nt, bw in bws.items())
           + (f", load average {results['load_average']:.2f}" if results.get("load_average") is not None else "")
           + ")")

@@ -31,10 +31,12 @@ def main():
     ap.add_argument("--n-gen", type=int, default=32)
     ap.add_argument("--n-ctx", type=int, default=512)
     ap.add_argument("--flash", choices=("on", "off"), default="on")
+    ap.add_argument("--no-flash", dest="flash", action="store_const", const="off", help="the same as --flash off")
     ap.add_argument("--stride", type=int, default=0, help="also store every N-th prompt position (long prompts)")
     ap.add_argument("--teacher-from", default=None,
                     help="a reference file whose prompt and greedy ids are used as they are (no generation): the "
                          "same token sequences under other settings, e.g. --flash off")
+    ap.add_argument("--engine-note", default="", help="appended to the engine field (which llama.cpp build)")
     a = ap.parse_args()
     import llama_cpp
 
@@ -74,7 +76,8 @@ def main():
                         "greedy_ids": gen, "greedy_text": llm.detokenize(gen).decode("utf-8", "replace"),
                         "positions": positions})
     out = {"model_file": os.path.basename(a.model),
-           "engine": f"llama.cpp via llama-cpp-python {llama_cpp.__version__}, flash attention {a.flash}",
+           "engine": f"llama.cpp via llama-cpp-python {llama_cpp.__version__}, flash attention {a.flash}"
+                     f"{a.engine_note}",
            "note": "greedy with end-of-generation tokens suppressed; top-10 logits teacher-forced at every "
                    "position from the last prompt token" + (f" and every {a.stride}-th before it" if a.stride else ""),
            "results": results}

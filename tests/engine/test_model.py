@@ -17,7 +17,9 @@ from fastgguf.kernels import available as kernels_available  # noqa: E402
 HERE = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))  # tests/
 REF = os.path.join(HERE, "data", "smollm2-q4_1-logits.json")        # llama.cpp (see its README in shared/reference)
 ORACLE = os.path.join(HERE, "data", "smollm2-q4_1-oracle.json")     # tests/oracle.py at the same positions
-VARIANTS = ("q4_1", "q8_0", "q4_0")   # the default model, and the Q8_0 / Q4_0 files our quantizer makes from it
+# the default model, the Q8_0 / Q4_0 files our quantizer makes from it, and its llama.cpp recipes (our quantizer's
+# output is byte-identical to llama-quantize's: tests/gguf/test_quantize_kquants.py)
+VARIANTS = ("q4_1", "q8_0", "q4_0", "q4_k_m", "q5_k_m", "q6_k", "q3_k_m", "q2_k")
 # Reference data per variant: smollm2-<v>-logits.json (llama.cpp via llama-cpp-python 0.3.36, flash attention on,
 # tools/make_reference.py) and smollm2-<v>-oracle.json (python tests/oracle.py <v>).
 
@@ -39,13 +41,38 @@ VARIANTS = ("q4_1", "q8_0", "q4_0")   # the default model, and the Q8_0 / Q4_0 f
 # Matching llama.cpp more closely than that needs bit-identical arithmetic, including its F16 accumulation of V in
 # flash attention (it takes that path for batches under 64 tokens): a precision loss we do not copy. So the median
 # bound is the issue's 0.15 where the draws allow it with a margin, a little above otherwise (and p99 likewise).
-MEDIAN_TOL = {"q4_1": 0.16, "q8_0": 0.175, "q4_0": 0.165}
-P99_TOL = {"q4_1": 1.0, "q8_0": 1.0, "q4_0": 1.1}
+#
+# The recipes' references (llama-cpp-python 0.3.36's bindings over a native build of its llama.cpp on this
+# machine; it gives 0.1-0.5 different logits from the build that made the q4_1 reference: the same noise again):
+#                               median |diff| (p99) vs llama.cpp flash on            ref-gap>0.3 flips
+#                           llama.cpp flash off   fastgguf scalar   fastgguf avx2
+#   q4_k_m                        0.181 (0.79)      0.198 (0.82)     0.194 (0.92)   avx2: 1 (prompt 1 pos 27)
+#   q5_k_m                        0.200 (1.30)      0.211 (0.94)     0.206 (0.98)   flash off, avx2: prompt 2 pos 18
+#   q6_k                          0.164 (0.68)      0.183 (0.83)     0.164 (0.95)   avx2: prompt 2 pos 14
+#   q3_k_m                        0.183 (0.98)      0.195 (0.90)     0.187 (0.97)   flash off: prompt 2 pos 37
+#   q2_k                          0.187 (0.86)      0.178 (0.97)     0.198 (1.15)   flash off, scalar: prompt 2 pos 12
+# (SmolLM2's 576-wide matrices take the Q5_0 / Q5_1 / Q4_0 / Q8_0 fallbacks; the K formats are its ffn_down, and
+# tests/engine/test_model_kquants.py runs every format on every matrix against the oracle.) Bounds: the flash
+# on/off spread's worst median plus 15 %, and its worst p99.
+MEDIAN_TOL = {"q4_1": 0.16, "q8_0": 0.175, "q4_0": 0.165, "q4_k_m": 0.23, "q5_k_m": 0.23, "q6_k": 0.23,
+              "q3_k_m": 0.23, "q2_k": 0.23}
+P99_TOL = {"q4_1": 1.0, "q8_0": 1.0, "q4_0": 1.1, "q4_k_m": 1.3, "q5_k_m": 1.3, "q6_k": 1.3, "q3_k_m": 1.3,
+           "q2_k": 1.3}
 TOP1_GAP = 0.3       # top-1 must agree wherever the reference's top two are further apart than this, except ...
 ORACLE_NOISE = 0.45  # ... where the float64 oracle puts the two tokens less than this apart (or prefers ours): each
                      # engine's per-logit distance to the oracle has a p99 of 0.6-0.8, so such a flip is noise. Seen:
                      # q4_1/q8_0 prompt 3 pos 22 (oracle prefers our token by 0.15; llama.cpp flash off flips too),
                      # q4_1/q8_0 prompt 2 pos 19 (oracle margin 0.40/0.36), q8_0 prompt 2 pos 25 (0.09).
+# fastgguf against the float64 oracle: median, p99 bounds. llama.cpp's own distance to the oracle (its top-10 ids):
+# q4_1 0.138 (0.59), q8_0 0.164 (0.71), q4_0 0.148 (0.65); q4_k_m 0.196 (0.93), q5_k_m 0.219 (1.01), q6_k 0.176
+# (0.89), q3_k_m 0.190 (0.82), q2_k 0.184 (0.97). llama.cpp and the oracle disagree on the top-1 where the oracle's
+# top two are 0.43 and 0.64 apart (q4_k_m prompt 1 pos 10, prompt 3 pos 21) and 0.72 (q3_k_m prompt 3 pos 21).
+ORACLE_TOL = {"q4_k_m": (0.25, 1.3), "q5_k_m": (0.25, 1.3), "q6_k": (0.25, 1.3), "q3_k_m": (0.25, 1.3),
+              "q2_k": (0.25, 1.3)}
+# The recipes' per-logit distances to the oracle are ~1.35x those of q4_1/q8_0/q4_0 (p99 0.82-1.01 against
+# 0.59-0.71), so their flip noise bound is too. Seen: q2_k scalar prompt 1 pos 27 (reference gap 0.37, oracle margin
+# 0.51; avx2 and llama.cpp keep the reference token there).
+ORACLE_NOISE_K = 0.6
 HARD_GAP = 0.75      # greedy decoding may part from the reference only where its top two are closer than this
 
 
@@ -64,7 +91,8 @@ def _oracle_margin(o, lp, want, got):
 
 def fidelity(logits, refs, llama, oracle):
     """|diff| over each reference position's top-10 ids (all prompts), and the top-1 flips where the reference's
-    top-two gap > TOP1_GAP as (prompt index, pos, reference gap, oracle margin of the reference's token over ours).
+    top-two gap > TOP1_GAP as (prompt index, pos, reference gap, oracle margin of the reference's token over ours,
+    whether llama.cpp's top-1 is ours).
     refs: llama or oracle (per prompt, "positions" with "top_ids", "top_logits")."""
     diffs, flips = [], []
     for i, (lg, r, l, o) in enumerate(zip(logits, refs, llama, oracle)):
@@ -74,7 +102,8 @@ def fidelity(logits, refs, llama, oracle):
             diffs.append(np.abs(row[ids] - top))
             got = int(np.argmax(row))
             if top[0] - top[1] > TOP1_GAP and got != ids[0]:
-                flips.append((i, p["pos"], round(float(top[0] - top[1]), 3), round(_oracle_margin(op, lp, ids[0], got), 3)))
+                flips.append((i, p["pos"], round(float(top[0] - top[1]), 3), round(_oracle_margin(op, lp, ids[0], got), 3),
+                              lp["top_ids"][0] == got))
     return np.concatenate(diffs), flips
 
 
@@ -142,13 +171,16 @@ def test_fidelity(variant_model, variant, isa):
     for lg, r in zip(logits, refs):
         assert lg.shape == (len(r["prompt_ids"]) + len(r["greedy_ids"]), 49152)
     d, flips = fidelity(logits, refs, refs, oracle)
-    assert all(f[3] < ORACLE_NOISE for f in flips), flips
+    noise = ORACLE_NOISE_K if variant in ORACLE_TOL else ORACLE_NOISE
+    assert all(f[3] < noise for f in flips), flips
     assert np.median(d) <= MEDIAN_TOL[variant] and np.percentile(d, 99) <= P99_TOL[variant], \
         (np.median(d), np.percentile(d, 99))
-    # the oracle as the reference (its own top two > TOP1_GAP apart and we differ: the same noise bound)
+    # the oracle as the reference (its own top two > TOP1_GAP apart and we differ: the same noise bound, or
+    # llama.cpp picks our token too: both engines round activations to 8 bits, the oracle does not)
     d, flips = fidelity(logits, oracle, refs, oracle)
-    assert all(f[3] < ORACLE_NOISE for f in flips), flips
-    assert np.median(d) <= 0.2 and np.percentile(d, 99) <= 1.2, (np.median(d), np.percentile(d, 99))
+    assert all(f[3] < noise or f[4] for f in flips), flips
+    med, p99 = ORACLE_TOL.get(variant, (0.2, 1.2))
+    assert np.median(d) <= med and np.percentile(d, 99) <= p99, (np.median(d), np.percentile(d, 99))
 
 
 def test_oracle_reproduces(default_model_path, reference, oracle_ref, teacher_forced):
