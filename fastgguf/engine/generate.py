@@ -99,6 +99,18 @@ def _prompt_ids(tokenizer, prompt, n_vocab, add_special, parse_special):
     return check_token_ids(prompt, n_vocab, "prompt").tolist()
 
 
+def reusable_prefix(context, ids):
+    """How many leading ids a new prompt can keep from what context's KV cache holds (context.tokens): their
+    common prefix, at most len(ids) - 1 (one token is always evaluated, for its logits), and 0 where the cache
+    cannot rewind that far (sliding-window layers keep a ring of recent positions: Context.reusable)."""
+    cached = context.tokens
+    keep, lim = 0, min(len(cached), len(ids) - 1)
+    while keep < lim and cached[keep] == ids[keep]:
+        keep += 1
+    reusable = getattr(context, "reusable", None)
+    return reusable(keep) if reusable is not None else keep
+
+
 def _longest_partial(text, stops):
     """Length of the longest suffix of text that is a proper prefix of some stop string."""
     best = 0
@@ -275,12 +287,7 @@ def generate(model, prompt, params=None, *, stream=False, context=None, add_spec
     def run(st):
         # the stream owns the context (see GenerationStream); each step runs inside claim.guard()
         # prompt: reuse the cached common prefix, evaluate the rest (at least one token, for its logits)
-        cached = context.tokens  # what the KV cache holds, kept by the Runner itself
-        keep, lim = 0, min(len(cached), n_prompt - 1)
-        while keep < lim and cached[keep] == ids[keep]:
-            keep += 1
-        if hasattr(context, "reusable"):
-            keep = context.reusable(keep)
+        keep = reusable_prefix(context, ids)
         t0 = time.perf_counter()
         with claim.guard():
             if keep == 0:

@@ -36,7 +36,7 @@ import numpy as np
 
 from fastgguf._native import Sampler
 from fastgguf.engine import batch as _batch
-from fastgguf.engine.generate import StopText
+from fastgguf.engine.generate import StopText, reusable_prefix
 from fastgguf.engine.params import SamplingParams
 
 __all__ = ["Engine", "Request", "QueueFull"]
@@ -262,16 +262,8 @@ class Engine:
 
     def _place(self, seq, free, out):
         req, ids = seq.req, seq.prompt
-        lim = len(ids) - 1  # at least one prompt token is evaluated, for its logits
-
-        def common(slot):
-            cached = slot.ctx.tokens
-            k, n = 0, min(len(cached), lim)
-            while k < n and cached[k] == ids[k]:
-                k += 1
-            return slot.ctx.reusable(k)
-        best = max(free, key=lambda s: (common(s), -s.ctx.n_past))
-        keep = common(best)
+        best = max(free, key=lambda s: (reusable_prefix(s.ctx, ids), -s.ctx.n_past))
+        keep = reusable_prefix(best.ctx, ids)
         if keep == 0:
             best.ctx.reset()
         elif keep < best.ctx.n_past:
