@@ -198,8 +198,11 @@ def test_killed_replica_restarts_and_waiting_requests_are_served(ray_server, rcl
     they run: at most its PARALLEL running requests fail; every other one (all that had not started) gets the
     right text, the endpoint keeps serving, and Serve starts a new replica."""
     import openai
-    n, max_tokens = 8, 40
-    solo = model.generate("Once upon a time", max_tokens=max_tokens, temperature=0)
+    # long enough that the first requests are still decoding at the kill even on a fast, idle machine (end-of-
+    # generation banned so every request decodes all its tokens)
+    n, max_tokens = 8, 200
+    ban = {int(t): -100.0 for t in model.tokenizer.eog_ids}
+    solo = model.generate("Once upon a time", max_tokens=max_tokens, temperature=0, logit_bias=ban)
     before = ray_server.replica_pids()
     assert len(before) == 2
     victim = before[0]
@@ -207,12 +210,12 @@ def test_killed_replica_restarts_and_waiting_requests_are_served(ray_server, rcl
     def one(_):
         try:
             return rclient.completions.create(model=model_name, prompt="Once upon a time", max_tokens=max_tokens,
-                                              temperature=0)
+                                              temperature=0, logit_bias={str(k): v for k, v in ban.items()})
         except openai.APIError as e:
             return e
     with cf.ThreadPoolExecutor(n) as ex:
         futs = [ex.submit(one, i) for i in range(n)]
-        time.sleep(1.0)  # the first 4 are decoding
+        time.sleep(0.5)  # the first 4 are decoding
         assert not all(f.done() for f in futs), "the requests finished before the kill: make them longer"
         os.kill(victim, signal.SIGKILL)
         t_kill = time.perf_counter()
