@@ -44,3 +44,21 @@ def catalogue_model(name):
 def gemma3_path():
     """The real Gemma 3 270M (Q4_K_M), from the catalogue."""
     return catalogue_model("gemma3-270m")
+
+
+def pytest_collection_modifyitems(config, items):
+    """FASTGGUF_TEST_ISAS=best (or a comma list of ISAs) keeps, of the tests parametrized over instruction sets,
+    only those ISAs: the sanitizer leg of CI runs the whole suite on the best ISA (the scalar leg covers scalar)."""
+    want = os.environ.get("FASTGGUF_TEST_ISAS")
+    if not want:
+        return
+    from fastgguf import kernels
+    keep = {kernels.available()[-1]} if want == "best" else set(want.split(","))
+    selected, deselected = [], []
+    for item in items:
+        isa = getattr(item, "callspec", None) and item.callspec.params.get("isa")
+        name = isa[0] if isinstance(isa, tuple) else isa
+        (deselected if isinstance(name, str) and name not in keep else selected).append(item)
+    if deselected:
+        config.hook.pytest_deselected(items=deselected)
+        items[:] = selected
