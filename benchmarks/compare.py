@@ -1,18 +1,27 @@
 #!/usr/bin/env python3
-"""Head-to-head: fastgguf against llama.cpp (through llama-cpp-python) on the same GGUF file, same token ids, same
-thread count, greedy decoding, several alternating rounds. Each measurement runs in a fresh subprocess, so load
-time and peak RSS are per engine and nothing stays warm in between.
+"""Head-to-head: fastgguf against llama.cpp on the same GGUF file, same thread count, several alternating rounds.
+Each measurement runs in a fresh subprocess, so load time and peak RSS are per engine and nothing stays warm.
 
-    python benchmarks/compare.py                          # default model (Q4_1), 1 thread and all cores
-    python benchmarks/compare.py --variants q4_1 q4_0 q8_0 --threads 1 2 --rounds 5 --json out.json --png out.png
+    python benchmarks/compare.py                         # SmolLM2 q4_0 q4_1 q8_0 q4_k_m q6_k, 1 thread and all cores
+    python benchmarks/compare.py --variants q4_1 gemma3-270m --threads 1 2 --rounds 5 --json out.json --png out.png
+    LLAMA_BENCH=/path/to/llama-bench python benchmarks/compare.py --gemv
 
-llama-cpp-python is a development-only reference (`pip install llama-cpp-python`, builds llama.cpp, ~4 min).
-Without it the script measures fastgguf alone and says how to install it.
+The reference (--reference, default auto: the first available):
+  llama-bench   llama.cpp's own benchmark (--llama-bench PATH, $LLAMA_BENCH, or on PATH), run with flash attention
+                off and on (-fa 0,1) and the better of the two kept per metric. Build it natively for the CPU in hand
+                (GGML_NATIVE=ON; ../shared/tools/build-llama-cpp.sh): the script prints the build's cmake flags
+                when a FLAGS file or CMakeCache.txt sits beside its bin/ directory.
+  llama-cpp-python   through its Python API (pip install llama-cpp-python, a native build), the decode loop a
+                Python user writes; its internal timers are reported too.
+Variants: SmolLM2-135M recipes (q4_1 is the default model; q4_0 q8_0 q4_k_m q6_k ... are made by fastgguf quantize,
+the same bytes as llama-quantize's), a catalogue name (gemma3-270m) or a path to a .gguf file.
 
-Reported per engine: load seconds (file open to ready), prompt tokens/s at 128 and 512 tokens (one batch),
-decode tokens/s over 128 greedy tokens (end-of-generation tokens suppressed so every round decodes all of them),
-peak RSS. For llama.cpp both the wall clock seen by a Python user and llama.cpp's own internal timers are kept.
-Decode is also shown as a fraction of the memory-bandwidth ceiling: bytes of weights read per token / bandwidth.
+Reported per engine: load seconds (file open to ready; fastgguf and llama-cpp-python), prompt tokens/s at 128
+and 512 tokens (one batch), decode tokens/s over 128 tokens (fastgguf: greedy with end-of-generation tokens
+suppressed after an 8-token prompt; llama-bench: tg128 from an empty context), peak RSS. Decode is also shown as a
+fraction of the memory-bandwidth ceiling: bytes of weights read per token / read bandwidth measured in the same run.
+--gemv adds each format's single-thread GEMV on a 24576x4096 matrix (beyond the last-level cache) as a fraction of
+the read bandwidth.
 """
 import argparse
 import json
@@ -157,7 +166,61 @@ def worker_llama(a):
     return out
 
 
-def run_worker(engine, model, threads, gen):
+def find_llama_bench(path=None):
+    """llama-bench's path: the argument, $LLAMA_BENCH, or on PATH; None if none is executable."""
+    import shutil
+    for c in (path, os.environ.get("LLAMA_BENCH"), shutil.which("llama-bench")):
+        if c and os.path.isfile(c) and os.access(c, os.X_OK):
+            return os.path.abspath(c)
+    return None
+
+
+def llama_build_flags(bench):
+    """The cmake flags of llama-bench's build (FLAGS written by build-llama-cpp.sh, else CMakeCache's GGML_*)."""
+    build = os.path.dirname(os.path.dirname(bench))
+    try:
+        with open(os.path.join(build, "FLAGS")) as f:
+            return f.read().strip()
+    except OSError:
+        pass
+    try:
+        with open(os.path.join(build, "CMakeCache.txt")) as f:
+            return " ".join("-D" + ln.split(":", 1)[0] + "=" + ln.split("=", 1)[1].strip() for ln in f
+                            if ln.startswith(("GGML_NATIVE", "GGML_AVX", "GGML_AMX", "CMAKE_BUILD_TYPE")))
+    except OSError:
+        return None
+
+
+def worker_llama_bench(a):
+    """llama-bench at this thread count: pp128, pp512 and tg<gen>, flash attention off and on, one repetition each
+    (rounds alternate in the parent); the better of the two flash settings per metric, and its peak RSS."""
+    import tempfile
+    cmd = [a.llama_bench, "-m", a.model, "-p", ",".join(map(str, PROMPT_SIZES)), "-n", str(a.gen),
+           "-t", str(a.threads), "-fa", "0,1", "-r", "1", "-o", "json"]
+    with tempfile.TemporaryFile("w+") as fo, tempfile.TemporaryFile("w+") as fe:
+        p = subprocess.Popen(cmd, stdout=fo, stderr=fe)
+        _, status, ru = os.wait4(p.pid, 0)  # reaps it with its own rusage: ru_maxrss is llama-bench's peak RSS
+        p.returncode = os.waitstatus_to_exitcode(status)
+        fo.seek(0)
+        fe.seek(0)
+        out_text, err = fo.read(), fe.read()
+    if p.returncode != 0:
+        raise RuntimeError(f"llama-bench failed ({p.returncode}):\n{err[-3000:]}")
+    tests = json.loads(out_text)
+    out = {"engine": "llama.cpp", "load_s": None, "ttft_s": None, "peak_rss_mb": ru.ru_maxrss / 1024.0,
+           "build_commit": tests[0].get("build_commit"), "cpu_info": tests[0].get("cpu_info"),
+           "repack": tests[0].get("repack")}
+    for t in tests:
+        key = f"pp{t['n_prompt']}_tps" if t["n_gen"] == 0 else "tg_tps"
+        if t["avg_ts"] > out.get(key, 0.0):
+            out[key] = t["avg_ts"]
+            out[key.replace("_tps", "_fa")] = t["flash_attn"]
+    return out
+
+
+def run_worker(engine, model, threads, gen, llama_bench=None):
+    if engine == "llama-bench":
+        return worker_llama_bench(argparse.Namespace(llama_bench=llama_bench, model=model, threads=threads, gen=gen))
     cmd = [sys.executable, os.path.abspath(__file__), "--worker", engine, "--model", model, "--threads",
            str(threads), "--gen", str(gen)]
     env = dict(os.environ, OMP_NUM_THREADS=str(threads))
@@ -178,16 +241,24 @@ def model_bytes_per_token(path):
     return total
 
 
+DEFAULT_VARIANTS = ["q4_0", "q4_1", "q8_0", "q4_k_m", "q6_k"]
+GEMV_FORMATS = {"q4_0": "Q4_0", "q4_1": "Q4_1", "q8_0": "Q8_0", "q4_k_m": "Q4_K", "q6_k": "Q6_K",
+                "gemma3-270m": "Q4_K"}
+
+
 def main(argv=None):
     ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
-    ap.add_argument("--worker", choices=["fastgguf", "llama.cpp"], help=argparse.SUPPRESS)
+    ap.add_argument("--worker", choices=["fastgguf", "llama-cpp-python"], help=argparse.SUPPRESS)
     ap.add_argument("--model", help="GGUF file (a worker's input)")
-    ap.add_argument("--variants", nargs="+", default=["q4_1"],
-                    help="default-model variants: q4_1 q4_0 q8_0, or a llama.cpp recipe (q4_k_m q6_k ...) made by "
-                         "fastgguf quantize (the same bytes as llama-quantize's)")
+    ap.add_argument("--variants", nargs="+", default=DEFAULT_VARIANTS,
+                    help="SmolLM2 recipes (q4_1 is the default model; q4_0 q8_0 q4_k_m q6_k ... are made by fastgguf "
+                         "quantize), catalogue names (gemma3-270m) or .gguf paths")
     ap.add_argument("--threads", nargs="+", type=int, default=None, help="thread counts (default: 1 and all cores)")
     ap.add_argument("--rounds", type=int, default=3)
     ap.add_argument("--gen", type=int, default=128, help="tokens to decode")
+    ap.add_argument("--reference", choices=["auto", "llama-bench", "llama-cpp-python", "none"], default="auto")
+    ap.add_argument("--llama-bench", help="llama-bench binary (default: $LLAMA_BENCH, then PATH)")
+    ap.add_argument("--gemv", action="store_true", help="also each variant's main format's GEMV fraction of bandwidth")
     ap.add_argument("--json", help="save all samples and medians to this file")
     ap.add_argument("--png", help="draw a bar chart of the ratios (needs matplotlib)")
     ap.add_argument("--replot", metavar="JSON", help="only draw --png from an earlier run's --json file")
@@ -202,45 +273,127 @@ def main(argv=None):
         print(json.dumps(fn(a)))
         return 0
 
-    from fastgguf import hub, kernels
+    from fastgguf import kernels
     from fastgguf.engine.model import physical_cores
-    try:
-        import llama_cpp  # noqa: F401
-        engines = ["fastgguf", "llama.cpp"]
-    except ImportError:
-        engines = ["fastgguf"]
-        print("llama-cpp-python is not installed: measuring fastgguf alone. For the head-to-head run\n"
-              "    pip install llama-cpp-python    (builds llama.cpp from source, a few minutes)\n", file=sys.stderr)
+    ref = _pick_reference(a)
+    engines = ["fastgguf"] + (["llama.cpp"] if ref != "none" else [])
+    workers = {"fastgguf": "fastgguf", "llama.cpp": ref}
     threads = a.threads or sorted({1, physical_cores()})
     load_avg = os.getloadavg()[0] if hasattr(os, "getloadavg") else None
     if load_avg is not None and load_avg > 0.5:
         print(f"warning: 1-minute load average is {load_avg:.2f}: other processes share the CPUs, "
               f"expect noisy figures", file=sys.stderr)
-    base = hub.default_model_path()
     results = {"isa": kernels.active(), "cpu": _cpu_model(), "cores": physical_cores(), "load_average": load_avg,
+               "reference": ref, "llama_bench": a.llama_bench,
+               "llama_build_flags": llama_build_flags(a.llama_bench) if ref == "llama-bench" else None,
                "bandwidth_gbs": {nt: bandwidth(nt) for nt in threads}, "rows": []}
     for v in a.variants:
-        path = base if v == "q4_1" else _variant(base, v)
+        path = _variant_path(v)
         bpt = model_bytes_per_token(path)
         for nt in threads:
             samples = {e: [] for e in engines}
             for r in range(a.rounds):
                 for e in (engines if r % 2 == 0 else engines[::-1]):
-                    s = run_worker(e, path, nt, a.gen)
+                    s = run_worker(workers[e], path, nt, a.gen, a.llama_bench)
                     samples[e].append(s)
                     print(f"  {v} t={nt} round {r + 1} {e}: pp512 {s['pp512_tps']:.0f} tg {s['tg_tps']:.1f} tok/s",
                           file=sys.stderr)
             row = {"variant": v, "threads": nt, "bytes_per_token": bpt, "samples": samples}
-            row["agreement"] = _agreement(samples) if len(engines) > 1 else None
+            row["agreement"] = _agreement(samples) if ref == "llama-cpp-python" else None
             results["rows"].append(row)
+    if a.gemv:
+        results["gemv"] = gemv_fractions(sorted({GEMV_FORMATS[v] for v in a.variants if v in GEMV_FORMATS}))
     results["load_average_end"] = os.getloadavg()[0] if hasattr(os, "getloadavg") else None
     _report(results, engines)
+    _summary(results, engines)
     if a.json:
         with open(a.json, "w") as f:
             json.dump(results, f, indent=1)
     if a.png:
         _chart(results, a.png)
     return 0
+
+
+def _pick_reference(a):
+    """The reference engine: what --reference names (an error if missing) or, with auto, the first available."""
+    a.llama_bench = find_llama_bench(a.llama_bench)
+    if a.reference in ("auto", "llama-bench") and a.llama_bench:
+        return "llama-bench"
+    if a.reference in ("auto", "llama-cpp-python"):
+        try:
+            import llama_cpp  # noqa: F401
+            return "llama-cpp-python"
+        except ImportError:
+            if a.reference == "llama-cpp-python":
+                raise SystemExit("llama-cpp-python is not installed (pip install llama-cpp-python)")
+    if a.reference == "llama-bench":
+        raise SystemExit("llama-bench not found: pass --llama-bench PATH or set LLAMA_BENCH "
+                         "(build it with ../shared/tools/build-llama-cpp.sh)")
+    if a.reference == "auto":
+        print("no llama.cpp reference found (llama-bench or llama-cpp-python): measuring fastgguf alone. Build\n"
+              "llama-bench natively (GGML_NATIVE=ON) and pass --llama-bench PATH for the head-to-head run.\n",
+              file=sys.stderr)
+    return "none"
+
+
+def _variant_path(v):
+    """A SmolLM2 recipe's file (made once in the cache), a catalogue model's file, or a .gguf path."""
+    from fastgguf import hub
+    if v.endswith(".gguf") or os.sep in v:
+        return v
+    try:
+        return hub.model_path(v)
+    except Exception:
+        base = hub.default_model_path()
+        return base if v == "q4_1" else _variant(base, v)
+
+
+def gemv_fractions(formats, shape=(24576, 4096), repeats=5):
+    """Single-thread GEMV of each format on a random matrix beyond the last-level cache: GB/s of weight bytes read
+    (median and best of `repeats`) and that as a fraction of the read bandwidth measured just before."""
+    import numpy as np
+    from fastgguf import kernels
+    rows, n = shape
+    rng = np.random.default_rng(0)
+    out = {"shape": list(shape), "bandwidth_gbs": kernels.read_bandwidth(1 << 29), "formats": {}}
+    for fmt in formats:
+        step = (1 << 22) // n
+        w = np.concatenate([kernels.quantize(rng.standard_normal((min(step, rows - r), n), dtype=np.float32) * 0.05,
+                                             fmt) for r in range(0, rows, step)])
+        xq = kernels.quantize(rng.standard_normal(n, dtype=np.float32), kernels.vec_dot_type(fmt))
+        kernels.gemv(w, fmt, xq)
+        times = []
+        for _ in range(repeats):
+            t = time.perf_counter()
+            kernels.gemv(w, fmt, xq)
+            times.append(time.perf_counter() - t)
+        med, best = w.nbytes / statistics.median(times) / 1e9, w.nbytes / min(times) / 1e9
+        out["formats"][fmt] = {"bytes": int(w.nbytes), "gbs": med, "gbs_best": best,
+                               "fraction": med / out["bandwidth_gbs"], "fraction_best": best / out["bandwidth_gbs"]}
+    return out
+
+
+def _summary(results, engines):
+    """The issue's table: per variant and thread count, decode and pp512 tokens/s, fastgguf vs llama.cpp."""
+    print(f"summary ({results.get('cpu')}, {results['isa']}; reference {results['reference']}"
+          + (f", {results['llama_build_flags']}" if results.get("llama_build_flags") else "") + "), medians:")
+    print("| file | threads | decode tg: fastgguf vs llama.cpp | prompt pp512: fastgguf vs llama.cpp |")
+    print("|---|---|---|---|")
+    for row in results["rows"]:
+        cells = []
+        for key in ("tg_tps", "pp512_tps"):
+            m = row["medians"][key]
+            if len(engines) > 1:
+                cells.append(f"{m['fastgguf']:.0f} vs {m['llama.cpp']:.0f} ({m['fastgguf'] / m['llama.cpp']:.2f}x)")
+            else:
+                cells.append(f"{m['fastgguf']:.0f}")
+        print(f"| {row['variant']} | {row['threads']} | {cells[0]} | {cells[1]} |")
+    g = results.get("gemv")
+    if g:
+        print(f"\nGEMV, 1 thread, {g['shape'][0]}x{g['shape'][1]} random weights, read bandwidth "
+              f"{g['bandwidth_gbs']:.1f} GB/s: " + ", ".join(
+                  f"{f} {v['gbs']:.1f} GB/s = {v['fraction']:.2f} (best {v['fraction_best']:.2f})"
+                  for f, v in g["formats"].items()))
 
 
 def _cpu_model():
@@ -294,7 +447,9 @@ def _report(results, engines):
           + ")")
     print("medians (min-max) of fresh processes; ratio = fastgguf / llama.cpp of the medians (>1 is better for tok/s, "
           "<1 better for s and MB), best = the same of the best rounds (less sensitive to other load on the machine)"
-          "\n1st token s = load + an 8-token prompt; decode = 128 greedy tokens, wall clock in Python\n")
+          "\n1st token s = load + an 8-token prompt; decode: fastgguf greedy after an 8-token prompt, wall clock in "
+          f"Python; llama.cpp: {results['reference']}" + (" tg from an empty context, the better of flash attention "
+          "off and on per metric" if results["reference"] == "llama-bench" else "") + "\n")
     hdr = f"{'variant':7} {'thr':>3} {'metric':13} " + " ".join(f"{e:>24}" for e in engines) + \
         ("   ratio    best" if len(engines) > 1 else "")
     print(hdr)
@@ -302,6 +457,8 @@ def _report(results, engines):
     for row in results["rows"]:
         row["medians"], row["best"] = {}, {}
         for key, label, up in METRICS:
+            if any(s.get(key) is None for e in engines for s in row["samples"][e]):
+                continue  # llama-bench reports no load time
             cells, meds, bests = [], [], []
             for e in engines:
                 m, lo, hi = _stats([s[key] for s in row["samples"][e]])
@@ -329,7 +486,8 @@ def _report(results, engines):
                 best = row["best"]["tg_tps"][e] / ceil
                 print(f"{'':7} {'':>3} {'':13} {e}: decode at {frac:.0%} (best round {best:.0%}) of the bandwidth "
                       f"ceiling ({ceil:.0f} tok/s = {bw:.1f} GB/s / {row['bytes_per_token'] / 1e6:.0f} MB)")
-        sw = {e: statistics.median(s.get("involuntary_switches", 0) for s in row["samples"][e]) for e in engines}
+        sw = {e: statistics.median(s["involuntary_switches"] for s in row["samples"][e]) for e in engines
+              if all("involuntary_switches" in s for s in row["samples"][e])}  # not measured for llama-bench
         print(f"{'':7} {'':>3} {'':13} involuntary context switches per run (median): "
               + ", ".join(f"{e} {v:.0f}" for e, v in sw.items()))
         ag = row.get("agreement")
@@ -362,6 +520,7 @@ def _chart(results, png):
     fig, ax = plt.subplots(figsize=(10, 4.8))
     w = 0.8 / len(rows)
     top = bottom = 1.0
+    keys = [k for k in keys if all(k[0] in r["medians"] for r in rows)]  # llama-bench: no load time
     for i, r in enumerate(rows):
         vals = []
         for k, _, inv in keys:
@@ -381,7 +540,7 @@ def _chart(results, png):
     ax.minorticks_off()
     ax.set_ylim(min(0.4, bottom * 0.8), top * 1.4)
     ax.set_ylabel("fastgguf speed / llama.cpp speed (log)")
-    ax.set_title(f"fastgguf vs llama-cpp-python, SmolLM2-135M, medians of {len(rows[0]['samples']['fastgguf'])} "
+    ax.set_title(f"fastgguf vs {results.get('reference', 'llama-cpp-python')}, medians of {len(rows[0]['samples']['fastgguf'])} "
                  f"fresh processes ({results['isa']}, {results['cores']} cores); dashed: 1.25x", fontsize=10)
     ax.legend(fontsize=8, ncol=2)
     fig.tight_layout()
