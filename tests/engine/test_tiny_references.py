@@ -3,8 +3,12 @@ tools/make_tiny_references.py (llama.cpp through llama-cpp-python's bindings, fl
 committed in tests/data/tiny-references.json. The files are rebuilt here, byte for byte, from CASES.
 
 Each case: F32 weights, 2-4 layers, n_embd 64, 4 query heads of 16, vocabulary 100; GQA (2 KV heads) or MHA,
-tied or untied output. Tolerance: llama.cpp's own flash on/off spread on the same file (its flash path rounds Q
-and the softmax-weighted V sum to F16; both keep K/V in F16 as fastgguf does), see test_matches_llama_cpp."""
+tied or untied output. Tolerance: llama.cpp's own flash on/off spread on the same file, see test_matches_llama_cpp.
+
+Where llama.cpp is off, it is llama.cpp: both its attention paths round Q to F16 for the products with the F16 K
+cache (ggml's vec_dot_type of F16 is F16; fastgguf keeps Q in F32), and its flash path also sums V in F16. On these
+files fastgguf equals the float64 oracle (tests/oracle.py) to 1e-4; at llama-longrope n_ctx 256 position 5
+llama.cpp is 0.116 (flash on) and 0.073 (flash off) from both, its own on/off spread there 0.045."""
 import json
 import os
 
@@ -33,6 +37,7 @@ CASES = {
     "mistral-sliding-window": ({"tied": False, "meta": {"attention.sliding_window": 4}}, [256]),
     "llama-linear": ({"scale_linear": 4.0}, [256]),
     "llama-yarn": ({"meta": YARN}, [256]),
+    "llama-longrope": ({"meta": LONGROPE, "extra": longrope_tensors(2)}, [256, 512]),
     "qwen2-gqa-untied": ({"arch": "qwen2", "bias": True, "tied": False}, [256]),
     "qwen2-yarn": ({"arch": "qwen2", "bias": True, "n_head_kv": 4, "meta": YARN}, [256]),
     "qwen3-gqa-tied": ({"arch": "qwen3", "qk_norm": True}, [256]),
@@ -67,17 +72,21 @@ def test_references_cover_the_cases(refs):
 
 @pytest.mark.parametrize("name", sorted(CASES))
 def test_matches_llama_cpp(tmp_path, refs, name):
-    """At every position, over llama.cpp's top-10 ids: |fastgguf - llama.cpp (flash on)| <= 2 x llama.cpp's own
-    largest flash on/off difference on this file + 1e-3 (F16 rounding of K/V computed in a different order), and
-    the same top-1 wherever llama.cpp's top two are further apart than that tolerance."""
+    """Over llama.cpp's top-10 ids at each position, d = max |fastgguf - llama.cpp (flash on)|; s = llama.cpp's
+    own largest flash on/off difference on the file (fa_spread). The median d over positions <= s, the largest
+    <= 3 s + 1e-3 (measured: medians 0.2-0.65 s, largest 0.85-2.5 s; a RoPE slip such as a missing YaRN ramp or
+    magnitude, or the other LongRoPE factors, is 40-1600 s), and the same top-1 wherever llama.cpp's top two are
+    further apart than that bound."""
     path = build(name, tmp_path / f"{name}.gguf")
     m = Model(path, n_threads=2)
     for run in refs["cases"][name]:
         got = m.context(run["n_ctx"]).eval(IDS, all_logits=True)
-        tol = 2 * run["fa_spread"] + 1e-3
+        s = run["fa_spread"]
+        d = []
         for p in run["positions"]:
             row, ids, want = got[p["pos"]], p["top_ids"], np.array(p["top_logits"])
-            diff = np.max(np.abs(row[ids] - want))
-            assert diff <= tol, (name, run["n_ctx"], p["pos"], diff, tol)
-            if want[0] - want[1] > tol:
+            d.append(np.max(np.abs(row[ids] - want)))
+            assert d[-1] <= 3 * s + 1e-3, (name, run["n_ctx"], p["pos"], d[-1], s)
+            if want[0] - want[1] > 3 * s + 1e-3:
                 assert int(np.argmax(row)) == ids[0], (name, run["n_ctx"], p["pos"])
+        assert np.median(d) <= s, (name, run["n_ctx"], np.median(d), s)
