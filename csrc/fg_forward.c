@@ -468,10 +468,16 @@ static void embed_rows(const team *t, const int32_t *tokens, int64_t rows) {
         if (m->embd_scale != 1.0f)
             for (int64_t j = 0; j < E; j++) x[j] *= m->embd_scale;
         if (m->n_rot > 0) {
-            fg_rope_table(s->rope + i * m->n_rot, m->n_rot, t->pos[i], m->rope_base, m->rope_freq_scale, m->rope_freqs);
-            if (m->n_swa > 0)
-                fg_rope_table(s->rope + ((int64_t)s->n_batch + i) * m->n_rot, m->n_rot, t->pos[i], m->rope_base_swa,
-                              m->rope_freq_scale_swa, m->rope_freqs);
+            int long_ctx = m->rope_freqs_long && t->seqs[t->seq[i]]->n_ctx > m->rope_n_ctx_orig;
+            fg_rope_cfg c = {m->rope_base, m->rope_freq_scale, long_ctx ? m->rope_freqs_long : m->rope_freqs,
+                             m->rope_ext_factor, m->rope_attn_factor, m->rope_n_ctx_orig, m->rope_beta_fast,
+                             m->rope_beta_slow};
+            fg_rope_table(s->rope + i * m->n_rot, m->n_rot, t->pos[i], &c);
+            if (m->n_swa > 0) {
+                c.base = m->rope_base_swa;
+                c.freq_scale = m->rope_freq_scale_swa;
+                fg_rope_table(s->rope + ((int64_t)s->n_batch + i) * m->n_rot, m->n_rot, t->pos[i], &c);
+            }
         }
     }
 }

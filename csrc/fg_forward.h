@@ -47,6 +47,11 @@ typedef struct {
     float final_softcap;          /* > 0: logits soft-capped likewise (gemma2); 0: none */
     int n_swa;                    /* window of the sliding-window layers (positions, >= 1 if a layer has swa) */
     float rope_base_swa, rope_freq_scale_swa; /* RoPE of the sliding-window layers */
+    /* RoPE scaling beyond linear (fg_rope_cfg): YaRN (ext_factor 1) and the magnitude factor of YaRN / LongRoPE */
+    float rope_ext_factor, rope_attn_factor, rope_beta_fast, rope_beta_slow;
+    int rope_n_ctx_orig;          /* the training context YaRN's ramp and LongRoPE's long/short choice refer to */
+    const float *rope_freqs_long; /* optional (n_rot/2,) LongRoPE factors used instead of rope_freqs by a sequence
+                                   * whose cache holds more than rope_n_ctx_orig positions (phi3 128k), or NULL */
     fg_mat tok_embd;              /* (n_vocab, n_embd) */
     const float *output_norm;     /* (n_embd,) */
     fg_mat output;                /* (n_vocab, n_embd); may be tok_embd (tied) */

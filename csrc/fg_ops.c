@@ -11,12 +11,31 @@ void fg_rmsnorm(float *out, const float *x, const float *w, int64_t n, float eps
     for (int64_t i = 0; i < n; i++) out[i] = x[i] * s * w[i];
 }
 
-void fg_rope_table(float *cs, int n_rot, int64_t pos, float base, float freq_scale, const float *freq_factors) {
+void fg_rope_yarn_corr_dims(int n_rot, int n_ctx_orig, float base, float beta_fast, float beta_slow, float dims[2]) {
+    const float two_pi = 6.28318530717958647692f;
+    float lo = floorf(n_rot * logf(n_ctx_orig / (beta_fast * two_pi)) / (2 * logf(base)));
+    float hi = ceilf(n_rot * logf(n_ctx_orig / (beta_slow * two_pi)) / (2 * logf(base)));
+    dims[0] = lo > 0 ? lo : 0;
+    dims[1] = hi < n_rot - 1 ? hi : n_rot - 1;
+}
+
+void fg_rope_table(float *cs, int n_rot, int64_t pos, const fg_rope_cfg *c) {
+    float dims[2] = {0, 0}, mscale = c->attn_factor;
+    if (c->ext_factor != 0.0f) {
+        fg_rope_yarn_corr_dims(n_rot, c->n_ctx_orig, c->base, c->beta_fast, c->beta_slow, dims);
+        mscale *= 1.0f + 0.1f * logf(1.0f / c->freq_scale);
+    }
     for (int i = 0; i < n_rot / 2; i++) {
-        double theta = (double)pos * freq_scale * pow((double)base, -2.0 * i / n_rot);
-        if (freq_factors) theta /= freq_factors[i];
-        cs[2 * i] = (float)cos(theta);
-        cs[2 * i + 1] = (float)sin(theta);
+        double extrap = (double)pos * pow((double)c->base, -2.0 * i / n_rot);
+        if (c->freq_factors) extrap /= c->freq_factors[i];
+        double theta = c->freq_scale * extrap;
+        if (c->ext_factor != 0.0f) { /* the ramp: 1 below dims[0] (extrapolate), 0 above dims[1] (interpolate) */
+            float y = (i - dims[0]) / fmaxf(0.001f, dims[1] - dims[0]);
+            double mix = (1.0f - fminf(1.0f, fmaxf(0.0f, y))) * c->ext_factor;
+            theta = theta * (1.0 - mix) + extrap * mix;
+        }
+        cs[2 * i] = (float)cos(theta) * mscale;
+        cs[2 * i + 1] = (float)sin(theta) * mscale;
     }
 }
 

@@ -8,9 +8,24 @@
 /* out (n,) = x / rms(x) * w.  out may alias x. */
 void fg_rmsnorm(float *out, const float *x, const float *w, int64_t n, float eps);
 
-/* RoPE angle table of one position: cs[2*i] = cos(theta_i), cs[2*i+1] = sin(theta_i), i < n_rot/2, with
- * theta_i = pos * freq_scale * base^(-2i/n_rot) / (freq_factors ? freq_factors[i] : 1). */
-void fg_rope_table(float *cs, int n_rot, int64_t pos, float base, float freq_scale, const float *freq_factors);
+/* How a RoPE angle table is made (llama.cpp's ggml rope with rope_yarn, same parameters). */
+typedef struct {
+    float base, freq_scale;    /* theta_i = pos * base^(-2i/n_rot) / freq_factors[i] ("extrapolated"); its
+                                * "interpolated" twin is freq_scale * theta_i */
+    const float *freq_factors; /* (n_rot/2,) divisors or NULL (rope_freqs.weight, LongRoPE factors) */
+    float ext_factor;          /* YaRN: > 0 mixes the two, extrapolated where the ramp over the correction dims
+                                * (from n_ctx_orig, beta_fast, beta_slow) is 1; 0: interpolated only */
+    float attn_factor;         /* cos and sin are multiplied by this (and by 1 + 0.1 ln(1/freq_scale) under YaRN) */
+    int n_ctx_orig;
+    float beta_fast, beta_slow;
+} fg_rope_cfg;
+
+/* YaRN's correction dims (ggml_rope_yarn_corr_dims, in float as there): dims[0] <= i <= dims[1] ramp. */
+void fg_rope_yarn_corr_dims(int n_rot, int n_ctx_orig, float base, float beta_fast, float beta_slow, float dims[2]);
+
+/* RoPE angle table of one position: cs[2*i] = mscale cos(theta_i), cs[2*i+1] = mscale sin(theta_i), i < n_rot/2
+ * (see fg_rope_cfg). */
+void fg_rope_table(float *cs, int n_rot, int64_t pos, const fg_rope_cfg *c);
 
 /* Rotate the first n_rot dims of n_heads heads (head_dim apart) in place. neox = 0: pairs (x[2i], x[2i+1])
  * (llama's "normal" mode); neox = 1: pairs (x[i], x[i + n_rot/2]). */

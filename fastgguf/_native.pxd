@@ -114,6 +114,9 @@ cdef extern from "fg_forward.h" nogil:
         float attn_softcap, final_softcap
         int n_swa
         float rope_base_swa, rope_freq_scale_swa
+        float rope_ext_factor, rope_attn_factor, rope_beta_fast, rope_beta_slow
+        int rope_n_ctx_orig
+        const float *rope_freqs_long
         fg_mat tok_embd
         const float *output_norm
         fg_mat output

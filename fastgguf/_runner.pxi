@@ -66,6 +66,15 @@ cdef class Weights:
         self.m.rope_freq_scale = hp.rope_freq_scale
         self.m.attn_scale = hp.attn_scale
         self.m.rope_freqs = _vec(self, tensors.get("rope_freqs"), hp.n_rot // 2, "rope_freqs")
+        self.m.rope_freqs_long = _vec(self, tensors.get("rope_freqs_long"), hp.n_rot // 2, "rope_freqs_long")
+        self.m.rope_ext_factor = hp.rope_ext_factor
+        self.m.rope_attn_factor = hp.rope_attn_factor
+        self.m.rope_n_ctx_orig = hp.rope_n_ctx_orig
+        self.m.rope_beta_fast = hp.rope_beta_fast
+        self.m.rope_beta_slow = hp.rope_beta_slow
+        if hp.rope_ext_factor != 0 and (hp.rope_n_ctx_orig < 1 or hp.rope_beta_fast <= 0 or hp.rope_beta_slow <= 0):
+            raise ValueError(f"YaRN needs an original context >= 1 and betas > 0, got {hp.rope_n_ctx_orig}, "
+                             f"{hp.rope_beta_fast}, {hp.rope_beta_slow}")
         # the gemma-family options (Hparams fields with defaults that mean "off")
         self.m.embd_scale = hp.embd_scale
         if hp.ffn_act not in ("silu", "gelu_tanh"):

@@ -22,9 +22,18 @@ class Oracle:
         self.n_rot = md.get(f"{a}.rope.dimension_count", self.head_dim)
         self.eps = md.get(f"{a}.attention.layer_norm_rms_epsilon", 1e-5)
         self.base = md.get(f"{a}.rope.freq_base", 10000.0)
-        scale_type = md.get(f"{a}.rope.scaling.type", "none")
-        factor = md.get(f"{a}.rope.scaling.factor", 0.0)
-        self.freq_scale = 1.0 / factor if scale_type == "linear" and factor else 1.0
+        # RoPE scaling (llama.cpp's semantics): no type means linear; a factor (or the legacy scale_linear)
+        # divides the angles unless the type is none. YaRN (Peng et al., "YaRN", sec. 3.2-3.4 / HF transformers'
+        # _compute_yarn_parameters): per frequency, a ramp from extrapolated (fast dims) to interpolated angles
+        # between the dims where beta_fast = 32 and beta_slow = 1 rotations fit the original context, and cos/sin
+        # scaled by 1 + 0.1 ln(factor). LongRoPE (phi3 128k): long factors when the context exceeds the original.
+        # Every type: cos/sin also scaled by rope.scaling.attn_factor.
+        self.scale_type = md.get(f"{a}.rope.scaling.type", "linear")
+        factor = md.get(f"{a}.rope.scaling.factor", md.get(f"{a}.rope.scale_linear", 0.0))
+        self.freq_scale = 1.0 / factor if factor and self.scale_type != "none" else 1.0
+        n_ctx_train = md.get(f"{a}.context_length", 0)
+        self.n_ctx_orig = md.get(f"{a}.rope.scaling.original_context_length", n_ctx_train) or n_ctx_train
+        self.attn_factor = md.get(f"{a}.rope.scaling.attn_factor", 1.0)
         self.neox = a in ("qwen2", "qwen3", "gemma", "gemma2", "gemma3", "phi3")
         # the gemma family (see fastgguf/arch/gemma.py for the facts): embeddings * sqrt(n_embd), GELU (tanh),
         # post-attention/FFN norms, soft-caps (gemma2), sliding-window layers with their own RoPE base (gemma3)
@@ -55,18 +64,28 @@ class Oracle:
     def rmsnorm(self, x, w):
         return x / np.sqrt(np.mean(x * x, axis=-1, keepdims=True) + self.eps) * w
 
-    def rope(self, x, pos, swa=False):
-        """x: (n, heads, head_dim); rotate the first n_rot dims (swa: a sliding-window layer's RoPE)."""
+    def rope(self, x, pos, swa=False, n_ctx=None):
+        """x: (n, heads, head_dim); rotate the first n_rot dims (swa: a sliding-window layer's RoPE; n_ctx: the
+        context size, which picks LongRoPE's factors)."""
         half = self.n_rot // 2
         i = np.arange(half)
-        if swa:
-            inv = self.base_swa ** (-2.0 * i / self.n_rot) * (1.0 if self.arch == "gemma3" else self.freq_scale)
-        else:
-            inv = self.base ** (-2.0 * i / self.n_rot) * self.freq_scale
-        if "rope_freqs.weight" in self.w:
-            inv = inv / self.w["rope_freqs.weight"]
+        base = self.base_swa if swa else self.base
+        scale = 1.0 if swa and self.arch == "gemma3" else self.freq_scale
+        extrap = base ** (-2.0 * i / self.n_rot)
+        for name in ("rope_freqs.weight", "rope_factors_long.weight" if n_ctx and n_ctx > self.n_ctx_orig
+                     else "rope_factors_short.weight"):
+            if name in self.w:
+                extrap = extrap / self.w[name]
+        inv, mscale = extrap * scale, self.attn_factor
+        if self.scale_type == "yarn":
+            def corr_dim(rotations):   # the dim whose wavelength fits `rotations` times into the original context
+                return self.n_rot * np.log(self.n_ctx_orig / (rotations * 2 * np.pi)) / (2 * np.log(base))
+            lo, hi = max(0.0, np.floor(corr_dim(32.0))), min(self.n_rot - 1.0, np.ceil(corr_dim(1.0)))
+            ramp = 1.0 - np.clip((i - lo) / max(0.001, hi - lo), 0.0, 1.0)   # 1: extrapolate, 0: interpolate
+            inv = inv * (1 - ramp) + extrap * ramp
+            mscale *= 1.0 + 0.1 * np.log(1.0 / scale) if scale < 1 else 1.0
         th = pos[:, None] * inv[None, :]                        # (n, half)
-        c, s = np.cos(th)[:, None, :], np.sin(th)[:, None, :]
+        c, s = mscale * np.cos(th)[:, None, :], mscale * np.sin(th)[:, None, :]
         x = x.copy()
         if self.neox:
             a, b = x[..., :half].copy(), x[..., half:self.n_rot].copy()
@@ -76,9 +95,10 @@ class Oracle:
             x[..., 0:self.n_rot:2], x[..., 1:self.n_rot:2] = a * c - b * s, a * s + b * c
         return x
 
-    def forward(self, ids, kv_f16=False):
+    def forward(self, ids, kv_f16=False, n_ctx=None):
         """Logits (len(ids), n_vocab) float64 of ids at positions 0.. (causal). kv_f16: round K (after RoPE) and V
-        to float16 as an F16 KV cache does (to compare engines exactly on tiny F32 models)."""
+        to float16 as an F16 KV cache does (to compare engines exactly on tiny F32 models). n_ctx: the context
+        size (LongRoPE's choice of factors; default len(ids))."""
         W = self.w
         ids = np.asarray(ids)
         n, hd, H, KVH = len(ids), self.head_dim, self.n_head, self.n_head_kv
@@ -98,7 +118,7 @@ class Oracle:
             if p + "attn_q_norm.weight" in W:      # qwen3: per-head RMS norm before RoPE
                 q = self.rmsnorm(q, W[p + "attn_q_norm.weight"])
                 k = self.rmsnorm(k, W[p + "attn_k_norm.weight"])
-            q, k = self.rope(q, pos, self.swa[l]), self.rope(k, pos, self.swa[l])
+            q, k = self.rope(q, pos, self.swa[l], n_ctx or n), self.rope(k, pos, self.swa[l], n_ctx or n)
             v = v.reshape(n, KVH, hd)
             if kv_f16:
                 k, v = k.astype(np.float16).astype(np.float64), v.astype(np.float16).astype(np.float64)

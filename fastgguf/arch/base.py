@@ -39,6 +39,14 @@ class Hparams:
     swa_layers: tuple = ()           # indices of the sliding-window layers
     rope_base_swa: float = 10000.0   # their RoPE base and linear scale
     rope_freq_scale_swa: float = 1.0
+    # RoPE scaling beyond linear (llama.cpp's rope_yarn; see Arch.rope_scaling): YaRN mixes interpolated and
+    # extrapolated angles (ext_factor 1) over correction dims from n_ctx_orig and the betas; cos and sin are
+    # multiplied by attn_factor (YaRN's and LongRoPE's magnitude correction)
+    rope_ext_factor: float = 0.0
+    rope_attn_factor: float = 1.0
+    rope_n_ctx_orig: int = 0         # also: a sequence longer than this uses the LongRoPE long factors
+    rope_beta_fast: float = 32.0
+    rope_beta_slow: float = 1.0
 
 
 class Arch:
@@ -64,7 +72,7 @@ class Arch:
         "bv": "attn_v.bias",
     }
     vectors = ("attn_norm", "ffn_norm", "bq", "bk", "bv", "q_norm", "k_norm", "output_norm", "rope_freqs",
-               "attn_post_norm", "ffn_post_norm")
+               "rope_freqs_long", "attn_post_norm", "ffn_post_norm")
 
     def __init__(self, f):
         self.f = f
@@ -113,19 +121,55 @@ class Arch:
             raise GGUFError(f"{self.name}.{name} must be a string, got {type(v).__name__}")
         return v
 
-    def rope_freq_scale(self):
-        """1 / the linear scaling factor. As llama.cpp: a factor without rope.scaling.type (older converters, or
-        the legacy rope.scale_linear) means linear scaling."""
-        has_factor = f"{self.name}.rope.scaling.factor" in self.md or f"{self.name}.rope.scale_linear" in self.md
-        scaling = self.str_key("rope.scaling.type", "linear" if has_factor else "none")
-        if scaling not in ("none", "linear"):
-            raise GGUFError(f"rope scaling type {scaling!r} is not supported (supported: none, linear, and "
-                            f"llama3-style frequency factors from rope_freqs.weight)")
-        if scaling == "none":
-            return 1.0
-        name = "rope.scaling.factor" if f"{self.name}.rope.scaling.factor" in self.md else "rope.scale_linear"
-        factor = self.float_key(name, 1.0)
-        return 1.0 / factor
+    ROPE_SCALING_TYPES = ("none", "linear", "yarn", "longrope")  # llama.cpp's LLAMA_ROPE_SCALING_TYPES
+
+    def rope_scaling_type(self):
+        """rope.scaling.type; absent means linear (as llama.cpp: then only a factor, if any, scales)."""
+        scaling = self.str_key("rope.scaling.type", "linear")
+        if scaling not in self.ROPE_SCALING_TYPES:
+            hint = (" (llama.cpp has no such type either: Llama 3.x files carry the llama3 factors as "
+                    "rope_freqs.weight, which works)" if scaling == "llama3" else "")
+            raise GGUFError(f"{self.name}.rope.scaling.type {scaling!r} is not supported (supported: "
+                            f"{', '.join(self.ROPE_SCALING_TYPES)}){hint}")
+        return scaling
+
+    def rope_scaling(self, n_ctx_train):
+        """The Hparams fields of RoPE scaling, as llama.cpp derives them (llama-model.cpp load_hparams and
+        llama_context's constructor), in float32 as there:
+          freq_scale = 1 / rope.scaling.factor (or the legacy rope.scale_linear; absent or 0: 1; type none: 1)
+          YaRN: ext_factor 1; n_ctx_orig = rope.scaling.original_context_length (default context_length);
+                attn_factor = mscale(factor) / (1 + 0.1 ln factor), mscale(s) = 1 + 0.1 ln s for s > 1 else 1
+                (the rope op multiplies by 1 + 0.1 ln factor again); beta_fast 32, beta_slow 1.
+          every type: attn_factor *= rope.scaling.attn_factor (default 1; phi3 LongRoPE files carry it).
+        llama.cpp reads rope.scaling.yarn_* (log multiplier, betas, ext/attn factor) only for other
+        architectures (deepseek2, grok, mistral3), so they are ignored here as there."""
+        scaling = self.rope_scaling_type()
+        factor = 0.0
+        for name in ("rope.scaling.factor", "rope.scale_linear"):
+            if f"{self.name}.{name}" in self.md:
+                factor = self.float_key(name, lo_open=False)
+                break
+        f32 = np.float32
+        freq_scale = f32(1.0) if factor == 0.0 or scaling == "none" else f32(1.0) / f32(factor)
+        n_ctx_orig = self.int_key("rope.scaling.original_context_length", n_ctx_train, lo=0, hi=1 << 31) or \
+            n_ctx_train
+        attn_factor, ext_factor = f32(1.0), 0.0
+        if scaling == "yarn":
+            ext_factor = 1.0
+            if n_ctx_orig < 1:
+                raise GGUFError(f"{self.name}: YaRN rope scaling needs rope.scaling.original_context_length or "
+                                f"context_length")
+            fac = f32(1.0) / freq_scale
+            mscale = f32(1.0) if fac <= 1 else f32(0.1) * np.log(fac) + f32(1.0)
+            attn_factor = mscale * (f32(1.0) / (f32(1.0) + f32(0.1) * np.log(fac)))
+        attn_factor *= f32(self.float_key("rope.scaling.attn_factor", 1.0))
+        return {"rope_freq_scale": float(freq_scale), "rope_ext_factor": ext_factor,
+                "rope_attn_factor": float(attn_factor), "rope_n_ctx_orig": n_ctx_orig}
+
+    def longrope_factors(self):
+        """Whether rope_factors_long/short.weight may appear (LongRoPE; llama.cpp: phi3 always, llama with
+        rope.scaling.type longrope)."""
+        return False
 
     def hparams(self):
         """The Hparams of the file; subclasses extend base_hparams() (dataclasses.replace)."""
@@ -160,6 +204,7 @@ class Arch:
             if n_tok > n_vocab:
                 raise GGUFError(f"tokenizer.ggml.tokens has {n_tok} tokens but token_embd.weight only {n_vocab} "
                                 f"rows")
+        n_ctx_train = self.int_key("context_length", 0, lo=0, hi=1 << 31)
         return Hparams(
             arch=self.name,
             n_embd=n_embd,
@@ -173,9 +218,9 @@ class Arch:
             rope_neox=self.rope_neox,
             norm_eps=self.float_key("attention.layer_norm_rms_epsilon", 1e-5),
             rope_base=self.float_key("rope.freq_base", 10000.0),
-            rope_freq_scale=self.rope_freq_scale(),
             attn_scale=1.0 / math.sqrt(head_dim),
-            n_ctx_train=self.int_key("context_length", 0, lo=0, hi=1 << 31),
+            n_ctx_train=n_ctx_train,
+            **self.rope_scaling(n_ctx_train),
         )
 
     # ---- tensors ----
@@ -233,6 +278,14 @@ class Arch:
             "output_norm": take("output_norm", "output_norm.weight"),
             "rope_freqs": take("rope_freqs", "rope_freqs.weight", required=False),
         }
+        if self.longrope_factors():   # LongRoPE: the short factors take rope_freqs' place, the long ones their own
+            short = take("rope_freqs", "rope_factors_short.weight", required=False)
+            long = take("rope_freqs_long", "rope_factors_long.weight", required=False)
+            if (short is None) != (long is None) or (long is not None and out["rope_freqs"] is not None):
+                raise GGUFError(f"{self.f.path}: rope_factors_long.weight and rope_factors_short.weight come "
+                                f"together, and without rope_freqs.weight")
+            if long is not None:
+                out["rope_freqs"], out["rope_freqs_long"] = short, long
         out["output"] = take("output", "output.weight", required=False)
         if out["output"] is None:   # tied embeddings
             out["output"] = out["tok_embd"]

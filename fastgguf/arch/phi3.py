@@ -2,8 +2,10 @@
 q, k and v rows one after another (n_embd + 2 kv_dim rows; separate attn_q/k/v are accepted too), ffn_up holds
 the gate rows then the up rows (2 n_ff): SwiGLU of its two halves. The fused matrices are split into row views
 here, so the forward pass is llama's. Facts from llama.cpp (src/models/phi3.cpp): its sliding window is
-disabled there (phi3 runs with full attention), so it is here; LongRoPE's rope_factors_long/short (the 128k
-variants) are not supported (they are refused as unknown tensors)."""
+disabled there (phi3 runs with full attention), so it is here. The 128k variants (LongRoPE) carry
+rope_factors_long/short.weight and rope.scaling.attn_factor: as llama.cpp (llama_model::get_rope_factors), a
+sequence whose context (Context n_ctx) exceeds rope.scaling.original_context_length uses the long factors, any
+other the short ones; cos and sin are multiplied by the attn factor (Arch.rope_scaling)."""
 from fastgguf.arch.base import Arch, register
 from fastgguf.errors import GGUFError
 
@@ -12,6 +14,9 @@ from fastgguf.errors import GGUFError
 class Phi3(Arch):
     name = "phi3"
     rope_neox = True
+
+    def longrope_factors(self):
+        return True
 
     def __init__(self, f):
         super().__init__(f)

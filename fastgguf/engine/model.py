@@ -9,7 +9,10 @@ used by another thread.
 
 Context size: n_ctx may exceed the model's training context (`n_ctx_train`); that is allowed with a
 RuntimeWarning, since quality usually degrades past it. The KV cache is F16 (as llama.cpp's default): n_layer * n_ctx * 2 *
-kv_dim * 2 bytes (SmolLM2-135M, n_ctx=4096: 94 MB), allocated when the Context is created.
+kv_dim * 2 bytes (SmolLM2-135M, n_ctx=4096: 94 MB), allocated when the Context is created. A LongRoPE model
+(phi3 128k) uses its long RoPE factors in a Context whose n_ctx exceeds its rope.scaling.original_context_length
+and its short ones otherwise, as llama.cpp does per context: the same tokens give other logits in a 4k Context
+than in a 128k one.
 """
 import contextlib
 import os

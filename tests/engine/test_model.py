@@ -302,18 +302,23 @@ def test_rewind_then_continue_matches(model, reference):
 # ---- a tiny synthetic llama (F32 weights: fastgguf must match the float64 oracle almost exactly) ----
 
 def make_tiny(path, *, arch="llama", tied=True, bias=False, rope_freqs=False, scale_linear=None, extra=None,
-              wtype=None, qk_norm=False, seed=0, post_norms=False, n_layer=2, meta=None, fused=False):
-    """meta: more metadata, {key without the arch prefix: int (uint32), float (float32) or list of bools}."""
+              wtype=None, qk_norm=False, seed=0, post_norms=False, n_layer=2, meta=None, fused=False, n_head_kv=2,
+              no_vocab=False, rope_base=10000.0):
+    """meta: more metadata, {key without the arch prefix: int (uint32), float (float32), str or list of bools}.
+    no_vocab: also write what llama.cpp needs to load a file without a tokenizer (tools/make_tiny_references.py)."""
     rng = np.random.default_rng(seed)
-    E, L, H, KVH, F, V, hd = 64, n_layer, 4, 2, 96, 100, 16
+    E, L, H, KVH, F, V, hd = 64, n_layer, 4, n_head_kv, 96, 100, 16
     w = gguf.GGUFWriter(str(path), arch)
+    if no_vocab:
+        w.add_tokenizer_model("no_vocab")
+        w.add_vocab_size(V)
     w.add_block_count(L)
     w.add_context_length(128)
     w.add_embedding_length(E)
     w.add_feed_forward_length(F)
     w.add_head_count(H)
     w.add_head_count_kv(KVH)
-    w.add_rope_freq_base(10000.0)
+    w.add_rope_freq_base(rope_base)
     w.add_layer_norm_rms_eps(1e-5)
     w.add_rope_dimension_count(hd)
     if scale_linear:
@@ -322,6 +327,8 @@ def make_tiny(path, *, arch="llama", tied=True, bias=False, rope_freqs=False, sc
     for k, v in (meta or {}).items():
         if isinstance(v, list):
             w.add_array(f"{arch}.{k}", v)
+        elif isinstance(v, str):
+            w.add_string(f"{arch}.{k}", v)
         elif isinstance(v, float):
             w.add_float32(f"{arch}.{k}", v)
         else:

@@ -1,0 +1,94 @@
+"""Tiny random-weight models of every architecture and RoPE variant against llama.cpp: references made once by
+tools/make_tiny_references.py (llama.cpp through llama-cpp-python's bindings, flash attention on and off) and
+committed in tests/data/tiny-references.json. The files are rebuilt here, byte for byte, from CASES.
+
+Each case: F32 weights, 2-4 layers, n_embd 64, 4 query heads of 16, vocabulary 100; GQA (2 KV heads) or MHA,
+tied or untied output. Tolerance: llama.cpp's own flash on/off spread on the same file, see test_matches_llama_cpp.
+
+Where llama.cpp is off, it is llama.cpp: both its attention paths round Q to F16 for the products with the F16 K
+cache (ggml's vec_dot_type of F16 is F16; fastgguf keeps Q in F32), and its flash path also sums V in F16. On these
+files fastgguf equals the float64 oracle (tests/oracle.py) to 1e-4; at llama-longrope n_ctx 256 position 5
+llama.cpp is 0.116 (flash on) and 0.073 (flash off) from both, its own on/off spread there 0.045."""
+import json
+import os
+
+import numpy as np
+import pytest
+
+gguf = pytest.importorskip("gguf")
+
+from fastgguf.engine.model import Model  # noqa: E402
+from test_model import make_tiny  # noqa: E402
+from test_rope_scaling import llama3_factors, longrope_tensors  # noqa: E402
+
+# the tiny files say context_length 128; the references run at llama.cpp's smallest context, 256 (and 512)
+pytestmark = pytest.mark.filterwarnings("ignore:n_ctx=.*exceeds the model's training context:RuntimeWarning")
+REFS = os.path.join(os.path.dirname(os.path.dirname(os.path.abspath(__file__))), "data", "tiny-references.json")
+IDS = [int(t) for t in np.random.default_rng(7).integers(0, 100, 24)]
+YARN = {"rope.scaling.type": "yarn", "rope.scaling.factor": 4.0, "rope.scaling.original_context_length": 4096}
+# llama.cpp rounds n_ctx up to a multiple of 256, so the LongRoPE switch is tested at 256 (short) / 512 (long)
+LONGROPE = {"rope.scaling.type": "longrope", "rope.scaling.original_context_length": 256,
+            "rope.scaling.attn_factor": 1.19}
+
+# name -> (make_tiny options, context sizes)
+CASES = {
+    "llama-gqa-tied": ({}, [256]),
+    "llama-mha-untied": ({"tied": False, "n_head_kv": 4, "bias": True}, [256]),
+    "llama3-rope-freqs": ({"tied": False, "rope_base": 500000.0,
+                           "extra": {"rope_freqs.weight": llama3_factors(500000.0, 16, old_ctx=64)}}, [256]),
+    "mistral-sliding-window": ({"tied": False, "meta": {"attention.sliding_window": 4}}, [256]),
+    "llama-linear": ({"scale_linear": 4.0}, [256]),
+    "llama-yarn": ({"meta": YARN}, [256]),
+    "llama-longrope": ({"meta": LONGROPE, "extra": longrope_tensors(2)}, [256, 512]),
+    "qwen2-gqa-untied": ({"arch": "qwen2", "bias": True, "tied": False}, [256]),
+    "qwen2-yarn": ({"arch": "qwen2", "bias": True, "n_head_kv": 4, "meta": YARN}, [256]),
+    "qwen3-gqa-tied": ({"arch": "qwen3", "qk_norm": True}, [256]),
+    "gemma": ({"arch": "gemma", "n_head_kv": 4}, [256]),
+    "gemma2": ({"arch": "gemma2", "post_norms": True, "n_layer": 3,
+                "meta": {"attention.sliding_window": 5, "attn_logit_softcapping": 5.0,
+                         "final_logit_softcapping": 8.0}}, [256]),
+    "gemma3": ({"arch": "gemma3", "post_norms": True, "qk_norm": True, "n_layer": 4, "n_head_kv": 4,
+                "meta": {"attention.sliding_window": 4, "attention.sliding_window_pattern": 3,
+                         "rope.freq_base_swa": 100.0}}, [256]),
+    "phi3-mha": ({"arch": "phi3", "fused": True, "tied": False, "n_head_kv": 4}, [256]),
+    "phi3-longrope": ({"arch": "phi3", "fused": True, "tied": False, "n_head_kv": 4, "meta": LONGROPE,
+                       "extra": longrope_tensors()}, [256, 512]),
+}
+
+
+def build(name, path):
+    opts, _ = CASES[name]
+    return make_tiny(path, no_vocab=True, seed=11, **opts)
+
+
+@pytest.fixture(scope="module")
+def refs():
+    with open(REFS) as f:
+        return json.load(f)
+
+
+def test_references_cover_the_cases(refs):
+    assert sorted(refs["cases"]) == sorted(CASES)
+    assert refs["ids"] == IDS
+
+
+@pytest.mark.parametrize("name", sorted(CASES))
+def test_matches_llama_cpp(tmp_path, refs, name):
+    """Over llama.cpp's top-10 ids at each position, d = max |fastgguf - llama.cpp (flash on)|; s = llama.cpp's
+    own largest flash on/off difference on the file (fa_spread). The median d over positions <= s, the largest
+    <= 3 s + 1e-3 (measured: medians 0.2-0.65 s, largest 0.85-2.5 s; a RoPE slip such as a missing YaRN ramp or
+    magnitude, or the other LongRoPE factors, is 40-1600 s), and the same top-1 wherever llama.cpp's top two are
+    further apart than that bound."""
+    path = build(name, tmp_path / f"{name}.gguf")
+    m = Model(path, n_threads=2)
+    for run in refs["cases"][name]:
+        got = m.context(run["n_ctx"]).eval(IDS, all_logits=True)
+        s = run["fa_spread"]
+        d = []
+        for p in run["positions"]:
+            row, ids, want = got[p["pos"]], p["top_ids"], np.array(p["top_logits"])
+            d.append(np.max(np.abs(row[ids] - want)))
+            assert d[-1] <= 3 * s + 1e-3, (name, run["n_ctx"], p["pos"], d[-1], s)
+            if want[0] - want[1] > 3 * s + 1e-3:
+                assert int(np.argmax(row)) == ids[0], (name, run["n_ctx"], p["pos"])
+        assert np.median(d) <= s, (name, run["n_ctx"], np.median(d), s)

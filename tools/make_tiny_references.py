@@ -1,0 +1,98 @@
+#!/usr/bin/env python3
+"""Development-only: llama.cpp's logits for the tiny random-weight models of tests/engine/test_tiny_references.py
+(every architecture and RoPE variant fastgguf runs), into tests/data/tiny-references.json.
+
+    LLAMA_CPP_LIB_PATH=/work/ref/llama/build/bin python tools/make_tiny_references.py [OUT.json]
+
+It builds each case's GGUF with tests' make_tiny (deterministic: seeded weights, the gguf writer), runs it in
+llama.cpp through llama-cpp-python's low-level bindings (the 0.3.36 sdist's llama_cpp package on PYTHONPATH, or
+an install; never a runtime dependency of fastgguf): the case's token ids in one batch, all logits, flash
+attention on (the reference) and off (fa_spread: the largest difference over the reference's top-10 ids, which
+sizes the test's tolerance), at each context size of the case. Stored: the top-10 ids and logits at every
+position."""
+import ctypes
+import json
+import os
+import sys
+import tempfile
+import types
+
+import numpy as np
+
+HERE = os.path.dirname(os.path.abspath(__file__))
+sys.path[:0] = [os.path.join(HERE, "..", "tests"), os.path.join(HERE, "..", "tests", "engine"), os.path.join(HERE, "..")]
+
+
+def import_llama_cpp():
+    try:
+        import diskcache  # noqa: F401  (imported by llama_cpp's package, used only by its prompt cache)
+    except ImportError:
+        sys.modules["diskcache"] = types.ModuleType("diskcache")
+    import llama_cpp
+    return llama_cpp
+
+
+def run(L, path, ids, n_ctx, flash):
+    """llama.cpp's logits (len(ids), n_vocab) for ids at positions 0.. in one batch."""
+    mp = L.llama_model_default_params()
+    model = L.llama_model_load_from_file(path.encode(), mp)
+    if not model:
+        raise RuntimeError(f"llama.cpp could not load {path}")
+    cp = L.llama_context_default_params()
+    cp.n_ctx, cp.n_batch, cp.n_ubatch = n_ctx, n_ctx, n_ctx
+    cp.n_threads = cp.n_threads_batch = 2
+    cp.flash_attn_type = L.LLAMA_FLASH_ATTN_TYPE_ENABLED if flash else L.LLAMA_FLASH_ATTN_TYPE_DISABLED
+    ctx = L.llama_init_from_model(model, cp)
+    n_vocab = L.llama_vocab_n_tokens(L.llama_model_get_vocab(model))
+    batch = L.llama_batch_init(len(ids), 0, 1)
+    try:
+        for i, t in enumerate(ids):
+            batch.token[i], batch.pos[i], batch.n_seq_id[i], batch.logits[i] = t, i, 1, 1
+            batch.seq_id[i][0] = 0
+        batch.n_tokens = len(ids)
+        if L.llama_decode(ctx, batch) != 0:
+            raise RuntimeError("llama_decode failed")
+        out = np.array([np.ctypeslib.as_array(ctypes.cast(L.llama_get_logits_ith(ctx, i),
+                                                          ctypes.POINTER(ctypes.c_float)), shape=(n_vocab,))
+                        for i in range(len(ids))], dtype=np.float32)
+    finally:
+        L.llama_batch_free(batch)
+        L.llama_free(ctx)
+        L.llama_model_free(model)
+    return out
+
+
+def main():
+    out_path = sys.argv[1] if len(sys.argv) > 1 else os.path.join(HERE, "..", "tests", "data",
+                                                                  "tiny-references.json")
+    L = import_llama_cpp()
+    L.llama_backend_init()
+    from test_tiny_references import CASES, IDS, build
+    cases = {}
+    with tempfile.TemporaryDirectory() as tmp:
+        for name in CASES:
+            path = build(name, os.path.join(tmp, f"{name}.gguf"))
+            runs = []
+            for n_ctx in CASES[name][1]:
+                on, off = run(L, path, IDS, n_ctx, True), run(L, path, IDS, n_ctx, False)
+                positions, spread = [], 0.0
+                for pos, row in enumerate(on):
+                    top = np.argsort(-row, kind="stable")[:10]
+                    spread = max(spread, float(np.max(np.abs(row[top] - off[pos][top]))))
+                    positions.append({"pos": pos, "top_ids": [int(t) for t in top],
+                                      "top_logits": [round(float(row[t]), 5) for t in top]})
+                runs.append({"n_ctx": n_ctx, "fa_spread": round(spread, 6), "positions": positions})
+                print(f"{name} n_ctx {n_ctx}: flash on/off spread {spread:.2e}, logit range "
+                      f"{on.min():.2f}..{on.max():.2f}")
+            cases[name] = runs
+    ref = {"engine": f"llama.cpp via llama-cpp-python {L.__version__} low-level bindings "
+                     f"(LLAMA_CPP_LIB_PATH={os.environ.get('LLAMA_CPP_LIB_PATH', '')})",
+           "note": "tests/engine/test_tiny_references.py CASES; top-10 logits at every position, flash "
+                   "attention on; fa_spread = max |flash on - off| over those ids",
+           "ids": IDS, "cases": cases}
+    with open(out_path, "w") as f:
+        json.dump(ref, f, separators=(",", ":"))
+
+
+if __name__ == "__main__":
+    main()
