@@ -233,6 +233,14 @@ class Context:
         with self._guard():
             self._reset()
 
+    def copy_prefix(self, src, n):
+        """Make this context's cache the first n tokens of src's (a Context of the same model) by copying their K/V
+        rows, with no forward pass: a prompt evaluated once serves several continuations."""
+        if not isinstance(src, Context) or src.model is not self.model or src is self:
+            raise ValueError("copy_prefix needs another Context of the same model")
+        with self._guard(), src._guard():
+            self.runner.copy_prefix(src.runner, n)
+
     def rewind(self, n_past):
         """Drop cached tokens after the first n_past."""
         with self._guard():
