@@ -617,7 +617,8 @@ int fg_kv_copy(const fg_model *m, fg_kv *dst, const fg_kv *src, int n) {
     size_t row = (size_t)kv_dim * sizeof(uint16_t);
     for (int il = 0; il < m->n_layer; il++) {
         uint16_t *dk = layer_cache(dst, dst->k_cache, il, kv_dim), *dv = layer_cache(dst, dst->v_cache, il, kv_dim);
-        const uint16_t *sk = layer_cache(src, src->k_cache, il, kv_dim), *sv = layer_cache(src, src->v_cache, il, kv_dim);
+        const uint16_t *sk = layer_cache(src, src->k_cache, il, kv_dim);
+        const uint16_t *sv = layer_cache(src, src->v_cache, il, kv_dim);
         if (!m->layers[il].swa) {
             memcpy(dk, sk, (size_t)n * row);
             memcpy(dv, sv, (size_t)n * row);

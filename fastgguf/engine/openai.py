@@ -215,32 +215,37 @@ def _common(model, body, kind):
     return stream, include_usage, n, params
 
 
-def _prompt_list(model, prompt):
-    """OpenAI's prompt: a string, a list of strings, a list of token ids, or a list of lists of token ids."""
+def _prompt_list(model, prompt, field="prompt"):
+    """OpenAI's prompt (or embedding input: field="input"): a string, a list of strings, a list of token ids, or a
+    list of lists of token ids. Returns a list of token id lists."""
     n_vocab = model.n_vocab
 
     def ids_of(x, where):
         if isinstance(x, str):
             ids = list(model.tokenize(x))
-        elif isinstance(x, list) and all(isinstance(t, int) and not isinstance(t, bool) for t in x):
+        elif isinstance(x, list) and all(_is_int(t) for t in x):
             for t in x:
                 if not 0 <= t < n_vocab:
                     raise APIError(f"{where}: token id {t} is out of range for a vocabulary of {n_vocab}",
-                                   param="prompt")
+                                   param=field)
             ids = list(x)
         else:
-            raise APIError("prompt must be a string, a list of strings, a list of token ids or a list of such "
-                           "lists", param="prompt")
+            raise APIError(f"{field} must be a string, a list of strings, a list of token ids or a list of such "
+                           "lists", param=field)
         if not ids:
-            raise APIError(f"{where} is empty", param="prompt")
+            raise APIError(f"{where} is empty", param=field)
         return ids
     if prompt is None:
-        raise APIError("prompt is required", param="prompt")
-    if isinstance(prompt, str) or (isinstance(prompt, list) and prompt and isinstance(prompt[0], int)):
-        return [ids_of(prompt, "prompt")]
+        raise APIError(f"{field} is required", param=field)
+    if isinstance(prompt, str) or (isinstance(prompt, list) and prompt and _is_int(prompt[0])):
+        return [ids_of(prompt, field)]
     if isinstance(prompt, list) and prompt:
-        return [ids_of(p, f"prompt[{i}]") for i, p in enumerate(prompt)]
-    raise APIError("prompt must be a non-empty string or list", param="prompt")
+        return [ids_of(p, f"{field}[{i}]") for i, p in enumerate(prompt)]
+    raise APIError(f"{field} must be a non-empty string or list", param=field)
+
+
+def _is_int(x):
+    return isinstance(x, int) and not isinstance(x, bool)
 
 
 def prepare_completion(model, body, n_ctx):
@@ -268,7 +273,8 @@ class EmbeddingPrepared:
 
 
 def prepare_embedding(model, body, n_ctx):
-    """/v1/embeddings: input is a string, a list of strings, a list of token ids or a list of such lists."""
+    """/v1/embeddings: input is a string, a list of strings, a list of token ids or a list of such lists (no
+    empty strings: OpenAI refuses them too); each at most n_ctx tokens."""
     if not isinstance(body, Mapping):
         raise APIError("the request body must be a JSON object")
     _check_model(body, model)
@@ -281,42 +287,17 @@ def prepare_embedding(model, body, n_ctx):
         raise APIError(f"dimensions must be {model.n_embd} (this model's embedding size); other sizes are "
                        f"{UNSUPPORTED}", param="dimensions", code="unsupported_parameter")
     inp = body.get("input")
-    if isinstance(inp, str) or (isinstance(inp, list) and inp and _is_int(inp[0])):
-        inputs = [inp]
-    elif isinstance(inp, list) and inp:
-        inputs = inp
-    else:
-        raise APIError("input must be a non-empty string, list of strings, list of token ids or list of such "
-                       "lists", param="input")
-    if len(inputs) > MAX_EMBED_INPUTS:
-        raise APIError(f"input has {len(inputs)} items; at most {MAX_EMBED_INPUTS} are allowed", param="input")
-    prompts = []
-    for i, x in enumerate(inputs):
-        where = "input" if len(inputs) == 1 and x is inp else f"input[{i}]"
-        if isinstance(x, str):
-            if not x:
-                raise APIError(f"{where} is an empty string", param="input")
-            ids = list(model.tokenize(x))
-        elif isinstance(x, list) and x and all(_is_int(t) for t in x):
-            bad = [t for t in x if not 0 <= t < model.n_vocab]
-            if bad:
-                raise APIError(f"{where}: token id {bad[0]} is out of range for a vocabulary of {model.n_vocab}",
-                               param="input")
-            ids = list(x)
-        else:
-            raise APIError(f"{where} must be a non-empty string or a non-empty list of token ids", param="input")
-        if not ids:
-            raise APIError(f"{where} has no tokens", param="input")
+    if inp == "" or (isinstance(inp, list) and "" in inp):
+        raise APIError("input: an empty string cannot be embedded", param="input")
+    if isinstance(inp, list) and len(inp) > MAX_EMBED_INPUTS and not _is_int(inp[0]):
+        raise APIError(f"input has {len(inp)} items; at most {MAX_EMBED_INPUTS} are allowed", param="input")
+    prompts = _prompt_list(model, inp, "input")
+    for i, ids in enumerate(prompts):
         if len(ids) > n_ctx:
-            raise APIError(f"This model's maximum context length is {n_ctx} tokens. However, {where} has "
+            raise APIError(f"This model's maximum context length is {n_ctx} tokens. However, input[{i}] has "
                            f"{len(ids)} tokens. Please reduce the input.", param="input",
                            code="context_length_exceeded")
-        prompts.append(ids)
     return EmbeddingPrepared(prompts, fmt)
-
-
-def _is_int(x):
-    return isinstance(x, int) and not isinstance(x, bool)
 
 
 def embedding_response(model, prep, vectors, usage):
