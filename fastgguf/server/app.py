@@ -296,6 +296,8 @@ def create_app(model, *, parallel=4, n_ctx=None, n_threads=None, api_key=None, m
             ("fastgguf_prompt_tokens_total", "counter", "prompt tokens received (uncached)", m["prompt_tokens"]),
             ("fastgguf_prompt_tokens_evaluated_total", "counter", "prompt tokens evaluated",
              m["prompt_tokens_evaluated"]),
+            ("fastgguf_prompt_tokens_copied_total", "counter", "prompt tokens of n > 1 choices copied, not evaluated",
+             m["prompt_tokens_copied"]),
             ("fastgguf_completion_tokens_total", "counter", "completion tokens generated", m["completion_tokens"]),
             ("fastgguf_requests_total", "counter", "requests accepted", m["requests"]),
             ("fastgguf_request_errors_total", "counter", "requests that failed in the engine", m["errors"]),

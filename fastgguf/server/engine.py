@@ -160,8 +160,8 @@ class Engine:
         self._thread = None
         self._stopping = False
         # metrics (read without the lock: plain ints and floats)
-        self.m = dict(prompt_tokens=0, prompt_tokens_evaluated=0, completion_tokens=0, requests=0, steps=0,
-                      batch_tokens=0, batch_seqs=0, ttft_sum=0.0, ttft_count=0, errors=0)
+        self.m = dict(prompt_tokens=0, prompt_tokens_evaluated=0, prompt_tokens_copied=0, completion_tokens=0,
+                      requests=0, steps=0, batch_tokens=0, batch_seqs=0, ttft_sum=0.0, ttft_count=0, errors=0)
 
     # -- public ------------------------------------------------------------------------------------------------
 
@@ -303,6 +303,7 @@ class Engine:
             else:
                 best.ctx.copy_prefix(src.ctx, len(ids))
             keep, seq.pending, seq.prompt_lps = len(ids), seq.leader.first_logits, seq.leader.prompt_lps
+            self.m["prompt_tokens_copied"] += len(ids)
         elif req.embed or req.prompt_logprobs:  # every prompt row is needed: nothing reused
             best = min(free, key=lambda s: s.ctx.n_past)
             best.ctx.reset()

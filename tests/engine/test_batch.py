@@ -382,7 +382,8 @@ def test_tiny_copy_prefix_continues_like_the_source(tiny):
 
 def test_copy_prefix_sliding_window_ring(tmp_path):
     """A gemma3 model with a window of 7: the ring (7 + 256 rows) has wrapped at 300 positions; the copy (into a
-    context of another n_ctx, so another ring size) continues exactly like the source."""
+    context of another n_ctx, whose ring row of a position is the same since both rings hold 263 rows) continues
+    exactly like the source."""
     from test_model import make_tiny
     path = make_tiny(tmp_path / "g3.gguf", arch="gemma3", post_norms=True, qk_norm=True, n_layer=4,
                      meta={"attention.sliding_window": 7, "attention.sliding_window_pattern": 3,

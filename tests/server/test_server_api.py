@@ -145,9 +145,11 @@ def metric(server, name):
 def test_n2_evaluates_the_prompt_once(server, client, model, model_name):
     ids = list(model.tokenize("A prompt that nobody has sent before, about seven green fruits:"))
     before = metric(server, "fastgguf_prompt_tokens_evaluated_total")
+    copied = metric(server, "fastgguf_prompt_tokens_copied_total")
     r = client.completions.create(model=model_name, prompt=ids, max_tokens=5, temperature=0.9, seed=5, n=2)
     cached = r.usage.prompt_tokens_details.cached_tokens
     assert metric(server, "fastgguf_prompt_tokens_evaluated_total") - before == len(ids) - cached
+    assert metric(server, "fastgguf_prompt_tokens_copied_total") - copied == len(ids)
     assert r.usage.prompt_tokens == len(ids) and cached < len(ids)
     for j in range(2):
         assert r.choices[j].text == model.generate(ids, max_tokens=5, temperature=0.9, seed=5 + j).text

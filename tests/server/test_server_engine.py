@@ -115,6 +115,7 @@ def test_n_choices_evaluate_the_prompt_once(model, parallel):
         before = e.m["prompt_tokens_evaluated"]
         texts, finish, usage = run(e, ids, p, n=3)
         assert e.m["prompt_tokens_evaluated"] - before == len(ids)
+        assert e.m["prompt_tokens_copied"] == 2 * len(ids)  # (with one slot: the same cache, rewound)
         assert usage["prompt_tokens"] == len(ids) and usage["cached_tokens"] == 0
         for j in range(3):
             assert texts[j] == model.generate(ids, p.replace(seed=21 + j)).text, j
