@@ -76,10 +76,9 @@ class Oracle:
             x[..., 0:self.n_rot:2], x[..., 1:self.n_rot:2] = a * c - b * s, a * s + b * c
         return x
 
-    def forward(self, ids, kv_f16=False, hidden=False):
+    def forward(self, ids, kv_f16=False):
         """Logits (len(ids), n_vocab) float64 of ids at positions 0.. (causal). kv_f16: round K (after RoPE) and V
-        to float16 as an F16 KV cache does (to compare engines exactly on tiny F32 models). hidden: return the
-        final hidden states (len(ids), n_embd) instead: the output norm applied, before the lm_head."""
+        to float16 as an F16 KV cache does (to compare engines exactly on tiny F32 models)."""
         W = self.w
         ids = np.asarray(ids)
         n, hd, H, KVH = len(ids), self.head_dim, self.n_head, self.n_head_kv
@@ -129,9 +128,8 @@ class Oracle:
             if p + "post_ffw_norm.weight" in W:
                 o = self.rmsnorm(o, W[p + "post_ffw_norm.weight"])
             x = x + o
-        if hidden:
-            return self.rmsnorm(x, W["output_norm.weight"])
-        lo = self.rmsnorm(x, W["output_norm.weight"]) @ W["output.weight"].T
+        self.last_hidden = self.rmsnorm(x, W["output_norm.weight"])  # final hidden states (len(ids), n_embd)
+        lo = self.last_hidden @ W["output.weight"].T
         if self.final_softcap:
             lo = self.final_softcap * np.tanh(lo / self.final_softcap)
         return lo

@@ -345,7 +345,8 @@ def test_tiny_hidden_matches_oracle(tmp_path):
     model, ids = Model(path, n_threads=2), [5, 17, 3, 99, 42, 8, 0, 61]
     got = forward_batch(model, [(model.context(16), ids)], outputs=["hidden"])[0].astype(np.float64)
     o = Oracle(path)
-    want = o.forward(ids, kv_f16=True, hidden=True)
+    o.forward(ids, kv_f16=True)
+    want = o.last_hidden
     assert np.abs(got - want).max() < 1e-4 * np.abs(want).max()
     logits = model.context(16).eval(ids, all_logits=True)
     assert np.abs(got @ o.w["output.weight"].T - logits).max() < 1e-4 * np.abs(logits).max()
