@@ -505,13 +505,28 @@ static void logits_rows(const team *t, const int32_t *want, int64_t n_out, int c
         for (int64_t i = 0; i < n_out; i++) fg_softcap(logits + i * m->n_vocab + r0, r1 - r0, m->final_softcap);
 }
 
+/* Output rows rows (n,) strictly increasing in [0, n_rows) (NULL allowed when n == 0): 0, else -1. */
+static int check_out_rows(const int32_t *rows, int n, int n_rows) {
+    if (n < 0 || (n > 0 && !rows)) return -1;
+    for (int i = 0; i < n; i++)
+        if (rows[i] < 0 || rows[i] >= n_rows || (i > 0 && rows[i] <= rows[i - 1])) return -1;
+    return 0;
+}
+
+/* hidden (n_out, n_embd) = output_norm(x) of rows want[0..n_out) (numbered as in logits_rows; rows split, no
+ * barrier: it only reads x, like logits_rows, and the next chunk's embed_rows comes after a barrier). */
+static void hidden_out(const team *t, const int32_t *want, int64_t n_out, int c0, float *hidden) {
+    int64_t E = t->m->n_embd, r0, r1;
+    fg_split_rows(n_out, t->nth, t->ith, 1, &r0, &r1);
+    for (int64_t i = r0; i < r1; i++)
+        fg_rmsnorm(hidden + i * E, t->w->x + (int64_t)(want[i] - c0) * E, t->m->output_norm, E, t->m->norm_eps);
+}
+
 /* The checks of fg_forward_multi (see fg_forward.h): 0 when the call is valid, else -1. */
 static int check_rows(const fg_model *m, const fg_work *w, fg_kv *const *seqs, int n_seqs, const int32_t *tokens,
                       const int32_t *seq_of_row, const int32_t *pos_of_row, int n_rows, const int32_t *logit_rows,
-                      int n_logit_rows) {
-    if (n_seqs < 1 || n_rows < 1 || n_logit_rows < 0 || !seqs || !tokens || !seq_of_row || !pos_of_row ||
-        (n_logit_rows > 0 && !logit_rows))
-        return -1;
+                      int n_logit_rows, const int32_t *hidden_rows, int n_hidden_rows) {
+    if (n_seqs < 1 || n_rows < 1 || !seqs || !tokens || !seq_of_row || !pos_of_row) return -1;
     for (int j = 0; j < n_seqs; j++) {
         if (!seqs[j] || !seqs[j]->k_cache || !seqs[j]->v_cache) return -1;
         for (int k = 0; k < j; k++)
@@ -525,15 +540,15 @@ static int check_rows(const fg_model *m, const fg_work *w, fg_kv *const *seqs, i
         while (prev >= 0 && seq_of_row[prev] != j) prev--;
         if (prev >= 0 && pos_of_row[prev] != p - 1) return -1;
     }
-    for (int i = 0; i < n_logit_rows; i++)
-        if (logit_rows[i] < 0 || logit_rows[i] >= n_rows || (i > 0 && logit_rows[i] <= logit_rows[i - 1])) return -1;
-    return 0;
+    return check_out_rows(logit_rows, n_logit_rows, n_rows) || check_out_rows(hidden_rows, n_hidden_rows, n_rows);
 }
 
 int fg_forward_multi(const fg_model *m, fg_work *w, fg_kv *const *seqs, int n_seqs, const int32_t *tokens,
                      const int32_t *seq_of_row, const int32_t *pos_of_row, int n_rows, const int32_t *logit_rows,
-                     int n_logit_rows, float *logits, int n_threads) {
-    if (check_rows(m, w, seqs, n_seqs, tokens, seq_of_row, pos_of_row, n_rows, logit_rows, n_logit_rows) != 0)
+                     int n_logit_rows, float *logits, const int32_t *hidden_rows, int n_hidden_rows, float *hidden,
+                     int n_threads) {
+    if (check_rows(m, w, seqs, n_seqs, tokens, seq_of_row, pos_of_row, n_rows, logit_rows, n_logit_rows, hidden_rows,
+                   n_hidden_rows) != 0)
         return -1;
     int nth = n_threads < 1 ? 1 : (n_threads > w->max_threads ? w->max_threads : n_threads);
 
@@ -556,7 +571,7 @@ int fg_forward_multi(const fg_model *m, fg_work *w, fg_kv *const *seqs, int n_se
         t.pxn = (float *)p;
         t.pxq = p + round64((size_t)w->n_in * sizeof(float));
         t.scores = (float *)(t.pxq + FG_MAX_SLOTS * w->xq_row);
-        int li = 0; /* next entry of logit_rows */
+        int li = 0, hi = 0; /* next entries of logit_rows and hidden_rows */
 
         /* chunks of up to n_batch rows, in row order (a sequence's later rows see its earlier chunks' cache) */
         for (int c = 0; c < n_rows; c += w->n_batch) {
@@ -568,7 +583,9 @@ int fg_forward_multi(const fg_model *m, fg_work *w, fg_kv *const *seqs, int n_se
 
             for (int il = 0; il < m->n_layer; il++) layer_forward(&t, il, rows);
 
-            int l0 = li;
+            int h0 = hi, l0 = li;
+            while (hi < n_hidden_rows && hidden_rows[hi] < c + rows) hi++;
+            if (hi > h0) hidden_out(&t, hidden_rows + h0, hi - h0, c, hidden + (int64_t)h0 * m->n_embd);
             while (li < n_logit_rows && logit_rows[li] < c + rows) li++;
             if (li > l0) logits_rows(&t, logit_rows + l0, li - l0, c, logits + (int64_t)l0 * m->n_vocab);
             if (c + rows < n_rows) {
@@ -593,9 +610,31 @@ int fg_forward(const fg_model *m, fg_state *s, const int32_t *tokens, int n_toke
     }
     fg_kv *seqs[1] = {&s->kv};
     int rc = all_logits ? fg_forward_multi(m, &s->work, seqs, 1, tokens, seq_of_row, pos_of_row, n_tokens, logit_rows,
-                                           n_tokens, logits, n_threads)
+                                           n_tokens, logits, NULL, 0, NULL, n_threads)
                         : fg_forward_multi(m, &s->work, seqs, 1, tokens, seq_of_row, pos_of_row, n_tokens,
-                                           logit_rows + n_tokens - 1, 1, logits, n_threads);
+                                           logit_rows + n_tokens - 1, 1, logits, NULL, 0, NULL, n_threads);
     if (buf != small) free(buf);
     return rc;
+}
+
+int fg_kv_copy(const fg_model *m, fg_kv *dst, const fg_kv *src, int n) {
+    if (n < 0 || n > dst->n_ctx || n > src->n_ctx || dst == src) return -1;
+    int64_t kv_dim = (int64_t)m->n_head_kv * m->head_dim;
+    size_t row = (size_t)kv_dim * sizeof(uint16_t);
+    for (int il = 0; il < m->n_layer; il++) {
+        uint16_t *dk = layer_cache(dst, dst->k_cache, il, kv_dim), *dv = layer_cache(dst, dst->v_cache, il, kv_dim);
+        const uint16_t *sk = layer_cache(src, src->k_cache, il, kv_dim);
+        const uint16_t *sv = layer_cache(src, src->v_cache, il, kv_dim);
+        if (!m->layers[il].swa) {
+            memcpy(dk, sk, (size_t)n * row);
+            memcpy(dv, sv, (size_t)n * row);
+            continue;
+        }
+        int64_t sr = layer_rows(src, il), dr = layer_rows(dst, il);
+        for (int64_t p = n > m->n_swa ? n - m->n_swa : 0; p < n; p++) {
+            memcpy(dk + (p % dr) * kv_dim, sk + (p % sr) * kv_dim, row);
+            memcpy(dv + (p % dr) * kv_dim, sv + (p % sr) * kv_dim, row);
+        }
+    }
+    return 0;
 }

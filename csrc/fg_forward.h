@@ -128,13 +128,22 @@ int fg_forward(const fg_model *m, fg_state *s, const int32_t *tokens, int n_toke
  *   positions (a prompt chunk; causal within it); its cache must hold positions 0..pos-1 of its first row.
  *   logit_rows (n_logit_rows,): strictly increasing rows whose logits are written to logits (n_logit_rows,
  *   n_vocab), in that order.
+ *   hidden_rows (n_hidden_rows,): likewise, rows whose final hidden state output_norm(x) (the lm_head's input)
+ *   is written to hidden (n_hidden_rows, n_embd). A row in neither list pays no lm_head (embeddings).
  * A row's logits are bit-identical whatever the other rows and the number of threads (every op is row-wise; the
  * GEMM of a row equals its GEMV). Returns 0; -1 (nothing done) on bad input: a count < 1 (n_logit_rows < 0), a
  * NULL or repeated cache, a sequence index, token or position out of range (pos >= that cache's n_ctx or
- * w->max_ctx), non-consecutive positions of one sequence, logit rows not increasing or out of range.
+ * w->max_ctx), non-consecutive positions of one sequence, logit or hidden rows not increasing or out of range.
  * n_threads is clamped to [1, w->max_threads]. */
 int fg_forward_multi(const fg_model *m, fg_work *w, fg_kv *const *seqs, int n_seqs, const int32_t *tokens,
                      const int32_t *seq_of_row, const int32_t *pos_of_row, int n_rows, const int32_t *logit_rows,
-                     int n_logit_rows, float *logits, int n_threads);
+                     int n_logit_rows, float *logits, const int32_t *hidden_rows, int n_hidden_rows, float *hidden,
+                     int n_threads);
+
+/* Copy positions [0, n) of every layer's K and V from src to dst (caches of the same model): rows 0..n-1 of a
+ * full-attention layer, and of a sliding-window ring the last m->n_swa of them (all a later query can see), each
+ * to its row in dst's ring. src must hold them (for a ring: src's newest position < n + n_swa_rows - n_swa).
+ * Returns 0; -1 (nothing done) if n < 0, n exceeds either cache's n_ctx, or src == dst. */
+int fg_kv_copy(const fg_model *m, fg_kv *dst, const fg_kv *src, int n);
 
 #endif

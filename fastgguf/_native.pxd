@@ -143,7 +143,9 @@ cdef extern from "fg_forward.h" nogil:
                    int all_logits, int n_threads)
     int fg_forward_multi(const fg_model *m, fg_work *w, fg_kv *const *seqs, int n_seqs, const int32_t *tokens,
                          const int32_t *seq_of_row, const int32_t *pos_of_row, int n_rows,
-                         const int32_t *logit_rows, int n_logit_rows, float *logits, int n_threads)
+                         const int32_t *logit_rows, int n_logit_rows, float *logits, const int32_t *hidden_rows,
+                         int n_hidden_rows, float *hidden, int n_threads)
+    int fg_kv_copy(const fg_model *m, fg_kv *dst, const fg_kv *src, int n)
 
 
 cdef class Weights:

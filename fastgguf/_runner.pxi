@@ -200,6 +200,21 @@ cdef class Runner:
                              f"hold the positions before it (see can_rewind; reset instead)")
         self.n_past = n_past
 
+    def copy_prefix(self, Runner src, int n):
+        """Make this cache the first n positions of src's (K/V rows copied, no forward pass): afterwards n_past == n
+        and tokens == src.tokens[:n]. ValueError if src is this runner or runs other weights, n is outside
+        [0, src.n_past] or over this n_ctx, or src's sliding-window rings no longer hold the positions before n."""
+        if src is self or src.weights is not self.weights:
+            raise ValueError("copy_prefix needs another Runner over the same weights")
+        if n < 0 or n > src.n_past or n > self.n_ctx:
+            raise ValueError(f"cannot copy {n} positions: the source holds {src.n_past}, this cache {self.n_ctx}")
+        if not src.can_rewind(n):
+            raise ValueError(f"the source's sliding-window layers no longer hold the positions before {n}")
+        if fg_kv_copy(&self.weights.m, &self.st.kv, &src.st.kv, n) != 0:
+            raise RuntimeError("fg_kv_copy failed")
+        memcpy(self.ids, src.ids, n * sizeof(int32_t))
+        self.n_past = n
+
     def eval(self, ids, bint all_logits=False):
         """Run ids at positions n_past.. and return float32 logits: (n_vocab,) of the last token, or
         (len(ids), n_vocab) with all_logits."""
@@ -310,13 +325,18 @@ cdef class Workspace:
         return self.w.max_threads
 
 
-def forward_batch(Weights w, Workspace ws, list runners, list token_lists, int n_threads=1):
+_OUTPUTS = ("last", "all", "hidden")
+
+
+def forward_batch(Weights w, Workspace ws, list runners, list token_lists, int n_threads=1, outputs=None):
     """One forward pass over several sequences: runners[i] (a Runner over w, each at most once) gets
     token_lists[i] (a non-empty 1-D sequence of ids) at positions n_past.., all rows in one pass (each weight
-    matrix read once per chunk of up to 256 rows), with the GIL released. Returns a list of float32 (n_vocab,)
-    logits of each sequence's last token (rows of one array). Each runner's n_past, tokens and logits buffer
-    advance as with runner.eval(token_lists[i]), and the logits are bit-identical to that. Raises ValueError /
-    TypeError on bad input (naming the sequence), with no runner changed."""
+    matrix read once per chunk of up to 256 rows), with the GIL released. Returns a list with, per sequence, by
+    outputs[i] (default "last"): "last": float32 (n_vocab,) logits of its last token; "all": (len, n_vocab) logits
+    of every token; "hidden": (len, n_embd) final hidden states output_norm(x) of every token, and no lm_head at
+    all. Each runner's n_past and tokens advance as with runner.eval(token_lists[i]) (its logits buffer too,
+    except with "hidden"), and the results are bit-identical to that. Raises ValueError / TypeError on bad input
+    (naming the sequence), with no runner changed."""
     cdef Py_ssize_t n = len(runners), i
     cdef Runner r
     if n == 0:
@@ -327,6 +347,9 @@ def forward_batch(Weights w, Workspace ws, list runners, list token_lists, int n
         raise ValueError(f"n_threads must be >= 1, got {n_threads}")
     if ws.weights is not w:
         raise ValueError("the workspace belongs to other weights")
+    outs = ["last"] * n if outputs is None else list(outputs)
+    if len(outs) != n or any(o not in _OUTPUTS for o in outs):
+        raise ValueError(f"outputs must be {n} of {', '.join(_OUTPUTS)}, got {outputs!r}")
     rs = list(runners)  # our own references: the list may change while the GIL is released
     seen = set()
     arrays = []
@@ -359,14 +382,27 @@ def forward_batch(Weights w, Workspace ws, list runners, list token_lists, int n
     if total > 0x7FFFFFFF:
         raise ValueError(f"{total} rows in one step is too many")
 
-    # rows: each sequence's tokens in turn; logits of each sequence's last row
+    # rows: each sequence's tokens in turn; logit rows: each "last" sequence's last row and every row of an "all"
+    # one; hidden rows: every row of a "hidden" one
     lens = np.array([a.shape[0] for a in arrays], dtype=np.int64)
+    ends = np.cumsum(lens)
+    kind = np.array([_OUTPUTS.index(o) for o in outs], dtype=np.int8)
+    row_kind = np.repeat(kind, lens)
+    is_last = np.zeros(<Py_ssize_t>total, dtype=bool)
+    is_last[ends - 1] = True
     cdef cnp.ndarray[int32_t, ndim=1] tokens = np.concatenate(arrays)
     cdef cnp.ndarray[int32_t, ndim=1] seq_of_row = np.repeat(np.arange(n, dtype=np.int32), lens)
     cdef cnp.ndarray[int32_t, ndim=1] pos_of_row = np.concatenate(
         [np.arange((<Runner>rs[i]).n_past, (<Runner>rs[i]).n_past + lens[i], dtype=np.int32) for i in range(n)])
-    cdef cnp.ndarray[int32_t, ndim=1] logit_rows = (np.cumsum(lens) - 1).astype(np.int32)
-    cdef cnp.ndarray[float, ndim=2] out = np.empty((n, w.m.n_vocab), dtype=np.float32)
+    cdef cnp.ndarray[int32_t, ndim=1] logit_rows = np.flatnonzero(
+        ((row_kind == 0) & is_last) | (row_kind == 1)).astype(np.int32)
+    cdef cnp.ndarray[int32_t, ndim=1] hidden_rows = np.flatnonzero(row_kind == 2).astype(np.int32)
+    cdef int n_lr = logit_rows.shape[0], n_hr = hidden_rows.shape[0]
+    cdef cnp.ndarray[float, ndim=2] out = np.empty((max(n_lr, 1), w.m.n_vocab), dtype=np.float32)
+    cdef cnp.ndarray[float, ndim=2] hid = np.empty((max(n_hr, 1), w.m.n_embd), dtype=np.float32)
+    cdef int32_t dummy = 0
+    cdef const int32_t *lrp = &logit_rows[0] if n_lr > 0 else &dummy
+    cdef const int32_t *hrp = &hidden_rows[0] if n_hr > 0 else &dummy
     ws.reserve(<int>total, max_ctx, n_threads)
     cdef fg_kv **kvs = <fg_kv **>malloc(n * sizeof(fg_kv *))
     if kvs == NULL:
@@ -376,25 +412,37 @@ def forward_batch(Weights w, Workspace ws, list runners, list token_lists, int n
     cdef int rc, n_rows = <int>total, n_seqs = <int>n
     with nogil:
         rc = fg_forward_multi(&w.m, &ws.w, kvs, n_seqs, &tokens[0], &seq_of_row[0], &pos_of_row[0], n_rows,
-                              &logit_rows[0], n_seqs, &out[0, 0], n_threads)
+                              lrp, n_lr, &out[0, 0], hrp, n_hr, &hid[0, 0], n_threads)
     free(kvs)
     if rc != 0:
         raise RuntimeError("fg_forward_multi failed")
-    cdef int k
+    cdef int k, first = 0, lo_l = 0, lo_h = 0
+    res = []
     for i in range(n):
         r = <Runner>rs[i]
         k = <int>lens[i]
-        memcpy(&r.ids[r.n_past], &tokens[logit_rows[i] - k + 1], k * sizeof(int32_t))
+        memcpy(&r.ids[r.n_past], &tokens[first], k * sizeof(int32_t))
+        first += k
         r.n_past += k
-        memcpy(r.logits, &out[i, 0], w.m.n_vocab * sizeof(float))
-    return [out[i] for i in range(n)]
+        if kind[i] == 2:
+            res.append(hid[lo_h:lo_h + k])
+            lo_h += k
+            continue
+        if kind[i] == 1:
+            res.append(out[lo_l:lo_l + k])
+            lo_l += k
+        else:
+            res.append(out[lo_l])
+            lo_l += 1
+        memcpy(r.logits, &out[lo_l - 1, 0], w.m.n_vocab * sizeof(float))
+    return res
 
 
 def _forward_rows(Weights w, Workspace ws, list runners, tokens, seq_of_row, pos_of_row, logit_rows,
-                  int n_threads=1):
+                  int n_threads=1, hidden_rows=()):
     """Test hook: fg_forward_multi on raw row arrays, with only the array lengths checked here (the C entry
     point validates the rest). The workspace keeps its chunk size (rows are not reserved). Runners' n_past and
-    tokens are not touched. Returns (rc, logits (len(logit_rows), n_vocab))."""
+    tokens are not touched. Returns (rc, logits (len(logit_rows), n_vocab), hidden (len(hidden_rows), n_embd))."""
     cdef Py_ssize_t n = len(runners), i
     rs = list(runners)
     for obj in rs:
@@ -404,20 +452,23 @@ def _forward_rows(Weights w, Workspace ws, list runners, tokens, seq_of_row, pos
     cdef cnp.ndarray[int32_t, ndim=1] sq = np.ascontiguousarray(seq_of_row, dtype=np.int32)
     cdef cnp.ndarray[int32_t, ndim=1] ps = np.ascontiguousarray(pos_of_row, dtype=np.int32)
     cdef cnp.ndarray[int32_t, ndim=1] lr = np.ascontiguousarray(logit_rows, dtype=np.int32)
+    cdef cnp.ndarray[int32_t, ndim=1] hr = np.ascontiguousarray(hidden_rows, dtype=np.int32)
     if n == 0 or tk.shape[0] == 0 or sq.shape[0] != tk.shape[0] or ps.shape[0] != tk.shape[0]:
         raise ValueError("need runners and rows, with tokens, seq_of_row and pos_of_row of one length")
     cdef cnp.ndarray[float, ndim=2] out = np.zeros((max(lr.shape[0], 1), w.m.n_vocab), dtype=np.float32)
+    cdef cnp.ndarray[float, ndim=2] hid = np.zeros((max(hr.shape[0], 1), w.m.n_embd), dtype=np.float32)
     ws.reserve(1, max((<Runner>r).n_ctx for r in rs), n_threads)
     cdef fg_kv **kvs = <fg_kv **>malloc(n * sizeof(fg_kv *))
     if kvs == NULL:
         raise MemoryError()
     for i in range(n):
         kvs[i] = &(<Runner>rs[i]).st.kv
-    cdef int rc, n_rows = tk.shape[0], n_seqs = <int>n, n_lr = lr.shape[0]
+    cdef int rc, n_rows = tk.shape[0], n_seqs = <int>n, n_lr = lr.shape[0], n_hr = hr.shape[0]
     cdef int32_t dummy = 0
     cdef const int32_t *lrp = &lr[0] if n_lr > 0 else &dummy
+    cdef const int32_t *hrp = &hr[0] if n_hr > 0 else &dummy
     with nogil:
         rc = fg_forward_multi(&w.m, &ws.w, kvs, n_seqs, &tk[0], &sq[0], &ps[0], n_rows, lrp, n_lr, &out[0, 0],
-                              n_threads)
+                              hrp, n_hr, &hid[0, 0], n_threads)
     free(kvs)
-    return rc, out[:n_lr]
+    return rc, out[:n_lr], hid[:n_hr]

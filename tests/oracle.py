@@ -148,7 +148,8 @@ class Oracle:
             if p + "post_ffw_norm.weight" in W:
                 o = self.rmsnorm(o, W[p + "post_ffw_norm.weight"])
             x = x + o
-        lo = self.rmsnorm(x, W["output_norm.weight"]) @ W["output.weight"].T
+        self.last_hidden = self.rmsnorm(x, W["output_norm.weight"])  # final hidden states (len(ids), n_embd)
+        lo = self.last_hidden @ W["output.weight"].T
         if self.final_softcap:
             lo = self.final_softcap * np.tanh(lo / self.final_softcap)
         return lo

@@ -38,12 +38,14 @@ def _workspace(model, n_threads):
     return ws
 
 
-def forward_batch(model, items, n_threads=None):
+def forward_batch(model, items, n_threads=None, outputs=None):
     """Evaluate several contexts' new tokens in one forward pass.
 
     items: list of (context, token_ids); each context (of this model, at most once) gets its token_ids (a
     non-empty sequence of ints) after the tokens already in its cache. n_threads: defaults to model.n_threads.
-    Returns a list of float32 (n_vocab,) logits of each item's last token, in the order of items. Raises
+    Returns, in the order of items, what outputs[i] asks for (default "last"): "last": float32 (n_vocab,) logits
+    of the item's last token; "all": (len(ids), n_vocab) logits of each of its tokens; "hidden": (len(ids),
+    n_embd) final hidden states (the output norm applied, the lm_head skipped: embeddings). Raises
     ValueError on bad input (empty list, a context twice, another model's context, a bad token id, a context that
     would overflow its n_ctx; the message names the sequence by its index in items), with nothing changed;
     RuntimeError when a context is in use by another thread."""
@@ -68,4 +70,4 @@ def forward_batch(model, items, n_threads=None):
         for ctx in contexts:
             stack.enter_context(ctx._guard())
         ws = _workspace(model, n_threads)
-        return _forward_batch(model.weights, ws, [c.runner for c in contexts], token_lists, n_threads)
+        return _forward_batch(model.weights, ws, [c.runner for c in contexts], token_lists, n_threads, outputs)

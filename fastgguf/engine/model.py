@@ -78,6 +78,10 @@ class Model:
         return self.hparams.n_vocab
 
     @property
+    def n_embd(self):
+        return self.hparams.n_embd
+
+    @property
     def n_ctx_train(self):
         return self.hparams.n_ctx_train
 
@@ -118,6 +122,18 @@ class Model:
         iterator of chunk dicts with stream=True. See fastgguf.engine.openai."""
         from fastgguf.engine.openai import create_chat_completion
         return create_chat_completion(self, messages, **kwargs)
+
+    def create_embedding(self, input, **kwargs):
+        """OpenAI-style embeddings in-process (llama-cpp-python's name): the dict the server sends for
+        /v1/embeddings. A vector is the final hidden state (after the output norm, before the lm_head) mean-pooled
+        over the input's tokens and L2-normalized. See fastgguf.engine.openai.create_embedding."""
+        from fastgguf.engine.openai import create_embedding
+        return create_embedding(self, input, **kwargs)
+
+    def embed(self, input):
+        """The embedding (list of floats) of a string or token ids; a list of them for a list of inputs."""
+        from fastgguf.engine.openai import embed
+        return embed(self, input)
 
 
 class _Claim:
@@ -235,6 +251,14 @@ class Context:
     def reset(self):
         with self._guard():
             self._reset()
+
+    def copy_prefix(self, src, n):
+        """Make this context's cache the first n tokens of src's (a Context of the same model) by copying their K/V
+        rows, with no forward pass: a prompt evaluated once serves several continuations."""
+        if not isinstance(src, Context) or src.model is not self.model or src is self:
+            raise ValueError("copy_prefix needs another Context of the same model")
+        with self._guard(), src._guard():
+            self.runner.copy_prefix(src.runner, n)
 
     def rewind(self, n_past):
         """Drop cached tokens after the first n_past."""

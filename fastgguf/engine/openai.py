@@ -2,6 +2,7 @@
 
     model.create_completion("Once upon a time", max_tokens=16, temperature=0)          # -> dict
     model.create_chat_completion([{"role": "user", "content": "Hi"}], stream=True)     # -> iterator of chunk dicts
+    model.create_embedding(["a cat sat", "a dog ran"])                                  # -> dict (/v1/embeddings)
 
 The names follow llama-cpp-python; the dicts are exactly what fastgguf's server sends (OpenAI's shapes: id, object,
 created, model, choices[...], usage). The same code turns a request body into (prompts, SamplingParams, options)
@@ -9,6 +10,7 @@ created, model, choices[...], usage). The same code turns a request body into (p
 by SamplingParams, nowhere else) and the Engine's events into responses (`ResponseBuilder`). No web framework is
 imported here.
 """
+import base64
 import math
 import queue
 import threading
@@ -16,12 +18,16 @@ import time
 import uuid
 from collections.abc import Mapping
 
+import numpy as np
+
 from fastgguf.engine.params import SamplingParams, check_logit_bias
 
-__all__ = ["APIError", "prepare_completion", "prepare_chat", "ResponseBuilder", "create_completion",
-           "create_chat_completion", "model_id", "error_body", "usage_dict"]
+__all__ = ["APIError", "prepare_completion", "prepare_chat", "prepare_embedding", "ResponseBuilder",
+           "embedding_response", "create_completion", "create_chat_completion", "create_embedding", "model_id",
+           "error_body", "usage_dict"]
 
 MAX_N = 16
+MAX_EMBED_INPUTS = 2048  # as OpenAI
 UNSUPPORTED = "not supported yet"
 
 # OpenAI request field -> SamplingParams field
@@ -188,6 +194,13 @@ class Prepared:
         self.kind, self.prompts, self.params, self.n = kind, prompts, params, n
         self.logprobs, self.stream, self.include_usage = logprobs, stream, include_usage
         self.echo_texts = echo_texts  # completions with echo: the prompt text per prompt
+        self.prompt_logprobs = echo_texts is not None and logprobs is not None  # echo's tokens get logprobs too
+
+    def request(self, sink, loop=None):
+        """The Engine request of this one."""
+        from fastgguf.server.engine import Request
+        return Request(self.prompts, self.params, sink, n=self.n, logprobs=self.logprobs, loop=loop,
+                       prompt_logprobs=self.prompt_logprobs)
 
 
 def _common(model, body, kind):
@@ -202,32 +215,37 @@ def _common(model, body, kind):
     return stream, include_usage, n, params
 
 
-def _prompt_list(model, prompt):
-    """OpenAI's prompt: a string, a list of strings, a list of token ids, or a list of lists of token ids."""
+def _prompt_list(model, prompt, field="prompt"):
+    """OpenAI's prompt (or embedding input: field="input"): a string, a list of strings, a list of token ids, or a
+    list of lists of token ids. Returns a list of token id lists."""
     n_vocab = model.n_vocab
 
     def ids_of(x, where):
         if isinstance(x, str):
             ids = list(model.tokenize(x))
-        elif isinstance(x, list) and all(isinstance(t, int) and not isinstance(t, bool) for t in x):
+        elif isinstance(x, list) and all(_is_int(t) for t in x):
             for t in x:
                 if not 0 <= t < n_vocab:
                     raise APIError(f"{where}: token id {t} is out of range for a vocabulary of {n_vocab}",
-                                   param="prompt")
+                                   param=field)
             ids = list(x)
         else:
-            raise APIError("prompt must be a string, a list of strings, a list of token ids or a list of such "
-                           "lists", param="prompt")
+            raise APIError(f"{field} must be a string, a list of strings, a list of token ids or a list of such "
+                           "lists", param=field)
         if not ids:
-            raise APIError(f"{where} is empty", param="prompt")
+            raise APIError(f"{where} is empty", param=field)
         return ids
     if prompt is None:
-        raise APIError("prompt is required", param="prompt")
-    if isinstance(prompt, str) or (isinstance(prompt, list) and prompt and isinstance(prompt[0], int)):
-        return [ids_of(prompt, "prompt")]
+        raise APIError(f"{field} is required", param=field)
+    if isinstance(prompt, str) or (isinstance(prompt, list) and prompt and _is_int(prompt[0])):
+        return [ids_of(prompt, field)]
     if isinstance(prompt, list) and prompt:
-        return [ids_of(p, f"prompt[{i}]") for i, p in enumerate(prompt)]
-    raise APIError("prompt must be a non-empty string or list", param="prompt")
+        return [ids_of(p, f"{field}[{i}]") for i, p in enumerate(prompt)]
+    raise APIError(f"{field} must be a non-empty string or list", param=field)
+
+
+def _is_int(x):
+    return isinstance(x, int) and not isinstance(x, bool)
 
 
 def prepare_completion(model, body, n_ctx):
@@ -240,6 +258,79 @@ def prepare_completion(model, body, n_ctx):
     _fit(prompts, params, n_ctx)
     echo_texts = [model.detokenize(p) for p in prompts] if echo else None
     return Prepared("text_completion", prompts, params, n, lp, stream, include_usage, echo_texts)
+
+
+class EmbeddingPrepared:
+    """A validated /v1/embeddings request: prompts (token id lists), encoding_format ("float" or "base64")."""
+    stream = False
+
+    def __init__(self, prompts, encoding_format):
+        self.prompts, self.encoding_format = prompts, encoding_format
+
+    def request(self, sink, loop=None):
+        from fastgguf.server.engine import Request
+        return Request(self.prompts, None, sink, loop=loop, embed=True)
+
+
+def prepare_embedding(model, body, n_ctx):
+    """/v1/embeddings: input is a string, a list of strings, a list of token ids or a list of such lists (no
+    empty strings: OpenAI refuses them too); each at most n_ctx tokens."""
+    if not isinstance(body, Mapping):
+        raise APIError("the request body must be a JSON object")
+    _check_model(body, model)
+    fmt = body.get("encoding_format")
+    fmt = "float" if fmt is None else fmt
+    if fmt not in ("float", "base64"):
+        raise APIError(f"encoding_format must be 'float' or 'base64', got {fmt!r}", param="encoding_format")
+    dims = body.get("dimensions")
+    if dims is not None and dims != model.n_embd:
+        raise APIError(f"dimensions must be {model.n_embd} (this model's embedding size); other sizes are "
+                       f"{UNSUPPORTED}", param="dimensions", code="unsupported_parameter")
+    inp = body.get("input")
+    if inp == "" or (isinstance(inp, list) and "" in inp):
+        raise APIError("input: an empty string cannot be embedded", param="input")
+    if isinstance(inp, list) and len(inp) > MAX_EMBED_INPUTS and not _is_int(inp[0]):
+        raise APIError(f"input has {len(inp)} items; at most {MAX_EMBED_INPUTS} are allowed", param="input")
+    prompts = _prompt_list(model, inp, "input")
+    for i, ids in enumerate(prompts):
+        if len(ids) > n_ctx:
+            raise APIError(f"This model's maximum context length is {n_ctx} tokens. However, input[{i}] has "
+                           f"{len(ids)} tokens. Please reduce the input.", param="input",
+                           code="context_length_exceeded")
+    return EmbeddingPrepared(prompts, fmt)
+
+
+def embedding_response(model, prep, vectors, usage):
+    """OpenAI's /v1/embeddings response: vectors (float32 (n_embd,) per input, in order), usage from the Engine."""
+    data = []
+    for i, v in enumerate(vectors):
+        v = np.asarray(v, dtype="<f4")
+        emb = base64.b64encode(v.tobytes()).decode("ascii") if prep.encoding_format == "base64" else v.tolist()
+        data.append({"object": "embedding", "index": i, "embedding": emb})
+    n = usage["prompt_tokens"]
+    return {"object": "list", "data": data, "model": model_id(model),
+            "usage": {"prompt_tokens": n, "total_tokens": n}}
+
+
+class EmbeddingCollector:
+    """Engine events of an embedding request -> the response dict (`feed(events)`, then `final()`)."""
+
+    def __init__(self, model, prep):
+        self.model, self.prep = model, prep
+        self.vectors = [None] * len(prep.prompts)
+        self.usage = None
+
+    def feed(self, events):
+        for ev in events:
+            if ev[0] == "embedding":
+                self.vectors[ev[1]] = ev[2]
+            elif ev[0] == "done":
+                self.usage = ev[1]
+            elif ev[0] == "error":
+                raise ev[1]
+
+    def final(self):
+        return embedding_response(self.model, self.prep, self.vectors, self.usage)
 
 
 _ROLES = {"system": "system", "developer": "system", "user": "user", "assistant": "assistant", "tool": "tool"}
@@ -321,6 +412,7 @@ class ResponseBuilder:
         self.lps = [[] for _ in range(n)]
         self.offsets = [0] * n
         self.finish = [None] * n
+        self.prompt_lps = [None] * n  # echo with logprobs: the prompt tokens' entries per choice
         self.usage = None
         self.error = None
         self.started = False
@@ -347,14 +439,24 @@ class ResponseBuilder:
         return out
 
     def _cmpl_lp(self, entries, index):
+        """Completions' logprobs of entries (token_id, logprob, top); the echoed prompt's first token has
+        logprob and top None (null, as OpenAI and llama-cpp-python)."""
         d = {"tokens": [], "token_logprobs": [], "top_logprobs": [], "text_offset": []}
         for tid, lp, top in entries:
             s, _ = self._tok(tid)
             d["tokens"].append(s)
-            d["token_logprobs"].append(_finite(lp))
-            d["top_logprobs"].append({self._tok(t2)[0]: _finite(lp2) for t2, lp2 in top})
+            d["token_logprobs"].append(None if lp is None else _finite(lp))
+            d["top_logprobs"].append(None if top is None else {self._tok(t2)[0]: _finite(lp2) for t2, lp2 in top})
             d["text_offset"].append(self.offsets[index])
             self.offsets[index] += len(s)
+        return d
+
+    def _echo_lp(self, i):
+        """The echoed prompt's logprobs of choice i (offsets from 0); generated tokens' offsets then start after
+        the echoed text."""
+        self.offsets[i] = 0
+        d = self._cmpl_lp(self.prompt_lps[i], i)
+        self.offsets[i] = len(self.prep.echo_texts[i // self.prep.n])
         return d
 
     def _head(self, obj):
@@ -381,9 +483,14 @@ class ResponseBuilder:
                     if self.chat:
                         out.append(self._chunk([{"index": i, "delta": {"role": "assistant", "content": ""},
                                                  "logprobs": None, "finish_reason": None}]))
-                    elif self.prep.echo_texts:
+                    elif self.prep.echo_texts and not self.prep.prompt_logprobs:
                         out.append(self._chunk([{"index": i, "text": self.texts[i], "logprobs": None,
                                                  "finish_reason": None}]))
+            elif kind == "prompt_logprobs":  # the echo, now with its logprobs
+                _, i, entries = ev
+                self.prompt_lps[i] = entries
+                out.append(self._chunk([{"index": i, "text": self.prep.echo_texts[i // self.prep.n],
+                                         "logprobs": self._echo_lp(i), "finish_reason": None}]))
             elif kind == "delta":
                 _, i, text, lps = ev
                 self.texts[i] += text
@@ -422,6 +529,8 @@ class ResponseBuilder:
                 self.texts[i] += text
                 if lps is not None:
                     self.lps[i].extend(lps)
+            elif kind == "prompt_logprobs":
+                self.prompt_lps[ev[1]] = ev[2]
             elif kind == "finish":
                 self.finish[ev[1]] = ev[2]
             elif kind == "done":
@@ -439,9 +548,13 @@ class ResponseBuilder:
                 choices.append({"index": i, "message": {"role": "assistant", "content": text}, "logprobs": lp,
                                 "finish_reason": self.finish[i]})
             else:
+                lp = None
                 if want_lp:
                     self.offsets[i] = len(self.prep.echo_texts[i // self.prep.n]) if self.prep.echo_texts else 0
-                lp = self._cmpl_lp(self.lps[i], i) if want_lp else None
+                    head = self._echo_lp(i) if self.prompt_lps[i] is not None else None
+                    lp = self._cmpl_lp(self.lps[i], i)
+                    if head is not None:
+                        lp = {k: head[k] + lp[k] for k in lp}
                 choices.append({"index": i, "text": text, "logprobs": lp, "finish_reason": self.finish[i]})
         r = self._head(self.prep.kind if self.chat else "text_completion")
         r["choices"] = choices
@@ -470,13 +583,17 @@ def default_engine(model):
         return eng
 
 
+def builder(model, prep):
+    """The events -> response shaper of a prepared request."""
+    return EmbeddingCollector(model, prep) if isinstance(prep, EmbeddingPrepared) else ResponseBuilder(model, prep)
+
+
 def run(model, prep, engine=None):
     """Submit a prepared request; returns the response dict, or an iterator of chunk dicts when prep.stream."""
-    from fastgguf.server.engine import Request
     engine = engine or default_engine(model)
     q = queue.SimpleQueue()
-    req = Request(prep.prompts, prep.params, q.put, n=prep.n, logprobs=prep.logprobs)
-    b = ResponseBuilder(model, prep)
+    req = prep.request(q.put)
+    b = builder(model, prep)
     engine.submit(req)
 
     if not prep.stream:
@@ -513,3 +630,21 @@ def create_chat_completion(model, messages, *, engine=None, **kwargs):
     """OpenAI /v1/chat/completions in-process (see create_completion)."""
     eng = engine or default_engine(model)
     return run(model, prepare_chat(model, _body(kwargs, messages=messages), eng.n_ctx), eng)
+
+
+def create_embedding(model, input, *, engine=None, **kwargs):
+    """OpenAI /v1/embeddings in-process (llama-cpp-python's name): input is a string, a list of strings, token
+    ids or lists of token ids; keywords: encoding_format ("float" or "base64"), model, dimensions. Each vector is
+    the model's final hidden state (after the output norm, before the lm_head) mean-pooled over the input's
+    tokens and L2-normalized. Returns the dict the server sends."""
+    eng = engine or default_engine(model)
+    return run(model, prepare_embedding(model, _body(kwargs, input=input), eng.n_ctx), eng)
+
+
+def embed(model, input, *, engine=None):
+    """The embedding (a list of floats) of a string or of a list of token ids; for a list of strings (or of id
+    lists), a list of them. See create_embedding."""
+    r = create_embedding(model, input, engine=engine)
+    vecs = [d["embedding"] for d in r["data"]]
+    single = isinstance(input, str) or (isinstance(input, list) and input and _is_int(input[0]))
+    return vecs[0] if single else vecs

@@ -17,7 +17,7 @@ from starlette.exceptions import HTTPException as StarletteHTTPException
 
 from fastgguf.engine import openai as oa
 from fastgguf.server import schemas as S
-from fastgguf.server.engine import Engine, Request as EngineRequest
+from fastgguf.server.engine import Engine
 
 __all__ = ["create_app"]
 
@@ -171,8 +171,8 @@ def create_app(model, *, parallel=4, n_ctx=None, n_threads=None, api_key=None, m
     async def _generate(http_req, prep):
         loop = asyncio.get_running_loop()
         q = asyncio.Queue()
-        req = EngineRequest(prep.prompts, prep.params, q.put_nowait, n=prep.n, logprobs=prep.logprobs, loop=loop)
-        b = oa.ResponseBuilder(model, prep)
+        req = prep.request(q.put_nowait, loop)
+        b = oa.builder(model, prep)
         try:
             eng.submit(req)
         except Exception as e:  # noqa: BLE001 - QueueFull -> 429, a prompt that does not fit -> 400
@@ -249,11 +249,12 @@ def create_app(model, *, parallel=4, n_ctx=None, n_threads=None, api_key=None, m
         prep = oa.prepare_completion(model, body.model_dump(exclude_none=True), eng.n_ctx)
         return await _generate(request, prep)
 
-    @route("POST", "/v1/embeddings", response_model=S.ErrorResponse)
-    async def embeddings(body: S.EmbeddingRequest):
-        oa._check_model(body.model_dump(exclude_none=True), model)
-        raise oa.APIError(f"embeddings are {oa.UNSUPPORTED}: the forward pass does not return hidden states",
-                          code="unsupported_endpoint")
+    @route("POST", "/v1/embeddings", response_model=S.EmbeddingResponse,
+           description="Each vector is the model's final hidden state (after the output norm, before the lm_head), "
+                       "mean-pooled over the input's tokens and L2-normalized; batched with generation.")
+    async def embeddings(body: S.EmbeddingRequest, request: Request):
+        prep = oa.prepare_embedding(model, body.model_dump(exclude_none=True), eng.n_ctx)
+        return await _generate(request, prep)
 
     # -- models, tokens, health, metrics -----------------------------------------------------------------------
 
@@ -295,6 +296,8 @@ def create_app(model, *, parallel=4, n_ctx=None, n_threads=None, api_key=None, m
             ("fastgguf_prompt_tokens_total", "counter", "prompt tokens received (uncached)", m["prompt_tokens"]),
             ("fastgguf_prompt_tokens_evaluated_total", "counter", "prompt tokens evaluated",
              m["prompt_tokens_evaluated"]),
+            ("fastgguf_prompt_tokens_copied_total", "counter", "prompt tokens of n > 1 choices copied, not evaluated",
+             m["prompt_tokens_copied"]),
             ("fastgguf_completion_tokens_total", "counter", "completion tokens generated", m["completion_tokens"]),
             ("fastgguf_requests_total", "counter", "requests accepted", m["requests"]),
             ("fastgguf_request_errors_total", "counter", "requests that failed in the engine", m["errors"]),

@@ -3,11 +3,14 @@
 One thread owns the model, the slots (`parallel` Contexts, each one live sequence and its KV cache) and the batch.
 Each step it:
   1. admits queued sequences into free slots (the idle slot whose cached tokens share the longest prefix with the
-     prompt is chosen, and only the rest is evaluated: `usage.prompt_tokens_details.cached_tokens`),
+     prompt is chosen, and only the rest is evaluated: `usage.prompt_tokens_details.cached_tokens`); the later
+     choices of an n > 1 request wait until the first has evaluated the prompt, then copy its KV rows
+     (Context.copy_prefix) and sample their first token from its logits: the prompt is evaluated once,
   2. drops cancelled requests (a client that went away frees its slots within one step),
   3. gives every sequence its next tokens: a chunk of at most `chunk` prompt tokens while prefilling (a long prompt
      never stalls the others for more than one chunk), else its last sampled token,
-  4. runs ONE `forward_batch` for all of them,
+  4. runs ONE `forward_batch` for all of them (an embedding input asks for its rows' hidden states and pays no
+     lm_head; a completion with echo and logprobs asks for every prompt row's logits),
   5. samples each decoding sequence with its own Sampler (its own SamplingParams and seed), detokenizes with a
      streaming decoder and holds back possible stop strings (`StopText`, shared with generate()),
   6. hands the step's events to their consumers: one `loop.call_soon_threadsafe` per asyncio loop, or a direct call
@@ -22,6 +25,10 @@ Events (tuples) a request's sink receives, in order:
   ("delta", index, text, logprobs)            text of choice `index` (may be ""), logprobs: list of
                                               (token_id, logprob, [(id, logprob), ...]) or None
   ("finish", index, finish_reason)            choice `index` ended ("stop" or "length")
+  ("prompt_logprobs", index, logprobs)        (echo with logprobs) the prompt tokens of choice `index`: a list
+                                              as in "delta", the first token's entry (token_id, None, None)
+  ("embedding", index, vector)                (embedding requests) float32 (n_embd,) of input `index`: the final
+                                              hidden states mean-pooled over its tokens, L2-normalized
   ("done", usage)                             every choice ended: {"prompt_tokens", "completion_tokens",
                                               "cached_tokens"}
   ("error", exception)                        the request failed (no "done" follows)
@@ -57,15 +64,20 @@ _ids = itertools.count(1)
 
 class Request:
     """One API request: `prompts` (lists of token ids), `n` choices per prompt (choice index = prompt * n + j, seed
-    + j), params (SamplingParams), logprobs (None: off; k >= 0: the chosen token's logprob and the k best).
-    `sink(events)` receives lists of events; with `loop` (asyncio) it is called in that loop's thread."""
+    + j), params (SamplingParams), logprobs (None: off; k >= 0: the chosen token's logprob and the k best);
+    prompt_logprobs: also the prompt tokens' (echo); embed: an embedding request (one "embedding" event per
+    prompt, nothing sampled; params, n and logprobs unused). `sink(events)` receives lists of events; with `loop`
+    (asyncio) it is called in that loop's thread."""
 
-    def __init__(self, prompts, params, sink, *, n=1, logprobs=None, loop=None):
+    def __init__(self, prompts, params, sink, *, n=1, logprobs=None, loop=None, prompt_logprobs=False,
+                 embed=False):
         self.id = next(_ids)
         self.prompts = [list(p) for p in prompts]
         self.params = SamplingParams.from_args(params)
-        self.n = int(n)
+        self.embed = bool(embed)
+        self.n = 1 if self.embed else int(n)
         self.logprobs = logprobs
+        self.prompt_logprobs = bool(prompt_logprobs) and logprobs is not None and not self.embed
         self.sink = sink
         self.loop = loop
         self.cancelled = False
@@ -86,10 +98,16 @@ class Request:
 class _Seq:
     """One choice of a request, in a slot."""
     __slots__ = ("req", "index", "prompt", "sampler", "decoder", "stopper", "slot", "pos", "next_tok", "n_sampled",
-                 "n_out", "max_tokens")
+                 "n_out", "max_tokens", "leader", "home", "first_logits", "pending", "rows", "prompt_lps")
 
-    def __init__(self, req, index, prompt):
+    def __init__(self, req, index, prompt, leader=None):
         self.req, self.index, self.prompt = req, index, prompt
+        self.leader = leader      # choice 0 of the same prompt, for the later choices of an n > 1 request
+        self.home = None          # the slot it was placed in (kept after it is freed: the KV its followers copy)
+        self.first_logits = None  # (n_vocab,) of the prompt's last token, kept by a leader for its followers
+        self.pending = None       # logits a copied follower samples its first token from, without a forward row
+        self.rows = []            # embedding: the hidden states (rows, n_embd) of its chunks so far
+        self.prompt_lps = None    # echo with logprobs: entries of the prompt tokens scored so far
         self.slot = None
         self.pos = 0        # prompt tokens in the slot's KV cache
         self.next_tok = -1  # sampled, not yet evaluated
@@ -142,8 +160,8 @@ class Engine:
         self._thread = None
         self._stopping = False
         # metrics (read without the lock: plain ints and floats)
-        self.m = dict(prompt_tokens=0, prompt_tokens_evaluated=0, completion_tokens=0, requests=0, steps=0,
-                      batch_tokens=0, batch_seqs=0, ttft_sum=0.0, ttft_count=0, errors=0)
+        self.m = dict(prompt_tokens=0, prompt_tokens_evaluated=0, prompt_tokens_copied=0, completion_tokens=0,
+                      requests=0, steps=0, batch_tokens=0, batch_seqs=0, ttft_sum=0.0, ttft_count=0, errors=0)
 
     # -- public ------------------------------------------------------------------------------------------------
 
@@ -169,7 +187,10 @@ class Engine:
         for p in req.prompts:
             if not 1 <= len(p) <= self.n_ctx:
                 raise ValueError(f"a prompt of {len(p)} tokens does not fit a context of {self.n_ctx} tokens")
-        seqs = [_Seq(req, i * req.n + j, p) for i, p in enumerate(req.prompts) for j in range(req.n)]
+        seqs = []
+        for i, p in enumerate(req.prompts):
+            seqs.append(_Seq(req, i * req.n, p))
+            seqs += [_Seq(req, i * req.n + j, p, leader=seqs[-1]) for j in range(1, req.n)]
         with self._cond:
             if self.queued_requests() >= self.max_queue:
                 raise QueueFull(f"the server is busy: {self.max_queue} requests are queued", retry_after=1)
@@ -244,31 +265,67 @@ class Engine:
 
     def _admit(self, out):
         with self._cond:
-            while self._queue and self._queue[0].req.cancelled:
-                self._queue.popleft().req.state = "done"
+            waiting = []  # later choices whose first choice has not evaluated the prompt yet
             while self._queue:
+                seq = self._queue.popleft()
+                if seq.req.cancelled:
+                    seq.req.state = "done"
+                    continue
+                if seq.leader is not None and seq.leader.first_logits is None:
+                    waiting.append(seq)
+                    continue
                 free = [s for s in self._slots if s.seq is None]
                 if not free and len(self._slots) < self.parallel:
                     slot = _Slot(self.model.context(n_ctx=self.n_ctx, n_threads=self.n_threads))
                     self._slots.append(slot)
                     free = [slot]
                 if not free:
+                    self._queue.appendleft(seq)
                     break
-                seq = self._queue.popleft()
-                if seq.req.cancelled:
-                    seq.req.state = "done"
-                    continue
                 self._place(seq, free, out)
+            self._queue.extendleft(reversed(waiting))
+
+    def _copy_source(self, seq):
+        """The slot holding seq's prompt evaluated by its leader (still there: not reset or rewound), or None."""
+        src = seq.leader.home if seq.leader is not None else None
+        n = len(seq.prompt)
+        if src is None or src.ctx.n_past < n or not src.ctx.runner.can_rewind(n):
+            return None
+        return src if src.ctx.tokens[:n] == seq.prompt else None
 
     def _place(self, seq, free, out):
         req, ids = seq.req, seq.prompt
-        best = max(free, key=lambda s: (reusable_prefix(s.ctx, ids), -s.ctx.n_past))
-        keep = reusable_prefix(best.ctx, ids)
-        if keep == 0:
+        src = self._copy_source(seq)
+        if src is not None:  # a later choice: the leader's KV rows and last logits, no prompt row evaluated
+            best = min(free, key=lambda s: (s is src, s.ctx.n_past))  # the source itself only as a last resort
+            if best is src:
+                best.ctx.rewind(len(ids))
+            else:
+                best.ctx.copy_prefix(src.ctx, len(ids))
+            keep, seq.pending, seq.prompt_lps = len(ids), seq.leader.first_logits, seq.leader.prompt_lps
+            self.m["prompt_tokens_copied"] += len(ids)
+        elif req.embed or req.prompt_logprobs:  # every prompt row is needed: nothing reused
+            best = min(free, key=lambda s: s.ctx.n_past)
             best.ctx.reset()
-        elif keep < best.ctx.n_past:
-            best.ctx.rewind(keep)
-        best.seq, seq.slot, seq.pos = seq, best, keep
+            keep = 0
+        else:
+            best = max(free, key=lambda s: (reusable_prefix(s.ctx, ids), -s.ctx.n_past))
+            keep = reusable_prefix(best.ctx, ids)
+            if keep == 0:
+                best.ctx.reset()
+            elif keep < best.ctx.n_past:
+                best.ctx.rewind(keep)
+        best.seq, seq.slot, seq.home, seq.pos = seq, best, best, keep
+        if seq.index % req.n == 0:  # prompt tokens are counted once per prompt, not per choice
+            req.cached_tokens += keep
+            self.m["prompt_tokens"] += len(ids) - keep
+        if req.state == "queued":
+            req.state = "running"
+            out[req].append(("start",))
+        if req.embed:
+            return
+        if seq.prompt_lps is not None:
+            out[req].append(("prompt_logprobs", seq.index, seq.prompt_lps))
         p = req.params
         if p.seed is not None and seq.index % req.n:
             p = p.replace(seed=p.seed + seq.index % req.n)
@@ -278,12 +335,6 @@ class Engine:
         seq.decoder = self.model.tokenizer.streaming_decoder()
         seq.stopper = StopText(p.stop)
         seq.max_tokens = p.max_tokens
-        if seq.index % req.n == 0:  # prompt tokens are counted once per prompt, not per choice
-            req.cached_tokens += keep
-        self.m["prompt_tokens"] += len(ids) - keep if seq.index % req.n == 0 else 0
-        if req.state == "queued":
-            req.state = "running"
-            out[req].append(("start",))
 
     def _step(self, out):
         self._admit(out)
@@ -292,36 +343,91 @@ class Engine:
             if seq is not None and seq.req.cancelled:
                 seq.req.state = "done"
                 self._free(seq)
-        items, seqs = [], []
+        for slot in self._slots:  # copied choices: their first token, from their leader's logits
+            seq = slot.seq
+            if seq is not None and seq.pending is not None:
+                lg, seq.pending = seq.pending, None
+                self._first_sample(seq, lg, out)
+        items, seqs, outputs = [], [], []
         for slot in self._slots:
             seq = slot.seq
             if seq is None:
                 continue
             if seq.pos < len(seq.prompt):
                 chunk = seq.prompt[seq.pos:seq.pos + self.chunk]
+                outputs.append("hidden" if seq.req.embed else "all" if seq.req.prompt_logprobs else "last")
             else:
                 chunk = [seq.next_tok]
+                outputs.append("last")
             items.append((slot.ctx, chunk))
             seqs.append(seq)
         if not items:
             return
-        logits = _batch.forward_batch(self.model, items, self.n_threads)
+        results = _batch.forward_batch(self.model, items, self.n_threads, outputs)
         self.m["steps"] += 1
         self.m["batch_seqs"] += len(items)
         self.m["batch_tokens"] += sum(len(c) for _, c in items)
-        for seq, (_, chunk), lg in zip(seqs, items, logits):
+        for seq, (_, chunk), res in zip(seqs, items, results):
+            lg = res
             if seq.pos < len(seq.prompt):
-                seq.pos += len(chunk)
                 self.m["prompt_tokens_evaluated"] += len(chunk)
+                if seq.req.embed:
+                    seq.rows.append(res)
+                elif seq.req.prompt_logprobs:
+                    self._score_prompt(seq, res)
+                    lg = res[-1]
+                seq.pos += len(chunk)
                 if seq.pos < len(seq.prompt):
                     continue
-                if seq.max_tokens is not None and seq.max_tokens <= 0:
-                    self._finish(seq, "", None, "length", out)
+                if seq.req.embed:
+                    self._embedded(seq, out)
                     continue
-            try:
-                self._sample(seq, lg, out)
-            except Exception as e:  # noqa: BLE001 - e.g. every token banned: this request fails, not the others
-                self._fail(seq.req, e, out)
+                if seq.req.prompt_logprobs:
+                    out[seq.req].append(("prompt_logprobs", seq.index, seq.prompt_lps))
+                if seq.req.n > 1:
+                    seq.first_logits = np.array(lg)
+            if seq.n_sampled == 0:
+                self._first_sample(seq, lg, out)
+            else:
+                self._guarded_sample(seq, lg, out)
+
+    def _first_sample(self, seq, lg, out):
+        if seq.max_tokens is not None and seq.max_tokens <= 0:
+            self._finish(seq, "", None, "length", out)
+        else:
+            self._guarded_sample(seq, lg, out)
+
+    def _guarded_sample(self, seq, lg, out):
+        try:
+            self._sample(seq, lg, out)
+        except Exception as e:  # noqa: BLE001 - e.g. every token banned: this request fails, not the others
+            self._fail(seq.req, e, out)
+
+    def _score_prompt(self, seq, logits):
+        """Extend seq.prompt_lps with the entries (token_id, logprob, top) of the prompt tokens that a chunk's
+        all-row logits (rows at positions seq.pos..) score: each token under the row before it; the first token
+        has none: (id, None, None)."""
+        ids, k = seq.prompt, seq.req.logprobs
+        if seq.pos == 0:
+            seq.prompt_lps = [(int(ids[0]), None, None)]
+        for j in range(min(len(logits), len(ids) - 1 - seq.pos)):
+            seq.prompt_lps.append(_logprobs(logits[j], ids[seq.pos + j + 1], k))
+
+    def _embedded(self, seq, out):
+        """The embedding of an input: its hidden states mean-pooled (float64) and L2-normalized, as float32."""
+        req = seq.req
+        v = np.concatenate(seq.rows).mean(axis=0, dtype=np.float64)
+        seq.rows = []
+        norm = math.sqrt(float(v @ v))
+        if norm > 0:
+            v /= norm
+        out[req].append(("embedding", seq.index, v.astype(np.float32)))
+        self._free(seq)
+        req.n_finished += 1
+        if req.n_finished == req.n_choices:
+            req.state = "done"
+            out[req].append(("done", {"prompt_tokens": req.prompt_tokens, "completion_tokens": 0,
+                                      "cached_tokens": 0}))
 
     def _sample(self, seq, lg, out):
         req = seq.req

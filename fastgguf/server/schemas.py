@@ -53,10 +53,11 @@ class CompletionRequest(_Sampling):
 
 
 class EmbeddingRequest(_Loose):
-    input: Any
+    input: Any  # a string, a list of strings, a list of token ids or a list of lists of token ids
     model: Optional[str] = None
-    encoding_format: Optional[str] = None
-    user: Optional[str] = None
+    encoding_format: Optional[str] = None  # "float" (default) or "base64"
+    dimensions: Optional[int] = None  # only the model's n_embd
+    user: Optional[str] = None  # ignored
 
 
 class TokenizeRequest(_Loose):
@@ -137,6 +138,24 @@ class Completion(_Loose):
     system_fingerprint: Optional[str] = None
     choices: List[CompletionChoice]
     usage: Optional[Usage] = None
+
+
+class Embedding(_Loose):
+    object: Literal["embedding"]
+    index: int
+    embedding: Union[List[float], str]  # floats, or base64 of little-endian float32 with encoding_format=base64
+
+
+class EmbeddingUsage(_Loose):
+    prompt_tokens: int
+    total_tokens: int
+
+
+class EmbeddingResponse(_Loose):
+    object: Literal["list"]
+    data: List[Embedding]
+    model: str
+    usage: EmbeddingUsage
 
 
 class ModelCard(_Loose):

@@ -227,12 +227,12 @@ def test_native_rows_interleaved_and_logit_rows(tiny):
     seq = [s for s, _ in rows]
     pos = [k for _, k in rows]
     ws = Workspace(tiny.weights, 3, 16, 2)
-    rc, lg = _forward_rows(tiny.weights, ws, [c0.runner, c1.runner], tokens, seq, pos, list(range(len(rows))), 2)
+    rc, lg = _forward_rows(tiny.weights, ws, [c0.runner, c1.runner], tokens, seq, pos, list(range(len(rows))), 2)[:2]
     assert rc == 0 and ws.n_rows == 3
     for r, (s, k) in enumerate(rows):
         assert np.array_equal(lg[r], (want0, want1)[s][k])
     some = [0, 2, 4, 9, 10]  # rows 0 and 2 share a chunk but are not contiguous: gathered
-    rc, lg = _forward_rows(tiny.weights, ws, [c0.runner, c1.runner], tokens, seq, pos, some, 1)
+    rc, lg = _forward_rows(tiny.weights, ws, [c0.runner, c1.runner], tokens, seq, pos, some, 1)[:2]
     assert rc == 0 and lg.shape == (5, V)
     assert all(np.array_equal(lg[j], (want0, want1)[rows[r][0]][rows[r][1]]) for j, r in enumerate(some))
 
@@ -309,3 +309,93 @@ def test_real_mixed_steps(real):
     ids = real.tokenize("The quick brown fox")
     _, ref = alone(real, [s for s in scheds[0] if s is not None], 64)
     assert np.array_equal(ctxs[0].eval(ids, all_logits=True), ref.eval(ids, all_logits=True))
+
+
+# ---- outputs other than the last logits: every row's logits, hidden states (embeddings); KV prefix copies ----
+
+def test_tiny_hidden_and_all_outputs_equal_alone(tiny):
+    """"hidden" rows (the lm_head skipped) and "all" rows beside ordinary sequences equal the same sequences run
+    alone, bit for bit; "all" equals eval(all_logits=True)."""
+    rng = np.random.default_rng(12)
+    r = lambda n: list(map(int, rng.integers(0, V, n)))  # noqa: E731
+    a, b, c = r(11), r(7), r(5)
+    hid_alone = forward_batch(tiny, [(tiny.context(32), a)], outputs=["hidden"])[0]
+    all_alone = tiny.context(32).eval(b, all_logits=True)
+    ctxs = [tiny.context(32) for _ in range(3)]
+    ctxs[2].eval(c)
+    got = forward_batch(tiny, [(ctxs[0], a), (ctxs[1], b), (ctxs[2], [3])], n_threads=2,
+                        outputs=["hidden", "all", "last"])
+    assert got[0].shape == (len(a), 96) and got[0].dtype == np.float32
+    assert np.array_equal(got[0], hid_alone)
+    assert np.array_equal(got[1], all_alone)
+    ref = tiny.context(32)
+    ref.eval(c)
+    assert np.array_equal(got[2], ref.eval([3]))
+    assert ctxs[0].n_past == len(a) and ctxs[0].tokens == a  # the hidden sequence's cache advanced too
+    assert np.array_equal(ctxs[0].eval([4]), tiny.context(32).eval(a + [4]))
+    with pytest.raises(ValueError, match="outputs must be"):
+        forward_batch(tiny, [(tiny.context(8), [1])], outputs=["logits"])
+
+
+def test_tiny_hidden_matches_oracle(tmp_path):
+    """Hidden states of an F32 model against the float64 oracle's output_norm(x) (an independent forward pass);
+    and hidden . output^T gives the logits."""
+    from oracle import Oracle
+    path = make_tiny_gqa(tmp_path / "tiny-f32.gguf")
+    model, ids = Model(path, n_threads=2), [5, 17, 3, 99, 42, 8, 0, 61]
+    got = forward_batch(model, [(model.context(16), ids)], outputs=["hidden"])[0].astype(np.float64)
+    o = Oracle(path)
+    o.forward(ids, kv_f16=True)
+    want = o.last_hidden
+    assert np.abs(got - want).max() < 1e-4 * np.abs(want).max()
+    logits = model.context(16).eval(ids, all_logits=True)
+    assert np.abs(got @ o.w["output.weight"].T - logits).max() < 1e-4 * np.abs(logits).max()
+
+
+def test_native_hidden_rows_checked(tiny):
+    c0 = tiny.context(8)
+    ws = Workspace(tiny.weights, 4, 16, 2)
+    call = lambda hr: _forward_rows(tiny.weights, ws, [c0.runner], [1, 2], [0, 0], [0, 1], [], 2, hr)[0]  # noqa
+    assert call([1, 0]) == -1 and call([2]) == -1 and call([-1]) == -1
+    rc, lg, hid = _forward_rows(tiny.weights, ws, [c0.runner], [1, 2], [0, 0], [0, 1], [1], 2, [0, 1])
+    assert rc == 0 and lg.shape == (1, V) and hid.shape == (2, 96)
+
+
+def test_tiny_copy_prefix_continues_like_the_source(tiny):
+    rng = np.random.default_rng(13)
+    prompt = list(map(int, rng.integers(0, V, 9)))
+    src = tiny.context(32)
+    src.eval(prompt + [1, 2, 3])  # the source has moved on: only the first 9 positions are copied
+    dst = tiny.context(24)
+    dst.eval([7, 7])  # overwritten
+    dst.copy_prefix(src, len(prompt))
+    assert dst.n_past == len(prompt) and dst.tokens == prompt
+    ref = tiny.context(32)
+    ref.eval(prompt)
+    assert np.array_equal(dst.eval([4, 5], all_logits=True), ref.eval([4, 5], all_logits=True))
+    with pytest.raises(ValueError):
+        dst.copy_prefix(src, 13)  # more than the source holds
+    with pytest.raises(ValueError):
+        dst.copy_prefix(dst, 1)
+    with pytest.raises(ValueError):
+        tiny.context(4).copy_prefix(src, 9)  # over the destination's n_ctx
+
+
+def test_copy_prefix_sliding_window_ring(tmp_path):
+    """A gemma3 model with a window of 7: the ring (7 + 256 rows) has wrapped at 300 positions; the copy (into a
+    context of another n_ctx, whose ring row of a position is the same since both rings hold 263 rows) continues
+    exactly like the source."""
+    from test_model import make_tiny
+    path = make_tiny(tmp_path / "g3.gguf", arch="gemma3", post_norms=True, qk_norm=True, n_layer=4,
+                     meta={"attention.sliding_window": 7, "attention.sliding_window_pattern": 3,
+                           "rope.freq_base_swa": 100.0})
+    model = Model(path, n_threads=2)
+    ids = list(map(int, np.random.default_rng(14).integers(0, 100, 300)))
+    import warnings
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore", RuntimeWarning)  # n_ctx past the tiny model's training context
+        src, dst, ref = model.context(320), model.context(400), model.context(320)
+    src.eval(ids + [1])
+    ref.eval(ids)
+    dst.copy_prefix(src, len(ids))
+    assert np.array_equal(dst.eval([9, 8, 7], all_logits=True), ref.eval([9, 8, 7], all_logits=True))

@@ -50,7 +50,8 @@ def logits_at(model, ids, positions):
     from fastgguf._native import Runner, Workspace, _forward_rows
     n, want = len(ids), sorted(set(positions))
     r = Runner(model.weights, n, 2)
-    rc, out = _forward_rows(model.weights, Workspace(model.weights, 256, n, 2), [r], ids, [0] * n, range(n), want, 2)
+    ws = Workspace(model.weights, 256, n, 2)
+    rc, out, _ = _forward_rows(model.weights, ws, [r], ids, [0] * n, range(n), want, 2)
     assert rc == 0
     return dict(zip(want, out))
 

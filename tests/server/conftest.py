@@ -1,5 +1,6 @@
 """A real server for the tests: `python -m fastgguf serve` in a subprocess on a free port of 127.0.0.1, default model,
---parallel 4, an API key; the official `openai` client talks to it. Skipped when fastapi/uvicorn are missing."""
+--parallel 5 (4 streams and an embedding at once), an API key; the official `openai` client talks to it. Skipped
+when fastapi/uvicorn are missing."""
 import os
 import socket
 import subprocess
@@ -63,7 +64,7 @@ class Server:
 
 @pytest.fixture(scope="session")
 def server(default_model_path):
-    s = Server(default_model_path, "--parallel", "4", "--ctx-size", "512", "--max-body", "2000000")
+    s = Server(default_model_path, "--parallel", "5", "--ctx-size", "512", "--max-body", "2000000")
     yield s
     s.stop()
 

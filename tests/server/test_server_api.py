@@ -137,6 +137,99 @@ def test_echo_and_token_prompt(client, model, model_name):
     assert r.choices[0].text == model.detokenize(ids) + solo.text
 
 
+def metric(server, name):
+    text = http(server, "GET", "/metrics")[1]
+    return float(next(line.split()[1] for line in text.splitlines() if line.startswith(name + " ")))
+
+
+def test_n2_evaluates_the_prompt_once(server, client, model, model_name):
+    ids = list(model.tokenize("A prompt that nobody has sent before, about seven green fruits:"))
+    before = metric(server, "fastgguf_prompt_tokens_evaluated_total")
+    copied = metric(server, "fastgguf_prompt_tokens_copied_total")
+    r = client.completions.create(model=model_name, prompt=ids, max_tokens=5, temperature=0.9, seed=5, n=2)
+    cached = r.usage.prompt_tokens_details.cached_tokens
+    assert metric(server, "fastgguf_prompt_tokens_evaluated_total") - before == len(ids) - cached
+    assert metric(server, "fastgguf_prompt_tokens_copied_total") - copied == len(ids)
+    assert r.usage.prompt_tokens == len(ids) and cached < len(ids)
+    for j in range(2):
+        assert r.choices[j].text == model.generate(ids, max_tokens=5, temperature=0.9, seed=5 + j).text
+
+
+def test_echo_logprobs_of_the_prompt(client, model, model_name):
+    """echo + logprobs: the prompt tokens' logprobs too (the first null, as OpenAI and llama-cpp-python), equal to
+    a full recompute; then the generated tokens'."""
+    import numpy as np
+    ids = list(model.tokenize("The capital of France is"))
+    r = client.completions.create(model=model_name, prompt=ids, max_tokens=3, temperature=0, echo=True, logprobs=1)
+    c, solo = r.choices[0], model.generate(ids, max_tokens=3, temperature=0)
+    assert c.text == model.detokenize(ids) + solo.text
+    lp = c.logprobs
+    assert len(lp.tokens) == len(ids) + 3 and lp.token_logprobs[0] is None and lp.top_logprobs[0] is None
+    assert lp.text_offset[0] == 0 and lp.text_offset[len(ids)] == len(model.detokenize(ids))
+    full = model.context(64).eval(ids + solo.token_ids[:2], all_logits=True).astype(np.float64)
+    m = full.max(1, keepdims=True)
+    want = full - m - np.log(np.exp(full - m).sum(1, keepdims=True))
+    seq = ids + solo.token_ids[:3]
+    for i in range(1, len(seq)):
+        assert abs(lp.token_logprobs[i] - want[i - 1, seq[i]]) < 1e-6, i
+    chunks = list(client.completions.create(model=model_name, prompt=ids, max_tokens=3, temperature=0, echo=True,
+                                            logprobs=1, stream=True))
+    first = chunks[0].choices[0]
+    assert first.text == model.detokenize(ids) and first.logprobs.token_logprobs == lp.token_logprobs[:len(ids)]
+    assert "".join(ch.choices[0].text for ch in chunks if ch.choices) == c.text
+
+
+# -- embeddings ----------------------------------------------------------------------------------------------------
+
+PARAPHRASES = ["The cat sat on the mat.", "A cat was sitting on the rug."]
+UNRELATED = "Quarterly earnings of the bank fell sharply."
+
+
+def test_embeddings_openai_client(server, client, model, model_name):
+    import base64
+    import numpy as np
+    r = client.embeddings.create(model=model_name, input=PARAPHRASES + [UNRELATED])
+    assert r.object == "list" and r.model == model_name and [d.index for d in r.data] == [0, 1, 2]
+    v = np.array([d.embedding for d in r.data])
+    assert v.shape == (3, model.n_embd) and np.allclose(np.linalg.norm(v, axis=1), 1, atol=1e-6)
+    assert v[0] @ v[1] > max(v[0] @ v[2], v[1] @ v[2])
+    n = sum(len(model.tokenize(t)) for t in PARAPHRASES + [UNRELATED])
+    assert r.usage.prompt_tokens == r.usage.total_tokens == n
+    st, fl, _ = http(server, "POST", "/v1/embeddings", {"input": UNRELATED, "encoding_format": "float"})
+    st2, b64, _ = http(server, "POST", "/embeddings", {"input": UNRELATED, "encoding_format": "base64"})
+    assert st == st2 == 200
+    dec = np.frombuffer(base64.b64decode(b64["data"][0]["embedding"]), dtype="<f4")
+    assert dec.tolist() == fl["data"][0]["embedding"] and np.array_equal(dec.astype(np.float64), v[2])
+    ids = list(model.tokenize(UNRELATED))
+    by_ids = client.embeddings.create(model=model_name, input=[ids], encoding_format="float").data[0].embedding
+    assert by_ids == fl["data"][0]["embedding"]
+    assert model.create_embedding(UNRELATED)["data"][0]["embedding"] == by_ids == model.embed(UNRELATED)
+
+
+def test_embedding_while_streams_run_equals_alone(server, client, model_name):
+    import openai
+    alone = client.embeddings.create(model=model_name, input=PARAPHRASES[0], encoding_format="float").data[0]
+
+    async def stream(ac, i):
+        s = await ac.completions.create(model=model_name, prompt=f"Tale {i}:", max_tokens=40, temperature=0,
+                                        stream=True)
+        return "".join([c.choices[0].text async for c in s])
+
+    async def main():
+        ac = openai.AsyncOpenAI(base_url=server.base + "/v1", api_key=API_KEY, max_retries=0, timeout=120)
+        try:
+            tasks = [asyncio.create_task(stream(ac, i)) for i in range(4)]
+            await asyncio.sleep(0.3)
+            emb = await ac.embeddings.create(model=model_name, input=PARAPHRASES[0], encoding_format="float")
+            running = sum(not t.done() for t in tasks)
+            await asyncio.gather(*tasks)
+            return emb, running
+        finally:
+            await ac.close()
+    emb, running = asyncio.run(main())
+    assert running > 0 and emb.data[0].embedding == alone.embedding
+
+
 # -- concurrency ---------------------------------------------------------------------------------------------------
 
 def test_16_concurrent_streams_equal_solo_runs(server, model, model_name):
@@ -201,7 +294,19 @@ BAD = [
     ("/v1/completions", {"prompt": "hi", "logprobs": 99}, 400, "logprobs", None),
     ("/v1/completions", {"prompt": "hi", "stream_options": {"include_usage": True}}, 400, "stream_options", None),
     ("/completions", {"prompt": "x " * 600}, 400, "messages", "context_length_exceeded"),
-    ("/v1/embeddings", {"input": "hello"}, 400, None, "unsupported_endpoint"),
+    ("/v1/embeddings", {"input": ""}, 400, "input", None),
+    ("/v1/embeddings", {"input": []}, 400, "input", None),
+    ("/v1/embeddings", {"input": ["fine", ""]}, 400, "input", None),
+    ("/v1/embeddings", {"input": [1, 10 ** 9]}, 400, "input", None),
+    ("/v1/embeddings", {"input": [[1, 2], [-1]]}, 400, "input", None),
+    ("/v1/embeddings", {"input": 5}, 400, "input", None),
+    ("/v1/embeddings", {"input": ["ok", 3]}, 400, "input", None),
+    ("/v1/embeddings", {"input": {"text": "hi"}}, 400, "input", None),
+    ("/embeddings", {"input": "x " * 600}, 400, "input", "context_length_exceeded"),
+    ("/v1/embeddings", {"input": "hi", "encoding_format": "hex"}, 400, "encoding_format", None),
+    ("/v1/embeddings", {"input": "hi", "dimensions": 7}, 400, "dimensions", "unsupported_parameter"),
+    ("/v1/embeddings", {"input": "hi", "model": "gpt-9"}, 404, "model", "model_not_found"),
+    ("/v1/embeddings", {}, 400, "input", None),
     ("/v1/nothing-here", {}, 404, None, "not_found"),
 ]
 

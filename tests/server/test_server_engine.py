@@ -86,3 +86,89 @@ def test_one_failing_request_and_queue_full(model):
         assert texts[0] == model.generate([1, 2, 3], max_tokens=3, temperature=0).text
     finally:
         e.stop()
+
+
+def events_of(engine, req):
+    """Submit req and collect its events up to "done" (raising its error)."""
+    q = queue.SimpleQueue()
+    req.sink = q.put
+    engine.submit(req)
+    evs = []
+    while not evs or evs[-1][0] != "done":
+        evs += q.get(timeout=120)
+        if evs[-1][0] == "error":
+            raise evs[-1][1]
+    return evs
+
+
+@pytest.mark.parametrize("parallel", [3, 1])
+def test_n_choices_evaluate_the_prompt_once(model, parallel):
+    """n=3 seeded choices: the prompt is evaluated once (the engine's counter of evaluated prompt rows), the later
+    choices copy its KV rows (or, with one slot, reuse it after the first choice), and each choice equals the
+    solo run with seed + j."""
+    e = Engine(model, parallel=parallel, n_ctx=256, chunk=16).start()
+    try:
+        ids = list(model.tokenize("Write a short list of fruits and vegetables that are green, then say which of "
+                                  "them you like best and why:"))
+        assert len(ids) > 16  # several prefill steps
+        p = SamplingParams(max_tokens=6, temperature=0.9, seed=21)
+        before = e.m["prompt_tokens_evaluated"]
+        texts, finish, usage = run(e, ids, p, n=3)
+        assert e.m["prompt_tokens_evaluated"] - before == len(ids)
+        assert e.m["prompt_tokens_copied"] == 2 * len(ids)  # (with one slot: the same cache, rewound)
+        assert usage["prompt_tokens"] == len(ids) and usage["cached_tokens"] == 0
+        for j in range(3):
+            assert texts[j] == model.generate(ids, p.replace(seed=21 + j)).text, j
+    finally:
+        e.stop()
+
+
+def test_embedding_under_load_equals_alone(model):
+    """An embedding computed while 4 streams decode equals the one computed alone, and the mean-pooled,
+    normalized hidden states of a direct forward pass."""
+    import numpy as np
+    from fastgguf.engine.batch import forward_batch
+    text_ids = list(model.tokenize("The weather is lovely today, warm and sunny. " * 4))
+    e = Engine(model, parallel=5, n_ctx=256, chunk=16).start()
+    try:
+        alone = events_of(e, Request([text_ids], None, None, embed=True))
+        assert [ev[0] for ev in alone] == ["start", "embedding", "done"]
+        assert alone[-1][1]["prompt_tokens"] == len(text_ids)
+        vec = alone[1][2]
+        h = forward_batch(model, [(model.context(256), text_ids)], outputs=["hidden"])[0].mean(0, dtype=np.float64)
+        assert vec.dtype == np.float32 and vec.shape == (model.n_embd,)
+        assert np.array_equal(vec, (h / np.linalg.norm(h)).astype(np.float32))
+        qs = []
+        for i in range(4):
+            qs.append(queue.SimpleQueue())
+            e.submit(Request([list(model.tokenize(f"Story {i}:"))], SamplingParams(max_tokens=40, temperature=0),
+                             qs[-1].put))
+        while e.live_sequences() < 4:
+            threading.Event().wait(0.01)
+        loaded = events_of(e, Request([text_ids, text_ids[:5]], None, None, embed=True))
+        assert e.live_sequences() > 0  # the streams were still running
+        got = {ev[1]: ev[2] for ev in loaded if ev[0] == "embedding"}
+        assert np.array_equal(got[0], vec) and got[1].shape == vec.shape
+    finally:
+        e.stop()
+
+
+def test_echo_prompt_logprobs_equal_full_recompute(model):
+    """prompt_logprobs: every prompt token scored under the logits of the row before it (the first: None), across
+    prefill chunks, equal to a full recompute with all_logits."""
+    import numpy as np
+    ids = list(model.tokenize("Paris is the capital of France, and Berlin is the capital of Germany."))
+    e = Engine(model, parallel=2, n_ctx=256, chunk=8).start()
+    try:
+        evs = events_of(e, Request([ids], SamplingParams(max_tokens=2, temperature=0), None, logprobs=2,
+                                   prompt_logprobs=True))
+    finally:
+        e.stop()
+    (entries,) = [ev[2] for ev in evs if ev[0] == "prompt_logprobs"]
+    assert len(entries) == len(ids) and entries[0] == (ids[0], None, None)
+    full = model.context(256).eval(ids, all_logits=True).astype(np.float64)
+    lp = full - np.log(np.exp(full - full.max(1, keepdims=True)).sum(1, keepdims=True)) - full.max(1, keepdims=True)
+    for i in range(1, len(ids)):
+        tok, got, top = entries[i]
+        assert tok == ids[i] and abs(got - lp[i - 1, ids[i]]) < 1e-9
+        assert [t for t, _ in top] == list(np.argsort(-lp[i - 1], kind="stable")[:2])
