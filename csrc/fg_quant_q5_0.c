@@ -167,7 +167,7 @@ const fg_type_kernels fg_q5_0_kernels[FG_ISA_COUNT] = {
 #if FG_HAVE_X86
     [FG_ISA_AVX2] = {NULL, dequantize_row_q5_0_avx2, vec_dot_q5_0_q8_0_avx2, gemv_q5_0_q8_0_avx2, gemm_q5_0_q8_0_avx2},
     /* the AVX2 kernels, until AVX-512 twins exist (an empty entry would fall back to scalar) */
-    [FG_ISA_AVX512] = {NULL, dequantize_row_q5_0_avx2, vec_dot_q5_0_q8_0_avx2, gemv_q5_0_q8_0_avx2},
+    [FG_ISA_AVX512] = {NULL, dequantize_row_q5_0_avx2, vec_dot_q5_0_q8_0_avx2, gemv_q5_0_q8_0_avx2, gemm_q5_0_q8_0_avx2},
 #endif
 #if FG_HAVE_NEON
     [FG_ISA_NEON] = {NULL, NULL, vec_dot_q5_0_q8_0_neon, gemv_q5_0_q8_0_neon},
