@@ -58,10 +58,10 @@ static float vec_dot_iq4_nl_q8_0_scalar(int64_t n, const void *vw, const void *v
 
 #if FG_HAVE_X86
 /* ---- AVX2: levels by byte shuffle, then the signed . signed dot as |k| . (x with k's sign) ---- */
-FG_INLINE_AVX2 __m256i iq4_dot_avx2(const uint8_t *qs, __m256i xs) {
+/* 16 packed nibbles -> their 32 levels in element order */
+FG_INLINE_AVX2 __m256i iq4_levels_avx2(const uint8_t *qs) {
     const __m256i table = _mm256_broadcastsi128_si256(_mm_loadu_si128((const __m128i *)fg_kvalues_iq4nl));
-    const __m256i k = _mm256_shuffle_epi8(table, fg_nibbles_256(qs)); /* 32 levels in element order */
-    return _mm256_maddubs_epi16(_mm256_sign_epi8(k, k), _mm256_sign_epi8(xs, k)); /* |.| <= 2 * 127 * 127 */
+    return _mm256_shuffle_epi8(table, fg_nibbles_256(qs));
 }
 
 /* Bit-exact with the scalar reference: d * level. */
@@ -76,24 +76,43 @@ FG_TARGET_AVX2 static void dequantize_row_iq4_nl_avx2(const void *vx, float *y, 
     }
 }
 
-FG_INLINE_AVX2 void iq4_nl_rows_avx2(const int R, int64_t nb, const char *w, size_t stride, const void *vx, float *y) {
-    const block_q8_0 *x = vx;
-    __m256 acc[4];
-    for (int r = 0; r < R; r++) acc[r] = _mm256_setzero_ps();
+/* R rows x M activations, one block per step, each weight block's levels made once for all M; per (r, a) pair
+ * acc += float(|k| . (x with k's sign)) * (dw * dx) whatever R and M (see FG_GEMM_FROM_TILE). */
+FG_INLINE_AVX2 void iq4_nl_tile_avx2(const int R, const int M, int64_t nb, const char *w, size_t stride,
+                                     const char *x, size_t xs, float *y, int64_t ldy) {
+    __m256 acc[4][4];
+    for (int r = 0; r < R; r++)
+        for (int a = 0; a < M; a++) acc[r][a] = _mm256_setzero_ps();
     for (int64_t i = 0; i < nb; i++) {
-        const __m256i xs = _mm256_loadu_si256((const __m256i *)x[i].qs);
-        const float dx = fg_f16(x[i].d);
+        __m256i xq[4];
+        __m256 dx[4];
+        for (int a = 0; a < M; a++) {
+            const block_q8_0 *xb = (const block_q8_0 *)(x + a * xs) + i;
+            xq[a] = _mm256_loadu_si256((const __m256i *)xb->qs);
+            dx[a] = _mm256_set1_ps(fg_f16(xb->d));
+        }
         for (int r = 0; r < R; r++) {
             const block_iq4_nl *b = (const block_iq4_nl *)(w + r * stride) + i;
             fg_prefetch(b, stride);
-            const __m256 p = _mm256_cvtepi32_ps(_mm256_madd_epi16(iq4_dot_avx2(b->qs, xs), _mm256_set1_epi16(1)));
-            acc[r] = _mm256_fmadd_ps(p, _mm256_set1_ps(fg_f16(b->d) * dx), acc[r]);
+            const __m256i k = iq4_levels_avx2(b->qs), ak = _mm256_sign_epi8(k, k);
+            const __m256 dw = _mm256_set1_ps(fg_f16(b->d));
+            for (int a = 0; a < M; a++) {
+                const __m256i p16 = _mm256_maddubs_epi16(ak, _mm256_sign_epi8(xq[a], k)); /* |.| <= 2 * 127 * 127 */
+                const __m256 p = _mm256_cvtepi32_ps(_mm256_madd_epi16(p16, _mm256_set1_epi16(1)));
+                acc[r][a] = _mm256_fmadd_ps(p, _mm256_mul_ps(dw, dx[a]), acc[r][a]);
+            }
         }
     }
-    for (int r = 0; r < R; r++) y[r] = fg_hsum_256(acc[r]);
+    for (int r = 0; r < R; r++)
+        for (int a = 0; a < M; a++) y[a * ldy + r] = fg_hsum_256(acc[r][a]);
+}
+
+FG_INLINE_AVX2 void iq4_nl_rows_avx2(const int R, int64_t nb, const char *w, size_t stride, const void *x, float *y) {
+    iq4_nl_tile_avx2(R, 1, nb, w, stride, (const char *)x, 0, y, 0);
 }
 FG_DOT_FROM_ROWS(vec_dot_iq4_nl_q8_0_avx2, FG_TARGET_AVX2, iq4_nl_rows_avx2, QK4_NL)
 FG_GEMV_FROM_ROWS(gemv_iq4_nl_q8_0_avx2, FG_TARGET_AVX2, iq4_nl_rows_avx2, QK4_NL)
+FG_GEMM_FROM_TILE(gemm_iq4_nl_q8_0_avx2, FG_TARGET_AVX2, iq4_nl_tile_avx2, QK4_NL, 4, 2)
 #endif /* FG_HAVE_X86 */
 
 #if FG_HAVE_NEON
@@ -131,9 +150,11 @@ FG_GEMV_FROM_ROWS(gemv_iq4_nl_q8_0_neondp, FG_TARGET_DOTPROD, iq4_nl_rows_neondp
 const fg_type_kernels fg_iq4_nl_kernels[FG_ISA_COUNT] = {
     [FG_ISA_SCALAR] = {quantize_row_iq4_nl_scalar, dequantize_row_iq4_nl_scalar, vec_dot_iq4_nl_q8_0_scalar, NULL},
 #if FG_HAVE_X86
-    [FG_ISA_AVX2] = {NULL, dequantize_row_iq4_nl_avx2, vec_dot_iq4_nl_q8_0_avx2, gemv_iq4_nl_q8_0_avx2},
+    [FG_ISA_AVX2] = {NULL, dequantize_row_iq4_nl_avx2, vec_dot_iq4_nl_q8_0_avx2, gemv_iq4_nl_q8_0_avx2,
+                     gemm_iq4_nl_q8_0_avx2},
     /* the AVX2 kernels, until AVX-512 twins exist (an empty entry would fall back to scalar) */
-    [FG_ISA_AVX512] = {NULL, dequantize_row_iq4_nl_avx2, vec_dot_iq4_nl_q8_0_avx2, gemv_iq4_nl_q8_0_avx2},
+    [FG_ISA_AVX512] = {NULL, dequantize_row_iq4_nl_avx2, vec_dot_iq4_nl_q8_0_avx2, gemv_iq4_nl_q8_0_avx2,
+                       gemm_iq4_nl_q8_0_avx2},
 #endif
 #if FG_HAVE_NEON
     [FG_ISA_NEON] = {NULL, NULL, vec_dot_iq4_nl_q8_0_neon, gemv_iq4_nl_q8_0_neon},

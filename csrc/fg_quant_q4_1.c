@@ -71,41 +71,59 @@ FG_TARGET_AVX2 static void dequantize_row_q4_1_avx2(const void *vx, float *y, in
 }
 
 /* Two blocks per step: ymm lo = the low nibbles of both blocks, hi = the high nibbles, and the activation in the
- * same order (arranged once per step for all R rows). A final odd block is a step of one.
- * R rows of q4_1 . q8_1: sum_j (d q_j + m) dx x_j = d dx sum(q x) + m (dx sum x) = d dx dot + m s. */
-FG_INLINE_AVX2 void q4_1_step_avx2(const int R, const int nblk, const char *w, size_t stride, const block_q8_1 *x,
-                                   __m256 *acc, __m128 *accm) {
-    const __m256i xlo = fg_load_2x128(x->qs, sizeof(block_q8_1), nblk);
-    const __m256i xhi = fg_load_2x128(x->qs + 16, sizeof(block_q8_1), nblk);
-    const __m128 xds = nblk > 1 ? fg_f16_pairs(&x[0].d, &x[1].d) : fg_f16_pair(&x->d); /* [dx0 sx0 dx1 sx1] */
+ * same order (arranged once per step for all R rows; each weight step unpacked once for all M activations). A final
+ * odd block is a step of one. R rows x M activations of q4_1 . q8_1:
+ * sum_j (d q_j + m) dx x_j = d dx sum(q x) + m (dx sum x) = d dx dot + m s, per (r, a) pair whatever R and M. */
+FG_INLINE_AVX2 void q4_1_step_avx2(const int R, const int M, const int nblk, const char *w, size_t stride,
+                                   const char *x, size_t xs, __m256 acc[4][4], __m128 accm[4][4]) {
     const __m256i m4 = _mm256_set1_epi8(0x0f);
+    __m256i xlo[4], xhi[4];
+    __m128 xds[4]; /* [dx0 sx0 dx1 sx1] */
+    for (int a = 0; a < M; a++) {
+        const block_q8_1 *xb = (const block_q8_1 *)(x + a * xs);
+        xlo[a] = fg_load_2x128(xb->qs, sizeof(block_q8_1), nblk);
+        xhi[a] = fg_load_2x128(xb->qs + 16, sizeof(block_q8_1), nblk);
+        xds[a] = nblk > 1 ? fg_f16_pairs(&xb[0].d, &xb[1].d) : fg_f16_pair(&xb->d);
+    }
     for (int r = 0; r < R; r++) {
         const block_q4_1 *b = (const block_q4_1 *)(w + r * stride);
         fg_prefetch(b, stride);
         const __m256i q = fg_load_2x128(b->qs, sizeof(block_q4_1), nblk);
         const __m256i lo = _mm256_and_si256(q, m4), hi = _mm256_and_si256(_mm256_srli_epi16(q, 4), m4);
-        const __m128 ds = _mm_mul_ps(nblk > 1 ? fg_f16_pairs(&b[0].d, &b[1].d) : fg_f16_pair(&b->d), xds);
-        const __m256 p = _mm256_cvtepi32_ps(FG_DOT2_U8S8_256(lo, xlo, hi, xhi));
-        acc[r] = _mm256_fmadd_ps(p, fg_spread2_256(ds), acc[r]);
-        accm[r] = _mm_add_ps(accm[r], ds); /* lanes 1, 3: m * s */
+        const __m128 dm = nblk > 1 ? fg_f16_pairs(&b[0].d, &b[1].d) : fg_f16_pair(&b->d);
+        for (int a = 0; a < M; a++) {
+            const __m128 ds = _mm_mul_ps(dm, xds[a]);
+            const __m256 p = _mm256_cvtepi32_ps(FG_DOT2_U8S8_256(lo, xlo[a], hi, xhi[a]));
+            acc[r][a] = _mm256_fmadd_ps(p, fg_spread2_256(ds), acc[r][a]);
+            accm[r][a] = _mm_add_ps(accm[r][a], ds); /* lanes 1, 3: m * s */
+        }
     }
 }
 
-FG_INLINE_AVX2 void q4_1_rows_avx2(const int R, int64_t nb, const char *w, size_t stride, const void *vx, float *y) {
-    const block_q8_1 *x = vx;
-    __m256 acc[4];
-    __m128 accm[4];
-    for (int r = 0; r < R; r++) acc[r] = _mm256_setzero_ps(), accm[r] = _mm_setzero_ps();
+FG_INLINE_AVX2 void q4_1_tile_avx2(const int R, const int M, int64_t nb, const char *w, size_t stride, const char *x,
+                                   size_t xs, float *y, int64_t ldy) {
+    __m256 acc[4][4];
+    __m128 accm[4][4];
+    for (int r = 0; r < R; r++)
+        for (int a = 0; a < M; a++) acc[r][a] = _mm256_setzero_ps(), accm[r][a] = _mm_setzero_ps();
     int64_t i = 0;
-    for (; i + 2 <= nb; i += 2) q4_1_step_avx2(R, 2, w + i * sizeof(block_q4_1), stride, x + i, acc, accm);
-    if (i < nb) q4_1_step_avx2(R, 1, w + i * sizeof(block_q4_1), stride, x + i, acc, accm);
+    for (; i + 2 <= nb; i += 2)
+        q4_1_step_avx2(R, M, 2, w + i * sizeof(block_q4_1), stride, x + i * sizeof(block_q8_1), xs, acc, accm);
+    if (i < nb) q4_1_step_avx2(R, M, 1, w + i * sizeof(block_q4_1), stride, x + i * sizeof(block_q8_1), xs, acc, accm);
     for (int r = 0; r < R; r++) {
-        const __m128 m = _mm_movehdup_ps(accm[r]); /* [m1 m1 m3 m3] */
-        y[r] = fg_hsum_256(acc[r]) + _mm_cvtss_f32(_mm_add_ss(m, _mm_movehl_ps(m, m)));
+        for (int a = 0; a < M; a++) {
+            const __m128 m = _mm_movehdup_ps(accm[r][a]); /* [m1 m1 m3 m3] */
+            y[a * ldy + r] = fg_hsum_256(acc[r][a]) + _mm_cvtss_f32(_mm_add_ss(m, _mm_movehl_ps(m, m)));
+        }
     }
+}
+
+FG_INLINE_AVX2 void q4_1_rows_avx2(const int R, int64_t nb, const char *w, size_t stride, const void *x, float *y) {
+    q4_1_tile_avx2(R, 1, nb, w, stride, (const char *)x, 0, y, 0);
 }
 FG_DOT_FROM_ROWS(vec_dot_q4_1_q8_1_avx2, FG_TARGET_AVX2, q4_1_rows_avx2, QK4_1)
 FG_GEMV_FROM_ROWS(gemv_q4_1_q8_1_avx2, FG_TARGET_AVX2, q4_1_rows_avx2, QK4_1)
+FG_GEMM_FROM_TILE(gemm_q4_1_q8_1_avx2, FG_TARGET_AVX2, q4_1_tile_avx2, QK4_1, 4, 2)
 
 /* ---- AVX-512: four blocks per step: the low nibbles of the 4 in one zmm, the high nibbles in another, the
  * activation arranged the same way once per step for all rows. ---- */
@@ -202,7 +220,7 @@ FG_GEMV_FROM_ROWS(gemv_q4_1_q8_1_neondp, FG_TARGET_DOTPROD, q4_1_rows_neondp, QK
 const fg_type_kernels fg_q4_1_kernels[FG_ISA_COUNT] = {
     [FG_ISA_SCALAR] = {quantize_row_q4_1_scalar, dequantize_row_q4_1_scalar, vec_dot_q4_1_q8_1_scalar, NULL},
 #if FG_HAVE_X86
-    [FG_ISA_AVX2] = {NULL, dequantize_row_q4_1_avx2, vec_dot_q4_1_q8_1_avx2, gemv_q4_1_q8_1_avx2},
+    [FG_ISA_AVX2] = {NULL, dequantize_row_q4_1_avx2, vec_dot_q4_1_q8_1_avx2, gemv_q4_1_q8_1_avx2, gemm_q4_1_q8_1_avx2},
     [FG_ISA_AVX512] = {NULL, dequantize_row_q4_1_avx2, vec_dot_q4_1_q8_1_avx512, gemv_q4_1_q8_1_avx512},
 #endif
 #if FG_HAVE_NEON

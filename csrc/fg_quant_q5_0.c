@@ -87,27 +87,44 @@ FG_TARGET_AVX2 static void dequantize_row_q5_0_avx2(const void *vx, float *y, in
     }
 }
 
-/* R rows, one block per step: (q . x - 16 sum x) in int16 pairs (|.| <= 2 * 31 * 127), widened once. */
-FG_INLINE_AVX2 void q5_0_rows_avx2(const int R, int64_t nb, const char *w, size_t stride, const void *vx, float *y) {
-    const block_q8_0 *x = vx;
-    __m256 acc[4];
-    for (int r = 0; r < R; r++) acc[r] = _mm256_setzero_ps();
+/* R rows x M activations, one block per step, each weight block unpacked once for all M: (q . x - 16 sum x) in
+ * int16 pairs (|.| <= 2 * 31 * 127), widened once; per (r, a) pair acc += float(s) * (dw * dx) whatever R and M. */
+FG_INLINE_AVX2 void q5_0_tile_avx2(const int R, const int M, int64_t nb, const char *w, size_t stride, const char *x,
+                                   size_t xs, float *y, int64_t ldy) {
+    __m256 acc[4][4];
+    for (int r = 0; r < R; r++)
+        for (int a = 0; a < M; a++) acc[r][a] = _mm256_setzero_ps();
     for (int64_t i = 0; i < nb; i++) {
-        const __m256i xs = _mm256_loadu_si256((const __m256i *)x[i].qs);
-        const __m256i x16 = _mm256_maddubs_epi16(_mm256_set1_epi8(16), xs);
-        const float dx = fg_f16(x[i].d);
+        __m256i xq[4], x16[4];
+        __m256 dx[4];
+        for (int a = 0; a < M; a++) {
+            const block_q8_0 *xb = (const block_q8_0 *)(x + a * xs) + i;
+            xq[a] = _mm256_loadu_si256((const __m256i *)xb->qs);
+            x16[a] = _mm256_maddubs_epi16(_mm256_set1_epi8(16), xq[a]);
+            dx[a] = _mm256_set1_ps(fg_f16(xb->d));
+        }
         for (int r = 0; r < R; r++) {
             const block_q5_0 *b = (const block_q5_0 *)(w + r * stride) + i;
             fg_prefetch(b, stride);
-            const __m256i p16 = _mm256_sub_epi16(_mm256_maddubs_epi16(q5_bytes_avx2(b->qs, b->qh), xs), x16);
-            const __m256 p = _mm256_cvtepi32_ps(_mm256_madd_epi16(p16, _mm256_set1_epi16(1)));
-            acc[r] = _mm256_fmadd_ps(p, _mm256_set1_ps(fg_f16(b->d) * dx), acc[r]);
+            const __m256i q = q5_bytes_avx2(b->qs, b->qh);
+            const __m256 dw = _mm256_set1_ps(fg_f16(b->d));
+            for (int a = 0; a < M; a++) {
+                const __m256i p16 = _mm256_sub_epi16(_mm256_maddubs_epi16(q, xq[a]), x16[a]);
+                const __m256 p = _mm256_cvtepi32_ps(_mm256_madd_epi16(p16, _mm256_set1_epi16(1)));
+                acc[r][a] = _mm256_fmadd_ps(p, _mm256_mul_ps(dw, dx[a]), acc[r][a]);
+            }
         }
     }
-    for (int r = 0; r < R; r++) y[r] = fg_hsum_256(acc[r]);
+    for (int r = 0; r < R; r++)
+        for (int a = 0; a < M; a++) y[a * ldy + r] = fg_hsum_256(acc[r][a]);
+}
+
+FG_INLINE_AVX2 void q5_0_rows_avx2(const int R, int64_t nb, const char *w, size_t stride, const void *x, float *y) {
+    q5_0_tile_avx2(R, 1, nb, w, stride, (const char *)x, 0, y, 0);
 }
 FG_DOT_FROM_ROWS(vec_dot_q5_0_q8_0_avx2, FG_TARGET_AVX2, q5_0_rows_avx2, QK5_0)
 FG_GEMV_FROM_ROWS(gemv_q5_0_q8_0_avx2, FG_TARGET_AVX2, q5_0_rows_avx2, QK5_0)
+FG_GEMM_FROM_TILE(gemm_q5_0_q8_0_avx2, FG_TARGET_AVX2, q5_0_tile_avx2, QK5_0, 4, 2)
 #endif /* FG_HAVE_X86 */
 
 #if FG_HAVE_NEON
@@ -148,9 +165,9 @@ FG_GEMV_FROM_ROWS(gemv_q5_0_q8_0_neondp, FG_TARGET_DOTPROD, q5_0_rows_neondp, QK
 const fg_type_kernels fg_q5_0_kernels[FG_ISA_COUNT] = {
     [FG_ISA_SCALAR] = {quantize_row_q5_0_scalar, dequantize_row_q5_0_scalar, vec_dot_q5_0_q8_0_scalar, NULL},
 #if FG_HAVE_X86
-    [FG_ISA_AVX2] = {NULL, dequantize_row_q5_0_avx2, vec_dot_q5_0_q8_0_avx2, gemv_q5_0_q8_0_avx2},
+    [FG_ISA_AVX2] = {NULL, dequantize_row_q5_0_avx2, vec_dot_q5_0_q8_0_avx2, gemv_q5_0_q8_0_avx2, gemm_q5_0_q8_0_avx2},
     /* the AVX2 kernels, until AVX-512 twins exist (an empty entry would fall back to scalar) */
-    [FG_ISA_AVX512] = {NULL, dequantize_row_q5_0_avx2, vec_dot_q5_0_q8_0_avx2, gemv_q5_0_q8_0_avx2},
+    [FG_ISA_AVX512] = {NULL, dequantize_row_q5_0_avx2, vec_dot_q5_0_q8_0_avx2, gemv_q5_0_q8_0_avx2, gemm_q5_0_q8_0_avx2},
 #endif
 #if FG_HAVE_NEON
     [FG_ISA_NEON] = {NULL, NULL, vec_dot_q5_0_q8_0_neon, gemv_q5_0_q8_0_neon},

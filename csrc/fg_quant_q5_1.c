@@ -89,27 +89,47 @@ FG_TARGET_AVX2 static void dequantize_row_q5_1_avx2(const void *vx, float *y, in
     }
 }
 
-/* R rows, one block per step; the m * s terms in a scalar per row. */
-FG_INLINE_AVX2 void q5_1_rows_avx2(const int R, int64_t nb, const char *w, size_t stride, const void *vx, float *y) {
-    const block_q8_1 *x = vx;
-    __m256 acc[4];
-    float accm[4];
-    for (int r = 0; r < R; r++) acc[r] = _mm256_setzero_ps(), accm[r] = 0.0f;
+/* R rows x M activations, one block per step, each weight block unpacked once for all M; the m * s terms in a
+ * scalar per (r, a) pair. Per pair the same float ops whatever R and M (see FG_GEMM_FROM_TILE). */
+FG_INLINE_AVX2 void q5_1_tile_avx2(const int R, const int M, int64_t nb, const char *w, size_t stride, const char *x,
+                                   size_t xs, float *y, int64_t ldy) {
+    __m256 acc[4][4];
+    float accm[4][4];
+    for (int r = 0; r < R; r++)
+        for (int a = 0; a < M; a++) acc[r][a] = _mm256_setzero_ps(), accm[r][a] = 0.0f;
     for (int64_t i = 0; i < nb; i++) {
-        const __m256i xs = _mm256_loadu_si256((const __m256i *)x[i].qs);
-        const float dx = fg_f16(x[i].d), sx = fg_f16(x[i].s);
+        __m256i xq[4];
+        __m256 dx[4];
+        float sx[4];
+        for (int a = 0; a < M; a++) {
+            const block_q8_1 *xb = (const block_q8_1 *)(x + a * xs) + i;
+            xq[a] = _mm256_loadu_si256((const __m256i *)xb->qs);
+            dx[a] = _mm256_set1_ps(fg_f16(xb->d));
+            sx[a] = fg_f16(xb->s);
+        }
         for (int r = 0; r < R; r++) {
             const block_q5_1 *b = (const block_q5_1 *)(w + r * stride) + i;
             fg_prefetch(b, stride);
-            const __m256 p = _mm256_cvtepi32_ps(fg_dot_u8s8_256(q5_1_bytes_avx2(b->qs, b->qh), xs));
-            acc[r] = _mm256_fmadd_ps(p, _mm256_set1_ps(fg_f16(b->d) * dx), acc[r]);
-            accm[r] += fg_f16(b->m) * sx;
+            const __m256i q = q5_1_bytes_avx2(b->qs, b->qh);
+            const __m256 dw = _mm256_set1_ps(fg_f16(b->d));
+            const float mw = fg_f16(b->m);
+            for (int a = 0; a < M; a++) {
+                const __m256 p = _mm256_cvtepi32_ps(fg_dot_u8s8_256(q, xq[a]));
+                acc[r][a] = _mm256_fmadd_ps(p, _mm256_mul_ps(dw, dx[a]), acc[r][a]);
+                accm[r][a] += mw * sx[a];
+            }
         }
     }
-    for (int r = 0; r < R; r++) y[r] = fg_hsum_256(acc[r]) + accm[r];
+    for (int r = 0; r < R; r++)
+        for (int a = 0; a < M; a++) y[a * ldy + r] = fg_hsum_256(acc[r][a]) + accm[r][a];
+}
+
+FG_INLINE_AVX2 void q5_1_rows_avx2(const int R, int64_t nb, const char *w, size_t stride, const void *x, float *y) {
+    q5_1_tile_avx2(R, 1, nb, w, stride, (const char *)x, 0, y, 0);
 }
 FG_DOT_FROM_ROWS(vec_dot_q5_1_q8_1_avx2, FG_TARGET_AVX2, q5_1_rows_avx2, QK5_1)
 FG_GEMV_FROM_ROWS(gemv_q5_1_q8_1_avx2, FG_TARGET_AVX2, q5_1_rows_avx2, QK5_1)
+FG_GEMM_FROM_TILE(gemm_q5_1_q8_1_avx2, FG_TARGET_AVX2, q5_1_tile_avx2, QK5_1, 4, 2)
 #endif /* FG_HAVE_X86 */
 
 #if FG_HAVE_NEON
@@ -152,9 +172,9 @@ FG_GEMV_FROM_ROWS(gemv_q5_1_q8_1_neondp, FG_TARGET_DOTPROD, q5_1_rows_neondp, QK
 const fg_type_kernels fg_q5_1_kernels[FG_ISA_COUNT] = {
     [FG_ISA_SCALAR] = {quantize_row_q5_1_scalar, dequantize_row_q5_1_scalar, vec_dot_q5_1_q8_1_scalar, NULL},
 #if FG_HAVE_X86
-    [FG_ISA_AVX2] = {NULL, dequantize_row_q5_1_avx2, vec_dot_q5_1_q8_1_avx2, gemv_q5_1_q8_1_avx2},
+    [FG_ISA_AVX2] = {NULL, dequantize_row_q5_1_avx2, vec_dot_q5_1_q8_1_avx2, gemv_q5_1_q8_1_avx2, gemm_q5_1_q8_1_avx2},
     /* the AVX2 kernels, until AVX-512 twins exist (an empty entry would fall back to scalar) */
-    [FG_ISA_AVX512] = {NULL, dequantize_row_q5_1_avx2, vec_dot_q5_1_q8_1_avx2, gemv_q5_1_q8_1_avx2},
+    [FG_ISA_AVX512] = {NULL, dequantize_row_q5_1_avx2, vec_dot_q5_1_q8_1_avx2, gemv_q5_1_q8_1_avx2, gemm_q5_1_q8_1_avx2},
 #endif
 #if FG_HAVE_NEON
     [FG_ISA_NEON] = {NULL, NULL, vec_dot_q5_1_q8_1_neon, gemv_q5_1_q8_1_neon},

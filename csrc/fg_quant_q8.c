@@ -125,27 +125,43 @@ FG_TARGET_AVX2 static void dequantize_row_q8_1_avx2(const void *x, float *y, int
     dequantize_q8_avx2(x, sizeof(block_q8_1), offsetof(block_q8_1, qs), y, n / QK8_1);
 }
 
-/* R rows of q8_0 weights . q8_0 activation: sign trick (|x| as u8, w with x's sign), 8 int32 per block. */
-FG_INLINE_AVX2 void q8_0_rows_avx2(const int R, int64_t nb, const char *w, size_t stride, const void *vx, float *y) {
-    const block_q8_0 *x = vx;
-    __m256 acc[4];
-    for (int r = 0; r < R; r++) acc[r] = _mm256_setzero_ps();
+/* R rows x M activations of q8_0 weights . q8_0 activation: sign trick (|x| as u8, w with x's sign), 8 int32 per
+ * block; per (r, a) pair acc += float(dot) * (dw * dx) whatever R and M (see FG_GEMM_FROM_TILE). */
+FG_INLINE_AVX2 void q8_0_tile_avx2(const int R, const int M, int64_t nb, const char *w, size_t stride, const char *x,
+                                   size_t xs, float *y, int64_t ldy) {
+    __m256 acc[4][4];
+    for (int r = 0; r < R; r++)
+        for (int a = 0; a < M; a++) acc[r][a] = _mm256_setzero_ps();
     for (int64_t i = 0; i < nb; i++) {
-        const __m256i xq = _mm256_loadu_si256((const __m256i *)x[i].qs);
-        const __m256i ax = _mm256_sign_epi8(xq, xq);
-        const float dx = fg_f16(x[i].d);
+        __m256i xq[4], ax[4];
+        __m256 dx[4];
+        for (int a = 0; a < M; a++) {
+            const block_q8_0 *xb = (const block_q8_0 *)(x + a * xs) + i;
+            xq[a] = _mm256_loadu_si256((const __m256i *)xb->qs);
+            ax[a] = _mm256_sign_epi8(xq[a], xq[a]);
+            dx[a] = _mm256_set1_ps(fg_f16(xb->d));
+        }
         for (int r = 0; r < R; r++) {
             const block_q8_0 *b = (const block_q8_0 *)(w + r * stride) + i;
             fg_prefetch(b, stride);
-            const __m256i sw = _mm256_sign_epi8(_mm256_loadu_si256((const __m256i *)b->qs), xq);
-            const __m256 p = _mm256_cvtepi32_ps(fg_dot_u8s8_256(ax, sw));
-            acc[r] = _mm256_fmadd_ps(p, _mm256_set1_ps(fg_f16(b->d) * dx), acc[r]);
+            const __m256i wq = _mm256_loadu_si256((const __m256i *)b->qs);
+            const __m256 dw = _mm256_set1_ps(fg_f16(b->d));
+            for (int a = 0; a < M; a++) {
+                const __m256 p = _mm256_cvtepi32_ps(fg_dot_u8s8_256(ax[a], _mm256_sign_epi8(wq, xq[a])));
+                acc[r][a] = _mm256_fmadd_ps(p, _mm256_mul_ps(dw, dx[a]), acc[r][a]);
+            }
         }
     }
-    for (int r = 0; r < R; r++) y[r] = fg_hsum_256(acc[r]);
+    for (int r = 0; r < R; r++)
+        for (int a = 0; a < M; a++) y[a * ldy + r] = fg_hsum_256(acc[r][a]);
+}
+
+FG_INLINE_AVX2 void q8_0_rows_avx2(const int R, int64_t nb, const char *w, size_t stride, const void *x, float *y) {
+    q8_0_tile_avx2(R, 1, nb, w, stride, (const char *)x, 0, y, 0);
 }
 FG_DOT_FROM_ROWS(vec_dot_q8_0_q8_0_avx2, FG_TARGET_AVX2, q8_0_rows_avx2, QK8_0)
 FG_GEMV_FROM_ROWS(gemv_q8_0_q8_0_avx2, FG_TARGET_AVX2, q8_0_rows_avx2, QK8_0)
+FG_GEMM_FROM_TILE(gemm_q8_0_q8_0_avx2, FG_TARGET_AVX2, q8_0_tile_avx2, QK8_0, 4, 2)
 
 /* ---- AVX-512: two blocks per zmm; the u8.s8 dot is maddubs+madd, or one dpbusd with VNNI ---- */
 #define Q8_0_ROWS_512(NAME, TARGET, DOT)                                                                    \
@@ -254,7 +270,8 @@ FG_GEMV_FROM_ROWS(gemv_q8_0_q8_0_neondp, FG_TARGET_DOTPROD, q8_0_rows_neondp, QK
 const fg_type_kernels fg_q8_0_kernels[FG_ISA_COUNT] = {
     [FG_ISA_SCALAR] = {quantize_row_q8_0_scalar, dequantize_row_q8_0_scalar, vec_dot_q8_0_q8_0_scalar, NULL},
 #if FG_HAVE_X86
-    [FG_ISA_AVX2] = {quantize_row_q8_0_avx2, dequantize_row_q8_0_avx2, vec_dot_q8_0_q8_0_avx2, gemv_q8_0_q8_0_avx2},
+    [FG_ISA_AVX2] = {quantize_row_q8_0_avx2, dequantize_row_q8_0_avx2, vec_dot_q8_0_q8_0_avx2, gemv_q8_0_q8_0_avx2,
+                     gemm_q8_0_q8_0_avx2},
     [FG_ISA_AVX512] = {quantize_row_q8_0_avx2, dequantize_row_q8_0_avx2, vec_dot_q8_0_q8_0_avx512,
                        gemv_q8_0_q8_0_avx512},
 #endif

@@ -34,6 +34,38 @@ int fg_cpu_has_dotprod(void);
         }                                                                                                    \
     }
 
+/* From a "tile" helper  TILE(const int R, const int M, int64_t nb, const char *w, size_t stride, const char *x,
+ * size_t xs, float *y, int64_t ldy)  that computes y[a * ldy + r] = dot(weight row r, activation a) for R <= 4
+ * consecutive weight rows and M <= 4 activation rows `xs` bytes apart, each (r, a) pair by the same float ops in the
+ * same order whatever R and M (R, M constants after inlining): the format's "rows" helper (vec_dot, gemv) is TILE
+ * with M = 1, and this gemm runs tiles of RT <= 4 rows x MT <= 4 activations, so gemm equals gemv bit for bit. */
+#define FG_TILE_M(TILE, R, M, MT, nb, w, stride, x, xs, y, ldy)                                             \
+    switch (M) {                                                                                             \
+    case 4: if ((MT) >= 4) { TILE(R, 4, nb, w, stride, x, xs, y, ldy); break; } /* fallthrough */           \
+    case 3: if ((MT) >= 3) { TILE(R, 3, nb, w, stride, x, xs, y, ldy); break; } /* fallthrough */           \
+    case 2: if ((MT) >= 2) { TILE(R, 2, nb, w, stride, x, xs, y, ldy); break; } /* fallthrough */           \
+    default: TILE(R, 1, nb, w, stride, x, xs, y, ldy); break;                                                \
+    }
+#define FG_GEMM_FROM_TILE(NAME, TARGET, TILE, BLK, RT, MT)                                                   \
+    TARGET static void NAME(int64_t n, const void *w, size_t stride, const void *xq, size_t xs, int64_t m,   \
+                            float *y, int64_t ldy, int64_t nrows) {                                          \
+        const char *wr = (const char *)w, *xr = (const char *)xq;                                            \
+        const int64_t nb = n / (BLK);                                                                        \
+        for (int64_t a = 0; a < m; a += (MT)) {                                                              \
+            const int M = m - a < (MT) ? (int)(m - a) : (MT);                                                \
+            const char *xa = xr + a * xs;                                                                    \
+            float *ya = y + a * ldy;                                                                         \
+            int64_t r = 0;                                                                                   \
+            for (; r + (RT) <= nrows; r += (RT)) FG_TILE_M(TILE, RT, M, MT, nb, wr + r * stride, stride, xa, xs, ya + r, ldy) \
+            switch (nrows - r) {                                                                             \
+            case 3: if ((RT) > 3) { FG_TILE_M(TILE, 3, M, MT, nb, wr + r * stride, stride, xa, xs, ya + r, ldy) } break; \
+            case 2: if ((RT) > 2) { FG_TILE_M(TILE, 2, M, MT, nb, wr + r * stride, stride, xa, xs, ya + r, ldy) } break; \
+            case 1: if ((RT) > 1) { FG_TILE_M(TILE, 1, M, MT, nb, wr + r * stride, stride, xa, xs, ya + r, ldy) } break; \
+            default: break;                                                                                  \
+            }                                                                                                \
+        }                                                                                                    \
+    }
+
 /* SIMD code is compiled where the compiler takes target attributes (gcc, clang); -DFG_NO_SIMD builds scalar only
  * (as MSVC does): then fg_isa_available() reports scalar alone. */
 #if !defined(FG_NO_SIMD) && defined(__x86_64__) && (defined(__GNUC__) || defined(__clang__))

@@ -191,7 +191,7 @@ def test_matmul_many_rows_equals_gemv_per_row(isa, t):
                 continue
             for rows in (1, 3, 17, 33):
                 w = kernels.quantize(_data((rows, n), n + rows), t)
-                for m in (1, 2, 3, 5, 17):
+                for m in (1, 2, 3, 4, 5, 9, 17):
                     x = _data((m, n), n + 100 * m + rows)
                     xq = kernels.quantize(x, kernels.vec_dot_type(t))
                     got = kernels.matmul(w, t, x, n_threads=1)

@@ -121,7 +121,7 @@ static void test_type(int isa, const char *name, int type, long n) {
         if (k->gemm && k->gemv) {
             /* m activation rows xs bytes apart into y rows ldy apart: exactly gemv per activation row, and nothing
              * written outside the (m, nr) tile */
-            enum { M = 5 };
+            enum { M = 9 }; /* m = 1..9: whole activation tiles and every remainder */
             const size_t xs = fg_row_size(xtype, n) + 2; /* not the row size: a real stride */
             const long ldy = maxr + 1;
             unsigned char *xm = malloc(xs * M);
