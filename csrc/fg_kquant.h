@@ -4,6 +4,8 @@
 #ifndef FG_KQUANT_H
 #define FG_KQUANT_H
 
+#include <stddef.h>
+
 #include "fg_blocks.h"
 
 #define FG_GROUP_MAX_EPS 1e-15f
@@ -359,5 +361,165 @@ static inline void fg_unpack_scales_k4(const uint8_t *q, uint8_t out[16]) {
     u[0] &= m6;                                            /* scales 0..3 */
     memcpy(out, u, 16);
 }
+
+
+#if FG_HAVE_X86
+/* ---- AVX2 tiles of the K-quant dots against Q8_K (fg_quant_q4_k.c, q5_k.c, q6_k.c; include fg_simd.h first).
+ * A tile is R weight rows x A activation rows, R * A <= 8: lane l = r * A + a of one float vector holds the dot
+ * of row r with activation a. Per super-block each pair's integer sums are exact int32 vectors, reduced to its
+ * lane; the lane then takes the scalar reference's float step, in its order:
+ *   sum += (d * dx) * (float)sumi - (dmin * dx) * (float)summ      (Q6_K: no second term)
+ * so vec_dot (1 x 1), gemv (R x 1) and gemm (R x A) all equal the scalar vec_dot bit for bit. Rows go one at a
+ * time inside a tile (the activation bytes are memory operands from L1): each weight super-block is unpacked
+ * once per tile and the live registers are the A int32 sums. ---- */
+
+/* lane i <- horizontal sum of v[i] (8 x 8 int32). */
+FG_INLINE_AVX2 __m256i fg_hsum8_epi32(const __m256i v[8]) {
+    const __m256i ab = _mm256_hadd_epi32(_mm256_hadd_epi32(v[0], v[1]), _mm256_hadd_epi32(v[2], v[3]));
+    const __m256i cd = _mm256_hadd_epi32(_mm256_hadd_epi32(v[4], v[5]), _mm256_hadd_epi32(v[6], v[7]));
+    /* ab = [v0..v3 low-half sums | v0..v3 high-half sums] */
+    return _mm256_add_epi32(_mm256_permute2x128_si256(ab, cd, 0x20), _mm256_permute2x128_si256(ab, cd, 0x31));
+}
+
+/* fg_unpack_scales_k4 in one xmm: scales 0..7 then mins 0..7 as bytes. Reads 16 bytes at q (the 12 scale bytes
+ * and 4 bytes of what follows them in the block). As 32-bit words u0..u2: scales 0..3 = u0 & m6, scales 4..7 =
+ * (u2 & m4) | ((u0 >> 6) & m2) << 4, mins 0..3 = u1 & m6, mins 4..7 = ((u2 >> 4) & m4) | ((u1 >> 6) & m2) << 4. */
+FG_INLINE_AVX2 __m128i fg_unpack_scales_k4_avx2(const uint8_t *q) {
+    const __m128i v = _mm_loadu_si128((const __m128i *)q);
+    const __m128i a = _mm_shuffle_epi32(v, _MM_SHUFFLE(2, 1, 2, 0)); /* u0 u2 u1 u2 */
+    const __m128i b = _mm_shuffle_epi32(v, _MM_SHUFFLE(1, 1, 0, 0)); /* u0 u0 u1 u1 */
+    const __m128i lo = _mm_and_si128(_mm_srlv_epi32(a, _mm_setr_epi32(0, 0, 0, 4)),
+                                     _mm_setr_epi32(0x3f3f3f3f, 0x0f0f0f0f, 0x3f3f3f3f, 0x0f0f0f0f));
+    const __m128i hi = _mm_and_si128(_mm_srli_epi32(b, 2), _mm_setr_epi32(0, 0x30303030, 0, 0x30303030));
+    return _mm_or_si128(lo, hi);
+}
+
+/* The lanes of a tile: row (l / A) and activation (l % A) of lane l, 0 beyond R * A. */
+FG_INLINE_AVX2 void fg_kq_lanes(int R, int A, __m256i *row, __m256i *act) {
+    int32_t r[8], a[8];
+    for (int l = 0; l < 8; l++) r[l] = l < R * A ? l / A : 0, a[l] = l < R * A ? l % A : 0;
+    *row = _mm256_loadu_si256((const __m256i *)r);
+    *act = _mm256_loadu_si256((const __m256i *)a);
+}
+
+/* Per-row fp16 values (one per row, up to 8) spread over the tile's lanes. */
+FG_INLINE_AVX2 __m256 fg_kq_spread_f16(const uint16_t h[8], __m256i row) {
+    return _mm256_permutevar8x32_ps(_mm256_cvtph_ps(_mm_loadu_si128((const __m128i *)h)), row);
+}
+
+/* The tile's results: y[a * ldy + r] = lane r * A + a. */
+FG_INLINE_AVX2 void fg_kq_store(int R, int A, __m256 acc, float *y, int64_t ldy) {
+    float t[8];
+    _mm256_storeu_ps(t, acc);
+    for (int r = 0; r < R; r++)
+        for (int a = 0; a < A; a++) y[a * ldy + r] = t[r * A + a];
+}
+
+/* Dx of the A activations' super-block i, spread over the lanes. */
+FG_INLINE_AVX2 __m256 fg_kq_spread_dx(const int A, const char *x, size_t xstride, int64_t i, __m256i act) {
+    float dx[8] = {0};
+    for (int a = 0; a < A; a++) dx[a] = ((const block_q8_K *)(x + a * xstride))[i].d;
+    return _mm256_permutevar8x32_ps(_mm256_loadu_ps(dx), act);
+}
+
+/* Q4_K (five = 0) and Q5_K (five = 1) tile. Per row and 64 elements: 32 bytes of nibbles (sub-block 2k low,
+ * 2k+1 high; Q5_K ors bit 4 from qh), each maddubs'd with the activation's 32 bytes, the int16 pair sums
+ * weighted by the 6-bit scale in the widening madd. The mins term is bsums (16 x int16) . mins (each twice). */
+FG_INLINE_AVX2 void fg_k4_tile_avx2(const int five, int R, const int A, int64_t nb, const char *w, size_t stride,
+                                    const char *x, size_t xstride, float *y, int64_t ldy) {
+    const size_t bs = five ? sizeof(block_q5_K) : sizeof(block_q4_K);
+    const size_t qs_off = five ? offsetof(block_q5_K, qs) : offsetof(block_q4_K, qs);
+    const __m256i m4 = _mm256_set1_epi8(0x0f), m10 = _mm256_set1_epi8(0x10);
+    __m256i row, act;
+    fg_kq_lanes(R, A, &row, &act);
+    __m256 acc = _mm256_setzero_ps();
+    for (int64_t i = 0; i < nb; i++) {
+        __m256i isum[8], msum[8]; /* per lane: 8 int32 partial sums of the scaled dot and of the mins term */
+        uint16_t dh[8] = {0}, mh[8] = {0};
+        for (int l = R * A; l < 8; l++) isum[l] = msum[l] = _mm256_setzero_si256();
+        for (int r = 0; r < R; r++) {
+            const uint8_t *b = (const uint8_t *)w + r * stride + i * bs; /* d, dmin, scales[12], (qh[32]), qs[128] */
+            if (A == 1) {
+                _mm_prefetch((const char *)b + 8 * stride, _MM_HINT_T0);
+                _mm_prefetch((const char *)b + 8 * stride + 64, _MM_HINT_T0);
+                _mm_prefetch((const char *)b + 8 * stride + bs - 1, _MM_HINT_T0);
+            }
+            memcpy(&dh[r], b, 2);
+            memcpy(&mh[r], b + 2, 2);
+            const __m128i sm8 = fg_unpack_scales_k4_avx2(b + 4);
+            const __m256i sc = _mm256_broadcastsi128_si256(_mm_cvtepu8_epi16(sm8)); /* 8 scales x int16, twice */
+            const __m128i m8 = _mm_srli_si128(sm8, 8);
+            const __m256i mins = _mm256_cvtepu8_epi16(_mm_unpacklo_epi8(m8, m8));  /* m_j at 2j, 2j+1 */
+            __m256i s[8]; /* the A int32 sums of this row */
+            for (int a = 0; a < A; a++) {
+                const block_q8_K *xb = (const block_q8_K *)(x + a * xstride) + i;
+                msum[r * A + a] = _mm256_madd_epi16(_mm256_loadu_si256((const __m256i *)xb->bsums), mins);
+                s[a] = _mm256_setzero_si256();
+            }
+            __m256i hb = five ? _mm256_loadu_si256((const __m256i *)(b + offsetof(block_q5_K, qh))) : m4;
+            for (int k = 0; k < QK_K / 64; k++) {
+                const __m256i q = _mm256_loadu_si256((const __m256i *)(b + qs_off + 32 * k));
+                __m256i lo = _mm256_and_si256(q, m4), hi = _mm256_and_si256(_mm256_srli_epi16(q, 4), m4);
+                if (five) { /* bits 2k, 2k+1 of qh -> bit 4 (16-bit shifts; the mask drops what crossed a byte) */
+                    lo = _mm256_or_si256(lo, _mm256_and_si256(_mm256_slli_epi16(hb, 4), m10));
+                    hi = _mm256_or_si256(hi, _mm256_and_si256(_mm256_slli_epi16(hb, 3), m10));
+                    hb = _mm256_srli_epi16(hb, 2);
+                }
+                const __m256i slo = _mm256_shuffle_epi8(sc, _mm256_set1_epi16((int16_t)(0x0100 + 0x0202 * 2 * k)));
+                const __m256i shi = _mm256_shuffle_epi8(sc, _mm256_set1_epi16((int16_t)(0x0100 + 0x0202 * (2 * k + 1))));
+                for (int a = 0; a < A; a++) {
+                    const int8_t *xq = ((const block_q8_K *)(x + a * xstride) + i)->qs + 64 * k;
+                    const __m256i p0 = _mm256_maddubs_epi16(lo, _mm256_loadu_si256((const __m256i *)xq));
+                    const __m256i p1 = _mm256_maddubs_epi16(hi, _mm256_loadu_si256((const __m256i *)(xq + 32)));
+                    s[a] = _mm256_add_epi32(s[a], _mm256_add_epi32(_mm256_madd_epi16(p0, slo), _mm256_madd_epi16(p1, shi)));
+                }
+            }
+            for (int a = 0; a < A; a++) isum[r * A + a] = s[a];
+        }
+        const __m256 dx = fg_kq_spread_dx(A, x, xstride, i, act);
+        const __m256 t0 = _mm256_mul_ps(_mm256_mul_ps(fg_kq_spread_f16(dh, row), dx), _mm256_cvtepi32_ps(fg_hsum8_epi32(isum)));
+        const __m256 t1 = _mm256_mul_ps(_mm256_mul_ps(fg_kq_spread_f16(mh, row), dx), _mm256_cvtepi32_ps(fg_hsum8_epi32(msum)));
+        acc = _mm256_add_ps(acc, _mm256_sub_ps(t0, t1));
+    }
+    fg_kq_store(R, A, acc, y, ldy);
+}
+
+/* vec_dot, gemv (8 rows per tile) and gemm (8 activations x 1 row per tile; the 1..7 activations left as
+ * 8 / A rows x A) of one K-quant format from its tile TILE(R, A, nb, w, stride, x, xstride, y, ldy). Tiles run
+ * over activations outside and the rows inside, so a group of activations stays in L1 while the rows (a block
+ * of 16 from fg_gemm_rows) pass over it. */
+#define FG_KQ_TAIL_COLS(TILE, A)                                                                              \
+    for (int64_t r = 0; r < nrows; r += 8 / (A))                                                             \
+        TILE(nrows - r < 8 / (A) ? (int)(nrows - r) : 8 / (A), A, nb, wr + r * stride, stride, xr + a * xq_stride, \
+             xq_stride, y + a * ldy + r, ldy)
+#define FG_KQ_KERNELS_AVX2(DOT, GEMV, GEMM, TILE)                                                             \
+    FG_TARGET_AVX2 static float DOT(int64_t n, const void *w, const void *x) {                                \
+        float y;                                                                                              \
+        TILE(1, 1, n / QK_K, (const char *)w, 0, (const char *)x, 0, &y, 0);                                  \
+        return y;                                                                                             \
+    }                                                                                                         \
+    FG_TARGET_AVX2 static void GEMV(int64_t n, const void *w, size_t stride, const void *x, float *y, int64_t nrows) { \
+        for (int64_t r = 0; r < nrows; r += 8)                                                                \
+            TILE(nrows - r < 8 ? (int)(nrows - r) : 8, 1, n / QK_K, (const char *)w + r * stride, stride,    \
+                 (const char *)x, 0, y + r, 0);                                                               \
+    }                                                                                                         \
+    FG_TARGET_AVX2 static void GEMM(int64_t n, const void *w, size_t stride, const void *xq, size_t xq_stride, \
+                                    int64_t m, float *y, int64_t ldy, int64_t nrows) {                        \
+        const char *wr = (const char *)w, *xr = (const char *)xq;                                            \
+        const int64_t nb = n / QK_K;                                                                          \
+        int64_t a = 0;                                                                                        \
+        for (; a + 8 <= m; a += 8) FG_KQ_TAIL_COLS(TILE, 8);                                                  \
+        switch (m - a) {                                                                                      \
+        case 7: FG_KQ_TAIL_COLS(TILE, 7); break;                                                              \
+        case 6: FG_KQ_TAIL_COLS(TILE, 6); break;                                                              \
+        case 5: FG_KQ_TAIL_COLS(TILE, 5); break;                                                              \
+        case 4: FG_KQ_TAIL_COLS(TILE, 4); break;                                                              \
+        case 3: FG_KQ_TAIL_COLS(TILE, 3); break;                                                              \
+        case 2: FG_KQ_TAIL_COLS(TILE, 2); break;                                                              \
+        case 1: FG_KQ_TAIL_COLS(TILE, 1); break;                                                              \
+        default: break;                                                                                       \
+        }                                                                                                     \
+    }
+#endif /* FG_HAVE_X86 */
 
 #endif

@@ -87,51 +87,12 @@ FG_TARGET_AVX2 static void dequantize_row_q4_k_avx2(const void *vx, float *y, in
     }
 }
 
-/* R rows against one activation: per super-block, each 32-byte run of nibbles is one ymm (low nibbles: sub-block
- * 2k, high: 2k+1) dotted with the activation's 2 x 32 bytes (loaded once for all rows); the int16 pair sums are
- * weighted by the 6-bit scale in the widening madd, so a super-block is one int32 vector per row. The mins
- * term is bsums (16 x int16) . mins (each repeated twice). */
-FG_INLINE_AVX2 void q4_k_rows_avx2(const int R, int64_t nb, const char *w, size_t stride, const void *vx, float *y) {
-    const block_q8_K *x = vx;
-    const __m256i m4 = _mm256_set1_epi8(0x0f);
-    __m256 acc[4], accm[4];
-    for (int r = 0; r < R; r++) acc[r] = _mm256_setzero_ps(), accm[r] = _mm256_setzero_ps();
-    for (int64_t i = 0; i < nb; i++) {
-        const block_q4_K *b[4];
-        uint8_t sm[4][16];
-        __m256i isum[4];
-        for (int r = 0; r < R; r++) {
-            b[r] = (const block_q4_K *)(w + r * stride) + i;
-            fg_prefetch(b[r], stride);
-            fg_prefetch((const char *)b[r] + 64, stride);
-            fg_prefetch((const char *)b[r] + 128, stride);
-            fg_unpack_scales_k4(b[r]->scales, sm[r]);
-            isum[r] = _mm256_setzero_si256();
-        }
-        for (int k = 0; k < QK_K / 64; k++) {
-            const __m256i x0 = _mm256_loadu_si256((const __m256i *)(x[i].qs + 64 * k));
-            const __m256i x1 = _mm256_loadu_si256((const __m256i *)(x[i].qs + 64 * k + 32));
-            for (int r = 0; r < R; r++) {
-                const __m256i q = _mm256_loadu_si256((const __m256i *)(b[r]->qs + 32 * k));
-                const __m256i lo = _mm256_and_si256(q, m4), hi = _mm256_and_si256(_mm256_srli_epi16(q, 4), m4);
-                const __m256i p0 = _mm256_madd_epi16(_mm256_maddubs_epi16(lo, x0), _mm256_set1_epi16(sm[r][2 * k]));
-                const __m256i p1 = _mm256_madd_epi16(_mm256_maddubs_epi16(hi, x1), _mm256_set1_epi16(sm[r][2 * k + 1]));
-                isum[r] = _mm256_add_epi32(isum[r], _mm256_add_epi32(p0, p1));
-            }
-        }
-        const __m256i bsums = _mm256_loadu_si256((const __m256i *)x[i].bsums);
-        for (int r = 0; r < R; r++) {
-            const __m128i m8 = _mm_loadl_epi64((const __m128i *)(sm[r] + 8));
-            const __m256i mins = _mm256_cvtepu8_epi16(_mm_unpacklo_epi8(m8, m8));
-            const __m256 pm = _mm256_cvtepi32_ps(_mm256_madd_epi16(bsums, mins));
-            acc[r] = _mm256_fmadd_ps(_mm256_cvtepi32_ps(isum[r]), _mm256_set1_ps(fg_f16(b[r]->d) * x[i].d), acc[r]);
-            accm[r] = _mm256_fmadd_ps(pm, _mm256_set1_ps(fg_f16(b[r]->dmin) * x[i].d), accm[r]);
-        }
-    }
-    for (int r = 0; r < R; r++) y[r] = fg_hsum_256(acc[r]) - fg_hsum_256(accm[r]);
+/* The tile (fg_kquant.h) with Q4_K's layout. */
+FG_INLINE_AVX2 void q4_k_tile_avx2(int R, const int A, int64_t nb, const char *w, size_t stride, const char *x,
+                                   size_t xstride, float *y, int64_t ldy) {
+    fg_k4_tile_avx2(0, R, A, nb, w, stride, x, xstride, y, ldy);
 }
-FG_DOT_FROM_ROWS(vec_dot_q4_k_q8_k_avx2, FG_TARGET_AVX2, q4_k_rows_avx2, QK_K)
-FG_GEMV_FROM_ROWS(gemv_q4_k_q8_k_avx2, FG_TARGET_AVX2, q4_k_rows_avx2, QK_K)
+FG_KQ_KERNELS_AVX2(vec_dot_q4_k_q8_k_avx2, gemv_q4_k_q8_k_avx2, gemm_q4_k_q8_k_avx2, q4_k_tile_avx2)
 #endif /* FG_HAVE_X86 */
 
 #if FG_HAVE_NEON
@@ -193,9 +154,11 @@ FG_GEMV_FROM_ROWS(gemv_q4_k_q8_k_neondp, FG_TARGET_DOTPROD, q4_k_rows_neondp, QK
 const fg_type_kernels fg_q4_k_kernels[FG_ISA_COUNT] = {
     [FG_ISA_SCALAR] = {quantize_row_q4_k_scalar, dequantize_row_q4_k_scalar, vec_dot_q4_k_q8_k_scalar, NULL},
 #if FG_HAVE_X86
-    [FG_ISA_AVX2] = {NULL, dequantize_row_q4_k_avx2, vec_dot_q4_k_q8_k_avx2, gemv_q4_k_q8_k_avx2},
+    [FG_ISA_AVX2] = {NULL, dequantize_row_q4_k_avx2, vec_dot_q4_k_q8_k_avx2, gemv_q4_k_q8_k_avx2,
+                     gemm_q4_k_q8_k_avx2},
     /* the AVX2 kernels, until AVX-512 twins exist (an empty entry would fall back to scalar) */
-    [FG_ISA_AVX512] = {NULL, dequantize_row_q4_k_avx2, vec_dot_q4_k_q8_k_avx2, gemv_q4_k_q8_k_avx2},
+    [FG_ISA_AVX512] = {NULL, dequantize_row_q4_k_avx2, vec_dot_q4_k_q8_k_avx2, gemv_q4_k_q8_k_avx2,
+                     gemm_q4_k_q8_k_avx2},
 #endif
 #if FG_HAVE_NEON
     [FG_ISA_NEON] = {NULL, NULL, vec_dot_q4_k_q8_k_neon, gemv_q4_k_q8_k_neon},

@@ -127,43 +127,56 @@ FG_TARGET_AVX2 static void dequantize_row_q6_k_avx2(const void *vx, float *y, in
     }
 }
 
-/* R rows against one activation: q (0..63, unsigned) . x by maddubs, the int16 sums of each 16-element
- * sub-block weighted by its scale in the widening madd; the -32 offset as 32 * (bsums . scales). */
-FG_INLINE_AVX2 void q6_k_rows_avx2(const int R, int64_t nb, const char *w, size_t stride, const void *vx, float *y) {
-    const block_q8_K *x = vx;
-    __m256 acc[4];
-    for (int r = 0; r < R; r++) acc[r] = _mm256_setzero_ps();
+/* Q6_K tile. Per row and half (128 elements): 4 x 32 unsigned bytes q (0..63),
+ * each maddubs'd with the activation, the int16 pair sums of each 16-element sub-block weighted by its int8
+ * scale in the madd; the -32 offset as -32 (bsums . scales). */
+FG_INLINE_AVX2 void q6_k_tile_avx2(int R, const int A, int64_t nb, const char *w, size_t stride, const char *x,
+                                   size_t xstride, float *y, int64_t ldy) {
+    __m256i row, act;
+    fg_kq_lanes(R, A, &row, &act);
+    __m256 acc = _mm256_setzero_ps();
     for (int64_t i = 0; i < nb; i++) {
-        const block_q6_K *b[4];
-        __m256i isum[4];
-        const __m256i bsums = _mm256_loadu_si256((const __m256i *)x[i].bsums);
+        __m256i isum[8];
+        uint16_t dh[8] = {0};
+        for (int l = R * A; l < 8; l++) isum[l] = _mm256_setzero_si256();
         for (int r = 0; r < R; r++) {
-            b[r] = (const block_q6_K *)(w + r * stride) + i;
-            for (int c = 0; c < 256; c += 64) fg_prefetch((const char *)b[r] + c, stride);
-            const __m256i sc16 = _mm256_cvtepi8_epi16(_mm_loadu_si128((const __m128i *)b[r]->scales));
-            isum[r] = _mm256_slli_epi32(_mm256_madd_epi16(bsums, sc16), 5); /* 32 * sum_s scale_s bsums_s */
-            isum[r] = _mm256_sub_epi32(_mm256_setzero_si256(), isum[r]);
-        }
-        for (int h = 0; h < 2; h++) {
-            __m256i xs[4];
-            for (int k = 0; k < 4; k++) xs[k] = _mm256_loadu_si256((const __m256i *)(x[i].qs + 128 * h + 32 * k));
-            for (int r = 0; r < R; r++) {
+            const block_q6_K *b = (const block_q6_K *)(w + r * stride) + i;
+            if (A == 1)
+                for (int c = 0; c < 256; c += 64) _mm_prefetch((const char *)b + 8 * stride + c, _MM_HINT_T0);
+            dh[r] = b->d;
+            const __m256i sc16 = _mm256_cvtepi8_epi16(_mm_loadu_si128((const __m128i *)b->scales));
+            __m256i s[8]; /* the A int32 sums of this row */
+            for (int a = 0; a < A; a++) {
+                const block_q8_K *xb = (const block_q8_K *)(x + a * xstride) + i;
+                const __m256i bm = _mm256_madd_epi16(_mm256_loadu_si256((const __m256i *)xb->bsums), sc16);
+                s[a] = _mm256_sub_epi32(_mm256_setzero_si256(), _mm256_slli_epi32(bm, 5));
+            }
+            for (int h = 0; h < 2; h++) {
                 __m256i q[4];
-                q6_k_unpack_avx2(b[r]->ql + 64 * h, b[r]->qh + 32 * h, q);
-                const int8_t *sc = b[r]->scales + 8 * h;
+                q6_k_unpack_avx2(b->ql + 64 * h, b->qh + 32 * h, q);
+                /* scales 8h..8h+7 as int16, in both halves; vector k takes 8h+2k (low half), 8h+2k+1 */
+                const __m256i sch = _mm256_broadcastsi128_si256(
+                    _mm_cvtepi8_epi16(_mm_loadl_epi64((const __m128i *)(b->scales + 8 * h))));
                 for (int k = 0; k < 4; k++) {
-                    const __m256i s = _mm256_set_m128i(_mm_set1_epi16(sc[2 * k + 1]), _mm_set1_epi16(sc[2 * k]));
-                    isum[r] = _mm256_add_epi32(isum[r], _mm256_madd_epi16(_mm256_maddubs_epi16(q[k], xs[k]), s));
+                    const __m256i sk = _mm256_shuffle_epi8(sch, _mm256_set_m128i(
+                        _mm_set1_epi16((int16_t)(0x0100 + 0x0202 * (2 * k + 1))),
+                        _mm_set1_epi16((int16_t)(0x0100 + 0x0202 * 2 * k))));
+                    for (int a = 0; a < A; a++) {
+                        const int8_t *xq = ((const block_q8_K *)(x + a * xstride) + i)->qs + 128 * h + 32 * k;
+                        const __m256i p = _mm256_maddubs_epi16(q[k], _mm256_loadu_si256((const __m256i *)xq));
+                        s[a] = _mm256_add_epi32(s[a], _mm256_madd_epi16(p, sk));
+                    }
                 }
             }
+            for (int a = 0; a < A; a++) isum[r * A + a] = s[a];
         }
-        for (int r = 0; r < R; r++)
-            acc[r] = _mm256_fmadd_ps(_mm256_cvtepi32_ps(isum[r]), _mm256_set1_ps(fg_f16(b[r]->d) * x[i].d), acc[r]);
+        const __m256 dx = fg_kq_spread_dx(A, x, xstride, i, act);
+        acc = _mm256_add_ps(acc, _mm256_mul_ps(_mm256_mul_ps(fg_kq_spread_f16(dh, row), dx),
+                                               _mm256_cvtepi32_ps(fg_hsum8_epi32(isum))));
     }
-    for (int r = 0; r < R; r++) y[r] = fg_hsum_256(acc[r]);
+    fg_kq_store(R, A, acc, y, ldy);
 }
-FG_DOT_FROM_ROWS(vec_dot_q6_k_q8_k_avx2, FG_TARGET_AVX2, q6_k_rows_avx2, QK_K)
-FG_GEMV_FROM_ROWS(gemv_q6_k_q8_k_avx2, FG_TARGET_AVX2, q6_k_rows_avx2, QK_K)
+FG_KQ_KERNELS_AVX2(vec_dot_q6_k_q8_k_avx2, gemv_q6_k_q8_k_avx2, gemm_q6_k_q8_k_avx2, q6_k_tile_avx2)
 #endif /* FG_HAVE_X86 */
 
 #if FG_HAVE_NEON
@@ -224,9 +237,11 @@ FG_GEMV_FROM_ROWS(gemv_q6_k_q8_k_neondp, FG_TARGET_DOTPROD, q6_k_rows_neondp, QK
 const fg_type_kernels fg_q6_k_kernels[FG_ISA_COUNT] = {
     [FG_ISA_SCALAR] = {quantize_row_q6_k_scalar, dequantize_row_q6_k_scalar, vec_dot_q6_k_q8_k_scalar, NULL},
 #if FG_HAVE_X86
-    [FG_ISA_AVX2] = {NULL, dequantize_row_q6_k_avx2, vec_dot_q6_k_q8_k_avx2, gemv_q6_k_q8_k_avx2},
+    [FG_ISA_AVX2] = {NULL, dequantize_row_q6_k_avx2, vec_dot_q6_k_q8_k_avx2, gemv_q6_k_q8_k_avx2,
+                     gemm_q6_k_q8_k_avx2},
     /* the AVX2 kernels, until AVX-512 twins exist (an empty entry would fall back to scalar) */
-    [FG_ISA_AVX512] = {NULL, dequantize_row_q6_k_avx2, vec_dot_q6_k_q8_k_avx2, gemv_q6_k_q8_k_avx2},
+    [FG_ISA_AVX512] = {NULL, dequantize_row_q6_k_avx2, vec_dot_q6_k_q8_k_avx2, gemv_q6_k_q8_k_avx2,
+                     gemm_q6_k_q8_k_avx2},
 #endif
 #if FG_HAVE_NEON
     [FG_ISA_NEON] = {NULL, NULL, vec_dot_q6_k_q8_k_neon, gemv_q6_k_q8_k_neon},

@@ -185,6 +185,33 @@ def test_vec_dot_random_blocks_vs_float64(isa, t):
     assert np.all(np.abs(y - wd @ xd) <= bound), (y - wd @ xd, bound)
 
 
+@pytest.mark.parametrize("isa", ISAS)
+@pytest.mark.parametrize("t", WEIGHTS)
+def test_gemm_equals_gemv_exactly(isa, t):
+    """Batched products (the gemm tiles: up to 8 activation rows per weight row) equal the gemv of each activation
+    row bit for bit, at odd row counts (tails of the 8-row gemv tile) and m = 1..9 (tails of the 8-activation
+    tile). On x86 the Q4_K/Q5_K/Q6_K kernels also equal the scalar vec_dot bit for bit: each super-block's sums are
+    exact integers and every (row, activation) lane takes the scalar reference's float step in its order."""
+    exact_scalar = t in ("Q4_K", "Q5_K", "Q6_K") and isa in ("avx2", "avx512")
+    prev = kernels.set_isa(isa)
+    try:
+        for n in (256, 768):
+            for rows in (1, 7, 9, 17):
+                w = kernels.quantize(_data((rows, n), n + rows), t)
+                x = _data((9, n), n + 7 * rows)
+                xq = kernels.quantize(x, kernels.vec_dot_type(t))
+                for m in range(1, 10):
+                    got = kernels.matmul(w, t, x[:m], n_threads=1)
+                    ref = np.stack([kernels.gemv(w, t, xq[i], isa=isa) for i in range(m)])
+                    assert np.array_equal(got, ref), (t, n, rows, m)
+                if exact_scalar:
+                    dots = np.array([[kernels.vec_dot(w[r], t, xq[i], isa="scalar") for r in range(rows)]
+                                     for i in range(9)], np.float32)
+                    assert np.array_equal(ref, dots), (t, n, rows)  # ref: the m = 9 gemvs
+    finally:
+        kernels.set_isa(prev)
+
+
 @pytest.mark.parametrize("t", WEIGHTS)
 def test_set_isa_matmul_agrees_with_scalar(t):
     n = 4 * kernels.block_size(t) if kernels.block_size(t) == 256 else 40 * kernels.block_size(t)

@@ -58,7 +58,7 @@ static const int types[] = {FG_TYPE_F32, FG_TYPE_F16, FG_TYPE_BF16, FG_TYPE_Q4_0
 static const long sizes[] = {32, 64, 96, 544, 576, 608, 1536, 4128};
 static const long k_sizes[] = {256, 512, 768, 2304, 4352}; /* super-block types (QK_K = 256) */
 static const long odd_float_sizes[] = {1, 7, 13, 33, 100, 577};
-static const long row_counts[] = {1, 2, 3, 4, 5, 17};
+static const long row_counts[] = {1, 2, 3, 4, 5, 7, 9, 17};
 
 static void test_type(int isa, const char *name, int type, long n) {
     const fg_type_kernels *ref = fg_kernels_of(FG_ISA_SCALAR, type), *k = fg_kernels_of(isa, type);
@@ -121,8 +121,9 @@ static void test_type(int isa, const char *name, int type, long n) {
         if (k->gemm && k->gemv) {
             /* m activation rows xs bytes apart into y rows ldy apart: exactly gemv per activation row, and nothing
              * written outside the (m, nr) tile */
-            enum { M = 9 }; /* m = 1..9: whole activation tiles and every remainder */
-            const size_t xs = fg_row_size(xtype, n) + 2; /* not the row size: a real stride */
+            enum { M = 9 }; /* m = 1..9: whole activation tiles (8 for the K-quants) and every remainder */
+            /* not the row size: a real stride (+4 keeps the 4-byte alignment of Q8_K's float d and int16 bsums) */
+            const size_t xs = fg_row_size(xtype, n) + 4;
             const long ldy = maxr + 1;
             unsigned char *xm = malloc(xs * M);
             float *ym = malloc(M * ldy * sizeof(float)), *ye = malloc(maxr * sizeof(float));
