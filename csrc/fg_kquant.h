@@ -465,21 +465,24 @@ FG_INLINE_AVX2 void fg_k4_tile_avx2(const int five, int R, const int A, int64_t 
                     hi = _mm256_or_si256(hi, _mm256_and_si256(_mm256_slli_epi16(hb, 3), m10));
                     hb = _mm256_srli_epi16(hb, 2);
                 }
-                const __m256i slo = _mm256_shuffle_epi8(sc, _mm256_set1_epi16((int16_t)(0x0100 + 0x0202 * 2 * k)));
-                const __m256i shi = _mm256_shuffle_epi8(sc, _mm256_set1_epi16((int16_t)(0x0100 + 0x0202 * (2 * k + 1))));
+                /* scale 2k (and 2k+1) in every int16 lane: bytes 4k, 4k+1 (4k+2, 4k+3) of sc */
+                const __m256i slo = _mm256_shuffle_epi8(sc, _mm256_set1_epi16((int16_t)(0x0100 + 0x0404 * k)));
+                const __m256i shi = _mm256_shuffle_epi8(sc, _mm256_set1_epi16((int16_t)(0x0302 + 0x0404 * k)));
                 for (int a = 0; a < A; a++) {
                     const int8_t *xq = ((const block_q8_K *)(x + a * xstride) + i)->qs + 64 * k;
                     const __m256i p0 = _mm256_maddubs_epi16(lo, _mm256_loadu_si256((const __m256i *)xq));
                     const __m256i p1 = _mm256_maddubs_epi16(hi, _mm256_loadu_si256((const __m256i *)(xq + 32)));
-                    s[a] = _mm256_add_epi32(s[a], _mm256_add_epi32(_mm256_madd_epi16(p0, slo), _mm256_madd_epi16(p1, shi)));
+                    const __m256i p = _mm256_add_epi32(_mm256_madd_epi16(p0, slo), _mm256_madd_epi16(p1, shi));
+                    s[a] = _mm256_add_epi32(s[a], p);
                 }
             }
             for (int a = 0; a < A; a++) isum[r * A + a] = s[a];
         }
         const __m256 dx = fg_kq_spread_dx(A, x, xstride, i, act);
-        const __m256 t0 = _mm256_mul_ps(_mm256_mul_ps(fg_kq_spread_f16(dh, row), dx), _mm256_cvtepi32_ps(fg_hsum8_epi32(isum)));
-        const __m256 t1 = _mm256_mul_ps(_mm256_mul_ps(fg_kq_spread_f16(mh, row), dx), _mm256_cvtepi32_ps(fg_hsum8_epi32(msum)));
-        acc = _mm256_add_ps(acc, _mm256_sub_ps(t0, t1));
+        const __m256 sumi = _mm256_cvtepi32_ps(fg_hsum8_epi32(isum)), summ = _mm256_cvtepi32_ps(fg_hsum8_epi32(msum));
+        const __m256 t0 = _mm256_mul_ps(_mm256_mul_ps(fg_kq_spread_f16(dh, row), dx), sumi);
+        const __m256 t1 = _mm256_mul_ps(_mm256_mul_ps(fg_kq_spread_f16(mh, row), dx), summ);
+        acc = _mm256_add_ps(acc, _mm256_sub_ps(t0, t1)); /* sum += (d dx) sumi - (dmin dx) summ */
     }
     fg_kq_store(R, A, acc, y, ldy);
 }
