@@ -15,6 +15,7 @@ Only the big cases: add -k big.
 The table of medians is printed at the end of the module (visible with -s or in the terminal summary).
 """
 import os
+import time
 
 os.environ.setdefault("OPENBLAS_NUM_THREADS", "1")  # the numpy baseline on one thread too
 os.environ.setdefault("OMP_NUM_THREADS", "1")
@@ -144,3 +145,27 @@ def test_numpy_baseline(benchmark, bandwidth, fmt, mat):
     benchmark.extra_info.update(weight_bytes=int(w.nbytes), GBps=round(gbs, 2), bandwidth_GBps=round(bandwidth, 2),
                                 fraction_of_bandwidth=round(gbs / bandwidth, 3))
     RESULTS.setdefault((fmt, mat), {})["numpy"] = gbs
+
+
+@pytest.mark.parametrize("fmt", ["Q4_K", "Q6_K", "Q5_K"])
+def test_gemm_kquants(benchmark, fmt):
+    """Prompt-processing product of a K-quant ffn_down (576x1536, as in SmolLM2's Q4_K_M/Q6_K files) with 64
+    activation rows on one thread: the gemm tiles (8 activation rows per weight row), checked equal to one gemv
+    per activation row first. extra_info: GMAC/s (median), and the speed-up over the gemv-per-row loop timed
+    alongside (fastest rounds)."""
+    rows, n = 576, 1536
+    m = 64
+    w = kernels.quantize(np.random.default_rng(0).standard_normal((rows, n), dtype=np.float32) * 0.05, fmt)
+    x = np.random.default_rng(1).standard_normal((m, n), dtype=np.float32)
+    xq = kernels.quantize(x, kernels.vec_dot_type(fmt))
+    per_row = lambda: np.stack([kernels.gemv(w, fmt, xq[i]) for i in range(m)])  # noqa: E731
+    assert np.array_equal(kernels.matmul(w, fmt, x, n_threads=1), per_row())
+    t_rows = 1e9
+    for _ in range(5):  # fastest rounds against each other: a shared machine's noise only ever slows a round
+        t0 = time.perf_counter()
+        per_row()
+        t_rows = min(t_rows, time.perf_counter() - t0)
+    benchmark(kernels.matmul, w, fmt, x, n_threads=1)
+    st = benchmark.stats.stats
+    benchmark.extra_info.update(GMACps=round(rows * n * m / st.median / 1e9, 1),
+                                speedup_vs_gemv_rows=round(t_rows / st.min, 2))
