@@ -20,6 +20,7 @@ import argparse
 import asyncio
 import json
 import os
+import shutil
 import socket
 import statistics
 import subprocess
@@ -30,7 +31,7 @@ import urllib.request
 
 HERE = os.path.dirname(os.path.abspath(__file__))
 sys.path.insert(0, os.path.dirname(HERE))  # the fastgguf of this checkout (built in place), also for the server
-LLAMA_SERVER = "/work/ref/llama/build/bin/llama-server"
+LLAMA_SERVER = os.environ.get("LLAMA_SERVER") or shutil.which("llama-server")  # a native build (GGML_NATIVE=ON)
 
 
 def free_port():
@@ -174,9 +175,12 @@ def main(argv=None):
     ap.add_argument("--rounds", type=int, default=2, help="requests per client, one after the other")
     ap.add_argument("--ctx-per-slot", type=int, default=256)
     ap.add_argument("--engines", nargs="+", default=["fastgguf", "llama.cpp"], choices=["fastgguf", "llama.cpp"])
-    ap.add_argument("--llama-server", default=LLAMA_SERVER)
+    ap.add_argument("--llama-server", default=LLAMA_SERVER, help="llama-server binary (default: $LLAMA_SERVER, then PATH)")
     ap.add_argument("--json", help="output file (default: benchmarks/results/bench-server-DATE.json)")
     a = ap.parse_args(argv)
+    if "llama.cpp" in a.engines and not (a.llama_server and os.access(a.llama_server, os.X_OK)):
+        ap.error("llama-server not found: pass --llama-server PATH or set LLAMA_SERVER (a native build: "
+                 "../shared/tools/build-llama-cpp.sh), or --engines fastgguf")
     from fastgguf import Model, hub
     model_path = a.model or hub.default_model_path(download=True)
     m = Model(model_path, n_threads=1)
