@@ -37,6 +37,14 @@ gcc $CFLAGS -DFG_NO_SIMD -O1 $SRCS -lm -o "$OUT/test_kernels_nosimd"
 run_test no-simd "$OUT/test_kernels_nosimd"
 grep -q '^compiled: scalar$' "$OUT/no-simd.log" || { echo "FAILED: FG_NO_SIMD build claims SIMD"; exit 1; }
 
+# (a3) attention tiles (csrc/fg_ops.c) against one query at a time, bit for bit, and float64: sanitizers, no SIMD
+ATT_SRCS="tests/c/test_attention.c csrc/fg_ops.c ${SRCS#tests/c/test_kernels.c}"
+gcc $CFLAGS -fsanitize=address,undefined -fno-sanitize-recover=all -fno-omit-frame-pointer -g -O1 \
+    $ATT_SRCS -lm -o "$OUT/test_attention_asan"
+run_test attention-asan-ubsan "$OUT/test_attention_asan"
+gcc $CFLAGS -DFG_NO_SIMD -O1 $ATT_SRCS -lm -o "$OUT/test_attention_nosimd"
+run_test attention-no-simd "$OUT/test_attention_nosimd"
+
 # (b) NEON under qemu
 need_install=0
 command -v aarch64-linux-gnu-gcc >/dev/null || need_install=1
