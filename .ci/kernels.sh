@@ -9,7 +9,7 @@
 set -euo pipefail
 cd "$(dirname "$0")/.."
 
-# Only the files the kernels need: other csrc/ files (ops, forward, sampling) are not part of this test.
+# Only the files the kernels need: other csrc/ files (forward, sampling; ops only in (a3)) are not part of this test.
 SRCS="tests/c/test_kernels.c csrc/fg_cpu.c csrc/fg_dispatch.c csrc/fg_quant_float.c csrc/fg_quant_q4_0.c
       csrc/fg_quant_q4_1.c csrc/fg_quant_q8.c csrc/fg_quant_q8_k.c csrc/fg_quant_q4_k.c csrc/fg_quant_q6_k.c
       csrc/fg_quant_q5_0.c csrc/fg_quant_q5_1.c csrc/fg_quant_q5_k.c
