@@ -9,7 +9,7 @@
 set -euo pipefail
 cd "$(dirname "$0")/.."
 
-# Only the files the kernels need: other csrc/ files (ops, forward, sampling) are not part of this test.
+# Only the files the kernels need: other csrc/ files (forward, sampling; ops only in (a3)) are not part of this test.
 SRCS="tests/c/test_kernels.c csrc/fg_cpu.c csrc/fg_dispatch.c csrc/fg_quant_float.c csrc/fg_quant_q4_0.c
       csrc/fg_quant_q4_1.c csrc/fg_quant_q8.c csrc/fg_quant_q8_k.c csrc/fg_quant_q4_k.c csrc/fg_quant_q6_k.c
       csrc/fg_quant_q5_0.c csrc/fg_quant_q5_1.c csrc/fg_quant_q5_k.c
@@ -36,6 +36,14 @@ run_test asan-ubsan "$OUT/test_kernels_asan"
 gcc $CFLAGS -DFG_NO_SIMD -O1 $SRCS -lm -o "$OUT/test_kernels_nosimd"
 run_test no-simd "$OUT/test_kernels_nosimd"
 grep -q '^compiled: scalar$' "$OUT/no-simd.log" || { echo "FAILED: FG_NO_SIMD build claims SIMD"; exit 1; }
+
+# (a3) attention tiles (csrc/fg_ops.c) against one query at a time, bit for bit, and float64: sanitizers, no SIMD
+ATT_SRCS="tests/c/test_attention.c csrc/fg_ops.c ${SRCS#tests/c/test_kernels.c}"
+gcc $CFLAGS -fsanitize=address,undefined -fno-sanitize-recover=all -fno-omit-frame-pointer -g -O1 \
+    $ATT_SRCS -lm -o "$OUT/test_attention_asan"
+run_test attention-asan-ubsan "$OUT/test_attention_asan"
+gcc $CFLAGS -DFG_NO_SIMD -O1 $ATT_SRCS -lm -o "$OUT/test_attention_nosimd"
+run_test attention-no-simd "$OUT/test_attention_nosimd"
 
 # (b) NEON under qemu
 need_install=0

@@ -93,9 +93,15 @@ static size_t max_row_bytes(int64_t n) {
     return round64(b > best ? b : best);
 }
 
+/* Query heads whose scores a thread holds at once: a whole row's, or an attention tile's (fg_attention_tile). */
+static int64_t score_heads(const fg_model *m) {
+    int64_t tile = (int64_t)FG_ATT_TILE * (m->n_head / m->n_head_kv);
+    return tile > m->n_head ? tile : m->n_head;
+}
+
 static size_t priv_bytes(const fg_work *w, const fg_model *m) {
     return round64((size_t)w->n_in * sizeof(float)) + FG_MAX_SLOTS * w->xq_row +
-           round64((size_t)m->n_head * w->max_ctx * sizeof(float));
+           round64((size_t)score_heads(m) * w->max_ctx * sizeof(float));
 }
 
 void fg_kv_free(fg_kv *kv) {
@@ -217,7 +223,7 @@ typedef struct {
     int ith, nth;
     float *pxn;          /* private (n_in,) */
     char *pxq;           /* private FG_MAX_SLOTS * xq_row */
-    float *scores;       /* private (n_head * max_ctx) */
+    float *scores;       /* private (score_heads * max_ctx) */
 } team;
 
 /* Layer il's (layer_rows, kv_dim) F16 K or V cache (cache: kv->k_cache or kv->v_cache). */
@@ -408,14 +414,23 @@ static void attention_rows(const team *t, const fg_layer *L, int il, int64_t row
                  layer_cache(kv, kv->v_cache, il, KV) + at);
     }
     BARRIER(t);
-    fg_split_rows(rows * G, t->nth, t->ith, 1, &r0, &r1);
-    for (int64_t u = r0; u < r1; u++) {
-        int64_t i = u / G, g = u % G, first, ring;
-        const fg_kv *kv = t->seqs[t->seq[i]];
-        int64_t n_keys = attn_span(m, kv, il, t->pos[i], &first, &ring);
-        fg_attention_group(s->att + i * QD + g * n_rep * hd, s->q + i * QD + g * n_rep * hd, n_rep, hd,
-                           layer_cache(kv, kv->k_cache, il, KV) + g * hd, layer_cache(kv, kv->v_cache, il, KV) + g * hd,
-                           KV, n_keys, first, ring, m->attn_scale, m->attn_softcap, t->scores);
+    /* tiles of up to FG_ATT_TILE consecutive rows of one sequence; units (tile, KV group) dealt round-robin */
+    int64_t u = 0;
+    for (int64_t i0 = 0, i1; i0 < rows; i0 = i1) {
+        for (i1 = i0 + 1; i1 < rows && i1 - i0 < FG_ATT_TILE && t->seq[i1] == t->seq[i0]; i1++) {}
+        const fg_kv *kv = t->seqs[t->seq[i0]];
+        int64_t lo[FG_ATT_TILE], n[FG_ATT_TILE], first, ring = 1;
+        for (int64_t i = i0; i < i1; i++) {
+            n[i - i0] = attn_span(m, kv, il, t->pos[i], &first, &ring);
+            lo[i - i0] = t->pos[i] + 1 - n[i - i0];
+        }
+        for (int g = 0; g < G; g++, u++) {
+            if (u % t->nth != t->ith) continue;
+            fg_attention_tile(s->att + i0 * QD + g * n_rep * hd, QD, s->q + i0 * QD + g * n_rep * hd, QD, (int)(i1 - i0),
+                              n_rep, hd, layer_cache(kv, kv->k_cache, il, KV) + g * hd,
+                              layer_cache(kv, kv->v_cache, il, KV) + g * hd, KV, lo, n, ring, m->attn_scale,
+                              m->attn_softcap, t->scores);
+        }
     }
 }
 

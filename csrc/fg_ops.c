@@ -211,33 +211,130 @@ FG_TARGET_AVX2 static void geglu_avx2(float *out, const float *gate, const float
     }
 }
 
-FG_TARGET_AVX2 static void attention_avx2(float *out, const float *q, int n_rep, int hd, const uint16_t *k,
-                                          const uint16_t *v, int64_t kv_stride, int64_t n, int64_t first,
-                                          int64_t ring, float scale, float softcap, float *scores) {
-    for (int64_t t = 0; t < n; t++) {
-        const uint16_t *kt = k + ring_slot(first, t, ring) * kv_stride;
-        for (int r = 0; r < n_rep; r++) {
-            const float *qr = q + (int64_t)r * hd;
-            __m256 a0 = _mm256_setzero_ps(), a1 = _mm256_setzero_ps();
-            int d = 0;
-            for (; d + 16 <= hd; d += 16) {
-                a0 = _mm256_fmadd_ps(_mm256_loadu_ps(qr + d), load_f16x8(kt + d), a0);
-                a1 = _mm256_fmadd_ps(_mm256_loadu_ps(qr + d + 8), load_f16x8(kt + d + 8), a1);
-            }
-            if (d < hd) a0 = _mm256_fmadd_ps(_mm256_loadu_ps(qr + d), load_f16x8(kt + d), a0);
-            scores[r * n + t] = fg_hsum_256(_mm256_add_ps(a0, a1)) * scale;
+/* The attention tile's buffer of K or V rows converted to float (16 KB: stays in L1 while the tile's heads use it):
+ * 8 keys' K rows for the scores (so head_dim <= ATT_BUF / 8), ATT_BUF / head_dim keys' V rows for P . V. */
+#define ATT_BUF 4096
+
+/* Rows [j, j + kn) (absolute key positions; slot j mod ring) of an F16 cache, converted into buf (kn, hd). */
+FG_INLINE_AVX2 void rows_to_f32_avx2(float *buf, const uint16_t *c, int64_t stride, int64_t j, int kn, int hd,
+                                     int64_t ring) {
+    for (int u = 0; u < kn; u++) {
+        const uint16_t *row = c + ((j + u) % ring) * stride;
+        for (int d = 0; d < hd; d += 8) _mm256_storeu_ps(buf + u * hd + d, load_f16x8(row + d));
+    }
+}
+
+/* q . k of one query head and one key as 8 partial sums; fg_hsum_256 of it (then * scale) is the score. Every
+ * score is made by exactly these ops, so a query gets the same bits alone or in a tile. */
+FG_INLINE_AVX2 __m256 dot_avx2(const float *qr, const float *kt, int hd) {
+    __m256 a0 = _mm256_setzero_ps(), a1 = _mm256_setzero_ps();
+    int d = 0;
+    for (; d + 16 <= hd; d += 16) {
+        a0 = _mm256_fmadd_ps(_mm256_loadu_ps(qr + d), _mm256_loadu_ps(kt + d), a0);
+        a1 = _mm256_fmadd_ps(_mm256_loadu_ps(qr + d + 8), _mm256_loadu_ps(kt + d + 8), a1);
+    }
+    if (d < hd) a0 = _mm256_fmadd_ps(_mm256_loadu_ps(qr + d), _mm256_loadu_ps(kt + d), a0);
+    return _mm256_add_ps(a0, a1);
+}
+
+/* dot_avx2 of one query head with 4 keys (rows of kf, hd floats apart) at once, x[c] for key c: the same FMAs
+ * into the same two accumulators per key, interleaved over the keys (8 independent chains instead of 2). */
+FG_INLINE_AVX2 void dot4_avx2(__m256 *x, const float *qr, const float *kf, int hd) {
+    __m256 a0[4], a1[4];
+    for (int c = 0; c < 4; c++) a0[c] = a1[c] = _mm256_setzero_ps();
+    int d = 0;
+    for (; d + 16 <= hd; d += 16) {
+        __m256 q0 = _mm256_loadu_ps(qr + d), q1 = _mm256_loadu_ps(qr + d + 8);
+        for (int c = 0; c < 4; c++) {
+            a0[c] = _mm256_fmadd_ps(q0, _mm256_loadu_ps(kf + c * hd + d), a0[c]);
+            a1[c] = _mm256_fmadd_ps(q1, _mm256_loadu_ps(kf + c * hd + d + 8), a1[c]);
         }
     }
-    if (softcap > 0.0f) softcap_scalar(scores, (int64_t)n_rep * n, softcap);
-    for (int r = 0; r < n_rep; r++) softmax_avx2(scores + r * n, n);
-    memset(out, 0, sizeof(float) * (size_t)n_rep * hd);
-    for (int64_t t = 0; t < n; t++) {
-        const uint16_t *vt = v + ring_slot(first, t, ring) * kv_stride;
-        for (int r = 0; r < n_rep; r++) {
-            __m256 p = _mm256_set1_ps(scores[r * n + t]);
-            float *o = out + (int64_t)r * hd;
-            for (int d = 0; d < hd; d += 8)
-                _mm256_storeu_ps(o + d, _mm256_fmadd_ps(p, load_f16x8(vt + d), _mm256_loadu_ps(o + d)));
+    if (d < hd) {
+        __m256 q0 = _mm256_loadu_ps(qr + d);
+        for (int c = 0; c < 4; c++) a0[c] = _mm256_fmadd_ps(q0, _mm256_loadu_ps(kf + c * hd + d), a0[c]);
+    }
+    for (int c = 0; c < 4; c++) x[c] = _mm256_add_ps(a0[c], a1[c]);
+}
+
+/* s[0..8) = scores of one query head against 8 consecutive keys (rows of kf, hd floats apart): fg_hsum_256 of each
+ * dot_avx2 with the same additions in the same pairs ((x0+x4) + (x2+x6)) + ((x1+x5) + (x3+x7)), done for 8 at once. */
+FG_INLINE_AVX2 void score8_avx2(float *s, const float *qr, const float *kf, int hd, float scale) {
+    __m256 x[8], y[4];
+    dot4_avx2(x, qr, kf, hd);
+    dot4_avx2(x + 4, qr, kf + 4 * hd, hd);
+    for (int c = 0; c < 4; c++) /* y[c] = [x(2c) lo + hi | x(2c+1) lo + hi] */
+        y[c] = _mm256_add_ps(_mm256_permute2f128_ps(x[2 * c], x[2 * c + 1], 0x20),
+                             _mm256_permute2f128_ps(x[2 * c], x[2 * c + 1], 0x31));
+    __m256 z0 = _mm256_add_ps(_mm256_shuffle_ps(y[0], y[1], 0x44), _mm256_shuffle_ps(y[0], y[1], 0xEE));
+    __m256 z1 = _mm256_add_ps(_mm256_shuffle_ps(y[2], y[3], 0x44), _mm256_shuffle_ps(y[2], y[3], 0xEE));
+    __m256 h = _mm256_add_ps(_mm256_shuffle_ps(z0, z1, 0x88), _mm256_shuffle_ps(z0, z1, 0xDD)); /* keys 0 2 4 6 1 3 5 7 */
+    h = _mm256_permutevar8x32_ps(h, _mm256_setr_epi32(0, 4, 1, 5, 2, 6, 3, 7));
+    _mm256_storeu_ps(s, _mm256_mul_ps(h, _mm256_set1_ps(scale)));
+}
+
+/* A tile of nq queries (see fg_attention_tile), in blocks of keys over the union [j0, j1) of their windows: each
+ * block's K (then V) rows converted once into a float buffer for all nq * n_rep heads. Per (query head, key) the
+ * ops are the same whatever the tile (a lone query is a tile of one); P . V adds the keys in order into each output
+ * element, o = fma(p, v, o) from 0. */
+FG_TARGET_AVX2 static void attention_tile_avx2(float *out, int64_t out_stride, const float *q, int64_t q_stride,
+                                               int nq, int n_rep, int hd, const uint16_t *k, const uint16_t *v,
+                                               int64_t kv_stride, const int64_t *lo, const int64_t *n, int64_t ring,
+                                               float scale, float softcap, float *scores) {
+    float buf[ATT_BUF];                                     /* (8, hd) K rows or (vb, hd) V rows */
+    int64_t j0 = lo[0], j1 = lo[0] + n[0], sc[FG_ATT_TILE]; /* sc[i]: query i's (n_rep, n[i]) scores */
+    for (int i = 0, off = 0; i < nq; off += n_rep * n[i], i++) {
+        sc[i] = off;
+        j0 = lo[i] < j0 ? lo[i] : j0;
+        j1 = lo[i] + n[i] > j1 ? lo[i] + n[i] : j1;
+    }
+    for (int64_t jb = j0; jb < j1; jb += 8) {
+        int kn = j1 - jb < 8 ? (int)(j1 - jb) : 8;
+        rows_to_f32_avx2(buf, k, kv_stride, jb, kn, hd, ring);
+        for (int i = 0; i < nq; i++) {
+            int64_t a = jb > lo[i] ? jb : lo[i], b = jb + kn < lo[i] + n[i] ? jb + kn : lo[i] + n[i];
+            for (int r = 0; r < n_rep && a < b; r++) {
+                float *s = scores + sc[i] + r * n[i] + (a - lo[i]); /* scores of keys a.. */
+                const float *qr = q + i * q_stride + r * hd;
+                if (b - a == 8)
+                    score8_avx2(s, qr, buf, hd, scale);
+                else
+                    for (int64_t j = a; j < b; j++) s[j - a] = fg_hsum_256(dot_avx2(qr, buf + (j - jb) * hd, hd)) * scale;
+            }
+        }
+    }
+    for (int i = 0; i < nq; i++) {
+        if (softcap > 0.0f) softcap_scalar(scores + sc[i], (int64_t)n_rep * n[i], softcap);
+        for (int r = 0; r < n_rep; r++) softmax_avx2(scores + sc[i] + r * n[i], n[i]);
+        memset(out + i * out_stride, 0, sizeof(float) * (size_t)n_rep * hd);
+    }
+    int vb = ATT_BUF / hd;
+    for (int64_t jb = j0; jb < j1; jb += vb) {
+        int kn = j1 - jb < vb ? (int)(j1 - jb) : vb;
+        rows_to_f32_avx2(buf, v, kv_stride, jb, kn, hd, ring);
+        for (int i = 0; i < nq; i++) {
+            int64_t a = jb > lo[i] ? jb : lo[i], b = jb + kn < lo[i] + n[i] ? jb + kn : lo[i] + n[i];
+            for (int r = 0; r < n_rep && a < b; r++) {
+                const float *p = scores + sc[i] + r * n[i] + (a - lo[i]), *vf = buf + (a - jb) * hd; /* keys a.. */
+                float *o = out + i * out_stride + r * hd;
+                int d = 0;
+                for (; d + 64 <= hd; d += 64) { /* 8 independent accumulators: FMA throughput, not latency */
+                    __m256 acc[8];
+                    for (int c = 0; c < 8; c++) acc[c] = _mm256_loadu_ps(o + d + 8 * c);
+                    for (int64_t u = 0; u < b - a; u++) {
+                        __m256 pu = _mm256_broadcast_ss(p + u);
+                        for (int c = 0; c < 8; c++)
+                            acc[c] = _mm256_fmadd_ps(pu, _mm256_loadu_ps(vf + u * hd + d + 8 * c), acc[c]);
+                    }
+                    for (int c = 0; c < 8; c++) _mm256_storeu_ps(o + d + 8 * c, acc[c]);
+                }
+                for (; d < hd; d += 8) {
+                    __m256 o0 = _mm256_loadu_ps(o + d);
+                    for (int64_t u = 0; u < b - a; u++)
+                        o0 = _mm256_fmadd_ps(_mm256_broadcast_ss(p + u), _mm256_loadu_ps(vf + u * hd + d), o0);
+                    _mm256_storeu_ps(o + d, o0);
+                }
+            }
         }
     }
 }
@@ -321,20 +418,35 @@ void fg_f32_to_f16_row(uint16_t *y, const float *x, int64_t n) {
     f32_to_f16_scalar(y, x, n);
 }
 
-void fg_attention_group(float *out, const float *q, int n_rep, int head_dim, const uint16_t *k, const uint16_t *v,
-                        int64_t kv_stride, int64_t n, int64_t first, int64_t ring, float scale, float softcap,
-                        float *scores) {
+void fg_attention_tile(float *out, int64_t out_stride, const float *q, int64_t q_stride, int nq, int n_rep,
+                       int head_dim, const uint16_t *k, const uint16_t *v, int64_t kv_stride, const int64_t *lo,
+                       const int64_t *n, int64_t ring, float scale, float softcap, float *scores) {
 #ifdef FG_HAVE_X86
-    if (fg_isa_active() == FG_ISA_AVX512 && head_dim % 16 == 0 && n_rep >= 1 && n_rep <= 8) {
-        attention_avx512(out, q, n_rep, head_dim, k, v, kv_stride, n, first, ring, scale, softcap, scores);
-        return;
-    }
-    if (use_avx2(head_dim)) {
-        attention_avx2(out, q, n_rep, head_dim, k, v, kv_stride, n, first, ring, scale, softcap, scores);
+    int avx512 = fg_isa_active() == FG_ISA_AVX512 && head_dim % 16 == 0 && n_rep >= 1 && n_rep <= 8;
+    if (!avx512 && use_avx2(head_dim) && head_dim <= ATT_BUF / 8) {
+        attention_tile_avx2(out, out_stride, q, q_stride, nq, n_rep, head_dim, k, v, kv_stride, lo, n, ring, scale,
+                            softcap, scores);
         return;
     }
 #endif
-    attention_scalar(out, q, n_rep, head_dim, k, v, kv_stride, n, first, ring, scale, softcap, scores);
+    for (int i = 0; i < nq; i++) { /* one query at a time */
+        float *o = out + i * out_stride;
+        const float *qi = q + i * q_stride;
+        int64_t first = lo[i] % ring;
+#ifdef FG_HAVE_X86
+        if (avx512) {
+            attention_avx512(o, qi, n_rep, head_dim, k, v, kv_stride, n[i], first, ring, scale, softcap, scores);
+            continue;
+        }
+#endif
+        attention_scalar(o, qi, n_rep, head_dim, k, v, kv_stride, n[i], first, ring, scale, softcap, scores);
+    }
+}
+
+void fg_attention_group(float *out, const float *q, int n_rep, int head_dim, const uint16_t *k, const uint16_t *v,
+                        int64_t kv_stride, int64_t n, int64_t first, int64_t ring, float scale, float softcap,
+                        float *scores) {
+    fg_attention_tile(out, 0, q, 0, 1, n_rep, head_dim, k, v, kv_stride, &first, &n, ring, scale, softcap, scores);
 }
 
 void fg_softcap(float *x, int64_t n, float cap) {

@@ -1,0 +1,124 @@
+/* fg_attention_tile against fg_attention_group query by query (bit for bit: a row's attention must not depend on
+ * whether it is computed alone, in a tile, or beside other sequences) and against a float64 reference, on every
+ * available ISA: odd head counts and head sizes, full-length caches and sliding windows over a ring, with and
+ * without soft-capping, tiles of consecutive and of scattered positions. The scores scratch is allocated at exactly
+ * the documented size (AddressSanitizer catches any overrun). Built and run by .ci/kernels.sh. */
+#include <math.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "fg_kernels.h"
+#include "fg_ops.h"
+
+static int passed, failed;
+static uint64_t rng = 0x243f6a8885a308d3ull;
+static float frand(void) { /* uniform in [-1, 1) */
+    rng = rng * 6364136223846793005ull + 1442695040888963407ull;
+    return (float)((rng >> 40) / (double)(1 << 23)) - 1.0f;
+}
+
+static float f16_to_f32(uint16_t h) { /* exact, for the reference */
+    int e = (h >> 10) & 31, m = h & 1023;
+    float x = e == 0 ? ldexpf((float)m, -24) : ldexpf((float)(m | 1024), e - 25);
+    return h >> 15 ? -x : x;
+}
+
+/* float64 attention of one query (n_rep heads) over keys lo .. lo + n - 1 (slot p mod ring) */
+static void reference(double *out, const float *q, int n_rep, int hd, const uint16_t *k, const uint16_t *v,
+                      int64_t stride, int64_t lo, int64_t n, int64_t ring, float scale, float softcap) {
+    double *p = malloc(sizeof(double) * (size_t)n);
+    for (int r = 0; r < n_rep; r++) {
+        double mx = -INFINITY, sum = 0.0;
+        for (int64_t t = 0; t < n; t++) {
+            const uint16_t *kt = k + ((lo + t) % ring) * stride;
+            double s = 0.0;
+            for (int d = 0; d < hd; d++) s += (double)q[r * hd + d] * f16_to_f32(kt[d]);
+            s *= scale;
+            if (softcap > 0.0f) s = softcap * tanh(s / softcap);
+            p[t] = s;
+            mx = s > mx ? s : mx;
+        }
+        for (int64_t t = 0; t < n; t++) sum += p[t] = exp(p[t] - mx);
+        for (int d = 0; d < hd; d++) {
+            double o = 0.0;
+            for (int64_t t = 0; t < n; t++) o += p[t] / sum * f16_to_f32(v[((lo + t) % ring) * stride + d]);
+            out[r * hd + d] = o;
+        }
+    }
+    free(p);
+}
+
+/* nq queries at positions pos[], each seeing at most `window` keys (0: all up to its own position) */
+static void check_case(const char *isa, int n_rep, int hd, int nq, const int64_t *pos, int64_t window,
+                       float softcap) {
+    const int groups = 2, g = 1; /* the second KV group of two: rows kv_stride apart, offset g * hd */
+    int64_t stride = (int64_t)groups * hd, ring = 0, lo[FG_ATT_TILE], n[FG_ATT_TILE], total = 0;
+    for (int i = 0; i < nq; i++) {
+        n[i] = window > 0 && pos[i] + 1 > window ? window : pos[i] + 1;
+        lo[i] = pos[i] + 1 - n[i];
+        ring = pos[i] + 1 > ring ? pos[i] + 1 : ring;
+        total += n[i];
+    }
+    if (window > 0 && ring > window + 7) ring = window + 7; /* a ring that wraps (room for the window + 7 rows) */
+    float scale = 1.0f / sqrtf((float)hd);
+    int64_t qd = (int64_t)n_rep * hd + 8; /* query rows further apart than their heads, as in a batch */
+    uint16_t *k = malloc(sizeof(uint16_t) * (size_t)(ring * stride)), *v = malloc(sizeof(uint16_t) * (size_t)(ring * stride));
+    float *row = malloc(sizeof(float) * (size_t)stride), *q = malloc(sizeof(float) * (size_t)(nq * qd));
+    float *out = malloc(sizeof(float) * (size_t)(nq * qd)), *one = malloc(sizeof(float) * (size_t)(n_rep * hd));
+    float *scores = malloc(sizeof(float) * (size_t)(n_rep * total));
+    double *ref = malloc(sizeof(double) * (size_t)(n_rep * hd));
+    for (int64_t s = 0; s < ring; s++) {
+        for (int64_t d = 0; d < stride; d++) row[d] = 2.0f * frand();
+        fg_f32_to_f16_row(k + s * stride, row, stride);
+        for (int64_t d = 0; d < stride; d++) row[d] = frand();
+        fg_f32_to_f16_row(v + s * stride, row, stride);
+    }
+    for (int64_t x = 0; x < nq * qd; x++) q[x] = 2.0f * frand();
+    fg_attention_tile(out, qd, q, qd, nq, n_rep, hd, k + g * hd, v + g * hd, stride, lo, n, ring, scale, softcap,
+                      scores);
+    int ok_bits = 1, ok_ref = 1;
+    for (int i = 0; i < nq; i++) {
+        float *sc1 = malloc(sizeof(float) * (size_t)(n_rep * n[i]));
+        fg_attention_group(one, q + i * qd, n_rep, hd, k + g * hd, v + g * hd, stride, n[i], lo[i] % ring, ring, scale,
+                           softcap, sc1);
+        free(sc1);
+        if (memcmp(one, out + i * qd, sizeof(float) * (size_t)(n_rep * hd)) != 0) ok_bits = 0;
+        reference(ref, q + i * qd, n_rep, hd, k + g * hd, v + g * hd, stride, lo[i], n[i], ring, scale, softcap);
+        for (int x = 0; x < n_rep * hd; x++)
+            if (fabs(out[i * qd + x] - ref[x]) > 1e-4 * (1.0 + fabs(ref[x]))) ok_ref = 0;
+    }
+    passed += ok_bits + ok_ref;
+    failed += !ok_bits + !ok_ref;
+    if (!ok_bits || !ok_ref)
+        printf("FAIL %s n_rep=%d hd=%d nq=%d pos0=%ld window=%ld softcap=%g: %s\n", isa, n_rep, hd, nq, (long)pos[0],
+               (long)window, softcap, !ok_bits ? "tile != one by one" : "off the float64 reference");
+    free(k), free(v), free(row), free(q), free(out), free(one), free(scores), free(ref);
+}
+
+int main(void) {
+    fg_init();
+    static const int reps[] = {1, 3, 5}, hds[] = {8, 24, 64, 72, 256};
+    static const int64_t starts[] = {0, 5, 37, 130}, scattered[] = {3, 40, 4, 9}, windows[] = {0, 13};
+    for (int isa = 0; isa < FG_ISA_COUNT; isa++) {
+        if (!fg_isa_available(isa)) continue;
+        fg_set_isa(isa);
+        int before = failed;
+        for (int a = 0; a < 3; a++)
+            for (int b = 0; b < 5; b++)
+                for (int w = 0; w < 2; w++)
+                    for (int cap = 0; cap < 2; cap++) {
+                        float softcap = cap ? 3.0f : 0.0f;
+                        for (int nq = 1; nq <= FG_ATT_TILE; nq++)
+                            for (int s = 0; s < 4; s++) {
+                                int64_t pos[FG_ATT_TILE];
+                                for (int i = 0; i < nq; i++) pos[i] = starts[s] + i;
+                                check_case(fg_isa_name(isa), reps[a], hds[b], nq, pos, windows[w], softcap);
+                            }
+                        check_case(fg_isa_name(isa), reps[a], hds[b], FG_ATT_TILE, scattered, windows[w], softcap);
+                    }
+        printf("%s: %s\n", fg_isa_name(isa), failed == before ? "ok" : "FAILED");
+    }
+    printf("kernels: %d passed, %d failed\n", passed, failed); /* the summary line .ci/kernels.sh demands */
+    return failed != 0;
+}
