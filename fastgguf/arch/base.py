@@ -151,8 +151,8 @@ class Arch:
                 break
         f32 = np.float32
         freq_scale = f32(1.0) if factor == 0.0 or scaling == "none" else f32(1.0) / f32(factor)
-        n_ctx_orig = self.int_key("rope.scaling.original_context_length", n_ctx_train, lo=0, hi=1 << 31) or \
-            n_ctx_train
+        n_ctx_orig = self.int_key("rope.scaling.original_context_length", n_ctx_train, lo=0,
+                                  hi=(1 << 31) - 1) or n_ctx_train  # a C int in fg_model
         attn_factor, ext_factor = f32(1.0), 0.0
         if scaling == "yarn":
             ext_factor = 1.0
@@ -204,7 +204,7 @@ class Arch:
             if n_tok > n_vocab:
                 raise GGUFError(f"tokenizer.ggml.tokens has {n_tok} tokens but token_embd.weight only {n_vocab} "
                                 f"rows")
-        n_ctx_train = self.int_key("context_length", 0, lo=0, hi=1 << 31)
+        n_ctx_train = self.int_key("context_length", 0, lo=0, hi=(1 << 31) - 1)
         return Hparams(
             arch=self.name,
             n_embd=n_embd,

@@ -38,7 +38,7 @@ class Gemma(Arch):
         scale = 1.0 / math.sqrt(hp.head_dim)
         if self.n_layer_27b is not None and hp.n_layer == self.n_layer_27b:
             scale = 1.0 / math.sqrt(hp.n_embd // hp.n_head)
-        n_swa = self.int_key("attention.sliding_window", self.swa_default, lo=0, hi=1 << 31)
+        n_swa = self.int_key("attention.sliding_window", self.swa_default, lo=0, hi=(1 << 31) - 1)
         swa_layers = self.swa_layers(hp.n_layer) if n_swa > 0 else ()
         return dataclasses.replace(
             hp, attn_scale=scale, embd_scale=float(np.sqrt(np.float32(hp.n_embd))), ffn_act="gelu_tanh",

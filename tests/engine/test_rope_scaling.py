@@ -169,3 +169,12 @@ def test_longrope_tensor_errors(tmp_path):
     path = make_tiny(tmp_path / "llama.gguf", extra=t)        # llama without type longrope: unknown, as there
     with pytest.raises(GGUFError, match="rope_factors_long.weight"):
         Model(path)
+
+
+@pytest.mark.parametrize("key", ["context_length", "rope.scaling.original_context_length"])
+def test_context_lengths_past_c_int_are_refused(tmp_path, key):
+    """A context length past a C int is named, not an OverflowError from the native layer (found by the hparams
+    fuzz target: context_length 2**31 became the default original context)."""
+    with pytest.raises(GGUFError, match=key.replace(".", r"\.")):
+        Model(make_tiny(tmp_path / "big.gguf", meta={key: 1 << 31}))
+    Model(make_tiny(tmp_path / "max.gguf", meta={key: (1 << 31) - 1}))
