@@ -226,12 +226,12 @@ typedef struct {
     float *scores;       /* private (score_heads * max_ctx) */
 } team;
 
-/* Layer il's (layer_rows, kv_dim) F16 K or V cache (cache: kv->k_cache or kv->v_cache). */
-static uint16_t *layer_cache(const fg_kv *kv, uint16_t *cache, int il, int64_t kv_dim) {
-    return cache + kv->layer_row0[il] * kv_dim;
-}
-
 static int64_t layer_rows(const fg_kv *kv, int il) { return kv->layer_row0[il + 1] - kv->layer_row0[il]; }
+
+/* Layer il's (layer_rows, head_dim) F16 K or V cache of KV group g (cache: kv->k_cache or kv->v_cache). */
+static uint16_t *group_cache(const fg_model *m, const fg_kv *kv, uint16_t *cache, int il, int64_t g) {
+    return cache + (kv->layer_row0[il] * m->n_head_kv + g * layer_rows(kv, il)) * m->head_dim;
+}
 
 /* The keys a query at position pos of layer il attends to: n of them, the first in row *first of a ring of *ring
  * rows (the whole prefix for a full-attention layer; the last n_swa positions for a sliding-window one). */
@@ -345,10 +345,14 @@ static void rope_row(const team *t, const fg_layer *L, float *q, float *k, const
     }
 }
 
-/* K and V (kv_dim,) of one row into the F16 cache rows kc, vc (already at the row's position). */
-static void store_kv(int64_t kv_dim, const float *k, const float *v, uint16_t *kc, uint16_t *vc) {
-    fg_f32_to_f16_row(kc, k, kv_dim);
-    fg_f32_to_f16_row(vc, v, kv_dim);
+/* K and V heads [g0, g1) (kv_dim,) of the row at `pos` into sequence kv's layer il cache (NULL: that one not). */
+static void store_kv(const fg_model *m, const fg_kv *kv, int il, int64_t pos, const float *k, const float *v,
+                     int64_t g0, int64_t g1) {
+    int64_t hd = m->head_dim, at = (pos % layer_rows(kv, il)) * hd;
+    for (int64_t g = g0; g < g1; g++) {
+        if (k) fg_f32_to_f16_row(group_cache(m, kv, kv->k_cache, il, g) + at, k + g * hd, hd);
+        if (v) fg_f32_to_f16_row(group_cache(m, kv, kv->v_cache, il, g) + at, v + g * hd, hd);
+    }
 }
 
 /* One row (a decode step). q, k, v = attn_norm(x) . Wq, Wk, Wv with whole heads per thread: the n_head + 2 n_head_kv
@@ -361,8 +365,7 @@ static void attention_one_row(const team *t, const fg_layer *L, int il, const ch
     const fg_kv *kv = t->seqs[t->seq[0]];
     int pos = t->pos[0], H = m->n_head, G = m->n_head_kv, hd = m->head_dim, n_rep = H / G;
     int64_t QD = s->q_dim, KV = s->kv_dim, u0, u1, h0, h1, first, ring;
-    int64_t n_keys = attn_span(m, kv, il, pos, &first, &ring), row = pos % ring;
-    uint16_t *kl = layer_cache(kv, kv->k_cache, il, KV), *vl = layer_cache(kv, kv->v_cache, il, KV);
+    int64_t n_keys = attn_span(m, kv, il, pos, &first, &ring);
     fg_split_rows(H + 2 * G, t->nth, t->ith, 1, &u0, &u1);
     h0 = u0 < H ? u0 : H, h1 = u1 < H ? u1 : H;                                     /* q heads */
     matmul(&L->wq, xq[0], xs, 1, s->q, QD, h0 * hd, h1 * hd);
@@ -372,16 +375,17 @@ static void attention_one_row(const team *t, const fg_layer *L, int il, const ch
     matmul(&L->wk, xq[1], xs, 1, s->kcur, KV, h0 * hd, h1 * hd);
     add_bias(s->kcur, KV, 1, L->bk, h0 * hd, h1 * hd);
     rope_row(t, L, s->q, s->kcur, s->rope, 0, 0, (int)h0, (int)h1);
-    for (int64_t g = h0; g < h1; g++) fg_f32_to_f16_row(kl + row * KV + g * hd, s->kcur + g * hd, hd);
+    store_kv(m, kv, il, pos, s->kcur, NULL, h0, h1);
     h0 = u0 - H - G < 0 ? 0 : u0 - H - G, h1 = u1 - H - G < 0 ? 0 : u1 - H - G;      /* v heads */
     matmul(&L->wv, xq[2], xs, 1, s->vcur, KV, h0 * hd, h1 * hd);
     add_bias(s->vcur, KV, 1, L->bv, h0 * hd, h1 * hd);
-    for (int64_t g = h0; g < h1; g++) fg_f32_to_f16_row(vl + row * KV + g * hd, s->vcur + g * hd, hd);
+    store_kv(m, kv, il, pos, NULL, s->vcur, h0, h1);
     BARRIER(t);
     fg_split_rows(H, t->nth, t->ith, 1, &h0, &h1);
     for (int64_t g = h0 / n_rep; g * n_rep < h1; g++) {
         int64_t a = g * n_rep > h0 ? g * n_rep : h0, b = (g + 1) * n_rep < h1 ? (g + 1) * n_rep : h1;
-        fg_attention_group(s->att + a * hd, s->q + a * hd, (int)(b - a), hd, kl + g * hd, vl + g * hd, KV, n_keys,
+        fg_attention_group(s->att + a * hd, s->q + a * hd, (int)(b - a), hd, group_cache(m, kv, kv->k_cache, il, g),
+                           group_cache(m, kv, kv->v_cache, il, g), hd, n_keys,
                            first, ring, m->attn_scale, m->attn_softcap, t->scores);
     }
 }
@@ -408,10 +412,8 @@ static void attention_rows(const team *t, const fg_layer *L, int il, int64_t row
     fg_split_rows(rows, t->nth, t->ith, 1, &r0, &r1);
     for (int64_t i = r0; i < r1; i++) {
         const fg_kv *kv = t->seqs[t->seq[i]];
-        int64_t at = (t->pos[i] % layer_rows(kv, il)) * KV;
         rope_row(t, L, s->q + i * QD, s->kcur + i * KV, s->rope + i * m->n_rot, 0, m->n_head, 0, G);
-        store_kv(KV, s->kcur + i * KV, s->vcur + i * KV, layer_cache(kv, kv->k_cache, il, KV) + at,
-                 layer_cache(kv, kv->v_cache, il, KV) + at);
+        store_kv(m, kv, il, t->pos[i], s->kcur + i * KV, s->vcur + i * KV, 0, G);
     }
     BARRIER(t);
     /* tiles of up to FG_ATT_TILE consecutive rows of one sequence; units (tile, KV group) dealt round-robin */
@@ -427,8 +429,8 @@ static void attention_rows(const team *t, const fg_layer *L, int il, int64_t row
         for (int g = 0; g < G; g++, u++) {
             if (u % t->nth != t->ith) continue;
             fg_attention_tile(s->att + i0 * QD + g * n_rep * hd, QD, s->q + i0 * QD + g * n_rep * hd, QD, (int)(i1 - i0),
-                              n_rep, hd, layer_cache(kv, kv->k_cache, il, KV) + g * hd,
-                              layer_cache(kv, kv->v_cache, il, KV) + g * hd, KV, lo, n, ring, m->attn_scale,
+                              n_rep, hd, group_cache(m, kv, kv->k_cache, il, g),
+                              group_cache(m, kv, kv->v_cache, il, g), hd, lo, n, ring, m->attn_scale,
                               m->attn_softcap, t->scores);
         }
     }
@@ -634,21 +636,23 @@ int fg_forward(const fg_model *m, fg_state *s, const int32_t *tokens, int n_toke
 
 int fg_kv_copy(const fg_model *m, fg_kv *dst, const fg_kv *src, int n) {
     if (n < 0 || n > dst->n_ctx || n > src->n_ctx || dst == src) return -1;
-    int64_t kv_dim = (int64_t)m->n_head_kv * m->head_dim;
-    size_t row = (size_t)kv_dim * sizeof(uint16_t);
+    int64_t hd = m->head_dim;
+    size_t row = (size_t)hd * sizeof(uint16_t);
     for (int il = 0; il < m->n_layer; il++) {
-        uint16_t *dk = layer_cache(dst, dst->k_cache, il, kv_dim), *dv = layer_cache(dst, dst->v_cache, il, kv_dim);
-        const uint16_t *sk = layer_cache(src, src->k_cache, il, kv_dim);
-        const uint16_t *sv = layer_cache(src, src->v_cache, il, kv_dim);
-        if (!m->layers[il].swa) {
-            memcpy(dk, sk, (size_t)n * row);
-            memcpy(dv, sv, (size_t)n * row);
-            continue;
-        }
-        int64_t sr = layer_rows(src, il), dr = layer_rows(dst, il);
-        for (int64_t p = n > m->n_swa ? n - m->n_swa : 0; p < n; p++) {
-            memcpy(dk + (p % dr) * kv_dim, sk + (p % sr) * kv_dim, row);
-            memcpy(dv + (p % dr) * kv_dim, sv + (p % sr) * kv_dim, row);
+        int64_t sr = layer_rows(src, il), dr = layer_rows(dst, il), p0 = 0;
+        if (m->layers[il].swa && n > m->n_swa) p0 = n - m->n_swa;
+        for (int64_t g = 0; g < m->n_head_kv; g++) {
+            uint16_t *dk = group_cache(m, dst, dst->k_cache, il, g), *dv = group_cache(m, dst, dst->v_cache, il, g);
+            const uint16_t *sk = group_cache(m, src, src->k_cache, il, g), *sv = group_cache(m, src, src->v_cache, il, g);
+            if (!m->layers[il].swa) {
+                memcpy(dk, sk, (size_t)n * row);
+                memcpy(dv, sv, (size_t)n * row);
+                continue;
+            }
+            for (int64_t p = p0; p < n; p++) {
+                memcpy(dk + (p % dr) * hd, sk + (p % sr) * hd, row);
+                memcpy(dv + (p % dr) * hd, sv + (p % sr) * hd, row);
+            }
         }
     }
     return 0;

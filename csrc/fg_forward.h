@@ -61,12 +61,13 @@ typedef struct {
 #define FG_MAX_SLOTS 3 /* distinct activation types for one input (q, k, v may differ) */
 
 /* One sequence's KV cache: what a conversation keeps between calls. F16 (half the memory and bandwidth of F32).
- * Layer il holds layer_rows[il] rows of kv_dim: n_ctx for a full-attention layer (row = position), and a ring of
+ * Layer il holds layer_rows[il] rows: n_ctx for a full-attention layer (row = position), and a ring of
  * n_swa_rows = min(n_ctx, n_swa + FG_MAX_BATCH) for a sliding-window layer (row = position mod n_swa_rows): the
- * n_swa positions a query sees plus the rows a chunk writes before its first row reads. */
+ * n_swa positions a query sees plus the rows a chunk writes before its first row reads. Group-major: a layer is
+ * n_head_kv blocks (layer_rows, head_dim), so attention over one KV group reads one contiguous stream. */
 typedef struct {
     int n_ctx, n_swa_rows;
-    uint16_t *k_cache, *v_cache;  /* the layers' rows one after another */
+    uint16_t *k_cache, *v_cache;  /* the layers one after another, each (n_head_kv, layer_rows, head_dim) */
     int64_t *layer_row0;          /* (n_layer + 1,) first row of each layer; the last entry is the total */
     size_t bytes;                 /* of K and V together */
 } fg_kv;

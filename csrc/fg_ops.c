@@ -216,11 +216,18 @@ FG_TARGET_AVX2 static void geglu_avx2(float *out, const float *gate, const float
 #define ATT_BUF 4096
 
 /* Rows [j, j + kn) (absolute key positions; slot j mod ring) of an F16 cache, converted into buf (kn, hd). */
+/* The cache is read a row slice (hd halves of a kv_dim row) at a time, rows apart: a strided stream the hardware
+ * prefetcher follows late, so each row's lines are asked for ATT_PF rows (keys) ahead (in the ring; a hint). */
+#define ATT_PF 16
 FG_INLINE_AVX2 void rows_to_f32_avx2(float *buf, const uint16_t *c, int64_t stride, int64_t j, int kn, int hd,
                                      int64_t ring) {
+    int64_t row = j % ring, ahead = (j + ATT_PF) % ring;
     for (int u = 0; u < kn; u++) {
-        const uint16_t *row = c + ((j + u) % ring) * stride;
-        for (int d = 0; d < hd; d += 8) _mm256_storeu_ps(buf + u * hd + d, load_f16x8(row + d));
+        const uint16_t *src = c + row * stride, *pf = c + ahead * stride;
+        for (int d = 0; d < hd; d += 32) _mm_prefetch((const char *)(pf + d), _MM_HINT_T0);
+        for (int d = 0; d < hd; d += 8) _mm256_storeu_ps(buf + u * hd + d, load_f16x8(src + d));
+        if (++row == ring) row = 0;
+        if (++ahead == ring) ahead = 0;
     }
 }
 
