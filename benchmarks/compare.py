@@ -81,7 +81,7 @@ def worker_fastgguf(a):
     first = _ids(a.model, 8)
     t0 = time.perf_counter()
     model = fastgguf.Model(a.model, n_threads=a.threads)
-    ctx = model.context(n_ctx=1024)
+    ctx = model.context(n_ctx=max(1024, a.depth + a.gen + 16))
     out["load_s"] = time.perf_counter() - t0
     logits = ctx.eval(first)  # load to first token: open, map, allocate, an 8-token prompt, its argmax
     out["first_top1"] = int(np.argmax(logits))
@@ -101,6 +101,11 @@ def worker_fastgguf(a):
         raise SystemExit(f"fastgguf decoded {res.usage.completion_tokens} tokens, expected {a.gen + 1}")
     out["tg_tps"] = a.gen / res.timings.generation_seconds
     out["tg_ids"] = list(res.token_ids[:N_CHECK])
+    if a.depth:  # the same decode after a prompt of `depth` tokens (llama-bench's tg @ d<depth>)
+        ctx.reset()
+        res = model.generate(_ids(a.model, a.depth), max_tokens=a.gen + 1, temperature=0.0, logit_bias=ban,
+                             context=ctx)
+        out["tg_depth_tps"] = a.gen / res.timings.generation_seconds
     # our own top-1 minus top-2 margin along that path (teacher-forced): tells a near-tie from a real disagreement
     ctx.reset()
     lg = ctx.eval(first + out["tg_ids"][:-1], all_logits=True)[len(first) - 1:]
@@ -207,22 +212,29 @@ def worker_llama_bench(a):
     if p.returncode != 0:
         raise RuntimeError(f"llama-bench failed ({p.returncode}):\n{err[-3000:]}")
     tests = json.loads(out_text)
+    if a.depth:  # decode after a prompt of `depth` tokens: a separate run (-d applies to every test of a run)
+        d = subprocess.run([a.llama_bench, "-m", a.model, "-p", "0", "-n", str(a.gen), "-d", str(a.depth), "-t",
+                            str(a.threads), "-fa", "0,1", "-r", "1", "-o", "json"], capture_output=True, text=True)
+        if d.returncode != 0:
+            raise RuntimeError(f"llama-bench -d failed ({d.returncode}):\n{d.stderr[-3000:]}")
+        tests += json.loads(d.stdout)
     out = {"engine": "llama.cpp", "load_s": None, "ttft_s": None, "peak_rss_mb": ru.ru_maxrss / 1024.0,
            "build_commit": tests[0].get("build_commit"), "cpu_info": tests[0].get("cpu_info"),
            "repack": tests[0].get("repack")}
     for t in tests:
-        key = f"pp{t['n_prompt']}_tps" if t["n_gen"] == 0 else "tg_tps"
+        key = f"pp{t['n_prompt']}_tps" if t["n_gen"] == 0 else ("tg_depth_tps" if t.get("n_depth") else "tg_tps")
         if t["avg_ts"] > out.get(key, 0.0):
             out[key] = t["avg_ts"]
             out[key.replace("_tps", "_fa")] = t["flash_attn"]
     return out
 
 
-def run_worker(engine, model, threads, gen, llama_bench=None):
+def run_worker(engine, model, threads, gen, llama_bench=None, depth=0):
     if engine == "llama-bench":
-        return worker_llama_bench(argparse.Namespace(llama_bench=llama_bench, model=model, threads=threads, gen=gen))
+        return worker_llama_bench(argparse.Namespace(llama_bench=llama_bench, model=model, threads=threads, gen=gen,
+                                                     depth=depth))
     cmd = [sys.executable, os.path.abspath(__file__), "--worker", engine, "--model", model, "--threads",
-           str(threads), "--gen", str(gen)]
+           str(threads), "--gen", str(gen), "--depth", str(depth)]
     env = dict(os.environ, OMP_NUM_THREADS=str(threads))
     p = subprocess.run(cmd, capture_output=True, text=True, env=env)
     if p.returncode != 0:
@@ -256,6 +268,8 @@ def main(argv=None):
     ap.add_argument("--threads", nargs="+", type=int, default=None, help="thread counts (default: 1 and all cores)")
     ap.add_argument("--rounds", type=int, default=3)
     ap.add_argument("--gen", type=int, default=128, help="tokens to decode")
+    ap.add_argument("--depth", type=int, default=0,
+                    help="also decode --gen tokens after a prompt of this many tokens (llama-bench -d; e.g. 1024)")
     ap.add_argument("--reference", choices=["auto", "llama-bench", "llama-cpp-python", "none"], default="auto")
     ap.add_argument("--llama-bench", help="llama-bench binary (default: $LLAMA_BENCH, then PATH)")
     ap.add_argument("--gemv", action="store_true", help="also each variant's main format's GEMV fraction of bandwidth")
@@ -284,6 +298,7 @@ def main(argv=None):
         print(f"warning: 1-minute load average is {load_avg:.2f}: other processes share the CPUs, "
               f"expect noisy figures", file=sys.stderr)
     results = {"isa": kernels.active(), "cpu": _cpu_model(), "cores": physical_cores(), "load_average": load_avg,
+               "depth": a.depth,
                "reference": ref, "llama_bench": a.llama_bench,
                "llama_build_flags": llama_build_flags(a.llama_bench) if ref == "llama-bench" else None,
                "bandwidth_gbs": {nt: bandwidth(nt) for nt in threads}, "rows": []}
@@ -294,7 +309,7 @@ def main(argv=None):
             samples = {e: [] for e in engines}
             for r in range(a.rounds):
                 for e in (engines if r % 2 == 0 else engines[::-1]):
-                    s = run_worker(workers[e], path, nt, a.gen, a.llama_bench)
+                    s = run_worker(workers[e], path, nt, a.gen, a.llama_bench, a.depth)
                     samples[e].append(s)
                     print(f"  {v} t={nt} round {r + 1} {e}: pp512 {s['pp512_tps']:.0f} tg {s['tg_tps']:.1f} tok/s",
                           file=sys.stderr)
@@ -377,17 +392,21 @@ def _summary(results, engines):
     """The issue's table: per variant and thread count, decode and pp512 tokens/s, fastgguf vs llama.cpp."""
     print(f"summary ({results.get('cpu')}, {results['isa']}; reference {results['reference']}"
           + (f", {results['llama_build_flags']}" if results.get("llama_build_flags") else "") + "), medians:")
-    print("| file | threads | decode tg: fastgguf vs llama.cpp | prompt pp512: fastgguf vs llama.cpp |")
-    print("|---|---|---|---|")
+    keys = ["tg_tps", "pp512_tps"] + (["tg_depth_tps"] if results.get("depth") else [])
+    print("| file | threads | decode tg: fastgguf vs llama.cpp | prompt pp512: fastgguf vs llama.cpp |"
+          + (f" decode after {results['depth']} tokens |" if results.get("depth") else ""))
+    print("|---" * (2 + len(keys)) + "|")
     for row in results["rows"]:
         cells = []
-        for key in ("tg_tps", "pp512_tps"):
-            m = row["medians"][key]
-            if len(engines) > 1:
+        for key in keys:
+            m = row["medians"].get(key)
+            if m is None:
+                cells.append("-")
+            elif len(engines) > 1:
                 cells.append(f"{m['fastgguf']:.0f} vs {m['llama.cpp']:.0f} ({m['fastgguf'] / m['llama.cpp']:.2f}x)")
             else:
                 cells.append(f"{m['fastgguf']:.0f}")
-        print(f"| {row['variant']} | {row['threads']} | {cells[0]} | {cells[1]} |")
+        print(f"| {row['variant']} | {row['threads']} | " + " | ".join(cells) + " |")
     g = results.get("gemv")
     if g:
         print(f"\nGEMV, 1 thread, {g['shape'][0]}x{g['shape'][1]} random weights, read bandwidth "
@@ -431,7 +450,8 @@ def _variant(base, v):
 
 
 METRICS = [("load_s", "load s", False), ("ttft_s", "1st token s", False), ("pp128_tps", "pp128 tok/s", True),
-           ("pp512_tps", "pp512 tok/s", True), ("tg_tps", "decode tok/s", True), ("peak_rss_mb", "peak RSS MB", False)]
+           ("pp512_tps", "pp512 tok/s", True), ("tg_tps", "decode tok/s", True),
+           ("tg_depth_tps", "decode@depth", True), ("peak_rss_mb", "peak RSS MB", False)]
 
 
 def _stats(xs):
