@@ -67,13 +67,11 @@ FG_TARGET_AVX2 static void dequantize_row_q4_0_avx2(const void *vx, float *y, in
 }
 
 /* Per q8_0 activation block: its scale, and 8 * sum(q) (the q4_0 tile's correction). */
-static inline void q4_0_aux(const char *x, int kc, fg_xaux *aux) {
+FG_INLINE_AVX2 void q4_0_aux(const char *x, int kc, fg_xaux *aux) {
     const block_q8_0 *xb = (const block_q8_0 *)x;
     for (int i = 0; i < kc; i++) {
-        int s = 0;
-        for (int j = 0; j < QK8_0; j++) s += xb[i].qs[j];
-        aux[i].d = fg_fp16_to_fp32(xb[i].d);
-        aux[i].c = 8 * s;
+        aux[i].d = fg_f16(xb[i].d);
+        aux[i].c = fg_hsum_256i(fg_dot_u8s8_256(_mm256_set1_epi8(8), _mm256_loadu_si256((const __m256i *)xb[i].qs)));
     }
 }
 

@@ -126,10 +126,10 @@ FG_TARGET_AVX2 static void dequantize_row_q8_1_avx2(const void *x, float *y, int
 }
 
 /* Per q8_0 activation block: its scale (the q8_0 tile needs no correction). */
-static inline void q8_0_aux(const char *x, int kc, fg_xaux *aux) {
+FG_INLINE_AVX2 void q8_0_aux(const char *x, int kc, fg_xaux *aux) {
     const block_q8_0 *xb = (const block_q8_0 *)x;
     for (int i = 0; i < kc; i++) {
-        aux[i].d = fg_fp16_to_fp32(xb[i].d);
+        aux[i].d = fg_f16(xb[i].d);
         aux[i].c = 0;
     }
 }

@@ -258,22 +258,26 @@ FG_INLINE_AVX2 void fg_rows8_dwords(const char *p, size_t stride, int R, __m256i
     t[3] = _mm256_unpackhi_epi64(h01, h23);
 }
 
-/* 8 vectors of 8 int32 -> lane r = the sum of v[r] (an hadd tree, then the two 128-bit halves added). */
+/* 8 vectors of 8 int32 -> lane r = the sum of v[r]: interleave-and-add twice (each pair of rows shares a vector,
+ * then each four), then the two 128-bit halves added; single-uop shuffles where hadd costs several. */
 FG_INLINE_AVX2 __m256i fg_hsum8x8_epi32(const __m256i v[8]) {
-    const __m256i a = _mm256_hadd_epi32(_mm256_hadd_epi32(v[0], v[1]), _mm256_hadd_epi32(v[2], v[3]));
-    const __m256i b = _mm256_hadd_epi32(_mm256_hadd_epi32(v[4], v[5]), _mm256_hadd_epi32(v[6], v[7]));
-    return _mm256_add_epi32(_mm256_permute2x128_si256(a, b, 0x20), _mm256_permute2x128_si256(a, b, 0x31));
+    __m256i p[4], q[2];
+    for (int k = 0; k < 4; k++) /* [r0 r1 r0 r1 | ...] for rows 2k, 2k+1 */
+        p[k] = _mm256_add_epi32(_mm256_unpacklo_epi32(v[2 * k], v[2 * k + 1]), _mm256_unpackhi_epi32(v[2 * k], v[2 * k + 1]));
+    for (int k = 0; k < 2; k++) /* [r0 r1 r2 r3 | r0 r1 r2 r3] for rows 4k.. */
+        q[k] = _mm256_add_epi32(_mm256_unpacklo_epi64(p[2 * k], p[2 * k + 1]), _mm256_unpackhi_epi64(p[2 * k], p[2 * k + 1]));
+    return _mm256_add_epi32(_mm256_permute2x128_si256(q[0], q[1], 0x20), _mm256_permute2x128_si256(q[0], q[1], 0x31));
 }
 
-/* The fp16 at p of rows 0..R-1 (`stride` apart) -> 8 floats, row i in lane i (lanes >= R zero). */
+/* The fp16 at p of rows 0..R-1 (`stride` apart) -> 8 floats, row i in lane i (lanes >= R zero). Inserted one by
+ * one into a register: an array of 8 would go through the stack and stall the store forwarding. */
 FG_INLINE_AVX2 __m256 fg_rows8_f16(const char *p, size_t stride, int R) {
-    uint16_t h[8];
-    for (int i = 0; i < 8; i++) {
-        h[i] = 0;
-        if (i < R) memcpy(&h[i], p + i * stride, 2);
-    }
-    return _mm256_cvtph_ps(_mm_setr_epi16((short)h[0], (short)h[1], (short)h[2], (short)h[3], (short)h[4],
-                                          (short)h[5], (short)h[6], (short)h[7]));
+    __m128i v = _mm_setzero_si128();
+    uint16_t h;
+#define FG_ROW_F16(i) if ((i) < R) { memcpy(&h, p + (i) * stride, 2); v = _mm_insert_epi16(v, h, i); }
+    FG_ROW_F16(0) FG_ROW_F16(1) FG_ROW_F16(2) FG_ROW_F16(3) FG_ROW_F16(4) FG_ROW_F16(5) FG_ROW_F16(6) FG_ROW_F16(7)
+#undef FG_ROW_F16
+    return _mm256_cvtph_ps(v);
 }
 
 /* The 4 bytes at p in every 32-bit lane. */
