@@ -136,8 +136,8 @@ FG_INLINE_AVX2 void q8_0_aux(const char *x, int kc, fg_xaux *aux) {
 
 /* R <= 8 rows x M <= 8 activations of q8_0 . q8_0, row r in lane r (see FG_KERNELS_FROM_TILE8). Per block the rows'
  * bytes are transposed once for all M activations (t[j] holds elements 4j..4j+3 of every row); each activation's
- * 4-byte groups are broadcast and multiplied by the sign trick (|w| as u8, x with w's sign; a pair reaches 32512, so
- * each group is widened by its own madd). */
+ * 4-byte groups are broadcast and multiplied by the sign trick (|w| as u8, x with w's sign: right for w = -128, and
+ * q8_0 activations stay within +-127; a pair reaches 32512, so each group is widened by its own madd). */
 FG_INLINE_AVX2 void q8_0_tile8_avx2(const int R, const int M, int first, int kc, const char *w, size_t stride,
                                     const char *x, size_t xs, const fg_xaux (*aux)[FG_KC], float *y, int64_t ldy) {
     const __m256i ones = _mm256_set1_epi16(1);
@@ -149,12 +149,11 @@ FG_INLINE_AVX2 void q8_0_tile8_avx2(const int R, const int M, int first, int kc,
         const __m256 dw = fg_rows8_f16(wb + offsetof(block_q8_0, d), stride, R);
         if (M == 1) { /* one activation: nothing to share a transpose with; reduce the rows' partial sums instead */
             const __m256i xq = _mm256_loadu_si256((const __m256i *)((const block_q8_0 *)x + i)->qs);
-            const __m256i ax = _mm256_sign_epi8(xq, xq);
-            __m256i v[8]; /* [r]: 8 int32 partial sums of row r */
+            __m256i v[8]; /* [r]: 8 int32 partial sums of row r, by the same sign trick as below (w = -128 too) */
             for (int r = 0; r < 8; r++) {
                 const __m256i wq = r < R ? _mm256_loadu_si256((const __m256i *)(wb + r * stride + offsetof(block_q8_0, qs)))
                                          : _mm256_setzero_si256();
-                v[r] = fg_dot_u8s8_256(ax, _mm256_sign_epi8(wq, xq));
+                v[r] = fg_dot_u8s8_256(_mm256_sign_epi8(wq, wq), _mm256_sign_epi8(xq, wq));
             }
             const __m256i dot = fg_hsum8x8_epi32(v);
             acc[0] = _mm256_fmadd_ps(_mm256_cvtepi32_ps(dot), _mm256_mul_ps(dw, _mm256_set1_ps(aux[0][i].d)), acc[0]);
@@ -190,16 +189,15 @@ FG_KERNELS_FROM_TILE8(vec_dot_q8_0_q8_0_avx2, gemv_q8_0_q8_0_avx2, gemm_q8_0_q8_
         int64_t i = 0;                                                                                      \
         for (; i + 2 <= nb; i += 2) {                                                                       \
             const __m512i xq = fg_load_2x256(x[i].qs, x[i + 1].qs);                                         \
-            const __m512i ax = _mm512_abs_epi8(xq);                                                         \
-            const __mmask64 neg = _mm512_movepi8_mask(xq);                                                  \
             const __m128 dx = fg_f16_pairs(&x[i].d, &x[i + 1].d);                                           \
             for (int r = 0; r < R; r++) {                                                                   \
                 const block_q8_0 *b = (const block_q8_0 *)(w + r * stride) + i;                             \
                 fg_prefetch(b, stride);                                                                     \
-                __m512i wq = fg_load_2x256(b[0].qs, b[1].qs);                                               \
-                wq = _mm512_mask_sub_epi8(wq, neg, _mm512_setzero_si512(), wq);                             \
+                const __m512i wq = fg_load_2x256(b[0].qs, b[1].qs);                                         \
+                const __mmask64 neg = _mm512_movepi8_mask(wq); /* |w| . (x with w's sign): w = -128 too */  \
+                const __m512i sx = _mm512_mask_sub_epi8(xq, neg, _mm512_setzero_si512(), xq);               \
                 const __m512 d = fg_spread2_512(_mm_mul_ps(fg_f16_pairs(&b[0].d, &b[1].d), dx));            \
-                acc[r] = _mm512_fmadd_ps(_mm512_cvtepi32_ps(DOT(ax, wq)), d, acc[r]);                       \
+                acc[r] = _mm512_fmadd_ps(_mm512_cvtepi32_ps(DOT(_mm512_abs_epi8(wq), sx)), d, acc[r]);   \
             }                                                                                               \
         }                                                                                                   \
         for (int r = 0; r < R; r++) {                                                                       \

@@ -239,7 +239,7 @@ FG_INLINE_AVX2 __m256 fg_spread2_256(__m128 v) {
 #define FG_DOT2_U8S8_256(lo, xlo, hi, xhi) \
     _mm256_madd_epi16(_mm256_add_epi16(_mm256_maddubs_epi16((lo), (xlo)), _mm256_maddubs_epi16((hi), (xhi))), _mm256_set1_epi16(1))
 
-/* ---- row-lane tiles (FG_GEMM_FROM_TILE8): 8 weight rows, row i in 32-bit lane i ---- */
+/* ---- row-lane tiles (FG_KERNELS_FROM_TILE8): 8 weight rows, row i in 32-bit lane i ---- */
 
 /* 16 bytes at p of rows 0..R-1 (`stride` bytes apart; rows >= R read as zero) -> t[j] = bytes 4j..4j+3 of row i in
  * lane i: rows k and k+4 share a ymm, then a 4x4 dword transpose in each 128-bit half. */
