@@ -66,56 +66,49 @@ FG_TARGET_AVX2 static void dequantize_row_q4_0_avx2(const void *vx, float *y, in
     }
 }
 
-/* R rows x M activations of q4_0 . q8_0 with unsigned nibbles u = q + 8: sum (u - 8) x = dot(u, x) - dot(8, x);
- * the second term depends on the activation only, so it is computed once per step for all R rows, as each weight
- * step is unpacked once for all M activations. Two blocks per step, arranged as in fg_quant_q4_1.c; a final odd
- * block is a step of one. Per (r, a) pair: acc += float(s) * (dw * dx), whatever R and M (see FG_GEMM_FROM_TILE). */
-FG_INLINE_AVX2 void q4_0_step_avx2(const int R, const int M, const int nblk, const char *w, size_t stride,
-                                   const char *x, size_t xs, __m256 acc[4][4]) {
-    const __m256i eight = _mm256_set1_epi8(8), m4 = _mm256_set1_epi8(0x0f);
-    __m256i xlo[4], xhi[4], x8[4];
-    __m256 dx[4]; /* [dx0 x4, dx1 x4] */
-    for (int a = 0; a < M; a++) {
-        const block_q8_0 *xb = (const block_q8_0 *)(x + a * xs);
-        xlo[a] = fg_load_2x128(xb->qs, sizeof(block_q8_0), nblk);
-        xhi[a] = fg_load_2x128(xb->qs + 16, sizeof(block_q8_0), nblk);
-        x8[a] = FG_DOT2_U8S8_256(eight, xlo[a], eight, xhi[a]);
-        dx[a] = fg_spread2_256(nblk > 1 ? fg_f16_pairs(&xb[0].d, &xb[1].d) : fg_f16_pair(&xb->d));
+/* Per q8_0 activation block: its scale, and 8 * sum(q) (the q4_0 tile's correction). */
+FG_INLINE_AVX2 void q4_0_aux(const char *x, int kc, fg_xaux *aux) {
+    const block_q8_0 *xb = (const block_q8_0 *)x;
+    for (int i = 0; i < kc; i++) {
+        aux[i].d = fg_f16(xb[i].d);
+        aux[i].c = fg_hsum_256i(fg_dot_u8s8_256(_mm256_set1_epi8(8), _mm256_loadu_si256((const __m256i *)xb[i].qs)));
     }
-    for (int r = 0; r < R; r++) {
-        const block_q4_0 *b = (const block_q4_0 *)(w + r * stride);
-        fg_prefetch(b, stride);
-        const __m256i q = fg_load_2x128(b->qs, sizeof(block_q4_0), nblk);
-        const __m256i lo = _mm256_and_si256(q, m4), hi = _mm256_and_si256(_mm256_srli_epi16(q, 4), m4);
-        const __m256 dw = fg_spread2_256(nblk > 1 ? fg_f16_pairs(&b[0].d, &b[1].d) : fg_f16_pair(&b->d));
+}
+
+/* R <= 8 rows x M <= 8 activations of q4_0 . q8_0, row r in lane r (see FG_KERNELS_FROM_TILE8). Per block the rows'
+ * nibbles are transposed once for all M activations (fg_rows8_dwords: lo[j] holds elements 4j..4j+3 of every row,
+ * hi[j] elements 16+4j..); each activation's 4-byte groups are broadcast, so 8 maddubs give every row's block dot
+ * with unsigned nibbles u = q + 8 in int16 pairs (|pair| <= 2 * 15 * 127, 8 of them < 32767), one madd widens it,
+ * and sum (u - 8) x = dot(u, x) - 8 * sum(x) (aux.c). */
+FG_INLINE_AVX2 void q4_0_tile8_avx2(const int R, const int M, int first, int kc, const char *w, size_t stride,
+                                    const char *x, size_t xs, const fg_xaux (*aux)[FG_KC], float *y, int64_t ldy) {
+    const __m256i m4 = _mm256_set1_epi8(0x0f), ones = _mm256_set1_epi16(1);
+    __m256 acc[8]; /* [a]: 8 rows */
+    fg_load_rows8(R, M, first, acc, y, ldy);
+    for (int i = 0; i < kc; i++) {
+        const char *wb = w + i * sizeof(block_q4_0);
+        for (int r = 0; r < R; r++) fg_prefetch8(wb + r * stride, stride);
+        __m256i t[4], lo[4], hi[4];
+        fg_rows8_dwords(wb + offsetof(block_q4_0, qs), stride, R, t);
+        for (int j = 0; j < 4; j++) {
+            lo[j] = _mm256_and_si256(t[j], m4);
+            hi[j] = _mm256_and_si256(_mm256_srli_epi16(t[j], 4), m4);
+        }
+        const __m256 dw = fg_rows8_f16(wb + offsetof(block_q4_0, d), stride, R);
         for (int a = 0; a < M; a++) {
-            const __m256i s = _mm256_sub_epi32(FG_DOT2_U8S8_256(lo, xlo[a], hi, xhi[a]), x8[a]);
-            acc[r][a] = _mm256_fmadd_ps(_mm256_cvtepi32_ps(s), _mm256_mul_ps(dw, dx[a]), acc[r][a]);
+            const int8_t *xq = ((const block_q8_0 *)(x + a * xs) + i)->qs;
+            __m256i s = _mm256_maddubs_epi16(lo[0], fg_bcast32(xq));
+            for (int j = 1; j < 4; j++) s = _mm256_add_epi16(s, _mm256_maddubs_epi16(lo[j], fg_bcast32(xq + 4 * j)));
+            for (int j = 0; j < 4; j++) s = _mm256_add_epi16(s, _mm256_maddubs_epi16(hi[j], fg_bcast32(xq + 16 + 4 * j)));
+            const __m256i dot = _mm256_sub_epi32(_mm256_madd_epi16(s, ones), _mm256_set1_epi32(aux[a][i].c));
+            acc[a] = _mm256_fmadd_ps(_mm256_cvtepi32_ps(dot), _mm256_mul_ps(dw, _mm256_set1_ps(aux[a][i].d)), acc[a]);
         }
     }
+    fg_store_rows8(R, M, acc, y, ldy);
 }
 
-FG_INLINE_AVX2 void q4_0_tile_avx2(const int R, const int M, int64_t nb, const char *w, size_t stride, const char *x,
-                                   size_t xs, float *y, int64_t ldy) {
-    __m256 acc[4][4];
-    for (int r = 0; r < R; r++)
-        for (int a = 0; a < M; a++) acc[r][a] = _mm256_setzero_ps();
-    int64_t i = 0;
-    for (; i + 2 <= nb; i += 2)
-        q4_0_step_avx2(R, M, 2, w + i * sizeof(block_q4_0), stride, x + i * sizeof(block_q8_0), xs, acc);
-    if (i < nb) q4_0_step_avx2(R, M, 1, w + i * sizeof(block_q4_0), stride, x + i * sizeof(block_q8_0), xs, acc);
-    for (int r = 0; r < R; r++)
-        for (int a = 0; a < M; a++) y[a * ldy + r] = fg_hsum_256(acc[r][a]);
-}
-
-FG_INLINE_AVX2 void q4_0_rows_avx2(const int R, int64_t nb, const char *w, size_t stride, const void *x, float *y) {
-    q4_0_tile_avx2(R, 1, nb, w, stride, (const char *)x, 0, y, 0);
-}
-FG_DOT_FROM_ROWS(vec_dot_q4_0_q8_0_avx2, FG_TARGET_AVX2, q4_0_rows_avx2, QK4_0)
-FG_GEMV_FROM_ROWS(gemv_q4_0_q8_0_avx2, FG_TARGET_AVX2, q4_0_rows_avx2, QK4_0)
-/* tiles of 4 rows x 2 activations (measured on 512 x 1536x576: 4x2 ~ 4x3 ~ 4x4 > 3x3 > 2x4, 1.3-1.45x over a gemv
- * per activation; wider tiles spill the 16 ymm registers) */
-FG_GEMM_FROM_TILE(gemm_q4_0_q8_0_avx2, FG_TARGET_AVX2, q4_0_tile_avx2, QK4_0, 4, 2)
+FG_KERNELS_FROM_TILE8(vec_dot_q4_0_q8_0_avx2, gemv_q4_0_q8_0_avx2, gemm_q4_0_q8_0_avx2, FG_TARGET_AVX2, q4_0_tile8_avx2,
+                      q4_0_aux, sizeof(block_q4_0), sizeof(block_q8_0), QK4_0, 8)
 
 /* ---- AVX-512: four blocks per step, arranged as in fg_quant_q4_1.c ---- */
 #define Q4_0_ROWS_512(NAME, TARGET, DOT2)                                                                   \

@@ -125,43 +125,59 @@ FG_TARGET_AVX2 static void dequantize_row_q8_1_avx2(const void *x, float *y, int
     dequantize_q8_avx2(x, sizeof(block_q8_1), offsetof(block_q8_1, qs), y, n / QK8_1);
 }
 
-/* R rows x M activations of q8_0 weights . q8_0 activation: sign trick (|x| as u8, w with x's sign), 8 int32 per
- * block; per (r, a) pair acc += float(dot) * (dw * dx) whatever R and M (see FG_GEMM_FROM_TILE). */
-FG_INLINE_AVX2 void q8_0_tile_avx2(const int R, const int M, int64_t nb, const char *w, size_t stride, const char *x,
-                                   size_t xs, float *y, int64_t ldy) {
-    __m256 acc[4][4];
-    for (int r = 0; r < R; r++)
-        for (int a = 0; a < M; a++) acc[r][a] = _mm256_setzero_ps();
-    for (int64_t i = 0; i < nb; i++) {
-        __m256i xq[4], ax[4];
-        __m256 dx[4];
-        for (int a = 0; a < M; a++) {
-            const block_q8_0 *xb = (const block_q8_0 *)(x + a * xs) + i;
-            xq[a] = _mm256_loadu_si256((const __m256i *)xb->qs);
-            ax[a] = _mm256_sign_epi8(xq[a], xq[a]);
-            dx[a] = _mm256_set1_ps(fg_f16(xb->d));
-        }
-        for (int r = 0; r < R; r++) {
-            const block_q8_0 *b = (const block_q8_0 *)(w + r * stride) + i;
-            fg_prefetch(b, stride);
-            const __m256i wq = _mm256_loadu_si256((const __m256i *)b->qs);
-            const __m256 dw = _mm256_set1_ps(fg_f16(b->d));
-            for (int a = 0; a < M; a++) {
-                const __m256 p = _mm256_cvtepi32_ps(fg_dot_u8s8_256(ax[a], _mm256_sign_epi8(wq, xq[a])));
-                acc[r][a] = _mm256_fmadd_ps(p, _mm256_mul_ps(dw, dx[a]), acc[r][a]);
-            }
-        }
+/* Per q8_0 activation block: its scale (the q8_0 tile needs no correction). */
+FG_INLINE_AVX2 void q8_0_aux(const char *x, int kc, fg_xaux *aux) {
+    const block_q8_0 *xb = (const block_q8_0 *)x;
+    for (int i = 0; i < kc; i++) {
+        aux[i].d = fg_f16(xb[i].d);
+        aux[i].c = 0;
     }
-    for (int r = 0; r < R; r++)
-        for (int a = 0; a < M; a++) y[a * ldy + r] = fg_hsum_256(acc[r][a]);
 }
 
-FG_INLINE_AVX2 void q8_0_rows_avx2(const int R, int64_t nb, const char *w, size_t stride, const void *x, float *y) {
-    q8_0_tile_avx2(R, 1, nb, w, stride, (const char *)x, 0, y, 0);
+/* R <= 8 rows x M <= 8 activations of q8_0 . q8_0, row r in lane r (see FG_KERNELS_FROM_TILE8). Per block the rows'
+ * bytes are transposed once for all M activations (t[j] holds elements 4j..4j+3 of every row); each activation's
+ * 4-byte groups are broadcast and multiplied by the sign trick (|w| as u8, x with w's sign: right for w = -128, and
+ * q8_0 activations stay within +-127; a pair reaches 32512, so each group is widened by its own madd). */
+FG_INLINE_AVX2 void q8_0_tile8_avx2(const int R, const int M, int first, int kc, const char *w, size_t stride,
+                                    const char *x, size_t xs, const fg_xaux (*aux)[FG_KC], float *y, int64_t ldy) {
+    const __m256i ones = _mm256_set1_epi16(1);
+    __m256 acc[8]; /* [a]: 8 rows */
+    fg_load_rows8(R, M, first, acc, y, ldy);
+    for (int i = 0; i < kc; i++) {
+        const char *wb = w + i * sizeof(block_q8_0);
+        for (int r = 0; r < R; r++) fg_prefetch8(wb + r * stride, stride);
+        const __m256 dw = fg_rows8_f16(wb + offsetof(block_q8_0, d), stride, R);
+        if (M == 1) { /* one activation: nothing to share a transpose with; reduce the rows' partial sums instead */
+            const __m256i xq = _mm256_loadu_si256((const __m256i *)((const block_q8_0 *)x + i)->qs);
+            __m256i v[8]; /* [r]: 8 int32 partial sums of row r, by the same sign trick as below (w = -128 too) */
+            for (int r = 0; r < 8; r++) {
+                const __m256i wq = r < R ? _mm256_loadu_si256((const __m256i *)(wb + r * stride + offsetof(block_q8_0, qs)))
+                                         : _mm256_setzero_si256();
+                v[r] = fg_dot_u8s8_256(_mm256_sign_epi8(wq, wq), _mm256_sign_epi8(xq, wq));
+            }
+            const __m256i dot = fg_hsum8x8_epi32(v);
+            acc[0] = _mm256_fmadd_ps(_mm256_cvtepi32_ps(dot), _mm256_mul_ps(dw, _mm256_set1_ps(aux[0][i].d)), acc[0]);
+            continue;
+        }
+        __m256i t[8], aw[8];
+        fg_rows8_dwords(wb + offsetof(block_q8_0, qs), stride, R, t);
+        fg_rows8_dwords(wb + offsetof(block_q8_0, qs) + 16, stride, R, t + 4);
+        for (int j = 0; j < 8; j++) aw[j] = _mm256_sign_epi8(t[j], t[j]);
+        for (int a = 0; a < M; a++) {
+            const int8_t *xq = ((const block_q8_0 *)(x + a * xs) + i)->qs;
+            __m256i dot = _mm256_madd_epi16(_mm256_maddubs_epi16(aw[0], _mm256_sign_epi8(fg_bcast32(xq), t[0])), ones);
+            for (int j = 1; j < 8; j++) {
+                const __m256i p = _mm256_maddubs_epi16(aw[j], _mm256_sign_epi8(fg_bcast32(xq + 4 * j), t[j]));
+                dot = _mm256_add_epi32(dot, _mm256_madd_epi16(p, ones));
+            }
+            acc[a] = _mm256_fmadd_ps(_mm256_cvtepi32_ps(dot), _mm256_mul_ps(dw, _mm256_set1_ps(aux[a][i].d)), acc[a]);
+        }
+    }
+    fg_store_rows8(R, M, acc, y, ldy);
 }
-FG_DOT_FROM_ROWS(vec_dot_q8_0_q8_0_avx2, FG_TARGET_AVX2, q8_0_rows_avx2, QK8_0)
-FG_GEMV_FROM_ROWS(gemv_q8_0_q8_0_avx2, FG_TARGET_AVX2, q8_0_rows_avx2, QK8_0)
-FG_GEMM_FROM_TILE(gemm_q8_0_q8_0_avx2, FG_TARGET_AVX2, q8_0_tile_avx2, QK8_0, 4, 2)
+
+FG_KERNELS_FROM_TILE8(vec_dot_q8_0_q8_0_avx2, gemv_q8_0_q8_0_avx2, gemm_q8_0_q8_0_avx2, FG_TARGET_AVX2, q8_0_tile8_avx2,
+                      q8_0_aux, sizeof(block_q8_0), sizeof(block_q8_0), QK8_0, 8)
 
 /* ---- AVX-512: two blocks per zmm; the u8.s8 dot is maddubs+madd, or one dpbusd with VNNI ---- */
 #define Q8_0_ROWS_512(NAME, TARGET, DOT)                                                                    \
@@ -173,16 +189,15 @@ FG_GEMM_FROM_TILE(gemm_q8_0_q8_0_avx2, FG_TARGET_AVX2, q8_0_tile_avx2, QK8_0, 4,
         int64_t i = 0;                                                                                      \
         for (; i + 2 <= nb; i += 2) {                                                                       \
             const __m512i xq = fg_load_2x256(x[i].qs, x[i + 1].qs);                                         \
-            const __m512i ax = _mm512_abs_epi8(xq);                                                         \
-            const __mmask64 neg = _mm512_movepi8_mask(xq);                                                  \
             const __m128 dx = fg_f16_pairs(&x[i].d, &x[i + 1].d);                                           \
             for (int r = 0; r < R; r++) {                                                                   \
                 const block_q8_0 *b = (const block_q8_0 *)(w + r * stride) + i;                             \
                 fg_prefetch(b, stride);                                                                     \
-                __m512i wq = fg_load_2x256(b[0].qs, b[1].qs);                                               \
-                wq = _mm512_mask_sub_epi8(wq, neg, _mm512_setzero_si512(), wq);                             \
+                const __m512i wq = fg_load_2x256(b[0].qs, b[1].qs);                                         \
+                const __mmask64 neg = _mm512_movepi8_mask(wq); /* |w| . (x with w's sign): w = -128 too */  \
+                const __m512i sx = _mm512_mask_sub_epi8(xq, neg, _mm512_setzero_si512(), xq);               \
                 const __m512 d = fg_spread2_512(_mm_mul_ps(fg_f16_pairs(&b[0].d, &b[1].d), dx));            \
-                acc[r] = _mm512_fmadd_ps(_mm512_cvtepi32_ps(DOT(ax, wq)), d, acc[r]);                       \
+                acc[r] = _mm512_fmadd_ps(_mm512_cvtepi32_ps(DOT(_mm512_abs_epi8(wq), sx)), d, acc[r]);   \
             }                                                                                               \
         }                                                                                                   \
         for (int r = 0; r < R; r++) {                                                                       \

@@ -66,6 +66,61 @@ int fg_cpu_has_dotprod(void);
         }                                                                                                    \
     }
 
+/* Row-lane tiles: TILE(R, M, first, kc, w, stride, x, xs, aux, y, ldy) computes R <= 8 consecutive weight rows
+ * (`stride` bytes apart) x M <= 8 activation rows (`xs` apart) over kc <= FG_KC blocks, row r in float lane r, so
+ * every (r, a) pair has ONE float accumulator: it starts at 0 (first) or at y[a * ldy + r] and runs block by block,
+ * in order, acc = fma((float)int_dot, dw * dx, acc). What a block needs of the activation alone (its scale, a
+ * correction) is computed once per chunk of FG_KC blocks by AUX(x, kc, aux) for every row group. The float ops per
+ * pair are the same whatever R, M and the chunking, so vec_dot (R = 1), gemv (M = 1) and the gemm tiles of 8 rows x
+ * MT activations agree bit for bit. R is a constant 8 in the main loop and a run-time value on the last rows. */
+#define FG_KC 128
+typedef struct {
+    float d;   /* the activation block's scale */
+    int32_t c; /* a per-format integer correction of the block dot (e.g. 8 * sum(q) for q4_0) */
+} fg_xaux;
+
+#define FG_TILE8_M(TILE, R, M, MT, ...)                                                                     \
+    switch (M) {                                                                                             \
+    case 8: if ((MT) >= 8) { TILE(R, 8, __VA_ARGS__); break; } /* fallthrough */                             \
+    case 7: if ((MT) >= 7) { TILE(R, 7, __VA_ARGS__); break; } /* fallthrough */                             \
+    case 6: if ((MT) >= 6) { TILE(R, 6, __VA_ARGS__); break; } /* fallthrough */                             \
+    case 5: if ((MT) >= 5) { TILE(R, 5, __VA_ARGS__); break; } /* fallthrough */                             \
+    case 4: if ((MT) >= 4) { TILE(R, 4, __VA_ARGS__); break; } /* fallthrough */                             \
+    case 3: if ((MT) >= 3) { TILE(R, 3, __VA_ARGS__); break; } /* fallthrough */                             \
+    case 2: if ((MT) >= 2) { TILE(R, 2, __VA_ARGS__); break; } /* fallthrough */                             \
+    default: TILE(R, 1, __VA_ARGS__); break;                                                                 \
+    }
+#define FG_KERNELS_FROM_TILE8(DOT, GEMV, GEMM, TARGET, TILE, AUX, WBLK, XBLK, BLK, MT)                      \
+    TARGET static void GEMM(int64_t n, const void *w, size_t stride, const void *xq, size_t xs, int64_t m,   \
+                            float *y, int64_t ldy, int64_t nrows) {                                          \
+        const int64_t nb = n / (BLK);                                                                        \
+        fg_xaux aux[MT][FG_KC];                                                                              \
+        for (int64_t a = 0; a < m; a += (MT)) {                                                              \
+            const int M = m - a < (MT) ? (int)(m - a) : (MT);                                                \
+            for (int64_t k0 = 0; k0 < nb; k0 += FG_KC) {                                                     \
+                const int kc = nb - k0 < FG_KC ? (int)(nb - k0) : FG_KC, first = k0 == 0;                    \
+                const char *wk = (const char *)w + k0 * (WBLK), *xk = (const char *)xq + a * xs + k0 * (XBLK); \
+                float *ya = y + a * ldy;                                                                     \
+                for (int i = 0; i < M; i++) AUX(xk + i * xs, kc, aux[i]);                                    \
+                int64_t r = 0;                                                                               \
+                for (; r + 8 <= nrows; r += 8)                                                               \
+                    FG_TILE8_M(TILE, 8, M, MT, first, kc, wk + r * stride, stride, xk, xs, aux, ya + r, ldy) \
+                if (r < nrows) {                                                                             \
+                    const int R = (int)(nrows - r);                                                          \
+                    FG_TILE8_M(TILE, R, M, MT, first, kc, wk + r * stride, stride, xk, xs, aux, ya + r, ldy) \
+                }                                                                                            \
+            }                                                                                                \
+        }                                                                                                    \
+    }                                                                                                        \
+    TARGET static void GEMV(int64_t n, const void *w, size_t stride, const void *x, float *y, int64_t nrows) { \
+        GEMM(n, w, stride, x, 0, 1, y, 0, nrows);                                                            \
+    }                                                                                                        \
+    TARGET static float DOT(int64_t n, const void *w, const void *x) {                                       \
+        float y;                                                                                             \
+        GEMM(n, w, 0, x, 0, 1, &y, 0, 1);                                                                    \
+        return y;                                                                                            \
+    }
+
 /* SIMD code is compiled where the compiler takes target attributes (gcc, clang); -DFG_NO_SIMD builds scalar only
  * (as MSVC does): then fg_isa_available() reports scalar alone. */
 #if !defined(FG_NO_SIMD) && defined(__x86_64__) && (defined(__GNUC__) || defined(__clang__))
@@ -86,6 +141,12 @@ int fg_cpu_has_dotprod(void);
 #define fg_prefetch(p, stride) ((void)(p), (void)(stride))
 #else
 #define fg_prefetch(p, stride) _mm_prefetch((const char *)(p) + 4 * (stride), _MM_HINT_T0)
+#endif
+/* The same for kernels working on 8 rows: the bytes 8 rows further on. */
+#ifdef FG_NO_PREFETCH
+#define fg_prefetch8(p, stride) ((void)(p), (void)(stride))
+#else
+#define fg_prefetch8(p, stride) _mm_prefetch((const char *)(p) + 8 * (stride), _MM_HINT_T0)
 #endif
 
 FG_INLINE_AVX2 float fg_hsum_256(__m256 v) {
@@ -177,6 +238,82 @@ FG_INLINE_AVX2 __m256 fg_spread2_256(__m128 v) {
  * safe for |lo|, |hi| <= 15 and |x| <= 127. */
 #define FG_DOT2_U8S8_256(lo, xlo, hi, xhi) \
     _mm256_madd_epi16(_mm256_add_epi16(_mm256_maddubs_epi16((lo), (xlo)), _mm256_maddubs_epi16((hi), (xhi))), _mm256_set1_epi16(1))
+
+/* ---- row-lane tiles (FG_KERNELS_FROM_TILE8): 8 weight rows, row i in 32-bit lane i ---- */
+
+/* 16 bytes at p of rows 0..R-1 (`stride` bytes apart; rows >= R read as zero) -> t[j] = bytes 4j..4j+3 of row i in
+ * lane i: rows k and k+4 share a ymm, then a 4x4 dword transpose in each 128-bit half. */
+FG_INLINE_AVX2 void fg_rows8_dwords(const char *p, size_t stride, int R, __m256i t[4]) {
+    __m256i v[4];
+    for (int k = 0; k < 4; k++) {
+        const __m128i a = k < R ? _mm_loadu_si128((const __m128i *)(p + k * stride)) : _mm_setzero_si128();
+        const __m128i b = k + 4 < R ? _mm_loadu_si128((const __m128i *)(p + (k + 4) * stride)) : _mm_setzero_si128();
+        v[k] = _mm256_set_m128i(b, a);
+    }
+    const __m256i l01 = _mm256_unpacklo_epi32(v[0], v[1]), h01 = _mm256_unpackhi_epi32(v[0], v[1]);
+    const __m256i l23 = _mm256_unpacklo_epi32(v[2], v[3]), h23 = _mm256_unpackhi_epi32(v[2], v[3]);
+    t[0] = _mm256_unpacklo_epi64(l01, l23);
+    t[1] = _mm256_unpackhi_epi64(l01, l23);
+    t[2] = _mm256_unpacklo_epi64(h01, h23);
+    t[3] = _mm256_unpackhi_epi64(h01, h23);
+}
+
+/* 8 vectors of 8 int32 -> lane r = the sum of v[r]: interleave-and-add twice (each pair of rows shares a vector,
+ * then each four), then the two 128-bit halves added; single-uop shuffles where hadd costs several. */
+FG_INLINE_AVX2 __m256i fg_hsum8x8_epi32(const __m256i v[8]) {
+    __m256i p[4], q[2];
+    for (int k = 0; k < 4; k++) /* [r0 r1 r0 r1 | ...] for rows 2k, 2k+1 */
+        p[k] = _mm256_add_epi32(_mm256_unpacklo_epi32(v[2 * k], v[2 * k + 1]), _mm256_unpackhi_epi32(v[2 * k], v[2 * k + 1]));
+    for (int k = 0; k < 2; k++) /* [r0 r1 r2 r3 | r0 r1 r2 r3] for rows 4k.. */
+        q[k] = _mm256_add_epi32(_mm256_unpacklo_epi64(p[2 * k], p[2 * k + 1]), _mm256_unpackhi_epi64(p[2 * k], p[2 * k + 1]));
+    return _mm256_add_epi32(_mm256_permute2x128_si256(q[0], q[1], 0x20), _mm256_permute2x128_si256(q[0], q[1], 0x31));
+}
+
+/* The fp16 at p of rows 0..R-1 (`stride` apart) -> 8 floats, row i in lane i (lanes >= R zero). Inserted one by
+ * one into a register: an array of 8 would go through the stack and stall the store forwarding. */
+FG_INLINE_AVX2 __m256 fg_rows8_f16(const char *p, size_t stride, int R) {
+    __m128i v = _mm_setzero_si128();
+    uint16_t h;
+#define FG_ROW_F16(i) if ((i) < R) { memcpy(&h, p + (i) * stride, 2); v = _mm_insert_epi16(v, h, i); }
+    FG_ROW_F16(0) FG_ROW_F16(1) FG_ROW_F16(2) FG_ROW_F16(3) FG_ROW_F16(4) FG_ROW_F16(5) FG_ROW_F16(6) FG_ROW_F16(7)
+#undef FG_ROW_F16
+    return _mm256_cvtph_ps(v);
+}
+
+/* The 4 bytes at p in every 32-bit lane. */
+FG_INLINE_AVX2 __m256i fg_bcast32(const void *p) {
+    int32_t v;
+    memcpy(&v, p, 4);
+    return _mm256_set1_epi32(v);
+}
+
+/* Row-lane accumulators in: acc[a] lane r <- 0 (first) or y[a * ldy + r] for r < R. */
+FG_INLINE_AVX2 void fg_load_rows8(const int R, const int M, int first, __m256 *acc, const float *y, int64_t ldy) {
+    for (int a = 0; a < M; a++) {
+        if (first) {
+            acc[a] = _mm256_setzero_ps();
+        } else if (R == 8) {
+            acc[a] = _mm256_loadu_ps(y + a * ldy);
+        } else {
+            float t[8] = {0};
+            for (int r = 0; r < R; r++) t[r] = y[a * ldy + r];
+            acc[a] = _mm256_loadu_ps(t);
+        }
+    }
+}
+
+/* Row-lane accumulators out: acc[a] lane r -> y[a * ldy + r] for r < R. */
+FG_INLINE_AVX2 void fg_store_rows8(const int R, const int M, const __m256 *acc, float *y, int64_t ldy) {
+    for (int a = 0; a < M; a++) {
+        if (R == 8) {
+            _mm256_storeu_ps(y + a * ldy, acc[a]);
+        } else {
+            float t[8];
+            _mm256_storeu_ps(t, acc[a]);
+            for (int r = 0; r < R; r++) y[a * ldy + r] = t[r];
+        }
+    }
+}
 
 FG_INLINE_AVX512 float fg_hsum_512(__m512 v) { return _mm512_reduce_add_ps(v); }
 

@@ -202,6 +202,26 @@ def test_matmul_many_rows_equals_gemv_per_row(isa, t):
         kernels.set_isa(prev)
 
 
+def test_q8_0_weights_at_minus_128(isa):
+    """Q8_0 weights may hold -128 (a file's bytes, though our quantizer stops at -127): the dot stays exact and the
+    gemm (8-row tiles sharing a transpose) still equals the gemv (8 rows reduced in registers) bit for bit."""
+    prev = kernels.set_isa(isa)
+    try:
+        n, rows, m = 96, 11, 5
+        w = kernels.quantize(_data((rows, n), 5), "Q8_0").copy()
+        qs = w.reshape(rows, n // 32, 34)[:, :, 2:]
+        qs[:, :, ::3] = 0x80  # -128 in every third weight
+        x = _data((m, n), 6)
+        xq = kernels.quantize(x, "Q8_0")
+        got = kernels.matmul(w, "Q8_0", x, n_threads=1)
+        ref = np.stack([kernels.gemv(w, "Q8_0", xq[i], isa=isa) for i in range(m)])
+        assert np.array_equal(got, ref)
+        exact = kernels.dequantize(w, "Q8_0", n).astype(np.float64) @ kernels.dequantize(xq, "Q8_0", n).astype(np.float64).T
+        assert np.allclose(ref, exact.T, rtol=1e-5, atol=1e-4)
+    finally:
+        kernels.set_isa(prev)
+
+
 # ---------------------------------------------------------------- API and errors
 
 

@@ -67,8 +67,13 @@ ORACLE_NOISE = 0.45  # ... where the float64 oracle puts the two tokens less tha
 # q4_1 0.138 (0.59), q8_0 0.164 (0.71), q4_0 0.148 (0.65); q4_k_m 0.196 (0.93), q5_k_m 0.219 (1.01), q6_k 0.176
 # (0.89), q3_k_m 0.190 (0.82), q2_k 0.184 (0.97). llama.cpp and the oracle disagree on the top-1 where the oracle's
 # top two are 0.43 and 0.64 apart (q4_k_m prompt 1 pos 10, prompt 3 pos 21) and 0.72 (q3_k_m prompt 3 pos 21).
-ORACLE_TOL = {"q4_k_m": (0.25, 1.3), "q5_k_m": (0.25, 1.3), "q6_k": (0.25, 1.3), "q3_k_m": (0.25, 1.3),
+ORACLE_TOL = {"q4_k_m": (0.25, 1.3), "q5_k_m": (0.25, 1.3), "q6_k": (0.25, 1.3), "q3_k_m": (0.25, 1.5),
               "q2_k": (0.25, 1.3)}
+# q3_k_m's p99 is 1.5: its 576-wide matrices run Q4_0 (and its lm_head Q8_0), and the row-lane Q4_0/Q8_0 tiles
+# (one fma chain per row and activation, each block's integer dot exact) round differently from the earlier
+# lane-partial sums: the same kernel-level error against float64 (2-4e-6 max on its matrices), yet avx2 went from
+# 0.189 (1.17) to 0.207 (1.44) against the oracle; scalar 0.211 (1.09). The largest per-position differences are
+# the same positions in both (prompt 0 pos 13: 2.8 before, 2.5 after; pos 4, 24), so it is the draw, not a trend.
 # The recipes' per-logit distances to the oracle are ~1.35x those of q4_1/q8_0/q4_0 (p99 0.82-1.01 against
 # 0.59-0.71), so their flip noise bound is too. Seen: q2_k scalar prompt 1 pos 27 (reference gap 0.37, oracle margin
 # 0.51; avx2 and llama.cpp keep the reference token there).
