@@ -373,14 +373,6 @@ static inline void fg_unpack_scales_k4(const uint8_t *q, uint8_t out[16]) {
  * time inside a tile (the activation bytes are memory operands from L1): each weight super-block is unpacked
  * once per tile and the live registers are the A int32 sums. ---- */
 
-/* lane i <- horizontal sum of v[i] (8 x 8 int32). */
-FG_INLINE_AVX2 __m256i fg_hsum8_epi32(const __m256i v[8]) {
-    const __m256i ab = _mm256_hadd_epi32(_mm256_hadd_epi32(v[0], v[1]), _mm256_hadd_epi32(v[2], v[3]));
-    const __m256i cd = _mm256_hadd_epi32(_mm256_hadd_epi32(v[4], v[5]), _mm256_hadd_epi32(v[6], v[7]));
-    /* ab = [v0..v3 low-half sums | v0..v3 high-half sums] */
-    return _mm256_add_epi32(_mm256_permute2x128_si256(ab, cd, 0x20), _mm256_permute2x128_si256(ab, cd, 0x31));
-}
-
 /* fg_unpack_scales_k4 in one xmm: scales 0..7 then mins 0..7 as bytes. Reads 16 bytes at q (the 12 scale bytes
  * and 4 bytes of what follows them in the block). As 32-bit words u0..u2: scales 0..3 = u0 & m6, scales 4..7 =
  * (u2 & m4) | ((u0 >> 6) & m2) << 4, mins 0..3 = u1 & m6, mins 4..7 = ((u2 >> 4) & m4) | ((u1 >> 6) & m2) << 4. */
@@ -499,25 +491,6 @@ typedef struct {
     int16_t corr[8][16]; /* lane r = the pair that multiplies (bsums[2t], bsums[2t+1]) */
     float d[8], dmin[8]; /* per row (0 past the last row) */
 } fg_kq_rows8;
-
-/* v[r] (row r's 8 groups of 4 bytes) -> v[g] (group g of the 8 rows). */
-FG_INLINE_AVX2 void fg_transpose8_epi32(__m256i v[8]) {
-    __m256i t[8], s[8];
-    for (int k = 0; k < 4; k++) {
-        t[2 * k] = _mm256_unpacklo_epi32(v[2 * k], v[2 * k + 1]);     /* r0 r1 groups 0, 1 | 4, 5 */
-        t[2 * k + 1] = _mm256_unpackhi_epi32(v[2 * k], v[2 * k + 1]); /* groups 2, 3 | 6, 7 */
-    }
-    for (int k = 0; k < 2; k++) {
-        s[4 * k] = _mm256_unpacklo_epi64(t[4 * k], t[4 * k + 2]);     /* r0..r3 group 0 | 4 */
-        s[4 * k + 1] = _mm256_unpackhi_epi64(t[4 * k], t[4 * k + 2]); /* group 1 | 5 */
-        s[4 * k + 2] = _mm256_unpacklo_epi64(t[4 * k + 1], t[4 * k + 3]);
-        s[4 * k + 3] = _mm256_unpackhi_epi64(t[4 * k + 1], t[4 * k + 3]);
-    }
-    for (int g = 0; g < 4; g++) {
-        v[g] = _mm256_permute2x128_si256(s[g], s[4 + g], 0x20);
-        v[g + 4] = _mm256_permute2x128_si256(s[g], s[4 + g], 0x31);
-    }
-}
 
 /* u->q[8 j .. 8 j + 7] <- the 32 weights 32 j .. 32 j + 31 of each row (v[r], rows in element order). */
 FG_INLINE_AVX2 void fg_kq_rows8_put(fg_kq_rows8 *u, int j, __m256i v[8]) {
