@@ -139,40 +139,53 @@ FG_INLINE_AVX2 __m256i q5_0_lane_mask(int R) {
     return _mm256_cmpgt_epi32(_mm256_set1_epi32(R), _mm256_setr_epi32(0, 1, 2, 3, 4, 5, 6, 7));
 }
 
-/* One activation: each row's exact block sum sumi = q . x - 16 sum x as usual (elements in lanes), 8 rows' sums
- * gathered into lanes, then the same float step as the gemm's; no transposes where nothing shares them. */
-FG_INLINE_AVX2 void q5_0_gemv8_avx2(const int R, int64_t n, const char *w, size_t stride, const block_q8_0 *xb,
-                                    float *y) {
-    __m256 acc = _mm256_setzero_ps();
-    for (int64_t i = 0; i < n / QK5_0; i++) {
-        const __m256i xq = _mm256_loadu_si256((const __m256i *)xb[i].qs);
-        const __m256i x16 = _mm256_maddubs_epi16(_mm256_set1_epi8(16), xq);
-        __m256i s[8];
+/* Few activations (A <= 4): each row's exact block sums sumi = q . x - 16 sum x as usual (elements in lanes, each
+ * weight block unpacked once for the A), 8 rows' sums gathered into lanes, then the same float step as the gemm's;
+ * no transposes where little shares them. y[a * ldy + r]. */
+FG_INLINE_AVX2 void q5_0_rows8_few_avx2(const int R, const int A, int64_t nb, const char *w, size_t stride,
+                                        const char *x, size_t xs, float *y, int64_t ldy) {
+    __m256 acc[4];
+    for (int a = 0; a < A; a++) acc[a] = _mm256_setzero_ps();
+    for (int64_t i = 0; i < nb; i++) {
+        __m256i xq[4], x16[4], s[4][8];
+        for (int a = 0; a < A; a++) {
+            xq[a] = _mm256_loadu_si256((const __m256i *)((const block_q8_0 *)(x + a * xs) + i)->qs);
+            x16[a] = _mm256_maddubs_epi16(_mm256_set1_epi8(16), xq[a]);
+        }
         __m128i dh = _mm_setzero_si128(); /* the rows' fp16 scales, shifted in from the top: row k ends in k */
         for (int k = 0; k < 8; k++) {
-            s[k] = _mm256_setzero_si256();
             uint16_t d = 0;
+            for (int a = 0; a < A; a++) s[a][k] = _mm256_setzero_si256();
             if (k < R) {
                 const block_q5_0 *b = (const block_q5_0 *)(w + k * stride) + i;
                 fg_prefetch(b, 2 * stride); /* the next 8 rows */
-                const __m256i p16 = _mm256_sub_epi16(_mm256_maddubs_epi16(q5_bytes_avx2(b->qs, b->qh), xq), x16);
-                s[k] = _mm256_madd_epi16(p16, _mm256_set1_epi16(1));
+                const __m256i q = q5_bytes_avx2(b->qs, b->qh);
+                for (int a = 0; a < A; a++)
+                    s[a][k] = _mm256_madd_epi16(_mm256_sub_epi16(_mm256_maddubs_epi16(q, xq[a]), x16[a]), _mm256_set1_epi16(1));
                 d = b->d;
             }
             dh = _mm_alignr_epi8(_mm_cvtsi32_si128(d), dh, 2);
         }
         const __m256 dw = _mm256_cvtph_ps(dh);
-        const __m256 dx = _mm256_set1_ps(fg_f16(xb[i].d));
-        acc = _mm256_add_ps(acc, _mm256_mul_ps(_mm256_cvtepi32_ps(fg_hsum8_epi32(s)), _mm256_mul_ps(dw, dx)));
+        for (int a = 0; a < A; a++) {
+            const __m256 dx = _mm256_set1_ps(fg_f16(((const block_q8_0 *)(x + a * xs))[i].d));
+            acc[a] = _mm256_add_ps(acc[a], _mm256_mul_ps(_mm256_cvtepi32_ps(fg_hsum8_epi32(s[a])), _mm256_mul_ps(dw, dx)));
+        }
     }
-    _mm256_maskstore_ps(y, q5_0_lane_mask(R), acc);
+    for (int a = 0; a < A; a++) _mm256_maskstore_ps(y + a * ldy, q5_0_lane_mask(R), acc[a]);
+}
+
+/* Rows 8 at a time (the tail masked) for A activations. */
+FG_INLINE_AVX2 void q5_0_few_avx2(const int A, int64_t n, const char *w, size_t stride, const char *x, size_t xs,
+                                  float *y, int64_t ldy, int64_t nrows) {
+    int64_t r = 0;
+    for (; r + 8 <= nrows; r += 8) q5_0_rows8_few_avx2(8, A, n / QK5_0, w + r * stride, stride, x, xs, y + r, ldy);
+    if (r < nrows) q5_0_rows8_few_avx2((int)(nrows - r), A, n / QK5_0, w + r * stride, stride, x, xs, y + r, ldy);
 }
 
 FG_TARGET_AVX2 static void gemv_q5_0_q8_0_avx2(int64_t n, const void *w, size_t stride, const void *x, float *y,
                                                int64_t nrows) {
-    int64_t r = 0;
-    for (; r + 8 <= nrows; r += 8) q5_0_gemv8_avx2(8, n, (const char *)w + r * stride, stride, x, y + r);
-    if (r < nrows) q5_0_gemv8_avx2((int)(nrows - r), n, (const char *)w + r * stride, stride, x, y + r);
+    q5_0_few_avx2(1, n, w, stride, x, 0, y, 0, nrows);
 }
 
 FG_TARGET_AVX2 static float vec_dot_q5_0_q8_0_avx2(int64_t n, const void *w, const void *x) {
@@ -185,8 +198,16 @@ FG_TARGET_AVX2 static float vec_dot_q5_0_q8_0_avx2(int64_t n, const void *w, con
  * block (the same float steps, in the same order, as the gemv's register). */
 FG_TARGET_AVX2 static void gemm_q5_0_q8_0_avx2(int64_t n, const void *w, size_t stride, const void *xq, size_t xs,
                                                int64_t m, float *y, int64_t ldy, int64_t nrows) {
-    if (m == 1) {
-        gemv_q5_0_q8_0_avx2(n, w, stride, xq, y, nrows);
+    if (m < 16) { /* below this the transposes cost more than they save */
+        const char *x = xq;
+        int64_t a = 0;
+        for (; a + 4 <= m; a += 4) q5_0_few_avx2(4, n, w, stride, x + a * xs, xs, y + a * ldy, ldy, nrows);
+        switch (m - a) {
+        case 3: q5_0_few_avx2(3, n, w, stride, x + a * xs, xs, y + a * ldy, ldy, nrows); break;
+        case 2: q5_0_few_avx2(2, n, w, stride, x + a * xs, xs, y + a * ldy, ldy, nrows); break;
+        case 1: q5_0_few_avx2(1, n, w, stride, x + a * xs, xs, y + a * ldy, ldy, nrows); break;
+        default: break;
+        }
         return;
     }
     q5_0_rows8 u[2];
