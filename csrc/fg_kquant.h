@@ -373,14 +373,6 @@ static inline void fg_unpack_scales_k4(const uint8_t *q, uint8_t out[16]) {
  * time inside a tile (the activation bytes are memory operands from L1): each weight super-block is unpacked
  * once per tile and the live registers are the A int32 sums. ---- */
 
-/* lane i <- horizontal sum of v[i] (8 x 8 int32). */
-FG_INLINE_AVX2 __m256i fg_hsum8_epi32(const __m256i v[8]) {
-    const __m256i ab = _mm256_hadd_epi32(_mm256_hadd_epi32(v[0], v[1]), _mm256_hadd_epi32(v[2], v[3]));
-    const __m256i cd = _mm256_hadd_epi32(_mm256_hadd_epi32(v[4], v[5]), _mm256_hadd_epi32(v[6], v[7]));
-    /* ab = [v0..v3 low-half sums | v0..v3 high-half sums] */
-    return _mm256_add_epi32(_mm256_permute2x128_si256(ab, cd, 0x20), _mm256_permute2x128_si256(ab, cd, 0x31));
-}
-
 /* fg_unpack_scales_k4 in one xmm: scales 0..7 then mins 0..7 as bytes. Reads 16 bytes at q (the 12 scale bytes
  * and 4 bytes of what follows them in the block). As 32-bit words u0..u2: scales 0..3 = u0 & m6, scales 4..7 =
  * (u2 & m4) | ((u0 >> 6) & m2) << 4, mins 0..3 = u1 & m6, mins 4..7 = ((u2 >> 4) & m4) | ((u1 >> 6) & m2) << 4. */
@@ -487,6 +479,156 @@ FG_INLINE_AVX2 void fg_k4_tile_avx2(const int five, int R, const int A, int64_t 
     fg_kq_store(R, A, acc, y, ldy);
 }
 
+/* ---- AVX2 gemm of the K-quants for many activations: rows in lanes. Per super-block, 8 weight rows are unpacked
+ * once into fg_kq_rows8 (lane r of every vector = row r, zero past the last row) and every activation passes over
+ * them: 4 activation bytes broadcast, one maddubs per 8 (row, 4 elements) pairs, gpm maddubs summed in int16 (in
+ * range: gpm * 2 * qmax * 128 < 32768) before one madd by the rows' scales. The integer sums are exactly the
+ * scalar reference's (sumi, and summ or Q6_K's bsums term) and each lane takes its float step, so the results
+ * equal the tile's (vec_dot, gemv) bit for bit. ---- */
+typedef struct {
+    __m256i q[64];       /* group g (elements 4g..4g+3): lane r = row r's 4 unsigned weights */
+    int16_t sc[32][16];  /* madd chunk c (groups gpm c .. gpm c + gpm - 1): lane r = (s, s), s the rows' scale */
+    int16_t corr[8][16]; /* lane r = the pair that multiplies (bsums[2t], bsums[2t+1]) */
+    float d[8], dmin[8]; /* per row (0 past the last row) */
+} fg_kq_rows8;
+
+/* u->q[8 j .. 8 j + 7] <- the 32 weights 32 j .. 32 j + 31 of each row (v[r], rows in element order). */
+FG_INLINE_AVX2 void fg_kq_rows8_put(fg_kq_rows8 *u, int j, __m256i v[8]) {
+    fg_transpose8_epi32(v);
+    for (int g = 0; g < 8; g++) _mm256_store_si256(&u->q[8 * j + g], v[g]);
+}
+
+/* v[r] = row r's 16 int16 values -> out[k] (k < 16), lane r = (v[r][k], v[r][k]). Clobbers v. */
+FG_INLINE_AVX2 void fg_kq_dup_transpose16(__m256i v[8], __m256i out[16]) {
+    __m256i lo[8], hi[8];
+    for (int r = 0; r < 8; r++) {
+        lo[r] = _mm256_unpacklo_epi16(v[r], v[r]); /* (k, k) for k = 0..3 | 8..11 */
+        hi[r] = _mm256_unpackhi_epi16(v[r], v[r]); /* 4..7 | 12..15 */
+    }
+    fg_transpose8_epi32(lo);
+    fg_transpose8_epi32(hi);
+    for (int g = 0; g < 4; g++) out[g] = lo[g], out[4 + g] = hi[g], out[8 + g] = lo[4 + g], out[12 + g] = hi[4 + g];
+}
+
+/* Q4_K (five = 0) / Q5_K rows [0, R) of super-block i into u; gpm groups per madd chunk. */
+FG_INLINE_AVX2 void fg_k4_rows8_avx2(const int five, const int gpm, int R, const char *w, size_t stride, int64_t i,
+                                     fg_kq_rows8 *u) {
+    const size_t bs = five ? sizeof(block_q5_K) : sizeof(block_q4_K);
+    const size_t qs_off = five ? offsetof(block_q5_K, qs) : offsetof(block_q4_K, qs);
+    const __m256i m4 = _mm256_set1_epi8(0x0f), m10 = _mm256_set1_epi8(0x10);
+    uint16_t dh[8] = {0}, mh[8] = {0};
+    __m256i lo[8], hi[8], hb[8], sm[16];
+    for (int r = 0; r < 8; r++) lo[r] = hb[r] = _mm256_setzero_si256();
+    for (int r = 0; r < R; r++) {
+        const uint8_t *b = (const uint8_t *)w + r * stride + i * bs;
+        memcpy(&dh[r], b, 2);
+        memcpy(&mh[r], b + 2, 2);
+        lo[r] = _mm256_cvtepu8_epi16(fg_unpack_scales_k4_avx2(b + 4)); /* scales 0..7, mins 0..7 */
+        if (five) hb[r] = _mm256_loadu_si256((const __m256i *)(b + offsetof(block_q5_K, qh)));
+    }
+    fg_kq_dup_transpose16(lo, sm);
+    for (int c = 0; c < 64 / gpm; c++) _mm256_store_si256((__m256i *)u->sc[c], sm[c * gpm / 8]);
+    for (int t = 0; t < 8; t++) _mm256_store_si256((__m256i *)u->corr[t], sm[8 + t]);
+    for (int k = 0; k < QK_K / 64; k++) {
+        for (int r = 0; r < 8; r++) {
+            const uint8_t *b = (const uint8_t *)w + r * stride + i * bs;
+            const __m256i q = r < R ? _mm256_loadu_si256((const __m256i *)(b + qs_off + 32 * k)) : _mm256_setzero_si256();
+            lo[r] = _mm256_and_si256(q, m4), hi[r] = _mm256_and_si256(_mm256_srli_epi16(q, 4), m4);
+            if (five) { /* bits 2k, 2k+1 of qh -> bit 4 */
+                lo[r] = _mm256_or_si256(lo[r], _mm256_and_si256(_mm256_slli_epi16(hb[r], 4), m10));
+                hi[r] = _mm256_or_si256(hi[r], _mm256_and_si256(_mm256_slli_epi16(hb[r], 3), m10));
+                hb[r] = _mm256_srli_epi16(hb[r], 2);
+            }
+        }
+        fg_kq_rows8_put(u, 2 * k, lo);
+        fg_kq_rows8_put(u, 2 * k + 1, hi);
+    }
+    _mm256_store_ps(u->d, _mm256_cvtph_ps(_mm_loadu_si128((const __m128i *)dh)));
+    _mm256_store_ps(u->dmin, _mm256_cvtph_ps(_mm_loadu_si128((const __m128i *)mh)));
+}
+
+/* acc[a] (lane r: row r) <- the scaled integer sums of super-block i of activations a < na (xstride apart). */
+FG_INLINE_AVX2 void fg_kq_rows8_isum(const fg_kq_rows8 *u, const int gpm, const char *x, size_t xstride, int64_t i,
+                                     int na, __m256i *acc) {
+    for (int a = 0; a < na; a++) acc[a] = _mm256_setzero_si256();
+    for (int p = 0; p < QK_K / 32; p++) { /* 32 elements a pass: their 8 groups stay in registers */
+        __m256i wq[8];
+        for (int g = 0; g < 8; g++) wq[g] = _mm256_load_si256(&u->q[8 * p + g]);
+        for (int a = 0; a < na; a++) {
+            const int8_t *xq = ((const block_q8_K *)(x + a * xstride) + i)->qs + 32 * p;
+            __m256i s = acc[a];
+            for (int c = 0; c < 8 / gpm; c++) {
+                __m256i t = _mm256_setzero_si256();
+                for (int g = gpm * c; g < gpm * c + gpm; g++) {
+                    int32_t x4;
+                    memcpy(&x4, xq + 4 * g, 4);
+                    t = _mm256_add_epi16(t, _mm256_maddubs_epi16(wq[g], _mm256_set1_epi32(x4)));
+                }
+                s = _mm256_add_epi32(s, _mm256_madd_epi16(t, _mm256_load_si256((const __m256i *)u->sc[p * (8 / gpm) + c])));
+            }
+            acc[a] = s;
+        }
+    }
+}
+
+/* The float step of one activation block xb for the 8 rows: (d dx) sumi - (dmin dx) summ (has_min: Q4_K, Q5_K,
+ * summ = corr . bsums) or (d dx) (sumi - 32 corr . bsums) (Q6_K). */
+FG_INLINE_AVX2 __m256 fg_kq_rows8_step(const fg_kq_rows8 *u, const int has_min, const block_q8_K *xb, __m256i isum) {
+    __m256i corr = _mm256_setzero_si256();
+    for (int t = 0; t < 8; t++) {
+        int32_t b2;
+        memcpy(&b2, xb->bsums + 2 * t, 4);
+        corr = _mm256_add_epi32(corr, _mm256_madd_epi16(_mm256_load_si256((const __m256i *)u->corr[t]), _mm256_set1_epi32(b2)));
+    }
+    const __m256 dx = _mm256_set1_ps(xb->d), d = _mm256_load_ps(u->d);
+    if (!has_min) return _mm256_mul_ps(_mm256_mul_ps(d, dx), _mm256_cvtepi32_ps(_mm256_sub_epi32(isum, _mm256_slli_epi32(corr, 5))));
+    const __m256 t0 = _mm256_mul_ps(_mm256_mul_ps(d, dx), _mm256_cvtepi32_ps(isum));
+    const __m256 t1 = _mm256_mul_ps(_mm256_mul_ps(_mm256_load_ps(u->dmin), dx), _mm256_cvtepi32_ps(corr));
+    return _mm256_sub_ps(t0, t1);
+}
+
+/* GCC's unroll-and-jam fuses two passes of fg_kq_rows8_isum: 16 weight vectors, spilled (1.1-1.4x slower). */
+#if defined(__GNUC__) && !defined(__clang__)
+#define FG_NO_UNROLL_JAM __attribute__((optimize("no-loop-unroll-and-jam")))
+#else
+#define FG_NO_UNROLL_JAM
+#endif
+
+/* The gemm: blocks of 16 rows; per super-block both 8-row halves are unpacked, then activations in groups of 64
+ * (their blocks stay in L1 over the 8 passes) accumulate into y, super-block by super-block as the reference. */
+#define FG_KQ_GEMM_AVX2(NAME, ROWS8, GPM, HAS_MIN)                                                               \
+    FG_TARGET_AVX2 FG_NO_UNROLL_JAM static void NAME(int64_t n, const void *w, size_t stride, const void *xq, size_t xq_stride,  \
+                                    int64_t m, float *y, int64_t ldy, int64_t nrows) {                          \
+        fg_kq_rows8 u[2];                                                                                       \
+        __m256i acc[64];                                                                                        \
+        const __m256i lane = _mm256_setr_epi32(0, 1, 2, 3, 4, 5, 6, 7);                                          \
+        for (int64_t rb = 0; rb < nrows; rb += 16) {                                                            \
+            const int G = nrows - rb > 8 ? 2 : 1;                                                               \
+            for (int64_t i = 0; i < n / QK_K; i++) {                                                            \
+                for (int g = 0; g < G; g++) {                                                                   \
+                    const int64_t left = nrows - rb - 8 * g;                                                    \
+                    ROWS8(GPM, left < 8 ? (int)left : 8, (const char *)w + (rb + 8 * g) * stride, stride, i, &u[g]); \
+                }                                                                                               \
+                for (int64_t a0 = 0; a0 < m; a0 += 64) {                                                        \
+                    const int na = m - a0 < 64 ? (int)(m - a0) : 64;                                            \
+                    const char *xa = (const char *)xq + a0 * xq_stride;                                         \
+                    for (int g = 0; g < G; g++) {                                                               \
+                        const int64_t left = nrows - rb - 8 * g;                                                \
+                        const __m256i mask = _mm256_cmpgt_epi32(_mm256_set1_epi32(left < 8 ? (int)left : 8), lane); \
+                        fg_kq_rows8_isum(&u[g], GPM, xa, xq_stride, i, na, acc);                                \
+                        for (int a = 0; a < na; a++) {                                                          \
+                            const __m256 f = fg_kq_rows8_step(&u[g], HAS_MIN,                                   \
+                                                              (const block_q8_K *)(xa + a * xq_stride) + i, acc[a]); \
+                            float *ya = y + (a0 + a) * ldy + rb + 8 * g;                                        \
+                            const __m256 prev = i ? _mm256_maskload_ps(ya, mask) : _mm256_setzero_ps();         \
+                            _mm256_maskstore_ps(ya, mask, _mm256_add_ps(prev, f));                              \
+                        }                                                                                       \
+                    }                                                                                           \
+                }                                                                                               \
+            }                                                                                                   \
+        }                                                                                                       \
+    }
+
 /* vec_dot, gemv (8 rows per tile) and gemm (8 activations x 1 row per tile; the 1..7 activations left as
  * 8 / A rows x A) of one K-quant format from its tile TILE(R, A, nb, w, stride, x, xstride, y, ldy). Tiles run
  * over activations outside and the rows inside, so a group of activations stays in L1 while the rows (a block
@@ -495,7 +637,10 @@ FG_INLINE_AVX2 void fg_k4_tile_avx2(const int five, int R, const int A, int64_t 
     for (int64_t r = 0; r < nrows; r += 8 / (A))                                                             \
         TILE(nrows - r < 8 / (A) ? (int)(nrows - r) : 8 / (A), A, nb, wr + r * stride, stride, xr + a * xq_stride, \
              xq_stride, y + a * ldy + r, ldy)
-#define FG_KQ_KERNELS_AVX2(DOT, GEMV, GEMM, TILE)                                                             \
+#ifndef FG_KQ_ROWS8_MIN_M
+#define FG_KQ_ROWS8_MIN_M 8 /* from this many activations the rows-in-lanes gemm (MANY) beats the tiles */
+#endif
+#define FG_KQ_KERNELS_AVX2(DOT, GEMV, GEMM, TILE, MANY)                                                       \
     FG_TARGET_AVX2 static float DOT(int64_t n, const void *w, const void *x) {                                \
         float y;                                                                                              \
         TILE(1, 1, n / QK_K, (const char *)w, 0, (const char *)x, 0, &y, 0);                                  \
@@ -508,6 +653,10 @@ FG_INLINE_AVX2 void fg_k4_tile_avx2(const int five, int R, const int A, int64_t 
     }                                                                                                         \
     FG_TARGET_AVX2 static void GEMM(int64_t n, const void *w, size_t stride, const void *xq, size_t xq_stride, \
                                     int64_t m, float *y, int64_t ldy, int64_t nrows) {                        \
+        if (m >= FG_KQ_ROWS8_MIN_M) {                                                                         \
+            MANY(n, w, stride, xq, xq_stride, m, y, ldy, nrows);                                              \
+            return;                                                                                           \
+        }                                                                                                     \
         const char *wr = (const char *)w, *xr = (const char *)xq;                                            \
         const int64_t nb = n / QK_K;                                                                          \
         int64_t a = 0;                                                                                        \

@@ -92,7 +92,12 @@ FG_INLINE_AVX2 void q4_k_tile_avx2(int R, const int A, int64_t nb, const char *w
                                    size_t xstride, float *y, int64_t ldy) {
     fg_k4_tile_avx2(0, R, A, nb, w, stride, x, xstride, y, ldy);
 }
-FG_KQ_KERNELS_AVX2(vec_dot_q4_k_q8_k_avx2, gemv_q4_k_q8_k_avx2, gemm_q4_k_q8_k_avx2, q4_k_tile_avx2)
+FG_INLINE_AVX2 void q4_k_rows8_avx2(const int gpm, int R, const char *w, size_t stride, int64_t i, fg_kq_rows8 *u) {
+    fg_k4_rows8_avx2(0, gpm, R, w, stride, i, u);
+}
+FG_KQ_GEMM_AVX2(gemm_q4_k_q8_k_rows8_avx2, q4_k_rows8_avx2, 8, 1) /* 8 groups: 8 * 2 * 15 * 128 < 32768 */
+FG_KQ_KERNELS_AVX2(vec_dot_q4_k_q8_k_avx2, gemv_q4_k_q8_k_avx2, gemm_q4_k_q8_k_avx2, q4_k_tile_avx2,
+                   gemm_q4_k_q8_k_rows8_avx2)
 #endif /* FG_HAVE_X86 */
 
 #if FG_HAVE_NEON

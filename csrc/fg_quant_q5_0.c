@@ -87,44 +87,148 @@ FG_TARGET_AVX2 static void dequantize_row_q5_0_avx2(const void *vx, float *y, in
     }
 }
 
-/* R rows x M activations, one block per step, each weight block unpacked once for all M: (q . x - 16 sum x) in
- * int16 pairs (|.| <= 2 * 31 * 127), widened once; per (r, a) pair acc += float(s) * (dw * dx) whatever R and M. */
-FG_INLINE_AVX2 void q5_0_tile_avx2(const int R, const int M, int64_t nb, const char *w, size_t stride, const char *x,
-                                   size_t xs, float *y, int64_t ldy) {
-    __m256 acc[4][4];
-    for (int r = 0; r < R; r++)
-        for (int a = 0; a < M; a++) acc[r][a] = _mm256_setzero_ps();
-    for (int64_t i = 0; i < nb; i++) {
-        __m256i xq[4], x16[4];
-        __m256 dx[4];
-        for (int a = 0; a < M; a++) {
-            const block_q8_0 *xb = (const block_q8_0 *)(x + a * xs) + i;
-            xq[a] = _mm256_loadu_si256((const __m256i *)xb->qs);
-            x16[a] = _mm256_maddubs_epi16(_mm256_set1_epi8(16), xq[a]);
-            dx[a] = _mm256_set1_ps(fg_f16(xb->d));
+/* Rows in lanes (as the K-quant gemm, fg_kquant.h): per block, 8 rows' weights s = q - 16 are transposed so that
+ * lane r of u->s[g] holds row r's 4 weights of group g (elements 4g..4g+3), and each activation's bytes, offset to
+ * x + 128 (unsigned), are broadcast 4 at a time: one maddubs per 8 (row, 4 elements), 4 groups summed in int16
+ * (4 * 2 * 255 * 16 < 32768), and sum s x = sum s (x + 128) - 128 sum s exactly. Each lane then takes the scalar
+ * reference's float step, sum += (float)sumi * (dw * dx), so vec_dot, gemv and gemm all equal it bit for bit. */
+typedef struct {
+    __m256i s[8];  /* group g: lane r = row r's 4 signed weights */
+    __m256i bias;  /* lane r = 128 * sum s of row r */
+    __m256 d;      /* lane r = row r's scale (0 past the last row) */
+} q5_0_rows8;
+
+FG_INLINE_AVX2 void q5_0_rows8_avx2(int R, const char *w, size_t stride, int64_t i, q5_0_rows8 *u) {
+    uint16_t dh[8] = {0};
+    __m256i qsum = _mm256_setzero_si256();
+    for (int r = 0; r < 8; r++) {
+        const block_q5_0 *b = (const block_q5_0 *)(w + r * stride) + i;
+        u->s[r] = _mm256_setzero_si256();
+        if (r >= R) continue;
+        u->s[r] = q5_bytes_avx2(b->qs, b->qh);
+        dh[r] = b->d;
+    }
+    fg_transpose8_epi32(u->s);
+    for (int g = 0; g < 8; g++) { /* q 0..31: 8 groups add up to at most 248 per byte */
+        qsum = _mm256_add_epi8(qsum, u->s[g]);
+        u->s[g] = _mm256_sub_epi8(u->s[g], _mm256_set1_epi8(16));
+    }
+    const __m256i q32 = _mm256_madd_epi16(_mm256_maddubs_epi16(qsum, _mm256_set1_epi8(1)), _mm256_set1_epi16(1));
+    u->bias = _mm256_slli_epi32(_mm256_sub_epi32(q32, _mm256_set1_epi32(16 * QK5_0)), 7);
+    u->d = _mm256_cvtph_ps(_mm_loadu_si128((const __m128i *)dh));
+}
+
+/* The float step of one activation block for the 8 rows of u: (float)sumi * (dw * dx). */
+FG_INLINE_AVX2 __m256 q5_0_rows8_step(const q5_0_rows8 *u, const block_q8_0 *xb) {
+    __m256i t[2];
+    for (int h = 0; h < 2; h++) {
+        t[h] = _mm256_setzero_si256();
+        for (int g = 4 * h; g < 4 * h + 4; g++) {
+            int32_t x4;
+            memcpy(&x4, xb->qs + 4 * g, 4);
+            const __m256i xu = _mm256_xor_si256(_mm256_set1_epi32(x4), _mm256_set1_epi8((char)0x80)); /* x + 128 */
+            t[h] = _mm256_add_epi16(t[h], _mm256_maddubs_epi16(xu, u->s[g]));
         }
-        for (int r = 0; r < R; r++) {
-            const block_q5_0 *b = (const block_q5_0 *)(w + r * stride) + i;
-            fg_prefetch(b, stride);
-            const __m256i q = q5_bytes_avx2(b->qs, b->qh);
-            const __m256 dw = _mm256_set1_ps(fg_f16(b->d));
-            for (int a = 0; a < M; a++) {
-                const __m256i p16 = _mm256_sub_epi16(_mm256_maddubs_epi16(q, xq[a]), x16[a]);
-                const __m256 p = _mm256_cvtepi32_ps(_mm256_madd_epi16(p16, _mm256_set1_epi16(1)));
-                acc[r][a] = _mm256_fmadd_ps(p, _mm256_mul_ps(dw, dx[a]), acc[r][a]);
+    }
+    const __m256i ones = _mm256_set1_epi16(1);
+    const __m256i sumi = _mm256_sub_epi32(_mm256_add_epi32(_mm256_madd_epi16(t[0], ones), _mm256_madd_epi16(t[1], ones)), u->bias);
+    return _mm256_mul_ps(_mm256_cvtepi32_ps(sumi), _mm256_mul_ps(u->d, _mm256_set1_ps(fg_f16(xb->d))));
+}
+
+FG_INLINE_AVX2 __m256i q5_0_lane_mask(int R) {
+    return _mm256_cmpgt_epi32(_mm256_set1_epi32(R), _mm256_setr_epi32(0, 1, 2, 3, 4, 5, 6, 7));
+}
+
+/* Few activations (A <= 4): each row's exact block sums sumi = q . x - 16 sum x as usual (elements in lanes, each
+ * weight block unpacked once for the A), 8 rows' sums gathered into lanes, then the same float step as the gemm's;
+ * no transposes where little shares them. y[a * ldy + r]. */
+FG_INLINE_AVX2 void q5_0_rows8_few_avx2(const int R, const int A, int64_t nb, const char *w, size_t stride,
+                                        const char *x, size_t xs, float *y, int64_t ldy) {
+    __m256 acc[4];
+    for (int a = 0; a < A; a++) acc[a] = _mm256_setzero_ps();
+    for (int64_t i = 0; i < nb; i++) {
+        __m256i xq[4], x16[4], s[4][8];
+        for (int a = 0; a < A; a++) {
+            xq[a] = _mm256_loadu_si256((const __m256i *)((const block_q8_0 *)(x + a * xs) + i)->qs);
+            x16[a] = _mm256_maddubs_epi16(_mm256_set1_epi8(16), xq[a]);
+        }
+        __m128i dh = _mm_setzero_si128(); /* the rows' fp16 scales, shifted in from the top: row k ends in k */
+        for (int k = 0; k < 8; k++) {
+            uint16_t d = 0;
+            for (int a = 0; a < A; a++) s[a][k] = _mm256_setzero_si256();
+            if (k < R) {
+                const block_q5_0 *b = (const block_q5_0 *)(w + k * stride) + i;
+                fg_prefetch(b, 2 * stride); /* the next 8 rows */
+                const __m256i q = q5_bytes_avx2(b->qs, b->qh);
+                for (int a = 0; a < A; a++)
+                    s[a][k] = _mm256_madd_epi16(_mm256_sub_epi16(_mm256_maddubs_epi16(q, xq[a]), x16[a]), _mm256_set1_epi16(1));
+                d = b->d;
+            }
+            dh = _mm_alignr_epi8(_mm_cvtsi32_si128(d), dh, 2);
+        }
+        const __m256 dw = _mm256_cvtph_ps(dh);
+        for (int a = 0; a < A; a++) {
+            const __m256 dx = _mm256_set1_ps(fg_f16(((const block_q8_0 *)(x + a * xs))[i].d));
+            acc[a] = _mm256_add_ps(acc[a], _mm256_mul_ps(_mm256_cvtepi32_ps(fg_hsum8_epi32(s[a])), _mm256_mul_ps(dw, dx)));
+        }
+    }
+    for (int a = 0; a < A; a++) _mm256_maskstore_ps(y + a * ldy, q5_0_lane_mask(R), acc[a]);
+}
+
+/* Rows 8 at a time (the tail masked) for A activations. */
+FG_INLINE_AVX2 void q5_0_few_avx2(const int A, int64_t n, const char *w, size_t stride, const char *x, size_t xs,
+                                  float *y, int64_t ldy, int64_t nrows) {
+    int64_t r = 0;
+    for (; r + 8 <= nrows; r += 8) q5_0_rows8_few_avx2(8, A, n / QK5_0, w + r * stride, stride, x, xs, y + r, ldy);
+    if (r < nrows) q5_0_rows8_few_avx2((int)(nrows - r), A, n / QK5_0, w + r * stride, stride, x, xs, y + r, ldy);
+}
+
+FG_TARGET_AVX2 static void gemv_q5_0_q8_0_avx2(int64_t n, const void *w, size_t stride, const void *x, float *y,
+                                               int64_t nrows) {
+    q5_0_few_avx2(1, n, w, stride, x, 0, y, 0, nrows);
+}
+
+FG_TARGET_AVX2 static float vec_dot_q5_0_q8_0_avx2(int64_t n, const void *w, const void *x) {
+    float y;
+    gemv_q5_0_q8_0_avx2(n, w, 0, x, &y, 1);
+    return y;
+}
+
+/* Many activations: per block, 16 rows unpacked once, then every activation; the sums accumulate in y block by
+ * block (the same float steps, in the same order, as the gemv's register). */
+FG_TARGET_AVX2 static void gemm_q5_0_q8_0_avx2(int64_t n, const void *w, size_t stride, const void *xq, size_t xs,
+                                               int64_t m, float *y, int64_t ldy, int64_t nrows) {
+    if (m < 16) { /* below this the transposes cost more than they save */
+        const char *x = xq;
+        int64_t a = 0;
+        for (; a + 4 <= m; a += 4) q5_0_few_avx2(4, n, w, stride, x + a * xs, xs, y + a * ldy, ldy, nrows);
+        switch (m - a) {
+        case 3: q5_0_few_avx2(3, n, w, stride, x + a * xs, xs, y + a * ldy, ldy, nrows); break;
+        case 2: q5_0_few_avx2(2, n, w, stride, x + a * xs, xs, y + a * ldy, ldy, nrows); break;
+        case 1: q5_0_few_avx2(1, n, w, stride, x + a * xs, xs, y + a * ldy, ldy, nrows); break;
+        default: break;
+        }
+        return;
+    }
+    q5_0_rows8 u[2];
+    for (int64_t rb = 0; rb < nrows; rb += 16) {
+        const int G = nrows - rb > 8 ? 2 : 1;
+        int R[2];
+        for (int g = 0; g < G; g++) R[g] = nrows - rb - 8 * g < 8 ? (int)(nrows - rb - 8 * g) : 8;
+        for (int64_t i = 0; i < n / QK5_0; i++) {
+            for (int g = 0; g < G; g++) q5_0_rows8_avx2(R[g], (const char *)w + (rb + 8 * g) * stride, stride, i, &u[g]);
+            for (int g = 0; g < G; g++) {
+                const __m256i mask = q5_0_lane_mask(R[g]);
+                for (int64_t a = 0; a < m; a++) {
+                    const block_q8_0 *xb = (const block_q8_0 *)((const char *)xq + a * xs) + i;
+                    float *ya = y + a * ldy + rb + 8 * g;
+                    const __m256 prev = i ? _mm256_maskload_ps(ya, mask) : _mm256_setzero_ps();
+                    _mm256_maskstore_ps(ya, mask, _mm256_add_ps(prev, q5_0_rows8_step(&u[g], xb)));
+                }
             }
         }
     }
-    for (int r = 0; r < R; r++)
-        for (int a = 0; a < M; a++) y[a * ldy + r] = fg_hsum_256(acc[r][a]);
 }
-
-FG_INLINE_AVX2 void q5_0_rows_avx2(const int R, int64_t nb, const char *w, size_t stride, const void *x, float *y) {
-    q5_0_tile_avx2(R, 1, nb, w, stride, (const char *)x, 0, y, 0);
-}
-FG_DOT_FROM_ROWS(vec_dot_q5_0_q8_0_avx2, FG_TARGET_AVX2, q5_0_rows_avx2, QK5_0)
-FG_GEMV_FROM_ROWS(gemv_q5_0_q8_0_avx2, FG_TARGET_AVX2, q5_0_rows_avx2, QK5_0)
-FG_GEMM_FROM_TILE(gemm_q5_0_q8_0_avx2, FG_TARGET_AVX2, q5_0_tile_avx2, QK5_0, 4, 2)
 #endif /* FG_HAVE_X86 */
 
 #if FG_HAVE_NEON

@@ -176,7 +176,41 @@ FG_INLINE_AVX2 void q6_k_tile_avx2(int R, const int A, int64_t nb, const char *w
     }
     fg_kq_store(R, A, acc, y, ldy);
 }
-FG_KQ_KERNELS_AVX2(vec_dot_q6_k_q8_k_avx2, gemv_q6_k_q8_k_avx2, gemm_q6_k_q8_k_avx2, q6_k_tile_avx2)
+/* Rows [0, R) of super-block i into u (fg_kquant.h): q 0..63 unsigned, chunk c of gpm = 2 groups (8 elements)
+ * under scale c / 2; corr t = (scale 2t, scale 2t + 1) for the -32 bsums term. */
+FG_INLINE_AVX2 void q6_k_rows8_avx2(const int gpm, int R, const char *w, size_t stride, int64_t i, fg_kq_rows8 *u) {
+    uint16_t dh[8] = {0};
+    __m256i v[8], sc[16];
+    for (int r = 0; r < 8; r++) v[r] = _mm256_setzero_si256();
+    for (int r = 0; r < R; r++) {
+        const block_q6_K *b = (const block_q6_K *)(w + r * stride) + i;
+        v[r] = _mm256_cvtepi8_epi16(_mm_loadu_si128((const __m128i *)b->scales));
+        dh[r] = b->d;
+    }
+    __m256i pairs[8]; /* lane r = (scale 2t, scale 2t + 1) */
+    memcpy(pairs, v, sizeof(pairs));
+    fg_transpose8_epi32(pairs);
+    for (int t = 0; t < 8; t++) _mm256_store_si256((__m256i *)u->corr[t], pairs[t]);
+    fg_kq_dup_transpose16(v, sc);
+    for (int c = 0; c < 64 / gpm; c++) _mm256_store_si256((__m256i *)u->sc[c], sc[c * gpm / 4]);
+    for (int h = 0; h < 2; h++) {
+        __m256i q[8][4];
+        for (int r = 0; r < 8; r++) {
+            const block_q6_K *b = (const block_q6_K *)(w + r * stride) + i;
+            if (r < R) q6_k_unpack_avx2(b->ql + 64 * h, b->qh + 32 * h, q[r]);
+            else q[r][0] = q[r][1] = q[r][2] = q[r][3] = _mm256_setzero_si256();
+        }
+        for (int k = 0; k < 4; k++) {
+            for (int r = 0; r < 8; r++) v[r] = q[r][k];
+            fg_kq_rows8_put(u, 4 * h + k, v);
+        }
+    }
+    _mm256_store_ps(u->d, _mm256_cvtph_ps(_mm_loadu_si128((const __m128i *)dh)));
+    _mm256_store_ps(u->dmin, _mm256_setzero_ps());
+}
+FG_KQ_GEMM_AVX2(gemm_q6_k_q8_k_rows8_avx2, q6_k_rows8_avx2, 2, 0) /* 2 groups: 2 * 2 * 63 * 128 < 32768 */
+FG_KQ_KERNELS_AVX2(vec_dot_q6_k_q8_k_avx2, gemv_q6_k_q8_k_avx2, gemm_q6_k_q8_k_avx2, q6_k_tile_avx2,
+                   gemm_q6_k_q8_k_rows8_avx2)
 #endif /* FG_HAVE_X86 */
 
 #if FG_HAVE_NEON

@@ -425,4 +425,37 @@ static inline int32x4_t fg_dot_s8_emul(int32x4_t acc, int8x16_t a, int8x16_t b) 
 }
 #endif
 
+#if FG_HAVE_X86
+/* lane i <- horizontal sum of v[i] (8 x 8 int32): interleave-and-add (rows 2k, 2k+1 share a vector, then 4k..4k+3),
+ * then the 128-bit halves added; single-uop shuffles where hadd costs several. */
+FG_INLINE_AVX2 __m256i fg_hsum8_epi32(const __m256i v[8]) {
+    __m256i p[4], q[2];
+    for (int k = 0; k < 4; k++) /* [v2k v2k+1 v2k v2k+1 | ...] partial sums */
+        p[k] = _mm256_add_epi32(_mm256_unpacklo_epi32(v[2 * k], v[2 * k + 1]), _mm256_unpackhi_epi32(v[2 * k], v[2 * k + 1]));
+    for (int k = 0; k < 2; k++) /* [v4k .. v4k+3 | v4k .. v4k+3] */
+        q[k] = _mm256_add_epi32(_mm256_unpacklo_epi64(p[2 * k], p[2 * k + 1]), _mm256_unpackhi_epi64(p[2 * k], p[2 * k + 1]));
+    return _mm256_add_epi32(_mm256_permute2x128_si256(q[0], q[1], 0x20), _mm256_permute2x128_si256(q[0], q[1], 0x31));
+}
+
+/* v[r] (row r's 8 groups of 4 bytes) -> v[g] (group g of the 8 rows): the rows-in-lanes layout of the gemms
+ * (fg_kquant.h, fg_quant_q5_0.c). */
+FG_INLINE_AVX2 void fg_transpose8_epi32(__m256i v[8]) {
+    __m256i t[8], s[8];
+    for (int k = 0; k < 4; k++) {
+        t[2 * k] = _mm256_unpacklo_epi32(v[2 * k], v[2 * k + 1]);     /* r0 r1 groups 0, 1 | 4, 5 */
+        t[2 * k + 1] = _mm256_unpackhi_epi32(v[2 * k], v[2 * k + 1]); /* groups 2, 3 | 6, 7 */
+    }
+    for (int k = 0; k < 2; k++) {
+        s[4 * k] = _mm256_unpacklo_epi64(t[4 * k], t[4 * k + 2]);     /* r0..r3 group 0 | 4 */
+        s[4 * k + 1] = _mm256_unpackhi_epi64(t[4 * k], t[4 * k + 2]); /* group 1 | 5 */
+        s[4 * k + 2] = _mm256_unpacklo_epi64(t[4 * k + 1], t[4 * k + 3]);
+        s[4 * k + 3] = _mm256_unpackhi_epi64(t[4 * k + 1], t[4 * k + 3]);
+    }
+    for (int g = 0; g < 4; g++) {
+        v[g] = _mm256_permute2x128_si256(s[g], s[4 + g], 0x20);
+        v[g + 4] = _mm256_permute2x128_si256(s[g], s[4 + g], 0x31);
+    }
+}
+#endif
+
 #endif
