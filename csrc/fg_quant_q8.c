@@ -155,7 +155,7 @@ FG_INLINE_AVX2 void q8_0_tile8_avx2(const int R, const int M, int first, int kc,
                                          : _mm256_setzero_si256();
                 v[r] = fg_dot_u8s8_256(_mm256_sign_epi8(wq, wq), _mm256_sign_epi8(xq, wq));
             }
-            const __m256i dot = fg_hsum8x8_epi32(v);
+            const __m256i dot = fg_hsum8_epi32(v);
             acc[0] = _mm256_fmadd_ps(_mm256_cvtepi32_ps(dot), _mm256_mul_ps(dw, _mm256_set1_ps(aux[0][i].d)), acc[0]);
             continue;
         }

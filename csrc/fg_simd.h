@@ -258,17 +258,6 @@ FG_INLINE_AVX2 void fg_rows8_dwords(const char *p, size_t stride, int R, __m256i
     t[3] = _mm256_unpackhi_epi64(h01, h23);
 }
 
-/* 8 vectors of 8 int32 -> lane r = the sum of v[r]: interleave-and-add twice (each pair of rows shares a vector,
- * then each four), then the two 128-bit halves added; single-uop shuffles where hadd costs several. */
-FG_INLINE_AVX2 __m256i fg_hsum8x8_epi32(const __m256i v[8]) {
-    __m256i p[4], q[2];
-    for (int k = 0; k < 4; k++) /* [r0 r1 r0 r1 | ...] for rows 2k, 2k+1 */
-        p[k] = _mm256_add_epi32(_mm256_unpacklo_epi32(v[2 * k], v[2 * k + 1]), _mm256_unpackhi_epi32(v[2 * k], v[2 * k + 1]));
-    for (int k = 0; k < 2; k++) /* [r0 r1 r2 r3 | r0 r1 r2 r3] for rows 4k.. */
-        q[k] = _mm256_add_epi32(_mm256_unpacklo_epi64(p[2 * k], p[2 * k + 1]), _mm256_unpackhi_epi64(p[2 * k], p[2 * k + 1]));
-    return _mm256_add_epi32(_mm256_permute2x128_si256(q[0], q[1], 0x20), _mm256_permute2x128_si256(q[0], q[1], 0x31));
-}
-
 /* The fp16 at p of rows 0..R-1 (`stride` apart) -> 8 floats, row i in lane i (lanes >= R zero). Inserted one by
  * one into a register: an array of 8 would go through the stack and stall the store forwarding. */
 FG_INLINE_AVX2 __m256 fg_rows8_f16(const char *p, size_t stride, int R) {
