@@ -87,7 +87,7 @@ FG_INLINE_AVX2 void q4_0_tile8_avx2(const int R, const int M, int first, int kc,
     fg_load_rows8(R, M, first, acc, y, ldy);
     for (int i = 0; i < kc; i++) {
         const char *wb = w + i * sizeof(block_q4_0);
-        for (int r = 0; r < R; r++) fg_prefetch8(wb + r * stride, stride);
+        fg_prefetch_tile8(w, stride, R, i, kc, sizeof(block_q4_0));
         __m256i t[4], lo[4], hi[4];
         fg_rows8_dwords(wb + offsetof(block_q4_0, qs), stride, R, t);
         for (int j = 0; j < 4; j++) {

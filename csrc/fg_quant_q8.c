@@ -145,7 +145,7 @@ FG_INLINE_AVX2 void q8_0_tile8_avx2(const int R, const int M, int first, int kc,
     fg_load_rows8(R, M, first, acc, y, ldy);
     for (int i = 0; i < kc; i++) {
         const char *wb = w + i * sizeof(block_q8_0);
-        for (int r = 0; r < R; r++) fg_prefetch8(wb + r * stride, stride);
+        fg_prefetch_tile8(w, stride, R, i, kc, sizeof(block_q8_0));
         const __m256 dw = fg_rows8_f16(wb + offsetof(block_q8_0, d), stride, R);
         if (M == 1) { /* one activation: nothing to share a transpose with; reduce the rows' partial sums instead */
             const __m256i xq = _mm256_loadu_si256((const __m256i *)((const block_q8_0 *)x + i)->qs);

@@ -142,11 +142,25 @@ typedef struct {
 #else
 #define fg_prefetch(p, stride) _mm_prefetch((const char *)(p) + 4 * (stride), _MM_HINT_T0)
 #endif
-/* The same for kernels working on 8 rows: the bytes 8 rows further on. */
+/* The same for the row-lane tiles (8 rows, FG_KERNELS_FROM_TILE8), called once per block i of the tile's kc blocks
+ * of bs bytes at w. Where the tile covers its rows whole and they are contiguous and narrow (stride == kc * bs
+ * <= 1 KB, e.g. a 576- or 640-wide lm_head) the bytes still to come are one ascending stream: ask for them in address
+ * order, the next tile's and 4 KB more ahead (a Q8_0 GEMV over 640-wide rows streams 10-25% faster so than by asking
+ * for each row's block 8 rows on, whose addresses jump by the row stride; wide rows: no difference). Otherwise each
+ * row's block 8 rows on. */
 #ifdef FG_NO_PREFETCH
-#define fg_prefetch8(p, stride) ((void)(p), (void)(stride))
+#define fg_prefetch_tile8(w, stride, R, i, kc, bs) ((void)(w), (void)(stride), (void)(R), (void)(i), (void)(kc))
 #else
-#define fg_prefetch8(p, stride) _mm_prefetch((const char *)(p) + 8 * (stride), _MM_HINT_T0)
+#define fg_prefetch_tile8(w, stride, R, i, kc, bs)                                                          \
+    do {                                                                                                     \
+        if ((stride) == (size_t)(kc) * (bs) && (stride) <= 1024) {                                          \
+            const char *p_ = (const char *)(w) + 8 * (stride) + 4096 + (size_t)(i) * 8 * (bs);               \
+            for (size_t l_ = 0; l_ < 8 * (bs); l_ += 64) _mm_prefetch(p_ + l_, _MM_HINT_T0);                 \
+        } else {                                                                                             \
+            for (int r_ = 0; r_ < (R); r_++)                                                                 \
+                _mm_prefetch((const char *)(w) + (size_t)(i) * (bs) + (size_t)(r_ + 8) * (stride), _MM_HINT_T0); \
+        }                                                                                                    \
+    } while (0)
 #endif
 
 FG_INLINE_AVX2 float fg_hsum_256(__m256 v) {
