@@ -322,6 +322,15 @@ FG_INLINE_AVX2 void fg_store_rows8(const int R, const int M, const __m256 *acc, 
     }
 }
 
+/* Per q8_0 activation block, for tiles that need no correction (q8_0, iq4_nl): its scale. */
+FG_INLINE_AVX2 void fg_q8_0_aux(const char *x, int kc, fg_xaux *aux) {
+    const block_q8_0 *xb = (const block_q8_0 *)x;
+    for (int i = 0; i < kc; i++) {
+        aux[i].d = fg_f16(xb[i].d);
+        aux[i].c = 0;
+    }
+}
+
 /* Per q8_1 activation block (q4_1, q5_1 tiles): its scale d and s = d * sum(q), for the weights' offset term. */
 FG_INLINE_AVX2 void fg_q8_1_aux(const char *x, int kc, fg_xaux *aux) {
     const block_q8_1 *xb = (const block_q8_1 *)x;
