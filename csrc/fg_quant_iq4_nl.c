@@ -76,43 +76,58 @@ FG_TARGET_AVX2 static void dequantize_row_iq4_nl_avx2(const void *vx, float *y, 
     }
 }
 
-/* R rows x M activations, one block per step, each weight block's levels made once for all M; per (r, a) pair
- * acc += float(|k| . (x with k's sign)) * (dw * dx) whatever R and M (see FG_GEMM_FROM_TILE). */
-FG_INLINE_AVX2 void iq4_nl_tile_avx2(const int R, const int M, int64_t nb, const char *w, size_t stride,
-                                     const char *x, size_t xs, float *y, int64_t ldy) {
-    __m256 acc[4][4];
-    for (int r = 0; r < R; r++)
-        for (int a = 0; a < M; a++) acc[r][a] = _mm256_setzero_ps();
-    for (int64_t i = 0; i < nb; i++) {
-        __m256i xq[4];
-        __m256 dx[4];
-        for (int a = 0; a < M; a++) {
-            const block_q8_0 *xb = (const block_q8_0 *)(x + a * xs) + i;
-            xq[a] = _mm256_loadu_si256((const __m256i *)xb->qs);
-            dx[a] = _mm256_set1_ps(fg_f16(xb->d));
-        }
-        for (int r = 0; r < R; r++) {
-            const block_iq4_nl *b = (const block_iq4_nl *)(w + r * stride) + i;
-            fg_prefetch(b, stride);
-            const __m256i k = iq4_levels_avx2(b->qs), ak = _mm256_sign_epi8(k, k);
-            const __m256 dw = _mm256_set1_ps(fg_f16(b->d));
+/* R <= 8 rows x M <= 8 activations of iq4_nl . q8_0, row r in lane r (see FG_KERNELS_FROM_TILE8). One activation
+ * (the gemv) dots each row's levels in element order and reduces the 8 rows' partial sums into lanes; more share
+ * the rows' nibbles transposed once per block (fg_rows8_dwords) and looked up in the table (k[j]: elements 4j..4j+3
+ * of every row, k[4 + j]: 16 + 4j..), against their broadcast 4-byte groups. The signed . signed dot is |k| . (x
+ * with k's sign); a pair reaches 2 * 127 * 127, so each group is widened by its own madd. Every lane takes the scalar
+ * reference's float step, sum += (float)sumi * (dw * dx) (no FMA), so all paths equal it bit for bit. */
+FG_INLINE_AVX2 void iq4_nl_tile8_avx2(const int R, const int M, int first, int kc, const char *w, size_t stride,
+                                      const char *x, size_t xs, const fg_xaux (*aux)[FG_KC], float *y, int64_t ldy) {
+    const __m256i table = _mm256_broadcastsi128_si256(_mm_loadu_si128((const __m128i *)fg_kvalues_iq4nl));
+    const __m256i m4 = _mm256_set1_epi8(0x0f);
+    __m256 acc[8]; /* [a]: 8 rows */
+    fg_load_rows8(R, M, first, acc, y, ldy);
+    for (int i = 0; i < kc; i++) {
+        const char *wb = w + i * sizeof(block_iq4_nl);
+        for (int r = 0; r < R; r++) fg_prefetch8(wb + r * stride, stride);
+        const __m256 dw = fg_rows8_f16(wb + offsetof(block_iq4_nl, d), stride, R);
+        __m256i dot[8]; /* [a]: the 8 rows' block sums */
+        if (M == 1) { /* nothing to share a transpose with */
+            const __m256i xq = _mm256_loadu_si256((const __m256i *)((const block_q8_0 *)x + i)->qs);
+            __m256i v[8]; /* [r]: row r's 8 partial sums */
+            for (int r = 0; r < 8; r++) {
+                v[r] = _mm256_setzero_si256();
+                if (r >= R) continue;
+                const __m256i k = iq4_levels_avx2((const uint8_t *)wb + r * stride + offsetof(block_iq4_nl, qs));
+                v[r] = fg_dot_u8s8_256(_mm256_sign_epi8(k, k), _mm256_sign_epi8(xq, k));
+            }
+            dot[0] = fg_hsum8_epi32(v);
+        } else {
+            __m256i t[4], k[8], ak[8];
+            fg_rows8_dwords(wb + offsetof(block_iq4_nl, qs), stride, R, t);
+            for (int j = 0; j < 4; j++) {
+                k[j] = _mm256_shuffle_epi8(table, _mm256_and_si256(t[j], m4));
+                k[4 + j] = _mm256_shuffle_epi8(table, _mm256_and_si256(_mm256_srli_epi16(t[j], 4), m4));
+            }
+            for (int g = 0; g < 8; g++) ak[g] = _mm256_sign_epi8(k[g], k[g]);
             for (int a = 0; a < M; a++) {
-                const __m256i p16 = _mm256_maddubs_epi16(ak, _mm256_sign_epi8(xq[a], k)); /* |.| <= 2 * 127 * 127 */
-                const __m256 p = _mm256_cvtepi32_ps(_mm256_madd_epi16(p16, _mm256_set1_epi16(1)));
-                acc[r][a] = _mm256_fmadd_ps(p, _mm256_mul_ps(dw, dx[a]), acc[r][a]);
+                const int8_t *xq = ((const block_q8_0 *)(x + a * xs) + i)->qs;
+                dot[a] = fg_dot_u8s8_256(ak[0], _mm256_sign_epi8(fg_bcast32(xq), k[0]));
+                for (int g = 1; g < 8; g++)
+                    dot[a] = _mm256_add_epi32(dot[a], fg_dot_u8s8_256(ak[g], _mm256_sign_epi8(fg_bcast32(xq + 4 * g), k[g])));
             }
         }
+        for (int a = 0; a < M; a++) {
+            const __m256 p = _mm256_mul_ps(_mm256_cvtepi32_ps(dot[a]), _mm256_mul_ps(dw, _mm256_set1_ps(aux[a][i].d)));
+            acc[a] = _mm256_add_ps(acc[a], p);
+        }
     }
-    for (int r = 0; r < R; r++)
-        for (int a = 0; a < M; a++) y[a * ldy + r] = fg_hsum_256(acc[r][a]);
+    fg_store_rows8(R, M, acc, y, ldy);
 }
 
-FG_INLINE_AVX2 void iq4_nl_rows_avx2(const int R, int64_t nb, const char *w, size_t stride, const void *x, float *y) {
-    iq4_nl_tile_avx2(R, 1, nb, w, stride, (const char *)x, 0, y, 0);
-}
-FG_DOT_FROM_ROWS(vec_dot_iq4_nl_q8_0_avx2, FG_TARGET_AVX2, iq4_nl_rows_avx2, QK4_NL)
-FG_GEMV_FROM_ROWS(gemv_iq4_nl_q8_0_avx2, FG_TARGET_AVX2, iq4_nl_rows_avx2, QK4_NL)
-FG_GEMM_FROM_TILE(gemm_iq4_nl_q8_0_avx2, FG_TARGET_AVX2, iq4_nl_tile_avx2, QK4_NL, 4, 2)
+FG_KERNELS_FROM_TILE8(vec_dot_iq4_nl_q8_0_avx2, gemv_iq4_nl_q8_0_avx2, gemm_iq4_nl_q8_0_avx2, FG_TARGET_AVX2,
+                      iq4_nl_tile8_avx2, fg_q8_0_aux, sizeof(block_iq4_nl), sizeof(block_q8_0), QK4_NL, 8)
 #endif /* FG_HAVE_X86 */
 
 #if FG_HAVE_NEON

@@ -70,60 +70,69 @@ FG_TARGET_AVX2 static void dequantize_row_q4_1_avx2(const void *vx, float *y, in
     }
 }
 
-/* Two blocks per step: ymm lo = the low nibbles of both blocks, hi = the high nibbles, and the activation in the
- * same order (arranged once per step for all R rows; each weight step unpacked once for all M activations). A final
- * odd block is a step of one. R rows x M activations of q4_1 . q8_1:
- * sum_j (d q_j + m) dx x_j = d dx sum(q x) + m (dx sum x) = d dx dot + m s, per (r, a) pair whatever R and M. */
-FG_INLINE_AVX2 void q4_1_step_avx2(const int R, const int M, const int nblk, const char *w, size_t stride,
-                                   const char *x, size_t xs, __m256 acc[4][4], __m128 accm[4][4]) {
+/* One activation, two blocks: each row's exact block sums with elements in lanes (the two blocks' nibbles in one
+ * ymm, low nibbles against the activation's first 16 bytes of each block, high against the last 16), then the 8
+ * rows' sums into lanes, block by block (fg_hsum8x2_epi32). No transpose where nothing would share it. */
+FG_INLINE_AVX2 __m256 q4_1_rows8_pair_avx2(const int R, const char *wb, size_t stride, const block_q8_1 *xb,
+                                           const fg_xaux *aux, __m256 acc) {
     const __m256i m4 = _mm256_set1_epi8(0x0f);
-    __m256i xlo[4], xhi[4];
-    __m128 xds[4]; /* [dx0 sx0 dx1 sx1] */
-    for (int a = 0; a < M; a++) {
-        const block_q8_1 *xb = (const block_q8_1 *)(x + a * xs);
-        xlo[a] = fg_load_2x128(xb->qs, sizeof(block_q8_1), nblk);
-        xhi[a] = fg_load_2x128(xb->qs + 16, sizeof(block_q8_1), nblk);
-        xds[a] = nblk > 1 ? fg_f16_pairs(&xb[0].d, &xb[1].d) : fg_f16_pair(&xb->d);
+    const __m256i xlo = fg_load_2x128(xb->qs, sizeof(block_q8_1), 2), xhi = fg_load_2x128(xb->qs + 16, sizeof(block_q8_1), 2);
+    __m256i v[8], s[2]; /* v[r]: row r's partial sums, block 0 | block 1; s[b]: block b's sums, row r in lane r */
+    for (int r = 0; r < 8; r++) {
+        v[r] = _mm256_setzero_si256();
+        if (r >= R) continue;
+        const char *b = wb + r * stride;
+        fg_prefetch8(b, stride);
+        const __m256i q = fg_load_2x128(b + offsetof(block_q4_1, qs), sizeof(block_q4_1), 2);
+        v[r] = FG_DOT2_U8S8_256(_mm256_and_si256(q, m4), xlo, _mm256_and_si256(_mm256_srli_epi16(q, 4), m4), xhi);
     }
-    for (int r = 0; r < R; r++) {
-        const block_q4_1 *b = (const block_q4_1 *)(w + r * stride);
-        fg_prefetch(b, stride);
-        const __m256i q = fg_load_2x128(b->qs, sizeof(block_q4_1), nblk);
-        const __m256i lo = _mm256_and_si256(q, m4), hi = _mm256_and_si256(_mm256_srli_epi16(q, 4), m4);
-        const __m128 dm = nblk > 1 ? fg_f16_pairs(&b[0].d, &b[1].d) : fg_f16_pair(&b->d);
-        for (int a = 0; a < M; a++) {
-            const __m128 ds = _mm_mul_ps(dm, xds[a]);
-            const __m256 p = _mm256_cvtepi32_ps(FG_DOT2_U8S8_256(lo, xlo[a], hi, xhi[a]));
-            acc[r][a] = _mm256_fmadd_ps(p, fg_spread2_256(ds), acc[r][a]);
-            accm[r][a] = _mm_add_ps(accm[r][a], ds); /* lanes 1, 3: m * s */
-        }
+    fg_hsum8x2_epi32(v, &s[0], &s[1]);
+    for (int k = 0; k < 2; k++) {
+        __m256 dw, mw;
+        fg_rows8_f16x2(wb + k * sizeof(block_q4_1), stride, R, &dw, &mw);
+        acc = fg_q8_1_step8(acc, s[k], dw, mw, aux + k);
     }
+    return acc;
 }
 
-FG_INLINE_AVX2 void q4_1_tile_avx2(const int R, const int M, int64_t nb, const char *w, size_t stride, const char *x,
-                                   size_t xs, float *y, int64_t ldy) {
-    __m256 acc[4][4];
-    __m128 accm[4][4];
-    for (int r = 0; r < R; r++)
-        for (int a = 0; a < M; a++) acc[r][a] = _mm256_setzero_ps(), accm[r][a] = _mm_setzero_ps();
-    int64_t i = 0;
-    for (; i + 2 <= nb; i += 2)
-        q4_1_step_avx2(R, M, 2, w + i * sizeof(block_q4_1), stride, x + i * sizeof(block_q8_1), xs, acc, accm);
-    if (i < nb) q4_1_step_avx2(R, M, 1, w + i * sizeof(block_q4_1), stride, x + i * sizeof(block_q8_1), xs, acc, accm);
-    for (int r = 0; r < R; r++) {
+/* R <= 8 rows x M <= 8 activations of q4_1 . q8_1, row r in lane r (see FG_KERNELS_FROM_TILE8). Per block the rows'
+ * nibbles are transposed once for all M activations (fg_rows8_dwords: lo[j] holds elements 4j..4j+3 of every row,
+ * hi[j] elements 16+4j..); each activation's 4-byte groups are broadcast, 8 maddubs summed in int16 (|pair| <=
+ * 2 * 15 * 127, 8 of them < 32767) and one madd give every row's exact block sum. M = 1 (the gemv) reduces rows
+ * instead, two blocks at a time. sum_j (d q_j + m) dx x_j = d dx sum(q x) + m s: fg_q8_1_step8. */
+FG_INLINE_AVX2 void q4_1_tile8_avx2(const int R, const int M, int first, int kc, const char *w, size_t stride,
+                                    const char *x, size_t xs, const fg_xaux (*aux)[FG_KC], float *y, int64_t ldy) {
+    const __m256i m4 = _mm256_set1_epi8(0x0f), ones = _mm256_set1_epi16(1);
+    __m256 acc[8]; /* [a]: 8 rows */
+    fg_load_rows8(R, M, first, acc, y, ldy);
+    int i = 0;
+    if (M == 1)
+        for (; i + 2 <= kc; i += 2)
+            acc[0] = q4_1_rows8_pair_avx2(R, w + i * sizeof(block_q4_1), stride, (const block_q8_1 *)x + i, aux[0] + i, acc[0]);
+    for (; i < kc; i++) {
+        const char *wb = w + i * sizeof(block_q4_1);
+        for (int r = 0; r < R; r++) fg_prefetch8(wb + r * stride, stride);
+        __m256i t[4], lo[4], hi[4];
+        fg_rows8_dwords(wb + offsetof(block_q4_1, qs), stride, R, t);
+        for (int j = 0; j < 4; j++) {
+            lo[j] = _mm256_and_si256(t[j], m4);
+            hi[j] = _mm256_and_si256(_mm256_srli_epi16(t[j], 4), m4);
+        }
+        __m256 dw, mw;
+        fg_rows8_f16x2(wb, stride, R, &dw, &mw);
         for (int a = 0; a < M; a++) {
-            const __m128 m = _mm_movehdup_ps(accm[r][a]); /* [m1 m1 m3 m3] */
-            y[a * ldy + r] = fg_hsum_256(acc[r][a]) + _mm_cvtss_f32(_mm_add_ss(m, _mm_movehl_ps(m, m)));
+            const int8_t *xq = ((const block_q8_1 *)(x + a * xs) + i)->qs;
+            __m256i s = _mm256_maddubs_epi16(lo[0], fg_bcast32(xq));
+            for (int j = 1; j < 4; j++) s = _mm256_add_epi16(s, _mm256_maddubs_epi16(lo[j], fg_bcast32(xq + 4 * j)));
+            for (int j = 0; j < 4; j++) s = _mm256_add_epi16(s, _mm256_maddubs_epi16(hi[j], fg_bcast32(xq + 16 + 4 * j)));
+            acc[a] = fg_q8_1_step8(acc[a], _mm256_madd_epi16(s, ones), dw, mw, &aux[a][i]);
         }
     }
+    fg_store_rows8(R, M, acc, y, ldy);
 }
 
-FG_INLINE_AVX2 void q4_1_rows_avx2(const int R, int64_t nb, const char *w, size_t stride, const void *x, float *y) {
-    q4_1_tile_avx2(R, 1, nb, w, stride, (const char *)x, 0, y, 0);
-}
-FG_DOT_FROM_ROWS(vec_dot_q4_1_q8_1_avx2, FG_TARGET_AVX2, q4_1_rows_avx2, QK4_1)
-FG_GEMV_FROM_ROWS(gemv_q4_1_q8_1_avx2, FG_TARGET_AVX2, q4_1_rows_avx2, QK4_1)
-FG_GEMM_FROM_TILE(gemm_q4_1_q8_1_avx2, FG_TARGET_AVX2, q4_1_tile_avx2, QK4_1, 4, 2)
+FG_KERNELS_FROM_TILE8(vec_dot_q4_1_q8_1_avx2, gemv_q4_1_q8_1_avx2, gemm_q4_1_q8_1_avx2, FG_TARGET_AVX2, q4_1_tile8_avx2,
+                      fg_q8_1_aux, sizeof(block_q4_1), sizeof(block_q8_1), QK4_1, 8)
 
 /* ---- AVX-512: four blocks per step: the low nibbles of the 4 in one zmm, the high nibbles in another, the
  * activation arranged the same way once per step for all rows. ---- */

@@ -89,47 +89,51 @@ FG_TARGET_AVX2 static void dequantize_row_q5_1_avx2(const void *vx, float *y, in
     }
 }
 
-/* R rows x M activations, one block per step, each weight block unpacked once for all M; the m * s terms in a
- * scalar per (r, a) pair. Per pair the same float ops whatever R and M (see FG_GEMM_FROM_TILE). */
-FG_INLINE_AVX2 void q5_1_tile_avx2(const int R, const int M, int64_t nb, const char *w, size_t stride, const char *x,
-                                   size_t xs, float *y, int64_t ldy) {
-    __m256 acc[4][4];
-    float accm[4][4];
-    for (int r = 0; r < R; r++)
-        for (int a = 0; a < M; a++) acc[r][a] = _mm256_setzero_ps(), accm[r][a] = 0.0f;
-    for (int64_t i = 0; i < nb; i++) {
-        __m256i xq[4];
-        __m256 dx[4];
-        float sx[4];
-        for (int a = 0; a < M; a++) {
-            const block_q8_1 *xb = (const block_q8_1 *)(x + a * xs) + i;
-            xq[a] = _mm256_loadu_si256((const __m256i *)xb->qs);
-            dx[a] = _mm256_set1_ps(fg_f16(xb->d));
-            sx[a] = fg_f16(xb->s);
+/* R <= 8 rows x M <= 8 activations of q5_1 . q8_1, row r in lane r (see FG_KERNELS_FROM_TILE8). Per block each row's
+ * q (0..31) is unpacked once in element order; one activation (the gemv) dots every row with it and reduces the 8
+ * rows' partial sums into lanes, more share a transpose (v[g] lane r: row r's elements 4g..4g+3) against their
+ * broadcast 4-byte groups, 4 maddubs summed in int16 (4 * 2 * 31 * 127 < 32767) per madd. Either way every lane takes
+ * the scalar reference's float step, sum += (float)sumi * (dw * dx) + mw * sx, so all paths equal it bit for bit. */
+FG_INLINE_AVX2 void q5_1_tile8_avx2(const int R, const int M, int first, int kc, const char *w, size_t stride,
+                                    const char *x, size_t xs, const fg_xaux (*aux)[FG_KC], float *y, int64_t ldy) {
+    const __m256i ones = _mm256_set1_epi16(1);
+    __m256 acc[8]; /* [a]: 8 rows */
+    fg_load_rows8(R, M, first, acc, y, ldy);
+    for (int i = 0; i < kc; i++) {
+        const char *wb = w + i * sizeof(block_q5_1);
+        __m256i v[8]; /* [r]: row r's 32 q in element order */
+        for (int r = 0; r < 8; r++) {
+            v[r] = _mm256_setzero_si256();
+            if (r >= R) continue;
+            const block_q5_1 *b = (const block_q5_1 *)(wb + r * stride);
+            fg_prefetch8(b, stride);
+            v[r] = q5_1_bytes_avx2(b->qs, b->qh);
         }
-        for (int r = 0; r < R; r++) {
-            const block_q5_1 *b = (const block_q5_1 *)(w + r * stride) + i;
-            fg_prefetch(b, stride);
-            const __m256i q = q5_1_bytes_avx2(b->qs, b->qh);
-            const __m256 dw = _mm256_set1_ps(fg_f16(b->d));
-            const float mw = fg_f16(b->m);
-            for (int a = 0; a < M; a++) {
-                const __m256 p = _mm256_cvtepi32_ps(fg_dot_u8s8_256(q, xq[a]));
-                acc[r][a] = _mm256_fmadd_ps(p, _mm256_mul_ps(dw, dx[a]), acc[r][a]);
-                accm[r][a] += mw * sx[a];
+        __m256 dw, mw;
+        fg_rows8_f16x2(wb, stride, R, &dw, &mw);
+        if (M == 1) { /* nothing to share a transpose with */
+            const __m256i xq = _mm256_loadu_si256((const __m256i *)((const block_q8_1 *)x + i)->qs);
+            for (int r = 0; r < 8; r++) v[r] = fg_dot_u8s8_256(v[r], xq);
+            acc[0] = fg_q8_1_step8(acc[0], fg_hsum8_epi32(v), dw, mw, &aux[0][i]);
+            continue;
+        }
+        fg_transpose8_epi32(v);
+        for (int a = 0; a < M; a++) {
+            const int8_t *xq = ((const block_q8_1 *)(x + a * xs) + i)->qs;
+            __m256i s[2];
+            for (int h = 0; h < 2; h++) {
+                s[h] = _mm256_maddubs_epi16(v[4 * h], fg_bcast32(xq + 16 * h));
+                for (int g = 4 * h + 1; g < 4 * h + 4; g++) s[h] = _mm256_add_epi16(s[h], _mm256_maddubs_epi16(v[g], fg_bcast32(xq + 4 * g)));
             }
+            const __m256i sumi = _mm256_add_epi32(_mm256_madd_epi16(s[0], ones), _mm256_madd_epi16(s[1], ones));
+            acc[a] = fg_q8_1_step8(acc[a], sumi, dw, mw, &aux[a][i]);
         }
     }
-    for (int r = 0; r < R; r++)
-        for (int a = 0; a < M; a++) y[a * ldy + r] = fg_hsum_256(acc[r][a]) + accm[r][a];
+    fg_store_rows8(R, M, acc, y, ldy);
 }
 
-FG_INLINE_AVX2 void q5_1_rows_avx2(const int R, int64_t nb, const char *w, size_t stride, const void *x, float *y) {
-    q5_1_tile_avx2(R, 1, nb, w, stride, (const char *)x, 0, y, 0);
-}
-FG_DOT_FROM_ROWS(vec_dot_q5_1_q8_1_avx2, FG_TARGET_AVX2, q5_1_rows_avx2, QK5_1)
-FG_GEMV_FROM_ROWS(gemv_q5_1_q8_1_avx2, FG_TARGET_AVX2, q5_1_rows_avx2, QK5_1)
-FG_GEMM_FROM_TILE(gemm_q5_1_q8_1_avx2, FG_TARGET_AVX2, q5_1_tile_avx2, QK5_1, 4, 2)
+FG_KERNELS_FROM_TILE8(vec_dot_q5_1_q8_1_avx2, gemv_q5_1_q8_1_avx2, gemm_q5_1_q8_1_avx2, FG_TARGET_AVX2, q5_1_tile8_avx2,
+                      fg_q8_1_aux, sizeof(block_q5_1), sizeof(block_q8_1), QK5_1, 8)
 #endif /* FG_HAVE_X86 */
 
 #if FG_HAVE_NEON

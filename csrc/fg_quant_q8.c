@@ -125,15 +125,6 @@ FG_TARGET_AVX2 static void dequantize_row_q8_1_avx2(const void *x, float *y, int
     dequantize_q8_avx2(x, sizeof(block_q8_1), offsetof(block_q8_1, qs), y, n / QK8_1);
 }
 
-/* Per q8_0 activation block: its scale (the q8_0 tile needs no correction). */
-FG_INLINE_AVX2 void q8_0_aux(const char *x, int kc, fg_xaux *aux) {
-    const block_q8_0 *xb = (const block_q8_0 *)x;
-    for (int i = 0; i < kc; i++) {
-        aux[i].d = fg_f16(xb[i].d);
-        aux[i].c = 0;
-    }
-}
-
 /* R <= 8 rows x M <= 8 activations of q8_0 . q8_0, row r in lane r (see FG_KERNELS_FROM_TILE8). Per block the rows'
  * bytes are transposed once for all M activations (t[j] holds elements 4j..4j+3 of every row); each activation's
  * 4-byte groups are broadcast and multiplied by the sign trick (|w| as u8, x with w's sign: right for w = -128, and
@@ -177,7 +168,7 @@ FG_INLINE_AVX2 void q8_0_tile8_avx2(const int R, const int M, int first, int kc,
 }
 
 FG_KERNELS_FROM_TILE8(vec_dot_q8_0_q8_0_avx2, gemv_q8_0_q8_0_avx2, gemm_q8_0_q8_0_avx2, FG_TARGET_AVX2, q8_0_tile8_avx2,
-                      q8_0_aux, sizeof(block_q8_0), sizeof(block_q8_0), QK8_0, 8)
+                      fg_q8_0_aux, sizeof(block_q8_0), sizeof(block_q8_0), QK8_0, 8)
 
 /* ---- AVX-512: two blocks per zmm; the u8.s8 dot is maddubs+madd, or one dpbusd with VNNI ---- */
 #define Q8_0_ROWS_512(NAME, TARGET, DOT)                                                                    \

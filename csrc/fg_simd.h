@@ -75,8 +75,11 @@ int fg_cpu_has_dotprod(void);
  * MT activations agree bit for bit. R is a constant 8 in the main loop and a run-time value on the last rows. */
 #define FG_KC 128
 typedef struct {
-    float d;   /* the activation block's scale */
-    int32_t c; /* a per-format integer correction of the block dot (e.g. 8 * sum(q) for q4_0) */
+    float d; /* the activation block's scale */
+    union {
+        int32_t c; /* a per-format integer correction of the block dot (e.g. 8 * sum(q) for q4_0), or */
+        float s;   /* q8_1's d * sum(q), for the weights' offset term (q4_1, q5_1) */
+    };
 } fg_xaux;
 
 #define FG_TILE8_M(TILE, R, M, MT, ...)                                                                     \
@@ -283,6 +286,21 @@ FG_INLINE_AVX2 __m256 fg_rows8_f16(const char *p, size_t stride, int R) {
     return _mm256_cvtph_ps(v);
 }
 
+/* The two fp16 at p (p[0..1], p[2..3]) of rows 0..R-1 (`stride` apart) -> a, b: 8 floats each, row i in lane i
+ * (lanes >= R zero): a block header (d, m) or (d, s) of 8 rows, one 4-byte insert per row. */
+FG_INLINE_AVX2 void fg_rows8_f16x2(const char *p, size_t stride, int R, __m256 *a, __m256 *b) {
+    __m128i v[2] = {_mm_setzero_si128(), _mm_setzero_si128()}; /* rows 0..3, 4..7: [a0 b0 a1 b1 ...] fp16 */
+    int32_t h;
+#define FG_ROW_F16X2(i) if ((i) < R) { memcpy(&h, p + (i) * stride, 4); v[(i) / 4] = _mm_insert_epi32(v[(i) / 4], h, (i) % 4); }
+    FG_ROW_F16X2(0) FG_ROW_F16X2(1) FG_ROW_F16X2(2) FG_ROW_F16X2(3)
+    FG_ROW_F16X2(4) FG_ROW_F16X2(5) FG_ROW_F16X2(6) FG_ROW_F16X2(7)
+#undef FG_ROW_F16X2
+    const __m128i split = _mm_setr_epi8(0, 1, 4, 5, 8, 9, 12, 13, 2, 3, 6, 7, 10, 11, 14, 15); /* [a0..a3 b0..b3] */
+    const __m128i lo = _mm_shuffle_epi8(v[0], split), hi = _mm_shuffle_epi8(v[1], split);
+    *a = _mm256_cvtph_ps(_mm_unpacklo_epi64(lo, hi));
+    *b = _mm256_cvtph_ps(_mm_unpackhi_epi64(lo, hi));
+}
+
 /* The 4 bytes at p in every 32-bit lane. */
 FG_INLINE_AVX2 __m256i fg_bcast32(const void *p) {
     int32_t v;
@@ -316,6 +334,32 @@ FG_INLINE_AVX2 void fg_store_rows8(const int R, const int M, const __m256 *acc, 
             for (int r = 0; r < R; r++) y[a * ldy + r] = t[r];
         }
     }
+}
+
+/* Per q8_0 activation block, for tiles that need no correction (q8_0, iq4_nl): its scale. */
+FG_INLINE_AVX2 void fg_q8_0_aux(const char *x, int kc, fg_xaux *aux) {
+    const block_q8_0 *xb = (const block_q8_0 *)x;
+    for (int i = 0; i < kc; i++) {
+        aux[i].d = fg_f16(xb[i].d);
+        aux[i].c = 0;
+    }
+}
+
+/* Per q8_1 activation block (q4_1, q5_1 tiles): its scale d and s = d * sum(q), for the weights' offset term. */
+FG_INLINE_AVX2 void fg_q8_1_aux(const char *x, int kc, fg_xaux *aux) {
+    const block_q8_1 *xb = (const block_q8_1 *)x;
+    for (int i = 0; i < kc; i++) {
+        aux[i].d = fg_f16(xb[i].d);
+        aux[i].s = fg_f16(xb[i].s);
+    }
+}
+
+/* One block's float step for 8 rows of weights with an offset (x = d q + m) against a q8_1 activation block:
+ * acc += (float)sumi * (dw * dx) + mw * sx, the scalar references' operations in their order (no FMA), so every
+ * path equals the scalar vec_dot bit for bit. */
+FG_INLINE_AVX2 __m256 fg_q8_1_step8(__m256 acc, __m256i sumi, __m256 dw, __m256 mw, const fg_xaux *aux) {
+    const __m256 p = _mm256_mul_ps(_mm256_cvtepi32_ps(sumi), _mm256_mul_ps(dw, _mm256_set1_ps(aux->d)));
+    return _mm256_add_ps(acc, _mm256_add_ps(p, _mm256_mul_ps(mw, _mm256_set1_ps(aux->s))));
 }
 
 FG_INLINE_AVX512 float fg_hsum_512(__m512 v) { return _mm512_reduce_add_ps(v); }
@@ -429,15 +473,24 @@ static inline int32x4_t fg_dot_s8_emul(int32x4_t acc, int8x16_t a, int8x16_t b) 
 #endif
 
 #if FG_HAVE_X86
-/* lane i <- horizontal sum of v[i] (8 x 8 int32): interleave-and-add (rows 2k, 2k+1 share a vector, then 4k..4k+3),
- * then the 128-bit halves added; single-uop shuffles where hadd costs several. */
-FG_INLINE_AVX2 __m256i fg_hsum8_epi32(const __m256i v[8]) {
+/* lane i <- horizontal sum of each 128-bit half of v[i] (8 x 8 int32): *lo gets the low halves' sums, *hi the high
+ * halves' (two blocks side by side give each block's sums). Interleave-and-add (rows 2k, 2k+1 share a vector, then
+ * 4k..4k+3); single-uop shuffles where hadd costs several. */
+FG_INLINE_AVX2 void fg_hsum8x2_epi32(const __m256i v[8], __m256i *lo, __m256i *hi) {
     __m256i p[4], q[2];
     for (int k = 0; k < 4; k++) /* [v2k v2k+1 v2k v2k+1 | ...] partial sums */
         p[k] = _mm256_add_epi32(_mm256_unpacklo_epi32(v[2 * k], v[2 * k + 1]), _mm256_unpackhi_epi32(v[2 * k], v[2 * k + 1]));
     for (int k = 0; k < 2; k++) /* [v4k .. v4k+3 | v4k .. v4k+3] */
         q[k] = _mm256_add_epi32(_mm256_unpacklo_epi64(p[2 * k], p[2 * k + 1]), _mm256_unpackhi_epi64(p[2 * k], p[2 * k + 1]));
-    return _mm256_add_epi32(_mm256_permute2x128_si256(q[0], q[1], 0x20), _mm256_permute2x128_si256(q[0], q[1], 0x31));
+    *lo = _mm256_permute2x128_si256(q[0], q[1], 0x20);
+    *hi = _mm256_permute2x128_si256(q[0], q[1], 0x31);
+}
+
+/* lane i <- horizontal sum of v[i] (8 x 8 int32). */
+FG_INLINE_AVX2 __m256i fg_hsum8_epi32(const __m256i v[8]) {
+    __m256i lo, hi;
+    fg_hsum8x2_epi32(v, &lo, &hi);
+    return _mm256_add_epi32(lo, hi);
 }
 
 /* v[r] (row r's 8 groups of 4 bytes) -> v[g] (group g of the 8 rows): the rows-in-lanes layout of the gemms

@@ -222,6 +222,30 @@ def test_q8_0_weights_at_minus_128(isa):
         kernels.set_isa(prev)
 
 
+@pytest.mark.parametrize("t", ["Q4_1", "Q5_1", "IQ4_NL"])
+def test_row_lane_kernels_equal_scalar_exactly(t):
+    """The AVX2 row-lane kernels take the scalar reference's float step per (row, activation) pair, block by block
+    (Q4_1, Q5_1: sum += (float)sumi * (dw * dx) + mw * sx; IQ4_NL: without the m term), so gemm, gemv and vec_dot all equal the scalar vec_dot bit for
+    bit; n past 128 blocks crosses the tiles' chunk of activation scales, m = 1..9 every activation tile size."""
+    if "avx2" not in ISAS:
+        pytest.skip("no AVX2")
+    prev = kernels.set_isa("avx2")
+    try:
+        for n, rows in ((64, 9), (4096 + 96, 11)):
+            w = kernels.quantize(_data((rows, n), n + rows), t)
+            x = _data((9, n), n + 1)
+            xq = kernels.quantize(x, kernels.vec_dot_type(t))
+            ref = np.array([[kernels.vec_dot(w[r], t, xq[i], isa="scalar") for r in range(rows)] for i in range(9)],
+                           np.float32)
+            for m in range(1, 10):
+                assert np.array_equal(kernels.matmul(w, t, x[:m], n_threads=1), ref[:m]), (n, m)
+            assert np.array_equal(np.stack([kernels.gemv(w, t, xq[i]) for i in range(9)]), ref), n
+            assert np.array_equal(np.array([kernels.vec_dot(w[r], t, xq[0]) for r in range(rows)], np.float32),
+                                  ref[0]), n
+    finally:
+        kernels.set_isa(prev)
+
+
 # ---------------------------------------------------------------- API and errors
 
 
