@@ -90,7 +90,7 @@ FG_INLINE_AVX2 void iq4_nl_tile8_avx2(const int R, const int M, int first, int k
     fg_load_rows8(R, M, first, acc, y, ldy);
     for (int i = 0; i < kc; i++) {
         const char *wb = w + i * sizeof(block_iq4_nl);
-        for (int r = 0; r < R; r++) fg_prefetch8(wb + r * stride, stride);
+        fg_prefetch_tile8(w, stride, R, i, kc, sizeof(block_iq4_nl));
         const __m256 dw = fg_rows8_f16(wb + offsetof(block_iq4_nl, d), stride, R);
         __m256i dot[8]; /* [a]: the 8 rows' block sums */
         if (M == 1) { /* nothing to share a transpose with */

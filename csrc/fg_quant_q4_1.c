@@ -82,7 +82,6 @@ FG_INLINE_AVX2 __m256 q4_1_rows8_pair_avx2(const int R, const char *wb, size_t s
         v[r] = _mm256_setzero_si256();
         if (r >= R) continue;
         const char *b = wb + r * stride;
-        fg_prefetch8(b, stride);
         const __m256i q = fg_load_2x128(b + offsetof(block_q4_1, qs), sizeof(block_q4_1), 2);
         v[r] = FG_DOT2_U8S8_256(_mm256_and_si256(q, m4), xlo, _mm256_and_si256(_mm256_srli_epi16(q, 4), m4), xhi);
     }
@@ -107,11 +106,14 @@ FG_INLINE_AVX2 void q4_1_tile8_avx2(const int R, const int M, int first, int kc,
     fg_load_rows8(R, M, first, acc, y, ldy);
     int i = 0;
     if (M == 1)
-        for (; i + 2 <= kc; i += 2)
+        for (; i + 2 <= kc; i += 2) {
+            fg_prefetch_tile8(w, stride, R, i, kc, sizeof(block_q4_1));
+            fg_prefetch_tile8(w, stride, R, i + 1, kc, sizeof(block_q4_1));
             acc[0] = q4_1_rows8_pair_avx2(R, w + i * sizeof(block_q4_1), stride, (const block_q8_1 *)x + i, aux[0] + i, acc[0]);
+        }
     for (; i < kc; i++) {
         const char *wb = w + i * sizeof(block_q4_1);
-        for (int r = 0; r < R; r++) fg_prefetch8(wb + r * stride, stride);
+        fg_prefetch_tile8(w, stride, R, i, kc, sizeof(block_q4_1));
         __m256i t[4], lo[4], hi[4];
         fg_rows8_dwords(wb + offsetof(block_q4_1, qs), stride, R, t);
         for (int j = 0; j < 4; j++) {

@@ -152,13 +152,13 @@ FG_INLINE_AVX2 void q5_0_rows8_few_avx2(const int R, const int A, int64_t nb, co
             xq[a] = _mm256_loadu_si256((const __m256i *)((const block_q8_0 *)(x + a * xs) + i)->qs);
             x16[a] = _mm256_maddubs_epi16(_mm256_set1_epi8(16), xq[a]);
         }
+        fg_prefetch_tile8(w, stride, R, i, nb, sizeof(block_q5_0)); /* the next 8 rows */
         __m128i dh = _mm_setzero_si128(); /* the rows' fp16 scales, shifted in from the top: row k ends in k */
         for (int k = 0; k < 8; k++) {
             uint16_t d = 0;
             for (int a = 0; a < A; a++) s[a][k] = _mm256_setzero_si256();
             if (k < R) {
                 const block_q5_0 *b = (const block_q5_0 *)(w + k * stride) + i;
-                fg_prefetch(b, 2 * stride); /* the next 8 rows */
                 const __m256i q = q5_bytes_avx2(b->qs, b->qh);
                 for (int a = 0; a < A; a++)
                     s[a][k] = _mm256_madd_epi16(_mm256_sub_epi16(_mm256_maddubs_epi16(q, xq[a]), x16[a]), _mm256_set1_epi16(1));

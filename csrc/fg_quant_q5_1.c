@@ -102,11 +102,11 @@ FG_INLINE_AVX2 void q5_1_tile8_avx2(const int R, const int M, int first, int kc,
     for (int i = 0; i < kc; i++) {
         const char *wb = w + i * sizeof(block_q5_1);
         __m256i v[8]; /* [r]: row r's 32 q in element order */
+        fg_prefetch_tile8(w, stride, R, i, kc, sizeof(block_q5_1));
         for (int r = 0; r < 8; r++) {
             v[r] = _mm256_setzero_si256();
             if (r >= R) continue;
             const block_q5_1 *b = (const block_q5_1 *)(wb + r * stride);
-            fg_prefetch8(b, stride);
             v[r] = q5_1_bytes_avx2(b->qs, b->qh);
         }
         __m256 dw, mw;
