@@ -204,8 +204,16 @@ def worker_llama_bench(a):
            "-t", str(a.threads), "-fa", "0,1", "-r", "1", "-o", "json"]
     with tempfile.TemporaryFile("w+") as fo, tempfile.TemporaryFile("w+") as fe:
         p = subprocess.Popen(cmd, stdout=fo, stderr=fe)
-        _, status, ru = os.wait4(p.pid, 0)  # reaps it with its own rusage: ru_maxrss is llama-bench's peak RSS
-        p.returncode = os.waitstatus_to_exitcode(status)
+        # its peak RSS: VmHWM, read until it exits (ru_maxrss from wait4 would be at least this process's RSS at
+        # fork time, which Linux carries across exec: 513 MB after the bandwidth buffers, whatever llama-bench used)
+        hwm = 0.0
+        while p.poll() is None:
+            try:
+                with open(f"/proc/{p.pid}/status") as f:
+                    hwm = max([hwm] + [int(ln.split()[1]) / 1024.0 for ln in f if ln.startswith("VmHWM:")])
+            except (OSError, ValueError):
+                pass
+            time.sleep(0.05)
         fo.seek(0)
         fe.seek(0)
         out_text, err = fo.read(), fe.read()
@@ -218,7 +226,7 @@ def worker_llama_bench(a):
         if d.returncode != 0:
             raise RuntimeError(f"llama-bench -d failed ({d.returncode}):\n{d.stderr[-3000:]}")
         tests += json.loads(d.stdout)
-    out = {"engine": "llama.cpp", "load_s": None, "ttft_s": None, "peak_rss_mb": ru.ru_maxrss / 1024.0,
+    out = {"engine": "llama.cpp", "load_s": None, "ttft_s": None, "peak_rss_mb": hwm or None,
            "build_commit": tests[0].get("build_commit"), "cpu_info": tests[0].get("cpu_info"),
            "repack": tests[0].get("repack")}
     for t in tests:
