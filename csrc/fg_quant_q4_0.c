@@ -82,18 +82,14 @@ FG_INLINE_AVX2 void q4_0_aux(const char *x, int kc, fg_xaux *aux) {
  * and sum (u - 8) x = dot(u, x) - 8 * sum(x) (aux.c). */
 FG_INLINE_AVX2 void q4_0_tile8_avx2(const int R, const int M, int first, int kc, const char *w, size_t stride,
                                     const char *x, size_t xs, const fg_xaux (*aux)[FG_KC], float *y, int64_t ldy) {
-    const __m256i m4 = _mm256_set1_epi8(0x0f), ones = _mm256_set1_epi16(1);
+    const __m256i ones = _mm256_set1_epi16(1);
     __m256 acc[8]; /* [a]: 8 rows */
     fg_load_rows8(R, M, first, acc, y, ldy);
     for (int i = 0; i < kc; i++) {
         const char *wb = w + i * sizeof(block_q4_0);
         fg_prefetch_tile8(w, stride, R, i, kc, sizeof(block_q4_0));
-        __m256i t[4], lo[4], hi[4];
-        fg_rows8_dwords(wb + offsetof(block_q4_0, qs), stride, R, t);
-        for (int j = 0; j < 4; j++) {
-            lo[j] = _mm256_and_si256(t[j], m4);
-            hi[j] = _mm256_and_si256(_mm256_srli_epi16(t[j], 4), m4);
-        }
+        __m256i lo[4], hi[4];
+        fg_rows8_nibbles(wb + offsetof(block_q4_0, qs), stride, R, lo, hi);
         const __m256 dw = fg_rows8_f16(wb + offsetof(block_q4_0, d), stride, R);
         for (int a = 0; a < M; a++) {
             const int8_t *xq = ((const block_q8_0 *)(x + a * xs) + i)->qs;

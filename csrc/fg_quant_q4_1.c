@@ -101,7 +101,7 @@ FG_INLINE_AVX2 __m256 q4_1_rows8_pair_avx2(const int R, const char *wb, size_t s
  * instead, two blocks at a time. sum_j (d q_j + m) dx x_j = d dx sum(q x) + m s: fg_q8_1_step8. */
 FG_INLINE_AVX2 void q4_1_tile8_avx2(const int R, const int M, int first, int kc, const char *w, size_t stride,
                                     const char *x, size_t xs, const fg_xaux (*aux)[FG_KC], float *y, int64_t ldy) {
-    const __m256i m4 = _mm256_set1_epi8(0x0f), ones = _mm256_set1_epi16(1);
+    const __m256i ones = _mm256_set1_epi16(1);
     __m256 acc[8]; /* [a]: 8 rows */
     fg_load_rows8(R, M, first, acc, y, ldy);
     int i = 0;
@@ -114,12 +114,8 @@ FG_INLINE_AVX2 void q4_1_tile8_avx2(const int R, const int M, int first, int kc,
     for (; i < kc; i++) {
         const char *wb = w + i * sizeof(block_q4_1);
         fg_prefetch_tile8(w, stride, R, i, kc, sizeof(block_q4_1));
-        __m256i t[4], lo[4], hi[4];
-        fg_rows8_dwords(wb + offsetof(block_q4_1, qs), stride, R, t);
-        for (int j = 0; j < 4; j++) {
-            lo[j] = _mm256_and_si256(t[j], m4);
-            hi[j] = _mm256_and_si256(_mm256_srli_epi16(t[j], 4), m4);
-        }
+        __m256i lo[4], hi[4];
+        fg_rows8_nibbles(wb + offsetof(block_q4_1, qs), stride, R, lo, hi);
         __m256 dw, mw;
         fg_rows8_f16x2(wb, stride, R, &dw, &mw);
         for (int a = 0; a < M; a++) {

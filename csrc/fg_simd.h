@@ -275,6 +275,18 @@ FG_INLINE_AVX2 void fg_rows8_dwords(const char *p, size_t stride, int R, __m256i
     t[3] = _mm256_unpackhi_epi64(h01, h23);
 }
 
+/* Nibble form of fg_rows8_dwords (q4_0, q4_1: 16 bytes of 32 nibbles at p): lo[j] = elements 4j..4j+3 of every row,
+ * hi[j] = elements 16+4j.., row i in lane i. */
+FG_INLINE_AVX2 void fg_rows8_nibbles(const char *p, size_t stride, int R, __m256i lo[4], __m256i hi[4]) {
+    const __m256i m4 = _mm256_set1_epi8(0x0f);
+    __m256i t[4];
+    fg_rows8_dwords(p, stride, R, t);
+    for (int j = 0; j < 4; j++) {
+        lo[j] = _mm256_and_si256(t[j], m4);
+        hi[j] = _mm256_and_si256(_mm256_srli_epi16(t[j], 4), m4);
+    }
+}
+
 /* The fp16 at p of rows 0..R-1 (`stride` apart) -> 8 floats, row i in lane i (lanes >= R zero). Inserted one by
  * one into a register: an array of 8 would go through the stack and stall the store forwarding. */
 FG_INLINE_AVX2 __m256 fg_rows8_f16(const char *p, size_t stride, int R) {
