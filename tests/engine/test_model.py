@@ -78,7 +78,8 @@ ORACLE_TOL = {"q4_k_m": (0.25, 1.3), "q5_k_m": (0.25, 1.3), "q6_k": (0.25, 1.3),
 # 0.59-0.71), so their flip noise bound is too. Seen: q2_k scalar prompt 1 pos 27 (reference gap 0.37, oracle margin
 # 0.51; avx2 and llama.cpp keep the reference token there).
 ORACLE_NOISE_K = 0.6
-HARD_GAP = 0.75      # greedy decoding may part from the reference only where its top two are closer than this
+HARD_GAP = 0.75      # greedy decoding may part from the reference only where llama.cpp's logit of its own token
+                     # exceeds its logit of ours by less than this (test_greedy_generation_matches_reference)
 
 
 def _data(variant, kind):
@@ -445,28 +446,42 @@ def test_unknown_tensor(tmp_path):
         Model(path)
 
 
+# Greedy decoding, teacher-forced: at each of the 4 prompts x 32 positions fastgguf picks its argmax from the KV
+# cache, then is fed llama.cpp's token (so one near-tie flip does not end the comparison, and every position is
+# compared in llama.cpp's own context). A flip may only fall where llama.cpp's logit of its token minus its logit of
+# ours is under HARD_GAP (our token its runner-up, near-tied), and at most MAX_FLIPS such flips in all. Measured,
+# agreement of 128, and the flips as (prompt, step, llama.cpp's margin):
+#   scalar  124  (2, 10, 0.53) (2, 22, 0.09) (2, 23, 0.10) (3, 20, 0.27)
+#   avx2    123  (0, 5, 0.26) (0, 14, 0.005) (1, 13, 0.15) (1, 24, 0.13) (2, 16, 0.08)
+#   avx512  127  (2, 10, 0.53)
+# (Ending each prompt at its first flip instead gave 94 / 66 / 106 and on NEON 84, with dotprod 58: where the first
+# near-tie fell, not how good the kernels are.) 38 of the 128 positions have llama.cpp margins under HARD_GAP; our
+# margin minus llama.cpp's is noise of sd 0.17 (all three ISAs), so a redraw of rounding expects 3.1 flips there,
+# and more than 8 with probability ~1e-3. A real regression flips where llama.cpp's margin is large: it fails at once.
+MAX_FLIPS = 8
+
+
 def test_greedy_generation_matches_reference(model, reference):
-    """Text -> ids -> greedy decode with the KV cache -> text, against llama.cpp's greedy ids: equal until the end,
-    or until a position where llama.cpp's own top two were close (after which either choice is right)."""
-    n_same = 0
+    """Text -> ids -> greedy decode with the KV cache -> text, against llama.cpp's greedy ids: the same token at every
+    position, teacher-forced, except a few where llama.cpp's own choice was a near tie."""
     eog = sorted(model.tokenizer.eog_ids)       # the reference suppressed end-of-generation tokens
-    for r in reference:
+    flips = []
+    for i, r in enumerate(reference):
         ids = model.tokenize(r["prompt"], parse_special=r["parse_special"])
         assert ids == r["prompt_ids"]
+        assert model.detokenize(r["greedy_ids"]) == r["greedy_text"]
         ctx = model.context(64)
         lg = ctx.eval(ids)
-        out = []
-        for p, want in zip(r["positions"], r["greedy_ids"]):
+        for k, (p, want) in enumerate(zip(r["positions"], r["greedy_ids"])):
             lg[eog] = -np.inf
             tok = int(np.argmax(lg))
             if tok != want:
-                assert p["top_logits"][0] - p["top_logits"][1] < HARD_GAP, (r["prompt"], len(out), tok, want)
-                break
-            out.append(tok)
-            lg = ctx.runner.step_py(tok)
-        n_same += len(out)
-        assert model.detokenize(out) == model.detokenize(r["greedy_ids"][:len(out)])
-    assert n_same >= 64, n_same
+                top = dict(zip(p["top_ids"], p["top_logits"]))   # llama.cpp's top-10, teacher-forced
+                margin = top[want] - top[tok] if tok in top else float("inf")
+                flips.append((i, k, tok, want, round(margin, 3)))
+            lg = ctx.runner.step_py(want)
+    assert all(f[4] < HARD_GAP for f in flips), flips
+    assert len(flips) <= MAX_FLIPS, flips
 
 
 def test_scalar_isa_matches_simd(tmp_path):
