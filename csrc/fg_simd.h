@@ -105,12 +105,14 @@ typedef struct {
                 const char *wk = (const char *)w + k0 * (WBLK), *xk = (const char *)xq + a * xs + k0 * (XBLK); \
                 float *ya = y + a * ldy;                                                                     \
                 for (int i = 0; i < M; i++) AUX(xk + i * xs, kc, aux[i]);                                    \
+                /* tiles take aux as const; before C23 that conversion of an array pointer needs a cast */   \
+                const fg_xaux(*caux)[FG_KC] = (const fg_xaux(*)[FG_KC])aux;                                  \
                 int64_t r = 0;                                                                               \
                 for (; r + 8 <= nrows; r += 8)                                                               \
-                    FG_TILE8_M(TILE, 8, M, MT, first, kc, wk + r * stride, stride, xk, xs, aux, ya + r, ldy) \
+                    FG_TILE8_M(TILE, 8, M, MT, first, kc, wk + r * stride, stride, xk, xs, caux, ya + r, ldy) \
                 if (r < nrows) {                                                                             \
                     const int R = (int)(nrows - r);                                                          \
-                    FG_TILE8_M(TILE, R, M, MT, first, kc, wk + r * stride, stride, xk, xs, aux, ya + r, ldy) \
+                    FG_TILE8_M(TILE, R, M, MT, first, kc, wk + r * stride, stride, xk, xs, caux, ya + r, ldy) \
                 }                                                                                            \
             }                                                                                                \
         }                                                                                                    \
