@@ -6,6 +6,9 @@ fastgguf/_native.pyx + *.pxi) and fastgguf.tokenizer._bpe (the BPE merge loop; n
 - Symbols are hidden (-fvisibility=hidden): the module exports its init function only, so two builds never clash.
 - OpenMP is used when the compiler has it (probed). FASTGGUF_NO_OPENMP=1 builds without it.
 - FASTGGUF_DEBUG=1 builds with -O0 -g; FASTGGUF_SANITIZE=1 adds ASan+UBSan (development only).
+- Windows: clang-cl when it is on PATH (it takes the target attributes, so the AVX2/AVX-512 kernels are compiled
+  in), else cl.exe with scalar kernels only. FASTGGUF_CC=cl forces cl.exe, FASTGGUF_CC=clang-cl (or a path to it)
+  demands clang-cl.
 """
 import glob
 import os
@@ -28,8 +31,32 @@ def _flag(name):
     return os.environ.get(name, "").strip().lower() in ("1", "true", "yes", "on")
 
 
+def _clang_cl():
+    """The clang-cl to compile with on Windows (FASTGGUF_CC, else clang-cl on PATH), or None for cl.exe."""
+    want = os.environ.get("FASTGGUF_CC", "").strip()
+    if want.lower() in ("cl", "cl.exe", "msvc"):
+        return None
+    path = shutil.which(want or "clang-cl")
+    if want and path is None:
+        raise RuntimeError(f"FASTGGUF_CC={want}: not found")
+    return path
+
+
 class BuildExt(build_ext):
     """Adds per-compiler flags once the compiler is known, including an OpenMP probe."""
+
+    def _msvc_flags(self):
+        """Windows: compile with clang-cl in place of cl.exe where there is one (MSVC's linker, CRT and setuptools'
+        flags stay); returns the compiler flags. /std:c11: _Static_assert and the C11 the sources are written in."""
+        clang_cl = _clang_cl()
+        print(f"fastgguf: C compiler {clang_cl or 'cl.exe (scalar kernels only)'}")
+        if not clang_cl:
+            return ["/O2", "/fp:precise", "/std:c11"]
+        if not self.compiler.initialized:
+            self.compiler.initialize()  # finds cl.exe and Visual Studio's environment; then swap the compiler
+        self.compiler.cc = clang_cl
+        # clang-cl's /fp:precise fuses a*b+c in the FMA kernels (checked): contraction off, as on gcc and clang
+        return ["/O2", "/std:c11", "/clang:-ffp-contract=off", "/clang:-Wno-unused-function"]
 
     def _probe(self, cflags, ldflags):
         tmp = tempfile.mkdtemp()
@@ -48,7 +75,7 @@ class BuildExt(build_ext):
     def build_extensions(self):
         ctype = self.compiler.compiler_type
         if ctype == "msvc":
-            cflags, ldflags = ["/O2", "/fp:precise"], []
+            cflags, ldflags = self._msvc_flags(), []
             omp = (["/openmp:llvm"], [])
         else:
             debug = _flag("FASTGGUF_DEBUG")

@@ -4,8 +4,11 @@
 #       -DFG_NO_SIMD (scalar only: an ISA whose code is not compiled in must not be available);
 #   (b) the NEON kernels cross-compiled for aarch64 and run under qemu-user: with dotprod (qemu's default CPU,
 #       the test also runs the emulation path by switching the extension off) and on a CPU without dotprod,
-#       plus a build with dotprod enabled at compile time (-march=armv8.2-a+dotprod).
-# Exits nonzero on any failure; skips (b) loudly, exit 0, only when its tools cannot be installed.
+#       plus a build with dotprod enabled at compile time (-march=armv8.2-a+dotprod);
+#   (c) every csrc/*.c cross-compiled with zig's clang (PyPI ziglang) for macOS x86_64 + arm64 and Windows x86_64
+#       (MinGW), each linked into a shared library with no undefined symbol; Windows arm64 compiled only; and
+#       compiled by zig's clang in MSVC mode (clang-cl) for Windows x86_64 + arm64 with the SIMD kernels in.
+# Exits nonzero on any failure; skips (b) or (c) loudly, exit 0, only when its tools cannot be installed.
 set -euo pipefail
 cd "$(dirname "$0")/.."
 
@@ -46,22 +49,137 @@ gcc $CFLAGS -DFG_NO_SIMD -O1 $ATT_SRCS -lm -o "$OUT/test_attention_nosimd"
 run_test attention-no-simd "$OUT/test_attention_nosimd"
 
 # (b) NEON under qemu
-need_install=0
-command -v aarch64-linux-gnu-gcc >/dev/null || need_install=1
-command -v qemu-aarch64 >/dev/null || need_install=1
-if [ $need_install = 1 ]; then
+neon_tests() {
+    aarch64-linux-gnu-gcc $CFLAGS -O2 -static $SRCS -lm -o "$OUT/test_kernels_arm"
+    run_test neon-dotprod qemu-aarch64 "$OUT/test_kernels_arm"
+    grep -q '^neon+dotprod: ok' "$OUT/neon-dotprod.log" || { echo "FAILED: dotprod path not exercised"; exit 1; }
+    run_test neon-no-dotprod-cpu qemu-aarch64 -cpu cortex-a57 "$OUT/test_kernels_arm"
+    grep -q '^neon+dotprod' "$OUT/neon-no-dotprod-cpu.log" && { echo "FAILED: dotprod used on a CPU without it"; exit 1; }
+    aarch64-linux-gnu-gcc $CFLAGS -O2 -static -march=armv8.2-a+dotprod $SRCS -lm -o "$OUT/test_kernels_arm_dp"
+    run_test neon-march-dotprod qemu-aarch64 "$OUT/test_kernels_arm_dp"
+}
+have_neon_tools=1
+command -v aarch64-linux-gnu-gcc >/dev/null || have_neon_tools=0
+command -v qemu-aarch64 >/dev/null || have_neon_tools=0
+if [ $have_neon_tools = 0 ]; then
     SUDO=""; [ "$(id -u)" = 0 ] || SUDO="sudo"
-    if ! { $SUDO apt-get update -qq && $SUDO apt-get install -y -qq gcc-aarch64-linux-gnu qemu-user; } >"$OUT/apt.log" 2>&1; then
+    if { $SUDO apt-get update -qq && $SUDO apt-get install -y -qq gcc-aarch64-linux-gnu qemu-user; } >"$OUT/apt.log" 2>&1; then
+        have_neon_tools=1
+    else
         tail -n 5 "$OUT/apt.log"
         echo "!!!!! SKIPPED: NEON kernels NOT tested (apt could not install gcc-aarch64-linux-gnu / qemu-user) !!!!!"
+    fi
+fi
+[ $have_neon_tools = 0 ] || neon_tests
+
+# (c) zig cross-compiles: the C must build where the wheels are built (macOS clang, Windows) with nothing undefined
+# at link time (a missing platform fallback shows up here, not at import on a user's machine). The flags are
+# setup.py's for gcc/clang, at -O1 to save time. zig builds each target's libc pieces (the MinGW CRT: 1.5-3 min on
+# 2 cores) once into its cache, kept between runs with zig itself. New csrc files are picked up by the glob; per-target link libraries below.
+ZIG_TARGETS="x86_64-macos aarch64-macos x86_64-windows-gnu"
+ZIG_COMPILE_ONLY="aarch64-windows-gnu"
+zig_libs() { # target -> extra link flags. macOS: pthreads are in libSystem. Windows: WaitOnAddress (fg_threads.c) is
+    # in no import library zig's MinGW links by default and it has no -lsynchronization (MSVC's name): the API set's
+    # (checked: links, imports api-ms-win-core-synch-l1-2-0.dll; unused, it adds nothing)
+    case $1 in
+    *windows*) echo "-lapi-ms-win-core-synch-l1-2-0" ;;
+    *) echo "" ;;
+    esac
+}
+ZIG_CFLAGS="-O1 -std=gnu11 -fvisibility=hidden -ffp-contract=off -fno-strict-aliasing -Wall -Wno-unused-function
+            -Wno-unknown-pragmas"
+ZIG_VERSION=0.17.1
+ZIG_HOME="${XDG_CACHE_HOME:-$HOME/.cache}/fastgguf-zig"
+# zig's cache keys on where zig is installed: its venv must keep one path too, or the MinGW CRT is rebuilt each run
+ZIG_VENV="$ZIG_HOME/venv-$ZIG_VERSION"
+if ! "$ZIG_VENV/bin/python" -m ziglang version 2>/dev/null | grep -qx "$ZIG_VERSION"; then
+    rm -rf "$ZIG_VENV"
+    if ! { python3 -m venv "$ZIG_VENV" && "$ZIG_VENV/bin/python" -m pip install -q --disable-pip-version-check \
+            "ziglang==$ZIG_VERSION"; } >"$OUT/zig-install.log" 2>&1; then
+        tail -n 5 "$OUT/zig-install.log"
+        echo "!!!!! SKIPPED: zig cross-compiles NOT done (pip could not install ziglang) !!!!!"
+        echo "kernels.sh: all passed (zig cross-compiles skipped)"
         exit 0
     fi
 fi
-aarch64-linux-gnu-gcc $CFLAGS -O2 -static $SRCS -lm -o "$OUT/test_kernels_arm"
-run_test neon-dotprod qemu-aarch64 "$OUT/test_kernels_arm"
-grep -q '^neon+dotprod: ok' "$OUT/neon-dotprod.log" || { echo "FAILED: dotprod path not exercised"; exit 1; }
-run_test neon-no-dotprod-cpu qemu-aarch64 -cpu cortex-a57 "$OUT/test_kernels_arm"
-grep -q '^neon+dotprod' "$OUT/neon-no-dotprod-cpu.log" && { echo "FAILED: dotprod used on a CPU without it"; exit 1; }
-aarch64-linux-gnu-gcc $CFLAGS -O2 -static -march=armv8.2-a+dotprod $SRCS -lm -o "$OUT/test_kernels_arm_dp"
-run_test neon-march-dotprod qemu-aarch64 "$OUT/test_kernels_arm_dp"
+export ZIG_GLOBAL_CACHE_DIR="$ZIG_HOME/cache"
+export ZIG_LOCAL_CACHE_DIR="$ZIG_GLOBAL_CACHE_DIR"
+ZIGCC="$ZIG_VENV/bin/python -m ziglang cc"
+zig_compile() { # target: every csrc/*.c to $OUT/zig-<target>/*.o, two at a time; shows warnings, fails on errors
+    local t=$1 dir="$OUT/zig-$1/obj" root=$PWD
+    mkdir -p "$dir"
+    # compiled inside $dir: one object per source, named by the compiler (.o; .obj for Windows)
+    # shellcheck disable=SC2086
+    if ! (cd "$dir" && printf '%s\n' "$root"/csrc/*.c | xargs -P2 -n1 $ZIGCC -target "$t" $ZIG_CFLAGS \
+            -I"$root/csrc" -c) >"$dir.log" 2>&1; then
+        cat "$dir.log"; echo "FAILED: zig cc -target $t"; exit 1
+    fi
+    grep -E 'warning|error' "$dir.log" || true # (a file zig has cached compiles silently: warnings only when new)
+}
+for t in $ZIG_TARGETS $ZIG_COMPILE_ONLY; do
+    echo "== zig $t"
+    start=$SECONDS
+    zig_compile "$t"
+    case " $ZIG_TARGETS " in
+    *" $t "*)
+        case $t in *windows*) lib="$OUT/zig-$t/fastgguf_c.dll" ;; *) lib="$OUT/zig-$t/libfastgguf_c.dylib" ;; esac
+        # zig's linkers refuse undefined symbols in a shared library by default (checked: MachO and COFF)
+        # shellcheck disable=SC2046
+        $ZIGCC -target "$t" -shared "$OUT/zig-$t"/obj/* $(zig_libs "$t") -o "$lib" >"$OUT/zig-$t-link.log" 2>&1 \
+            || { cat "$OUT/zig-$t-link.log"; echo "FAILED: zig link -target $t"; exit 1; }
+        echo "linked $(basename "$lib"), $(( SECONDS - start )) s" ;;
+    *) echo "compiled, $(( SECONDS - start )) s" ;;
+    esac
+done
+
+# (c2) clang in MSVC mode (clang-cl, as setup.py uses on Windows: _MSC_VER without __GNUC__, SIMD kernels compiled
+# in), x86_64 and arm64, compile only, warnings shown. The Windows SDK's C headers cannot be had here: these
+# stand-ins declare the few C library functions csrc/ uses (a new one needs a line here); clang's own headers give
+# stddef, stdint and the intrinsics.
+MSVC_INC="$OUT/msvc-include"
+mkdir -p "$MSVC_INC"
+std_header() { # name, declarations...
+    local name=$1; shift
+    printf '%s\n' '#include <stddef.h>' "$@" >"$MSVC_INC/$name"
+}
+std_header string.h 'void *memcpy(void *, const void *, size_t); void *memmove(void *, const void *, size_t);' \
+    'void *memset(void *, int, size_t); int memcmp(const void *, const void *, size_t);' \
+    'size_t strlen(const char *); int strcmp(const char *, const char *);'
+std_header stdlib.h 'void *malloc(size_t); void *calloc(size_t, size_t); void *realloc(void *, size_t);' \
+    'void free(void *); void qsort(void *, size_t, size_t, int (*)(const void *, const void *));' \
+    'char *getenv(const char *);'
+std_header malloc.h 'void *_aligned_malloc(size_t, size_t); void _aligned_free(void *);'
+std_header setjmp.h 'typedef struct { unsigned long long p[32]; } jmp_buf[1];' # for <intrin.h>
+std_header windows.h '__declspec(dllimport) int __stdcall IsProcessorFeaturePresent(unsigned long);'
+std_header math.h '#define INFINITY __builtin_huge_valf()' '#define NAN __builtin_nanf("")' \
+    '#define isnan(x) __builtin_isnan(x)' '#define isinf(x) __builtin_isinf(x)' \
+    'float expf(float); float logf(float); float sqrtf(float); float tanhf(float); float fabsf(float);' \
+    'float roundf(float); float floorf(float); float ceilf(float); float powf(float, float); float sinf(float);' \
+    'float cosf(float); float erff(float); float fmaxf(float, float); float fminf(float, float);' \
+    'double exp(double); double log(double); double sqrt(double); double pow(double, double);' \
+    'double sin(double); double cos(double); double fabs(double); double tanh(double);'
+CLANG_INC=$("$ZIG_VENV/bin/python" -c \
+    "import ziglang, os; print(os.path.join(os.path.dirname(ziglang.__file__), 'lib', 'include'))")
+CLANG_CL="$ZIG_VENV/bin/python -m ziglang clang --driver-mode=cl"
+for arch in x86_64 aarch64; do
+    echo "== clang-cl $arch (zig clang --driver-mode=cl)"
+    start=$SECONDS
+    dir="$OUT/clang-cl-$arch"
+    root=$PWD
+    mkdir -p "$dir"
+    # setup.py's clang-cl flags after setuptools' own (/O1 for time); --: a path starting with / is no option
+    cl_flags="--target=$arch-pc-windows-msvc /nologo /c /O1 /W3 /DNDEBUG /MD /std:c11 /clang:-ffp-contract=off
+              /clang:-Wno-unused-function -imsvc $CLANG_INC -imsvc $MSVC_INC -I$root/csrc"
+    # shellcheck disable=SC2086
+    if ! (cd "$dir" && printf '%s\n' "$root"/csrc/*.c | xargs -P2 -n1 $CLANG_CL $cl_flags --) >"$dir.log" 2>&1; then
+        cat "$dir.log"; echo "FAILED: clang-cl $arch"; exit 1
+    fi
+    grep -E 'warning|error' "$dir.log" || true
+    # and the SIMD kernels are in (fg_isa_compiled(): kernels.compiled() lists them on Windows)
+    case $arch in x86_64) have=FG_HAVE_X86 ;; aarch64) have=FG_HAVE_NEON ;; esac
+    printf '#include "fg_simd.h"\n#if !%s\n#error no SIMD kernels\n#endif\n' "$have" >"$dir/probe.c"
+    # shellcheck disable=SC2086
+    $CLANG_CL $cl_flags /Fo"$dir/probe.obj" -- "$dir/probe.c" || { echo "FAILED: clang-cl $arch: $have unset"; exit 1; }
+    echo "compiled $(find "$dir" -name 'fg_*.obj' | wc -l) files with $have, $(( SECONDS - start )) s"
+done
 echo "kernels.sh: all passed"

@@ -28,6 +28,12 @@ static unsigned long long xgetbv0(void) {
 
 #if (defined(__aarch64__) || defined(_M_ARM64)) && defined(__linux__)
 #include <sys/auxv.h>
+#elif (defined(__aarch64__) || defined(_M_ARM64)) && defined(_WIN32)
+#define WIN32_LEAN_AND_MEAN
+#include <windows.h>
+#ifndef PF_ARM_V82_DP_INSTRUCTIONS_AVAILABLE /* older SDKs */
+#define PF_ARM_V82_DP_INSTRUCTIONS_AVAILABLE 43
+#endif
 #endif
 
 static struct {
@@ -64,8 +70,10 @@ static void detect(void) {
     cpu.dotprod = 1;
 #elif defined(__linux__)
     cpu.dotprod = (getauxval(AT_HWCAP) & (1UL << 20)) != 0; /* HWCAP_ASIMDDP */
+#elif defined(_WIN32)
+    cpu.dotprod = IsProcessorFeaturePresent(PF_ARM_V82_DP_INSTRUCTIONS_AVAILABLE) != 0;
 #elif defined(__APPLE__)
-    cpu.dotprod = 1; /* every Apple arm64 chip has it */
+    cpu.dotprod = 1; /* every arm64 Mac has it (M1 on), and Apple's clang defines __ARM_FEATURE_DOTPROD for them */
 #endif
 #endif
     char *p = cpu.names;

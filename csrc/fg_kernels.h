@@ -45,6 +45,20 @@ enum fg_isa {
     FG_ISA_COUNT = 4
 };
 
+/* A hint to load the cache line at p for reading (callers outside the kernels: the bandwidth probe in
+ * fastgguf/_kernels.pxi). MSVC has no __builtin_prefetch: its intrinsics instead; elsewhere nothing. */
+#if defined(__GNUC__) || defined(__clang__)
+#define fg_prefetch_line(p) __builtin_prefetch((const void *)(p))
+#elif defined(_MSC_VER) && (defined(_M_X64) || defined(_M_IX86))
+#include <xmmintrin.h>
+#define fg_prefetch_line(p) _mm_prefetch((const char *)(p), _MM_HINT_T0)
+#elif defined(_MSC_VER) && defined(_M_ARM64)
+#include <intrin.h>
+#define fg_prefetch_line(p) __prefetch((const void *)(p))
+#else
+#define fg_prefetch_line(p) ((void)(p))
+#endif
+
 /* Per-type kernels of one ISA. NULL entries fall back to the scalar reference. */
 typedef void (*fg_quantize_fn)(const float *x, void *y, int64_t n);          /* x: (n,) -> y: row of blocks */
 typedef void (*fg_dequantize_fn)(const void *x, float *y, int64_t n);        /* x: row of blocks -> y: (n,) */

@@ -236,6 +236,7 @@ const fg_type_kernels fg_q4_1_kernels[FG_ISA_COUNT] = {
 };
 
 const fg_type_kernels fg_q4_1_kernels_ext[FG_ISA_COUNT] = {
+    [FG_ISA_SCALAR] = {0}, /* never used: keeps the initializer non-empty without SIMD (MSVC rejects {}) */
 #if FG_HAVE_X86
     [FG_ISA_AVX512] = {NULL, NULL, vec_dot_q4_1_q8_1_avx512vnni, gemv_q4_1_q8_1_avx512vnni},
 #endif

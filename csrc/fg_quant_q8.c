@@ -288,6 +288,7 @@ const fg_type_kernels fg_q8_0_kernels[FG_ISA_COUNT] = {
 
 /* The same ISAs with their run-time extension (avx512: VNNI, neon: dotprod); NULL: as the base table. */
 const fg_type_kernels fg_q8_0_kernels_ext[FG_ISA_COUNT] = {
+    [FG_ISA_SCALAR] = {0}, /* never used: keeps the initializer non-empty without SIMD (MSVC rejects {}) */
 #if FG_HAVE_X86
     [FG_ISA_AVX512] = {NULL, NULL, vec_dot_q8_0_q8_0_avx512vnni, gemv_q8_0_q8_0_avx512vnni},
 #endif

@@ -105,12 +105,14 @@ typedef struct {
                 const char *wk = (const char *)w + k0 * (WBLK), *xk = (const char *)xq + a * xs + k0 * (XBLK); \
                 float *ya = y + a * ldy;                                                                     \
                 for (int i = 0; i < M; i++) AUX(xk + i * xs, kc, aux[i]);                                    \
+                /* tiles take aux as const; before C23 that conversion of an array pointer needs a cast */   \
+                const fg_xaux(*caux)[FG_KC] = (const fg_xaux(*)[FG_KC])aux;                                  \
                 int64_t r = 0;                                                                               \
                 for (; r + 8 <= nrows; r += 8)                                                               \
-                    FG_TILE8_M(TILE, 8, M, MT, first, kc, wk + r * stride, stride, xk, xs, aux, ya + r, ldy) \
+                    FG_TILE8_M(TILE, 8, M, MT, first, kc, wk + r * stride, stride, xk, xs, caux, ya + r, ldy) \
                 if (r < nrows) {                                                                             \
                     const int R = (int)(nrows - r);                                                          \
-                    FG_TILE8_M(TILE, R, M, MT, first, kc, wk + r * stride, stride, xk, xs, aux, ya + r, ldy) \
+                    FG_TILE8_M(TILE, R, M, MT, first, kc, wk + r * stride, stride, xk, xs, caux, ya + r, ldy) \
                 }                                                                                            \
             }                                                                                                \
         }                                                                                                    \
@@ -124,9 +126,10 @@ typedef struct {
         return y;                                                                                            \
     }
 
-/* SIMD code is compiled where the compiler takes target attributes (gcc, clang); -DFG_NO_SIMD builds scalar only
- * (as MSVC does): then fg_isa_available() reports scalar alone. */
-#if !defined(FG_NO_SIMD) && defined(__x86_64__) && (defined(__GNUC__) || defined(__clang__))
+/* SIMD code is compiled where the compiler takes target attributes: gcc, clang and clang-cl (which defines __clang__
+ * and _M_X64 / _M_ARM64, and like every clang __x86_64__ / __aarch64__ too). MSVC's cl.exe (neither __GNUC__ nor
+ * __clang__) and -DFG_NO_SIMD builds get scalar only: then fg_isa_available() reports scalar alone. */
+#if !defined(FG_NO_SIMD) && (defined(__x86_64__) || defined(_M_X64)) && (defined(__GNUC__) || defined(__clang__))
 #define FG_HAVE_X86 1
 #include <immintrin.h>
 
@@ -452,7 +455,7 @@ FG_INLINE_AVX2 __m128 fg_f16_pairs(const void *p0, const void *p1) {
     _mm512_dpbusd_epi32(_mm512_dpbusd_epi32(_mm512_setzero_si512(), (u1), (s1)), (u2), (s2))
 #endif /* x86 */
 
-#if !defined(FG_NO_SIMD) && defined(__aarch64__)
+#if !defined(FG_NO_SIMD) && (defined(__aarch64__) || defined(_M_ARM64)) && (defined(__GNUC__) || defined(__clang__))
 #define FG_HAVE_NEON 1
 #include <arm_neon.h>
 #if defined(__ARM_FEATURE_DOTPROD)
@@ -467,7 +470,7 @@ FG_INLINE_AVX2 __m128 fg_f16_pairs(const void *p0, const void *p1) {
 #ifdef FG_NO_PREFETCH
 #define fg_prefetch(p, stride) ((void)(p), (void)(stride))
 #else
-#define fg_prefetch(p, stride) __builtin_prefetch((const char *)(p) + 4 * (stride))
+#define fg_prefetch(p, stride) fg_prefetch_line((const char *)(p) + 4 * (stride))
 #endif
 
 /* 16 bits -> 16 bytes, 0xff where the bit is set: byte j <- bit j. */

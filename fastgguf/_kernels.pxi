@@ -248,10 +248,6 @@ def vec_dot(w_row, wtype, xq_raw, isa=None):
     return float(dot(n_, &wv[0, 0], &xv[0]))
 
 
-cdef extern from *:
-    void __builtin_prefetch(const void *addr) nogil
-
-
 def read_bandwidth(int64_t nbytes=1 << 29, int repeats=3, bint prefetch=True):
     """This machine's single-thread memory read bandwidth in GB/s: best of `repeats` passes over a buffer of
     nbytes (far larger than the caches), read as 4 concurrent sequential streams, with software prefetch one
@@ -271,10 +267,10 @@ def read_bandwidth(int64_t nbytes=1 << 29, int repeats=3, bint prefetch=True):
             s0 = s1 = s2 = s3 = 0
             for i in range(0, q, 8):  # one 64-byte line of each stream per step
                 if prefetch:
-                    __builtin_prefetch(p0 + i + 128)
-                    __builtin_prefetch(p1 + i + 128)
-                    __builtin_prefetch(p2 + i + 128)
-                    __builtin_prefetch(p3 + i + 128)
+                    fg_prefetch_line(p0 + i + 128)
+                    fg_prefetch_line(p1 + i + 128)
+                    fg_prefetch_line(p2 + i + 128)
+                    fg_prefetch_line(p3 + i + 128)
                 for j in range(i, i + 8):
                     s0 += p0[j]
                     s1 += p1[j]

@@ -79,6 +79,7 @@ cdef extern from "fg_kernels.h" nogil:
                 float *y, int n_threads)
     const fg_type_kernels *fg_kernels_of(int isa, int type)
     void fg_split_rows(int64_t n, int nth, int ith, int64_t align, int64_t *r0, int64_t *r1)
+    void fg_prefetch_line(const void *p)  # a macro: a read hint for one cache line
 
 
 # ---- the forward pass (csrc/fg_forward.h) ----
