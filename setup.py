@@ -39,9 +39,7 @@ class BuildExt(build_ext):
             cflags = ["-O0", "-g"] if debug else ["-O3"]
             cflags += ["-std=c11", "-fvisibility=hidden", "-ffp-contract=off", "-fno-strict-aliasing", "-Wall", "-Wno-unused-function", "-Wno-unknown-pragmas"]
             ldflags = []
-            if sys.platform == "win32":  # mingw: WaitOnAddress lives in synchronization
-                ldflags += ["-lsynchronization"]
-            else:
+            if sys.platform != "win32":  # (mingw: Win32 threads, nothing to link)
                 cflags += ["-pthread"]
                 ldflags += ["-pthread"]
             if _flag("FASTGGUF_SANITIZE"):

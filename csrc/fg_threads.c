@@ -7,8 +7,8 @@
  * Waiting (go words and the barrier alike) spins SPINS_BEFORE_SLEEP times, then sleeps: on a busy machine a
  * waiting thread must hand its core to the thread it waits for (a spinning barrier made 2-thread decode 10-15x
  * slower when the 2 cores were shared with other processes; OpenMP's barrier spins ~300k times). Sleeping is a
- * futex on Linux, WaitOnAddress on Windows and a mutex + condition variable elsewhere (macOS, BSDs); a sleepers
- * count lets the waker skip the system call when nobody sleeps. */
+ * futex on Linux, WaitOnAddress on Windows (MSVC, clang-cl) and a mutex + condition variable elsewhere (macOS,
+ * BSDs, mingw); a sleepers count lets the waker skip the system call when nobody sleeps. */
 #include "fg_threads.h"
 
 #include <stdlib.h>
@@ -56,9 +56,22 @@ const char *fg_thread_api(void) { return "none"; }
 #include <windows.h>
 #include <process.h>
 #ifdef _MSC_VER
-#pragma comment(lib, "synchronization.lib") /* WaitOnAddress (Windows 8+); mingw links -lsynchronization */
-#endif
+/* WaitOnAddress (Windows 8+) lives in synchronization.lib; other Windows toolchains (mingw, zig) name its import
+ * library differently, so they sleep on a condition variable (kernel32) instead */
+#pragma comment(lib, "synchronization.lib")
 #define FG_WAIT_ADDRESS 1
+#else
+typedef SRWLOCK mutex_t;
+typedef CONDITION_VARIABLE cond_t;
+static int mutex_init(mutex_t *m) { InitializeSRWLock(m); return 0; }
+static void mutex_destroy(mutex_t *m) { (void)m; }
+static void mutex_lock(mutex_t *m) { AcquireSRWLockExclusive(m); }
+static void mutex_unlock(mutex_t *m) { ReleaseSRWLockExclusive(m); }
+static int cond_init(cond_t *c) { InitializeConditionVariable(c); return 0; }
+static void cond_destroy(cond_t *c) { (void)c; }
+static void cond_wait(cond_t *c, mutex_t *m) { SleepConditionVariableSRW(c, m, INFINITE, 0); }
+static void cond_broadcast(cond_t *c) { WakeAllConditionVariable(c); }
+#endif
 #else
 #include <pthread.h>
 #include <signal.h>
@@ -68,6 +81,17 @@ const char *fg_thread_api(void) { return "none"; }
 #include <linux/futex.h>
 #include <sys/syscall.h>
 #define FG_WAIT_ADDRESS 1
+#else
+typedef pthread_mutex_t mutex_t;
+typedef pthread_cond_t cond_t;
+static int mutex_init(mutex_t *m) { return pthread_mutex_init(m, NULL); }
+static void mutex_destroy(mutex_t *m) { pthread_mutex_destroy(m); }
+static void mutex_lock(mutex_t *m) { pthread_mutex_lock(m); }
+static void mutex_unlock(mutex_t *m) { pthread_mutex_unlock(m); }
+static int cond_init(cond_t *c) { return pthread_cond_init(c, NULL); }
+static void cond_destroy(cond_t *c) { pthread_cond_destroy(c); }
+static void cond_wait(cond_t *c, mutex_t *m) { pthread_cond_wait(c, m); }
+static void cond_broadcast(cond_t *c) { pthread_cond_broadcast(c); }
 #endif
 #endif
 
@@ -124,24 +148,24 @@ struct fg_pool {
     pid_t pid;           /* the process that created the workers: a forked child has none of them */
 #endif
 #ifndef FG_WAIT_ADDRESS
-    pthread_mutex_t mu;  /* the sleeping place of every wait of this pool */
-    pthread_cond_t cv;
+    mutex_t mu;          /* the sleeping place of every wait of this pool */
+    cond_t cv;
 #endif
 };
 
 /* Sleep while *word == val (sleepers counted in *sleepers so that wake() knows whether to call the OS). */
 static void sleep_on(fg_pool *p, int *word, int val, int *sleepers) {
     at_add(sleepers, 1);
-#if defined(_WIN32)
+#if defined(FG_WAIT_ADDRESS) && defined(_WIN32)
     (void)p;
     if (at_load(word) == val) WaitOnAddress(word, &val, sizeof(int), INFINITE);
-#elif defined(__linux__)
+#elif defined(FG_WAIT_ADDRESS)
     (void)p;
     if (at_load(word) == val) syscall(SYS_futex, word, FUTEX_WAIT_PRIVATE, val, NULL, NULL, 0);
 #else
-    pthread_mutex_lock(&p->mu);
-    while (at_load(word) == val) pthread_cond_wait(&p->cv, &p->mu);
-    pthread_mutex_unlock(&p->mu);
+    mutex_lock(&p->mu);
+    while (at_load(word) == val) cond_wait(&p->cv, &p->mu);
+    mutex_unlock(&p->mu);
 #endif
     at_add(sleepers, -1);
 }
@@ -149,17 +173,17 @@ static void sleep_on(fg_pool *p, int *word, int val, int *sleepers) {
 /* After changing *word: wake whoever sleeps on it. */
 static void wake(fg_pool *p, int *word, int *sleepers) {
     if (at_load(sleepers) == 0) return;
-#if defined(_WIN32)
+#if defined(FG_WAIT_ADDRESS) && defined(_WIN32)
     (void)p;
     WakeByAddressAll(word);
-#elif defined(__linux__)
+#elif defined(FG_WAIT_ADDRESS)
     (void)p;
     syscall(SYS_futex, word, FUTEX_WAKE_PRIVATE, INT_MAX, NULL, NULL, 0);
 #else
     (void)word;
-    pthread_mutex_lock(&p->mu); /* a waiter checks *word under the mutex: it cannot miss this broadcast */
-    pthread_cond_broadcast(&p->cv);
-    pthread_mutex_unlock(&p->mu);
+    mutex_lock(&p->mu); /* a waiter checks *word under the mutex: it cannot miss this broadcast */
+    cond_broadcast(&p->cv);
+    mutex_unlock(&p->mu);
 #endif
 }
 
@@ -244,12 +268,12 @@ fg_pool *fg_pool_new(void) {
     p->pid = getpid();
 #endif
 #ifndef FG_WAIT_ADDRESS
-    if (pthread_mutex_init(&p->mu, NULL) != 0) {
+    if (mutex_init(&p->mu) != 0) {
         free(p);
         return NULL;
     }
-    if (pthread_cond_init(&p->cv, NULL) != 0) {
-        pthread_mutex_destroy(&p->mu);
+    if (cond_init(&p->cv) != 0) {
+        mutex_destroy(&p->mu);
         free(p);
         return NULL;
     }
@@ -289,6 +313,7 @@ static int grow(fg_pool *p, int n) {
 
 int fg_parallel(fg_pool *p, int nth, fg_task fn, void *arg) {
     if (!p || nth < 2) {
+        if (p) p->nth = 1; /* fg_barrier reads the call's nth */
         fn(0, 1, arg);
         return 1;
     }
@@ -298,8 +323,8 @@ int fg_parallel(fg_pool *p, int nth, fg_task fn, void *arg) {
         p->pid = getpid();
         memset(p->bar, 0, sizeof(p->bar));
 #ifndef FG_WAIT_ADDRESS
-        pthread_mutex_init(&p->mu, NULL); /* the parent may have held it at the fork */
-        pthread_cond_init(&p->cv, NULL);
+        mutex_init(&p->mu); /* the parent may have held it at the fork */
+        cond_init(&p->cv);
 #endif
     }
 #endif
@@ -335,8 +360,8 @@ void fg_pool_free(fg_pool *p) {
     }
     forget_workers(p);
 #ifndef FG_WAIT_ADDRESS
-    pthread_cond_destroy(&p->cv);
-    pthread_mutex_destroy(&p->mu);
+    cond_destroy(&p->cv);
+    mutex_destroy(&p->mu);
 #endif
     free(p);
 }

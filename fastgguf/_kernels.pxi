@@ -62,8 +62,8 @@ def build_info():
     "gcc 12.2.0", "clang 19.1.0 ...", "msvc 1940"), "compiled": the ISAs this build holds, "platform":
     sys.platform, "machine": platform.machine()}."""
     api = fg_thread_api().decode()
-    return {"threads": api != "none", "thread_api": api, "compiler": fg_compiler().decode(), "compiled": compiled(),
-            "platform": sys.platform, "machine": platform.machine()}
+    return {"threads": api != "none", "thread_api": api, "compiler": fg_compiler().decode().strip(),
+            "compiled": compiled(), "platform": sys.platform, "machine": platform.machine()}
 
 
 _THREADS = fg_thread_api().decode() != "none"  # a module global, so tests can act a build without threads
