@@ -1,9 +1,10 @@
 /* The llama-family forward pass: weights (pointers into the mapped file), KV caches (one per sequence), scratch,
- * and fg_forward_multi, which runs rows of one or several sequences inside ONE OpenMP parallel region.
+ * and fg_forward_multi, which runs rows of one or several sequences inside ONE parallel call of the work's team
+ * (fg_threads.h).
  *
  * Threading: every thread owns the same output rows of every matrix on every call (fg_split_rows), works on
  * them, and meets the others at a barrier only where the next op needs the whole vector: about 5 barriers per
- * layer for one token (10 for a batch). Built without OpenMP it runs on one thread. */
+ * layer for one token (10 for a batch). Built with -DFG_NO_THREADS it runs on one thread. */
 #ifndef FG_FORWARD_H
 #define FG_FORWARD_H
 
