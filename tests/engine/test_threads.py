@@ -1,6 +1,7 @@
 """Threads: what the build says about itself (kernels.build_info), the single-thread build's warning, and the
 default thread count per platform (physical_cores). The 2-thread forward pass itself: test_model.py
 (test_threads_give_same_logits, test_two_threads_really_run_two)."""
+import gc
 import os
 import warnings
 
@@ -85,3 +86,25 @@ def test_physical_cores_windows(monkeypatch):
 
 def test_sysctl_int_unknown_name_is_none():
     assert threads._sysctl_int("fastgguf.no.such.name") is None
+
+
+@pytest.mark.skipif(not os.path.isdir("/proc/self/task"), reason="counts this process's threads in /proc")
+def test_freed_contexts_join_their_workers(default_model_path):
+    """Each Context's team starts its workers on its first multi-thread pass and joins them when freed."""
+    if not kernels.build_info()["threads"]:
+        pytest.skip("a build without threads")
+    from fastgguf import Model
+    m = Model(default_model_path, n_threads=2)
+
+    def n_threads_now():
+        return len(os.listdir("/proc/self/task"))
+
+    before = n_threads_now()
+    ctxs = [m.context(16, n_threads=2) for _ in range(3)]
+    assert n_threads_now() == before  # no pass yet: no workers
+    for c in ctxs:
+        c.eval([1, 2])
+    assert n_threads_now() == before + 3  # one worker each: the calling thread is the team's thread 0
+    del c, ctxs
+    gc.collect()
+    assert n_threads_now() == before
