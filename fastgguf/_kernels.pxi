@@ -79,7 +79,7 @@ def _threads_for(int n, bint warn=True):
     if warn and not _warned_one_thread:
         _warned_one_thread = True
         warnings.warn(f"n_threads={n} asked, but this fastgguf was built without threads (FASTGGUF_NO_THREADS; "
-                      f"see fastgguf.kernels.build_info()): running 1 thread", RuntimeWarning, stacklevel=3)
+                      f"see fastgguf.kernels.build_info()): running 1 thread", RuntimeWarning, stacklevel=2)
     return 1
 
 
@@ -87,7 +87,7 @@ def _check_team(int asked, int ran):
     """A forward pass that ran fewer threads than it asked (the OS would not start them) says so."""
     if ran < asked:
         warnings.warn(f"only {ran} of {asked} threads could be started (the OS refused more threads): running "
-                      f"{ran}", RuntimeWarning, stacklevel=3)
+                      f"{ran}", RuntimeWarning, stacklevel=2)
 
 
 def set_isa(name):
