@@ -4,7 +4,9 @@ fastgguf/_native.pyx + *.pxi) and fastgguf.tokenizer._bpe (the BPE merge loop; n
 - One set of compiler flags for every file. SIMD code carries target attributes and is chosen at run time,
   so no -march=native: a wheel runs on any CPU of its platform.
 - Symbols are hidden (-fvisibility=hidden): the module exports its init function only, so two builds never clash.
-- OpenMP is used when the compiler has it (probed). FASTGGUF_NO_OPENMP=1 builds without it.
+- Threads: fastgguf's own pool (csrc/fg_threads.c: pthreads, or Win32 threads), no OpenMP, so a wheel needs no
+  runtime library beside it. FASTGGUF_NO_THREADS=1 builds single-threaded (-DFG_NO_THREADS; n_threads > 1 then
+  warns and runs one thread).
 - FASTGGUF_DEBUG=1 builds with -O0 -g; FASTGGUF_SANITIZE=1 adds ASan+UBSan (development only).
 - Windows: clang-cl when it is on PATH (it takes the target attributes, so the AVX2/AVX-512 kernels are compiled
   in), else cl.exe with scalar kernels only. FASTGGUF_CC=cl forces cl.exe, FASTGGUF_CC=clang-cl (or a path to it)
@@ -12,11 +14,7 @@ fastgguf/_native.pyx + *.pxi) and fastgguf.tokenizer._bpe (the BPE merge loop; n
 """
 import glob
 import os
-import shutil
-import subprocess
 import sys
-import sysconfig
-import tempfile
 
 import numpy
 from Cython.Build import cythonize
@@ -43,7 +41,7 @@ def _clang_cl():
 
 
 class BuildExt(build_ext):
-    """Adds per-compiler flags once the compiler is known, including an OpenMP probe."""
+    """Adds per-compiler flags once the compiler is known (on Windows, clang-cl where there is one)."""
 
     def _msvc_flags(self):
         """Windows: compile with clang-cl in place of cl.exe where there is one (MSVC's linker, CRT and setuptools'
@@ -58,42 +56,27 @@ class BuildExt(build_ext):
         # clang-cl's /fp:precise fuses a*b+c in the FMA kernels (checked): contraction off, as on gcc and clang
         return ["/O2", "/std:c11", "/clang:-ffp-contract=off", "/clang:-Wno-unused-function"]
 
-    def _probe(self, cflags, ldflags):
-        tmp = tempfile.mkdtemp()
-        src = os.path.join(tmp, "probe.c")
-        with open(src, "w") as f:
-            f.write("#include <omp.h>\nint main(void){int n=0;\n#pragma omp parallel\n{\n#pragma omp atomic\nn++;}\nreturn omp_get_max_threads()>0&&n>0?0:1;}\n")
-        try:
-            objs = self.compiler.compile([src], output_dir=tmp, extra_postargs=cflags)
-            self.compiler.link_executable(objs, os.path.join(tmp, "probe"), extra_postargs=ldflags)
-            return True
-        except Exception:
-            return False
-        finally:
-            shutil.rmtree(tmp, ignore_errors=True)
-
     def build_extensions(self):
         ctype = self.compiler.compiler_type
+        macros = [("FG_NO_THREADS", "1")] if _flag("FASTGGUF_NO_THREADS") else []
         if ctype == "msvc":
-            cflags, ldflags = self._msvc_flags(), []
-            omp = (["/openmp:llvm"], [])
+            cflags, ldflags = self._msvc_flags(), []  # synchronization.lib: a #pragma in fg_threads.c
         else:
             debug = _flag("FASTGGUF_DEBUG")
             cflags = ["-O0", "-g"] if debug else ["-O3"]
             cflags += ["-std=c11", "-fvisibility=hidden", "-ffp-contract=off", "-fno-strict-aliasing", "-Wall", "-Wno-unused-function", "-Wno-unknown-pragmas"]
             ldflags = []
+            if sys.platform != "win32":  # (mingw: Win32 threads, nothing to link)
+                cflags += ["-pthread"]
+                ldflags += ["-pthread"]
             if _flag("FASTGGUF_SANITIZE"):
                 cflags += ["-fsanitize=address,undefined", "-fno-omit-frame-pointer"]
                 ldflags += ["-fsanitize=address,undefined"]
-            if sys.platform == "darwin":
-                omp = (["-Xpreprocessor", "-fopenmp"], ["-lomp"])
-            else:
-                omp = (["-fopenmp"], ["-fopenmp"])
-        use_omp = not _flag("FASTGGUF_NO_OPENMP") and self._probe(omp[0], omp[1])
-        print(f"fastgguf: OpenMP {'enabled' if use_omp else 'disabled'}")
+        print(f"fastgguf: threads {'disabled (FASTGGUF_NO_THREADS)' if macros else 'enabled'}")
         for ext in self.extensions:
-            ext.extra_compile_args = list(cflags) + (omp[0] if use_omp else [])
-            ext.extra_link_args = list(ldflags) + (omp[1] if use_omp else [])
+            ext.define_macros = list(ext.define_macros) + macros
+            ext.extra_compile_args = list(cflags)
+            ext.extra_link_args = list(ldflags)
             if ctype != "msvc":
                 # Cython's generated C is not c11-clean on every compiler; keep -std for csrc only via pragma-free code.
                 ext.extra_compile_args = [a for a in ext.extra_compile_args if a != "-std=c11"] + ["-std=gnu11"]

@@ -2,6 +2,8 @@
 # Kernel checks outside Python (called by .ci/run):
 #   (a) tests/c/test_kernels.c under AddressSanitizer + UBSan with gcc, on this machine's ISAs, and built with
 #       -DFG_NO_SIMD (scalar only: an ISA whose code is not compiled in must not be available);
+#   (a4) tests/c/test_threads.c (the team of csrc/fg_threads.c) under ASan + UBSan and ThreadSanitizer, with the
+#       futex and the condition-variable (macOS, BSD) ways of sleeping;
 #   (b) the NEON kernels cross-compiled for aarch64 and run under qemu-user: with dotprod (qemu's default CPU,
 #       the test also runs the emulation path by switching the extension off) and on a CPU without dotprod,
 #       plus a build with dotprod enabled at compile time (-march=armv8.2-a+dotprod);
@@ -16,8 +18,8 @@ cd "$(dirname "$0")/.."
 SRCS="tests/c/test_kernels.c csrc/fg_cpu.c csrc/fg_dispatch.c csrc/fg_quant_float.c csrc/fg_quant_q4_0.c
       csrc/fg_quant_q4_1.c csrc/fg_quant_q8.c csrc/fg_quant_q8_k.c csrc/fg_quant_q4_k.c csrc/fg_quant_q6_k.c
       csrc/fg_quant_q5_0.c csrc/fg_quant_q5_1.c csrc/fg_quant_q5_k.c
-      csrc/fg_quant_q3_k.c csrc/fg_quant_q2_k.c csrc/fg_quant_iq4_nl.c csrc/fg_quant_iq4_xs.c"
-CFLAGS="-std=gnu11 -ffp-contract=off -Wall -Wno-unused-function -Icsrc"
+      csrc/fg_quant_q3_k.c csrc/fg_quant_q2_k.c csrc/fg_quant_iq4_nl.c csrc/fg_quant_iq4_xs.c csrc/fg_threads.c"
+CFLAGS="-std=gnu11 -ffp-contract=off -Wall -Wno-unused-function -pthread -Icsrc"
 OUT=$(mktemp -d)
 trap 'rm -rf "$OUT"' EXIT
 
@@ -27,7 +29,7 @@ run_test() { # name, command...: runs it, demands the closing line with 0 failed
     local log="$OUT/$name.log"
     if ! "$@" >"$log" 2>&1; then cat "$log"; echo "FAILED: $name"; exit 1; fi
     grep -v '^FAIL' "$log" | tail -n 6
-    grep -Eq '^kernels: [0-9]+ passed, 0 failed$' "$log" || { echo "FAILED: $name (no clean summary)"; exit 1; }
+    grep -Eq '^(kernels|threads): [0-9]+ passed, 0 failed$' "$log" || { echo "FAILED: $name (no clean summary)"; exit 1; }
 }
 
 # (a) sanitizers
@@ -47,6 +49,16 @@ gcc $CFLAGS -fsanitize=address,undefined -fno-sanitize-recover=all -fno-omit-fra
 run_test attention-asan-ubsan "$OUT/test_attention_asan"
 gcc $CFLAGS -DFG_NO_SIMD -O1 $ATT_SRCS -lm -o "$OUT/test_attention_nosimd"
 run_test attention-no-simd "$OUT/test_attention_nosimd"
+
+# (a4) the thread pool: sanitizers; -U__linux__ takes the mutex + condition variable path macOS takes
+THR_SRCS="tests/c/test_threads.c csrc/fg_threads.c"
+gcc $CFLAGS -fsanitize=address,undefined -fno-sanitize-recover=all -fno-omit-frame-pointer -g -O1 \
+    $THR_SRCS -o "$OUT/test_threads_asan"
+run_test threads-asan-ubsan "$OUT/test_threads_asan"
+gcc $CFLAGS -fsanitize=thread -g -O1 $THR_SRCS -o "$OUT/test_threads_tsan"
+run_test threads-tsan "$OUT/test_threads_tsan"
+gcc $CFLAGS -fsanitize=thread -g -O1 -U__linux__ -U__linux -Ulinux $THR_SRCS -o "$OUT/test_threads_tsan_condvar"
+run_test threads-tsan-condvar "$OUT/test_threads_tsan_condvar"
 
 # (b) NEON under qemu
 neon_tests() {

@@ -2,9 +2,7 @@
 #include <stdlib.h>
 #include <string.h>
 #include "fg_simd.h"
-#ifdef _OPENMP
-#include <omp.h>
-#endif
+#include "fg_threads.h"
 
 /* Each format file exports its base table per ISA and an extension table (VNNI on avx512, dotprod on neon). */
 #define FG_TABLES(t) extern const fg_type_kernels fg_##t##_kernels[FG_ISA_COUNT], fg_##t##_kernels_ext[FG_ISA_COUNT];
@@ -239,6 +237,23 @@ void fg_gemm_rows(int wtype, const void *w, size_t stride, int64_t n, const void
     }
 }
 
+/* One fg_gemm call: each thread computes its share of the rows. */
+typedef struct {
+    int wtype;
+    const void *w;
+    size_t stride, xq_stride;
+    int64_t rows, n, m;
+    const char *xq;
+    float *y;
+} gemm_call;
+
+static void gemm_task(int ith, int nth, void *arg) {
+    const gemm_call *a = arg;
+    int64_t r0, r1;
+    fg_split_rows(a->rows, nth, ith, 16, &r0, &r1);
+    fg_gemm_rows(a->wtype, a->w, a->stride, a->n, a->xq, a->xq_stride, a->m, a->y, a->rows, r0, r1);
+}
+
 int fg_gemm(int wtype, const void *w, size_t stride, int64_t rows, int64_t n, const float *x, int64_t m, float *y,
             int n_threads) {
     int xtype = fg_vec_dot_type(wtype);
@@ -247,18 +262,12 @@ int fg_gemm(int wtype, const void *w, size_t stride, int64_t rows, int64_t n, co
     char *xq = malloc(xq_stride * (size_t)(m > 0 ? m : 1));
     if (!xq) return -1;
     for (int64_t i = 0; i < m; i++) fg_quantize_row(xtype, x + i * n, xq + (size_t)i * xq_stride, n);
-#ifdef _OPENMP
-    int nth = n_threads > 0 ? n_threads : omp_get_max_threads();
-#pragma omp parallel num_threads(nth)
-    {
-        int64_t r0, r1;
-        fg_split_rows(rows, omp_get_num_threads(), omp_get_thread_num(), 16, &r0, &r1);
-        fg_gemm_rows(wtype, w, stride, n, xq, xq_stride, m, y, rows, r0, r1);
-    }
-#else
-    (void)n_threads;
-    fg_gemm_rows(wtype, w, stride, n, xq, xq_stride, m, y, rows, 0, rows);
-#endif
+    int nth = n_threads > 0 ? n_threads : fg_cpu_count();
+    /* a team of its own for this call (a convenience for tests and tools: the forward pass keeps its team) */
+    fg_pool *pool = nth > 1 ? fg_pool_new() : NULL;
+    gemm_call a = {wtype, w, stride, xq_stride, rows, n, m, xq, y};
+    fg_parallel(pool, nth, gemm_task, &a);
+    fg_pool_free(pool);
     free(xq);
     return 0;
 }

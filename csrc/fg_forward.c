@@ -7,64 +7,9 @@
 #ifdef _WIN32
 #include <malloc.h>
 #endif
-#ifdef _OPENMP
-#include <omp.h>
-#endif
-#if defined(_OPENMP) && (defined(__GNUC__) || defined(__clang__))
-#include <sched.h>
-#ifdef __linux__
-#include <limits.h>
-#include <linux/futex.h>
-#include <sys/syscall.h>
-#include <unistd.h>
-#endif
-#if defined(__x86_64__) || defined(__i386__)
-#include <immintrin.h>
-#define CPU_RELAX() _mm_pause()
-#else
-#define CPU_RELAX() ((void)0)
-#endif
-#define SPINS_BEFORE_SLEEP 4000
-/* The team's barrier, b = {arrived, generation, sleepers}: spin a little (on an idle machine threads arrive
- * within microseconds of each other), then sleep on a futex (Linux; elsewhere sched_yield) so that on a busy
- * machine a waiting thread hands its core to the thread it waits for. OpenMP's own barrier spins ~300k times:
- * decode was 10-15x slower with 2 threads when the 2 cores were shared with other processes. */
-static void team_barrier(int *b, int nth) {
-    if (nth == 1) return;
-    int gen = __atomic_load_n(&b[1], __ATOMIC_ACQUIRE);
-    if (__atomic_add_fetch(&b[0], 1, __ATOMIC_ACQ_REL) == nth) {
-        __atomic_store_n(&b[0], 0, __ATOMIC_RELAXED);
-        __atomic_store_n(&b[1], gen + 1, __ATOMIC_SEQ_CST);
-#ifdef __linux__
-        if (__atomic_load_n(&b[2], __ATOMIC_SEQ_CST) > 0) syscall(SYS_futex, &b[1], FUTEX_WAKE_PRIVATE, INT_MAX, NULL, NULL, 0);
-#endif
-        return;
-    }
-    for (int spins = 0; __atomic_load_n(&b[1], __ATOMIC_ACQUIRE) == gen;) {
-        if (spins < SPINS_BEFORE_SLEEP) {
-            spins++;
-            CPU_RELAX();
-            continue;
-        }
-#ifdef __linux__
-        __atomic_add_fetch(&b[2], 1, __ATOMIC_SEQ_CST);
-        if (__atomic_load_n(&b[1], __ATOMIC_SEQ_CST) == gen)
-            syscall(SYS_futex, &b[1], FUTEX_WAIT_PRIVATE, gen, NULL, NULL, 0);
-        __atomic_sub_fetch(&b[2], 1, __ATOMIC_SEQ_CST);
-#else
-        sched_yield();
-#endif
-    }
-}
-#define BARRIER(t) team_barrier((t)->w->barrier, (t)->nth)
-#elif defined(_OPENMP) && defined(_MSC_VER)
-#define BARRIER(t) __pragma(omp barrier)
-#elif defined(_OPENMP)
-#define BARRIER(t) _Pragma("omp barrier")
-#else
-#define BARRIER(t) ((void)0)
-#endif
+#include "fg_threads.h"
 
+#define BARRIER(t) fg_barrier((t)->w->pool)
 #define ROW_ALIGN 16 /* rows handed to a thread in multiples of 16: whole cache lines of float output */
 
 static size_t round64(size_t n) { return (n + 63) & ~(size_t)63; }
@@ -142,9 +87,9 @@ void fg_work_free(fg_work *w) {
     }
     free64(w->xq);
     free64(w->priv);
-    free64(w->barrier);
     w->xq = w->priv = NULL;
-    w->barrier = NULL;
+    fg_pool_free(w->pool); /* joins its workers */
+    w->pool = NULL;
 }
 
 int fg_work_init(fg_work *w, const fg_model *m, int n_batch, int max_ctx, int max_threads) {
@@ -172,14 +117,12 @@ int fg_work_init(fg_work *w, const fg_model *m, int n_batch, int max_ctx, int ma
     w->xq = alloc64(FG_MAX_SLOTS * B * w->xq_row);
     w->priv_size = priv_bytes(w, m);
     w->priv = alloc64(w->priv_size * w->max_threads);
-    w->barrier = alloc64(64);
     if (!w->kcur || !w->vcur || !w->x || !w->xn || !w->q || !w->att || !w->tmp || !w->gate || !w->up || !w->rope ||
-        !w->xq || !w->priv || !w->barrier) {
+        !w->xq || !w->priv) {
         fg_work_free(w);
         return -1;
     }
-    memset(w->barrier, 0, 64);
-    return 0;
+    return 0; /* the pool comes with the first call that runs more than one thread */
 }
 
 int fg_work_reserve(fg_work *w, const fg_model *m, int n_batch, int max_ctx, int max_threads) {
@@ -188,6 +131,9 @@ int fg_work_reserve(fg_work *w, const fg_model *m, int n_batch, int max_ctx, int
     if (fg_work_init(&grown, m, n_batch > w->n_batch ? n_batch : w->n_batch, max_ctx > w->max_ctx ? max_ctx : w->max_ctx,
                      max_threads > w->max_threads ? max_threads : w->max_threads) != 0)
         return -1;
+    grown.pool = w->pool; /* the team (and its threads) stays */
+    grown.last_threads = w->last_threads;
+    w->pool = NULL;
     fg_work_free(w);
     *w = grown;
     return 0;
@@ -560,6 +506,53 @@ static int check_rows(const fg_model *m, const fg_work *w, fg_kv *const *seqs, i
     return check_out_rows(logit_rows, n_logit_rows, n_rows) || check_out_rows(hidden_rows, n_hidden_rows, n_rows);
 }
 
+/* One fg_forward_multi call, as every thread of its team sees it. */
+typedef struct {
+    const fg_model *m;
+    fg_work *w;
+    fg_kv *const *seqs;
+    const int32_t *tokens, *seq_of_row, *pos_of_row, *logit_rows, *hidden_rows;
+    int n_rows, n_logit_rows, n_hidden_rows;
+    float *logits, *hidden;
+} forward_call;
+
+static void forward_task(int ith, int nth, void *arg) {
+    const forward_call *a = arg;
+    const fg_model *m = a->m;
+    fg_work *w = a->w;
+    team t;
+    t.m = m;
+    t.w = w;
+    t.seqs = a->seqs;
+    t.ith = ith;
+    t.nth = nth;
+    char *p = w->priv + (size_t)t.ith * w->priv_size;
+    t.pxn = (float *)p;
+    t.pxq = p + round64((size_t)w->n_in * sizeof(float));
+    t.scores = (float *)(t.pxq + FG_MAX_SLOTS * w->xq_row);
+    int li = 0, hi = 0; /* next entries of logit_rows and hidden_rows */
+
+    /* chunks of up to n_batch rows, in row order (a sequence's later rows see its earlier chunks' cache) */
+    for (int c = 0; c < a->n_rows; c += w->n_batch) {
+        int64_t rows = a->n_rows - c < w->n_batch ? a->n_rows - c : w->n_batch;
+        t.seq = a->seq_of_row + c;
+        t.pos = a->pos_of_row + c;
+        embed_rows(&t, a->tokens + c, rows);
+        BARRIER(&t);
+
+        for (int il = 0; il < m->n_layer; il++) layer_forward(&t, il, rows);
+
+        int h0 = hi, l0 = li;
+        while (hi < a->n_hidden_rows && a->hidden_rows[hi] < c + rows) hi++;
+        if (hi > h0) hidden_out(&t, a->hidden_rows + h0, hi - h0, c, a->hidden + (int64_t)h0 * m->n_embd);
+        while (li < a->n_logit_rows && a->logit_rows[li] < c + rows) li++;
+        if (li > l0) logits_rows(&t, a->logit_rows + l0, li - l0, c, a->logits + (int64_t)l0 * m->n_vocab);
+        if (c + rows < a->n_rows) {
+            BARRIER(&t);
+        }
+    }
+}
+
 int fg_forward_multi(const fg_model *m, fg_work *w, fg_kv *const *seqs, int n_seqs, const int32_t *tokens,
                      const int32_t *seq_of_row, const int32_t *pos_of_row, int n_rows, const int32_t *logit_rows,
                      int n_logit_rows, float *logits, const int32_t *hidden_rows, int n_hidden_rows, float *hidden,
@@ -568,48 +561,10 @@ int fg_forward_multi(const fg_model *m, fg_work *w, fg_kv *const *seqs, int n_se
                    n_hidden_rows) != 0)
         return -1;
     int nth = n_threads < 1 ? 1 : (n_threads > w->max_threads ? w->max_threads : n_threads);
-
-#ifdef _OPENMP
-#pragma omp parallel num_threads(nth)
-#endif
-    {
-        team t;
-        t.m = m;
-        t.w = w;
-        t.seqs = seqs;
-#ifdef _OPENMP
-        t.ith = omp_get_thread_num();
-        t.nth = omp_get_num_threads();
-#else
-        t.ith = 0;
-        t.nth = 1;
-#endif
-        char *p = w->priv + (size_t)t.ith * w->priv_size;
-        t.pxn = (float *)p;
-        t.pxq = p + round64((size_t)w->n_in * sizeof(float));
-        t.scores = (float *)(t.pxq + FG_MAX_SLOTS * w->xq_row);
-        int li = 0, hi = 0; /* next entries of logit_rows and hidden_rows */
-
-        /* chunks of up to n_batch rows, in row order (a sequence's later rows see its earlier chunks' cache) */
-        for (int c = 0; c < n_rows; c += w->n_batch) {
-            int64_t rows = n_rows - c < w->n_batch ? n_rows - c : w->n_batch;
-            t.seq = seq_of_row + c;
-            t.pos = pos_of_row + c;
-            embed_rows(&t, tokens + c, rows);
-            BARRIER(&t);
-
-            for (int il = 0; il < m->n_layer; il++) layer_forward(&t, il, rows);
-
-            int h0 = hi, l0 = li;
-            while (hi < n_hidden_rows && hidden_rows[hi] < c + rows) hi++;
-            if (hi > h0) hidden_out(&t, hidden_rows + h0, hi - h0, c, hidden + (int64_t)h0 * m->n_embd);
-            while (li < n_logit_rows && logit_rows[li] < c + rows) li++;
-            if (li > l0) logits_rows(&t, logit_rows + l0, li - l0, c, logits + (int64_t)l0 * m->n_vocab);
-            if (c + rows < n_rows) {
-                BARRIER(&t);
-            }
-        }
-    }
+    if (nth > 1 && !w->pool) w->pool = fg_pool_new(); /* NULL (no memory, or no threads in this build): 1 thread */
+    forward_call a = {m, w, seqs, tokens, seq_of_row, pos_of_row, logit_rows, hidden_rows,
+                      n_rows, n_logit_rows, n_hidden_rows, logits, hidden};
+    w->last_threads = fg_parallel(w->pool, nth, forward_task, &a);
     return 0;
 }
 

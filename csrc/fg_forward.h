@@ -1,9 +1,10 @@
 /* The llama-family forward pass: weights (pointers into the mapped file), KV caches (one per sequence), scratch,
- * and fg_forward_multi, which runs rows of one or several sequences inside ONE OpenMP parallel region.
+ * and fg_forward_multi, which runs rows of one or several sequences inside ONE parallel call of the work's team
+ * (fg_threads.h).
  *
  * Threading: every thread owns the same output rows of every matrix on every call (fg_split_rows), works on
  * them, and meets the others at a barrier only where the next op needs the whole vector: about 5 barriers per
- * layer for one token (10 for a batch). Built without OpenMP it runs on one thread. */
+ * layer for one token (10 for a batch). Built with -DFG_NO_THREADS it runs on one thread. */
 #ifndef FG_FORWARD_H
 #define FG_FORWARD_H
 
@@ -73,7 +74,8 @@ typedef struct {
 } fg_kv;
 
 /* Scratch of a forward call: the rows of one chunk (up to n_batch rows, of any sequences), per-thread private
- * buffers and the team's barrier. Holds nothing between calls; one call at a time. */
+ * buffers and the team (its worker threads persist between calls and are joined by fg_work_free). Holds no data
+ * between calls; one call at a time. */
 typedef struct {
     int n_batch, max_ctx, max_threads; /* rows per chunk; longest cache attention may read; threads */
     int64_t q_dim, kv_dim, n_in;  /* n_in = max(n_embd, q_dim, n_ff) */
@@ -89,7 +91,8 @@ typedef struct {
     size_t xq_row;
     char *priv;                   /* (max_threads, priv_size): per-thread xn (n_in), slots, scores (n_head, max_ctx) */
     size_t priv_size;
-    int *barrier;                 /* the team's barrier: {arrived, generation, sleepers}, one cache line */
+    struct fg_pool *pool;         /* the team (fg_threads.h): created by the first call with more than one thread */
+    int last_threads;             /* threads that ran the last call (fewer than asked if threads could not start) */
 } fg_work;
 
 /* One conversation run alone: its cache and its own scratch. */

@@ -6,8 +6,8 @@
  * (Q8_0 for Q4_0/Q5_0/Q8_0 weights, Q8_1 for Q4_1/Q5_1, Q8_K for the K-quants, F32 for F16/BF16/F32), then every output row is an integer dot.
  *
  * Threading: fg_gemv_rows / fg_gemm_rows compute a slice [r0, r1) of output rows and never start threads; the
- * forward pass calls them from inside its one OpenMP parallel region per token step. fg_gemv/fg_gemm are
- * self-contained conveniences (they quantize and open their own parallel region) for tests and benchmarks.
+ * forward pass calls them from inside its one parallel call (fg_threads.h) per step. fg_gemm is a
+ * self-contained convenience (it quantizes and runs its own team) for tests and benchmarks.
  *
  * Kernels trust their inputs (validation happens where data enters: the reader and the Python API). */
 #ifndef FG_KERNELS_H

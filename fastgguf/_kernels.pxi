@@ -56,6 +56,40 @@ def compiled():
     return [fg_isa_name(i).decode() for i in range(FG_ISA_COUNT) if fg_isa_compiled(i)]
 
 
+def build_info():
+    """How this extension was built: {"threads": compiled with fastgguf's thread pool (False: every call runs one
+    thread), "thread_api": "pthreads", "win32" or "none", "compiler": as the C preprocessor names it (e.g.
+    "gcc 12.2.0", "clang 19.1.0 ...", "msvc 1940"), "compiled": the ISAs this build holds, "platform":
+    sys.platform, "machine": platform.machine()}."""
+    api = fg_thread_api().decode()
+    return {"threads": api != "none", "thread_api": api, "compiler": fg_compiler().decode().strip(),
+            "compiled": compiled(), "platform": sys.platform, "machine": platform.machine()}
+
+
+_THREADS = fg_thread_api().decode() != "none"  # a module global, so tests can act a build without threads
+_warned_one_thread = False
+
+
+def _threads_for(int n, bint warn=True):
+    """The threads a forward pass asking for n (already validated) runs: n, or 1 on a build without the thread
+    pool, with a RuntimeWarning the first time in the process (unless warn is False: a default, not a request)."""
+    global _warned_one_thread
+    if n <= 1 or _THREADS:
+        return n
+    if warn and not _warned_one_thread:
+        _warned_one_thread = True
+        warnings.warn(f"n_threads={n} asked, but this fastgguf was built without threads (FASTGGUF_NO_THREADS; "
+                      f"see fastgguf.kernels.build_info()): running 1 thread", RuntimeWarning, stacklevel=2)
+    return 1
+
+
+def _check_team(int asked, int ran):
+    """A forward pass that ran fewer threads than it asked (the OS would not start them) says so."""
+    if ran < asked:
+        warnings.warn(f"only {ran} of {asked} threads could be started (the OS refused more threads): running "
+                      f"{ran}", RuntimeWarning, stacklevel=2)
+
+
 def set_isa(name):
     """Force an instruction set for every kernel, the model's forward pass included. Returns the previous one."""
     prev = active()
@@ -290,7 +324,7 @@ def matmul(w_raw, wtype, x, n_threads=None):
     0) for all, else a validated positive count (fastgguf.engine.threads)."""
     cdef int ti = _type_id(wtype)
     cdef int nth = 0 if n_threads is None or (not isinstance(n_threads, bool) and n_threads == 0) \
-        else check_n_threads(n_threads)
+        else _threads_for(check_n_threads(n_threads))
     if fg_vec_dot_type(ti) < 0:
         raise ValueError(f"type {wtype!r} is an activation-only type: it cannot be a weight matrix")
     xa = np.asarray(x, dtype=np.float32)

@@ -1,4 +1,4 @@
-# The C API of csrc/ as Cython sees it (fg_kernels.h, fg_forward.h, fg_sample.h) and the cdef classes of
+# The C API of csrc/ as Cython sees it (fg_kernels.h, fg_threads.h, fg_forward.h, fg_sample.h) and the cdef classes of
 # fastgguf._native. The only place Cython code declares the C contract.
 from libc.stdint cimport int32_t, int64_t, uint8_t, uint64_t
 
@@ -81,6 +81,11 @@ cdef extern from "fg_kernels.h" nogil:
     void fg_split_rows(int64_t n, int nth, int ith, int64_t align, int64_t *r0, int64_t *r1)
     void fg_prefetch_line(const void *p)  # a macro: a read hint for one cache line
 
+cdef extern from "fg_threads.h" nogil:
+    int fg_cpu_count()
+    const char *fg_thread_api()
+    const char *fg_compiler()
+
 
 # ---- the forward pass (csrc/fg_forward.h) ----
 cdef extern from "fg_forward.h" nogil:
@@ -129,6 +134,7 @@ cdef extern from "fg_forward.h" nogil:
 
     ctypedef struct fg_work:
         int n_batch, max_ctx, max_threads
+        int last_threads
 
     ctypedef struct fg_state:
         fg_kv kv

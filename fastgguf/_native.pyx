@@ -8,6 +8,9 @@ Runner: the forward pass of one conversation) and _sampling.pxi (samplers and th
 the C API and of the cdef classes are in _native.pxd."""
 import math
 import os
+import platform
+import sys
+import warnings
 from collections.abc import Mapping
 
 import numpy as np

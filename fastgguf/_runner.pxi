@@ -141,6 +141,7 @@ cdef class Runner:
             raise ValueError(f"n_ctx must be >= 1, got {n_ctx}")
         if n_threads < 1:
             raise ValueError(f"n_threads must be >= 1, got {n_threads}")
+        n_threads = _threads_for(n_threads)
         self.weights = weights
         self.n_vocab = weights.m.n_vocab
         self.n_ctx = n_ctx
@@ -162,7 +163,13 @@ cdef class Runner:
 
     @property
     def n_threads(self):
+        """Threads of each forward pass (1 on a build without threads, whatever was asked: see build_info)."""
         return self._n_threads
+
+    @property
+    def last_threads(self):
+        """Threads that ran the last forward pass (0 before the first): the C team's own count."""
+        return self.st.work.last_threads
 
     @property
     def kv_bytes(self):
@@ -183,6 +190,7 @@ cdef class Runner:
     def n_threads(self, int n):
         if n < 1:
             raise ValueError(f"n_threads must be >= 1, got {n}")
+        n = _threads_for(n)
         if fg_state_set_max_threads(&self.st, &self.weights.m, n) != 0:
             raise MemoryError()
         self._n_threads = n
@@ -243,6 +251,7 @@ cdef class Runner:
             rc = fg_forward(&self.weights.m, &self.st, &toks[0], n, pos, dst, all_logits, nth)
         if rc != 0:
             raise RuntimeError("fg_forward failed")
+        _check_team(nth, self.st.work.last_threads)
         memcpy(&self.ids[pos], &toks[0], n * sizeof(int32_t))
         self.n_past += n
         if all_logits:
@@ -324,6 +333,11 @@ cdef class Workspace:
     def max_threads(self):
         return self.w.max_threads
 
+    @property
+    def last_threads(self):
+        """Threads that ran the last forward pass on this workspace (0 before the first)."""
+        return self.w.last_threads
+
 
 _OUTPUTS = ("last", "all", "hidden")
 
@@ -345,6 +359,7 @@ def forward_batch(Weights w, Workspace ws, list runners, list token_lists, int n
         raise ValueError(f"{n} runners but {len(token_lists)} token lists")
     if n_threads < 1:
         raise ValueError(f"n_threads must be >= 1, got {n_threads}")
+    n_threads = _threads_for(n_threads)
     if ws.weights is not w:
         raise ValueError("the workspace belongs to other weights")
     outs = ["last"] * n if outputs is None else list(outputs)
@@ -416,6 +431,7 @@ def forward_batch(Weights w, Workspace ws, list runners, list token_lists, int n
     free(kvs)
     if rc != 0:
         raise RuntimeError("fg_forward_multi failed")
+    _check_team(n_threads, ws.w.last_threads)
     cdef int k, first = 0, lo_l = 0, lo_h = 0
     res = []
     for i in range(n):

@@ -6,6 +6,7 @@ table, and array-level quantize / dequantize / matmul (the same kernels the forw
     >>> kernels.active()           # chosen at import: the best available, or FASTGGUF_ISA
     >>> kernels.set_isa("scalar")  # force one for everything, the model's forward pass included (returns the previous)
     >>> kernels.type_table()       # every format: block size, bytes, activation type, kernels per ISA
+    >>> kernels.build_info()       # threads (and their API), compiler, compiled ISAs, platform of this build
 
 There is one kernel table in the process (fastgguf._native holds every C file once), so set_isa() reaches the
 forward pass, the samplers and these wrappers alike. FASTGGUF_ISA=<name> picks the instruction set at import: an
@@ -20,6 +21,7 @@ from fastgguf._native import (  # noqa: F401
     active_ext,
     available,
     block_size,
+    build_info,
     compiled,
     cpu_features,
     dequantize,
@@ -39,7 +41,7 @@ from fastgguf._native import (  # noqa: F401
     vec_dot_type,
 )
 
-__all__ = ["ISAS", "SUPPORTED_TYPES", "WEIGHT_TYPES", "active", "active_ext", "available", "block_size", "compiled",
-           "cpu_features", "dequantize", "ext_available", "ext_enabled", "ext_name", "gemv", "matmul", "quantize",
-           "quantize_as_llama_file", "read_bandwidth", "row_size", "set_ext", "set_isa", "type_table", "vec_dot",
-           "vec_dot_type"]
+__all__ = ["ISAS", "SUPPORTED_TYPES", "WEIGHT_TYPES", "active", "active_ext", "available", "block_size", "build_info",
+           "compiled", "cpu_features", "dequantize", "ext_available", "ext_enabled", "ext_name", "gemv", "matmul",
+           "quantize", "quantize_as_llama_file", "read_bandwidth", "row_size", "set_ext", "set_isa", "type_table",
+           "vec_dot", "vec_dot_type"]

@@ -22,7 +22,7 @@ import warnings
 import numpy as np
 
 from fastgguf import arch as _arch
-from fastgguf._native import Runner, Weights
+from fastgguf._native import Runner, Weights, _threads_for
 from fastgguf.engine.params import check_token_ids
 from fastgguf.engine.threads import check_n_threads, physical_cores  # noqa: F401  (physical_cores: public here)
 from fastgguf.errors import GGUFError
@@ -60,7 +60,8 @@ class Model:
         except BaseException:
             self.file.close()
             raise
-        self.n_threads = physical_cores() if n_threads is None else n_threads
+        # a build without threads runs 1: it says so (once) when more were asked, and never reports more
+        self.n_threads = _threads_for(physical_cores(), warn=False) if n_threads is None else _threads_for(n_threads)
         self._tokenizer = None
         self._tok_lock = threading.Lock()
 

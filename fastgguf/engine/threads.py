@@ -4,7 +4,9 @@ n_threads must be a positive int (a bool or a float is a TypeError, not silently
 MAX_THREADS_PER_CPU times the CPUs of the machine (ValueError above: 100000 threads crashed the OpenMP runtime);
 above the CPUs this process may run on (its affinity mask) it works but warns: threads then wait for each other's
 time slices (64 threads on 2 cores made decode 75x slower)."""
+import ctypes
 import os
+import sys
 import warnings
 
 __all__ = ["physical_cores", "usable_cpus", "check_n_threads", "MAX_THREADS_PER_CPU"]
@@ -21,11 +23,12 @@ def usable_cpus():
 
 
 def physical_cores():
-    """Physical cores this process may run on (affinity-aware; Linux topology when readable), at least 1."""
+    """Physical cores this process may run on (affinity-aware; Linux topology when readable), at least 1. The
+    default thread count: one thread per core, since a hyperthread pair shares the core's load units."""
     try:
         cpus = sorted(os.sched_getaffinity(0))
-    except AttributeError:
-        return max(1, (os.cpu_count() or 2) // 2)
+    except AttributeError:  # macOS, Windows: no affinity mask in os
+        return _cores_without_affinity()
     cores = set()
     try:
         for c in cpus:
@@ -35,6 +38,31 @@ def physical_cores():
     except OSError:
         return max(1, len(cpus))
     return max(1, len(cores))
+
+
+def _cores_without_affinity():
+    if sys.platform == "darwin":
+        # Apple Silicon has no SMT (cpu_count() // 2 would halve the threads): its performance cores, since a team
+        # splits rows evenly and an efficiency core would set everyone's pace; Intel Macs have no perflevels and
+        # hw.physicalcpu counts cores, not hyperthreads.
+        for name in ("hw.perflevel0.physicalcpu", "hw.physicalcpu"):
+            n = _sysctl_int(name)
+            if n and n > 0:
+                return n
+    # Windows (and the rest): os.cpu_count() counts logical CPUs. Halving it guesses SMT that many machines lack
+    # (most ARM laptops, many server SKUs); all logical CPUs at worst pairs two threads on a core.
+    return max(1, os.cpu_count() or 1)
+
+
+def _sysctl_int(name):
+    """An integer sysctl by name on macOS / BSD (sysctlbyname), or None where it is unknown or unreadable."""
+    try:
+        libc = ctypes.CDLL(None)
+        value, size = ctypes.c_int(0), ctypes.c_size_t(ctypes.sizeof(ctypes.c_int))
+        rc = libc.sysctlbyname(name.encode(), ctypes.byref(value), ctypes.byref(size), None, ctypes.c_size_t(0))
+    except (OSError, AttributeError):
+        return None
+    return value.value if rc == 0 and size.value == ctypes.sizeof(ctypes.c_int) else None
 
 
 def max_threads():

@@ -12,7 +12,7 @@ gguf = pytest.importorskip("gguf")
 
 from fastgguf.gguf import GGUFError  # noqa: E402
 from fastgguf.engine.model import Context, Model  # noqa: E402
-from fastgguf.kernels import available as kernels_available  # noqa: E402
+from fastgguf.kernels import available as kernels_available, build_info  # noqa: E402
 
 HERE = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))  # tests/
 REF = os.path.join(HERE, "data", "smollm2-q4_1-logits.json")        # llama.cpp (see its README in shared/reference)
@@ -236,6 +236,27 @@ def test_threads_give_same_logits(model, reference):
     for other in res[1:]:
         for x, y in zip(res[0], other):
             np.testing.assert_array_equal(x, y)
+
+
+def test_two_threads_really_run_two(model, reference):
+    """The C team counts the threads that ran each pass (fg_parallel's own tally, not the number asked), so a
+    build or a pool that quietly ran one thread fails here; and 2 threads give 1 thread's logits bit for bit."""
+    if not build_info()["threads"]:
+        pytest.skip("a FASTGGUF_NO_THREADS build (tests/engine/test_threads.py checks its warning)")
+    ids = reference[0]["prompt_ids"] + reference[0]["greedy_ids"][:4]
+    one, two = model.context(32, n_threads=1), model.context(32, n_threads=2)
+    assert two.runner.last_threads == 0  # no pass yet
+    a = one.eval(ids[:-1], all_logits=True), one.runner.step_py(ids[-1])
+    b = two.eval(ids[:-1], all_logits=True)
+    assert (one.runner.last_threads, two.runner.last_threads) == (1, 2)
+    b = b, two.runner.step_py(ids[-1])  # decode: the team's workers are reused
+    assert two.runner.last_threads == 2
+    for x, y in zip(a, b):
+        np.testing.assert_array_equal(x, y)
+    two.rewind(0)
+    two.n_threads = 1  # fewer than the team has: the extra worker stays asleep
+    np.testing.assert_array_equal(two.eval(ids[:-1], all_logits=True), a[0])
+    assert two.runner.last_threads == 1
 
 
 def test_two_contexts_in_two_threads(model, reference):
