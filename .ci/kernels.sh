@@ -162,7 +162,17 @@ std_header stdlib.h 'void *malloc(size_t); void *calloc(size_t, size_t); void *r
     'char *getenv(const char *);'
 std_header malloc.h 'void *_aligned_malloc(size_t, size_t); void _aligned_free(void *);'
 std_header setjmp.h 'typedef struct { unsigned long long p[32]; } jmp_buf[1];' # for <intrin.h>
-std_header windows.h '__declspec(dllimport) int __stdcall IsProcessorFeaturePresent(unsigned long);'
+std_header windows.h '#include <stdint.h>' 'typedef void *HANDLE; typedef unsigned long DWORD; typedef int BOOL;' \
+    'typedef unsigned short WORD; typedef size_t SIZE_T;' '#define INFINITE 0xFFFFFFFFul' \
+    '#define ALL_PROCESSOR_GROUPS 0xffff' \
+    '__declspec(dllimport) int __stdcall IsProcessorFeaturePresent(unsigned long);' \
+    '__declspec(dllimport) BOOL __stdcall WaitOnAddress(volatile void *, void *, SIZE_T, DWORD);' \
+    '__declspec(dllimport) void __stdcall WakeByAddressAll(void *);' \
+    '__declspec(dllimport) DWORD __stdcall WaitForSingleObject(HANDLE, DWORD);' \
+    '__declspec(dllimport) BOOL __stdcall CloseHandle(HANDLE);' \
+    '__declspec(dllimport) DWORD __stdcall GetActiveProcessorCount(WORD);'
+std_header process.h '#include <stdint.h>' \
+    'uintptr_t _beginthreadex(void *, unsigned, unsigned (__stdcall *)(void *), void *, unsigned, unsigned *);'
 std_header math.h '#define INFINITY __builtin_huge_valf()' '#define NAN __builtin_nanf("")' \
     '#define isnan(x) __builtin_isnan(x)' '#define isinf(x) __builtin_isinf(x)' \
     'float expf(float); float logf(float); float sqrtf(float); float tanhf(float); float fabsf(float);' \
