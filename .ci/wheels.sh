@@ -8,7 +8,8 @@
 #     --only-binary, so nothing gets compiled on the way). aarch64: Debian's arm64 CPython 3.11, unpacked (not
 #     installed) into a sysroot and run under qemu-user, with the wheel and its dependencies installed for aarch64
 #     by the host pip. There: it is imported from where it was installed (not from the source tree), holds the
-#     ISA the CPU needs (avx2 / neon), was built with threads (once kernels.build_info() exists), generates the
+#     ISA the CPU needs (avx2 / neon), was built with threads (once kernels.build_info() exists) and runs a forward
+#     pass on 2 of them with 1 thread's logits bit for bit, generates the
 #     expected greedy text with the default model on every ISA (when cached), and passes tests/test_kernels.py and
 #     tests/test_kquants.py (aarch64 also tests/engine/test_model.py -k greedy, with dotprod and without).
 # The aarch64 wheel is a cross build: Debian's arm64 Python headers come first in CFLAGS, numpy's headers and
@@ -86,6 +87,14 @@ path = hub.default_model_path(download=False)
 if not os.path.exists(path):
     print("!!!!! SKIPPED: greedy generation NOT checked: default model not cached at " + path + " !!!!!")
     sys.exit(0)
+# the forward pass on 2 threads of the build's own pool: both ran (the team's own count), and the logits are 1
+# thread's bit for bit
+ids = fastgguf.Model(path, n_threads=1).tokenize("The capital of France is")
+one = fastgguf.Model(path, n_threads=1).context(32).eval(ids)
+ctx2 = fastgguf.Model(path, n_threads=2).context(32)
+two = ctx2.eval(ids)
+print("threads: 2 asked,", ctx2.runner.last_threads, "ran; logits equal to 1 thread's:", bool((one == two).all()))
+assert ctx2.runner.last_threads == 2 and (one == two).all()
 model = fastgguf.Model(path)
 for name in kernels.available():
     kernels.set_isa(name)
