@@ -1,5 +1,6 @@
 #!/usr/bin/env bash
 # Kernel checks outside Python (called by .ci/run):
+#   (a0) every csrc file is ISO C (gcc -std=c11 -pedantic -Werror), with and without SIMD;
 #   (a) tests/c/test_kernels.c under AddressSanitizer + UBSan with gcc, on this machine's ISAs, and built with
 #       -DFG_NO_SIMD (scalar only: an ISA whose code is not compiled in must not be available);
 #   (a4) tests/c/test_threads.c (the team of csrc/fg_threads.c) under ASan + UBSan and ThreadSanitizer, with the
@@ -31,6 +32,16 @@ run_test() { # name, command...: runs it, demands the closing line with 0 failed
     grep -v '^FAIL' "$log" | tail -n 6
     grep -Eq '^(kernels|threads): [0-9]+ passed, 0 failed$' "$log" || { echo "FAILED: $name (no clean summary)"; exit 1; }
 }
+
+# (a0) ISO C: every csrc file under gcc -std=c11 -pedantic -Werror, with and without SIMD (MSVC rejects what
+# -pedantic finds, such as empty initializers; implicit declarations are errors on newer compilers)
+for f in csrc/*.c; do
+    for simd in "" -DFG_NO_SIMD; do
+        gcc -std=c11 -pedantic -Werror -Wall -Wno-unused-function $simd -Icsrc -c "$f" -o "$OUT/pedantic.o" \
+            || { echo "FAILED: gcc -std=c11 -pedantic $simd $f"; exit 1; }
+    done
+done
+echo "== pedantic: $(ls csrc/*.c | wc -l) files clean under gcc -std=c11 -pedantic -Werror"
 
 # (a) sanitizers
 gcc $CFLAGS -fsanitize=address,undefined -fno-sanitize-recover=all -fno-omit-frame-pointer -g -O1 \

@@ -1,4 +1,7 @@
 /* The llama-family forward pass (see fg_forward.h). */
+#if !defined(_WIN32) && !defined(_DEFAULT_SOURCE)
+#define _DEFAULT_SOURCE 1 /* POSIX and BSD declarations (posix_memalign) under -std=c11 too */
+#endif
 #include <stdlib.h>
 #include <string.h>
 #include "fg_forward.h"

@@ -9,6 +9,9 @@
  * slower when the 2 cores were shared with other processes; OpenMP's barrier spins ~300k times). Sleeping is a
  * futex on Linux, WaitOnAddress on Windows (MSVC, clang-cl) and a mutex + condition variable elsewhere (macOS,
  * BSDs, mingw); a sleepers count lets the waker skip the system call when nobody sleeps. */
+#if !defined(_WIN32) && !defined(_DEFAULT_SOURCE)
+#define _DEFAULT_SOURCE 1 /* POSIX and BSD declarations (syscall, sigfillset, pthread_sigmask) under -std=c11 too */
+#endif
 #include "fg_threads.h"
 
 #include <stdlib.h>
