@@ -97,37 +97,21 @@ fi
 
 # (c) zig cross-compiles: the C must build where the wheels are built (macOS clang, Windows) with nothing undefined
 # at link time (a missing platform fallback shows up here, not at import on a user's machine). The flags are
-# setup.py's for gcc/clang, at -O1 to save time. zig builds each target's libc pieces (the MinGW CRT: 1.5-3 min on
-# 2 cores) once into its cache, kept between runs with zig itself. New csrc files are picked up by the glob; per-target link libraries below.
+# setup.py's for gcc/clang, at -O1 to save time. zig builds each target's libc pieces once into its cache (.ci/zig.sh).
+# New csrc files are picked up by the glob.
 ZIG_TARGETS="x86_64-macos aarch64-macos x86_64-windows-gnu"
 ZIG_COMPILE_ONLY="aarch64-windows-gnu"
-zig_libs() { # target -> extra link flags. macOS: pthreads are in libSystem. Windows: WaitOnAddress (fg_threads.c) is
-    # in no import library zig's MinGW links by default and it has no -lsynchronization (MSVC's name): the API set's
-    # (checked: links, imports api-ms-win-core-synch-l1-2-0.dll; unused, it adds nothing)
-    case $1 in
-    *windows*) echo "-lapi-ms-win-core-synch-l1-2-0" ;;
-    *) echo "" ;;
-    esac
-}
 ZIG_CFLAGS="-O1 -std=gnu11 -fvisibility=hidden -ffp-contract=off -fno-strict-aliasing -Wall -Wno-unused-function
             -Wno-unknown-pragmas"
-ZIG_VERSION=0.17.1
-ZIG_HOME="${XDG_CACHE_HOME:-$HOME/.cache}/fastgguf-zig"
-# zig's cache keys on where zig is installed: its venv must keep one path too, or the MinGW CRT is rebuilt each run
-ZIG_VENV="$ZIG_HOME/venv-$ZIG_VERSION"
-if ! "$ZIG_VENV/bin/python" -m ziglang version 2>/dev/null | grep -qx "$ZIG_VERSION"; then
-    rm -rf "$ZIG_VENV"
-    if ! { python3 -m venv "$ZIG_VENV" && "$ZIG_VENV/bin/python" -m pip install -q --disable-pip-version-check \
-            "ziglang==$ZIG_VERSION"; } >"$OUT/zig-install.log" 2>&1; then
-        tail -n 5 "$OUT/zig-install.log"
-        echo "!!!!! SKIPPED: zig cross-compiles NOT done (pip could not install ziglang) !!!!!"
-        echo "kernels.sh: all passed (zig cross-compiles skipped)"
-        exit 0
-    fi
+# shellcheck source=.ci/zig.sh
+source .ci/zig.sh
+if ! zig_install "$OUT/zig-install.log"; then
+    tail -n 5 "$OUT/zig-install.log"
+    echo "!!!!! SKIPPED: zig cross-compiles NOT done (pip could not install ziglang) !!!!!"
+    echo "kernels.sh: all passed (zig cross-compiles skipped)"
+    exit 0
 fi
-export ZIG_GLOBAL_CACHE_DIR="$ZIG_HOME/cache"
-export ZIG_LOCAL_CACHE_DIR="$ZIG_GLOBAL_CACHE_DIR"
-ZIGCC="$ZIG_VENV/bin/python -m ziglang cc"
+ZIGCC="$ZIG_PY -m ziglang cc"
 zig_compile() { # target: every csrc/*.c to $OUT/zig-<target>/*.o, two at a time; shows warnings, fails on errors
     local t=$1 dir="$OUT/zig-$1/obj" root=$PWD
     mkdir -p "$dir"
@@ -147,8 +131,8 @@ for t in $ZIG_TARGETS $ZIG_COMPILE_ONLY; do
     *" $t "*)
         case $t in *windows*) lib="$OUT/zig-$t/fastgguf_c.dll" ;; *) lib="$OUT/zig-$t/libfastgguf_c.dylib" ;; esac
         # zig's linkers refuse undefined symbols in a shared library by default (checked: MachO and COFF)
-        # shellcheck disable=SC2046
-        $ZIGCC -target "$t" -shared "$OUT/zig-$t"/obj/* $(zig_libs "$t") -o "$lib" >"$OUT/zig-$t-link.log" 2>&1 \
+        # shellcheck disable=SC2086
+        $ZIGCC -target "$t" -shared "$OUT/zig-$t"/obj/* -o "$lib" >"$OUT/zig-$t-link.log" 2>&1 \
             || { cat "$OUT/zig-$t-link.log"; echo "FAILED: zig link -target $t"; exit 1; }
         echo "linked $(basename "$lib"), $(( SECONDS - start )) s" ;;
     *) echo "compiled, $(( SECONDS - start )) s" ;;
@@ -191,9 +175,9 @@ std_header math.h '#define INFINITY __builtin_huge_valf()' '#define NAN __builti
     'float cosf(float); float erff(float); float fmaxf(float, float); float fminf(float, float);' \
     'double exp(double); double log(double); double sqrt(double); double pow(double, double);' \
     'double sin(double); double cos(double); double fabs(double); double tanh(double);'
-CLANG_INC=$("$ZIG_VENV/bin/python" -c \
+CLANG_INC=$("$ZIG_PY" -c \
     "import ziglang, os; print(os.path.join(os.path.dirname(ziglang.__file__), 'lib', 'include'))")
-CLANG_CL="$ZIG_VENV/bin/python -m ziglang clang --driver-mode=cl"
+CLANG_CL="$ZIG_PY -m ziglang clang --driver-mode=cl"
 for arch in x86_64 aarch64; do
     echo "== clang-cl $arch (zig clang --driver-mode=cl)"
     start=$SECONDS

