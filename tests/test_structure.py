@@ -3,7 +3,9 @@
 - one native kernel module, so one kernel table: set_isa() / FASTGGUF_ISA reach the model's forward pass;
 - a bad FASTGGUF_ISA fails `import fastgguf` itself, listing the valid values;
 - an ISA is available only if its code was compiled in;
-- no import cycles between fastgguf's modules;
+- no import cycles between fastgguf's modules, function-level imports included;
+- imports run one way: server -> openai -> engine -> arch/tokenizer/gguf -> kernels (no lower layer imports a
+  higher one);
 - the C type table is the one owner of format facts;
 - the README's public names import."""
 import ast
@@ -111,14 +113,15 @@ def test_env_isa_reaches_the_model(default_model_path):
 
 
 def _module_imports():
-    """{module: set of fastgguf modules it imports at module level (not inside functions)}."""
+    """{module: set of fastgguf modules it imports, anywhere in the file: a function-local import is still a
+    dependency (0.2.0's engine/openai.py reached up into server/engine.py from inside functions, unseen)."""
     graph = {}
     for path in glob.glob(os.path.join(PKG, "**", "*.py"), recursive=True):
         rel = os.path.relpath(path, ROOT)[:-3].replace(os.sep, ".")
         mod = rel[:-len(".__init__")] if rel.endswith(".__init__") else rel
         pkg = mod if rel.endswith(".__init__") else mod.rsplit(".", 1)[0]
         deps = set()
-        for node in ast.parse(open(path, encoding="utf-8").read()).body:  # module level only
+        for node in ast.walk(ast.parse(open(path, encoding="utf-8").read())):  # every level
             if isinstance(node, ast.Import):
                 deps |= {a.name for a in node.names}
             elif isinstance(node, ast.ImportFrom):
@@ -131,13 +134,18 @@ def _module_imports():
     return {m: {d for d in deps if d in graph and d != m} for m, deps in graph.items()}
 
 
+def _edges(graph, m):
+    # a package's __init__ importing its own submodules is how packages re-export; `from fastgguf.x import y` also
+    # names the package fastgguf.x, which is no dependency of x's own submodules.
+    return {d for d in graph[m] if not (m.startswith(d + ".") and d in graph)}
+
+
 def test_no_import_cycles():
-    """0.1.0 had chat <-> generate (through a private _check_stop) and arch/__init__ <-> arch/llama."""
+    """0.1.0 had chat <-> generate (through a private _check_stop) and arch/__init__ <-> arch/llama. Imports inside
+    functions count: one of them closing a loop is a cycle too."""
     graph = _module_imports()
-    # a package's __init__ importing its own submodules is how packages re-export; a cycle is a submodule that
-    # imports back something other than its package.
     def edges(m):
-        return {d for d in graph[m] if not (m.startswith(d + ".") and d in graph)}
+        return _edges(graph, m)
     state, stack = {}, []
 
     def visit(m):
@@ -155,6 +163,38 @@ def test_no_import_cycles():
         if m not in state:
             visit(m)
     assert "fastgguf.engine.generate" not in graph["fastgguf.engine.params"]
+
+
+# The layers, lowest first (ARCHITECTURE.md): a module is in the layer of its longest listed prefix.
+LAYERS = [
+    # engine.threads counts CPUs and imports nothing of fastgguf: the quantizer (gguf) uses it as well as the engine
+    ("fastgguf.errors", "fastgguf.kernels", "fastgguf._native", "fastgguf.engine.threads"),
+    ("fastgguf.gguf", "fastgguf.tokenizer", "fastgguf.arch", "fastgguf.hub"),
+    ("fastgguf.engine",),
+    ("fastgguf.openai",),
+    ("fastgguf.server",),
+    ("fastgguf.cli", "fastgguf.__main__", "fastgguf"),  # fastgguf/__init__.py: the public API, re-exports
+]
+
+
+def _layer(mod):
+    best = None
+    for i, prefixes in enumerate(LAYERS):
+        for p in prefixes:
+            if (mod == p or mod.startswith(p + ".")) and (best is None or len(p) > len(best[1])):
+                best = (i, p)
+    assert best is not None, f"{mod} is in no layer: add it to LAYERS"
+    return best[0]
+
+
+def test_imports_run_one_way():
+    """No module imports a module of a higher layer (engine/openai.py imported server/engine.py; server/ray.py
+    imported the CLI's load_model)."""
+    graph = _module_imports()
+    up = sorted(f"{m} (layer {_layer(m)}) imports {d} (layer {_layer(d)})"
+                for m in graph for d in _edges(graph, m) if _layer(d) > _layer(m))
+    assert not up, "\n".join(up)
+    assert _layer("fastgguf.server.app") > _layer("fastgguf.openai.protocol") > _layer("fastgguf.engine.scheduler")
 
 
 @pytest.mark.parametrize("mod", ["fastgguf.engine.chat", "fastgguf.engine.generate", "fastgguf.arch.llama",

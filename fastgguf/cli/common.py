@@ -52,12 +52,13 @@ def sampling_params(args) -> SamplingParams:
 
 
 def load_model(args):
-    from fastgguf.engine.model import Model
+    """The public fastgguf.Model (create_* included) of -m, through the catalogue."""
+    import fastgguf
     from fastgguf import hub
     path = hub.resolve(args.model)
     if args.threads is not None and args.threads < 1:
         raise ValueError(f"--threads must be >= 1, got {args.threads}")
-    return Model(path, n_threads=args.threads)
+    return fastgguf.Model(path, n_threads=args.threads)
 
 
 def make_context(model, args):

@@ -23,8 +23,10 @@ from typing import List, Optional
 
 from fastgguf._native import Runner, Sampler, generate_ids
 from fastgguf.engine.params import SamplingParams, check_token_ids
+from fastgguf.engine.sequence import Sequence
 
-__all__ = ["generate", "GenerationResult", "GenerationStream", "Usage", "Timings", "make_sampler", "StopText"]
+__all__ = ["generate", "GenerationResult", "GenerationStream", "Usage", "Timings", "make_sampler",
+           "reusable_prefix"]
 
 CTX_ROUND = 256  # a fresh context is sized to prompt + max_tokens rounded up to this
 
@@ -111,76 +113,15 @@ def reusable_prefix(context, ids):
     return reusable(keep) if reusable is not None else keep
 
 
-def _longest_partial(text, stops):
-    """Length of the longest suffix of text that is a proper prefix of some stop string."""
-    best = 0
-    for s in stops:
-        for k in range(min(len(s) - 1, len(text)), best, -1):
-            if text.endswith(s[:k]):
-                best = k
-                break
-    return best
-
-
-def _find_stop(text, stops):
-    """Index of the earliest stop string in text, -1 if none."""
-    return min((i for i in (text.find(s) for s in stops) if i >= 0), default=-1)
-
-
-class StopText:
-    """Streaming stop-string filter: feed decoded text pieces, get back what may be emitted now.
-
-    Text that could be the start of a stop string is held back until it is known not to be one, so a stop string is
-    never emitted, even when it arrives split across tokens. Used by generate() and by the server's Engine.
-
-        st = StopText(("\n\n",))
-        out = st.feed(piece)       # text safe to emit now ('' while held back)
-        if st.stopped: ...         # a stop string was found: out is the text before it; feed no more
-        out = st.flush(tail)       # at the end: the held-back text (plus a decoder's flushed tail), stop applied
-    """
-    __slots__ = ("stops", "pending", "stopped")
-
-    def __init__(self, stops=()):
-        self.stops = list(stops)
-        self.pending = ""
-        self.stopped = False
-
-    def feed(self, text):
-        pending = self.pending + text
-        hold = 0
-        if self.stops:
-            cut = _find_stop(pending, self.stops)
-            if cut >= 0:
-                self.pending, self.stopped = "", True
-                return pending[:cut]
-            hold = _longest_partial(pending, self.stops)
-        if len(pending) > hold:
-            self.pending = pending[len(pending) - hold:]
-            return pending[:len(pending) - hold]
-        self.pending = pending
-        return ""
-
-    def flush(self, tail=""):
-        """Everything still held back (with `tail` appended), cut at a stop string it completes."""
-        pending, self.pending = self.pending + tail, ""
-        cut = _find_stop(pending, self.stops) if self.stops else -1
-        if cut >= 0:
-            self.stopped = True
-            return pending[:cut]
-        return pending
-
-
-def _python_decode(context, c_eval, sampler, max_tokens, eog, logits):
-    """Reference decode loop for contexts without a compiled Runner (test fakes): same contract as generate_ids."""
+def _python_decode(context, c_eval, seq, max_tokens, logits):
+    """Reference decode loop for contexts without a compiled Runner (test fakes): same contract as generate_ids
+    (the last yielded token is not evaluated)."""
     n = 0
     while n < max_tokens:
-        tok = sampler.sample(logits)
-        sampler.accept(tok)
+        tok = seq.sample(logits)
         n += 1
         yield tok
-        if tok in eog:
-            return
-        if context.n_past >= context.n_ctx:
+        if tok in seq.eog or n >= max_tokens or context.n_past >= context.n_ctx:
             return
         logits = c_eval([tok])
 
@@ -261,13 +202,12 @@ def generate(model, prompt, params=None, *, stream=False, context=None, add_spec
             hasattr(context, a) for a in ("eval", "reset", "rewind", "tokens", "n_past", "n_ctx")):
         raise TypeError(f"context must be a fastgguf.Context (model.context()), got {type(context).__name__}")
     params = SamplingParams.from_args(params, **sampling)
-    max_tokens, stops = params.max_tokens, list(params.stop)
-    repeat_penalty, repeat_last_n = params.repeat_penalty, params.repeat_last_n
+    max_tokens = params.max_tokens
     tokenizer = model.tokenizer
     n_vocab = int(getattr(model, "n_vocab", None) or tokenizer.n_vocab)
-    sampler = Sampler(params, n_vocab=n_vocab)
     ids = _prompt_ids(tokenizer, prompt, n_vocab, add_special, parse_special)
     n_prompt = len(ids)
+    seq = Sequence(model, ids, params)  # bad sampling fields (logit_bias ids) fail here, before any context
 
     n_ctx_train = int(getattr(model, "n_ctx_train", 0) or 0)
     if context is None:
@@ -282,7 +222,7 @@ def generate(model, prompt, params=None, *, stream=False, context=None, add_spec
     if n_prompt > context.n_ctx:
         raise ValueError(f"the prompt has {n_prompt} tokens but the context holds only n_ctx={context.n_ctx} tokens")
     if max_tokens is None:
-        max_tokens = context.n_ctx - n_prompt + 1
+        max_tokens = seq.max_tokens = context.n_ctx - n_prompt + 1
 
     def run(st):
         # the stream owns the context (see GenerationStream); each step runs inside claim.guard()
@@ -300,51 +240,30 @@ def generate(model, prompt, params=None, *, stream=False, context=None, add_spec
         st.timings.prompt_tokens_per_second = _rate(n_prompt - keep, t1 - t0)
         st.usage = Usage(prompt_tokens=n_prompt, completion_tokens=0, total_tokens=n_prompt, cached_tokens=keep)
 
-        if repeat_penalty != 1.0 and repeat_last_n != 0:
-            sampler.accept_many(ids if repeat_last_n < 0 else ids[-repeat_last_n:], generated=False)
-        eog = set(int(e) for e in tokenizer.eog_ids)
+        # the Cython loop samples with the sequence's sampler (and its constraint); seq.advance does the rest
         if isinstance(getattr(context, "runner", None), Runner):
-            id_iter = generate_ids(context.runner, sampler, max_tokens, eog, logits=logits)
+            more = {} if seq.constraint is None else {"constraint": seq.constraint}
+            id_iter = generate_ids(context.runner, seq.sampler, max_tokens, seq.eog, logits=logits, **more)
         else:
-            id_iter = _python_decode(context, c_eval, sampler, max_tokens, eog, logits)
+            id_iter = _python_decode(context, c_eval, seq, max_tokens, logits)
 
-        decoder = tokenizer.streaming_decoder()
-        stopper = StopText(stops)  # holds back text that may be the start of a stop string
-        sampled = []       # every id the loop gave, end-of-generation token included
-        finish = "length"  # also when the context is full
         gen_time = 0.0
         t = time.perf_counter()
         try:
-            while True:
+            while seq.finish_reason is None:
                 with claim.guard():
                     tok = next(id_iter, None)
-                if tok is None:
-                    break
-                sampled.append(tok)
-                if tok in eog:
-                    finish = "stop"
-                    break
-                st.token_ids.append(tok)
-                out = stopper.feed(decoder.feed(tok))
-                if stopper.stopped:
-                    finish = "stop"
-                    break
-                if out:
+                step = seq.advance(tok) if tok is not None else seq.finish("length")  # None: the context is full
+                if not step.eog and step.token is not None:
+                    st.token_ids.append(tok)
+                if step.finish is not None:
+                    st.finish_reason = step.finish
+                if step.text or step.finish is not None:
                     gen_time += time.perf_counter() - t
                     _update(st, gen_time)
-                    yield out
+                    if step.text:
+                        yield step.text
                     t = time.perf_counter()
-            if stopper.stopped:
-                pending = out
-            else:
-                pending = stopper.flush(decoder.flush())
-                if stopper.stopped:  # completed by the flushed bytes
-                    finish = "stop"
-            st.finish_reason = finish
-            gen_time += time.perf_counter() - t
-            _update(st, gen_time)
-            if pending:
-                yield pending
         finally:
             close = getattr(id_iter, "close", None)
             if close is not None:

@@ -23,6 +23,8 @@ import numpy as np
 
 from fastgguf import arch as _arch
 from fastgguf._native import Runner, Weights, _threads_for
+from fastgguf.engine.chat import chat as _chat
+from fastgguf.engine.generate import generate as _generate
 from fastgguf.engine.params import check_token_ids
 from fastgguf.engine.threads import check_n_threads, physical_cores  # noqa: F401  (physical_cores: public here)
 from fastgguf.errors import GGUFError
@@ -41,7 +43,10 @@ class Model:
     process with SIGBUS on the next read, and rewriting it in place silently changes the weights. mmap=False
     reads the weights into private memory (slower to load, memory not shared; the file may then change or go
     away). `fastgguf pull` never rewrites a cached model in place: it replaces the file by an atomic rename, which
-    leaves a model that maps the old file intact."""
+    leaves a model that maps the old file intact.
+
+    The public `fastgguf.Model` is fastgguf.openai.client.Model, this class plus the OpenAI-style create_*
+    methods (that layer sits above the engine)."""
 
     def __init__(self, path, n_threads=None, mmap=True):
         if n_threads is not None:
@@ -104,37 +109,11 @@ class Model:
 
     def generate(self, prompt, params=None, **kwargs):
         """See fastgguf.engine.generate.generate (params: a SamplingParams; keywords build or override it)."""
-        from fastgguf.engine.generate import generate
-        return generate(self, prompt, params, **kwargs)
+        return _generate(self, prompt, params, **kwargs)
 
     def chat(self, messages, params=None, **kwargs):
         """See fastgguf.engine.chat.chat."""
-        from fastgguf.engine.chat import chat
-        return chat(self, messages, params, **kwargs)
-
-    def create_completion(self, prompt, **kwargs):
-        """OpenAI-style completion in-process (llama-cpp-python's name): the dict fastgguf's server sends for
-        /v1/completions, or an iterator of chunk dicts with stream=True. See fastgguf.engine.openai."""
-        from fastgguf.engine.openai import create_completion
-        return create_completion(self, prompt, **kwargs)
-
-    def create_chat_completion(self, messages, **kwargs):
-        """OpenAI-style chat completion in-process: the dict the server sends for /v1/chat/completions, or an
-        iterator of chunk dicts with stream=True. See fastgguf.engine.openai."""
-        from fastgguf.engine.openai import create_chat_completion
-        return create_chat_completion(self, messages, **kwargs)
-
-    def create_embedding(self, input, **kwargs):
-        """OpenAI-style embeddings in-process (llama-cpp-python's name): the dict the server sends for
-        /v1/embeddings. A vector is the final hidden state (after the output norm, before the lm_head) mean-pooled
-        over the input's tokens and L2-normalized. See fastgguf.engine.openai.create_embedding."""
-        from fastgguf.engine.openai import create_embedding
-        return create_embedding(self, input, **kwargs)
-
-    def embed(self, input):
-        """The embedding (list of floats) of a string or token ids; a list of them for a list of inputs."""
-        from fastgguf.engine.openai import embed
-        return embed(self, input)
+        return _chat(self, messages, params, **kwargs)
 
 
 class _Claim:

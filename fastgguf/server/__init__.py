@@ -3,19 +3,21 @@
     from fastgguf.server import create_app
     app = create_app(fastgguf.Model(path), parallel=4)     # an ASGI app (FastAPI): serve it with uvicorn
 
-engine.py is the continuous-batching thread (no web framework), schemas.py the pydantic models of every request and
-response, app.py the routes. The request/response shaping itself is fastgguf.engine.openai, which the in-process
-API (Model.create_completion / create_chat_completion) uses too.
+HTTP only: app.py builds the app (state: the model and its Scheduler), routes.py the routes (module level),
+sse.py frames streams, errors.py turns every exception into OpenAI's error shape, limits.py checks the API key and
+the body size, schemas.py holds the pydantic models of every request and response. The batching thread is
+fastgguf.engine.scheduler; the request/response shaping is fastgguf.openai, which the in-process API
+(Model.create_completion / create_chat_completion) uses too.
 """
 
 __all__ = ["create_app", "Engine"]
 
 
-def __getattr__(name):
+def __getattr__(name):  # lazily: importing fastgguf.server must not need fastapi
     if name == "create_app":
         from fastgguf.server.app import create_app
         return create_app
-    if name == "Engine":
-        from fastgguf.server.engine import Engine
+    if name == "Engine":  # the batching thread, fastgguf.engine.scheduler.Scheduler, by its older name
+        from fastgguf.engine.scheduler import Engine
         return Engine
     raise AttributeError(name)

@@ -17,18 +17,22 @@ Serve's router, not in a replica's queue, and go to whichever replica frees a sl
 takes only the requests it was decoding with it; Serve starts a new one and the waiting requests are served by the
 others meanwhile.
 
-Model files: `model` is what ``-m`` takes, resolved on each replica's node by fastgguf.cli.common.load_model (the same
-catalogue and cache as the CLI, downloading on first use), or a path that must exist on every node (a shared file
-system, or the same file copied to the same path).
+Model files: `model` is what ``-m`` takes, resolved on each replica's node through the catalogue (fastgguf.hub.resolve:
+the same catalogue and cache as the CLI, downloading on first use), or a path that must exist on every node (a shared
+file system, or the same file copied to the same path).
 """
 from __future__ import annotations
 
-import argparse
 import importlib
 import os
 import time
 
 from ray import serve
+
+import fastgguf
+from fastgguf import hub
+from fastgguf.engine.threads import physical_cores
+from fastgguf.server.app import create_app
 
 __all__ = ["FastGGUFServer", "deployment", "default_threads"]
 
@@ -54,7 +58,6 @@ def _resolve(model):
 
 def default_threads(replicas):
     """Threads per replica when not given: this machine's physical cores shared by `replicas`, at least 1."""
-    from fastgguf.engine.threads import physical_cores
     return max(1, physical_cores() // max(1, int(replicas)))
 
 
@@ -67,10 +70,8 @@ class FastGGUFServer:
     # (attributes are prefixed: Serve's ingress wrapper has its own `app`)
     def __init__(self, model, threads, parallel=4, n_ctx=None, api_key=None, max_queue=64,
                  max_body_bytes=8 << 20, ping_interval=5.0):
-        from fastgguf.cli.common import load_model
-        from fastgguf.server.app import create_app
         t0 = time.perf_counter()
-        self.fg_model = load_model(argparse.Namespace(model=model, threads=threads))
+        self.fg_model = fastgguf.Model(hub.resolve(model), n_threads=threads)
         self.fg_app = create_app(self.fg_model, parallel=parallel, n_ctx=n_ctx, n_threads=threads, api_key=api_key,
                               max_queue=max_queue, max_body_bytes=max_body_bytes, ping_interval=ping_interval)
         self.fg_engine = _find_engine(self.fg_app)

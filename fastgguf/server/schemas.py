@@ -1,8 +1,8 @@
 """Pydantic models of every request and response of the HTTP API (OpenAI's shapes).
 
 Request models type each field loosely where fastgguf validates it itself: sampling fields are checked by
-SamplingParams (the one owner of that validation) through fastgguf.engine.openai, which also builds the response
-dicts; the response models here describe those dicts (FastAPI validates them and shows them in /docs).
+SamplingParams (the one owner of that validation) through fastgguf.openai.protocol; fastgguf.openai.responses
+builds the response dicts; the response models here describe those dicts (FastAPI validates them and shows them in /docs).
 """
 from typing import Any, Dict, List, Literal, Optional, Union
 

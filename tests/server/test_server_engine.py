@@ -6,7 +6,7 @@ import threading
 import pytest
 
 from fastgguf.engine.params import SamplingParams
-from fastgguf.server.engine import Engine, QueueFull, Request
+from fastgguf.engine.scheduler import Delta, Done, Embedding, Engine, Error, Finish, PromptLogprobs, QueueFull, Request, Start
 
 
 def run(engine, prompt_ids, params, **kw):
@@ -16,14 +16,14 @@ def run(engine, prompt_ids, params, **kw):
     texts, finish, usage = {}, {}, None
     while usage is None:
         for ev in q.get():
-            if ev[0] == "delta":
-                texts[ev[1]] = texts.get(ev[1], "") + ev[2]
-            elif ev[0] == "finish":
-                finish[ev[1]] = ev[2]
-            elif ev[0] == "done":
-                usage = ev[1]
-            elif ev[0] == "error":
-                raise ev[1]
+            if isinstance(ev, Delta):
+                texts[ev.index] = texts.get(ev.index, "") + ev.text
+            elif isinstance(ev, Finish):
+                finish[ev.index] = ev.reason
+            elif isinstance(ev, Done):
+                usage = ev.usage
+            elif isinstance(ev, Error):
+                raise ev.error
     return texts, finish, usage
 
 
@@ -94,10 +94,10 @@ def events_of(engine, req):
     req.sink = q.put
     engine.submit(req)
     evs = []
-    while not evs or evs[-1][0] != "done":
+    while not evs or not isinstance(evs[-1], Done):
         evs += q.get(timeout=120)
-        if evs[-1][0] == "error":
-            raise evs[-1][1]
+        if isinstance(evs[-1], Error):
+            raise evs[-1].error
     return evs
 
 
@@ -132,9 +132,9 @@ def test_embedding_under_load_equals_alone(model):
     e = Engine(model, parallel=5, n_ctx=256, chunk=16).start()
     try:
         alone = events_of(e, Request([text_ids], None, None, embed=True))
-        assert [ev[0] for ev in alone] == ["start", "embedding", "done"]
-        assert alone[-1][1]["prompt_tokens"] == len(text_ids)
-        vec = alone[1][2]
+        assert [type(ev) for ev in alone] == [Start, Embedding, Done]
+        assert alone[-1].usage["prompt_tokens"] == len(text_ids)
+        vec = alone[1].vector
         h = forward_batch(model, [(model.context(256), text_ids)], outputs=["hidden"])[0].mean(0, dtype=np.float64)
         assert vec.dtype == np.float32 and vec.shape == (model.n_embd,)
         assert np.array_equal(vec, (h / np.linalg.norm(h)).astype(np.float32))
@@ -147,7 +147,7 @@ def test_embedding_under_load_equals_alone(model):
             threading.Event().wait(0.01)
         loaded = events_of(e, Request([text_ids, text_ids[:5]], None, None, embed=True))
         assert e.live_sequences() > 0  # the streams were still running
-        got = {ev[1]: ev[2] for ev in loaded if ev[0] == "embedding"}
+        got = {ev.index: ev.vector for ev in loaded if isinstance(ev, Embedding)}
         assert np.array_equal(got[0], vec) and got[1].shape == vec.shape
     finally:
         e.stop()
@@ -164,7 +164,7 @@ def test_echo_prompt_logprobs_equal_full_recompute(model):
                                    prompt_logprobs=True))
     finally:
         e.stop()
-    (entries,) = [ev[2] for ev in evs if ev[0] == "prompt_logprobs"]
+    (entries,) = [ev.logprobs for ev in evs if isinstance(ev, PromptLogprobs)]
     assert len(entries) == len(ids) and entries[0] == (ids[0], None, None)
     full = model.context(256).eval(ids, all_logits=True).astype(np.float64)
     lp = full - np.log(np.exp(full - full.max(1, keepdims=True)).sum(1, keepdims=True)) - full.max(1, keepdims=True)

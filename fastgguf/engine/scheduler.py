@@ -1,4 +1,5 @@
-"""Engine: the continuous-batching thread behind the server and the in-process OpenAI-style API.
+"""Scheduler: the continuous-batching thread behind the server and the in-process OpenAI-style API (`Engine`, its
+older name, is the same class).
 
 One thread owns the model, the slots (`parallel` Contexts, each one live sequence and its KV cache) and the batch.
 Each step it:
@@ -11,8 +12,8 @@ Each step it:
      never stalls the others for more than one chunk), else its last sampled token,
   4. runs ONE `forward_batch` for all of them (an embedding input asks for its rows' hidden states and pays no
      lm_head; a completion with echo and logprobs asks for every prompt row's logits),
-  5. samples each decoding sequence with its own Sampler (its own SamplingParams and seed), detokenizes with a
-     streaming decoder and holds back possible stop strings (`StopText`, shared with generate()),
+  5. steps each decoding sequence (fastgguf.engine.sequence.Sequence, as generate() does): its own Sampler (its own
+     SamplingParams and seed), streaming decoder and held-back stop strings,
   6. hands the step's events to their consumers: one `loop.call_soon_threadsafe` per asyncio loop, or a direct call
      of the request's sink when it has no loop (the in-process API).
 
@@ -20,18 +21,18 @@ Batching changes who waits, never what is computed: forward_batch is bit-identic
 every sequence samples exactly as generate() does (prompt tokens in the repetition window, same seed), so a request's
 output under load equals the same request run alone through `model.generate`.
 
-Events (tuples) a request's sink receives, in order:
-  ("start",)                                  the request left the queue (its first sequence has a slot)
-  ("delta", index, text, logprobs)            text of choice `index` (may be ""), logprobs: list of
+Events a request's sink receives (lists of them), in order:
+  Start()                                     the request left the queue (its first sequence has a slot)
+  Delta(index, text, logprobs)                text of choice `index` (may be ""), logprobs: list of
                                               (token_id, logprob, [(id, logprob), ...]) or None
-  ("finish", index, finish_reason)            choice `index` ended ("stop" or "length")
-  ("prompt_logprobs", index, logprobs)        (echo with logprobs) the prompt tokens of choice `index`: a list
-                                              as in "delta", the first token's entry (token_id, None, None)
-  ("embedding", index, vector)                (embedding requests) float32 (n_embd,) of input `index`: the final
+  Finish(index, reason)                       choice `index` ended ("stop" or "length")
+  PromptLogprobs(index, logprobs)             (echo with logprobs) the prompt tokens of choice `index`: a list
+                                              as in Delta, the first token's entry (token_id, None, None)
+  Embedding(index, vector)                    (embedding requests) float32 (n_embd,) of input `index`: the final
                                               hidden states mean-pooled over its tokens, L2-normalized
-  ("done", usage)                             every choice ended: {"prompt_tokens", "completion_tokens",
-                                              "cached_tokens"}
-  ("error", exception)                        the request failed (no "done" follows)
+  Done(usage)                                 every choice ended: a Usage (prompt_tokens, completion_tokens,
+                                              total_tokens, cached_tokens; usage["prompt_tokens"] works too)
+  Error(error)                                the request failed (no Done follows)
 """
 import collections
 import itertools
@@ -39,14 +40,18 @@ import math
 import threading
 import time
 
+from dataclasses import dataclass
+from typing import Any, List, Optional
+
 import numpy as np
 
-from fastgguf._native import Sampler
 from fastgguf.engine import batch as _batch
-from fastgguf.engine.generate import StopText, reusable_prefix
+from fastgguf.engine.generate import Usage, reusable_prefix
 from fastgguf.engine.params import SamplingParams
+from fastgguf.engine.sequence import Sequence
 
-__all__ = ["Engine", "Request", "QueueFull"]
+__all__ = ["Scheduler", "Engine", "Request", "QueueFull", "Start", "Delta", "Finish", "PromptLogprobs", "Embedding",
+           "Done", "Error"]
 
 CHUNK = 64  # prompt tokens per sequence per step
 
@@ -57,6 +62,48 @@ class QueueFull(RuntimeError):
     def __init__(self, message, retry_after=1):
         super().__init__(message)
         self.retry_after = retry_after
+
+
+# -- events (see the module docstring) ---------------------------------------------------------------------------
+
+@dataclass(frozen=True)
+class Start:
+    pass
+
+
+@dataclass(frozen=True)
+class Delta:
+    index: int
+    text: str
+    logprobs: Optional[List[tuple]] = None
+
+
+@dataclass(frozen=True)
+class Finish:
+    index: int
+    reason: str
+
+
+@dataclass(frozen=True)
+class PromptLogprobs:
+    index: int
+    logprobs: List[tuple]
+
+
+@dataclass(frozen=True)
+class Embedding:
+    index: int
+    vector: Any  # float32 (n_embd,)
+
+
+@dataclass(frozen=True)
+class Done:
+    usage: Usage
+
+
+@dataclass(frozen=True)
+class Error:
+    error: BaseException
 
 
 _ids = itertools.count(1)
@@ -96,9 +143,10 @@ class Request:
 
 
 class _Seq:
-    """One choice of a request, in a slot."""
-    __slots__ = ("req", "index", "prompt", "sampler", "decoder", "stopper", "slot", "pos", "next_tok", "n_sampled",
-                 "n_out", "max_tokens", "leader", "home", "first_logits", "pending", "rows", "prompt_lps")
+    """One choice of a request, in a slot: its place in the batch; `sequence` (a Sequence, from its placement on) does
+    the sampling, detokenizing and stopping."""
+    __slots__ = ("req", "index", "prompt", "sequence", "slot", "pos", "next_tok", "leader", "home", "first_logits",
+                 "pending", "rows", "prompt_lps")
 
     def __init__(self, req, index, prompt, leader=None):
         self.req, self.index, self.prompt = req, index, prompt
@@ -108,11 +156,10 @@ class _Seq:
         self.pending = None       # logits a copied follower samples its first token from, without a forward row
         self.rows = []            # embedding: the hidden states (rows, n_embd) of its chunks so far
         self.prompt_lps = None    # echo with logprobs: entries of the prompt tokens scored so far
+        self.sequence = None      # its Sequence (sampler, decoder, stop strings), made when placed
         self.slot = None
         self.pos = 0        # prompt tokens in the slot's KV cache
         self.next_tok = -1  # sampled, not yet evaluated
-        self.n_sampled = 0  # ids sampled, end-of-generation included (what max_tokens counts)
-        self.n_out = 0      # completion tokens (without end-of-generation)
 
 
 class _Slot:
@@ -136,8 +183,8 @@ def _logprobs(logits, tok, k):
     return (int(tok), float(lp[tok]), top)
 
 
-class Engine:
-    """`Engine(model, parallel=4, n_ctx=2048, n_threads=None, max_queue=64, chunk=64)`; `start()`, `submit(req)`,
+class Scheduler:
+    """`Scheduler(model, parallel=4, n_ctx=2048, n_threads=None, max_queue=64, chunk=64)`; `start()`, `submit(req)`,
     `stop()`. Slots are created on first use (each a Context of n_ctx tokens)."""
 
     def __init__(self, model, parallel=4, n_ctx=2048, n_threads=None, max_queue=64, chunk=CHUNK):
@@ -153,7 +200,6 @@ class Engine:
         self.n_threads = n_threads
         self.max_queue = int(max_queue)
         self.chunk = int(chunk)
-        self.eog = frozenset(int(e) for e in model.tokenizer.eog_ids)
         self._slots = []
         self._queue = collections.deque()  # _Seq waiting for a slot
         self._cond = threading.Condition()
@@ -261,7 +307,7 @@ class Engine:
                 self._free(slot.seq)
         with self._cond:
             self._queue = collections.deque(s for s in self._queue if s.req is not req)
-        out[req].append(("error", exc))
+        out[req].append(Error(exc))
 
     def _admit(self, out):
         with self._cond:
@@ -321,20 +367,12 @@ class Engine:
             self.m["prompt_tokens"] += len(ids) - keep
         if req.state == "queued":
             req.state = "running"
-            out[req].append(("start",))
+            out[req].append(Start())
         if req.embed:
             return
         if seq.prompt_lps is not None:
-            out[req].append(("prompt_logprobs", seq.index, seq.prompt_lps))
-        p = req.params
-        if p.seed is not None and seq.index % req.n:
-            p = p.replace(seed=p.seed + seq.index % req.n)
-        seq.sampler = Sampler(p, n_vocab=self.model.n_vocab)
-        if p.repeat_penalty != 1.0 and p.repeat_last_n != 0:
-            seq.sampler.accept_many(ids if p.repeat_last_n < 0 else ids[-p.repeat_last_n:], generated=False)
-        seq.decoder = self.model.tokenizer.streaming_decoder()
-        seq.stopper = StopText(p.stop)
-        seq.max_tokens = p.max_tokens
+            out[req].append(PromptLogprobs(seq.index, seq.prompt_lps))
+        seq.sequence = Sequence(self.model, ids, req.params, choice=seq.index % req.n)
 
     def _step(self, out):
         self._admit(out)
@@ -347,7 +385,7 @@ class Engine:
             seq = slot.seq
             if seq is not None and seq.pending is not None:
                 lg, seq.pending = seq.pending, None
-                self._first_sample(seq, lg, out)
+                self._sample(seq, lg, out)
         items, seqs, outputs = [], [], []
         for slot in self._slots:
             seq = slot.seq
@@ -383,25 +421,10 @@ class Engine:
                     self._embedded(seq, out)
                     continue
                 if seq.req.prompt_logprobs:
-                    out[seq.req].append(("prompt_logprobs", seq.index, seq.prompt_lps))
+                    out[seq.req].append(PromptLogprobs(seq.index, seq.prompt_lps))
                 if seq.req.n > 1:
                     seq.first_logits = np.array(lg)
-            if seq.n_sampled == 0:
-                self._first_sample(seq, lg, out)
-            else:
-                self._guarded_sample(seq, lg, out)
-
-    def _first_sample(self, seq, lg, out):
-        if seq.max_tokens is not None and seq.max_tokens <= 0:
-            self._finish(seq, "", None, "length", out)
-        else:
-            self._guarded_sample(seq, lg, out)
-
-    def _guarded_sample(self, seq, lg, out):
-        try:
             self._sample(seq, lg, out)
-        except Exception as e:  # noqa: BLE001 - e.g. every token banned: this request fails, not the others
-            self._fail(seq.req, e, out)
 
     def _score_prompt(self, seq, logits):
         """Extend seq.prompt_lps with the entries (token_id, logprob, top) of the prompt tokens that a chunk's
@@ -421,52 +444,51 @@ class Engine:
         norm = math.sqrt(float(v @ v))
         if norm > 0:
             v /= norm
-        out[req].append(("embedding", seq.index, v.astype(np.float32)))
-        self._free(seq)
-        req.n_finished += 1
-        if req.n_finished == req.n_choices:
-            req.state = "done"
-            out[req].append(("done", {"prompt_tokens": req.prompt_tokens, "completion_tokens": 0,
-                                      "cached_tokens": 0}))
+        out[req].append(Embedding(seq.index, v.astype(np.float32)))
+        self._end(seq, out)
 
     def _sample(self, seq, lg, out):
-        req = seq.req
-        tok = seq.sampler.sample(lg)
-        seq.sampler.accept(tok)
-        seq.n_sampled += 1
-        lps = [_logprobs(lg, tok, req.logprobs)] if req.logprobs is not None else None
-        if req.t_first is None:
-            req.t_first = time.perf_counter()
-            self.m["ttft_sum"] += req.t_first - req.t_submit
-            self.m["ttft_count"] += 1
-        if tok in self.eog:
-            self._finish(seq, seq.stopper.flush(seq.decoder.flush()), None, "stop", out)
-            return
-        seq.n_out += 1
-        req.completion_tokens += 1
-        self.m["completion_tokens"] += 1
-        text = seq.stopper.feed(seq.decoder.feed(tok))
-        if seq.stopper.stopped:
-            self._finish(seq, text, lps, "stop", out)
-        elif (seq.max_tokens is not None and seq.n_sampled >= seq.max_tokens) or seq.slot.ctx.n_past >= self.n_ctx:
-            text += seq.stopper.flush(seq.decoder.flush())
-            self._finish(seq, text, lps, "stop" if seq.stopper.stopped else "length", out)
-        else:
-            seq.next_tok = tok
-            if text or lps:
-                out[req].append(("delta", seq.index, text, lps))
+        try:
+            self._advance(seq, lg, out)
+        except Exception as e:  # noqa: BLE001 - e.g. every token banned: this request fails, not the others
+            self._fail(seq.req, e, out)
 
-    def _finish(self, seq, text, lps, reason, out):
+    def _advance(self, seq, lg, out):
+        """Step seq's Sequence on lg (n_vocab,), the logits of its last row, and turn what it did into events."""
         req = seq.req
-        if text or lps:
-            out[req].append(("delta", seq.index, text, lps))
-        out[req].append(("finish", seq.index, reason))
+        st = seq.sequence.step(lg, full=seq.slot.ctx.n_past >= self.n_ctx)
+        lps = None
+        if st.token is not None:
+            if req.t_first is None:
+                req.t_first = time.perf_counter()
+                self.m["ttft_sum"] += req.t_first - req.t_submit
+                self.m["ttft_count"] += 1
+            if not st.eog:  # an end-of-generation token is no completion token and has no logprobs entry
+                req.completion_tokens += 1
+                self.m["completion_tokens"] += 1
+                if req.logprobs is not None:
+                    lps = [_logprobs(lg, st.token, req.logprobs)]
+        if st.text or lps:
+            out[req].append(Delta(seq.index, st.text, lps))
+        if st.finish is None:
+            seq.next_tok = st.token
+            return
+        out[req].append(Finish(seq.index, st.finish))
+        self._end(seq, out)
+
+    def _end(self, seq, out):
+        """seq is done: free its slot; the request's Done once all its choices are."""
+        req = seq.req
         self._free(seq)
         req.n_finished += 1
         if req.n_finished == req.n_choices:
             req.state = "done"
-            out[req].append(("done", {"prompt_tokens": req.prompt_tokens, "completion_tokens": req.completion_tokens,
-                                      "cached_tokens": req.cached_tokens}))
+            out[req].append(Done(Usage(prompt_tokens=req.prompt_tokens, completion_tokens=req.completion_tokens,
+                                       total_tokens=req.prompt_tokens + req.completion_tokens,
+                                       cached_tokens=req.cached_tokens)))
+
+
+Engine = Scheduler  # the name the server and the tests knew it by
 
 
 def _dispatch(items):

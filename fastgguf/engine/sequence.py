@@ -1,0 +1,170 @@
+"""Sequence: one live sequence's sampling, detokenizing and stopping, written once for generate() and the Scheduler.
+
+    seq = Sequence(model, prompt_ids, params, choice=j)   # choice j of a request samples with seed + j
+    step = seq.step(logits, full=ctx.n_past >= ctx.n_ctx) # logits (n_vocab,) of the sequence's last row
+    step.token, step.text, step.finish                    # the sampled id (None: nothing was sampled),
+                                                          # the text it may emit now, "stop"/"length"/None
+
+A Sequence owns its Sampler (primed with the prompt's repetition window, as llama.cpp does), its StreamingDecoder
+(UTF-8 safe) and its StopText (a stop string is never emitted, even split across tokens). generate() keeps the fast
+Cython decode loop, which samples with `seq.sampler` itself, and hands each sampled id to `seq.advance(tok)`: the
+detokenize/stop half of step().
+
+Where later features plug in, each in one place:
+  - `constraint` (structured output): an object with fill_mask() -> uint32 (ceil(n_vocab/32),) allowed-token bits
+    and consume(tok); sample() masks the sampler with it and tells it the token. The Cython loop gets the same
+    object (generate_ids(..., constraint=)).
+  - `parser` (tool calls, reasoning): an object with feed(text) -> list of typed deltas and flush() -> list;
+    _emit() runs the emitted text through it, and Step.parsed carries what it returned (None without a parser).
+"""
+from typing import NamedTuple, Optional
+
+from fastgguf._native import Sampler
+
+__all__ = ["Sequence", "Step", "StopText"]
+
+
+def _longest_partial(text, stops):
+    """Length of the longest suffix of text that is a proper prefix of some stop string."""
+    best = 0
+    for s in stops:
+        for k in range(min(len(s) - 1, len(text)), best, -1):
+            if text.endswith(s[:k]):
+                best = k
+                break
+    return best
+
+
+def _find_stop(text, stops):
+    """Index of the earliest stop string in text, -1 if none."""
+    return min((i for i in (text.find(s) for s in stops) if i >= 0), default=-1)
+
+
+class StopText:
+    """Streaming stop-string filter: feed decoded text pieces, get back what may be emitted now.
+
+    Text that could be the start of a stop string is held back until it is known not to be one, so a stop string is
+    never emitted, even when it arrives split across tokens.
+
+        st = StopText(("\n\n",))
+        out = st.feed(piece)       # text safe to emit now ('' while held back)
+        if st.stopped: ...         # a stop string was found: out is the text before it; feed no more
+        out = st.flush(tail)       # at the end: the held-back text (plus a decoder's flushed tail), stop applied
+    """
+    __slots__ = ("stops", "pending", "stopped")
+
+    def __init__(self, stops=()):
+        self.stops = list(stops)
+        self.pending = ""
+        self.stopped = False
+
+    def feed(self, text):
+        pending = self.pending + text
+        hold = 0
+        if self.stops:
+            cut = _find_stop(pending, self.stops)
+            if cut >= 0:
+                self.pending, self.stopped = "", True
+                return pending[:cut]
+            hold = _longest_partial(pending, self.stops)
+        if len(pending) > hold:
+            self.pending = pending[len(pending) - hold:]
+            return pending[:len(pending) - hold]
+        self.pending = pending
+        return ""
+
+    def flush(self, tail=""):
+        """Everything still held back (with `tail` appended), cut at a stop string it completes."""
+        pending, self.pending = self.pending + tail, ""
+        cut = _find_stop(pending, self.stops) if self.stops else -1
+        if cut >= 0:
+            self.stopped = True
+            return pending[:cut]
+        return pending
+
+
+class Step(NamedTuple):
+    """What one sampled token did: `token` (None when nothing was sampled: max_tokens was already reached), `eog`
+    (it is an end-of-generation token: no text, not a completion token), `text` to emit now (may be ""), `finish`
+    ("stop", "length", or None while the sequence goes on), `parsed` (the parser's deltas of text; None without one)."""
+    token: Optional[int]
+    eog: bool
+    text: str
+    finish: Optional[str]
+    parsed: Optional[list] = None
+
+
+class Sequence:
+    """One live sequence of `model` after `prompt` (token ids): Sequence(model, prompt, params, choice=0,
+    constraint=None, parser=None). `choice` j > 0 samples with params.seed + j (when seeded). Counters: n_sampled
+    (ids sampled, end-of-generation included: what max_tokens counts), n_out (completion tokens); max_tokens
+    (params.max_tokens; generate() bounds None by its context); finish_reason once finished."""
+    __slots__ = ("params", "sampler", "decoder", "stopper", "eog", "max_tokens", "n_sampled", "n_out",
+                 "finish_reason", "constraint", "parser")
+
+    def __init__(self, model, prompt, params, *, choice=0, constraint=None, parser=None):
+        tokenizer = model.tokenizer
+        if params.seed is not None and choice:
+            params = params.replace(seed=params.seed + choice)
+        self.params = params
+        # a duck-typed model (a test double) may leave n_vocab to its tokenizer
+        self.sampler = Sampler(params, n_vocab=int(getattr(model, "n_vocab", None) or tokenizer.n_vocab))
+        if params.repeat_penalty != 1.0 and params.repeat_last_n != 0:  # the prompt is in the repetition window
+            window = prompt if params.repeat_last_n < 0 else prompt[-params.repeat_last_n:]
+            self.sampler.accept_many(window, generated=False)
+        self.decoder = tokenizer.streaming_decoder()
+        self.stopper = StopText(params.stop)  # holds back text that may be the start of a stop string
+        self.eog = frozenset(int(e) for e in tokenizer.eog_ids)
+        self.max_tokens = params.max_tokens
+        self.n_sampled = 0
+        self.n_out = 0
+        self.finish_reason = None
+        self.constraint = constraint
+        self.parser = parser
+
+    def sample(self, logits):
+        """The next token id from logits (n_vocab,), recorded in the sampler (and the constraint, if any)."""
+        if self.constraint is None:
+            tok = self.sampler.sample(logits)
+        else:
+            tok = self.sampler.sample(logits, self.constraint.fill_mask())
+            self.constraint.consume(tok)
+        self.sampler.accept(tok)
+        return tok
+
+    def step(self, logits, full=False):
+        """Sample from the logits of the sequence's last row and advance (see advance). `full`: the context has no
+        room for another token. With max_tokens already reached (max_tokens=0) nothing is sampled."""
+        if self.max_tokens is not None and self.n_sampled >= self.max_tokens:
+            return self.finish("length")
+        return self.advance(self.sample(logits), full)
+
+    def advance(self, tok, full=False):
+        """The detokenize/stop half of step() for a token sampled elsewhere (generate()'s Cython loop): the text
+        it lets out and whether it finished: an end-of-generation token or a stop string ("stop"), max_tokens
+        or a full context ("length", unless the flushed tail completes a stop string)."""
+        self.n_sampled += 1
+        if tok in self.eog:
+            return self._emit(tok, True, self.stopper.flush(self.decoder.flush()), "stop")
+        self.n_out += 1
+        text = self.stopper.feed(self.decoder.feed(tok))
+        if self.stopper.stopped:
+            return self._emit(tok, False, text, "stop")
+        if full or (self.max_tokens is not None and self.n_sampled >= self.max_tokens):
+            text += self.stopper.flush(self.decoder.flush())
+            return self._emit(tok, False, text, "stop" if self.stopper.stopped else "length")
+        return self._emit(tok, False, text, None)
+
+    def finish(self, reason="length"):
+        """End the sequence from outside (its decode loop ran out: a full context): the held-back text."""
+        text = self.stopper.flush(self.decoder.flush())
+        return self._emit(None, False, text, "stop" if self.stopper.stopped else reason)
+
+    def _emit(self, tok, eog, text, finish):
+        parsed = None
+        if self.parser is not None:  # tool calls / reasoning: typed deltas of the emitted text
+            parsed = self.parser.feed(text)
+            if finish is not None:
+                parsed += self.parser.flush()
+        self.finish_reason = finish
+        return Step(tok, eog, text, finish, parsed)

@@ -1,0 +1,318 @@
+"""OpenAI request bodies -> prepared requests (the Scheduler's Request plus how to shape the answer).
+
+    prep = prepare_chat(model, body, n_ctx)      # or prepare_completion / prepare_embedding
+    req = prep.request(sink)                     # a fastgguf.engine.scheduler.Request
+
+Every bad field is an APIError with `param` set, raised before anything is queued. The sampling fields are generated
+from SamplingParams' fields (as the command line's flags are: fastgguf.cli.common), plus OpenAI's aliases; their
+values are validated by SamplingParams, nowhere else. No web framework is imported here.
+"""
+import os
+from collections.abc import Mapping
+
+from fastgguf.engine.chat import prepare_chat as _chat_prompt
+from fastgguf.engine.params import SamplingParams, check_logit_bias
+from fastgguf.engine.scheduler import Request
+
+__all__ = ["APIError", "prepare_completion", "prepare_chat", "prepare_embedding", "Prepared", "EmbeddingPrepared",
+           "sampling_params", "check_model", "model_id", "SAMPLING_FIELDS"]
+
+MAX_N = 16
+MAX_EMBED_INPUTS = 2048  # as OpenAI
+UNSUPPORTED = "not supported yet"
+
+# (request field, SamplingParams field), in the order they are read: where a body gives a field under two names,
+# the later one wins (repeat_penalty over llama.cpp's repetition_penalty; OpenAI's newer max_completion_tokens
+# over max_tokens).
+SAMPLING_FIELDS = (("repetition_penalty", "repeat_penalty"),
+                   *((name, name) for name in SamplingParams.names()),
+                   ("max_completion_tokens", "max_tokens"))
+
+
+class APIError(ValueError):
+    """A request the API refuses, in OpenAI's error shape: `status` (HTTP), `type`, `param`, `code`."""
+
+    def __init__(self, message, *, status=400, type="invalid_request_error", param=None, code=None, headers=None):
+        super().__init__(message)
+        self.message, self.status, self.type, self.param, self.code = message, status, type, param, code
+        self.headers = headers or {}
+
+    def body(self):
+        return {"error": {"message": self.message, "type": self.type, "param": self.param, "code": self.code}}
+
+def model_id(model):
+    """The id the API shows for a model: its file name without .gguf."""
+    name = os.path.basename(getattr(model, "path", "") or "model")
+    return name[:-5] if name.lower().endswith(".gguf") else name
+
+
+def _param_of(exc, given):
+    """The request field a SamplingParams error names (its message starts with the SamplingParams field)."""
+    head = str(exc).split(" ", 1)[0].split("[", 1)[0].rstrip(":")
+    return given.get(head, head or None)
+
+
+def sampling_params(body, n_vocab):
+    """SamplingParams from an OpenAI request body (absent or null fields keep SamplingParams' defaults)."""
+    kw, given = {}, {}  # given: SamplingParams field -> the request field its value came from
+    for api, name in SAMPLING_FIELDS:
+        v = body.get(api)
+        if v is not None:
+            kw[name], given[name] = v, api
+    if "logit_bias" in kw:
+        try:
+            kw["logit_bias"] = check_logit_bias(kw["logit_bias"], n_vocab)
+        except (TypeError, ValueError) as e:
+            raise APIError(str(e), param="logit_bias") from None
+    try:
+        return SamplingParams(**kw)
+    except (TypeError, ValueError) as e:
+        raise APIError(str(e), param=_param_of(e, given)) from None
+
+
+def _int_field(body, name, default, lo, hi):
+    v = body.get(name)
+    if v is None:
+        return default
+    if isinstance(v, bool) or not isinstance(v, int):
+        raise APIError(f"{name} must be an integer, got {type(v).__name__}", param=name)
+    if not lo <= v <= hi:
+        raise APIError(f"{name} must be in [{lo}, {hi}], got {v}", param=name)
+    return v
+
+
+def _bool_field(body, name):
+    v = body.get(name)
+    if v is None:
+        return False
+    if not isinstance(v, bool):
+        raise APIError(f"{name} must be a boolean, got {type(v).__name__}", param=name)
+    return v
+
+
+def _unsupported(body):
+    rf = body.get("response_format")
+    if rf is not None:
+        kind = rf.get("type") if isinstance(rf, Mapping) else rf
+        if kind != "text":
+            raise APIError(f"response_format {kind!r} is {UNSUPPORTED}", param="response_format",
+                           code="unsupported_parameter")
+    if body.get("tools"):
+        raise APIError(f"tools are {UNSUPPORTED}", param="tools", code="unsupported_parameter")
+    tc = body.get("tool_choice")
+    if tc not in (None, "none", "auto"):
+        raise APIError(f"tool_choice is {UNSUPPORTED}", param="tool_choice", code="unsupported_parameter")
+    if body.get("suffix"):
+        raise APIError(f"suffix is {UNSUPPORTED}", param="suffix", code="unsupported_parameter")
+    bo = body.get("best_of")
+    if bo not in (None, 1) and bo != body.get("n", 1):
+        raise APIError(f"best_of is {UNSUPPORTED}", param="best_of", code="unsupported_parameter")
+
+
+def check_model(body, model):
+    """APIError 404 unless the body names no model or this one."""
+    name = body.get("model")
+    if name is None:
+        return
+    if not isinstance(name, str):
+        raise APIError("model must be a string", param="model")
+    mid = model_id(model)
+    if name not in (mid, mid + ".gguf", getattr(model, "path", None)):
+        raise APIError(f"The model {name!r} does not exist (this server serves {mid!r})", status=404,
+                       param="model", code="model_not_found")
+
+
+def _stream_options(body, stream):
+    so = body.get("stream_options")
+    if so is None:
+        return False
+    if not isinstance(so, Mapping):
+        raise APIError("stream_options must be an object", param="stream_options")
+    if not stream:
+        raise APIError("stream_options is only allowed with stream=true", param="stream_options")
+    iu = so.get("include_usage")
+    if iu is not None and not isinstance(iu, bool):
+        raise APIError("stream_options.include_usage must be a boolean", param="stream_options")
+    return bool(iu)
+
+
+def _fit(prompts, params, n_ctx):
+    for p in prompts:
+        n = len(p)
+        if params.max_tokens is not None and n + params.max_tokens > n_ctx:
+            raise APIError(f"This model's maximum context length is {n_ctx} tokens. However, you requested "
+                           f"{n + params.max_tokens} tokens ({n} in the prompt, {params.max_tokens} for the "
+                           f"completion). Please reduce the prompt or max_tokens.", param="messages",
+                           code="context_length_exceeded")
+        if n >= n_ctx:
+            raise APIError(f"This model's maximum context length is {n_ctx} tokens. However, the prompt has {n} "
+                           f"tokens. Please reduce the prompt.", param="messages", code="context_length_exceeded")
+
+
+class Prepared:
+    """A validated request: what the Scheduler needs and how to shape the answer."""
+
+    def __init__(self, kind, prompts, params, n, logprobs, stream, include_usage, echo_texts=None):
+        self.kind, self.prompts, self.params, self.n = kind, prompts, params, n
+        self.logprobs, self.stream, self.include_usage = logprobs, stream, include_usage
+        self.echo_texts = echo_texts  # completions with echo: the prompt text per prompt
+        self.prompt_logprobs = echo_texts is not None and logprobs is not None  # echo's tokens get logprobs too
+
+    def request(self, sink, loop=None):
+        """The Scheduler's Request of this one."""
+        return Request(self.prompts, self.params, sink, n=self.n, logprobs=self.logprobs, loop=loop,
+                       prompt_logprobs=self.prompt_logprobs)
+
+
+def _common(model, body, kind):
+    if not isinstance(body, Mapping):
+        raise APIError("the request body must be a JSON object")
+    check_model(body, model)
+    _unsupported(body)
+    stream = _bool_field(body, "stream")
+    include_usage = _stream_options(body, stream)
+    n = _int_field(body, "n", 1, 1, MAX_N)
+    params = sampling_params(body, model.n_vocab)
+    return stream, include_usage, n, params
+
+
+def _prompt_list(model, prompt, field="prompt"):
+    """OpenAI's prompt (or embedding input: field="input"): a string, a list of strings, a list of token ids, or a
+    list of lists of token ids. Returns a list of token id lists."""
+    n_vocab = model.n_vocab
+
+    def ids_of(x, where):
+        if isinstance(x, str):
+            ids = list(model.tokenize(x))
+        elif isinstance(x, list) and all(is_token_id(t) for t in x):
+            for t in x:
+                if not 0 <= t < n_vocab:
+                    raise APIError(f"{where}: token id {t} is out of range for a vocabulary of {n_vocab}",
+                                   param=field)
+            ids = list(x)
+        else:
+            raise APIError(f"{field} must be a string, a list of strings, a list of token ids or a list of such "
+                           "lists", param=field)
+        if not ids:
+            raise APIError(f"{where} is empty", param=field)
+        return ids
+    if prompt is None:
+        raise APIError(f"{field} is required", param=field)
+    if isinstance(prompt, str) or (isinstance(prompt, list) and prompt and is_token_id(prompt[0])):
+        return [ids_of(prompt, field)]
+    if isinstance(prompt, list) and prompt:
+        return [ids_of(p, f"{field}[{i}]") for i, p in enumerate(prompt)]
+    raise APIError(f"{field} must be a non-empty string or list", param=field)
+
+
+def is_token_id(x):
+    """An int that is not a bool (how a token id arrives in JSON)."""
+    return isinstance(x, int) and not isinstance(x, bool)
+
+
+def prepare_completion(model, body, n_ctx):
+    stream, include_usage, n, params = _common(model, body, "completion")
+    prompts = _prompt_list(model, body.get("prompt"))
+    lp = body.get("logprobs")
+    if lp is not None and (isinstance(lp, bool) or not isinstance(lp, int) or not 0 <= lp <= 20):
+        raise APIError("logprobs must be an integer in [0, 20] for completions", param="logprobs")
+    echo = _bool_field(body, "echo")
+    _fit(prompts, params, n_ctx)
+    echo_texts = [model.detokenize(p) for p in prompts] if echo else None
+    return Prepared("text_completion", prompts, params, n, lp, stream, include_usage, echo_texts)
+
+
+class EmbeddingPrepared:
+    """A validated /v1/embeddings request: prompts (token id lists), encoding_format ("float" or "base64")."""
+    stream = False
+
+    def __init__(self, prompts, encoding_format):
+        self.prompts, self.encoding_format = prompts, encoding_format
+
+    def request(self, sink, loop=None):
+        return Request(self.prompts, None, sink, loop=loop, embed=True)
+
+
+def prepare_embedding(model, body, n_ctx):
+    """/v1/embeddings: input is a string, a list of strings, a list of token ids or a list of such lists (no
+    empty strings: OpenAI refuses them too); each at most n_ctx tokens."""
+    if not isinstance(body, Mapping):
+        raise APIError("the request body must be a JSON object")
+    check_model(body, model)
+    fmt = body.get("encoding_format")
+    fmt = "float" if fmt is None else fmt
+    if fmt not in ("float", "base64"):
+        raise APIError(f"encoding_format must be 'float' or 'base64', got {fmt!r}", param="encoding_format")
+    dims = body.get("dimensions")
+    if dims is not None and dims != model.n_embd:
+        raise APIError(f"dimensions must be {model.n_embd} (this model's embedding size); other sizes are "
+                       f"{UNSUPPORTED}", param="dimensions", code="unsupported_parameter")
+    inp = body.get("input")
+    if inp == "" or (isinstance(inp, list) and "" in inp):
+        raise APIError("input: an empty string cannot be embedded", param="input")
+    if isinstance(inp, list) and len(inp) > MAX_EMBED_INPUTS and not is_token_id(inp[0]):
+        raise APIError(f"input has {len(inp)} items; at most {MAX_EMBED_INPUTS} are allowed", param="input")
+    prompts = _prompt_list(model, inp, "input")
+    for i, ids in enumerate(prompts):
+        if len(ids) > n_ctx:
+            raise APIError(f"This model's maximum context length is {n_ctx} tokens. However, input[{i}] has "
+                           f"{len(ids)} tokens. Please reduce the input.", param="input",
+                           code="context_length_exceeded")
+    return EmbeddingPrepared(prompts, fmt)
+
+_ROLES = {"system": "system", "developer": "system", "user": "user", "assistant": "assistant", "tool": "tool"}
+
+
+def _messages(messages):
+    if isinstance(messages, str):
+        return [{"role": "user", "content": messages}]
+    if not isinstance(messages, list) or not messages:
+        raise APIError("messages must be a non-empty list", param="messages")
+    out = []
+    for i, m in enumerate(messages):
+        if not isinstance(m, Mapping):
+            raise APIError(f"messages[{i}] must be an object", param="messages")
+        role = m.get("role")
+        if role not in _ROLES:
+            raise APIError(f"messages[{i}].role must be one of {', '.join(_ROLES)}, got {role!r}",
+                           param="messages")
+        content = m.get("content")
+        if isinstance(content, list):
+            parts = []
+            for j, part in enumerate(content):
+                if isinstance(part, Mapping) and part.get("type") == "text" and isinstance(part.get("text"), str):
+                    parts.append(part["text"])
+                elif isinstance(part, Mapping) and part.get("type") in ("image_url", "input_audio", "file"):
+                    raise APIError(f"messages[{i}].content[{j}]: {part.get('type')} parts are {UNSUPPORTED}",
+                                   param="messages", code="unsupported_parameter")
+                else:
+                    raise APIError(f"messages[{i}].content[{j}] must be a text part "
+                                   f"{{'type': 'text', 'text': ...}}", param="messages")
+            content = "".join(parts)
+        elif content is None:
+            if not (role == "assistant" and m.get("tool_calls")):
+                raise APIError(f"messages[{i}].content is required", param="messages")
+        elif not isinstance(content, str):
+            raise APIError(f"messages[{i}].content must be a string or a list of text parts", param="messages")
+        msg = {k: v for k, v in m.items() if k not in ("role", "content")}
+        msg["role"], msg["content"] = _ROLES[role], content
+        out.append(msg)
+    return out
+
+
+def prepare_chat(model, body, n_ctx):
+    stream, include_usage, n, params = _common(model, body, "chat.completion")
+    msgs = _messages(body.get("messages"))
+    lp = body.get("logprobs")
+    if lp is not None and not isinstance(lp, bool):
+        raise APIError("logprobs must be a boolean for chat completions", param="logprobs")
+    top = _int_field(body, "top_logprobs", None, 0, 20)
+    if top is not None and not lp:
+        raise APIError("top_logprobs requires logprobs=true", param="top_logprobs")
+    try:
+        ids, params = _chat_prompt(model, msgs, params)
+    except (TypeError, ValueError) as e:
+        raise APIError(str(e), param="messages") from None
+    prompts = [ids]
+    _fit(prompts, params, n_ctx)
+    return Prepared("chat.completion", prompts, params, n, (top or 0) if lp else None, stream, include_usage)

@@ -1,0 +1,241 @@
+"""The Scheduler's typed events -> OpenAI's response dicts, and any exception -> OpenAI's error shape.
+
+    b = builder(model, prep)             # ResponseBuilder (completions, chat) or EmbeddingCollector
+    b.chunks(events) -> [chunk dicts]    # streaming; or b.feed(events) ... b.final() -> the response dict
+    status, body, headers = error_body(exc)
+
+The dicts are exactly what fastgguf's server sends and what the in-process API returns (OpenAI's shapes: id,
+object, created, model, choices[...], usage). No web framework is imported here.
+"""
+import base64
+import math
+import time
+import uuid
+
+import numpy as np
+
+from fastgguf.engine.scheduler import Delta, Done, Embedding, Error, Finish, PromptLogprobs, QueueFull, Start
+from fastgguf.openai.protocol import APIError, EmbeddingPrepared, model_id
+
+__all__ = ["ResponseBuilder", "EmbeddingCollector", "builder", "embedding_response", "usage_dict", "error_body"]
+
+
+def error_body(exc):
+    """(HTTP status, OpenAI error dict, headers) of any exception: the one translation, for every route, handler and
+    stream (an APIError keeps its own; QueueFull is 429 with Retry-After; ValueError / TypeError 400; else 500)."""
+    if isinstance(exc, QueueFull):
+        exc = APIError(str(exc), status=429, type="rate_limit_error", code="rate_limit_exceeded",
+                       headers={"Retry-After": str(exc.retry_after)})
+    elif not isinstance(exc, APIError):
+        exc = (APIError(str(exc)) if isinstance(exc, (ValueError, TypeError)) else
+               APIError(f"internal error: {type(exc).__name__}: {exc}", status=500, type="server_error"))
+    return exc.status, exc.body(), exc.headers
+
+
+def builder(model, prep):
+    """The events -> response shaper of a prepared request."""
+    return EmbeddingCollector(model, prep) if isinstance(prep, EmbeddingPrepared) else ResponseBuilder(model, prep)
+
+
+def embedding_response(model, prep, vectors, usage):
+    """OpenAI's /v1/embeddings response: vectors (float32 (n_embd,) per input, in order), usage from the Scheduler's Done."""
+    data = []
+    for i, v in enumerate(vectors):
+        v = np.asarray(v, dtype="<f4")
+        emb = base64.b64encode(v.tobytes()).decode("ascii") if prep.encoding_format == "base64" else v.tolist()
+        data.append({"object": "embedding", "index": i, "embedding": emb})
+    n = usage["prompt_tokens"]
+    return {"object": "list", "data": data, "model": model_id(model),
+            "usage": {"prompt_tokens": n, "total_tokens": n}}
+
+
+class EmbeddingCollector:
+    """The events of an embedding request -> the response dict (`feed(events)`, then `final()`)."""
+
+    def __init__(self, model, prep):
+        self.model, self.prep = model, prep
+        self.vectors = [None] * len(prep.prompts)
+        self.usage = None
+
+    def feed(self, events):
+        for ev in events:
+            if isinstance(ev, Embedding):
+                self.vectors[ev.index] = ev.vector
+            elif isinstance(ev, Done):
+                self.usage = ev.usage
+            elif isinstance(ev, Error):
+                raise ev.error
+
+    def final(self):
+        return embedding_response(self.model, self.prep, self.vectors, self.usage)
+
+
+def usage_dict(u):
+    return {"prompt_tokens": u["prompt_tokens"], "completion_tokens": u["completion_tokens"],
+            "total_tokens": u["prompt_tokens"] + u["completion_tokens"],
+            "prompt_tokens_details": {"cached_tokens": u["cached_tokens"]}}
+
+
+class ResponseBuilder:
+    """The Scheduler's events -> OpenAI response dicts: `chunks(events)` (streaming) or `feed(events)` then `final()`."""
+
+    def __init__(self, model, prep):
+        self.model, self.prep = model, prep
+        self.chat = prep.kind == "chat.completion"
+        self.id = ("chatcmpl-" if self.chat else "cmpl-") + uuid.uuid4().hex[:24]
+        self.created = int(time.time())
+        self.model_name = model_id(model)
+        n = len(prep.prompts) * prep.n
+        self.texts = [""] * n
+        self.lps = [[] for _ in range(n)]
+        self.offsets = [0] * n
+        self.finish = [None] * n
+        self.prompt_lps = [None] * n  # echo with logprobs: the prompt tokens' entries per choice
+        self.usage = None
+        self.error = None
+        self.started = False
+        if prep.echo_texts:
+            for i in range(n):
+                self.texts[i] = prep.echo_texts[i // prep.n]
+                self.offsets[i] = len(self.texts[i])
+
+    # -- pieces ------------------------------------------------------------------------------------------------
+
+    def _tok(self, tid):
+        b = self.model.tokenizer.token_to_piece(tid, special=True)
+        return b.decode("utf-8", "replace"), list(b)
+
+    def _chat_lp(self, entries):
+        out = []
+        for tid, lp, top in entries:
+            s, b = self._tok(tid)
+            tops = []
+            for t2, lp2 in top:
+                s2, b2 = self._tok(t2)
+                tops.append({"token": s2, "logprob": _finite(lp2), "bytes": b2})
+            out.append({"token": s, "logprob": _finite(lp), "bytes": b, "top_logprobs": tops})
+        return out
+
+    def _cmpl_lp(self, entries, index):
+        """Completions' logprobs of entries (token_id, logprob, top); the echoed prompt's first token has
+        logprob and top None (null, as OpenAI and llama-cpp-python)."""
+        d = {"tokens": [], "token_logprobs": [], "top_logprobs": [], "text_offset": []}
+        for tid, lp, top in entries:
+            s, _ = self._tok(tid)
+            d["tokens"].append(s)
+            d["token_logprobs"].append(None if lp is None else _finite(lp))
+            d["top_logprobs"].append(None if top is None else {self._tok(t2)[0]: _finite(lp2) for t2, lp2 in top})
+            d["text_offset"].append(self.offsets[index])
+            self.offsets[index] += len(s)
+        return d
+
+    def _echo_lp(self, i):
+        """The echoed prompt's logprobs of choice i (offsets from 0); generated tokens' offsets then start after
+        the echoed text."""
+        self.offsets[i] = 0
+        d = self._cmpl_lp(self.prompt_lps[i], i)
+        self.offsets[i] = len(self.prep.echo_texts[i // self.prep.n])
+        return d
+
+    def _head(self, obj):
+        return {"id": self.id, "object": obj, "created": self.created, "model": self.model_name,
+                "system_fingerprint": None}
+
+    def _chunk(self, choices):
+        c = self._head("chat.completion.chunk" if self.chat else "text_completion")
+        c["choices"] = choices
+        if self.prep.include_usage:
+            c["usage"] = None
+        return c
+
+    # -- streaming ---------------------------------------------------------------------------------------------
+
+    def chunks(self, events):
+        """The chunk dicts for a list of events (raises the request's error, if any)."""
+        out = []
+        for ev in events:
+            if isinstance(ev, Start):
+                self.started = True
+                for i in range(len(self.texts)):
+                    if self.chat:
+                        out.append(self._chunk([{"index": i, "delta": {"role": "assistant", "content": ""},
+                                                 "logprobs": None, "finish_reason": None}]))
+                    elif self.prep.echo_texts and not self.prep.prompt_logprobs:
+                        out.append(self._chunk([{"index": i, "text": self.texts[i], "logprobs": None,
+                                                 "finish_reason": None}]))
+            elif isinstance(ev, PromptLogprobs):  # the echo, now with its logprobs
+                i = ev.index
+                self.prompt_lps[i] = ev.logprobs
+                out.append(self._chunk([{"index": i, "text": self.prep.echo_texts[i // self.prep.n],
+                                         "logprobs": self._echo_lp(i), "finish_reason": None}]))
+            elif isinstance(ev, Delta):
+                i, text, lps = ev.index, ev.text, ev.logprobs
+                self.texts[i] += text
+                if self.chat:
+                    lp = {"content": self._chat_lp(lps), "refusal": None} if lps is not None else None
+                    out.append(self._chunk([{"index": i, "delta": {"content": text}, "logprobs": lp,
+                                             "finish_reason": None}]))
+                else:
+                    lp = self._cmpl_lp(lps, i) if lps is not None else None
+                    out.append(self._chunk([{"index": i, "text": text, "logprobs": lp, "finish_reason": None}]))
+            elif isinstance(ev, Finish):
+                i = ev.index
+                self.finish[i] = ev.reason
+                if self.chat:
+                    out.append(self._chunk([{"index": i, "delta": {}, "logprobs": None, "finish_reason": ev.reason}]))
+                else:
+                    out.append(self._chunk([{"index": i, "text": "", "logprobs": None, "finish_reason": ev.reason}]))
+            elif isinstance(ev, Done):
+                self.usage = usage_dict(ev.usage)
+                if self.prep.include_usage:
+                    c = self._chunk([])
+                    c["usage"] = self.usage
+                    out.append(c)
+            elif isinstance(ev, Error):
+                self.error = ev.error
+                raise ev.error
+        return out
+
+    # -- whole response ----------------------------------------------------------------------------------------
+
+    def feed(self, events):
+        for ev in events:
+            if isinstance(ev, Delta):
+                self.texts[ev.index] += ev.text
+                if ev.logprobs is not None:
+                    self.lps[ev.index].extend(ev.logprobs)
+            elif isinstance(ev, PromptLogprobs):
+                self.prompt_lps[ev.index] = ev.logprobs
+            elif isinstance(ev, Finish):
+                self.finish[ev.index] = ev.reason
+            elif isinstance(ev, Done):
+                self.usage = usage_dict(ev.usage)
+            elif isinstance(ev, Error):
+                self.error = ev.error
+                raise ev.error
+
+    def final(self):
+        choices = []
+        for i, text in enumerate(self.texts):
+            want_lp = self.prep.logprobs is not None
+            if self.chat:
+                lp = {"content": self._chat_lp(self.lps[i]), "refusal": None} if want_lp else None
+                choices.append({"index": i, "message": {"role": "assistant", "content": text}, "logprobs": lp,
+                                "finish_reason": self.finish[i]})
+            else:
+                lp = None
+                if want_lp:
+                    self.offsets[i] = len(self.prep.echo_texts[i // self.prep.n]) if self.prep.echo_texts else 0
+                    head = self._echo_lp(i) if self.prompt_lps[i] is not None else None
+                    lp = self._cmpl_lp(self.lps[i], i)
+                    if head is not None:
+                        lp = {k: head[k] + lp[k] for k in lp}
+                choices.append({"index": i, "text": text, "logprobs": lp, "finish_reason": self.finish[i]})
+        r = self._head(self.prep.kind if self.chat else "text_completion")
+        r["choices"] = choices
+        r["usage"] = self.usage
+        return r
+
+
+def _finite(x):
+    return x if math.isfinite(x) else -9999.0

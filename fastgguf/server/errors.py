@@ -1,0 +1,55 @@
+"""Errors over HTTP: every exception becomes OpenAI's {"error": {message, type, param, code}} through the one
+translation, fastgguf.openai.responses.error_body. FastAPI's own 422 validation format is never sent: a body that does
+not fit the schema is a 400 naming the field; an unknown route a 404."""
+from fastapi.exceptions import RequestValidationError
+from fastapi.responses import JSONResponse
+from starlette.exceptions import HTTPException as StarletteHTTPException
+
+from fastgguf.openai.protocol import APIError
+from fastgguf.openai.responses import error_body
+
+__all__ = ["error_response", "install"]
+
+
+def error_response(exc):
+    """The JSONResponse (status, OpenAI error dict, headers) of any exception."""
+    status, body, headers = error_body(exc)
+    return JSONResponse(body, status_code=status, headers=headers or None)
+
+
+def _from_validation(exc):
+    errs = exc.errors()
+    e = errs[0] if errs else {}
+    loc = [str(x) for x in e.get("loc", ()) if x != "body"]
+    param = ".".join(loc) or None
+    msg = e.get("msg", "invalid request")
+    if e.get("type") == "json_invalid":
+        msg, param = "The request body is not valid JSON.", None
+    elif param:
+        msg = f"{param}: {msg}"
+    return APIError(msg, param=param.split(".")[0] if param else None)
+
+
+def _from_http(request, exc):
+    if exc.status_code == 404:
+        return APIError(f"Unknown route {request.method} {request.url.path}", status=404, code="not_found")
+    return APIError(str(exc.detail), status=exc.status_code, headers=getattr(exc, "headers", None))
+
+
+def install(app):
+    """Route every error of `app` through error_response."""
+    async def validation(request, exc):
+        return error_response(_from_validation(exc))
+
+    async def http(request, exc):
+        return error_response(_from_http(request, exc))
+
+    async def any_error(request, exc):
+        return error_response(exc)
+
+    # APIError by its own class too: Starlette gives an `Exception` handler only to its outermost middleware,
+    # which answers and then re-raises (a traceback in the log for a plain 4xx)
+    app.add_exception_handler(APIError, any_error)
+    app.add_exception_handler(RequestValidationError, validation)
+    app.add_exception_handler(StarletteHTTPException, http)
+    app.add_exception_handler(Exception, any_error)

@@ -1,0 +1,189 @@
+"""The HTTP routes, at module level: each reads its model and Scheduler from `request.app.state` (set by create_app).
+A generation route is three calls: protocol.prepare_* -> the Scheduler (submit) -> responses' builder (respond).
+
+Every route exists with and without the /v1 prefix (create_app includes the router twice)."""
+import asyncio
+
+from fastapi import APIRouter, Request
+from fastapi.responses import JSONResponse, PlainTextResponse
+
+from fastgguf.engine.scheduler import Start
+from fastgguf.openai import protocol
+from fastgguf.openai.protocol import APIError
+from fastgguf.openai.responses import builder, error_body
+from fastgguf.server import schemas as S
+from fastgguf.server import sse
+from fastgguf.server.errors import error_response
+
+__all__ = ["router"]
+
+router = APIRouter()
+
+
+# -- generation ----------------------------------------------------------------------------------------------------
+
+async def respond(http_req, prep):
+    """Submit a prepared request to the app's Scheduler and answer it: a JSON response, or a stream of chunks.
+    Errors before the first token are a real HTTP status; after it, an `error` event ends the stream."""
+    state = http_req.app.state
+    loop = asyncio.get_running_loop()
+    q = asyncio.Queue()
+    req = prep.request(q.put_nowait, loop)
+    b = builder(state.model, prep)
+    try:
+        state.engine.submit(req)
+    except Exception as e:  # noqa: BLE001 - QueueFull -> 429, a prompt that does not fit -> 400
+        return error_response(e)
+
+    if not prep.stream:
+        try:
+            while b.usage is None:
+                try:
+                    evs = await asyncio.wait_for(q.get(), 0.5)
+                except asyncio.TimeoutError:
+                    if await http_req.is_disconnected():
+                        return JSONResponse({}, status_code=499)
+                    continue
+                try:
+                    b.feed(evs)
+                except Exception as e:  # noqa: BLE001 - nothing was sent yet: a real status
+                    return error_response(e)
+        finally:
+            req.cancel()
+        return JSONResponse(b.final())
+
+    # hold the response until the first token (an error before it is a real HTTP status), unless the request
+    # waits longer than a ping interval: then the stream starts, with pings while it is queued
+    ping_interval = state.ping_interval
+    early, t_end = [], loop.time() + ping_interval
+    while all(isinstance(ev, Start) for ev in early):
+        left = t_end - loop.time()
+        if left <= 0:
+            break
+        try:
+            early += await asyncio.wait_for(q.get(), left)
+        except asyncio.TimeoutError:
+            break
+    try:
+        first_chunks = b.chunks(early)
+    except Exception as e:  # noqa: BLE001
+        req.cancel()
+        return error_response(e)
+
+    async def events():
+        for c in first_chunks:
+            yield sse.data(c)
+        while b.usage is None:
+            if req.state == "queued":
+                try:
+                    evs = await asyncio.wait_for(q.get(), ping_interval)
+                except asyncio.TimeoutError:
+                    yield sse.PING
+                    continue
+            else:
+                evs = await q.get()
+            try:
+                chunks = b.chunks(evs)
+            except Exception as e:  # noqa: BLE001 - after the first chunk: an error event
+                yield sse.data(error_body(e)[1])
+                return
+            for c in chunks:
+                yield sse.data(c)
+        yield sse.DONE
+    return sse.EventStream(events(), req.cancel)
+
+
+_STREAMS = {200: {"content": {"text/event-stream": {}}}}
+
+
+@router.post("/chat/completions", response_model=S.ChatCompletion, responses=_STREAMS)
+async def chat_completions(body: S.ChatCompletionRequest, request: Request):
+    state = request.app.state
+    return await respond(request, protocol.prepare_chat(state.model, body.model_dump(exclude_none=True),
+                                                        state.engine.n_ctx))
+
+
+@router.post("/completions", response_model=S.Completion, responses=_STREAMS)
+async def completions(body: S.CompletionRequest, request: Request):
+    state = request.app.state
+    return await respond(request, protocol.prepare_completion(state.model, body.model_dump(exclude_none=True),
+                                                              state.engine.n_ctx))
+
+
+@router.post("/embeddings", response_model=S.EmbeddingResponse,
+             description="Each vector is the model's final hidden state (after the output norm, before the lm_head), "
+                         "mean-pooled over the input's tokens and L2-normalized; batched with generation.")
+async def embeddings(body: S.EmbeddingRequest, request: Request):
+    state = request.app.state
+    return await respond(request, protocol.prepare_embedding(state.model, body.model_dump(exclude_none=True),
+                                                             state.engine.n_ctx))
+
+
+# -- models, tokens, health, metrics -------------------------------------------------------------------------------
+
+def _card(state):
+    return {"id": protocol.model_id(state.model), "object": "model", "created": state.created, "owned_by": "fastgguf"}
+
+
+@router.get("/models", response_model=S.ModelList)
+async def models(request: Request):
+    return {"object": "list", "data": [_card(request.app.state)]}
+
+
+@router.get("/models/{model_name:path}", response_model=S.ModelCard)
+async def model_card(model_name: str, request: Request):
+    protocol.check_model({"model": model_name}, request.app.state.model)
+    return _card(request.app.state)
+
+
+@router.post("/tokenize", response_model=S.TokenizeResponse)
+async def tokenize(body: S.TokenizeRequest, request: Request):
+    model = request.app.state.model
+    protocol.check_model(body.model_dump(exclude_none=True), model)
+    return {"tokens": [int(t) for t in model.tokenize(body.content, add_special=body.add_special,
+                                                        parse_special=body.parse_special)]}
+
+
+@router.post("/detokenize", response_model=S.DetokenizeResponse)
+async def detokenize(body: S.DetokenizeRequest, request: Request):
+    model = request.app.state.model
+    protocol.check_model(body.model_dump(exclude_none=True), model)
+    for t in body.tokens:
+        if not 0 <= t < model.n_vocab:
+            raise APIError(f"token id {t} is out of range for a vocabulary of {model.n_vocab}", param="tokens")
+    return {"content": model.detokenize(body.tokens)}
+
+
+@router.get("/health", response_model=S.Health)
+async def health():
+    return {"status": "ok"}
+
+
+@router.get("/metrics", response_class=PlainTextResponse)
+async def metrics(request: Request):
+    eng = request.app.state.engine
+    m = eng.m
+    rows = [
+        ("fastgguf_prompt_tokens_total", "counter", "prompt tokens received (uncached)", m["prompt_tokens"]),
+        ("fastgguf_prompt_tokens_evaluated_total", "counter", "prompt tokens evaluated", m["prompt_tokens_evaluated"]),
+        ("fastgguf_prompt_tokens_copied_total", "counter", "prompt tokens of n > 1 choices copied, not evaluated",
+         m["prompt_tokens_copied"]),
+        ("fastgguf_completion_tokens_total", "counter", "completion tokens generated", m["completion_tokens"]),
+        ("fastgguf_requests_total", "counter", "requests accepted", m["requests"]),
+        ("fastgguf_request_errors_total", "counter", "requests that failed in the engine", m["errors"]),
+        ("fastgguf_requests_running", "gauge", "requests with a sequence in a slot", eng.running_requests()),
+        ("fastgguf_requests_queued", "gauge", "requests waiting for a slot", eng.queued_requests()),
+        ("fastgguf_slots", "gauge", "parallel sequences (slots)", eng.parallel),
+    ]
+    out = []
+    for name, kind, help_, v in rows:
+        out += [f"# HELP {name} {help_}", f"# TYPE {name} {kind}", f"{name} {v}"]
+    out += ["# HELP fastgguf_batch_size sequences per forward step", "# TYPE fastgguf_batch_size summary",
+            f"fastgguf_batch_size_sum {m['batch_seqs']}", f"fastgguf_batch_size_count {m['steps']}",
+            "# HELP fastgguf_batch_tokens tokens per forward step", "# TYPE fastgguf_batch_tokens summary",
+            f"fastgguf_batch_tokens_sum {m['batch_tokens']}", f"fastgguf_batch_tokens_count {m['steps']}",
+            "# HELP fastgguf_time_to_first_token_seconds from submission to the first sampled token",
+            "# TYPE fastgguf_time_to_first_token_seconds summary",
+            f"fastgguf_time_to_first_token_seconds_sum {m['ttft_sum']:.6f}",
+            f"fastgguf_time_to_first_token_seconds_count {m['ttft_count']}"]
+    return PlainTextResponse("\n".join(out) + "\n", media_type="text/plain; version=0.0.4")

@@ -1,0 +1,29 @@
+"""Server-sent events: the one place that frames a stream (`data: <json>\n\n`, `: ping` comments, `data: [DONE]`)."""
+import json
+
+from fastapi.responses import StreamingResponse
+
+__all__ = ["data", "PING", "DONE", "EventStream"]
+
+PING = ": ping\n\n"       # a comment: keeps a queued request's connection alive, ignored by clients
+DONE = "data: [DONE]\n\n"  # OpenAI's end of a stream
+
+
+def data(obj):
+    """One event carrying obj as JSON (UTF-8 text as is)."""
+    return f"data: {json.dumps(obj, ensure_ascii=False)}\n\n"
+
+
+class EventStream(StreamingResponse):
+    """A text/event-stream response of the strings `content` yields; runs `on_close` however it ends (client gone
+    included)."""
+
+    def __init__(self, content, on_close, **kw):
+        super().__init__(content, media_type="text/event-stream", **kw)
+        self.on_close = on_close
+
+    async def __call__(self, scope, receive, send):
+        try:
+            await super().__call__(scope, receive, send)
+        finally:
+            self.on_close()
