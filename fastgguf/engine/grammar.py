@@ -1,4 +1,4 @@
-"""Structured output that fails closed: grammars compiled by llguidance, and the per-sequence token mask.
+r"""Structured output that fails closed: grammars compiled by llguidance, and the per-sequence token mask.
 
     g = Grammar.json_schema({"type": "object", "properties": {"name": {"type": "string"}}})
     m = Matcher(vocabulary(model), g)         # one per live sequence
@@ -13,7 +13,7 @@ dropped or approximated unless `lenient=True` is asked for. llguidance is an opt
 
 The vocabulary bridge (`vocabulary(model)`, as llama.cpp's common/llguidance.cpp): token i is the bytes of its piece;
 a token whose piece is empty but which renders as text with specials (control tokens such as <|im_end|>) is
-b"\\xff" + that text, llguidance's marker for special tokens, so a grammar never produces one as text. The
+b"\xff" + that text, llguidance's marker for special tokens, so a grammar never produces one as text. The
 tokenize callback is `Tokenizer.tokenize_raw` (no BOS, no SentencePiece space prefix: the ids' bytes are exactly
 the text). Ids past the tokenizer's count (a logits row wider than the vocabulary) are empty and never allowed.
 End of generation: every EOG id of the tokenizer is allowed exactly where the grammar may end, never elsewhere.
@@ -24,7 +24,7 @@ Departures from JSON Schema (llguidance's, kept; the output is still valid under
 - between the tokens of a value: nothing, one space, or 1-2 newlines and up to 20 spaces/tabs (`JSON_WHITESPACE`),
   so a model cannot spin in whitespace until max_tokens; 0 to 2 spaces/newlines may come before the value
   (`JSON_LEAD`), none after;
-- strings may use any JSON escape but `\/`; `enum` / `const` strings are written as themselves, never \u-escaped;
+- strings may use any JSON escape but `\/`; `enum` / `const` strings are written as themselves, never as \u escapes;
 - an "x-guidance" key in a schema is replaced by these options.
 """
 import importlib
