@@ -4,7 +4,8 @@ RuntimeError), so existing handlers keep working. Bad arguments to the API stay 
 
 The command line maps these to exit codes in one table: fastgguf.cli.EXIT_CODES."""
 
-__all__ = ["FastGGUFError", "GGUFError", "TokenizerError", "ChatTemplateError", "QuantizeError", "HubError"]
+__all__ = ["FastGGUFError", "GGUFError", "TokenizerError", "ChatTemplateError", "QuantizeError", "HubError",
+           "GrammarError"]
 
 
 class FastGGUFError(Exception):
@@ -29,3 +30,7 @@ class QuantizeError(FastGGUFError, ValueError):
 
 class HubError(FastGGUFError, RuntimeError):
     """A model could not be downloaded or verified."""
+
+
+class GrammarError(FastGGUFError, ValueError):
+    """A JSON schema or grammar that structured output cannot enforce exactly (the message is llguidance's)."""

@@ -234,7 +234,7 @@ def test_no_type_names_in_the_forward_pass():
 
 def test_errors_share_a_base():
     from fastgguf import errors
-    for name in ("GGUFError", "TokenizerError", "ChatTemplateError", "QuantizeError", "HubError"):
+    for name in ("GGUFError", "TokenizerError", "ChatTemplateError", "QuantizeError", "HubError", "GrammarError"):
         cls = getattr(errors, name)
         assert issubclass(cls, fastgguf.FastGGUFError), name
         assert getattr(fastgguf, name) is cls

@@ -2,14 +2,39 @@
 
 from __future__ import annotations
 
+import argparse
 import dataclasses
+import json
 import math
+import os
 from typing import Optional
 
 from fastgguf.engine.params import SamplingParams
 
 _SAMPLING_FIELDS = {f.name: f for f in dataclasses.fields(SamplingParams)}
 _ARG_TYPES = {float: float, int: int, Optional[int]: int}
+
+
+def _read_text(path):
+    try:
+        with open(path, encoding="utf-8") as f:
+            return f.read()
+    except (OSError, UnicodeDecodeError) as e:
+        raise argparse.ArgumentTypeError(f"cannot read {path!r}: {e}") from None
+
+
+def _json_schema_arg(text):
+    """--json-schema: a JSON file, or the JSON text itself. SamplingParams checks the schema."""
+    if os.path.isfile(text):
+        text = _read_text(text)
+    try:
+        return json.loads(text)
+    except ValueError as e:
+        raise argparse.ArgumentTypeError(f"neither a file nor JSON text ({e})") from None
+
+
+# fields whose flag value needs more than a type conversion (SamplingParams validates the result)
+_ARG_PARSERS = {"json_schema": _json_schema_arg, "grammar": _read_text}
 
 
 def add_model_args(p) -> None:
@@ -40,7 +65,7 @@ def add_sampling_args(p, **defaults) -> None:
         if name in ("stop", "logit_bias"):
             kw.update(action="append", default=None)
         else:
-            kw["type"] = _ARG_TYPES[f.type]
+            kw["type"] = _ARG_PARSERS.get(name) or _ARG_TYPES[f.type]
         g.add_argument(*md["flags"], **kw)
 
 

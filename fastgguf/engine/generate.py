@@ -202,6 +202,8 @@ def generate(model, prompt, params=None, *, stream=False, context=None, add_spec
             hasattr(context, a) for a in ("eval", "reset", "rewind", "tokens", "n_past", "n_ctx")):
         raise TypeError(f"context must be a fastgguf.Context (model.context()), got {type(context).__name__}")
     params = SamplingParams.from_args(params, **sampling)
+    if params.constraint() is not None:  # fail closed until the decode loop masks tokens (issue 20)
+        raise NotImplementedError("json_schema / grammar: this decode loop does not enforce constraints yet")
     max_tokens = params.max_tokens
     tokenizer = model.tokenizer
     n_vocab = int(getattr(model, "n_vocab", None) or tokenizer.n_vocab)

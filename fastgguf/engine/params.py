@@ -12,14 +12,22 @@ Order of the samplers (as llama.cpp): logit bias, repetition penalty (last `repe
 included; positive logits divided, negative multiplied), frequency/presence penalties (OpenAI: over accepted
 *generated* tokens), then greedy when `temperature <= 0`, else top-k (0: off) -> top-p (1: off) -> min-p (0: off),
 measured at temperature 1, and a draw from the softmax at `temperature`. Same seed and inputs -> same tokens.
+
+Structured output (needs llguidance: `pip install 'fastgguf[structured]'`): `json_schema` (a dict) or `grammar`
+(GBNF text, or a fastgguf.engine.grammar.Grammar), not both, is compiled when the params are made: a schema or
+grammar that cannot be enforced exactly raises GrammarError (a ValueError) here, before any token is generated.
+`constraint()` returns the compiled Grammar. A constraint refuses `stop` strings: one could cut a value short.
 """
 import dataclasses
+import json
 import math
 from collections.abc import Mapping
 from dataclasses import dataclass, field
-from typing import Optional, Tuple
+from typing import Optional, Tuple, Union
 
 import numpy as np
+
+from fastgguf.engine.grammar import Grammar, GrammarError
 
 __all__ = ["SamplingParams", "check_logit_bias", "check_stop", "check_token_id", "check_token_ids", "MAX_TOKEN_ID",
            "MAX_TOKENS_LIMIT"]
@@ -150,6 +158,10 @@ class SamplingParams:
     seed: Optional[int] = field(default=None, metadata=_opt(("--seed",), "random seed (None: random)"))
     stop: Tuple[str, ...] = field(default=(), metadata=_opt(
         ("--stop",), "stop string, never emitted (repeatable)", metavar="TEXT"))
+    json_schema: Optional[Mapping] = field(default=None, metadata=_opt(
+        ("--json-schema",), "output valid under this JSON Schema (a file or JSON text)", metavar="SCHEMA"))
+    grammar: Optional[Union[str, Grammar]] = field(default=None, metadata=_opt(
+        ("--grammar",), "output matching this GBNF grammar (a file)", metavar="FILE"))
 
     def __post_init__(self):
         set_ = object.__setattr__
@@ -170,10 +182,59 @@ class SamplingParams:
                 raise TypeError(f"seed must be an int or None, got {type(self.seed).__name__}")
             set_(self, "seed", int(self.seed))
         set_(self, "stop", check_stop(self.stop))
+        set_(self, "_constraint", self._compile_constraint())
 
-    def __hash__(self):  # logit_bias is a dict
-        return hash(tuple((k, tuple(sorted(v.items())) if isinstance(v, dict) else v)
-                          for k, v in dataclasses.asdict(self).items()))
+    def _compile_constraint(self):
+        """The Grammar that json_schema / grammar ask for (None: unconstrained); stores both canonically."""
+        schema, grammar = self.json_schema, self.grammar
+        if schema is None and grammar is None:
+            return None
+        if schema is not None and grammar is not None:
+            raise ValueError("json_schema and grammar: give one constraint, not both")
+        if self.stop:
+            raise ValueError("stop strings cannot be combined with json_schema / grammar: a stop string could cut "
+                             "a value")
+        if schema is not None:
+            if not isinstance(schema, Mapping):
+                raise TypeError(f"json_schema must be a dict, got {type(schema).__name__}")
+            try:      # a private copy: the caller's dict may change after the schema is compiled
+                schema = json.loads(json.dumps(schema, allow_nan=False))
+            except (TypeError, ValueError) as e:
+                raise ValueError(f"json_schema is not JSON: {e}") from None
+            object.__setattr__(self, "json_schema", schema)
+            return Grammar.json_schema(schema)
+        if isinstance(grammar, str):
+            try:
+                grammar = Grammar.gbnf(grammar)
+            except GrammarError as e:
+                raise GrammarError(f"grammar: {e}") from None
+            object.__setattr__(self, "grammar", grammar)
+        elif not isinstance(grammar, Grammar):
+            raise TypeError(f"grammar must be GBNF text or a Grammar, got {type(grammar).__name__}")
+        return grammar
+
+    def constraint(self):
+        """The Grammar the output must match, or None."""
+        return self._constraint
+
+    def _key(self):
+        """The fields as hashable values: logit_bias as sorted items, json_schema as its JSON text (its property
+        order is part of the grammar)."""
+        out = []
+        for f in dataclasses.fields(self):
+            v = getattr(self, f.name)
+            if f.name == "json_schema" and v is not None:
+                v = json.dumps(v)
+            elif isinstance(v, dict):
+                v = tuple(sorted(v.items()))
+            out.append(v)
+        return tuple(out)
+
+    def __eq__(self, other):
+        return type(other) is type(self) and self._key() == other._key()
+
+    def __hash__(self):
+        return hash(self._key())
 
     def replace(self, **changes):
         return dataclasses.replace(self, **changes)

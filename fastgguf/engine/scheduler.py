@@ -121,6 +121,8 @@ class Request:
         self.id = next(_ids)
         self.prompts = [list(p) for p in prompts]
         self.params = SamplingParams.from_args(params)
+        if self.params.constraint() is not None:  # fail closed until the decode loop masks tokens (issue 20)
+            raise NotImplementedError("json_schema / grammar: this decode loop does not enforce constraints yet")
         self.embed = bool(embed)
         self.n = 1 if self.embed else int(n)
         self.logprobs = logprobs

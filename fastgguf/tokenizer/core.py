@@ -824,6 +824,15 @@ class Tokenizer:
     def tokenize(self, text, add_special=True, parse_special=False):
         """Token ids of text. add_special: add BOS/EOS as the model wants (tokenizer.ggml.add_bos_token/...);
         parse_special: recognise control tokens such as <|im_start|> written in the text."""
+        return self._tokenize(text, add_special, parse_special, self.add_space_prefix)
+
+    def tokenize_raw(self, text):
+        """Ids whose pieces are exactly text's UTF-8 bytes: no BOS/EOS, no SentencePiece space prefix, control
+        tokens not parsed. For constrained decoding (engine.grammar): a piece of output tokenized on its own must
+        not grow a leading space. The shared tokenizer's add_space_prefix is left alone."""
+        return self._tokenize(text, False, False, False)
+
+    def _tokenize(self, text, add_special, parse_special, space_prefix):
         if not isinstance(text, str):
             raise TypeError(f"tokenize() needs a str, got {type(text).__name__}")
         try:
@@ -838,7 +847,7 @@ class Tokenizer:
             prev_special = True
             for f in frags:
                 if type(f) is str:
-                    if self.add_space_prefix and prev_special:
+                    if space_prefix and prev_special:
                         f = " " + f
                     self._encode_spm(f.replace(" ", _SPM_SPACE), out)
                     prev_special = False
