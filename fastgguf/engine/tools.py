@@ -158,8 +158,8 @@ def _mistral_id(call_id):
 
 def prepare_tool_history(messages, fmt):
     """Messages as chat templates expect them: role "developer" as "system"; an assistant's tool_calls with their
-    arguments as objects and content "" rather than None (templates `tojson` them; a JSON string would be quoted twice); ids kept, except that the
-    mistral format maps them (and tool messages' tool_call_id) to 9 alphanumerics. The generic format is for
+    arguments as objects (templates `tojson` them; a JSON string would be quoted twice) and content "" rather than
+    None; ids kept, except that the mistral format maps them (and tool messages' tool_call_id) to 9 alphanumerics. The generic format is for
     templates that know no tools: a call becomes the assistant's JSON reply (as the model wrote it) and tool
     results a user message (consecutive ones merged, so user/assistant turns still alternate). Returns new dicts."""
     if fmt == "generic":
@@ -443,11 +443,11 @@ class _Call:
 
 
 def _scan_call(text, i, args_key, calls):
-    """Scan the call object at text[i] ('{'), appending a _Call to calls at once (so a partial call is kept when
-    the text ends); returns the index past its '}'. The arguments' text grows as the text does."""
+    """Scan the call object at text[i] ('{'), appending a _Call to calls once it opens (so a partial call is kept
+    when the text ends); returns the index past its '}'. The arguments' text grows as the text does."""
+    i = _expect(text, i, "{")
     call = _Call()
     calls.append(call)
-    i = _expect(text, i, "{")
     i = _ws(text, i)
     if i < len(text) and text[i] == "}":
         call.args = "{}"
@@ -649,7 +649,7 @@ class ToolCallStream:
 
     def update(self, text, final=False):
         raw, scanned = _scan(self.fmt, text, final)
-        content = _content(raw, final, bool(scanned))
+        content = _content(raw, final, any(c.name is not None for c in scanned))
         delta = ""
         if content and content.startswith(self.content):
             delta = content[len(self.content):]
