@@ -159,9 +159,10 @@ def _mistral_id(call_id):
 def prepare_tool_history(messages, fmt):
     """Messages as chat templates expect them: role "developer" as "system"; an assistant's tool_calls with their
     arguments as objects (templates `tojson` them; a JSON string would be quoted twice) and content "" rather than
-    None; ids kept, except that the mistral format maps them (and tool messages' tool_call_id) to 9 alphanumerics. The generic format is for
-    templates that know no tools: a call becomes the assistant's JSON reply (as the model wrote it) and tool
-    results a user message (consecutive ones merged, so user/assistant turns still alternate). Returns new dicts."""
+    None; ids kept, except that the mistral format maps them (and tool messages' tool_call_id) to 9 alphanumerics.
+    The generic format is for templates that know no tools: a call becomes the assistant's JSON reply (as the model
+    wrote it) and tool results a user message (consecutive ones merged, so user/assistant turns still alternate).
+    Returns new dicts."""
     if fmt == "generic":
         return _generic_history(messages)
     out = []
@@ -282,11 +283,24 @@ def _lit(s):
     return json.dumps(s)
 
 
-def tool_grammar(config, fmt):
+def tool_grammar(config, fmt, special_ids=None):
     """llguidance Lark text constraining a reply to config's tool choice in format fmt, or None (choice "none").
+    special_ids maps a marker ("[TOOL_CALLS]", "<tool_call>", "</tool_call>") to its token id when the vocabulary
+    has it as a special (control) token, which text cannot spell: the grammar then names the token (<[id]>).
     Raises ToolError naming a tool whose parameters schema llguidance refuses."""
     if config is None or config.choice == "none":
         return None
+    special_ids = special_ids or {}
+
+    def mark(s):
+        return f"<[{int(special_ids[s])}]>" if s in special_ids else _lit(s)
+
+    def trigger(m):
+        """Free text, then marker m: a special token ends the text by itself; a text marker needs a lazy lexeme
+        (the text stops at the first m)."""
+        lazy = "" if m.startswith("<[") else "[lazy]"
+        return f"trig{lazy}: TEXT {m}\nTEXT: /(.|\\n)*/\n"
+
     if fmt not in FORMATS:
         raise ValueError(f"unknown tool-call format {fmt!r} (one of {', '.join(FORMATS)})")
     functions = config.functions
@@ -317,24 +331,20 @@ def tool_grammar(config, fmt):
         defs = schema.pop("$defs")
         defs["fg_call"] = schema
         arr = json.dumps({"$defs": defs, **items}, ensure_ascii=False)
+        tag = mark(MISTRAL_TAG)
         if only_calls:
-            lark = f"start: {_lit(MISTRAL_TAG)} calls\n"
+            lark = f"start: {tag} calls\n"
         else:
-            lark = ("start: TEXT | trig calls\n"
-                    f"trig[lazy]: TEXT {_lit(MISTRAL_TAG)}\n"
-                    "TEXT: /(.|\\n)*/\n")
+            lark = "start: TEXT | trig calls\n" + trigger(tag)
         lark += f"calls: %json {arr}\n"
     elif fmt == "hermes":
-        block = f'{_lit(HERMES_OPEN + chr(10))} call {_lit(chr(10) + HERMES_CLOSE)}'
+        opn, cls = mark(HERMES_OPEN), mark(HERMES_CLOSE)
+        block = f'{opn} "\\n" call "\\n" {cls}'
         more = f' ("\\n" {block})*' if many else ""
         if only_calls:
             lark = f"start: {block}{more}\n"
         else:
-            # The first call's trigger is lazy: free text until "<tool_call>" appears, then the call grammar.
-            lark = ("start: TEXT | first" + more + "\n"
-                    f"first: trig \"\\n\" call {_lit(chr(10) + HERMES_CLOSE)}\n"
-                    f"trig[lazy]: TEXT {_lit(HERMES_OPEN)}\n"
-                    "TEXT: /(.|\\n)*/\n")
+            lark = (f'start: TEXT | trig "\\n" call "\\n" {cls}{more}\n' + trigger(opn))
         lark += f"call: %json {call}\n"
     else:   # llama3: a reply that starts with "{" is a call
         more = f" ({_lit(LLAMA3_SEP)} call)*" if many else ""

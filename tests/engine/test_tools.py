@@ -360,3 +360,28 @@ def test_stream_holds_back_a_partial_trigger():
     assert content == "" and deltas == [
         {"index": 0, "id": "call_" + "0" * 24, "type": "function", "function": {"name": "get_time", "arguments": ""}},
         {"index": 0, "function": {"arguments": '{"zo'}}]
+
+
+class ByteTokenizerWithControl(ByteTokenizer):
+    """Mistral's vocabulary has [TOOL_CALLS] as a control token (257), which text cannot spell."""
+    tokens = ByteTokenizer.tokens + [b"[TOOL_CALLS]"]
+    special_token_ids = [256, 257]
+
+
+def test_markers_that_are_special_tokens():
+    tok = llguidance.LLTokenizer(llguidance.TokenizerWrapper(ByteTokenizerWithControl()))
+    body = list(("[" + call_json("mistral", "get_time", {"zone": 1}) + "]").encode())
+
+    def run(lark, ids):
+        m = llguidance.LLMatcher(tok, lark, log_level=0)
+        assert not m.is_error(), m.get_error()
+        return all(m.consume_token(t) for t in ids) and m.is_accepting()
+
+    special = {"[TOOL_CALLS]": 257}
+    required = tool_grammar(validate_tools(TOOLS, "required"), "mistral", special)
+    assert run(required, [257] + body)
+    assert not run(required, list(b"[TOOL_CALLS]") + body)       # the text is not the token
+    auto = tool_grammar(validate_tools(TOOLS), "mistral", special)
+    assert run(auto, list(b"Sure. ") + [257] + body) and run(auto, list(b"Just text."))
+    bad = list(("[" + call_json("mistral", "nope", {"zone": 1}) + "]").encode())
+    assert not run(auto, list(b"Sure. ") + [257] + bad)
