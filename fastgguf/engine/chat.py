@@ -28,10 +28,12 @@ from functools import lru_cache, wraps
 
 from fastgguf.engine.generate import generate
 from fastgguf.engine.params import SamplingParams
+from fastgguf.engine.tools import detect_format, generic_system_prompt, prepare_tool_history
 from fastgguf.errors import ChatTemplateError
 
 __all__ = ["ChatTemplateError", "CHATML_TEMPLATE", "render_template", "apply_chat_template", "chat_prompt_ids",
-           "chat", "validate_messages", "prepare_chat"]
+           "chat", "validate_messages", "prepare_chat", "prompt_text_ids", "apply_tool_template",
+           "prepare_tool_chat"]
 
 CHATML_TEMPLATE = (
     "{% for message in messages %}"
@@ -572,8 +574,7 @@ def _special_text(tokenizer, tid):
 def apply_chat_template(model_or_tokenizer, messages, *, add_generation_prompt=True, template=None, **extra):
     """Rendered prompt text for messages, with the model's template (or `template`, or the ChatML fallback)."""
     tok = getattr(model_or_tokenizer, "tokenizer", model_or_tokenizer)
-    tmpl = template if template is not None else (getattr(tok, "chat_template", None) or CHATML_TEMPLATE)
-    return render_template(tmpl, messages, add_generation_prompt=add_generation_prompt,
+    return render_template(_template_of(tok, template), messages, add_generation_prompt=add_generation_prompt,
                            bos_token=_special_text(tok, getattr(tok, "bos_id", None)),
                            eos_token=_special_text(tok, getattr(tok, "eos_id", None)), **extra)
 
@@ -583,6 +584,12 @@ def chat_prompt_ids(model_or_tokenizer, messages, *, add_generation_prompt=True,
     tok = getattr(model_or_tokenizer, "tokenizer", model_or_tokenizer)
     text = apply_chat_template(tok, messages, add_generation_prompt=add_generation_prompt, template=template,
                                **extra)
+    return prompt_text_ids(tok, text)
+
+
+def prompt_text_ids(model_or_tokenizer, text):
+    """Token ids of rendered prompt text: special tokens parsed, BOS prepended as the module docstring says."""
+    tok = getattr(model_or_tokenizer, "tokenizer", model_or_tokenizer)
     ids = list(tok.tokenize(text, add_special=False, parse_special=True))
     bos = getattr(tok, "bos_id", None)
     if bos is not None and bos >= 0 and list(tok.tokenize("", add_special=True))[:1] == [bos]:
@@ -590,6 +597,52 @@ def chat_prompt_ids(model_or_tokenizer, messages, *, add_generation_prompt=True,
         if not (bos_text and text.startswith(bos_text)) and ids[:1] != [bos]:
             ids.insert(0, bos)
     return ids
+
+
+def _template_of(tok, template):
+    return template if template is not None else (getattr(tok, "chat_template", None) or CHATML_TEMPLATE)
+
+
+def apply_tool_template(model_or_tokenizer, messages, config, *, add_generation_prompt=True, template=None,
+                        **extra):
+    """(prompt text, tool-call format) for a chat with tools (config: a tools.ToolConfig, or None).
+
+    A template that renders `tools` itself (the rendering differs with and without them) and whose format
+    tools.detect_format knows gets them; otherwise (no template, the ChatML fallback, templates that ignore tools)
+    a system message lists the tools and the generic reply format (tools.generic_system_prompt), merged into the
+    first system message, or into the first user message when the template refuses a system role (gemma).
+    History is prepared by tools.prepare_tool_history (tool_calls' arguments as objects, developer -> system).
+    With config None or tool_choice "none" the tools are left out of the prompt and the format is None."""
+    tok = getattr(model_or_tokenizer, "tokenizer", model_or_tokenizer)
+    tmpl = _template_of(tok, template)
+    fmt = detect_format(tmpl)
+    msgs = prepare_tool_history(validate_messages(messages), fmt)
+
+    def render(ms, **kw):
+        return apply_chat_template(tok, ms, add_generation_prompt=add_generation_prompt, template=tmpl,
+                                   **extra, **kw)
+
+    if fmt != "generic":
+        if config is None or config.choice == "none":
+            return render(msgs), None
+        with_tools = render(msgs, tools=config.tools())
+        if with_tools != render(msgs):
+            return with_tools, fmt
+        msgs = prepare_tool_history(validate_messages(messages), "generic")   # it ignores tools after all
+    if config is None or config.choice == "none":
+        return render(msgs), None
+    note = generic_system_prompt(config)
+    if msgs and msgs[0].get("role") == "system":
+        first = dict(msgs[0], content=f"{msgs[0].get('content') or ''}\n\n{note}")
+        return render([first] + msgs[1:]), "generic"
+    try:
+        return render([{"role": "system", "content": note}] + msgs), "generic"
+    except ChatTemplateError:
+        for i, m in enumerate(msgs):
+            if m.get("role") == "user":
+                merged = dict(m, content=f"{note}\n\n{m.get('content') or ''}")
+                return render(msgs[:i] + [merged] + msgs[i + 1:]), "generic"
+        raise
 
 
 def chat(model, messages, params=None, *, add_generation_prompt=True, template=None, tools=None, documents=None,
@@ -621,3 +674,17 @@ def prepare_chat(model, messages, params, *, add_generation_prompt=True, templat
         params = params.replace(stop=params.stop + (CHATML_STOP,))
     ids = chat_prompt_ids(tok, messages, add_generation_prompt=add_generation_prompt, template=template, **extra)
     return ids, params
+
+
+def prepare_tool_chat(model, messages, params, config, *, add_generation_prompt=True, template=None, **extra):
+    """prepare_chat with tools: (prompt ids, params, tool-call format or None); see apply_tool_template. The
+    caller constrains the reply with tools.tool_grammar(config, format) and parses it with tools.parse /
+    tools.ToolCallStream in that format."""
+    tok = model.tokenizer
+    if template is None and not getattr(tok, "chat_template", None):
+        template = CHATML_TEMPLATE
+    if template is CHATML_TEMPLATE and CHATML_STOP not in params.stop:
+        params = params.replace(stop=params.stop + (CHATML_STOP,))
+    text, fmt = apply_tool_template(tok, messages, config, add_generation_prompt=add_generation_prompt,
+                                    template=template, **extra)
+    return prompt_text_ids(tok, text), params, fmt
