@@ -3,6 +3,7 @@
 #   (a0) every csrc file is ISO C (gcc -std=c11 -pedantic -Werror), with and without SIMD;
 #   (a) tests/c/test_kernels.c under AddressSanitizer + UBSan with gcc, on this machine's ISAs, and built with
 #       -DFG_NO_SIMD (scalar only: an ISA whose code is not compiled in must not be available);
+#   (a5) tests/c/test_sample.c (the masked sampler) under AddressSanitizer + UBSan;
 #   (a4) tests/c/test_threads.c (the team of csrc/fg_threads.c) under ASan + UBSan and ThreadSanitizer, with the
 #       futex and the condition-variable (macOS, BSD) ways of sleeping;
 #   (b) the NEON kernels cross-compiled for aarch64 and run under qemu-user: with dotprod (qemu's default CPU,
@@ -60,6 +61,11 @@ gcc $CFLAGS -fsanitize=address,undefined -fno-sanitize-recover=all -fno-omit-fra
 run_test attention-asan-ubsan "$OUT/test_attention_asan"
 gcc $CFLAGS -DFG_NO_SIMD -O1 $ATT_SRCS -lm -o "$OUT/test_attention_nosimd"
 run_test attention-no-simd "$OUT/test_attention_nosimd"
+
+# (a5) the masked sampler (csrc/fg_sample.c) against the unmasked one on -inf'd logits: sanitizers (mask over-reads)
+gcc $CFLAGS -fsanitize=address,undefined -fno-sanitize-recover=all -fno-omit-frame-pointer -g -O1 \
+    tests/c/test_sample.c csrc/fg_sample.c -lm -o "$OUT/test_sample_asan"
+run_test sample-asan-ubsan "$OUT/test_sample_asan"
 
 # (a4) the thread pool: sanitizers; -U__linux__ takes the mutex + condition variable path macOS takes
 THR_SRCS="tests/c/test_threads.c csrc/fg_threads.c"

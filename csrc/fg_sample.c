@@ -143,6 +143,8 @@ void fg_sampler_free(fg_sampler *s) {
     free(s->cand);
     free(s->undo);
     free(s->w);
+    free(s->kept);
+    free(s->kept_ids);
     memset(s, 0, sizeof(*s));
 }
 
@@ -361,19 +363,24 @@ static int32_t draw(fg_sampler *s, const fg_cand *c, int32_t m, float temp) {
     return m - 1;
 }
 
-static int32_t choose(fg_sampler *s, const float *logits, int32_t n) {
+/* Index into logits (n,) of the chosen token. n_vocab >= n is the vocabulary logits stand for (n < n_vocab: the
+ * allowed tokens gathered from it): top-k is on or off as it would be over n_vocab, so the draw walks the
+ * candidates in the same order (sorted, or id order) and a seed gives the same token as the unmasked sampler run
+ * on the vocabulary with the other tokens at -inf. */
+static int32_t choose(fg_sampler *s, const float *logits, int32_t n, int32_t n_vocab) {
     /* greedy also when 1/temperature overflows (a tiny temperature is greedy in the limit) */
     if (s->temperature <= 0.0f || !(1.0f / s->temperature < INFINITY) || s->top_k == 1) {
         int32_t a = fg_argmax(logits, n);
         return a < 0 ? FG_SAMPLE_NO_CANDIDATE : a;
     }
-    int32_t k = (s->top_k > 0 && s->top_k < n) ? s->top_k : n;
+    const int use_top_k = s->top_k > 0 && s->top_k < n_vocab;
+    const int32_t k = use_top_k && s->top_k < n ? s->top_k : n; /* the best k of n: all of them past n */
     const float temp = s->temperature;
     int32_t m;
     float mx;
     double z; /* softmax normalizer at temperature 1 over the candidates top-p sees */
 
-    if (k < n) {
+    if (use_top_k) {
         if (grow32((void **)&s->cand, &s->cap_cand, k, sizeof(fg_cand))) return FG_SAMPLE_NO_MEMORY;
         m = fg_top_k(logits, n, k, s->cand);
         if (m == 0) return FG_SAMPLE_NO_CANDIDATE;
@@ -437,16 +444,106 @@ static int32_t choose(fg_sampler *s, const float *logits, int32_t n) {
     return c[draw(s, c, m, temp)].id;
 }
 
-int32_t fg_sampler_sample(fg_sampler *s, float *logits, int32_t n_vocab) {
-    if (n_vocab <= 0) return FG_SAMPLE_NO_CANDIDATE;
-    int32_t nu = 0;
-    if (adjust(s, logits, n_vocab, &nu)) {
-        restore(s, logits, nu);
+/* ---- the allowed-token mask ---- */
+
+static inline int32_t popcount32(uint32_t x) {
+    x = x - ((x >> 1) & 0x55555555u);
+    x = (x & 0x33333333u) + ((x >> 2) & 0x33333333u);
+    x = (x + (x >> 4)) & 0x0F0F0F0Fu;
+    return (int32_t)((x * 0x01010101u) >> 24);
+}
+
+/* index of the lowest set bit of x != 0 (de Bruijn: no intrinsics, the same on every compiler) */
+static inline int ctz32(uint32_t x) {
+    static const uint8_t pos[32] = {0,  1,  28, 2,  29, 14, 24, 3, 30, 22, 20, 15, 25, 17, 4,  8,
+                                    31, 27, 13, 23, 21, 19, 16, 7, 26, 12, 18, 6,  11, 5,  10, 9};
+    return pos[((x & (0u - x)) * 0x077CB531u) >> 27];
+}
+
+/* word wi of allow, without the bits of ids >= n (the last word may be partly past the vocabulary) */
+static inline uint32_t allow_word(const uint32_t *allow, int32_t wi, int32_t n) {
+    int32_t left = n - wi * 32;
+    return left >= 32 ? allow[wi] : allow[wi] & ((1u << left) - 1u);
+}
+
+static int32_t count_allowed(const uint32_t *allow, int32_t n) {
+    int32_t nw = (int32_t)(((int64_t)n + 31) / 32), c = 0;
+    for (int32_t wi = 0; wi + 1 < nw; wi++) c += popcount32(allow[wi]);
+    return c + popcount32(allow_word(allow, nw - 1, n));
+}
+
+/* Dense mask: set the banned entries (n - n_allowed of them) to -inf in place, recorded in s->undo after the
+ * *nu entries already there. 0, or NO_MEMORY. */
+static int ban_in_place(fg_sampler *s, float *logits, int32_t n, const uint32_t *allow, int32_t n_allowed,
+                        int32_t *nu) {
+    if (grow32((void **)&s->undo, &s->cap_undo, (int64_t)*nu + (n - n_allowed), sizeof(fg_cand)))
         return FG_SAMPLE_NO_MEMORY;
+    int32_t nw = (int32_t)(((int64_t)n + 31) / 32);
+    for (int32_t wi = 0; wi < nw; wi++) {
+        uint32_t z = ~allow[wi];
+        if (wi == nw - 1 && n % 32) z &= (1u << (n % 32)) - 1u; /* not the ids past the vocabulary */
+        for (; z; z &= z - 1) change(s->undo, nu, logits, wi * 32 + ctz32(z), -INFINITY);
     }
-    int32_t tok = choose(s, logits, n_vocab);
+    return 0;
+}
+
+/* Sparse mask: the allowed entries of logits into s->kept[0..n_allowed), their ids (ascending) into s->kept_ids.
+ * Zero words are skipped, full words copied whole. 0, or NO_MEMORY. */
+static int gather_allowed(fg_sampler *s, const float *logits, int32_t n, const uint32_t *allow, int32_t n_allowed) {
+    if (grow32((void **)&s->kept, &s->cap_kept, n_allowed, sizeof(float)) ||
+        grow32((void **)&s->kept_ids, &s->cap_kept_ids, n_allowed, sizeof(int32_t)))
+        return FG_SAMPLE_NO_MEMORY;
+    float *kept = s->kept;
+    int32_t *ids = s->kept_ids, m = 0, nw = (int32_t)(((int64_t)n + 31) / 32);
+    for (int32_t wi = 0; wi < nw; wi++) {
+        uint32_t w = allow_word(allow, wi, n);
+        int32_t base = wi * 32;
+        if (w == 0xFFFFFFFFu) {
+            for (int32_t j = 0; j < 32; j++) {
+                kept[m + j] = logits[base + j];
+                ids[m + j] = base + j;
+            }
+            m += 32;
+        } else {
+            for (; w; w &= w - 1) {
+                int32_t id = base + ctz32(w);
+                kept[m] = logits[id];
+                ids[m++] = id;
+            }
+        }
+    }
+    return 0;
+}
+
+int32_t fg_sampler_sample(fg_sampler *s, float *logits, int32_t n_vocab) {
+    return fg_sampler_sample_masked(s, logits, n_vocab, NULL);
+}
+
+int32_t fg_sampler_sample_masked(fg_sampler *s, float *logits, int32_t n_vocab, const uint32_t *allow) {
+    const int32_t none = allow ? FG_SAMPLE_NO_ALLOWED : FG_SAMPLE_NO_CANDIDATE;
+    if (n_vocab <= 0) return none;
+    int32_t n_allowed = allow ? count_allowed(allow, n_vocab) : n_vocab;
+    if (n_allowed == 0) return none;
+    int32_t nu = 0, tok;
+    if (adjust(s, logits, n_vocab, &nu)) {
+        tok = FG_SAMPLE_NO_MEMORY;
+    } else if (n_allowed == n_vocab) { /* no mask, or one that allows everything */
+        tok = choose(s, logits, n_vocab, n_vocab);
+    } else if (n_vocab - n_allowed <= n_vocab / 8) {
+        /* few banned: -inf in place (undone below with bias and penalties); the pipeline sees the whole vocabulary */
+        tok = ban_in_place(s, logits, n_vocab, allow, n_allowed, &nu) ? FG_SAMPLE_NO_MEMORY
+                                                                        : choose(s, logits, n_vocab, n_vocab);
+    } else {
+        /* the pipeline runs on the allowed tokens only; their order is id order, so ties resolve as unmasked */
+        if (gather_allowed(s, logits, n_vocab, allow, n_allowed)) {
+            tok = FG_SAMPLE_NO_MEMORY;
+        } else {
+            tok = choose(s, s->kept, n_allowed, n_vocab);
+            if (tok >= 0) tok = s->kept_ids[tok];
+        }
+    }
     restore(s, logits, nu);
-    return tok;
+    return tok == FG_SAMPLE_NO_CANDIDATE ? none : tok;
 }
 
 int fg_sampler_apply(fg_sampler *s, float *logits, int32_t n_vocab) {

@@ -11,6 +11,15 @@
  * The logits buffer is left as it was on return (changes for bias and penalties are undone), so a caller may look
  * at the raw logits afterwards.
  *
+ * Allowed-token mask (constrained output, fg_sampler_sample_masked): bit i of allow[i / 32] set = token i may be
+ * chosen. A masked-out token counts as -inf at EVERY stage after bias and penalties: greedy, top-k, the top-p mass
+ * and its normalizer, the min-p threshold and the draw all see the allowed tokens only, so the result is exactly
+ * the unmasked sampler run on logits whose masked entries are -inf (not llama.cpp's sample-then-resample shortcut,
+ * which draws from another distribution). The mask never reaches the logits the caller sees afterwards: logprobs
+ * read from that buffer are the model's own. Cost: one pass over the mask's words, then either (dense mask, few
+ * tokens banned) those few entries set to -inf in place and restored, or (otherwise) the allowed entries gathered
+ * into a scratch vector the pipeline then runs on; zero words are skipped.
+ *
  * All state is per sampler (random generator: xoshiro256** seeded through splitmix64); no globals. Functions
  * never read outside the buffers they are given; allocation failures are reported by return values. */
 #ifndef FG_SAMPLE_H
@@ -20,6 +29,7 @@
 
 #define FG_SAMPLE_NO_CANDIDATE (-1) /* every logit is -inf or NaN */
 #define FG_SAMPLE_NO_MEMORY (-2)
+#define FG_SAMPLE_NO_ALLOWED (-3) /* with a mask: no allowed token has a finite logit after bias and penalties */
 
 typedef struct {
     uint64_t s[4];
@@ -67,6 +77,10 @@ typedef struct {
     int32_t cap_undo;
     float *w;           /* (cap_w,) softmax weights over the whole vocabulary (top_k = 0) */
     int32_t cap_w;
+    float *kept;        /* (cap_kept,) logits of the allowed tokens, gathered (sparse masks) */
+    int32_t cap_kept;
+    int32_t *kept_ids;  /* (cap_kept_ids,) their token ids, ascending */
+    int32_t cap_kept_ids;
 
     fg_rng rng;
 } fg_sampler;
@@ -84,6 +98,11 @@ int fg_sampler_accept(fg_sampler *s, int32_t id, int generated);
 /* Choose a token from logits (n_vocab,). Returns the id, FG_SAMPLE_NO_CANDIDATE or FG_SAMPLE_NO_MEMORY.
  * Does not record the token (call fg_sampler_accept). */
 int32_t fg_sampler_sample(fg_sampler *s, float *logits, int32_t n_vocab);
+
+/* fg_sampler_sample among the tokens allow (ceil(n_vocab / 32) words; bits past n_vocab ignored) permits; allow
+ * NULL: every token (exactly fg_sampler_sample). Returns the id, FG_SAMPLE_NO_ALLOWED (the mask is empty, or every
+ * allowed logit is -inf/NaN after bias and penalties) or FG_SAMPLE_NO_MEMORY. logits is unchanged on return. */
+int32_t fg_sampler_sample_masked(fg_sampler *s, float *logits, int32_t n_vocab, const uint32_t *allow);
 
 /* Apply bias and penalties to logits in place, as fg_sampler_sample sees them (for inspection and tests; nothing is
  * undone). Returns 0, or FG_SAMPLE_NO_MEMORY. */

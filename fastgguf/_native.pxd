@@ -1,6 +1,6 @@
 # The C API of csrc/ as Cython sees it (fg_kernels.h, fg_threads.h, fg_forward.h, fg_sample.h) and the cdef classes of
 # fastgguf._native. The only place Cython code declares the C contract.
-from libc.stdint cimport int32_t, int64_t, uint8_t, uint64_t
+from libc.stdint cimport int32_t, int64_t, uint8_t, uint32_t, uint64_t
 
 cdef extern from "fg_kernels.h" nogil:
     enum:
@@ -192,6 +192,7 @@ cdef extern from "fg_sample.h" nogil:
     enum:
         FG_SAMPLE_NO_CANDIDATE
         FG_SAMPLE_NO_MEMORY
+        FG_SAMPLE_NO_ALLOWED
 
     ctypedef struct fg_rng:
         uint64_t s[4]
@@ -226,6 +227,7 @@ cdef extern from "fg_sample.h" nogil:
     int fg_sampler_accept(fg_sampler *s, int32_t id, int generated)
     int fg_sampler_apply(fg_sampler *s, float *logits, int32_t n_vocab)
     int32_t fg_sampler_sample(fg_sampler *s, float *logits, int32_t n_vocab)
+    int32_t fg_sampler_sample_masked(fg_sampler *s, float *logits, int32_t n_vocab, const uint32_t *allow)
     int32_t fg_argmax(const float *x, int32_t n)
     int32_t fg_top_k(const float *x, int32_t n, int32_t k, fg_cand *out)
 
@@ -239,3 +241,6 @@ cdef class Sampler:
     # Choose a token from logits (n_vocab,) (left unchanged on return). Returns the id (>= 0), or
     # FG_SAMPLE_NO_CANDIDATE (-1: every logit -inf/NaN) / FG_SAMPLE_NO_MEMORY (-2). Does not record the token.
     cdef int sample_ptr(self, float *logits, int n_vocab) noexcept nogil
+    # The same among the tokens allow (ceil(n_vocab / 32) words, bit i = token i allowed; NULL: all) permits; an
+    # empty choice is FG_SAMPLE_NO_ALLOWED (-3) instead of -1.
+    cdef int sample_masked_ptr(self, float *logits, int n_vocab, const uint32_t *allow) noexcept nogil

@@ -2,12 +2,14 @@
 #
 # Sampler validates its parameters here, in Python; the C underneath trusts them. generate_ids is the decode loop:
 # Runner.step + bias/penalties + sampling + bookkeeping run with the GIL released, and Python only sees each token id
-# as it is yielded (for detokenization and stop checks).
+# as it is yielded (for detokenization and stop checks). A constraint (a grammar matcher) adds two Python calls per
+# token: its allowed-token mask before the draw, and the drawn token after it.
 
 from fastgguf.engine.params import SamplingParams, check_logit_bias, check_token_id
 
 NO_CANDIDATE = FG_SAMPLE_NO_CANDIDATE
 NO_MEMORY = FG_SAMPLE_NO_MEMORY
+NO_ALLOWED = FG_SAMPLE_NO_ALLOWED
 
 
 cdef class Sampler:
@@ -82,8 +84,15 @@ cdef class Sampler:
     cdef int sample_ptr(self, float *logits, int n_vocab) noexcept nogil:
         return fg_sampler_sample(&self.s, logits, n_vocab)
 
-    def sample(self, logits):
-        """Token id chosen from a 1-D array of logits (not modified)."""
+    cdef int sample_masked_ptr(self, float *logits, int n_vocab, const uint32_t *allow) noexcept nogil:
+        return fg_sampler_sample_masked(&self.s, logits, n_vocab, allow)
+
+    def sample(self, logits, mask=None):
+        """Token id chosen from a 1-D array of logits (not modified). ``mask``: only the tokens it allows may be
+        chosen (a C-contiguous uint32 array of at least ceil(n_vocab / 32) words, bit i of word i // 32 = token i);
+        the others count as -inf for every sampler stage. ValueError when no allowed token is left."""
+        cdef const uint32_t[::1] allow_v
+        cdef const uint32_t *allow = NULL
         arr = np.asarray(logits)
         if arr.ndim != 1 or arr.shape[0] == 0:
             raise ValueError(f"logits must be a non-empty 1-D array, got shape {arr.shape}")
@@ -97,8 +106,11 @@ cdef class Sampler:
         cdef float[::1] v = arr
         cdef int n = <int>v.shape[0]
         cdef int tok
+        if mask is not None:
+            allow_v = _check_mask(mask, n)
+            allow = &allow_v[0]
         with nogil:
-            tok = self.sample_ptr(&v[0], n)
+            tok = self.sample_masked_ptr(&v[0], n, allow)
         return _check_sample(tok)
 
     def apply(self, logits):
@@ -128,9 +140,25 @@ cdef class Sampler:
         fg_sampler_reset(&self.s)
 
 
+def _check_mask(mask, int n_vocab):
+    """mask itself once it is a C-contiguous 1-D uint32 ndarray of at least ceil(n_vocab / 32) words."""
+    if not isinstance(mask, np.ndarray) or mask.dtype != np.uint32:
+        got = mask.dtype if isinstance(mask, np.ndarray) else type(mask).__name__
+        raise TypeError(f"mask must be a numpy uint32 array (bit i = token i allowed), got {got}")
+    need = (n_vocab + 31) // 32
+    if mask.ndim != 1 or not mask.flags.c_contiguous:
+        raise ValueError(f"mask must be a 1-D C-contiguous array, got shape {mask.shape}")
+    if mask.shape[0] < need:
+        raise ValueError(f"mask has {mask.shape[0]} words, {n_vocab} tokens need {need} (ceil(n_vocab / 32))")
+    return mask
+
+
 def _check_sample(int tok):
     if tok == FG_SAMPLE_NO_CANDIDATE:
         raise ValueError("no token can be sampled: every logit is -inf or NaN (is every token banned by logit_bias?)")
+    if tok == FG_SAMPLE_NO_ALLOWED:
+        raise ValueError("no token can be sampled: the grammar mask allows no token with a finite logit (the mask "
+                         "is empty, or logit_bias bans every token the grammar mask allows)")
     if tok == FG_SAMPLE_NO_MEMORY:
         raise MemoryError("sampler scratch buffers")
     return tok
@@ -154,18 +182,28 @@ def top_k(logits, int k):
     return out["id"][:m].copy(), out["logit"][:m].copy()
 
 
-def generate_ids(Runner runner, Sampler sampler, int max_tokens, eog_ids, logits=None, int token=-1):
+def generate_ids(Runner runner, Sampler sampler, int max_tokens, eog_ids, logits=None, int token=-1,
+                 constraint=None):
     """The decode loop: yields up to ``max_tokens`` sampled token ids.
 
     Start from either ``logits`` (the last prompt position's logits, e.g. from Context.eval) or ``token`` (a token
     not yet evaluated: it is stepped first). Each iteration runs Runner.step on the previous token, then bias,
     penalties and sampling, and records the token in the sampler, all with the GIL released. Stops after yielding
     an id in ``eog_ids`` (it is yielded), after ``max_tokens`` ids, or when the context is full. The last yielded
-    token is not stepped (it is not in the KV cache)."""
+    token is not stepped (it is not in the KV cache).
+
+    ``constraint``: an object with ``fill_mask()`` (returns the allowed-token mask for the next token, as
+    Sampler.sample takes it) and ``consume(tok)``. Per token: step (GIL released), fill_mask(), the masked draw
+    (GIL released), consume(tok), then the yield. Exceptions from either method propagate out of the generator
+    (the token is then not yielded); so does the ValueError of a mask that leaves no token."""
     cdef int n_vocab = runner.n_vocab
     cdef int n = 0, tok = -1, prev = token, rc = 0, acc = 0
     cdef float *lp = NULL
     cdef float[::1] first
+    cdef const uint32_t[::1] allow
+    if constraint is not None and not (callable(getattr(constraint, "fill_mask", None))
+                                       and callable(getattr(constraint, "consume", None))):
+        raise TypeError(f"constraint must have fill_mask() and consume(tok), got {type(constraint).__name__}")
     if max_tokens < 0:
         raise ValueError(f"max_tokens must be >= 0, got {max_tokens}")
     if sampler.n_vocab is not None and sampler.n_vocab != n_vocab:
@@ -185,18 +223,31 @@ def generate_ids(Runner runner, Sampler sampler, int max_tokens, eog_ids, logits
             eog_arr[int(e)] = 1
     cdef const uint8_t[::1] eog = eog_arr
     while n < max_tokens:
-        with nogil:
-            if prev >= 0:
-                rc = runner.step(prev, &lp)
+        if constraint is None:
+            with nogil:
+                if prev >= 0:
+                    rc = runner.step(prev, &lp)
+                if rc == 0:
+                    tok = sampler.sample_ptr(lp, n_vocab)
+                    if tok >= 0:
+                        acc = fg_sampler_accept(&sampler.s, tok, 1)
+        else:
+            with nogil:
+                if prev >= 0:
+                    rc = runner.step(prev, &lp)
             if rc == 0:
-                tok = sampler.sample_ptr(lp, n_vocab)
-                if tok >= 0:
-                    acc = fg_sampler_accept(&sampler.s, tok, 1)
+                allow = _check_mask(constraint.fill_mask(), n_vocab)
+                with nogil:
+                    tok = sampler.sample_masked_ptr(lp, n_vocab, &allow[0])
+                    if tok >= 0:
+                        acc = fg_sampler_accept(&sampler.s, tok, 1)
         if rc != 0:
             return  # context full
         _check_sample(tok)
         if acc != 0:
             raise MemoryError("sampler history")
+        if constraint is not None:
+            constraint.consume(tok)
         n += 1
         yield tok
         if eog[tok]:
