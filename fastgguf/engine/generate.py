@@ -22,6 +22,7 @@ from dataclasses import dataclass, field
 from typing import List, Optional
 
 from fastgguf._native import Runner, Sampler, generate_ids
+from fastgguf.engine.grammar import matchers
 from fastgguf.engine.params import SamplingParams, check_token_ids
 from fastgguf.engine.sequence import Sequence
 
@@ -202,14 +203,14 @@ def generate(model, prompt, params=None, *, stream=False, context=None, add_spec
             hasattr(context, a) for a in ("eval", "reset", "rewind", "tokens", "n_past", "n_ctx")):
         raise TypeError(f"context must be a fastgguf.Context (model.context()), got {type(context).__name__}")
     params = SamplingParams.from_args(params, **sampling)
-    if params.constraint() is not None:  # fail closed until the decode loop masks tokens (issue 20)
-        raise NotImplementedError("json_schema / grammar: this decode loop does not enforce constraints yet")
     max_tokens = params.max_tokens
     tokenizer = model.tokenizer
     n_vocab = int(getattr(model, "n_vocab", None) or tokenizer.n_vocab)
     ids = _prompt_ids(tokenizer, prompt, n_vocab, add_special, parse_special)
     n_prompt = len(ids)
-    seq = Sequence(model, ids, params)  # bad sampling fields (logit_bias ids) fail here, before any context
+    grammar = params.constraint()  # json_schema / grammar: every sampled token is masked by it (fails closed)
+    constraint = matchers(model, grammar, 1)[0] if grammar is not None else None
+    seq = Sequence(model, ids, params, constraint=constraint)  # bad sampling fields fail here, before any context
 
     n_ctx_train = int(getattr(model, "n_ctx_train", 0) or 0)
     if context is None:

@@ -38,7 +38,7 @@ import numpy as np
 
 from fastgguf.errors import GrammarError
 
-__all__ = ["Grammar", "GrammarError", "Matcher", "Vocabulary", "vocabulary", "require_llguidance",
+__all__ = ["Grammar", "GrammarError", "Matcher", "Vocabulary", "vocabulary", "matchers", "require_llguidance",
            "JSON_WHITESPACE", "JSON_LEAD"]
 
 # between the tokens of a JSON value: nothing, a space, or 1-2 newlines and an indent of up to 20 (llama.cpp's
@@ -202,14 +202,18 @@ def vocabulary(model):
 class Matcher:
     """One live sequence's position in a grammar. Per token: fill_mask(), sample within it, consume()."""
 
-    def __init__(self, vocab, grammar):
+    def __init__(self, vocab, grammar, _matcher=None):
         if not isinstance(grammar, Grammar):
             raise TypeError(f"grammar must be a Grammar, got {type(grammar).__name__}")
         self.vocab, self.grammar = vocab, grammar
-        self._m = require_llguidance().LLMatcher(vocab.lltokenizer, grammar.text, log_level=0)
+        self._m = _matcher or require_llguidance().LLMatcher(vocab.lltokenizer, grammar.text, log_level=0)
         if self._m.is_error():
             raise GrammarError(f"{grammar.kind}: {_message(self._m.get_error())}")
         self.mask = np.zeros(vocab.n_words, np.uint32)     # (n_words,) bit i % 32 of word i // 32: token i allowed
+
+    def copy(self):
+        """An independent matcher at the same position (llguidance's deep copy: no second compile)."""
+        return Matcher(self.vocab, self.grammar, self._m.deep_copy())
 
     def fill_mask(self):
         """Fill self.mask with the tokens allowed next and return it. RuntimeError if none is."""
@@ -246,3 +250,10 @@ class Matcher:
     def stopped(self):
         """Nothing but end of generation can follow."""
         return self._m.is_stopped()
+
+
+def matchers(model, grammar, n):
+    """n fresh Matchers of grammar over model's vocabulary (one per choice of a request): compiled once, copied.
+    Built where a request is prepared (the caller's thread, a server's worker thread), never on the engine thread."""
+    first = Matcher(vocabulary(model), grammar)
+    return [first] + [first.copy() for _ in range(n - 1)]

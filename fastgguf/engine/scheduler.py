@@ -76,6 +76,7 @@ class Delta:
     index: int
     text: str
     logprobs: Optional[List[tuple]] = None
+    parsed: Optional[list] = None  # the choice's output parser's deltas of text (tool calls, reasoning), if any
 
 
 @dataclass(frozen=True)
@@ -117,14 +118,21 @@ class Request:
     (asyncio) it is called in that loop's thread."""
 
     def __init__(self, prompts, params, sink, *, n=1, logprobs=None, loop=None, prompt_logprobs=False,
-                 embed=False):
+                 embed=False, constraints=None, parser=None):
         self.id = next(_ids)
         self.prompts = [list(p) for p in prompts]
         self.params = SamplingParams.from_args(params)
-        if self.params.constraint() is not None:  # fail closed until the decode loop masks tokens (issue 20)
-            raise NotImplementedError("json_schema / grammar: this decode loop does not enforce constraints yet")
         self.embed = bool(embed)
         self.n = 1 if self.embed else int(n)
+        n_choices = len(self.prompts) * self.n
+        # one grammar matcher per choice (engine.grammar.matchers), built by the caller before it submits: a
+        # grammar is compiled where the request is prepared, never on the engine thread; none given -> refused
+        if self.params.constraint() is not None and not self.embed and (
+                constraints is None or len(constraints) != n_choices):
+            raise ValueError(f"a request with a grammar needs one matcher per choice ({n_choices}): "
+                             f"fastgguf.engine.grammar.matchers(model, params.constraint(), n)")
+        self.constraints = list(constraints) if constraints is not None else None
+        self.parser = parser  # () -> a choice's output parser (tool calls, reasoning), or None
         self.logprobs = logprobs
         self.prompt_logprobs = bool(prompt_logprobs) and logprobs is not None and not self.embed
         self.sink = sink
@@ -374,7 +382,9 @@ class Scheduler:
             return
         if seq.prompt_lps is not None:
             out[req].append(PromptLogprobs(seq.index, seq.prompt_lps))
-        seq.sequence = Sequence(self.model, ids, req.params, choice=seq.index % req.n)
+        seq.sequence = Sequence(self.model, ids, req.params, choice=seq.index % req.n,
+                                constraint=req.constraints[seq.index] if req.constraints is not None else None,
+                                parser=req.parser() if req.parser is not None else None)
 
     def _step(self, out):
         self._admit(out)
@@ -470,8 +480,8 @@ class Scheduler:
                 self.m["completion_tokens"] += 1
                 if req.logprobs is not None:
                     lps = [_logprobs(lg, st.token, req.logprobs)]
-        if st.text or lps:
-            out[req].append(Delta(seq.index, st.text, lps))
+        if st.text or lps or st.parsed:
+            out[req].append(Delta(seq.index, st.text, lps, st.parsed))
         if st.finish is None:
             seq.next_tok = st.token
             return
