@@ -358,7 +358,8 @@ def test_generate_enforces_the_schema(default_model_path):
     sampled, seeded), and finishes "stop" at the end of the value."""
     import jsonschema
     from fastgguf.engine.generate import generate
-    schema = {"type": "object", "properties": {"answer": {"type": "string", "maxLength": 12}}, "required": ["answer"]}
+    schema = {"type": "object", "properties": {"answer": {"type": "string", "maxLength": 12}}, "required": ["answer"],
+              "additionalProperties": False}
     model = Model(default_model_path)
     for kw in (dict(temperature=0), dict(temperature=1.0, seed=1), dict(temperature=1.5, seed=2)):
         r = generate(model, "Reply in JSON: what is 2 + 2?", json_schema=schema, max_tokens=48, **kw)
