@@ -666,11 +666,13 @@ def chat(model, messages, params=None, *, add_generation_prompt=True, template=N
 
 def prepare_chat(model, messages, params, *, add_generation_prompt=True, template=None, **extra):
     """(prompt ids, params) for a chat: the rendered template's ids, and params with "<|im_end|>" added to the stop
-    strings when the ChatML fallback template is used. chat() and the server both start here."""
+    strings when the ChatML fallback template is used (unless params carry a grammar). chat() and the server both
+    start here."""
     tok = model.tokenizer
     if template is None and not getattr(tok, "chat_template", None):
         template = CHATML_TEMPLATE
-    if template is CHATML_TEMPLATE and CHATML_STOP not in params.stop:
+    # (a grammar ends the reply itself, where only end of generation may follow, and refuses stop strings)
+    if template is CHATML_TEMPLATE and CHATML_STOP not in params.stop and params.constraint() is None:
         params = params.replace(stop=params.stop + (CHATML_STOP,))
     ids = chat_prompt_ids(tok, messages, add_generation_prompt=add_generation_prompt, template=template, **extra)
     return ids, params

@@ -38,7 +38,7 @@ import numpy as np
 
 from fastgguf.errors import GrammarError
 
-__all__ = ["Grammar", "GrammarError", "Matcher", "Vocabulary", "vocabulary", "matchers", "require_llguidance",
+__all__ = ["Grammar", "GrammarError", "Matcher", "Vocabulary", "vocabulary", "matchers", "require_llguidance", "available",
            "JSON_WHITESPACE", "JSON_LEAD"]
 
 # between the tokens of a JSON value: nothing, a space, or 1-2 newlines and an indent of up to 20 (llama.cpp's
@@ -46,6 +46,15 @@ __all__ = ["Grammar", "GrammarError", "Matcher", "Vocabulary", "vocabulary", "ma
 JSON_WHITESPACE = r"(?:\x20|\x0A{1,2}[\x20\x09]{0,20})?"
 JSON_LEAD = r"[\x20\x0A]{1,2}"          # optional, before the value
 KINDS = ("json_schema", "json_object", "gbnf", "lark", "regex")
+
+
+def available():
+    """Whether llguidance (the `structured` extra) is installed."""
+    try:
+        require_llguidance()
+    except ImportError:
+        return False
+    return True
 
 
 def require_llguidance():

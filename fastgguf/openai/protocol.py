@@ -11,6 +11,7 @@ import os
 from collections.abc import Mapping
 
 from fastgguf.engine.chat import prepare_chat as _chat_prompt
+from fastgguf.engine.grammar import Grammar, matchers
 from fastgguf.engine.params import SamplingParams, check_logit_bias
 from fastgguf.engine.scheduler import Request
 
@@ -52,13 +53,57 @@ def _param_of(exc, given):
     return given.get(head, head or None)
 
 
+def _response_format(body):
+    """OpenAI's response_format -> the SamplingParams field it sets: {} (text), {"grammar": any JSON object} or
+    {"json_schema": schema}. A json_schema is enforced whether `strict` is true or false (a schema that cannot be
+    enforced exactly is refused, never loosened)."""
+    rf = body.get("response_format")
+    if rf is None:
+        return {}
+    if not isinstance(rf, Mapping):
+        raise APIError("response_format must be an object such as {\"type\": \"json_object\"}",
+                       param="response_format")
+    kind = rf.get("type")
+    if kind == "text":
+        return {}
+    if kind == "json_object":
+        return {"grammar": Grammar.json_object()}
+    if kind != "json_schema":
+        raise APIError(f"response_format.type must be 'text', 'json_object' or 'json_schema', got {kind!r}",
+                       param="response_format")
+    js = rf.get("json_schema")
+    if not isinstance(js, Mapping):
+        raise APIError("response_format.json_schema must be an object {\"name\", \"schema\", \"strict\"}",
+                       param="response_format")
+    if not isinstance(js.get("name", ""), str):
+        raise APIError("response_format.json_schema.name must be a string", param="response_format")
+    if not isinstance(js.get("strict", False), (bool, type(None))):
+        raise APIError("response_format.json_schema.strict must be a boolean", param="response_format")
+    schema = js.get("schema")
+    if not isinstance(schema, Mapping):
+        raise APIError("response_format.json_schema.schema (a JSON Schema object) is required",
+                       param="response_format")
+    return {"json_schema": schema}
+
+
 def sampling_params(body, n_vocab):
-    """SamplingParams from an OpenAI request body (absent or null fields keep SamplingParams' defaults)."""
+    """SamplingParams from an OpenAI request body (absent or null fields keep SamplingParams' defaults).
+    response_format, and llama.cpp's top-level `json_schema` and `grammar` (GBNF), constrain the output: one of
+    them at a time; any grammar that cannot be enforced is an APIError naming the field, before anything runs."""
     kw, given = {}, {}  # given: SamplingParams field -> the request field its value came from
     for api, name in SAMPLING_FIELDS:
         v = body.get(api)
         if v is not None:
             kw[name], given[name] = v, api
+    try:
+        constraint = _response_format(body)
+    except ImportError as e:  # llguidance missing: refused, never run unconstrained
+        raise APIError(str(e), param="response_format", code="missing_dependency") from None
+    for name, v in constraint.items():
+        if "json_schema" in kw or "grammar" in kw:
+            raise APIError("response_format, json_schema and grammar each constrain the output: give one",
+                           param="response_format")
+        kw[name], given[name] = v, "response_format"
     if "logit_bias" in kw:
         try:
             kw["logit_bias"] = check_logit_bias(kw["logit_bias"], n_vocab)
@@ -68,6 +113,23 @@ def sampling_params(body, n_vocab):
         return SamplingParams(**kw)
     except (TypeError, ValueError) as e:
         raise APIError(str(e), param=_param_of(e, given)) from None
+    except ImportError as e:  # llguidance missing: refused, never run unconstrained
+        field = given.get("json_schema") or given.get("grammar")
+        raise APIError(str(e), param=field, code="missing_dependency") from None
+
+
+def constraints(model, params, n_choices):
+    """One grammar Matcher per choice when params carry a constraint (else None): compiled here, where the request
+    is prepared (a server's worker thread), never on the engine thread."""
+    g = params.constraint()
+    if g is None:
+        return None
+    try:
+        return matchers(model, g, n_choices)
+    except ImportError as e:
+        raise APIError(str(e), code="missing_dependency") from None
+    except ValueError as e:  # GrammarError: the grammar does not fit this vocabulary
+        raise APIError(str(e), param="response_format") from None
 
 
 def _int_field(body, name, default, lo, hi):
@@ -91,12 +153,6 @@ def _bool_field(body, name):
 
 
 def _unsupported(body):
-    rf = body.get("response_format")
-    if rf is not None:
-        kind = rf.get("type") if isinstance(rf, Mapping) else rf
-        if kind != "text":
-            raise APIError(f"response_format {kind!r} is {UNSUPPORTED}", param="response_format",
-                           code="unsupported_parameter")
     if body.get("tools"):
         raise APIError(f"tools are {UNSUPPORTED}", param="tools", code="unsupported_parameter")
     tc = body.get("tool_choice")
@@ -152,8 +208,9 @@ def _fit(prompts, params, n_ctx):
 class Prepared:
     """A validated request: what the Scheduler needs and how to shape the answer."""
 
-    def __init__(self, kind, prompts, params, n, logprobs, stream, include_usage, echo_texts=None):
+    def __init__(self, kind, prompts, params, n, logprobs, stream, include_usage, echo_texts=None, constraints=None):
         self.kind, self.prompts, self.params, self.n = kind, prompts, params, n
+        self.constraints = constraints  # one grammar Matcher per choice, or None
         self.logprobs, self.stream, self.include_usage = logprobs, stream, include_usage
         self.echo_texts = echo_texts  # completions with echo: the prompt text per prompt
         self.prompt_logprobs = echo_texts is not None and logprobs is not None  # echo's tokens get logprobs too
@@ -161,7 +218,7 @@ class Prepared:
     def request(self, sink, loop=None):
         """The Scheduler's Request of this one."""
         return Request(self.prompts, self.params, sink, n=self.n, logprobs=self.logprobs, loop=loop,
-                       prompt_logprobs=self.prompt_logprobs)
+                       prompt_logprobs=self.prompt_logprobs, constraints=self.constraints)
 
 
 def _common(model, body, kind):
@@ -219,7 +276,8 @@ def prepare_completion(model, body, n_ctx):
     echo = _bool_field(body, "echo")
     _fit(prompts, params, n_ctx)
     echo_texts = [model.detokenize(p) for p in prompts] if echo else None
-    return Prepared("text_completion", prompts, params, n, lp, stream, include_usage, echo_texts)
+    return Prepared("text_completion", prompts, params, n, lp, stream, include_usage, echo_texts,
+                    constraints(model, params, len(prompts) * n))
 
 
 class EmbeddingPrepared:
@@ -315,4 +373,5 @@ def prepare_chat(model, body, n_ctx):
         raise APIError(str(e), param="messages") from None
     prompts = [ids]
     _fit(prompts, params, n_ctx)
-    return Prepared("chat.completion", prompts, params, n, (top or 0) if lp else None, stream, include_usage)
+    return Prepared("chat.completion", prompts, params, n, (top or 0) if lp else None, stream, include_usage,
+                    constraints=constraints(model, params, n))

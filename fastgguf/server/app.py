@@ -8,8 +8,10 @@ import time
 from contextlib import asynccontextmanager
 
 from fastapi import FastAPI
+from starlette.concurrency import run_in_threadpool
 
 import fastgguf
+from fastgguf.engine.grammar import available as grammar_available, vocabulary
 from fastgguf.engine.scheduler import Scheduler
 from fastgguf.server import errors, schemas as S
 from fastgguf.server.limits import Guard
@@ -29,6 +31,8 @@ def create_app(model, *, parallel=4, n_ctx=None, n_threads=None, api_key=None, m
 
     @asynccontextmanager
     async def lifespan(app):
+        if grammar_available():  # structured output's vocabulary (0.3 s at 49k tokens, ~3 s at 262k), built once
+            await run_in_threadpool(vocabulary, model)
         eng.start()
         try:
             yield

@@ -1,11 +1,13 @@
 """The HTTP routes, at module level: each reads its model and Scheduler from `request.app.state` (set by create_app).
-A generation route is three calls: protocol.prepare_* -> the Scheduler (submit) -> responses' builder (respond).
+A generation route is three calls: protocol.prepare_* (in a worker thread) -> the Scheduler (submit) -> responses'
+builder (respond).
 
 Every route exists with and without the /v1 prefix (create_app includes the router twice)."""
 import asyncio
 
 from fastapi import APIRouter, Request
 from fastapi.responses import JSONResponse, PlainTextResponse
+from starlette.concurrency import run_in_threadpool
 
 from fastgguf.engine.scheduler import Start
 from fastgguf.openai import protocol
@@ -21,6 +23,13 @@ router = APIRouter()
 
 
 # -- generation ----------------------------------------------------------------------------------------------------
+
+async def prepare(http_req, prepare_fn, body):
+    """protocol.prepare_*(model, body, n_ctx) in a worker thread: tokenizing a long prompt or compiling a grammar
+    (milliseconds to seconds) never stalls the event loop, and happens before the request is queued."""
+    state = http_req.app.state
+    return await run_in_threadpool(prepare_fn, state.model, body.model_dump(exclude_none=True), state.engine.n_ctx)
+
 
 async def respond(http_req, prep):
     """Submit a prepared request to the app's Scheduler and answer it: a JSON response, or a stream of chunks.
@@ -98,25 +107,19 @@ _STREAMS = {200: {"content": {"text/event-stream": {}}}}
 
 @router.post("/chat/completions", response_model=S.ChatCompletion, responses=_STREAMS)
 async def chat_completions(body: S.ChatCompletionRequest, request: Request):
-    state = request.app.state
-    return await respond(request, protocol.prepare_chat(state.model, body.model_dump(exclude_none=True),
-                                                        state.engine.n_ctx))
+    return await respond(request, await prepare(request, protocol.prepare_chat, body))
 
 
 @router.post("/completions", response_model=S.Completion, responses=_STREAMS)
 async def completions(body: S.CompletionRequest, request: Request):
-    state = request.app.state
-    return await respond(request, protocol.prepare_completion(state.model, body.model_dump(exclude_none=True),
-                                                              state.engine.n_ctx))
+    return await respond(request, await prepare(request, protocol.prepare_completion, body))
 
 
 @router.post("/embeddings", response_model=S.EmbeddingResponse,
              description="Each vector is the model's final hidden state (after the output norm, before the lm_head), "
                          "mean-pooled over the input's tokens and L2-normalized; batched with generation.")
 async def embeddings(body: S.EmbeddingRequest, request: Request):
-    state = request.app.state
-    return await respond(request, protocol.prepare_embedding(state.model, body.model_dump(exclude_none=True),
-                                                             state.engine.n_ctx))
+    return await respond(request, await prepare(request, protocol.prepare_embedding, body))
 
 
 # -- models, tokens, health, metrics -------------------------------------------------------------------------------

@@ -31,6 +31,8 @@ class _Sampling(_Loose):
     stream: Optional[bool] = None
     stream_options: Optional[Dict[str, Any]] = None
     user: Optional[str] = None  # ignored
+    json_schema: Optional[Dict[str, Any]] = None  # llama.cpp's extra: the output matches this JSON Schema
+    grammar: Optional[str] = None  # llama.cpp's extra: the output matches this GBNF grammar
 
 
 class ChatCompletionRequest(_Sampling):
