@@ -100,7 +100,8 @@ _STREAMS = {200: {"content": {"text/event-stream": {}}}}
 async def chat_completions(body: S.ChatCompletionRequest, request: Request):
     state = request.app.state
     return await respond(request, protocol.prepare_chat(state.model, body.model_dump(exclude_none=True),
-                                                        state.engine.n_ctx))
+                                                        state.engine.n_ctx,
+                                                        reasoning_format=state.reasoning_format))
 
 
 @router.post("/completions", response_model=S.Completion, responses=_STREAMS)
