@@ -41,7 +41,7 @@ class ChatCompletionRequest(_Sampling):
     response_format: Optional[Any] = None
     tools: Optional[List[Any]] = None
     tool_choice: Optional[Any] = None
-    parallel_tool_calls: Optional[bool] = None
+    parallel_tool_calls: Optional[Any] = None  # checked by fastgguf.engine.tools (a bool: no "no" -> False)
     reasoning_format: Optional[str] = None  # "parsed" (the server's default), "raw" or "none"
 
 
