@@ -17,39 +17,34 @@ def template(name):
 def make_chat_model(path, vocab, template_name, *, arch="qwen2", seed=0):
     """A one-layer random `arch` model at path with vocabulary `vocab` (ggml-vocab-<vocab>.gguf) and the chat
     template tests/data/templates/<template_name>.jinja. Returns the path."""
-    import gguf
+    from fastgguf import GGUFFile, GGUFWriter
+    from fastgguf.gguf.constants import GGUFValueType
 
     src = str(path) + ".vocab.gguf"
     with lzma.open(os.path.join(DATA, "vocab", f"ggml-vocab-{vocab}.gguf.xz")) as f, open(src, "wb") as out:
         out.write(f.read())
-    reader = gguf.GGUFReader(src)
-    w = gguf.GGUFWriter(str(path), arch)
-    n_vocab = None
-    for field in reader.fields.values():
-        name = field.name
-        if not name.startswith("tokenizer.") or name == "tokenizer.chat_template":
-            continue
-        vtype = field.types[0]
-        value = field.contents()
-        if vtype == gguf.GGUFValueType.ARRAY:
-            if name == "tokenizer.ggml.tokens":
-                n_vocab = len(value)
-            w.add_key_value(name, value, vtype, sub_type=field.types[-1])
-        else:
-            w.add_key_value(name, value, vtype)
+    w = GGUFWriter()
+    w.add_string("general.architecture", arch)
+    with GGUFFile(src) as g:
+        for key in list(g.metadata):
+            if key.startswith("tokenizer.") and key != "tokenizer.chat_template":
+                vtype, etype = g.value_type(key)
+                value = g.metadata[key]
+                if vtype == GGUFValueType.ARRAY and etype == GGUFValueType.STRING:
+                    value = g.metadata_raw(key)
+                elif vtype == GGUFValueType.STRING:
+                    value = g.metadata_raw(key)
+                w.add_value(key, value, vtype, etype)
+        n_vocab = len(g.metadata["tokenizer.ggml.tokens"])
     os.remove(src)
-    w.add_chat_template(template(template_name))
+    w.add_string("tokenizer.chat_template", template(template_name))
     rng = np.random.default_rng(seed)
     E, H, KVH, hd, F = 32, 2, 1, 16, 48
-    w.add_block_count(1)
-    w.add_context_length(1024)
-    w.add_embedding_length(E)
-    w.add_feed_forward_length(F)
-    w.add_head_count(H)
-    w.add_head_count_kv(KVH)
-    w.add_rope_freq_base(10000.0)
-    w.add_layer_norm_rms_eps(1e-5)
-    w.add_rope_dimension_count(hd)
+    for key, v in (("block_count", 1), ("context_length", 1024), ("embedding_length", E), ("feed_forward_length", F),
+                   ("attention.head_count", H), ("attention.head_count_kv", KVH), ("rope.dimension_count", hd)):
+        w.add_uint32(f"{arch}.{key}", v)
+    w.add_float32(f"{arch}.rope.freq_base", 10000.0)
+    w.add_float32(f"{arch}.attention.layer_norm_rms_epsilon", 1e-5)
 
     def t(name, *shape, s=0.2):
         w.add_tensor(name, (rng.standard_normal(shape) * s).astype(np.float32))
@@ -70,8 +65,5 @@ def make_chat_model(path, vocab, template_name, *, arch="qwen2", seed=0):
     t(p + "ffn_gate.weight", F, E)
     t(p + "ffn_up.weight", F, E)
     t(p + "ffn_down.weight", E, F)
-    w.write_header_to_file()
-    w.write_kv_data_to_file()
-    w.write_tensors_to_file()
-    w.close()
+    w.write(str(path))
     return str(path)
