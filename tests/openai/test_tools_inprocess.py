@@ -14,7 +14,7 @@ pytest.importorskip("llguidance")
 import fastgguf  # noqa: E402
 from fastgguf.engine.grammar import Matcher, vocabulary  # noqa: E402
 from fastgguf.engine.reasoning import split_reasoning  # noqa: E402
-from fastgguf.openai.protocol import prepare_chat  # noqa: E402
+from fastgguf.openai.protocol import prepare_chat, special_ids  # noqa: E402
 
 MODELS = {   # name: (vocabulary, template, arch, tool-call format)
     "qwen25": ("qwen2", "Qwen-Qwen2.5-7B-Instruct", "qwen2", "hermes"),
@@ -147,3 +147,17 @@ def test_reasoning_modes_split_the_same_text(chat_model):
     assert parsed["reasoning_content"]
     content, reasoning, calls, _ = joined(model.create_chat_completion(MSGS, stream=True, **kw))
     assert (content, reasoning, calls) == whole(parsed)
+
+
+class _Tok:
+    """A vocabulary where <tool_call> is a control token (no text piece) and </tool_call> is ordinary text."""
+    def tokenize(self, text, add_special=False, parse_special=True):
+        return [7] if text == "<tool_call>" else [1, 2, 3]
+
+    def token_to_piece(self, tid, special=False):
+        return b"<tool_call>" if special else b""
+
+
+def test_markers_that_are_control_tokens_are_named_by_id():
+    assert special_ids(_Tok(), "hermes") == {"<tool_call>": 7}
+    assert special_ids(_Tok(), "generic") == {}
