@@ -161,3 +161,17 @@ class _Tok:
 def test_markers_that_are_control_tokens_are_named_by_id():
     assert special_ids(_Tok(), "hermes") == {"<tool_call>": 7}
     assert special_ids(_Tok(), "generic") == {}
+
+
+def test_chatml_fallback_stop_does_not_refuse_a_tool_grammar(chat_model):
+    model = chat_model("qwen25")
+    saved, model.tokenizer.chat_template = model.tokenizer.chat_template, None   # the ChatML fallback
+    try:
+        assert prepare_chat(model, {"messages": MSGS}, 1024).params.stop == ("<|im_end|>",)
+        prep = prepare_chat(model, {"messages": MSGS, "tools": TOOLS, "tool_choice": "required"}, 1024)
+        assert prep.params.stop == () and prep.parser().tools.fmt == "generic"
+        r = model.create_chat_completion(MSGS, tools=TOOLS, tool_choice="required", parallel_tool_calls=False,
+                                         max_tokens=150, seed=2)
+        assert r["choices"][0]["finish_reason"] == "tool_calls"
+    finally:
+        model.tokenizer.chat_template = saved
