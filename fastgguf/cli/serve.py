@@ -36,6 +36,10 @@ def register(subparsers) -> None:
     p.add_argument("--max-body", type=int, default=8 << 20, help="largest request body in bytes (8 MiB)")
     p.add_argument("--ping-interval", type=float, default=5.0,
                    help="seconds between ': ping' comments to a stream waiting in the queue (5)")
+    p.add_argument("--reasoning-format", default="parsed", choices=("parsed", "raw", "none"),
+                   help="a thinking model's <think> block: 'parsed' into message.reasoning_content, 'raw' left in "
+                        "content, 'none' dropped (and not asked for where the template allows); a request's "
+                        "reasoning_format overrides it (parsed)")
     p.add_argument("--log-level", default="warning", help="uvicorn log level (warning)")
     g = p.add_argument_group("scale-out with Ray Serve (pip install \"fastgguf[ray]\"; docs/scale-out.md)")
     g.add_argument("--ray", action="store_true", help="serve with Ray Serve replicas instead of one process")
@@ -70,7 +74,8 @@ def run(args) -> int:
     from fastgguf.server import create_app
     model = load_model(args)
     app = create_app(model, parallel=args.parallel, n_ctx=args.ctx_size, n_threads=args.threads, api_key=key,
-                     max_queue=args.max_queue, max_body_bytes=args.max_body, ping_interval=args.ping_interval)
+                     max_queue=args.max_queue, max_body_bytes=args.max_body, ping_interval=args.ping_interval,
+                     reasoning_format=args.reasoning_format)
     print(f"fastgguf serve: {os.path.basename(model.path)} on http://{args.host}:{args.port}/v1 "
           f"(parallel {args.parallel})", file=sys.stderr, flush=True)
     uvicorn.run(app, host=args.host, port=args.port, log_level=args.log_level)

@@ -33,7 +33,7 @@ from fastgguf.errors import ChatTemplateError
 
 __all__ = ["ChatTemplateError", "CHATML_TEMPLATE", "render_template", "apply_chat_template", "chat_prompt_ids",
            "chat", "validate_messages", "prepare_chat", "prompt_text_ids", "apply_tool_template",
-           "prepare_tool_chat"]
+           "prepare_tool_chat", "tool_chat_prompt"]
 
 CHATML_TEMPLATE = (
     "{% for message in messages %}"
@@ -682,11 +682,21 @@ def prepare_tool_chat(model, messages, params, config, *, add_generation_prompt=
     """prepare_chat with tools: (prompt ids, params, tool-call format or None); see apply_tool_template. The
     caller constrains the reply with tools.tool_grammar(config, format) and parses it with tools.parse /
     tools.ToolCallStream in that format."""
+    _, ids, params, fmt, _ = tool_chat_prompt(model, messages, params, config,
+                                              add_generation_prompt=add_generation_prompt, template=template, **extra)
+    return ids, params, fmt
+
+
+def tool_chat_prompt(model, messages, params, config, *, add_generation_prompt=True, template=None, **extra):
+    """prepare_tool_chat and what a caller needs to parse the reply: (prompt text, prompt ids, params, tool-call
+    format or None, the template source used). The text tells whether the output starts inside a think block
+    (reasoning.starts_inside); the source whether the model thinks (reasoning.detect_reasoning)."""
     tok = model.tokenizer
     if template is None and not getattr(tok, "chat_template", None):
         template = CHATML_TEMPLATE
     if template is CHATML_TEMPLATE and CHATML_STOP not in params.stop:
         params = params.replace(stop=params.stop + (CHATML_STOP,))
+    tmpl = _template_of(tok, template)
     text, fmt = apply_tool_template(tok, messages, config, add_generation_prompt=add_generation_prompt,
-                                    template=template, **extra)
-    return prompt_text_ids(tok, text), params, fmt
+                                    template=tmpl, **extra)
+    return text, prompt_text_ids(tok, text), params, fmt, tmpl

@@ -38,7 +38,8 @@ import numpy as np
 
 from fastgguf.errors import GrammarError
 
-__all__ = ["Grammar", "GrammarError", "Matcher", "Vocabulary", "vocabulary", "matchers", "require_llguidance", "available",
+__all__ = ["Grammar", "GrammarError", "Matcher", "Vocabulary", "vocabulary", "matchers", "require_llguidance",
+           "available", "json_options",
            "JSON_WHITESPACE", "JSON_LEAD"]
 
 # between the tokens of a JSON value: nothing, a space, or 1-2 newlines and an indent of up to 20 (llama.cpp's
@@ -72,11 +73,16 @@ def _message(text):
     return text.replace("failed to compile JSON schema: ", "", 1).strip()
 
 
+def json_options(lenient=False):
+    """llguidance's "x-guidance" options of every %json fastgguf writes (our whitespace rules, see the module
+    docstring): a schema's grammar and the tool-call grammars (engine.tools) alike."""
+    return {"whitespace_flexible": True, "whitespace_pattern": JSON_WHITESPACE, "coerce_one_of": False,
+            "json_allow_general_unicode_escapes": True, "lenient": bool(lenient)}
+
+
 def _json_lark(schema, lenient):
     """Lark text: the schema as llguidance's %json, with our whitespace rules (see the module docstring)."""
-    options = {"whitespace_flexible": True, "whitespace_pattern": JSON_WHITESPACE, "coerce_one_of": False,
-               "json_allow_general_unicode_escapes": True, "lenient": bool(lenient)}
-    body = json.dumps({**schema, "x-guidance": options}, ensure_ascii=False, allow_nan=False)
+    body = json.dumps({**schema, "x-guidance": json_options(lenient)}, ensure_ascii=False, allow_nan=False)
     return f"start: json_value | JSON_LEAD json_value\nJSON_LEAD: /{JSON_LEAD}/\njson_value: %json {body}\n"
 
 

@@ -28,6 +28,8 @@ import uuid
 from collections.abc import Mapping
 from dataclasses import dataclass
 
+from fastgguf.engine.grammar import json_options
+
 __all__ = ["ToolError", "ToolConfig", "FORMATS", "validate_tools", "detect_format", "tool_grammar",
            "generic_system_prompt", "prepare_tool_history", "parse", "ToolCallStream", "new_call_id"]
 
@@ -283,6 +285,11 @@ def _lit(s):
     return json.dumps(s)
 
 
+def _json(schema):
+    """A %json body with fastgguf's JSON options (bounded whitespace: a model cannot spin in it until max_tokens)."""
+    return json.dumps({**schema, "x-guidance": json_options()}, ensure_ascii=False)
+
+
 def tool_grammar(config, fmt, special_ids=None):
     """llguidance Lark text constraining a reply to config's tool choice in format fmt, or None (choice "none").
     special_ids maps a marker ("[TOOL_CALLS]", "<tool_call>", "</tool_call>") to its token id when the vocabulary
@@ -307,7 +314,7 @@ def tool_grammar(config, fmt, special_ids=None):
     if config.named:
         functions = tuple(f for f in functions if f["name"] == config.named)
     _check_functions(fmt, functions)
-    call = json.dumps(_call_schema(fmt, functions), ensure_ascii=False)
+    call = _json(_call_schema(fmt, functions))
     many = config.parallel and not config.named
     only_calls = config.choice == "required" or config.named is not None
     if fmt == "generic":
@@ -322,7 +329,7 @@ def tool_grammar(config, fmt, special_ids=None):
         if not only_calls:
             shapes.append({"type": "object", "properties": {"response": {"type": "string"}},
                            "required": ["response"], "additionalProperties": False})
-        lark = "start: reply\nreply: %json " + json.dumps({"$defs": defs, "anyOf": shapes}, ensure_ascii=False)
+        lark = "start: reply\nreply: %json " + _json({"$defs": defs, "anyOf": shapes})
     elif fmt == "mistral":
         items = {"type": "array", "items": {"$ref": "#/$defs/fg_call"}, "minItems": 1}
         if not many:
@@ -330,7 +337,7 @@ def tool_grammar(config, fmt, special_ids=None):
         schema = _call_schema(fmt, functions)
         defs = schema.pop("$defs")
         defs["fg_call"] = schema
-        arr = json.dumps({"$defs": defs, **items}, ensure_ascii=False)
+        arr = _json({"$defs": defs, **items})
         tag = mark(MISTRAL_TAG)
         if only_calls:
             lark = f"start: {tag} calls\n"

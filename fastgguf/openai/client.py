@@ -79,7 +79,8 @@ def create_completion(model, prompt, *, engine=None, **kwargs):
 
 
 def create_chat_completion(model, messages, *, engine=None, **kwargs):
-    """OpenAI /v1/chat/completions in-process (see create_completion)."""
+    """OpenAI /v1/chat/completions in-process (see create_completion); also tools, tool_choice,
+    parallel_tool_calls and reasoning_format ("parsed", "raw", "none"), as over HTTP."""
     eng = engine or default_engine(model)
     return run(model, prepare_chat(model, _body(kwargs, messages=messages), eng.n_ctx), eng)
 

@@ -7,13 +7,18 @@ Every bad field is an APIError with `param` set, raised before anything is queue
 from SamplingParams' fields (as the command line's flags are: fastgguf.cli.common), plus OpenAI's aliases; their
 values are validated by SamplingParams, nowhere else. No web framework is imported here.
 """
+import functools
 import os
 from collections.abc import Mapping
 
-from fastgguf.engine.chat import prepare_chat as _chat_prompt
-from fastgguf.engine.grammar import Grammar, matchers
+from fastgguf.engine.chat import tool_chat_prompt
+from fastgguf.engine.grammar import Grammar, GrammarError, matchers
+from fastgguf.engine.output import ChatOutputParser
 from fastgguf.engine.params import SamplingParams, check_logit_bias
+from fastgguf.engine.reasoning import MODES, THINK_CLOSE, detect_reasoning, reasoning_grammar, starts_inside, \
+    template_kwargs
 from fastgguf.engine.scheduler import Request
+from fastgguf.engine.tools import HERMES_CLOSE, HERMES_OPEN, MISTRAL_TAG, ToolError, tool_grammar, validate_tools
 
 __all__ = ["APIError", "prepare_completion", "prepare_chat", "prepare_embedding", "Prepared", "EmbeddingPrepared",
            "sampling_params", "check_model", "model_id", "SAMPLING_FIELDS"]
@@ -118,7 +123,7 @@ def sampling_params(body, n_vocab):
         raise APIError(str(e), param=field, code="missing_dependency") from None
 
 
-def constraints(model, params, n_choices):
+def constraints(model, params, n_choices, param="response_format"):
     """One grammar Matcher per choice when params carry a constraint (else None): compiled here, where the request
     is prepared (a server's worker thread), never on the engine thread."""
     g = params.constraint()
@@ -129,7 +134,7 @@ def constraints(model, params, n_choices):
     except ImportError as e:
         raise APIError(str(e), code="missing_dependency") from None
     except ValueError as e:  # GrammarError: the grammar does not fit this vocabulary
-        raise APIError(str(e), param="response_format") from None
+        raise APIError(str(e), param=param) from None
 
 
 def _int_field(body, name, default, lo, hi):
@@ -153,11 +158,6 @@ def _bool_field(body, name):
 
 
 def _unsupported(body):
-    if body.get("tools"):
-        raise APIError(f"tools are {UNSUPPORTED}", param="tools", code="unsupported_parameter")
-    tc = body.get("tool_choice")
-    if tc not in (None, "none", "auto"):
-        raise APIError(f"tool_choice is {UNSUPPORTED}", param="tool_choice", code="unsupported_parameter")
     if body.get("suffix"):
         raise APIError(f"suffix is {UNSUPPORTED}", param="suffix", code="unsupported_parameter")
     bo = body.get("best_of")
@@ -208,17 +208,19 @@ def _fit(prompts, params, n_ctx):
 class Prepared:
     """A validated request: what the Scheduler needs and how to shape the answer."""
 
-    def __init__(self, kind, prompts, params, n, logprobs, stream, include_usage, echo_texts=None, constraints=None):
+    def __init__(self, kind, prompts, params, n, logprobs, stream, include_usage, echo_texts=None, *,
+                 constraints=None, parser=None):
         self.kind, self.prompts, self.params, self.n = kind, prompts, params, n
-        self.constraints = constraints  # one grammar Matcher per choice, or None
         self.logprobs, self.stream, self.include_usage = logprobs, stream, include_usage
         self.echo_texts = echo_texts  # completions with echo: the prompt text per prompt
         self.prompt_logprobs = echo_texts is not None and logprobs is not None  # echo's tokens get logprobs too
+        self.constraints = constraints  # one grammar Matcher per choice (compiled here, not on the engine thread)
+        self.parser = parser  # () -> a choice's ChatOutputParser (tool calls, reasoning), or None: plain content
 
     def request(self, sink, loop=None):
         """The Scheduler's Request of this one."""
         return Request(self.prompts, self.params, sink, n=self.n, logprobs=self.logprobs, loop=loop,
-                       prompt_logprobs=self.prompt_logprobs, constraints=self.constraints)
+                       prompt_logprobs=self.prompt_logprobs, constraints=self.constraints, parser=self.parser)
 
 
 def _common(model, body, kind):
@@ -269,6 +271,9 @@ def is_token_id(x):
 
 def prepare_completion(model, body, n_ctx):
     stream, include_usage, n, params = _common(model, body, "completion")
+    for field in ("tools", "tool_choice"):
+        if body.get(field) is not None:
+            raise APIError(f"{field} is only for chat completions", param=field)
     prompts = _prompt_list(model, body.get("prompt"))
     lp = body.get("logprobs")
     if lp is not None and (isinstance(lp, bool) or not isinstance(lp, int) or not 0 <= lp <= 20):
@@ -277,7 +282,7 @@ def prepare_completion(model, body, n_ctx):
     _fit(prompts, params, n_ctx)
     echo_texts = [model.detokenize(p) for p in prompts] if echo else None
     return Prepared("text_completion", prompts, params, n, lp, stream, include_usage, echo_texts,
-                    constraints(model, params, len(prompts) * n))
+                    constraints=constraints(model, params, len(prompts) * n))
 
 
 class EmbeddingPrepared:
@@ -358,7 +363,10 @@ def _messages(messages):
     return out
 
 
-def prepare_chat(model, body, n_ctx):
+def prepare_chat(model, body, n_ctx, *, reasoning_format="parsed"):
+    """A /v1/chat/completions body -> Prepared. reasoning_format: the default of the body's `reasoning_format`
+    (how a thinking model's <think> block is returned: "parsed" into reasoning_content, "raw" in content, "none"
+    dropped; the server's --reasoning-format)."""
     stream, include_usage, n, params = _common(model, body, "chat.completion")
     msgs = _messages(body.get("messages"))
     lp = body.get("logprobs")
@@ -367,11 +375,93 @@ def prepare_chat(model, body, n_ctx):
     top = _int_field(body, "top_logprobs", None, 0, 20)
     if top is not None and not lp:
         raise APIError("top_logprobs requires logprobs=true", param="top_logprobs")
+    config = tool_config(body)
+    mode = reasoning_mode(body, reasoning_format)
+    user = params   # its constraint (json_schema / grammar / response_format) is applied after the template's stops
     try:
-        ids, params = _chat_prompt(model, msgs, params)
+        text, ids, params, fmt, template = tool_chat_prompt(model, msgs, params.replace(json_schema=None,
+                                                                                        grammar=None),
+                                                            config, **template_kwargs(mode))
+    except ToolError as e:
+        raise APIError(str(e), param=e.param) from None
     except (TypeError, ValueError) as e:
         raise APIError(str(e), param="messages") from None
+    # the model thinks in this request: its template has the <think> channel and the prompt leaves it open
+    thinks = detect_reasoning(template) and not text.rstrip().endswith(THINK_CLOSE)
+    inside = thinks and starts_inside(text)
+    tool_fmt = fmt if config is not None and config.choice != "none" else None
+    params = chat_constraint(model, params, user, config, tool_fmt, thinks, inside)
     prompts = [ids]
     _fit(prompts, params, n_ctx)
+    parser = None
+    if tool_fmt is not None or thinks:
+        parser = functools.partial(ChatOutputParser, tool_fmt, (mode, inside) if thinks else None)
     return Prepared("chat.completion", prompts, params, n, (top or 0) if lp else None, stream, include_usage,
-                    constraints=constraints(model, params, n))
+                    constraints=constraints(model, params, n, "tools" if tool_fmt else "response_format"),
+                    parser=parser)
+
+
+def tool_config(body):
+    """The request's tools.ToolConfig (tools, tool_choice, parallel_tool_calls), or None without tools."""
+    try:
+        return validate_tools(body.get("tools"), body.get("tool_choice"), body.get("parallel_tool_calls"))
+    except ToolError as e:
+        raise APIError(str(e), param=e.param) from None
+
+
+def reasoning_mode(body, default="parsed"):
+    mode = body.get("reasoning_format", default)
+    if mode not in MODES:
+        raise APIError(f"reasoning_format must be one of {', '.join(MODES)}, got {mode!r}", param="reasoning_format")
+    return mode
+
+
+# the tool-call markers a vocabulary may hold as control tokens (which text cannot spell: the grammar names them)
+_MARKERS = {"hermes": (HERMES_OPEN, HERMES_CLOSE), "mistral": (MISTRAL_TAG,)}
+
+
+def special_ids(tokenizer, fmt):
+    """{marker: token id} for format fmt's markers that are one control token of the vocabulary."""
+    out = {}
+    for m in _MARKERS.get(fmt, ()):
+        ids = list(tokenizer.tokenize(m, add_special=False, parse_special=True))
+        if (len(ids) == 1 and not tokenizer.token_to_piece(ids[0])
+                and tokenizer.token_to_piece(ids[0], special=True) == m.encode()):
+            out[m] = int(ids[0])
+    return out
+
+
+def chat_constraint(model, params, user, config, tool_fmt, thinks, inside):
+    """params (the template's, unconstrained) with the reply's constraint: the tool grammar (tool_fmt: a format,
+    None for no tools or tool_choice "none"), else the user's (user.constraint(): json_schema, grammar,
+    response_format), wrapped by reasoning_grammar when the model thinks. A constrained reply keeps only the
+    user's stop strings, which SamplingParams then refuses: the ChatML fallback's "<|im_end|>" stop goes, the
+    grammar ends the reply with end of generation."""
+    own = user.constraint()
+    lark = None
+    if tool_fmt is not None:
+        if own is not None:
+            raise APIError(f"response_format / json_schema / grammar together with tools is {UNSUPPORTED}",
+                           param="response_format", code="unsupported_parameter")
+        try:
+            lark = tool_grammar(config, tool_fmt, special_ids(model.tokenizer, tool_fmt))
+        except ToolError as e:
+            raise APIError(str(e), param=e.param) from None
+    elif own is not None and thinks:
+        lark = own.text
+    if lark is None and own is None:
+        return params
+    try:
+        if lark is None:
+            return params.replace(stop=user.stop, json_schema=user.json_schema, grammar=user.grammar)
+        if thinks:
+            try:
+                lark = reasoning_grammar(lark, inside=inside)
+            except ValueError as e:
+                raise APIError(f"this constraint cannot follow the model's reasoning: {e}",
+                               param="response_format") from None
+        return params.replace(stop=user.stop, json_schema=None, grammar=Grammar.lark(lark))
+    except GrammarError as e:
+        raise APIError(str(e), param="tools" if tool_fmt else "response_format") from None
+    except (TypeError, ValueError) as e:
+        raise APIError(str(e), param="stop" if user.stop else "response_format") from None

@@ -94,6 +94,11 @@ class ResponseBuilder:
         self.usage = None
         self.error = None
         self.started = False
+        # a chat with an output parser (tool calls, reasoning): per choice, its ChatDeltas joined
+        self.parsed = getattr(prep, "parser", None) is not None
+        self.content = [""] * n
+        self.reasoning = [""] * n
+        self.calls = [[] for _ in range(n)]
         if prep.echo_texts:
             for i in range(n):
                 self.texts[i] = prep.echo_texts[i // prep.n]
@@ -148,6 +153,44 @@ class ResponseBuilder:
             c["usage"] = None
         return c
 
+    # -- tool calls and reasoning (a chat with an output parser) --------------------------------------------------
+
+    def _parsed_delta(self, ev):
+        """Record a Delta's ChatDeltas (engine.output) for its choice; returns the chunk's `delta` dict: content,
+        reasoning_content and tool_calls fragments (each with its `index`), joined in order."""
+        i, delta = ev.index, {}
+        for d in ev.parsed or ():
+            if d.reasoning:
+                self.reasoning[i] += d.reasoning
+                delta["reasoning_content"] = delta.get("reasoning_content", "") + d.reasoning
+            if d.content:
+                self.content[i] += d.content
+                delta["content"] = delta.get("content", "") + d.content
+            for frag in d.tool_calls or ():
+                calls = self.calls[i]
+                if "id" in frag:
+                    calls.append({"id": frag["id"], "type": frag.get("type", "function"),
+                                  "function": {"name": frag["function"]["name"], "arguments": ""}})
+                calls[frag["index"]]["function"]["arguments"] += frag["function"].get("arguments", "")
+                delta.setdefault("tool_calls", []).append(frag)
+        return delta
+
+    def _message(self, i):
+        if not self.parsed:
+            return {"role": "assistant", "content": self.texts[i]}
+        calls = self.calls[i]
+        msg = {"role": "assistant", "content": self.content[i] or (None if calls else "")}
+        if self.reasoning[i]:
+            msg["reasoning_content"] = self.reasoning[i]
+        if calls:
+            msg["tool_calls"] = calls
+        return msg
+
+    def _finish_reason(self, i):
+        """OpenAI's "tool_calls" when the reply made calls and ended on its own (not cut at "length")."""
+        reason = self.finish[i]
+        return "tool_calls" if reason == "stop" and self.calls[i] else reason
+
     # -- streaming ---------------------------------------------------------------------------------------------
 
     def chunks(self, events):
@@ -173,8 +216,10 @@ class ResponseBuilder:
                 self.texts[i] += text
                 if self.chat:
                     lp = {"content": self._chat_lp(lps), "refusal": None} if lps is not None else None
-                    out.append(self._chunk([{"index": i, "delta": {"content": text}, "logprobs": lp,
-                                             "finish_reason": None}]))
+                    delta = self._parsed_delta(ev) if self.parsed else {"content": text}
+                    if delta or lp is not None:
+                        out.append(self._chunk([{"index": i, "delta": delta, "logprobs": lp,
+                                                 "finish_reason": None}]))
                 else:
                     lp = self._cmpl_lp(lps, i) if lps is not None else None
                     out.append(self._chunk([{"index": i, "text": text, "logprobs": lp, "finish_reason": None}]))
@@ -182,7 +227,8 @@ class ResponseBuilder:
                 i = ev.index
                 self.finish[i] = ev.reason
                 if self.chat:
-                    out.append(self._chunk([{"index": i, "delta": {}, "logprobs": None, "finish_reason": ev.reason}]))
+                    out.append(self._chunk([{"index": i, "delta": {}, "logprobs": None,
+                                             "finish_reason": self._finish_reason(i)}]))
                 else:
                     out.append(self._chunk([{"index": i, "text": "", "logprobs": None, "finish_reason": ev.reason}]))
             elif isinstance(ev, Done):
@@ -202,6 +248,8 @@ class ResponseBuilder:
         for ev in events:
             if isinstance(ev, Delta):
                 self.texts[ev.index] += ev.text
+                if self.parsed:
+                    self._parsed_delta(ev)
                 if ev.logprobs is not None:
                     self.lps[ev.index].extend(ev.logprobs)
             elif isinstance(ev, PromptLogprobs):
@@ -220,8 +268,8 @@ class ResponseBuilder:
             want_lp = self.prep.logprobs is not None
             if self.chat:
                 lp = {"content": self._chat_lp(self.lps[i]), "refusal": None} if want_lp else None
-                choices.append({"index": i, "message": {"role": "assistant", "content": text}, "logprobs": lp,
-                                "finish_reason": self.finish[i]})
+                choices.append({"index": i, "message": self._message(i), "logprobs": lp,
+                                "finish_reason": self._finish_reason(i)})
             else:
                 lp = None
                 if want_lp:

@@ -12,6 +12,7 @@ from starlette.concurrency import run_in_threadpool
 
 import fastgguf
 from fastgguf.engine.grammar import available as grammar_available, vocabulary
+from fastgguf.engine.reasoning import MODES
 from fastgguf.engine.scheduler import Scheduler
 from fastgguf.server import errors, schemas as S
 from fastgguf.server.limits import Guard
@@ -21,10 +22,13 @@ __all__ = ["create_app"]
 
 
 def create_app(model, *, parallel=4, n_ctx=None, n_threads=None, api_key=None, max_queue=64,
-               max_body_bytes=8 << 20, ping_interval=5.0, engine=None):
+               max_body_bytes=8 << 20, ping_interval=5.0, engine=None, reasoning_format="parsed"):
     """An ASGI app serving `model` (a fastgguf.Model) with OpenAI's API. `parallel` sequences decode together,
     each in a context of `n_ctx` tokens (default: the model's training context, at most 4096); `max_queue` requests
-    may wait (then 429); `api_key`: required as a Bearer token when given."""
+    may wait (then 429); `api_key`: required as a Bearer token when given; `reasoning_format`: the default of a
+    chat request's reasoning_format ("parsed", "raw" or "none")."""
+    if reasoning_format not in MODES:
+        raise ValueError(f"reasoning_format must be one of {', '.join(MODES)}, got {reasoning_format!r}")
     if n_ctx is None:
         n_ctx = min(int(model.n_ctx_train or 4096), 4096)
     eng = engine or Scheduler(model, parallel=parallel, n_ctx=n_ctx, n_threads=n_threads, max_queue=max_queue)
@@ -45,6 +49,7 @@ def create_app(model, *, parallel=4, n_ctx=None, n_threads=None, api_key=None, m
     app.state.model = model
     app.state.created = int(time.time())
     app.state.ping_interval = ping_interval
+    app.state.reasoning_format = reasoning_format
     errors.install(app)
     app.include_router(router)
     app.include_router(router, prefix="/v1")

@@ -24,11 +24,12 @@ router = APIRouter()
 
 # -- generation ----------------------------------------------------------------------------------------------------
 
-async def prepare(http_req, prepare_fn, body):
+async def prepare(http_req, prepare_fn, body, **kw):
     """protocol.prepare_*(model, body, n_ctx) in a worker thread: tokenizing a long prompt or compiling a grammar
     (milliseconds to seconds) never stalls the event loop, and happens before the request is queued."""
     state = http_req.app.state
-    return await run_in_threadpool(prepare_fn, state.model, body.model_dump(exclude_none=True), state.engine.n_ctx)
+    return await run_in_threadpool(prepare_fn, state.model, body.model_dump(exclude_none=True), state.engine.n_ctx,
+                                   **kw)
 
 
 async def respond(http_req, prep):
@@ -107,7 +108,8 @@ _STREAMS = {200: {"content": {"text/event-stream": {}}}}
 
 @router.post("/chat/completions", response_model=S.ChatCompletion, responses=_STREAMS)
 async def chat_completions(body: S.ChatCompletionRequest, request: Request):
-    return await respond(request, await prepare(request, protocol.prepare_chat, body))
+    return await respond(request, await prepare(request, protocol.prepare_chat, body,
+                                                reasoning_format=request.app.state.reasoning_format))
 
 
 @router.post("/completions", response_model=S.Completion, responses=_STREAMS)

@@ -43,6 +43,8 @@ class ChatCompletionRequest(_Sampling):
     response_format: Optional[Any] = None
     tools: Optional[List[Any]] = None
     tool_choice: Optional[Any] = None
+    parallel_tool_calls: Optional[Any] = None  # checked by fastgguf.engine.tools (a bool: no "no" -> False)
+    reasoning_format: Optional[str] = None  # "parsed" (the server's default), "raw" or "none"
 
 
 class CompletionRequest(_Sampling):
@@ -87,9 +89,22 @@ class Usage(_Loose):
     prompt_tokens_details: Optional[PromptTokensDetails] = None
 
 
+class ToolCallFunction(_Loose):
+    name: str
+    arguments: str  # the arguments as JSON text
+
+
+class ToolCall(_Loose):
+    id: str
+    type: Literal["function"] = "function"
+    function: ToolCallFunction
+
+
 class ChatMessage(_Loose):
     role: Literal["assistant"]
-    content: Optional[str]
+    content: Optional[str]  # None when the reply is only tool calls
+    reasoning_content: Optional[str] = None  # a thinking model's thoughts (reasoning_format "parsed")
+    tool_calls: Optional[List[ToolCall]] = None
 
 
 class ChatChoice(_Loose):

@@ -1,0 +1,69 @@
+"""Random-weight chat models for the tool-call and reasoning tests: a real vocabulary (llama.cpp's vocabulary-only
+files in tests/data/vocab), a real chat template (tests/data/templates) in the metadata, and one tiny random layer.
+What they say is noise; what the OpenAI layer makes of it (constrained to a tool-call grammar, parsed) is checked."""
+import lzma
+import os
+
+import numpy as np
+
+DATA = os.path.join(os.path.dirname(os.path.abspath(__file__)), "data")
+
+
+def template(name):
+    with open(os.path.join(DATA, "templates", name + ".jinja"), encoding="utf-8") as f:
+        return f.read()
+
+
+def make_chat_model(path, vocab, template_name, *, arch="qwen2", seed=0):
+    """A one-layer random `arch` model at path with vocabulary `vocab` (ggml-vocab-<vocab>.gguf) and the chat
+    template tests/data/templates/<template_name>.jinja. Returns the path."""
+    from fastgguf import GGUFFile, GGUFWriter
+    from fastgguf.gguf.constants import GGUFValueType
+
+    src = str(path) + ".vocab.gguf"
+    with lzma.open(os.path.join(DATA, "vocab", f"ggml-vocab-{vocab}.gguf.xz")) as f, open(src, "wb") as out:
+        out.write(f.read())
+    w = GGUFWriter()
+    w.add_string("general.architecture", arch)
+    with GGUFFile(src) as g:
+        for key in list(g.metadata):
+            if key.startswith("tokenizer.") and key != "tokenizer.chat_template":
+                vtype, etype = g.value_type(key)
+                value = g.metadata[key]
+                if vtype == GGUFValueType.ARRAY and etype == GGUFValueType.STRING:
+                    value = g.metadata_raw(key)
+                elif vtype == GGUFValueType.STRING:
+                    value = g.metadata_raw(key)
+                w.add_value(key, value, vtype, etype)
+        n_vocab = len(g.metadata["tokenizer.ggml.tokens"])
+    os.remove(src)
+    w.add_string("tokenizer.chat_template", template(template_name))
+    rng = np.random.default_rng(seed)
+    E, H, KVH, hd, F = 32, 2, 1, 16, 48
+    for key, v in (("block_count", 1), ("context_length", 1024), ("embedding_length", E), ("feed_forward_length", F),
+                   ("attention.head_count", H), ("attention.head_count_kv", KVH), ("rope.dimension_count", hd)):
+        w.add_uint32(f"{arch}.{key}", v)
+    w.add_float32(f"{arch}.rope.freq_base", 10000.0)
+    w.add_float32(f"{arch}.attention.layer_norm_rms_epsilon", 1e-5)
+
+    def t(name, *shape, s=0.2):
+        w.add_tensor(name, (rng.standard_normal(shape) * s).astype(np.float32))
+
+    t("token_embd.weight", n_vocab, E, s=1.0)
+    t("output_norm.weight", E, s=1.0)
+    p = "blk.0."
+    t(p + "attn_norm.weight", E, s=1.0)
+    t(p + "attn_q.weight", H * hd, E)
+    t(p + "attn_k.weight", KVH * hd, E)
+    t(p + "attn_v.weight", KVH * hd, E)
+    if arch == "qwen2":
+        t(p + "attn_q.bias", H * hd)
+        t(p + "attn_k.bias", KVH * hd)
+        t(p + "attn_v.bias", KVH * hd)
+    t(p + "attn_output.weight", E, H * hd)
+    t(p + "ffn_norm.weight", E, s=1.0)
+    t(p + "ffn_gate.weight", F, E)
+    t(p + "ffn_up.weight", F, E)
+    t(p + "ffn_down.weight", E, F)
+    w.write(str(path))
+    return str(path)
