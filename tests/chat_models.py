@@ -14,9 +14,10 @@ def template(name):
         return f.read()
 
 
-def make_chat_model(path, vocab, template_name, *, arch="qwen2", seed=0):
+def make_chat_model(path, vocab, template_name, *, arch="qwen2", seed=0, control=()):
     """A one-layer random `arch` model at path with vocabulary `vocab` (ggml-vocab-<vocab>.gguf) and the chat
-    template tests/data/templates/<template_name>.jinja. Returns the path."""
+    template tests/data/templates/<template_name>.jinja. `control`: texts that become control tokens (the last ids
+    of the vocabulary are replaced), as Mistral's [TOOL_CALLS] is in tekken. Returns the path."""
     from fastgguf import GGUFFile, GGUFWriter
     from fastgguf.gguf.constants import GGUFValueType
 
@@ -34,6 +35,10 @@ def make_chat_model(path, vocab, template_name, *, arch="qwen2", seed=0):
                     value = g.metadata_raw(key)
                 elif vtype == GGUFValueType.STRING:
                     value = g.metadata_raw(key)
+                if control and key in ("tokenizer.ggml.tokens", "tokenizer.ggml.token_type"):
+                    value = list(value)
+                    for k, text in enumerate(control, 1):
+                        value[-k] = text.encode() if key.endswith("tokens") else 3   # 3: CONTROL
                 w.add_value(key, value, vtype, etype)
         n_vocab = len(g.metadata["tokenizer.ggml.tokens"])
     os.remove(src)

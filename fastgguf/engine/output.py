@@ -32,8 +32,12 @@ class ChatOutputParser:
     """tool_format: a tools.FORMATS name, or None (no tool calls: the answer is content). reasoning: (mode, inside)
     when the model thinks (mode: reasoning.MODES; inside: the output starts inside the think block), else None."""
 
-    def __init__(self, tool_format=None, reasoning=None, new_id=new_call_id):
+    def __init__(self, tool_format=None, reasoning=None, new_id=new_call_id, special_text=False):
         self.text = ""
+        # the tool-call markers are control tokens of the vocabulary (Mistral's [TOOL_CALLS] in tekken): the
+        # sequence's decoder must render special tokens as text for this parser to see them (the grammar allows
+        # no other control token than those markers and end of generation)
+        self.special_text = bool(special_text)
         self.splitter = None
         if reasoning is not None:
             mode, inside = reasoning

@@ -390,12 +390,15 @@ def prepare_chat(model, body, n_ctx, *, reasoning_format="parsed"):
     thinks = detect_reasoning(template) and not text.rstrip().endswith(THINK_CLOSE)
     inside = thinks and starts_inside(text)
     tool_fmt = fmt if config is not None and config.choice != "none" else None
-    params = chat_constraint(model, params, user, config, tool_fmt, thinks, inside)
+    markers = special_ids(model.tokenizer, tool_fmt) if tool_fmt is not None else {}
+    params = chat_constraint(model, params, user, config, tool_fmt, thinks, inside, markers)
     prompts = [ids]
     _fit(prompts, params, n_ctx)
     parser = None
     if tool_fmt is not None or thinks:
-        parser = functools.partial(ChatOutputParser, tool_fmt, (mode, inside) if thinks else None)
+        # markers that are control tokens must reach the parser as text: the decoder then renders special tokens
+        parser = functools.partial(ChatOutputParser, tool_fmt, (mode, inside) if thinks else None,
+                                   special_text=bool(markers))
     return Prepared("chat.completion", prompts, params, n, (top or 0) if lp else None, stream, include_usage,
                     constraints=constraints(model, params, n, "tools" if tool_fmt else "response_format"),
                     parser=parser)
@@ -431,7 +434,7 @@ def special_ids(tokenizer, fmt):
     return out
 
 
-def chat_constraint(model, params, user, config, tool_fmt, thinks, inside):
+def chat_constraint(model, params, user, config, tool_fmt, thinks, inside, markers):
     """params (the template's, unconstrained) with the reply's constraint: the tool grammar (tool_fmt: a format,
     None for no tools or tool_choice "none"), else the user's (user.constraint(): json_schema, grammar,
     response_format), wrapped by reasoning_grammar when the model thinks. A constrained reply keeps only the
@@ -444,7 +447,7 @@ def chat_constraint(model, params, user, config, tool_fmt, thinks, inside):
             raise APIError(f"response_format / json_schema / grammar together with tools is {UNSUPPORTED}",
                            param="response_format", code="unsupported_parameter")
         try:
-            lark = tool_grammar(config, tool_fmt, special_ids(model.tokenizer, tool_fmt))
+            lark = tool_grammar(config, tool_fmt, markers)
         except ToolError as e:
             raise APIError(str(e), param=e.param) from None
     elif own is not None and thinks:

@@ -22,6 +22,7 @@ MODELS = {   # name: (vocabulary, template, arch, tool-call format)
     "nemo": ("llama-spm", "mistralai-Mistral-Nemo-Instruct-2407", "llama", "mistral"),
     "qwen3": ("qwen2", "Qwen-Qwen3-0.6B", "qwen2", "hermes"),
 }
+CONTROL = {"nemo": ("[TOOL_CALLS]",)}   # the marker is a control token, as in Mistral Nemo's tekken vocabulary
 UNIT = {"type": "object", "properties": {"unit": {"enum": ["c", "f"]}, "days": {"type": "integer", "minimum": 1,
                                                                                 "maximum": 9}},
         "required": ["unit"], "additionalProperties": False}
@@ -38,7 +39,8 @@ def chat_model(tmp_path_factory):
     def get(name):
         if name not in cache:
             vocab, tmpl, arch, _ = MODELS[name]
-            cache[name] = fastgguf.Model(make_chat_model(root / f"{name}.gguf", vocab, tmpl, arch=arch))
+            cache[name] = fastgguf.Model(make_chat_model(root / f"{name}.gguf", vocab, tmpl, arch=arch,
+                                                         control=CONTROL.get(name, ())))
         return cache[name]
     return get
 
@@ -158,9 +160,11 @@ class _Tok:
         return b"<tool_call>" if special else b""
 
 
-def test_markers_that_are_control_tokens_are_named_by_id():
+def test_markers_that_are_control_tokens_are_named_by_id(chat_model):
     assert special_ids(_Tok(), "hermes") == {"<tool_call>": 7}
     assert special_ids(_Tok(), "generic") == {}
+    nemo = chat_model("nemo")  # [TOOL_CALLS] is a control token there: its text reaches the parser all the same
+    assert set(special_ids(nemo.tokenizer, "mistral")) == {"[TOOL_CALLS]"}
 
 
 def test_chatml_fallback_stop_does_not_refuse_a_tool_grammar(chat_model):
