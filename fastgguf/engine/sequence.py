@@ -113,7 +113,8 @@ class Sequence:
             window = prompt if params.repeat_last_n < 0 else prompt[-params.repeat_last_n:]
             self.sampler.accept_many(window, generated=False)
         # (a parser whose markers are control tokens reads them as text: special tokens are rendered for it)
-        self.decoder = tokenizer.streaming_decoder(skip_special=not getattr(parser, "special_text", False))
+        self.decoder = (tokenizer.streaming_decoder(skip_special=False) if getattr(parser, "special_text", False)
+                        else tokenizer.streaming_decoder())
         self.stopper = StopText(params.stop)  # holds back text that may be the start of a stop string
         self.eog = frozenset(int(e) for e in tokenizer.eog_ids)
         self.max_tokens = params.max_tokens
