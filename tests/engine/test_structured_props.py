@@ -12,8 +12,10 @@ Two models (tests/vocab_model.py): a llama BPE vocabulary (128k tokens, multi-di
 SentencePiece one (32k, byte fallback). The schema and instance strategies are this file's own (hypothesis-jsonschema
 does not run on current hypothesis).
 """
+import datetime
 import json
 import os
+import re
 
 import pytest
 
@@ -24,7 +26,8 @@ from hypothesis import HealthCheck, given, settings  # noqa: E402
 from hypothesis import strategies as st  # noqa: E402
 
 from fastgguf import Model  # noqa: E402
-from fastgguf.engine.grammar import Grammar, Matcher, vocabulary  # noqa: E402
+from fastgguf.engine.grammar import DATE, Grammar, Matcher, vocabulary  # noqa: E402
+from fastgguf.engine.tools import tool_grammar, validate_tools  # noqa: E402
 from vocab_model import vocab_model  # noqa: E402
 
 GRAMMARS = os.path.join(os.path.dirname(os.path.dirname(os.path.abspath(__file__))), "data", "grammars")
@@ -265,14 +268,37 @@ def test_schema_instances_are_accepted(models, vocab, data):
         assert all(allowed(mask, e) for e in model.tokenizer.eog_ids), text
 
 
-@pytest.mark.xfail(strict=True, reason="llguidance's format: date checks days per month but not leap years, and "
-                                       "allows year 0000: the FORMAT_CHECKER (datetime.date) refuses both")
 def test_date_format_is_exact(models):
+    """llguidance's own format: date allows Feb 29 of every year and year 0000 (found by this file): grammar.DATE
+    is added beside it. DATE against datetime.date over every month/day string of many years, then the grammar at
+    the root, under a pattern of its own, and nested (items, anyOf, $defs)."""
+    for y in [*range(0, 30), *range(1895, 2105), *range(9990, 10000), 100, 400, 1600, 1700]:
+        for mo in range(14):
+            for d in range(33):
+                text = f"{y:04d}-{mo:02d}-{d:02d}"
+                try:
+                    exists = bool(datetime.date.fromisoformat(text))
+                except ValueError:
+                    exists = False
+                assert exists == bool(re.fullmatch(DATE, text)), text
     model = models["llama-bpe"]
-    grammar = Grammar.json_schema({"type": "string", "format": "date"})
-    for bad in ("2023-02-29", "0000-01-01"):
-        m = refeed(model, grammar, model.tokenizer.tokenize_raw(json.dumps(bad)))
-        assert isinstance(m, int) or not m.accepting(), bad
+    date = {"type": "string", "format": "date"}
+    for schema, wrap in ((date, "{}"), (dict(date, pattern="^2"), "{}"), ({"type": "array", "items": date}, "[{}]"),
+                         ({"anyOf": [{"type": "null"}, {"$ref": "#/$defs/d"}], "$defs": {"d": date}}, "{}")):
+        grammar = Grammar.json_schema(schema)
+        for text, ok in (("2024-02-29", True), ("2000-02-29", True), ("2023-02-28", True), ("2023-02-29", False),
+                         ("1900-02-29", False), ("0000-01-01", False), ("2023-04-31", False)):
+            m = refeed(model, grammar, model.tokenizer.tokenize_raw(wrap.format(json.dumps(text))))
+            assert (not isinstance(m, int) and m.accepting()) == ok, (schema, text)
+            assert validator(schema).is_valid(json.loads(wrap.format(json.dumps(text)))) == ok, (schema, text)
+    # a tool's parameters (engine.tools writes its own %json bodies)
+    tool = {"type": "function", "function": {"name": "book", "parameters": {
+        "type": "object", "properties": {"day": date}, "required": ["day"], "additionalProperties": False}}}
+    grammar = Grammar.lark(tool_grammar(validate_tools([tool], "required"), "hermes"))
+    for text, ok in (("2024-02-29", True), ("2023-02-29", False)):
+        call = json.dumps({"name": "book", "arguments": {"day": text}})
+        m = refeed(model, grammar, model.tokenizer.tokenize_raw(f"<tool_call>\n{call}\n</tool_call>"))
+        assert (not isinstance(m, int) and m.accepting()) == ok, text
 
 
 # -- llama.cpp's GBNF samples -------------------------------------------------------------------------------------
