@@ -155,7 +155,8 @@ def instance(draw, s, defs):
             return str(draw(st.uuids()))
         if f == "email":
             return draw(EMAIL)
-        return draw(st.text(TEXT, min_size=s.get("minLength", 0), max_size=s.get("maxLength", 8)))
+        text = draw(st.text(TEXT, min_size=s.get("minLength", 0), max_size=s.get("maxLength", 8)))
+        return Escaped(text) if draw(st.booleans()) else text
     if t == "integer":
         return draw(st.integers(int(s.get("minimum", -10 ** 6)), int(s.get("maximum", 10 ** 6))))
     if t == "number":
@@ -183,12 +184,31 @@ def instance(draw, s, defs):
     return out
 
 
+class Escaped(str):
+    """A free string (no enum, const or format) that dumps() writes with \\uXXXX escapes (surrogate pairs beyond the
+    BMP): the grammar counts an escape as the one character it stands for."""
+
+
 def dumps(draw, value):
+    """value's JSON text in one of the styles the grammar allows. Property names, enum and const strings are written
+    as themselves (grammar.py's departures); Escaped strings ensure_ascii (through placeholders)."""
+    escaped = []
+
+    def mark(v):
+        if isinstance(v, Escaped):
+            escaped.append(json.dumps(str(v)))
+            return f"\0\ue000{len(escaped) - 1}\ue001\0"      # a placeholder no drawn string is
+        if isinstance(v, list):
+            return [mark(x) for x in v]
+        if isinstance(v, dict):
+            return {k: mark(x) for k, x in v.items()}
+        return v
     style = draw(st.sampled_from([{"separators": (",", ":")}, {"separators": (", ", ": ")}, {"indent": 2}]))
     lead = draw(st.sampled_from(["", "", " ", "\n"]))
-    # ensure_ascii=False: property names, enum and const strings are written as themselves, never \u-escaped
-    # (grammar.py's departures); escapes inside free strings are test_grammar.py's DOCUMENTS
-    return lead + json.dumps(value, ensure_ascii=False, **style)
+    text = json.dumps(mark(value), ensure_ascii=False, **style)
+    for i, e in enumerate(escaped):
+        text = text.replace(f'"\\u0000\ue000{i}\ue001\\u0000"', e, 1)
+    return lead + text
 
 
 def allowed(mask, i):
