@@ -25,6 +25,8 @@ Departures from JSON Schema (llguidance's, kept; the output is still valid under
   so a model cannot spin in whitespace until max_tokens; 0 to 2 spaces/newlines may come before the value
   (`JSON_LEAD`), none after;
 - strings may use any JSON escape but `\/`; `enum` / `const` strings are written as themselves, never as \u escapes;
+- `format: date` gets an exact pattern beside it (`DATE`): llguidance's own allows Feb 29 of every year and year 0000,
+  which no validator accepts (Python's datetime.date, jsonschema's format checker);
 - an "x-guidance" key in a schema is replaced by these options.
 """
 import importlib
@@ -39,7 +41,7 @@ import numpy as np
 from fastgguf.errors import GrammarError
 
 __all__ = ["Grammar", "GrammarError", "Matcher", "Vocabulary", "vocabulary", "matchers", "require_llguidance",
-           "available", "json_options",
+           "available", "json_options", "exact_formats", "DATE",
            "JSON_WHITESPACE", "JSON_LEAD"]
 
 # between the tokens of a JSON value: nothing, a space, or 1-2 newlines and an indent of up to 20 (llama.cpp's
@@ -47,6 +49,16 @@ __all__ = ["Grammar", "GrammarError", "Matcher", "Vocabulary", "vocabulary", "ma
 JSON_WHITESPACE = r"(?:\x20|\x0A{1,2}[\x20\x09]{0,20})?"
 JSON_LEAD = r"[\x20\x0A]{1,2}"          # optional, before the value
 KINDS = ("json_schema", "json_object", "gbnf", "lark", "regex")
+# an RFC 3339 full-date that exists: years 0001-9999, days per month, Feb 29 of leap years only
+_YEAR = r"(?:[0-9]{3}[1-9]|[0-9]{2}[1-9][0-9]|[0-9][1-9][0-9]{2}|[1-9][0-9]{3})"
+_LEAP = r"(?:[0-9]{2}(?:0[48]|[2468][048]|[13579][26])|(?:0[48]|[2468][048]|[13579][26])00)"
+DATE = (rf"^(?:{_YEAR}-(?:(?:0[13578]|1[02])-(?:0[1-9]|[12][0-9]|3[01])|(?:0[469]|11)-(?:0[1-9]|[12][0-9]|30)"
+        rf"|02-(?:0[1-9]|1[0-9]|2[0-8]))|{_LEAP}-02-29)$")
+# keywords whose value is a subschema, a list of them, or a dict name -> subschema (where a "format" may hide)
+_SUB = ("items", "additionalProperties", "not", "contains", "propertyNames", "additionalItems", "unevaluatedItems",
+        "unevaluatedProperties", "if", "then", "else")
+_SUB_LIST = ("anyOf", "allOf", "oneOf", "prefixItems", "items")
+_SUB_DICT = ("properties", "patternProperties", "$defs", "definitions", "dependentSchemas")
 
 
 def available():
@@ -80,9 +92,29 @@ def json_options(lenient=False):
             "json_allow_general_unicode_escapes": True, "lenient": bool(lenient)}
 
 
+def exact_formats(schema):
+    """A copy of schema whose `format: date` subschemas carry DATE as a pattern too (see the module docstring)."""
+    if not isinstance(schema, Mapping):
+        return schema
+    out = dict(schema)
+    for k in _SUB:
+        if isinstance(out.get(k), Mapping):
+            out[k] = exact_formats(out[k])
+    for k in _SUB_LIST:
+        if isinstance(out.get(k), list):
+            out[k] = [exact_formats(s) for s in out[k]]
+    for k in _SUB_DICT:
+        if isinstance(out.get(k), Mapping):
+            out[k] = {name: exact_formats(s) for name, s in out[k].items()}
+    if out.get("format") == "date":
+        return dict(out, pattern=DATE) if "pattern" not in out else {"allOf": [out, {"pattern": DATE}]}
+    return out
+
+
 def _json_lark(schema, lenient):
     """Lark text: the schema as llguidance's %json, with our whitespace rules (see the module docstring)."""
-    body = json.dumps({**schema, "x-guidance": json_options(lenient)}, ensure_ascii=False, allow_nan=False)
+    body = json.dumps({**exact_formats(schema), "x-guidance": json_options(lenient)}, ensure_ascii=False,
+                      allow_nan=False)
     return f"start: json_value | JSON_LEAD json_value\nJSON_LEAD: /{JSON_LEAD}/\njson_value: %json {body}\n"
 
 

@@ -28,7 +28,7 @@ import uuid
 from collections.abc import Mapping
 from dataclasses import dataclass
 
-from fastgguf.engine.grammar import json_options
+from fastgguf.engine.grammar import exact_formats, json_options
 
 __all__ = ["ToolError", "ToolConfig", "FORMATS", "validate_tools", "detect_format", "tool_grammar",
            "generic_system_prompt", "prepare_tool_history", "parse", "ToolCallStream", "new_call_id"]
@@ -287,7 +287,7 @@ def _lit(s):
 
 def _json(schema):
     """A %json body with fastgguf's JSON options (bounded whitespace: a model cannot spin in it until max_tokens)."""
-    return json.dumps({**schema, "x-guidance": json_options()}, ensure_ascii=False)
+    return json.dumps({**exact_formats(schema), "x-guidance": json_options()}, ensure_ascii=False)
 
 
 def tool_grammar(config, fmt, special_ids=None):

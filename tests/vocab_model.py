@@ -1,0 +1,67 @@
+"""Tiny random-weight llamas that speak a real vocabulary: the tokenizer metadata of one of llama.cpp's
+vocabulary-only files (tests/data/vocab/ggml-vocab-<name>.gguf.xz) under 2 random layers. Their free output is
+noise over the whole vocabulary (every piece, special tokens included, gets some probability at temperature 1),
+which is what structured-output tests want: whatever the grammar lets through is what comes out.
+
+    path = vocab_model(tmp_path / "bpe.gguf", "llama-bpe", seed=1)
+"""
+import lzma
+import os
+
+import numpy as np
+
+from fastgguf import GGUFFile, GGUFWriter
+from fastgguf.gguf import GGUFValueType as V
+
+VOCAB_DIR = os.path.join(os.path.dirname(os.path.abspath(__file__)), "data", "vocab")
+E, L, H, KVH, HD, F, N_CTX = 64, 2, 4, 2, 16, 128, 256
+
+
+def vocab_model(path, name, seed=0):
+    """Write the model to path (str returned). token_embd is tied to the output; the output norm's small weight
+    keeps the logits' spread around 2 (at temperature 1 many tokens compete, not one)."""
+    path = str(path)
+    raw = path + ".vocab"
+    with lzma.open(os.path.join(VOCAB_DIR, f"ggml-vocab-{name}.gguf.xz")) as src, open(raw, "wb") as dst:
+        dst.write(src.read())
+    rng = np.random.default_rng(seed)
+    w = GGUFWriter()
+    w.add_string("general.architecture", "llama")
+    for key, value, vt in (("block_count", L, V.UINT32), ("context_length", N_CTX, V.UINT32),
+                           ("embedding_length", E, V.UINT32), ("feed_forward_length", F, V.UINT32),
+                           ("attention.head_count", H, V.UINT32), ("attention.head_count_kv", KVH, V.UINT32),
+                           ("rope.freq_base", 10000.0, V.FLOAT32), ("rope.dimension_count", HD, V.UINT32),
+                           ("attention.layer_norm_rms_epsilon", 1e-5, V.FLOAT32)):
+        w.add_value("llama." + key, value, vt)
+    with GGUFFile(raw) as f:
+        for key in f.metadata:
+            if not key.startswith("tokenizer."):
+                continue
+            vt, et = f.value_type(key)
+            if vt == V.ARRAY:
+                values = f.metadata_raw(key) if et == V.STRING else np.array(f.metadata[key])
+                w.add_array(key, values, et)
+            else:
+                w.add_value(key, f.metadata_raw(key) if vt == V.STRING else f.metadata[key], vt)
+        n_vocab = f.metadata.array_len("tokenizer.ggml.tokens")
+    os.remove(raw)
+
+    def t(name, *shape, s=0.2, center=0.0):
+        a = (center + rng.standard_normal(shape) * s).astype(np.float32)
+        w.add_tensor(name, a.astype(np.float16) if len(shape) == 2 else a)
+
+    t("token_embd.weight", n_vocab, E, s=1.0)
+    t("output_norm.weight", E, s=0.02, center=0.25)
+    for i in range(L):
+        p = f"blk.{i}."
+        t(p + "attn_norm.weight", E, s=0.1, center=1.0)
+        t(p + "attn_q.weight", H * HD, E)
+        t(p + "attn_k.weight", KVH * HD, E)
+        t(p + "attn_v.weight", KVH * HD, E)
+        t(p + "attn_output.weight", E, H * HD)
+        t(p + "ffn_norm.weight", E, s=0.1, center=1.0)
+        t(p + "ffn_gate.weight", F, E)
+        t(p + "ffn_up.weight", F, E)
+        t(p + "ffn_down.weight", E, F)
+    w.write(path)
+    return path
