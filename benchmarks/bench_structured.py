@@ -19,7 +19,7 @@ Then, per model (not for vocabulary-only files), the decode cost of a constraint
   --tokens run minus that of a 1-token run (the prompt and its first token), over tokens - 1; the two modes
   alternate round by round and the median is kept; tok/s = 1 / that cost;
 - with --concurrent: aggregate tok/s (wall clock) of 4 constrained streams against 4 unconstrained ones through
-  one Scheduler (parallel=4, one thread), every stream --tokens long.
+  one Scheduler (parallel=4, one thread), every stream --tokens long; median over rounds, the modes alternating.
 """
 import argparse
 import json
@@ -133,36 +133,43 @@ def decode_cost(model, tokens, rounds):
     return {mode: (tokens, statistics.median(v)) for mode, v in per.items()}
 
 
-def concurrent(model, tokens, streams=4):
-    """{mode: aggregate tok/s} of `streams` requests at once through one Scheduler (one thread)."""
-    prompt = list(model.tokenize(PROMPT))
-    out = {}
-    for mode in ("unconstrained", "constrained"):
-        params = decode_params(model, tokens, mode == "constrained")
-        eng = Scheduler(model, parallel=streams, n_ctx=len(prompt) + tokens + 8, n_threads=1).start()
-        try:
-            done, all_done = [], threading.Event()
+def concurrent(model, tokens, rounds, streams=4):
+    """{mode: median aggregate tok/s} of `streams` requests at once through one Scheduler (one thread), the two
+    modes alternating round by round."""
+    per = {"constrained": [], "unconstrained": []}
+    for r in range(rounds):
+        for mode in (("constrained", "unconstrained") if r % 2 == 0 else ("unconstrained", "constrained")):
+            per[mode].append(_concurrent_once(model, tokens, streams, mode))
+    return {mode: statistics.median(v) for mode, v in per.items()}
 
-            def sink(evs):
-                for ev in evs:
-                    if isinstance(ev, (Done, Error)):
-                        done.append(ev)
-                        if len(done) == streams:
-                            all_done.set()
-            reqs = [Request([prompt], params, sink, constraints=matchers(model, params.constraint(), 1)
-                            if mode == "constrained" else None) for _ in range(streams)]
-            t = time.perf_counter()
-            for req in reqs:
-                eng.submit(req)
-            all_done.wait()
-            wall = time.perf_counter() - t
-        finally:
-            eng.stop()
-        errors = [ev.error for ev in done if isinstance(ev, Error)]
-        if errors:
-            raise errors[0]
-        out[mode] = sum(ev.usage.completion_tokens for ev in done) / wall
-    return out
+
+def _concurrent_once(model, tokens, streams, mode):
+    """Aggregate tok/s (wall clock) of `streams` requests of one mode at once."""
+    prompt = list(model.tokenize(PROMPT))
+    params = decode_params(model, tokens, mode == "constrained")
+    eng = Scheduler(model, parallel=streams, n_ctx=len(prompt) + tokens + 8, n_threads=1).start()
+    try:
+        done, all_done = [], threading.Event()
+
+        def sink(evs):
+            for ev in evs:
+                if isinstance(ev, (Done, Error)):
+                    done.append(ev)
+                    if len(done) == streams:
+                        all_done.set()
+        reqs = [Request([prompt], params, sink, constraints=matchers(model, params.constraint(), 1)
+                        if mode == "constrained" else None) for _ in range(streams)]
+        t = time.perf_counter()
+        for req in reqs:
+            eng.submit(req)
+        all_done.wait()
+        wall = time.perf_counter() - t
+    finally:
+        eng.stop()
+    errors = [ev.error for ev in done if isinstance(ev, Error)]
+    if errors:
+        raise errors[0]
+    return sum(ev.usage.completion_tokens for ev in done) / wall
 
 
 def decode_table(specs, tokens, rounds, with_concurrent):
@@ -174,7 +181,7 @@ def decode_table(specs, tokens, rounds, with_concurrent):
         path = hub.resolve(None if spec == "default" else spec)
         model = Model(path, n_threads=1)
         cost = decode_cost(model, tokens, rounds)
-        agg = concurrent(model, tokens) if with_concurrent else {}
+        agg = concurrent(model, tokens, rounds) if with_concurrent else {}
         base = cost["unconstrained"][1]
         for mode in ("unconstrained", "constrained"):
             n, c = cost[mode]

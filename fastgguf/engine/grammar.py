@@ -31,9 +31,11 @@ Departures from JSON Schema (llguidance's, kept; the output is still valid under
 """
 import importlib
 import json
+import os
 import re
 import threading
 from collections.abc import Mapping
+from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass
 
 import numpy as np
@@ -246,6 +248,17 @@ def vocabulary(model):
     return v
 
 
+_WORKER = [None, None]     # (pid, executor): the threads computing masks in the background (none survive a fork)
+_WORKER_LOCK = threading.Lock()
+
+
+def _mask_worker():
+    with _WORKER_LOCK:
+        if _WORKER[0] != os.getpid():
+            _WORKER[:] = os.getpid(), ThreadPoolExecutor(max_workers=2, thread_name_prefix="fastgguf-mask")
+        return _WORKER[1]
+
+
 class Matcher:
     """One live sequence's position in a grammar. Per token: fill_mask(), sample within it, consume()."""
 
@@ -257,13 +270,25 @@ class Matcher:
         if self._m.is_error():
             raise GrammarError(f"{grammar.kind}: {_message(self._m.get_error())}")
         self.mask = np.zeros(vocab.n_words, np.uint32)     # (n_words,) bit i % 32 of word i // 32: token i allowed
+        self._pending = None    # the next mask, being computed in the background (a Future), see consume()
 
     def copy(self):
         """An independent matcher at the same position (llguidance's deep copy: no second compile)."""
+        if self._pending is not None:
+            self.fill_mask()            # never copy while the background mask computation uses the matcher
         return Matcher(self.vocab, self.grammar, self._m.deep_copy())
 
     def fill_mask(self):
-        """Fill self.mask with the tokens allowed next and return it. RuntimeError if none is."""
+        """Fill self.mask with the tokens allowed next and return it. RuntimeError if none is. When consume()
+        started computing it in the background, this waits for that."""
+        pending, self._pending = self._pending, None
+        if pending is not None:
+            pending.result()            # re-raises the background computation's error
+        else:
+            self._compute()
+        return self.mask
+
+    def _compute(self):
         m, mask = self._m, self.mask
         m.unsafe_compute_mask_ptr(mask.ctypes.data, mask.nbytes)
         if m.is_error():
@@ -276,17 +301,26 @@ class Matcher:
                 mask[word] &= ~bit
         if not mask.any():
             raise RuntimeError("no token of the vocabulary can continue the grammar here")
-        return mask
 
     def consume(self, token):
-        """Advance past token. RuntimeError (naming the grammar's complaint) if the grammar refuses it."""
+        """Advance past token. RuntimeError (naming the grammar's complaint) if the grammar refuses it. Then the
+        next mask is computed in the background, while the caller runs the model's forward pass on the token (C,
+        GIL released): the mask's cost hides behind the forward pass where a core is free for it."""
+        if self._pending is not None:   # a mask nobody asked for (consume twice in a row): let it finish first
+            self.fill_mask()
         token = int(token)
         if not 0 <= token < self.vocab.n_vocab:
             raise RuntimeError(f"token {token} is out of range for a vocabulary of {self.vocab.n_vocab}")
         if token in self.vocab.eog_ids:
             if not self._m.is_accepting():
                 raise RuntimeError(f"end-of-generation token {token} refused: the grammar cannot end here")
-            token = self.vocab.eos_id
+            self._consume(self.vocab.eos_id)
+            return                      # the sequence ends: no next mask
+        self._consume(token)
+        if not self._m.is_stopped():
+            self._pending = _mask_worker().submit(self._compute)
+
+    def _consume(self, token):
         if not self._m.consume_token(token):
             raise RuntimeError(f"grammar refused token {token}: {self._m.get_error()}")
 

@@ -365,3 +365,47 @@ def test_generate_enforces_the_schema(default_model_path):
         r = generate(model, "Reply in JSON: what is 2 + 2?", json_schema=schema, max_tokens=48, **kw)
         assert r.finish_reason == "stop", (kw, r.text)
         jsonschema.validate(json.loads(r.text), schema)
+
+
+def test_background_mask_equals_the_mask_computed_in_place(vocab_tokenizer):
+    """consume() starts the next mask in a worker thread (it overlaps the forward pass); fill_mask() must then
+    give exactly the mask a matcher computes in place, token after token, and a copy never races it."""
+    tok = vocab_tokenizer("llama-bpe")
+    vocab, grammar = Vocabulary(tok), Grammar.json_schema(SCHEMA)
+    bg, ref = Matcher(vocab, grammar), Matcher(vocab, grammar)
+    ids = list(tok.tokenize_raw(DOCUMENTS[0]))
+    for i, t in enumerate(ids):
+        got = bg.fill_mask().copy()
+        ref._compute()                       # in place, no worker: the reference
+        assert np.array_equal(got, ref.mask), i
+        bg.consume(t)
+        ref._consume(t)
+        assert bg._pending is not None or bg.stopped()
+        if i == len(ids) // 2:
+            twin = bg.copy()                 # waits for the pending mask first
+            assert bg._pending is None and np.array_equal(twin.fill_mask(), bg.fill_mask())
+    assert set(allowed_ids(bg.fill_mask())) == set(tok.eog_ids)
+    bg.consume(min(tok.eog_ids))
+    assert bg._pending is None               # the sequence ended: nothing computed for nobody
+
+
+def test_background_masks_after_fork(vocab_tokenizer):
+    """A forked child gets a worker of its own (a parent's threads do not survive fork)."""
+    if not hasattr(os, "fork"):
+        pytest.skip("no fork here")
+    tok = vocab_tokenizer("llama-bpe")
+    m = Matcher(Vocabulary(tok), Grammar.json_schema(SCHEMA))
+    m.consume(list(tok.tokenize_raw("{"))[0])
+    m.fill_mask()
+    pid = os.fork()
+    if pid == 0:
+        try:
+            import signal
+            signal.alarm(30)                 # a worker that never runs would hang the child: fail it instead
+            m.consume(list(tok.tokenize_raw(' "name"'))[0])
+            m.fill_mask()
+            os._exit(0)
+        except BaseException:
+            os._exit(1)
+    _, status = os.waitpid(pid, 0)
+    assert os.WIFEXITED(status) and os.WEXITSTATUS(status) == 0
