@@ -15,9 +15,10 @@ Median over rounds. Run it on a quiet machine: the numbers are only as steady as
 Then, per model (not for vocabulary-only files), the decode cost of a constraint, as a markdown table:
 - per token, one thread, greedy, same prompt, same token count: generate() under LONG_SCHEMA (its value cannot end
   before max_tokens=--tokens) against generate() unconstrained with max_tokens = the constrained count and every
-  end-of-generation id banned (logit_bias -inf: it cannot stop early either). Cost = process CPU time of a
-  --tokens run minus that of a 1-token run (the prompt and its first token), over tokens - 1; the two modes
-  alternate round by round and the median is kept; tok/s = 1 / that cost;
+  end-of-generation id banned (logit_bias -inf: it cannot stop early either). Cost = a --tokens run minus a
+  1-token run (the prompt and its first token), over tokens - 1, on three clocks: wall, the decoding thread's CPU
+  and the process's CPU (which includes the mask computed in the background while the forward pass runs); the two
+  modes alternate round by round and the median is kept;
 - with --concurrent: aggregate tok/s (wall clock) of 4 constrained streams against 4 unconstrained ones through
   one Scheduler (parallel=4, one thread), every stream --tokens long; median over rounds, the modes alternating.
 """
@@ -111,15 +112,19 @@ def decode_params(model, tokens, constrained):
                           logit_bias={int(i): float("-inf") for i in model.tokenizer.eog_ids})
 
 
+CLOCKS = ("wall", "thread", "process")  # wall clock; the decoding thread's CPU; the process's CPU (mask worker too)
+
+
 def cpu(model, params):
-    """(process CPU seconds, completion tokens) of one generate() call."""
-    t = time.process_time()
+    """({clock: seconds}, completion tokens) of one generate() call."""
+    w, t, p = time.perf_counter(), time.thread_time(), time.process_time()
     r = generate(model, PROMPT, params)
-    return time.process_time() - t, len(r.token_ids)
+    return {"wall": time.perf_counter() - w, "thread": time.thread_time() - t,
+            "process": time.process_time() - p}, len(r.token_ids)
 
 
 def decode_cost(model, tokens, rounds):
-    """{mode: (tokens, median CPU s per decoded token)} for "constrained" and "unconstrained"."""
+    """{mode: {clock: median s per decoded token}} for "constrained" and "unconstrained"."""
     first, n = cpu(model, decode_params(model, tokens, True))        # warm: vocabulary, compile, caches
     if n != tokens:
         raise SystemExit(f"the constrained run ended after {n} of {tokens} tokens: raise LONG_SCHEMA's minItems")
@@ -129,8 +134,8 @@ def decode_cost(model, tokens, rounds):
             full, n_full = cpu(model, decode_params(model, tokens, mode == "constrained"))
             one, _ = cpu(model, decode_params(model, 1, mode == "constrained"))
             assert n_full == tokens, (mode, n_full)
-            per[mode].append((full - one) / (tokens - 1))
-    return {mode: (tokens, statistics.median(v)) for mode, v in per.items()}
+            per[mode].append({c: (full[c] - one[c]) / (tokens - 1) for c in CLOCKS})
+    return {mode: {c: statistics.median(x[c] for x in v) for c in CLOCKS} for mode, v in per.items()}
 
 
 def concurrent(model, tokens, rounds, streams=4):
@@ -174,18 +179,21 @@ def _concurrent_once(model, tokens, streams, mode):
 
 def decode_table(specs, tokens, rounds, with_concurrent):
     print()
-    print("| model | mode | tokens | CPU ms/token | tok/s (1 thread) | constrained / unconstrained |"
+    print(f"{tokens} tokens, one thread, greedy; ms per token (median); ratio = constrained / unconstrained")
+    print()
+    print("| model | mode | wall ms | thread CPU ms | process CPU ms | wall ratio | thread ratio | process ratio |"
           + (" 4 streams tok/s |" if with_concurrent else ""))
-    print("|---|---|---:|---:|---:|---:|" + ("---:|" if with_concurrent else ""))
+    print("|---|---|---:|---:|---:|---:|---:|---:|" + ("---:|" if with_concurrent else ""))
     for spec in specs:
         path = hub.resolve(None if spec == "default" else spec)
         model = Model(path, n_threads=1)
         cost = decode_cost(model, tokens, rounds)
         agg = concurrent(model, tokens, rounds) if with_concurrent else {}
-        base = cost["unconstrained"][1]
+        base = cost["unconstrained"]
         for mode in ("unconstrained", "constrained"):
-            n, c = cost[mode]
-            row = f"| {os.path.basename(path)} | {mode} | {n} | {c * 1e3:.3f} | {1 / c:.1f} | {c / base:.3f} |"
+            c = cost[mode]
+            row = (f"| {os.path.basename(path)} | {mode} | " + " | ".join(f"{c[k] * 1e3:.3f}" for k in CLOCKS)
+                   + " | " + " | ".join(f"{c[k] / base[k]:.3f}" for k in CLOCKS) + " |")
             print(row + (f" {agg[mode]:.1f} |" if with_concurrent else ""))
 
 

@@ -33,7 +33,7 @@ from fastgguf.errors import ChatTemplateError
 
 __all__ = ["ChatTemplateError", "CHATML_TEMPLATE", "render_template", "apply_chat_template", "chat_prompt_ids",
            "chat", "validate_messages", "prepare_chat", "prompt_text_ids", "apply_tool_template",
-           "prepare_tool_chat", "tool_chat_prompt"]
+           "tool_chat_prompt"]
 
 CHATML_TEMPLATE = (
     "{% for message in messages %}"
@@ -665,36 +665,23 @@ def chat(model, messages, params=None, *, add_generation_prompt=True, template=N
 
 
 def prepare_chat(model, messages, params, *, add_generation_prompt=True, template=None, **extra):
-    """(prompt ids, params) for a chat: the rendered template's ids, and params with "<|im_end|>" added to the stop
-    strings when the ChatML fallback template is used (unless params carry a grammar). chat() and the server both
-    start here."""
-    tok = model.tokenizer
-    if template is None and not getattr(tok, "chat_template", None):
-        template = CHATML_TEMPLATE
-    # (a grammar ends the reply itself, where only end of generation may follow, and refuses stop strings)
-    if template is CHATML_TEMPLATE and CHATML_STOP not in params.stop and params.constraint() is None:
-        params = params.replace(stop=params.stop + (CHATML_STOP,))
-    ids = chat_prompt_ids(tok, messages, add_generation_prompt=add_generation_prompt, template=template, **extra)
+    """(prompt ids, params) for a chat without tools: see tool_chat_prompt. chat() starts here."""
+    _, ids, params, _, _ = tool_chat_prompt(model, messages, params, None, add_generation_prompt=add_generation_prompt,
+                                            template=template, **extra)
     return ids, params
 
 
-def prepare_tool_chat(model, messages, params, config, *, add_generation_prompt=True, template=None, **extra):
-    """prepare_chat with tools: (prompt ids, params, tool-call format or None); see apply_tool_template. The
-    caller constrains the reply with tools.tool_grammar(config, format) and parses it with tools.parse /
-    tools.ToolCallStream in that format."""
-    _, ids, params, fmt, _ = tool_chat_prompt(model, messages, params, config,
-                                              add_generation_prompt=add_generation_prompt, template=template, **extra)
-    return ids, params, fmt
-
-
 def tool_chat_prompt(model, messages, params, config, *, add_generation_prompt=True, template=None, **extra):
-    """prepare_tool_chat and what a caller needs to parse the reply: (prompt text, prompt ids, params, tool-call
-    format or None, the template source used). The text tells whether the output starts inside a think block
-    (reasoning.starts_inside); the source whether the model thinks (reasoning.detect_reasoning)."""
+    """A chat's prompt and what a caller needs to parse the reply: (prompt text, prompt ids, params, tool-call
+    format or None, the template source used); tools (config: a tools.ToolConfig, or None) as apply_tool_template
+    renders them (the caller constrains the reply with tools.tool_grammar and parses it in that format). The text tells whether the output starts inside a think block
+    (reasoning.starts_inside); the source whether the model thinks (reasoning.detect_reasoning).
+    The ChatML fallback template adds "<|im_end|>" to the stop strings, unless params carry a grammar (it ends the
+    reply itself, where only end of generation may follow, and refuses stop strings)."""
     tok = model.tokenizer
     if template is None and not getattr(tok, "chat_template", None):
         template = CHATML_TEMPLATE
-    if template is CHATML_TEMPLATE and CHATML_STOP not in params.stop:
+    if template is CHATML_TEMPLATE and CHATML_STOP not in params.stop and params.constraint() is None:
         params = params.replace(stop=params.stop + (CHATML_STOP,))
     tmpl = _template_of(tok, template)
     text, fmt = apply_tool_template(tok, messages, config, add_generation_prompt=add_generation_prompt,
