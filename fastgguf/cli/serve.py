@@ -105,7 +105,8 @@ def run_ray(args, key) -> int:
     threads = args.threads or default_threads(args.replicas)
     app = deployment(args.model, replicas=args.replicas, max_replicas=args.max_replicas, threads=threads,
                      parallel=args.parallel, n_ctx=args.ctx_size, api_key=key, max_queue=args.max_queue,
-                     max_body_bytes=args.max_body, ping_interval=args.ping_interval)
+                     max_body_bytes=args.max_body, ping_interval=args.ping_interval,
+                     reasoning_format=args.reasoning_format)
 
     def _term(signum, frame):
         raise KeyboardInterrupt

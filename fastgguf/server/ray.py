@@ -65,15 +65,16 @@ def default_threads(replicas):
 @serve.ingress(_ReplicaApp())
 class FastGGUFServer:
     """One replica: `FastGGUFServer(model, threads, parallel=4, n_ctx=None, api_key=None, max_queue=64,
-    max_body_bytes=8 MiB, ping_interval=5.0)`, the arguments of ``fastgguf serve``."""
+    max_body_bytes=8 MiB, ping_interval=5.0, reasoning_format="parsed")`, the arguments of ``fastgguf serve``."""
 
     # (attributes are prefixed: Serve's ingress wrapper has its own `app`)
     def __init__(self, model, threads, parallel=4, n_ctx=None, api_key=None, max_queue=64,
-                 max_body_bytes=8 << 20, ping_interval=5.0):
+                 max_body_bytes=8 << 20, ping_interval=5.0, reasoning_format="parsed"):
         t0 = time.perf_counter()
         self.fg_model = fastgguf.Model(hub.resolve(model), n_threads=threads)
         self.fg_app = create_app(self.fg_model, parallel=parallel, n_ctx=n_ctx, n_threads=threads, api_key=api_key,
-                              max_queue=max_queue, max_body_bytes=max_body_bytes, ping_interval=ping_interval)
+                              max_queue=max_queue, max_body_bytes=max_body_bytes, ping_interval=ping_interval,
+                              reasoning_format=reasoning_format)
         self.fg_engine = _find_engine(self.fg_app)
         self.fg_load_seconds = time.perf_counter() - t0
         # (this class travels by value, with a copy of this module's globals: reach the module itself)
@@ -97,7 +98,8 @@ def _find_engine(app):
 
 
 def deployment(model=None, *, replicas=1, max_replicas=None, threads=None, parallel=4, n_ctx=None, api_key=None,
-               max_queue=64, max_body_bytes=8 << 20, ping_interval=5.0, max_ongoing_requests=None):
+               max_queue=64, max_body_bytes=8 << 20, ping_interval=5.0, max_ongoing_requests=None,
+               reasoning_format="parsed"):
     """The bound Serve application: `replicas` replicas of FastGGUFServer, each with `threads` threads and as many
     Ray CPUs. With `max_replicas` > `replicas`, Serve autoscales between the two on ongoing requests (target:
     `parallel` per replica). `max_ongoing_requests` (default `parallel`) requests go to a replica at once."""
@@ -120,4 +122,4 @@ def deployment(model=None, *, replicas=1, max_replicas=None, threads=None, paral
         opts["num_replicas"] = replicas
     return FastGGUFServer.options(**opts).bind(
         _resolve(model), threads, parallel=parallel, n_ctx=n_ctx, api_key=api_key, max_queue=max_queue,
-        max_body_bytes=max_body_bytes, ping_interval=ping_interval)
+        max_body_bytes=max_body_bytes, ping_interval=ping_interval, reasoning_format=reasoning_format)
