@@ -290,6 +290,18 @@ def _json(schema):
     return json.dumps({**exact_formats(schema), "x-guidance": json_options()}, ensure_ascii=False)
 
 
+def _calls_array(fmt, functions, many):
+    """($defs, schema of a JSON array of calls): one or more calls (at most one unless `many`), each call's schema
+    kept in $defs as fg_call (its own $refs already point at the root's $defs)."""
+    calls = {"type": "array", "items": {"$ref": "#/$defs/fg_call"}, "minItems": 1}
+    if not many:
+        calls["maxItems"] = 1
+    schema = _call_schema(fmt, functions)
+    defs = schema.pop("$defs")
+    defs["fg_call"] = schema
+    return defs, calls
+
+
 def tool_grammar(config, fmt, special_ids=None):
     """llguidance Lark text constraining a reply to config's tool choice in format fmt, or None (choice "none").
     special_ids maps a marker ("[TOOL_CALLS]", "<tool_call>", "</tool_call>") to its token id when the vocabulary
@@ -318,12 +330,7 @@ def tool_grammar(config, fmt, special_ids=None):
     many = config.parallel and not config.named
     only_calls = config.choice == "required" or config.named is not None
     if fmt == "generic":
-        calls = {"type": "array", "items": {"$ref": "#/$defs/fg_call"}, "minItems": 1}
-        if not many:
-            calls["maxItems"] = 1
-        schema = _call_schema(fmt, functions)
-        defs = schema.pop("$defs")
-        defs["fg_call"] = schema   # its $refs already point at the root's $defs
+        defs, calls = _calls_array(fmt, functions, many)
         shapes = [{"type": "object", "properties": {"tool_calls": calls}, "required": ["tool_calls"],
                    "additionalProperties": False}]
         if not only_calls:
@@ -331,12 +338,7 @@ def tool_grammar(config, fmt, special_ids=None):
                            "required": ["response"], "additionalProperties": False})
         lark = "start: reply\nreply: %json " + _json({"$defs": defs, "anyOf": shapes})
     elif fmt == "mistral":
-        items = {"type": "array", "items": {"$ref": "#/$defs/fg_call"}, "minItems": 1}
-        if not many:
-            items["maxItems"] = 1
-        schema = _call_schema(fmt, functions)
-        defs = schema.pop("$defs")
-        defs["fg_call"] = schema
+        defs, items = _calls_array(fmt, functions, many)
         arr = _json({"$defs": defs, **items})
         tag = mark(MISTRAL_TAG)
         if only_calls:

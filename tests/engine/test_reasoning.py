@@ -105,25 +105,7 @@ def test_reasoning_then_tool_calls_streamed():
 llguidance = pytest.importorskip("llguidance")
 
 
-class ByteTokenizer:
-    eos_token_id = 256
-    bos_token_id = None
-    tokens = [bytes([i]) for i in range(256)] + [b"<eos>"]
-    special_token_ids = [256]
-
-    def __call__(self, text):
-        return list(text if isinstance(text, bytes) else text.encode())
-
-
-@pytest.fixture(scope="module")
-def byte_tok():
-    return llguidance.LLTokenizer(llguidance.TokenizerWrapper(ByteTokenizer()))
-
-
-def accepts(tok, lark, text):
-    m = llguidance.LLMatcher(tok, lark, log_level=0)
-    assert not m.is_error(), m.get_error()
-    return all(m.consume_token(b) for b in text.encode()) and m.is_accepting()
+from byte_tokenizer import accepts, byte_tok  # noqa: E402,F401 (a fixture)
 
 
 SCHEMA_LARK = 'start: answer\nanswer: %json {"type": "object", "properties": {"a": {"type": "integer"}}, ' \
