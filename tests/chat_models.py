@@ -65,6 +65,9 @@ def make_chat_model(path, vocab, template_name, *, arch="qwen2", seed=0, control
         t(p + "attn_q.bias", H * hd)
         t(p + "attn_k.bias", KVH * hd)
         t(p + "attn_v.bias", KVH * hd)
+    if arch == "qwen3":   # no biases; each q and k head RMS-normalised
+        t(p + "attn_q_norm.weight", hd, s=1.0)
+        t(p + "attn_k_norm.weight", hd, s=1.0)
     t(p + "attn_output.weight", E, H * hd)
     t(p + "ffn_norm.weight", E, s=1.0)
     t(p + "ffn_gate.weight", F, E)

@@ -20,7 +20,7 @@ MODELS = {   # name: (vocabulary, template, arch, tool-call format)
     "qwen25": ("qwen2", "Qwen-Qwen2.5-7B-Instruct", "qwen2", "hermes"),
     "llama31": ("llama-bpe", "meta-llama-Llama-3.1-8B-Instruct", "llama", "llama3"),
     "nemo": ("llama-spm", "mistralai-Mistral-Nemo-Instruct-2407", "llama", "mistral"),
-    "qwen3": ("qwen2", "Qwen-Qwen3-0.6B", "qwen2", "hermes"),
+    "qwen3": ("qwen2", "Qwen-Qwen3-0.6B", "qwen3", "hermes"),   # a random-weight qwen3 file
 }
 CONTROL = {"nemo": ("[TOOL_CALLS]",)}   # the marker is a control token, as in Mistral Nemo's tekken vocabulary
 UNIT = {"type": "object", "properties": {"unit": {"enum": ["c", "f"]}, "days": {"type": "integer", "minimum": 1,
