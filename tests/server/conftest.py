@@ -28,11 +28,14 @@ def free_port():
 
 
 class Server:
-    def __init__(self, model_path, *extra, api_key=API_KEY):
+    def __init__(self, model_path, *extra, api_key=API_KEY, path_first=None):
+        """path_first: a folder searched before everything else, fastgguf's own site included (a test's stand-in
+        for an installed package)."""
         self.port = free_port()
         self.base = f"http://127.0.0.1:{self.port}"
         self.api_key = api_key
-        env = dict(os.environ, PYTHONPATH=ROOT + os.pathsep + os.environ.get("PYTHONPATH", ""))
+        path = [str(path_first)] if path_first else []
+        env = dict(os.environ, PYTHONPATH=os.pathsep.join(path + [ROOT, os.environ.get("PYTHONPATH", "")]))
         env.pop("FASTGGUF_API_KEY", None)
         cmd = [sys.executable, "-m", "fastgguf", "serve", "-m", model_path, "--port", str(self.port), *extra]
         if api_key:
