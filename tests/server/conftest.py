@@ -30,7 +30,8 @@ def free_port():
 class Server:
     def __init__(self, model_path, *extra, api_key=API_KEY, path_first=None):
         """path_first: a folder searched before everything else, fastgguf's own site included (a test's stand-in
-        for an installed package)."""
+        for an installed package): the server runs in it (`python -m` puts the working directory first on
+        sys.path) and it heads PYTHONPATH."""
         self.port = free_port()
         self.base = f"http://127.0.0.1:{self.port}"
         self.api_key = api_key
@@ -40,7 +41,8 @@ class Server:
         cmd = [sys.executable, "-m", "fastgguf", "serve", "-m", model_path, "--port", str(self.port), *extra]
         if api_key:
             cmd += ["--api-key", api_key]
-        self.proc = subprocess.Popen(cmd, env=env, cwd=ROOT, stdout=subprocess.PIPE, stderr=subprocess.STDOUT)
+        self.proc = subprocess.Popen(cmd, env=env, cwd=str(path_first or ROOT), stdout=subprocess.PIPE,
+                                     stderr=subprocess.STDOUT)
         deadline = time.time() + 60
         while True:
             if self.proc.poll() is not None:
