@@ -1,10 +1,11 @@
 """Random-weight chat models for the tool-call and reasoning tests: a real vocabulary (llama.cpp's vocabulary-only
 files in tests/data/vocab), a real chat template (tests/data/templates) in the metadata, and one tiny random layer.
 What they say is noise; what the OpenAI layer makes of it (constrained to a tool-call grammar, parsed) is checked."""
-import lzma
 import os
 
 import numpy as np
+
+from vocab_files import unpack_vocab
 
 DATA = os.path.join(os.path.dirname(os.path.abspath(__file__)), "data")
 
@@ -21,9 +22,7 @@ def make_chat_model(path, vocab, template_name, *, arch="qwen2", seed=0, control
     from fastgguf import GGUFFile, GGUFWriter
     from fastgguf.gguf.constants import GGUFValueType
 
-    src = str(path) + ".vocab.gguf"
-    with lzma.open(os.path.join(DATA, "vocab", f"ggml-vocab-{vocab}.gguf.xz")) as f, open(src, "wb") as out:
-        out.write(f.read())
+    src = unpack_vocab(vocab, str(path) + ".vocab.gguf")
     w = GGUFWriter()
     w.add_string("general.architecture", arch)
     with GGUFFile(src) as g:

@@ -8,6 +8,20 @@ sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
 
 
 @pytest.fixture(scope="session")
+def vocab_path(tmp_path_factory):
+    """name -> path of the decompressed ggml-vocab-<name>.gguf (decompressed once per session)."""
+    from vocab_files import unpack_vocab
+    root = tmp_path_factory.mktemp("vocab")
+    done = {}
+
+    def get(name):
+        if name not in done:
+            done[name] = unpack_vocab(name, root / f"ggml-vocab-{name}.gguf")
+        return done[name]
+    return get
+
+
+@pytest.fixture(scope="session")
 def default_model_path():
     """Path of the default model (SmolLM2-135M-Instruct Q4_1), downloaded once if needed.
 

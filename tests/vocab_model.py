@@ -5,15 +5,14 @@ which is what structured-output tests want: whatever the grammar lets through is
 
     path = vocab_model(tmp_path / "bpe.gguf", "llama-bpe", seed=1)
 """
-import lzma
 import os
 
 import numpy as np
 
 from fastgguf import GGUFFile, GGUFWriter
 from fastgguf.gguf import GGUFValueType as V
+from vocab_files import unpack_vocab
 
-VOCAB_DIR = os.path.join(os.path.dirname(os.path.abspath(__file__)), "data", "vocab")
 E, L, H, KVH, HD, F, N_CTX = 64, 2, 4, 2, 16, 128, 256
 
 
@@ -21,9 +20,7 @@ def vocab_model(path, name, seed=0):
     """Write the model to path (str returned). token_embd is tied to the output; the output norm's small weight
     keeps the logits' spread around 2 (at temperature 1 many tokens compete, not one)."""
     path = str(path)
-    raw = path + ".vocab"
-    with lzma.open(os.path.join(VOCAB_DIR, f"ggml-vocab-{name}.gguf.xz")) as src, open(raw, "wb") as dst:
-        dst.write(src.read())
+    raw = unpack_vocab(name, path + ".vocab")
     rng = np.random.default_rng(seed)
     w = GGUFWriter()
     w.add_string("general.architecture", "llama")

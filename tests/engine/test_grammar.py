@@ -7,7 +7,6 @@ token must be allowed by the mask before it, and at the end every end-of-generat
 import dataclasses
 import glob
 import json
-import lzma
 import os
 import sys
 import threading
@@ -103,16 +102,12 @@ def check_bridge(tok, vocab):
 
 
 @pytest.fixture(scope="module")
-def vocab_tokenizer(tmp_path_factory):
-    root = tmp_path_factory.mktemp("vocab")
+def vocab_tokenizer(vocab_path):
     cache = {}
 
     def get(name):
         if name not in cache:
-            path = root / f"{name}.gguf"
-            with lzma.open(os.path.join(DATA, "vocab", f"ggml-vocab-{name}.gguf.xz")) as src:
-                path.write_bytes(src.read())
-            cache[name] = Tokenizer(str(path))
+            cache[name] = Tokenizer(vocab_path(name))
         return cache[name]
     return get
 

@@ -4,35 +4,18 @@ tests/data/vocab/ggml-vocab-*.gguf.xz are llama.cpp's vocabulary-only GGUF files
 their .inp/.out cases (made with add_special=False, parse_special=False by llama.cpp's test-tokenizer-0).
 """
 import json
-import lzma
 import os
 
 import numpy as np
 import pytest
 
 from fastgguf.tokenizer import Tokenizer, TokenizerError
+from vocab_files import VOCAB_DIR
 
 DATA = os.path.join(os.path.dirname(os.path.dirname(os.path.abspath(__file__))), "data")
-VOCAB_DIR = os.path.join(DATA, "vocab")
 SUPPORTED = ["command-r", "deepseek-coder", "deepseek-llm", "falcon", "gemma-4", "gpt-2", "llama-bpe", "llama-spm",
              "mpt", "phi-3", "qwen2", "qwen35", "refact", "starcoder"]
 CASE_SEP = "\n__ggml_vocab_test__\n"
-
-
-@pytest.fixture(scope="session")
-def vocab_path(tmp_path_factory):
-    """name -> path of the decompressed ggml-vocab-<name>.gguf (decompressed once per session)."""
-    root = tmp_path_factory.mktemp("vocab")
-    done = {}
-
-    def get(name):
-        if name not in done:
-            path = root / f"ggml-vocab-{name}.gguf"
-            with lzma.open(os.path.join(VOCAB_DIR, f"ggml-vocab-{name}.gguf.xz")) as src:
-                path.write_bytes(src.read())
-            done[name] = str(path)
-        return done[name]
-    return get
 
 
 _tokenizers = {}
