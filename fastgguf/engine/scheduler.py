@@ -124,12 +124,12 @@ class Request:
         self.params = SamplingParams.from_args(params)
         self.embed = bool(embed)
         self.n = 1 if self.embed else int(n)
-        n_choices = len(self.prompts) * self.n
+        self.n_choices = len(self.prompts) * self.n
         # one grammar matcher per choice (engine.grammar.matchers), built by the caller before it submits: a
         # grammar is compiled where the request is prepared, never on the engine thread; none given -> refused
         if self.params.constraint() is not None and not self.embed and (
-                constraints is None or len(constraints) != n_choices):
-            raise ValueError(f"a request with a grammar needs one matcher per choice ({n_choices}): "
+                constraints is None or len(constraints) != self.n_choices):
+            raise ValueError(f"a request with a grammar needs one matcher per choice ({self.n_choices}): "
                              f"fastgguf.engine.grammar.matchers(model, params.constraint(), n)")
         self.constraints = list(constraints) if constraints is not None else None
         self.parser = parser  # () -> a choice's output parser (tool calls, reasoning), or None
@@ -141,7 +141,6 @@ class Request:
         self.state = "queued"  # -> "running" -> "done"
         self.t_submit = time.perf_counter()
         self.t_first = None
-        self.n_choices = len(self.prompts) * self.n
         self.n_finished = 0
         self.prompt_tokens = 0
         self.cached_tokens = 0
