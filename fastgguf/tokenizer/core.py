@@ -9,8 +9,12 @@ Supported vocabularies (``tokenizer.ggml.model``):
   (``add_space_prefix``), symbols merge by score (highest first, leftmost first), unknown characters fall back
   to ``<0xXX>`` byte tokens.
 - ``gemma4``: SentencePiece-style BPE on raw UTF-8 (U+2581 for spaces, ``<0xXX>`` byte fallback).
+- ``bert``: WordPiece (WPM; BERT, bge, MiniLM). llama.cpp's normalizer (its own NFD-first-code-point and lowercase
+  tables, accent marks and \\p{C} dropped, punctuation, ASCII symbols and CJK ideographs as words of their own),
+  then greedy longest match over U+2581 + word; a word with an unmatched position is one [UNK].
+  ``tokenize(add_special=True)`` gives [CLS] ... [SEP] (llama.cpp adds both whatever add_bos/add_sep say).
 
-Other types (bert/WPM, t5/UGM, rwkv, plamo2, ...) raise :class:`TokenizerError` at construction.
+Other types (t5/UGM, rwkv, plamo2, ...) raise :class:`TokenizerError` at construction.
 
 Facts (regexes, defaults, special-token rules) follow llama.cpp's src/llama-vocab.cpp and src/unicode.cpp:
 
@@ -29,7 +33,7 @@ Facts (regexes, defaults, special-token rules) follow llama.cpp's src/llama-voca
 - ``detokenize(ids, skip_special=True)`` (alias ``decode``): the concatenated pieces (``special = not skip_special``) decoded as UTF-8
   with replacement characters. When the vocabulary adds a space prefix (SPM), the leading space of the first
   rendered piece is dropped, also after a BOS, so ``detokenize(tokenize(s)) == s`` (llama_detokenize keeps it after a
-  BOS). llama.cpp's optional "clean spaces" pass is not applied.
+  BOS). The same for WPM, whose every word starts with U+2581. llama.cpp's "clean spaces" pass is not applied.
 - ``streaming_decoder()``: ``feed(id)`` returns only complete UTF-8 characters (bytes of a split character wait for
   the next tokens); nothing is stripped, so the stream of a generation is exactly its pieces.
 """
@@ -85,7 +89,7 @@ _FIM_TEXTS = {   # metadata key suffix -> texts that identify the token when the
     "fim_sep": ("<|file_sep|>",),
 }
 
-_UNSUPPORTED_MODELS = {"bert": "WPM (BERT WordPiece)", "t5": "UGM (T5 Unigram)", "rwkv": "RWKV",
+_UNSUPPORTED_MODELS = {"t5": "UGM (T5 Unigram)", "rwkv": "RWKV",
                        "plamo2": "PLaMo-2", "no_vocab": "no vocabulary", "none": "no vocabulary",
                        "hybriddna": "hybrid DNA BPE", "whitespace": "whitespace BPE", "test": "test"}
 
@@ -480,6 +484,73 @@ except ImportError:                     # pragma: no cover - source checkout wit
 
 
 # ---------------------------------------------------------------------------------------------------------------
+# WordPiece (WPM, tokenizer.ggml.model "bert"): llama.cpp llm_tokenizer_wpm_session
+# ---------------------------------------------------------------------------------------------------------------
+# llama.cpp's BERT normalizer works per code point with its own Unicode tables (not Python's unicodedata, whose
+# version follows the interpreter): its "NFD" keeps only the first code point of a decomposition, its lowercase
+# maps one code point to one. unicode_classes.py holds those tables, generated from the same unicode-data.cpp.
+
+def _load_pair_runs(text):
+    """unicode_classes "<first>:<count>:<step>:<value>:<value step>" runs -> {code point: code point}."""
+    out = {}
+    for run in text.split():
+        first, count, step, value, vstep = (int(x, 16) for x in run.split(":"))
+        for k in range(count):
+            out[first + k * step] = value + k * vstep
+    return out
+
+
+@functools.lru_cache(maxsize=None)
+def _wpm_unicode():
+    """(lowercase map, NFD map, sorted CONTROL run starts, their ends), built on first use of a WPM vocabulary."""
+    starts, ends = [], []
+    for run in _unicode_classes.CONTROL.split():
+        a, b = run.split("-")
+        starts.append(int(a, 16))
+        ends.append(int(b, 16))
+    return _load_pair_runs(_unicode_classes.LOWER), _load_pair_runs(_unicode_classes.NFD), starts, ends
+
+
+def _wpm_is_chinese(cp):
+    """llm_tokenizer_wpm_session::is_chinese_char (with llama.cpp's 0x2B920 lower bound, as HF's Rust code)."""
+    return (0x4E00 <= cp <= 0x9FFF or 0x3400 <= cp <= 0x4DBF or 0x20000 <= cp <= 0x2A6DF
+            or 0x2A700 <= cp <= 0x2B73F or 0x2B740 <= cp <= 0x2B81F or 0x2B920 <= cp <= 0x2CEAF
+            or 0xF900 <= cp <= 0xFAFF or 0x2F800 <= cp <= 0x2FA1F)
+
+
+class _WpmTable(dict):
+    """str.translate table doing llm_tokenizer_wpm_session::preprocess per code point: whitespace -> " ",
+    dropped code points (NUL, U+FFFD, \\p{C}, and \\p{M} when stripping accents) -> "", punctuation, ASCII
+    symbols and CJK ideographs -> " c " (a word of their own), anything else -> itself (lowercased).
+    The text is then cut at spaces."""
+
+    def __init__(self, lowercase, strip_accents):
+        super().__init__()
+        self._lower, self._strip = lowercase, strip_accents
+
+    def __missing__(self, cp):
+        lower, nfd, cstarts, cends = _wpm_unicode()
+        c = nfd.get(cp, cp) if self._strip else cp      # flags are those of the normalized code point
+        cls = _char_class(c)
+        k = bisect.bisect_right(cstarts, c) - 1
+        if cls == "W":
+            v = " "
+        elif c == 0 or c == 0xFFFD or (k >= 0 and c <= cends[k]) or (self._strip and cls == "M"):
+            v = ""
+        else:
+            v = chr(lower.get(c, c) if self._lower else c)
+            if cls == "P" or (c < 0x7F and cls == "S") or _wpm_is_chinese(c):
+                v = " " + v + " "
+        self[cp] = v
+        return v
+
+
+@functools.lru_cache(maxsize=None)
+def _wpm_table(lowercase, strip_accents):
+    return _WpmTable(lowercase, strip_accents)
+
+
+# ---------------------------------------------------------------------------------------------------------------
 # Tokenizer
 # ---------------------------------------------------------------------------------------------------------------
 
@@ -526,10 +597,11 @@ _SPECIAL_KEYS = [("bos", "bos"), ("eos", "eos"), ("eot", "eot"), ("eom", "eom"),
                  ("fim_sep", "fim_sep"), ("fim_pre", "prefix"), ("fim_suf", "suffix"), ("fim_mid", "middle")]
 
 
-def _special_token_ids(md, n, bos, eos, unk):
-    """Special token ids: type defaults (dropped when out of range), then tokenizer.ggml.<key>_token_id."""
+def _special_token_ids(md, n, bos, eos, unk, **defaults):
+    """Special token ids: type defaults (dropped when out of range), then tokenizer.ggml.<key>_token_id.
+    (llama.cpp never reads tokenizer.ggml.cls_token_id: a BERT [CLS] is the BOS, 101 unless bos_token_id says.)"""
     special = dict.fromkeys(name for name, _ in _SPECIAL_KEYS)
-    special.update(bos=bos, eos=eos, unk=unk)
+    special.update(bos=bos, eos=eos, unk=unk, **defaults)
     for name, key in _SPECIAL_KEYS:
         if special[name] is not None and special[name] >= n:
             special[name] = None
@@ -597,8 +669,9 @@ class Tokenizer:
             raise TokenizerError("metadata has no tokenizer.ggml.model")
         if model in _UNSUPPORTED_MODELS:
             raise TokenizerError(f"unsupported tokenizer type: tokenizer.ggml.model = {model!r} "
-                                 f"({_UNSUPPORTED_MODELS[model]}); supported: 'gpt2' (BPE), 'llama' (SPM), 'gemma4'")
-        if model not in ("gpt2", "llama", "gemma4"):
+                                 f"({_UNSUPPORTED_MODELS[model]}); supported: 'gpt2' (BPE), 'llama' (SPM), 'gemma4', "
+                                 f"'bert' (WPM)")
+        if model not in ("gpt2", "llama", "gemma4", "bert"):
             raise TokenizerError(f"unknown tokenizer type: tokenizer.ggml.model = {model!r}")
         tokens = md.get("tokenizer.ggml.tokens")
         if tokens is None:
@@ -609,15 +682,26 @@ class Tokenizer:
             raise TokenizerError("tokenizer.ggml.tokens is empty")
         self.model = model
         self.spm = model == "llama"
+        self.wpm = model == "bert"
         pre = md.get("tokenizer.ggml.pre")
         self.pre = pre
 
         # defaults per type (llama_vocab::impl::load)
-        settings, merges = {}, None
+        settings, merges, defaults = {}, None, {}
+        self.add_sep = pre in ("jina-v1-en", "jina-v2-code", "roberta-bpe")
         if self.spm:
             bos, eos, unk = 1, 2, 0
             self.add_bos, self.add_eos, self.add_space_prefix = True, False, True
             self._escape_spaces, self._byte_encode = True, False
+        elif self.wpm:
+            bos, eos, unk = 101, None, 100
+            defaults = dict(sep=102, pad=0, mask=103)
+            self.add_bos, self.add_eos, self.add_space_prefix, self.add_sep = True, False, False, True
+            self._escape_spaces, self._byte_encode = False, False
+            lowercase = _md_bool(md, "tokenizer.ggml.normalizer.lowercase")
+            lowercase = True if lowercase is None else lowercase
+            strip = _md_bool(md, "tokenizer.ggml.normalizer.strip_accents")
+            self._wpm_table = _wpm_table(lowercase, lowercase if strip is None else strip)
         else:
             if model == "gemma4":
                 pre = "gemma4"
@@ -666,7 +750,7 @@ class Tokenizer:
             scores = [0.0] * n
         self._scores = scores                     # (n,) SPM merge scores, None for BPE
         self._attrs = attrs = _token_attrs(md.get("tokenizer.ggml.token_type"), n)    # (n,) attribute bits
-        special = _special_token_ids(md, n, bos, eos, unk)
+        special = _special_token_ids(md, n, bos, eos, unk, **defaults)
 
         v = _md_bool(md, "tokenizer.ggml.add_bos_token")
         if v is not None:
@@ -674,6 +758,9 @@ class Tokenizer:
         v = _md_bool(md, "tokenizer.ggml.add_eos_token")
         if v is not None:
             self.add_eos = v
+        v = _md_bool(md, "tokenizer.ggml.add_sep_token")
+        if v is not None:
+            self.add_sep = v      # read by whoever joins two texts (rerank); tokenize() itself does not use it
         if settings.get("force_bos"):
             self.add_bos = True
 
@@ -695,6 +782,9 @@ class Tokenizer:
         self.eot_id = special["eot"]
         self.unk_id = special["unk"]
         self.pad_id = special["pad"]
+        self.sep_id = special["sep"]
+        if self.wpm and (self.bos_id is None or self.sep_id is None):
+            raise TokenizerError("a WPM (bert) vocabulary needs a [CLS] (BOS) and a [SEP] token id")
         if self.add_bos and self.bos_id is None:
             raise TokenizerError("tokenizer.ggml.add_bos_token is true, but there is no BOS token id")
         if self.add_eos and self.eos_id is None:
@@ -704,7 +794,11 @@ class Tokenizer:
         self._pieces = [None] * n
         if self.spm or self._escape_spaces:
             self._spm_cut = _space_cut_regex(texts if self.spm else [m.replace(" ", "", 1) for m in merges])
-        self._word_ids = self._bounded_word_cache(self._spm_chunk if self.spm else self._bpe_word)
+        if self.wpm:
+            self._max_token_chars = max(map(len, texts))
+            self._word_ids = self._bounded_word_cache(self._wpm_word)
+        else:
+            self._word_ids = self._bounded_word_cache(self._spm_chunk if self.spm else self._bpe_word)
 
     def _bounded_word_cache(self, fn):
         """fn (word -> tuple of ids) with a cache of at most WORD_CACHE_BYTES (estimated: key, value, entry),
@@ -806,7 +900,7 @@ class Tokenizer:
         if attr & ATTR_USER_DEFINED:
             return (raw, raw)
         if attr & ATTR_NORMAL:
-            if self.spm or self._escape_spaces:
+            if self.spm or self.wpm or self._escape_spaces:
                 p = text.replace(_SPM_SPACE, " ").encode("utf-8", "surrogateescape")
             else:
                 p = _byte_decode(text)
@@ -841,6 +935,17 @@ class Tokenizer:
             text = re.sub("[\ud800-\udfff]", "\ufffd", text)
         out = []
         frags = self._partition(text, parse_special) if text else []
+        if self.wpm:                             # llama.cpp: [CLS] and [SEP] whatever add_bos/add_sep say
+            if add_special:
+                out.append(self.bos_id)
+            for f in frags:
+                if type(f) is str:
+                    self._encode_wpm(f, out)
+                else:
+                    out.append(f)
+            if add_special:
+                out.append(self.sep_id)
+            return out
         if add_special and self.add_bos:
             out.append(self.bos_id)
         if self.spm:
@@ -943,6 +1048,29 @@ class Tokenizer:
                         ids.append(i)
         return tuple(ids)
 
+    def _encode_wpm(self, text, out):
+        out.extend(itertools.chain.from_iterable(map(self._word_ids, filter(None, text.translate(
+            self._wpm_table).split(" ")))))
+
+    def _wpm_word(self, word):
+        """ids of one normalized word (llm_tokenizer_wpm_session::tokenize): greedy longest match from the left
+        over the word with a U+2581 prefix (the GGUF vocabulary marks word starts with it and writes "##" pieces
+        bare); if some position matches no token, the whole word is [UNK]."""
+        vocab, longest = self._vocab, self._max_token_chars
+        word = _SPM_SPACE + word
+        n = len(word)
+        ids, i = [], 0
+        while i < n:
+            for j in range(min(n, i + longest), i, -1):
+                t = vocab.get(word[i:j])
+                if t is not None:
+                    ids.append(t)
+                    i = j
+                    break
+            else:
+                return (self.unk_id,) if self.unk_id is not None else ()
+        return tuple(ids)
+
     def _encode_spm(self, text, out):
         out.extend(itertools.chain.from_iterable(map(self._word_ids, filter(None, self._spm_cut.split(text)))))
 
@@ -991,7 +1119,7 @@ class Tokenizer:
         k = 0 if skip_special else 1
         out = [(pieces[t] or piece(t))[k] for t in ids]
         data = b"".join(out)
-        if self.add_space_prefix and out:
+        if (self.add_space_prefix or self.wpm) and out:     # WPM: every word starts with U+2581
             first = next((p for p in out if p), b"")
             if first.startswith(b" ") and data.startswith(b" "):
                 data = data[1:]
@@ -1022,7 +1150,7 @@ class Tokenizer:
         return self.n_vocab
 
     def __repr__(self):
-        kind = "SPM" if self.spm else f"BPE pre={self.pre!r}"
+        kind = "SPM" if self.spm else "WPM" if self.wpm else f"BPE pre={self.pre!r}"
         return f"<Tokenizer {kind} n_vocab={self.n_vocab} bos={self.bos_id} eos={self.eos_id}>"
 
 
