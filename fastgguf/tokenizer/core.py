@@ -13,8 +13,13 @@ Supported vocabularies (``tokenizer.ggml.model``):
   tables, accent marks and \\p{C} dropped, punctuation, ASCII symbols and CJK ideographs as words of their own),
   then greedy longest match over U+2581 + word; a word with an unmatched position is one [UNK].
   ``tokenize(add_special=True)`` gives [CLS] ... [SEP] (llama.cpp adds both whatever add_bos/add_sep say).
+- ``t5``: Unigram (UGM; T5, XLM-R, bge-m3, nomic-embed-v2). The precompiled charsmap (SentencePiece's XCDA,
+  tokenizer.ggml.precompiled_charsmap) normalizes, spaces become U+2581 (one before the text with
+  add_space_prefix; with remove_extra_whitespaces one before every word and runs dropped; llama.cpp has no key for
+  treat_whitespace_as_suffix, so it is off), then a Viterbi over the token scores picks the best sum, unknown code
+  points costing the lowest score - 10 as [UNK]. Defaults: EOS </s>=1 added, no BOS, unless the metadata says.
 
-Other types (t5/UGM, rwkv, plamo2, ...) raise :class:`TokenizerError` at construction.
+Other types (rwkv, plamo2, ...) raise :class:`TokenizerError` at construction.
 
 Facts (regexes, defaults, special-token rules) follow llama.cpp's src/llama-vocab.cpp and src/unicode.cpp:
 
@@ -33,7 +38,7 @@ Facts (regexes, defaults, special-token rules) follow llama.cpp's src/llama-voca
 - ``detokenize(ids, skip_special=True)`` (alias ``decode``): the concatenated pieces (``special = not skip_special``) decoded as UTF-8
   with replacement characters. When the vocabulary adds a space prefix (SPM), the leading space of the first
   rendered piece is dropped, also after a BOS, so ``detokenize(tokenize(s)) == s`` (llama_detokenize keeps it after a
-  BOS). The same for WPM, whose every word starts with U+2581. llama.cpp's "clean spaces" pass is not applied.
+  BOS). The same for WPM, whose every word starts with U+2581, and UGM with remove_extra_whitespaces. llama.cpp's "clean spaces" pass is not applied.
 - ``streaming_decoder()``: ``feed(id)`` returns only complete UTF-8 characters (bytes of a split character wait for
   the next tokens); nothing is stripped, so the stream of a generation is exactly its pieces.
 """
@@ -89,7 +94,7 @@ _FIM_TEXTS = {   # metadata key suffix -> texts that identify the token when the
     "fim_sep": ("<|file_sep|>",),
 }
 
-_UNSUPPORTED_MODELS = {"t5": "UGM (T5 Unigram)", "rwkv": "RWKV",
+_UNSUPPORTED_MODELS = {"rwkv": "RWKV",
                        "plamo2": "PLaMo-2", "no_vocab": "no vocabulary", "none": "no vocabulary",
                        "hybriddna": "hybrid DNA BPE", "whitespace": "whitespace BPE", "test": "test"}
 
@@ -551,6 +556,66 @@ def _wpm_table(lowercase, strip_accents):
 
 
 # ---------------------------------------------------------------------------------------------------------------
+# Unigram (UGM, tokenizer.ggml.model "t5"): llama.cpp llm_tokenizer_ugm
+# ---------------------------------------------------------------------------------------------------------------
+
+class _Charsmap:
+    """SentencePiece's precompiled_charsmap (tokenizer.ggml.precompiled_charsmap), read as llama.cpp does:
+    uint32 size of an XOR-compressed compact double array (XCDA, little-endian uint32 entries), the array, then
+    NUL-terminated replacement strings. longest(data, pos) walks the XCDA over the UTF-8 bytes of data from pos
+    and gives (matched length, replacement bytes) of the longest prefix it holds, or (0, None)."""
+
+    def __init__(self, blob):
+        if len(blob) < 4:
+            raise TokenizerError("tokenizer.ggml.precompiled_charsmap too small for its xcda_blob_size header")
+        size = int.from_bytes(blob[:4], "little")
+        if size + 4 >= len(blob):
+            raise TokenizerError("tokenizer.ggml.precompiled_charsmap: XCDA size past the end of the blob")
+        self._xcda = np.frombuffer(blob, "<u4", size // 4, 4).tolist()
+        self._repl = blob[4 + size:]
+        self._root = self._base(0)
+        self._starts = {}                  # first byte -> can a match start with it (most bytes: no)
+
+    def _node(self, i):
+        if i >= len(self._xcda):
+            raise TokenizerError("precompiled_charsmap: index out of the XCDA array")
+        return self._xcda[i]
+
+    def _base(self, i):
+        p = self._node(i)
+        return (p >> 10) << ((p & (1 << 9)) >> 6)
+
+    def can_start(self, c):
+        ok = self._starts.get(c)
+        if ok is None:
+            ok = self._starts[c] = c != 0 and self._node(self._root ^ c) & 0x800000ff == c
+        return ok
+
+    def longest(self, data, pos):
+        node, best, best_off = self._root, 0, 0
+        for p in range(pos, len(data)):
+            c = data[p]
+            if c == 0:
+                break
+            node ^= c
+            packed = self._node(node)
+            if packed & 0x800000ff != c:          # LCHECK: not a child of the previous node
+                break
+            leaf = (packed >> 8) & 1
+            node ^= self._base(node)
+            if leaf:                              # BASE points at the node holding the replacement's offset
+                best, best_off = p - pos + 1, self._node(node) & 0x7fffffff
+        if not best:
+            return 0, None
+        if best_off >= len(self._repl):
+            raise TokenizerError("precompiled_charsmap: replacement offset past the end")
+        end = self._repl.find(b"\0", best_off)
+        if end < 0:
+            raise TokenizerError("precompiled_charsmap: unterminated replacement string")
+        return best, self._repl[best_off:end]
+
+
+# ---------------------------------------------------------------------------------------------------------------
 # Tokenizer
 # ---------------------------------------------------------------------------------------------------------------
 
@@ -670,8 +735,8 @@ class Tokenizer:
         if model in _UNSUPPORTED_MODELS:
             raise TokenizerError(f"unsupported tokenizer type: tokenizer.ggml.model = {model!r} "
                                  f"({_UNSUPPORTED_MODELS[model]}); supported: 'gpt2' (BPE), 'llama' (SPM), 'gemma4', "
-                                 f"'bert' (WPM)")
-        if model not in ("gpt2", "llama", "gemma4", "bert"):
+                                 f"'bert' (WPM), 't5' (UGM)")
+        if model not in ("gpt2", "llama", "gemma4", "bert", "t5"):
             raise TokenizerError(f"unknown tokenizer type: tokenizer.ggml.model = {model!r}")
         tokens = md.get("tokenizer.ggml.tokens")
         if tokens is None:
@@ -683,6 +748,7 @@ class Tokenizer:
         self.model = model
         self.spm = model == "llama"
         self.wpm = model == "bert"
+        self.ugm = model == "t5"
         pre = md.get("tokenizer.ggml.pre")
         self.pre = pre
 
@@ -702,6 +768,23 @@ class Tokenizer:
             lowercase = True if lowercase is None else lowercase
             strip = _md_bool(md, "tokenizer.ggml.normalizer.strip_accents")
             self._wpm_table = _wpm_table(lowercase, lowercase if strip is None else strip)
+        elif self.ugm:
+            bos, eos, unk = None, 1, 2
+            defaults = dict(pad=0)
+            self.add_bos, self.add_eos, self.add_space_prefix = False, True, False
+            self._escape_spaces, self._byte_encode = False, False
+            cm = md.get("tokenizer.ggml.precompiled_charsmap")
+            if cm is not None:
+                if isinstance(cm, np.ndarray) and cm.dtype.kind in "iu" and cm.dtype.itemsize == 1:
+                    cm = cm.tobytes()
+                elif isinstance(cm, (list, tuple)) and all(type(x) is int and -128 <= x < 256 for x in cm):
+                    cm = bytes(x & 0xFF for x in cm)
+                elif not isinstance(cm, (bytes, bytearray)):
+                    raise TokenizerError("metadata tokenizer.ggml.precompiled_charsmap should be an int8/uint8 array")
+                cm = _Charsmap(bytes(cm)) if len(cm) else None
+            self._charsmap = cm
+            v = _md_bool(md, "tokenizer.ggml.remove_extra_whitespaces")
+            self._merge_spaces = bool(v)
         else:
             if model == "gemma4":
                 pre = "gemma4"
@@ -745,11 +828,13 @@ class Tokenizer:
         if scores is not None:
             if len(scores) < n:
                 raise TokenizerError(f"tokenizer.ggml.scores has {len(scores)} entries for {n} tokens")
-            scores = np.asarray(scores, np.float32)[:n].tolist() if self.spm else None
-        elif self.spm:
+            scores = np.asarray(scores, np.float32)[:n].tolist() if self.spm or self.ugm else None
+        elif self.spm or self.ugm:
             scores = [0.0] * n
-        self._scores = scores                     # (n,) SPM merge scores, None for BPE
+        self._scores = scores                     # (n,) SPM merge scores / UGM log probabilities, None for BPE
         self._attrs = attrs = _token_attrs(md.get("tokenizer.ggml.token_type"), n)    # (n,) attribute bits
+        if self.ugm:                              # llama.cpp builds its token tries before the attribute fixes
+            self._ugm_tables(texts, scores, attrs)
         special = _special_token_ids(md, n, bos, eos, unk, **defaults)
 
         v = _md_bool(md, "tokenizer.ggml.add_bos_token")
@@ -794,6 +879,8 @@ class Tokenizer:
         self._pieces = [None] * n
         if self.spm or self._escape_spaces:
             self._spm_cut = _space_cut_regex(texts if self.spm else [m.replace(" ", "", 1) for m in merges])
+        # the leading space detokenize drops: the one the tokenizer itself put before the first word
+        self._strip_lead = self.add_space_prefix or self.wpm or (self.ugm and self._merge_spaces)
         if self.wpm:
             self._max_token_chars = max(map(len, texts))
             self._word_ids = self._bounded_word_cache(self._wpm_word)
@@ -900,7 +987,7 @@ class Tokenizer:
         if attr & ATTR_USER_DEFINED:
             return (raw, raw)
         if attr & ATTR_NORMAL:
-            if self.spm or self.wpm or self._escape_spaces:
+            if self.spm or self.wpm or self.ugm or self._escape_spaces:
                 p = text.replace(_SPM_SPACE, " ").encode("utf-8", "surrogateescape")
             else:
                 p = _byte_decode(text)
@@ -922,7 +1009,7 @@ class Tokenizer:
 
     def tokenize_raw(self, text):
         """Ids whose pieces are exactly text's UTF-8 bytes: no BOS/EOS, no SentencePiece space prefix, control
-        tokens not parsed. For constrained decoding (engine.grammar): a piece of output tokenized on its own must
+        tokens not parsed (WPM and UGM normalize the text, so for them the pieces can differ from it). For constrained decoding (engine.grammar): a piece of output tokenized on its own must
         not grow a leading space. The shared tokenizer's add_space_prefix is left alone."""
         return self._tokenize(text, False, False, False)
 
@@ -948,7 +1035,13 @@ class Tokenizer:
             return out
         if add_special and self.add_bos:
             out.append(self.bos_id)
-        if self.spm:
+        if self.ugm:
+            for f in frags:
+                if type(f) is str:
+                    self._encode_ugm(f, out, space_prefix)
+                else:
+                    out.append(f)
+        elif self.spm:
             prev_special = True
             for f in frags:
                 if type(f) is str:
@@ -1071,6 +1164,104 @@ class Tokenizer:
                 return (self.unk_id,) if self.unk_id is not None else ()
         return tuple(ids)
 
+    def _ugm_tables(self, texts, scores, attrs):
+        """llm_tokenizer_ugm: the tokens the Viterbi may use (NORMAL, USER_DEFINED, UNUSED) with their longest
+        length per first character, USER_DEFINED tokens (kept whole by the normalizer), the [UNK] score."""
+        usable = ATTR_NORMAL | ATTR_USER_DEFINED | ATTR_UNUSED
+        self._ugm_vocab = {t: i for i, t in enumerate(texts) if attrs[i] & usable}
+        longest = {}
+        for t in self._ugm_vocab:
+            if len(t) > longest.get(t[0], 0):
+                longest[t[0]] = len(t)
+        self._ugm_longest = longest
+        user = [texts[i].encode("utf-8", "surrogateescape") for i in range(len(texts)) if attrs[i] & ATTR_USER_DEFINED]
+        self._ugm_user = sorted(set(user), key=len, reverse=True)
+        self._ugm_user_first = {u[0] for u in user if u}
+        normal = [scores[i] for i in range(len(texts)) if attrs[i] & ATTR_NORMAL]
+        min_score = np.float32(min(normal)) if normal else np.float32(np.finfo(np.float32).max)
+        self._ugm_unk_score = float(min_score - np.float32(10.0))      # float arithmetic, as llama.cpp
+
+    def _ugm_normalize(self, text, space_prefix):
+        """llm_tokenizer_ugm_session::normalize: charsmap replacements (USER_DEFINED tokens kept whole), then
+        spaces escaped as U+2581: one before the text (add_space_prefix), or before every word with runs of
+        spaces dropped (remove_extra_whitespaces)."""
+        data = text.encode("utf-8", "surrogateescape")
+        cm, user, user_first = self._charsmap, self._ugm_user, self._ugm_user_first
+        space = _SPM_SPACE.encode()
+        prepend, merge = space_prefix, self._merge_spaces
+        out = bytearray()
+        prepended = in_word = False
+        pos, n = 0, len(data)
+        while pos < n:
+            c = data[pos]
+            piece = None
+            if c in user_first:
+                for u in user:
+                    if data.startswith(u, pos):
+                        piece, used = u, len(u)
+                        break
+            if piece is None and cm is not None and cm.can_start(c):
+                used, piece = cm.longest(data, pos)          # the replacement may be empty: text dropped
+            if piece is None:
+                used = 1 if c < 0x80 else 2 if c < 0xE0 else 3 if c < 0xF0 else 4   # one UTF-8 character
+                piece = data[pos:pos + used]
+            for b in piece:
+                if b != 0x20:
+                    if not in_word:
+                        in_word = True
+                        if (prepend and not prepended) or merge:
+                            out += space
+                            prepended = True
+                    out.append(b)
+                else:
+                    in_word = False
+                    if not merge:
+                        out += space
+            pos += used
+        return out.decode("utf-8", "replace")
+
+    def _encode_ugm(self, text, out, space_prefix):
+        """llm_tokenizer_ugm_session::tokenize: Viterbi over the normalized text, one code point at a time: the
+        best (highest) sum of token scores (USER_DEFINED tokens score 0), a code point no one-character token
+        covers costs [UNK] at the lowest score - 10; runs of [UNK] come out as one."""
+        norm = self._ugm_normalize(text, space_prefix)
+        n = len(norm)
+        if not n:
+            return
+        vocab, longest, scores, attrs = self._ugm_vocab, self._ugm_longest, self._scores, self._attrs
+        unk, unk_score = self.unk_id, self._ugm_unk_score
+        best_tok = [unk] * (n + 1)
+        best_from = [0] * (n + 1)
+        best_score = [-float("inf")] * (n + 1)
+        best_score[0] = 0.0
+        get = vocab.get
+        for i in range(n):
+            cur = best_score[i]
+            single = False
+            for j in range(i + 1, min(n, i + longest.get(norm[i], 0)) + 1):
+                t = get(norm[i:j])
+                if t is not None:
+                    if j == i + 1:
+                        single = True
+                    score = cur + (0.0 if attrs[t] & ATTR_USER_DEFINED else scores[t])
+                    if score > best_score[j]:
+                        best_tok[j], best_from[j], best_score[j] = t, i, score
+            if not single:
+                score = cur + unk_score
+                if score > best_score[i + 1]:
+                    best_tok[i + 1], best_from[i + 1], best_score[i + 1] = unk, i, score
+        ids, pos, prev_unk = [], n, False
+        while True:
+            t = best_tok[pos]
+            is_unk = t == unk
+            if not (prev_unk and is_unk):
+                ids.append(t)
+            if best_from[pos] == 0:
+                break
+            prev_unk = is_unk
+            pos = best_from[pos]
+        out.extend(t for t in reversed(ids) if t is not None)     # no [UNK] id: unknown text is dropped
+
     def _encode_spm(self, text, out):
         out.extend(itertools.chain.from_iterable(map(self._word_ids, filter(None, self._spm_cut.split(text)))))
 
@@ -1119,7 +1310,7 @@ class Tokenizer:
         k = 0 if skip_special else 1
         out = [(pieces[t] or piece(t))[k] for t in ids]
         data = b"".join(out)
-        if (self.add_space_prefix or self.wpm) and out:     # WPM: every word starts with U+2581
+        if self._strip_lead and out:
             first = next((p for p in out if p), b"")
             if first.startswith(b" ") and data.startswith(b" "):
                 data = data[1:]
@@ -1150,7 +1341,7 @@ class Tokenizer:
         return self.n_vocab
 
     def __repr__(self):
-        kind = "SPM" if self.spm else "WPM" if self.wpm else f"BPE pre={self.pre!r}"
+        kind = "SPM" if self.spm else "WPM" if self.wpm else "UGM" if self.ugm else f"BPE pre={self.pre!r}"
         return f"<Tokenizer {kind} n_vocab={self.n_vocab} bos={self.bos_id} eos={self.eos_id}>"
 
 
