@@ -429,7 +429,8 @@ def test_cutting_spm_text_at_spaces_changes_nothing(name, vocab_tokenizer):
 
 # -- optional: against llama.cpp itself (llama-cpp-python), when it is installed -----------------------------------
 
-@pytest.mark.parametrize("name", ["llama-spm", "phi-3", "gpt-2", "qwen2", "llama-bpe"])
+@pytest.mark.parametrize("name", ["llama-spm", "phi-3", "gpt-2", "qwen2", "llama-bpe",
+                                  "bert-bge", "nomic-bert-moe"])
 def test_random_text_against_llama_cpp(name, vocab_path, vocab_tokenizer):
     llama_cpp = pytest.importorskip("llama_cpp")
     import random
