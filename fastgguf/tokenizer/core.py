@@ -884,7 +884,7 @@ class Tokenizer:
         if self.wpm:
             self._max_token_chars = max(map(len, texts))
             self._word_ids = self._bounded_word_cache(self._wpm_word)
-        else:
+        elif not self.ugm:                        # UGM runs its Viterbi over a whole fragment: no words to cache
             self._word_ids = self._bounded_word_cache(self._spm_chunk if self.spm else self._bpe_word)
 
     def _bounded_word_cache(self, fn):
