@@ -29,7 +29,7 @@ def make_chat_model(path, vocab, template_name, *, arch="qwen2", seed=0, control
     of the vocabulary are replaced), as Mistral's [TOOL_CALLS] is in tekken. `pooling`: {arch}.pooling_type
     (0..4) written when given; `head`: a rank classifier head, "qwen3" (cls.output.weight of 2 rows, labels
     yes/no and the rerank template, as llama.cpp converts Qwen3-Reranker) or "full" (cls.weight, cls.bias,
-    cls.output.weight of 1 row, cls.output.bias: a BERT cross-encoder's head). Returns the path."""
+    cls.output.weight of 2 rows, cls.output.bias: a BERT cross-encoder's head, no labels: 1 score). Returns the path."""
     from fastgguf import GGUFFile, GGUFWriter
     from fastgguf.gguf.constants import GGUFValueType
 
@@ -63,7 +63,7 @@ def make_chat_model(path, vocab, template_name, *, arch="qwen2", seed=0, control
     if pooling is not None:
         w.add_uint32(f"{arch}.pooling_type", pooling)
     if head == "qwen3":
-        w.add_array("classifier.output_labels", ["yes", "no"])
+        w.add_array(f"{arch}.classifier.output_labels", ["yes", "no"])
         w.add_string("tokenizer.chat_template.rerank", QWEN3_RERANK_TEMPLATE)
 
     def t(name, *shape, s=0.2):
@@ -93,7 +93,7 @@ def make_chat_model(path, vocab, template_name, *, arch="qwen2", seed=0, control
     elif head == "full":
         t("cls.weight", E, E)
         t("cls.bias", E)
-        t("cls.output.weight", 1, E)
-        t("cls.output.bias", 1)
+        t("cls.output.weight", 2, E)   # two outputs: qwen3 softmaxes them (one would always score 1)
+        t("cls.output.bias", 2)
     w.write(str(path))
     return str(path)

@@ -56,7 +56,7 @@ class Hparams:
     # {arch}.attention.causal (bert-family encoders: False, every row attends to its whole sequence)
     pooling: str | None = None
     causal: bool = True
-    n_cls_out: int = 1               # scores of rank pooling: len(classifier.output_labels), else 1 (llama.cpp)
+    n_cls_out: int = 1               # scores of rank pooling: len({arch}.classifier.output_labels), else 1
     rank_softmax: bool = False       # rank pooling ends with a softmax over the head's outputs (qwen3 rerankers)
 
 
@@ -152,13 +152,16 @@ class Arch:
         return POOLING_TYPES[int(v)]
 
     def n_cls_out(self):
-        """How many scores rank pooling gives: one per classifier.output_labels entry, else 1 (llama.cpp reads
-        that many floats of the head's output as the result)."""
-        if "classifier.output_labels" not in self.md:
+        """How many scores rank pooling gives: one per {arch}.classifier.output_labels entry, else 1 (llama.cpp
+        reads that many floats of the head's output as the result)."""
+        k = f"{self.name}.classifier.output_labels"
+        if k not in self.md:
             return 1
-        n = self.md.array_len("classifier.output_labels")
+        if not isinstance(self.md[k], (list, np.ndarray)):
+            raise GGUFError(f"{k} must be an array of labels")
+        n = self.md.array_len(k)
         if not 1 <= n <= MAX_DIM:
-            raise GGUFError(f"classifier.output_labels has {n} labels; expected 1..{MAX_DIM}")
+            raise GGUFError(f"{k} has {n} labels; expected 1..{MAX_DIM}")
         return n
 
     ROPE_SCALING_TYPES = ("none", "linear", "yarn", "longrope")  # llama.cpp's LLAMA_ROPE_SCALING_TYPES
@@ -395,7 +398,7 @@ class Arch:
             n_in = head[w].shape[0]
         if n_in < hp.n_cls_out:
             raise GGUFError(f"{self.f.path}: the classifier head gives {n_in} outputs, fewer than its "
-                            f"{hp.n_cls_out} classifier.output_labels")
+                            f"{hp.n_cls_out} {self.name}.classifier.output_labels")
         return head
 
 

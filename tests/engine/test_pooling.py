@@ -1,6 +1,9 @@
 """Pooling read from the file ({arch}.pooling_type, the rank classifier head) and what embed / rerank make of it:
 tiny random-weight qwen3 files (tests/chat_models.py) against the float64 oracle's final hidden states
 (tests/oracle.py), pooled here the plain way; batched == one by one, bit for bit."""
+import json
+import os
+
 import numpy as np
 import pytest
 
@@ -19,18 +22,29 @@ TEXTS = ["The cat sat on the mat.", "Quantum chromodynamics", "a", "naïve café
          "def f(x):\n    return x * 2\n"]
 
 
+# the cases llama.cpp's llama-embedding also ran (tools/make_tiny_references.py --pooling): its qwen3 loader takes
+# cls.output.weight only, so the full head ("rank_full") is checked against the oracle alone
+LLAMA_CASES = ("none", "mean", "cls", "last", "rank_qwen3")
+REF = os.path.join(os.path.dirname(os.path.dirname(os.path.abspath(__file__))), "data", "pooling-references.json")
+
+
+def build(name, path):
+    """The tiny random qwen3 file of a case (deterministic: seeded weights, the gguf writer); returns its path."""
+    pooling = POOLINGS.get(name, 4 if name.startswith("rank") else None)
+    head = {"rank_qwen3": "qwen3", "rank_full": "full"}.get(name)
+    return make_chat_model(path, "qwen2", "Qwen-Qwen3-0.6B", arch="qwen3", seed=3, pooling=pooling, head=head)
+
+
 @pytest.fixture(scope="module")
 def models(tmp_path_factory):
     root, cache = tmp_path_factory.mktemp("pooling_models"), {}
 
     def get(name):
         if name not in cache:
-            pooling = POOLINGS.get(name, 4 if name.startswith("rank") else None)
-            head = {"rank_qwen3": "qwen3", "rank_full": "full"}.get(name)
-            path = make_chat_model(root / f"{name}.gguf", "qwen2", "Qwen-Qwen3-0.6B", arch="qwen3", seed=3,
-                                   pooling=pooling, head=head)
+            path = build(name, root / f"{name}.gguf")
             # the oracle reads a copy without the 151k-token vocabulary (gguf-py parses it slowly; it needs none)
-            cache[name] = (fastgguf.Model(path), Oracle(_rewrite(path, root / f"{name}-oracle.gguf", drop="tokenizer.")))
+            bare = _rewrite(path, root / f"{name}-oracle.gguf", drop="tokenizer.")
+            cache[name] = (fastgguf.Model(path), Oracle(bare))
         return cache[name]
     return get
 
@@ -76,7 +90,7 @@ def test_pooling_and_head_read_from_the_file(models):
     assert m.classifier["cls.output.weight"].dtype == np.float32
     m, _ = models("rank_full")
     assert set(m.classifier) == {"cls.weight", "cls.bias", "cls.output.weight", "cls.output.bias"}
-    assert m.hparams.n_cls_out == 1
+    assert m.hparams.n_cls_out == 1 and m.classifier["cls.output.weight"].shape == (2, 32)
     assert models("chat")[0].classifier is None
 
 
@@ -197,8 +211,7 @@ def test_rerank_matches_oracle(models, engine_of, name):
     for r in res:
         want = oracle_rank(m, o, rerank_tokens(m, TEXTS[0], docs[r["index"]]))
         assert abs(r["relevance_score"] - want) < 1e-4, (r, want)
-    if name == "rank_qwen3":
-        assert all(0 < s < 1 for s in scores)   # P(yes)
+    assert all(0 < s < 1 for s in scores) and len(set(scores)) == len(scores)   # qwen3: a softmax's first value
     top = rerank(m, TEXTS[0], docs, top_n=2, return_documents=True, engine=engine_of(m))
     assert top == [dict(r, document={"text": docs[r["index"]]}) for r in res[:2]]
 
@@ -246,3 +259,25 @@ def test_batched_equals_one_by_one_bit_for_bit(models, engine_of):
             together = embed(m, TEXTS + TEXTS, engine=eng)   # 10 inputs over 4 slots: batched steps
             alone = [embed(m, t, engine=eng) for t in TEXTS]
             assert together == alone + alone
+
+
+# ---- against llama.cpp's llama-embedding (references made by tools/make_tiny_references.py --pooling) ----
+
+@pytest.mark.parametrize("name", LLAMA_CASES)
+def test_matches_llama_embedding(models, engine_of, name):
+    with open(REF) as f:
+        ref = json.load(f)
+    case = ref["cases"][name]
+    m, _ = models(name)
+    eng = engine_of(m)
+    if name == "rank_qwen3":   # llama-embedding's query<TAB>document pairs, through the file's rerank template
+        for (query, doc), want in zip(ref["pairs"], case):
+            got = rerank(m, query, [doc], engine=eng)[0]["relevance_score"]
+            assert abs(got - want[0]) < 1e-4, (query, doc, got, want)
+        return
+    got = embed(m, ref["texts"], engine=eng)
+    if name == "none":   # llama-embedding lists every token's row, input after input (normalised: L2 each)
+        got = [row for rows in got for row in rows]
+    assert len(got) == len(case)
+    for g, want in zip(got, case):
+        assert cosine(g, want) >= 0.9999
