@@ -363,7 +363,8 @@ class Scheduler:
                 best.ctx.copy_prefix(src.ctx, len(ids))
             keep, seq.pending, seq.prompt_lps = len(ids), seq.leader.first_logits, seq.leader.prompt_lps
             self.m["prompt_tokens_copied"] += len(ids)
-        elif req.embed or req.prompt_logprobs:  # every prompt row is needed: nothing reused
+        elif req.embed or req.prompt_logprobs or not self.model.hparams.causal:
+            # every prompt row is needed, or (non-causal) every row depends on the whole input: nothing reused
             best = min(free, key=lambda s: s.ctx.n_past)
             best.ctx.reset()
             keep = 0

@@ -281,3 +281,37 @@ def test_matches_llama_embedding(models, engine_of, name):
     assert len(got) == len(case)
     for g, want in zip(got, case):
         assert cosine(g, want) >= 0.9999
+
+
+# ---- a non-causal model's input goes to the forward pass whole (the contract with fg_forward) ----
+
+@pytest.mark.filterwarnings("ignore:n_ctx=2048 exceeds")
+def test_non_causal_input_runs_whole_in_one_call(tmp_path, monkeypatch):
+    from fastgguf.engine import batch as _batch
+    src = build("mean", tmp_path / "causal.gguf")
+    models = {"causal": fastgguf.Model(src),
+              "non-causal": fastgguf.Model(_rewrite(src, tmp_path / "nc.gguf", "qwen3.attention.causal", False,
+                                                    "add_bool"))}
+    calls = []
+    real = _batch.forward_batch
+
+    def spy(model, items, n_threads=None, outputs=None):
+        calls.append([(len(ids), ctx.n_past) for ctx, ids in items])
+        return real(model, items, n_threads, outputs)
+    monkeypatch.setattr(_batch, "forward_batch", spy)
+    text = "one two three four five six seven eight nine ten " * 15   # > 64 tokens: two chunks when causal
+    for name, m in models.items():
+        eng = Scheduler(m, parallel=2, n_ctx=2048, chunk=64)
+        try:
+            calls.clear()
+            n = len(m.tokenize(text))
+            assert n > 64
+            embed(m, [text, "short"], engine=eng)
+            mine = [c for step in calls for c in step if c[0] > 2]   # the long input's rows per call
+            want = [(n, 0)] if name == "non-causal" else [(min(64, n - p), p) for p in range(0, n, 64)]
+            assert mine == want
+            if name == "non-causal":   # at most its training context (1024), whatever the engine's n_ctx
+                with pytest.raises(APIError, match="maximum context length is 1024"):
+                    embed(m, "word " * 1100, engine=eng)
+        finally:
+            eng.stop()
