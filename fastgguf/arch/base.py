@@ -249,10 +249,6 @@ class Arch:
                                 f"rows")
         n_ctx_train = self.int_key("context_length", 0, lo=0, hi=(1 << 31) - 1)
         return Hparams(
-            pooling=self.pooling(),
-            causal=self.bool_key("attention.causal", True),
-            n_cls_out=self.n_cls_out(),
-            rank_softmax=self.rank_softmax,
             arch=self.name,
             n_embd=n_embd,
             n_layer=self.int_key("block_count"),
@@ -268,6 +264,10 @@ class Arch:
             attn_scale=1.0 / math.sqrt(head_dim),
             n_ctx_train=n_ctx_train,
             **self.rope_scaling(n_ctx_train),
+            pooling=self.pooling(),
+            causal=self.bool_key("attention.causal", True),
+            n_cls_out=self.n_cls_out(),
+            rank_softmax=self.rank_softmax,
         )
 
     # ---- tensors ----
@@ -357,7 +357,6 @@ class Arch:
             raise GGUFError(f"architecture {self.name!r}: tensors fastgguf does not know how to use: "
                             f"{', '.join(unused[:5])}{more}")
         return out
-
 
     def dense(self, name):
         """A weight matrix or vector dequantized to float32 (the classifier head: run in numpy, a few rows)."""
