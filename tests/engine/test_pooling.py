@@ -315,3 +315,15 @@ def test_non_causal_input_runs_whole_in_one_call(tmp_path, monkeypatch):
                     embed(m, "word " * 1100, engine=eng)
         finally:
             eng.stop()
+
+
+def test_quantized_head_is_dequantized_once(models, tmp_path):
+    from fastgguf.gguf.quantize import quantize_file
+    m, _ = models("rank_qwen3")
+    q = tmp_path / "q8.gguf"
+    quantize_file(m.path, str(q), "q8_0")
+    mq = fastgguf.Model(q)
+    assert mq.file.tensors["cls.output.weight"].type == 8   # Q8_0 in the file
+    w, wq = m.classifier["cls.output.weight"], mq.classifier["cls.output.weight"]
+    assert wq.dtype == np.float32 and wq.shape == w.shape
+    assert 0 < np.abs(w - wq).max() <= np.abs(w).max() / 127   # Q8_0's rounding, no more
