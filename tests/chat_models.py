@@ -15,10 +15,21 @@ def template(name):
         return f.read()
 
 
-def make_chat_model(path, vocab, template_name, *, arch="qwen2", seed=0, control=()):
+# the rerank template llama.cpp's converter writes into Qwen3-Reranker files (conversion/qwen.py)
+QWEN3_RERANK_TEMPLATE = (
+    "<|im_start|>system\nJudge whether the Document meets the requirements based on the Query and the Instruct "
+    "provided. Note that the answer can only be \"yes\" or \"no\".<|im_end|>\n<|im_start|>user\n<Instruct>: Given a "
+    "web search query, retrieve relevant passages that answer the query\n<Query>: {query}\n<Document>: "
+    "{document}<|im_end|>\n<|im_start|>assistant\n<think>\n\n</think>\n\n")
+
+
+def make_chat_model(path, vocab, template_name, *, arch="qwen2", seed=0, control=(), pooling=None, head=None):
     """A one-layer random `arch` model at path with vocabulary `vocab` (ggml-vocab-<vocab>.gguf) and the chat
     template tests/data/templates/<template_name>.jinja. `control`: texts that become control tokens (the last ids
-    of the vocabulary are replaced), as Mistral's [TOOL_CALLS] is in tekken. Returns the path."""
+    of the vocabulary are replaced), as Mistral's [TOOL_CALLS] is in tekken. `pooling`: {arch}.pooling_type
+    (0..4) written when given; `head`: a rank classifier head, "qwen3" (cls.output.weight of 2 rows, labels
+    yes/no and the rerank template, as llama.cpp converts Qwen3-Reranker) or "full" (cls.weight, cls.bias,
+    cls.output.weight of 2 rows, cls.output.bias: a BERT cross-encoder's head, no labels: 1 score). Returns the path."""
     from fastgguf import GGUFFile, GGUFWriter
     from fastgguf.gguf.constants import GGUFValueType
 
@@ -49,6 +60,11 @@ def make_chat_model(path, vocab, template_name, *, arch="qwen2", seed=0, control
         w.add_uint32(f"{arch}.{key}", v)
     w.add_float32(f"{arch}.rope.freq_base", 10000.0)
     w.add_float32(f"{arch}.attention.layer_norm_rms_epsilon", 1e-5)
+    if pooling is not None:
+        w.add_uint32(f"{arch}.pooling_type", pooling)
+    if head == "qwen3":
+        w.add_array(f"{arch}.classifier.output_labels", ["yes", "no"])
+        w.add_string("tokenizer.chat_template.rerank", QWEN3_RERANK_TEMPLATE)
 
     def t(name, *shape, s=0.2):
         w.add_tensor(name, (rng.standard_normal(shape) * s).astype(np.float32))
@@ -72,5 +88,12 @@ def make_chat_model(path, vocab, template_name, *, arch="qwen2", seed=0, control
     t(p + "ffn_gate.weight", F, E)
     t(p + "ffn_up.weight", F, E)
     t(p + "ffn_down.weight", E, F)
+    if head == "qwen3":
+        t("cls.output.weight", 2, E)
+    elif head == "full":
+        t("cls.weight", E, E)
+        t("cls.bias", E)
+        t("cls.output.weight", 2, E)   # two outputs: qwen3 softmaxes them (one would always score 1)
+        t("cls.output.bias", 2)
     w.write(str(path))
     return str(path)

@@ -94,5 +94,58 @@ def main():
         json.dump(ref, f, separators=(",", ":"))
 
 
+# ---- pooling (embeddings, rerank): llama.cpp's llama-embedding on tests/engine/test_pooling.py's files ----------
+
+POOLING_TEXTS = ["The cat sat on the mat.", "Quantum chromodynamics", "a", "naïve café — ünïcode ✓ 東京",
+                 "def f(x):\n    return x * 2\n", "Paris is the capital and most populous city of France."]
+POOLING_PAIRS = [("Where is Paris?", "Paris is the capital of France."), ("Where is Paris?", "Rust is a language."),
+                 ("what is 2+2", "four")]
+
+
+def llama_embedding(binary, path, texts, pooling, normalize):
+    """llama-embedding's vectors (its JSON output) for texts, each an input, one run, 2 threads."""
+    import subprocess
+    sep = "<#fg-sep#>"
+    cmd = [binary, "-m", path, "-t", "2", "--pooling", pooling, "--embd-normalize", str(normalize),
+           "--embd-output-format", "json", "--embd-separator", sep, "-p", sep.join(texts)]
+    r = subprocess.run(cmd, capture_output=True, text=True, check=True)
+    # read line by line, not as JSON: for rank it prints n_embd values of which only the first n_cls_out are set
+    # (the rest can be any bits, nan included)
+    head = '"embedding": ['
+    return [[float(x) for x in line.split(head, 1)[1].split("]", 1)[0].split(",")]
+            for line in r.stdout.splitlines() if head in line]
+
+
+def pooling_main(out_path):
+    """tests/data/pooling-references.json: per case of test_pooling.LLAMA_CASES, llama-embedding --pooling <the
+    file's> on POOLING_TEXTS (L2-normalized, its default; pooling none: every token's row), and for the rank case
+    the scores of POOLING_PAIRS (query<TAB>document through the file's rerank template, --embd-normalize -1: raw
+    head outputs, the first n_cls_out = 2 kept)."""
+    binary = os.environ.get("LLAMA_EMBEDDING", os.path.expanduser("~/.cache/llama-ref/build/bin/llama-embedding"))
+    from test_pooling import LLAMA_CASES, build
+    cases = {}
+    with tempfile.TemporaryDirectory() as tmp:
+        for name in LLAMA_CASES:
+            path = build(name, os.path.join(tmp, f"{name}.gguf"))
+            if name.startswith("rank"):
+                vecs = llama_embedding(binary, path, [f"{q}\t{d}" for q, d in POOLING_PAIRS], "rank", -1)
+                cases[name] = [[round(float(x), 7) for x in v[:2]] for v in vecs]
+            else:
+                vecs = llama_embedding(binary, path, POOLING_TEXTS, name, 2)
+                cases[name] = [[round(float(x), 7) for x in v] for v in vecs]
+            print(f"{name}: {len(vecs)} vectors")
+    ref = {"engine": f"llama.cpp's llama-embedding ({binary}), -t 2",
+           "note": "tests/engine/test_pooling.py LLAMA_CASES: per case the vectors of texts (rank: the scores "
+                   "[yes, no] of pairs)", "texts": POOLING_TEXTS, "pairs": POOLING_PAIRS, "cases": cases}
+    with open(out_path, "w") as f:
+        json.dump(ref, f, ensure_ascii=False, separators=(",", ":"))
+
+
 if __name__ == "__main__":
-    main()
+    # python tools/make_tiny_references.py --pooling [OUT.json]: the pooling references (llama-embedding binary:
+    # $LLAMA_EMBEDDING, default ~/.cache/llama-ref/build/bin/llama-embedding); else the logits references
+    if sys.argv[1:2] == ["--pooling"]:
+        pooling_main(sys.argv[2] if len(sys.argv) > 2 else os.path.join(HERE, "..", "tests", "data",
+                                                                         "pooling-references.json"))
+    else:
+        main()

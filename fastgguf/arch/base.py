@@ -12,6 +12,11 @@ from fastgguf.gguf.constants import GGMLType
 
 MAX_DIM = 1 << 20  # the largest width (embedding, feed-forward, heads x head size) or layer count accepted
 
+# {arch}.pooling_type values, as llama.cpp's enum llama_pooling_type (gguf-py's PoolingType): index -> name
+POOLING_TYPES = ("none", "mean", "cls", "last", "rank")
+# the optional classifier head of rank pooling (llama.cpp's LLM_TENSOR_CLS / LLM_TENSOR_CLS_OUT), any architecture
+CLASSIFIER_TENSORS = ("cls.weight", "cls.bias", "cls.output.weight", "cls.output.bias")
+
 
 @dataclass(frozen=True)
 class Hparams:
@@ -47,6 +52,12 @@ class Hparams:
     rope_n_ctx_orig: int = 0         # also: a sequence longer than this uses the LongRoPE long factors
     rope_beta_fast: float = 32.0
     rope_beta_slow: float = 1.0
+    # embeddings: {arch}.pooling_type (None: the key is absent, a chat model; the engine then mean-pools) and
+    # {arch}.attention.causal (bert-family encoders: False, every row attends to its whole sequence)
+    pooling: str | None = None
+    causal: bool = True
+    n_cls_out: int = 1               # scores of rank pooling: len({arch}.classifier.output_labels), else 1
+    rank_softmax: bool = False       # rank pooling ends with a softmax over the head's outputs (qwen3 rerankers)
 
 
 class Arch:
@@ -55,6 +66,7 @@ class Arch:
     layer_tensors: role -> name inside blk.N (required); optional_layer_tensors: the same, may be absent."""
     name = None
     rope_neox = False
+    rank_softmax = False  # llama.cpp's build_pooling: LLM_ARCH_QWEN3 rerankers softmax their (yes, no) logits
     layer_tensors = {
         "attn_norm": "attn_norm.weight",
         "wq": "attn_q.weight",
@@ -120,6 +132,37 @@ class Arch:
         if not isinstance(v, str):
             raise GGUFError(f"{self.name}.{name} must be a string, got {type(v).__name__}")
         return v
+
+    def bool_key(self, name, default=KeyError):
+        v = self.key(name, default)
+        if not isinstance(v, (bool, np.bool_)):
+            raise GGUFError(f"{self.name}.{name} must be a bool, got {type(v).__name__} {v!r:.40}")
+        return bool(v)
+
+    def pooling(self):
+        """{arch}.pooling_type as a name (POOLING_TYPES), None when the file does not say (llama.cpp's
+        UNSPECIFIED: a chat model)."""
+        k = f"{self.name}.pooling_type"
+        if k not in self.md:
+            return None
+        v = self.md[k]
+        if isinstance(v, (bool, np.bool_)) or not isinstance(v, (int, np.integer)) or not 0 <= v < len(POOLING_TYPES):
+            raise GGUFError(f"{k} = {v!r:.40} is not a pooling type (0..{len(POOLING_TYPES) - 1}: "
+                            f"{', '.join(POOLING_TYPES)})")
+        return POOLING_TYPES[int(v)]
+
+    def n_cls_out(self):
+        """How many scores rank pooling gives: one per {arch}.classifier.output_labels entry, else 1 (llama.cpp
+        reads that many floats of the head's output as the result)."""
+        k = f"{self.name}.classifier.output_labels"
+        if k not in self.md:
+            return 1
+        if not isinstance(self.md[k], (list, np.ndarray)):
+            raise GGUFError(f"{k} must be an array of labels")
+        n = self.md.array_len(k)
+        if not 1 <= n <= MAX_DIM:
+            raise GGUFError(f"{k} has {n} labels; expected 1..{MAX_DIM}")
+        return n
 
     ROPE_SCALING_TYPES = ("none", "linear", "yarn", "longrope")  # llama.cpp's LLAMA_ROPE_SCALING_TYPES
 
@@ -221,6 +264,10 @@ class Arch:
             attn_scale=1.0 / math.sqrt(head_dim),
             n_ctx_train=n_ctx_train,
             **self.rope_scaling(n_ctx_train),
+            pooling=self.pooling(),
+            causal=self.bool_key("attention.causal", True),
+            n_cls_out=self.n_cls_out(),
+            rank_softmax=self.rank_softmax,
         )
 
     # ---- tensors ----
@@ -258,6 +305,8 @@ class Arch:
         raise GGUFError(f"tensor {name!r} has type {ti.type.name}; norm weights and biases must be F32/F16/BF16")
 
     def get(self, role, name):
+        if role == "classifier":
+            return self.dense(name)
         return self.vector(name) if role in self.vectors else self.matrix(name)
 
     def tensors(self, hp):
@@ -301,12 +350,55 @@ class Arch:
                 raise GGUFError(f"blk.{i}: {have}.weight without {miss}.weight (both or neither)")
             layers.append(d)
         out["layers"] = layers
+        out["classifier"] = self.classifier(hp, take)
         unused = [n for n in names if n not in used]
         if unused:
             more = f" (and {len(unused) - 5} more)" if len(unused) > 5 else ""
             raise GGUFError(f"architecture {self.name!r}: tensors fastgguf does not know how to use: "
                             f"{', '.join(unused[:5])}{more}")
         return out
+
+    def dense(self, name):
+        """A weight matrix or vector dequantized to float32 (the classifier head: run in numpy, a few rows)."""
+        ti = self.f.tensors[name]
+        if len(ti.shape) == 1:
+            return np.ascontiguousarray(self.vector(name), dtype=np.float32)
+        arr, t, rows, cols = self.matrix(name)
+        if t == GGMLType.F32:
+            return np.array(arr, dtype=np.float32).reshape(rows, cols)
+        if t == GGMLType.F16:
+            return np.asarray(arr).view(np.float16).astype(np.float32).reshape(rows, cols)
+        return kernels.dequantize(arr, GGMLType(t), cols).reshape(rows, cols)
+
+    def classifier(self, hp, take):
+        """The optional classifier head of rank pooling, float32 arrays keyed by tensor name
+        (CLASSIFIER_TENSORS), or None without one. As llama.cpp's build_pooling: pooled -> cls.weight (+ cls.bias)
+        -> tanh -> cls.output.weight (+ cls.output.bias); each part optional (Qwen3 rerankers have only
+        cls.output.weight, jina-reranker-v1 only cls.*). Rank pooling without any head is accepted as llama.cpp
+        does: the score is then the pooled vector's first value (fastgguf.engine.pooling)."""
+        head = {}
+        for name in CLASSIFIER_TENSORS:
+            t = take("classifier", name, required=False)
+            if t is not None:
+                head[name] = t
+        if not head:
+            return None
+        for w, b in (("cls.weight", "cls.bias"), ("cls.output.weight", "cls.output.bias")):
+            if b in head and w not in head:
+                raise GGUFError(f"{self.f.path}: {b} without {w}")
+        n_in = hp.n_embd
+        for w, b in (("cls.weight", "cls.bias"), ("cls.output.weight", "cls.output.bias")):
+            if w not in head:
+                continue
+            if head[w].ndim != 2 or head[w].shape[1] != n_in:
+                raise GGUFError(f"tensor {w!r} has shape {head[w].shape}; expected (n_out, {n_in})")
+            if b in head and head[b].shape != (head[w].shape[0],):
+                raise GGUFError(f"tensor {b!r} has shape {head[b].shape}; expected ({head[w].shape[0]},)")
+            n_in = head[w].shape[0]
+        if n_in < hp.n_cls_out:
+            raise GGUFError(f"{self.f.path}: the classifier head gives {n_in} outputs, fewer than its "
+                            f"{hp.n_cls_out} {self.name}.classifier.output_labels")
+        return head
 
 
 ARCHS = {}

@@ -59,7 +59,10 @@ class Model:
             a = _arch.get(self.file)
             self.hparams = a.hparams()
             try:
-                self.weights = Weights(self.hparams, a.tensors(self.hparams))
+                tensors = a.tensors(self.hparams)
+                # rank pooling's classifier head (float32 arrays, or None): applied by fastgguf.engine.pooling
+                self.classifier = tensors.pop("classifier", None)
+                self.weights = Weights(self.hparams, tensors)
             except ValueError as e:  # a tensor of the wrong shape: the file's fault
                 raise GGUFError(f"{self.path}: {e}") from None
         except BaseException:
@@ -86,6 +89,12 @@ class Model:
     @property
     def n_embd(self):
         return self.hparams.n_embd
+
+    @property
+    def pooling(self):
+        """How the file says its embeddings are pooled: "none", "mean", "cls", "last", "rank", or None when it does
+        not say (a chat model: embeddings are then mean-pooled, fastgguf.engine.pooling)."""
+        return self.hparams.pooling
 
     @property
     def n_ctx_train(self):

@@ -28,8 +28,10 @@ Events a request's sink receives (lists of them), in order:
   Finish(index, reason)                       choice `index` ended ("stop" or "length")
   PromptLogprobs(index, logprobs)             (echo with logprobs) the prompt tokens of choice `index`: a list
                                               as in Delta, the first token's entry (token_id, None, None)
-  Embedding(index, vector)                    (embedding requests) float32 (n_embd,) of input `index`: the final
-                                              hidden states mean-pooled over its tokens, L2-normalized
+  Embedding(index, vector)                    (embedding requests) input `index`'s final hidden rows pooled as
+                                              the file says (fastgguf.engine.pooling.embedding): float32
+                                              (n_embd,), L2-normalized; (n_tokens, n_embd) for pooling none;
+                                              the scores (n_cls_out,) for rank
   Done(usage)                                 every choice ended: a Usage (prompt_tokens, completion_tokens,
                                               total_tokens, cached_tokens; usage["prompt_tokens"] works too)
   Error(error)                                the request failed (no Done follows)
@@ -46,6 +48,7 @@ from typing import Any, List, Optional
 import numpy as np
 
 from fastgguf.engine import batch as _batch
+from fastgguf.engine import pooling as _pooling
 from fastgguf.engine.generate import Usage, reusable_prefix
 from fastgguf.engine.params import SamplingParams
 from fastgguf.engine.sequence import Sequence
@@ -239,9 +242,10 @@ class Scheduler:
 
     def submit(self, req):
         """Queue a request (thread-safe). QueueFull when `max_queue` requests already wait."""
+        limit = _pooling.max_input_tokens(self.model, self.n_ctx)
         for p in req.prompts:
-            if not 1 <= len(p) <= self.n_ctx:
-                raise ValueError(f"a prompt of {len(p)} tokens does not fit a context of {self.n_ctx} tokens")
+            if not 1 <= len(p) <= limit:
+                raise ValueError(f"a prompt of {len(p)} tokens does not fit a context of {limit} tokens")
         seqs = []
         for i, p in enumerate(req.prompts):
             seqs.append(_Seq(req, i * req.n, p))
@@ -359,7 +363,8 @@ class Scheduler:
                 best.ctx.copy_prefix(src.ctx, len(ids))
             keep, seq.pending, seq.prompt_lps = len(ids), seq.leader.first_logits, seq.leader.prompt_lps
             self.m["prompt_tokens_copied"] += len(ids)
-        elif req.embed or req.prompt_logprobs:  # every prompt row is needed: nothing reused
+        elif req.embed or req.prompt_logprobs or not self.model.hparams.causal:
+            # every prompt row is needed, or (non-causal) every row depends on the whole input: nothing reused
             best = min(free, key=lambda s: s.ctx.n_past)
             best.ctx.reset()
             keep = 0
@@ -403,7 +408,10 @@ class Scheduler:
             if seq is None:
                 continue
             if seq.pos < len(seq.prompt):
-                chunk = seq.prompt[seq.pos:seq.pos + self.chunk]
+                # a non-causal model's rows attend to their whole sequence: its input goes in whole, in one call
+                # from position 0 (the shared contract with fg_forward), never split over steps
+                n = self.chunk if self.model.hparams.causal else len(seq.prompt)
+                chunk = seq.prompt[seq.pos:seq.pos + n]
                 outputs.append("hidden" if seq.req.embed else "all" if seq.req.prompt_logprobs else "last")
             else:
                 chunk = [seq.next_tok]
@@ -448,14 +456,9 @@ class Scheduler:
             seq.prompt_lps.append(_logprobs(logits[j], ids[seq.pos + j + 1], k))
 
     def _embedded(self, seq, out):
-        """The embedding of an input: its hidden states mean-pooled (float64) and L2-normalized, as float32."""
-        req = seq.req
-        v = np.concatenate(seq.rows).mean(axis=0, dtype=np.float64)
-        seq.rows = []
-        norm = math.sqrt(float(v @ v))
-        if norm > 0:
-            v /= norm
-        out[req].append(Embedding(seq.index, v.astype(np.float32)))
+        """The embedding of an input: its hidden rows pooled as the file says (fastgguf.engine.pooling)."""
+        rows, seq.rows = np.concatenate(seq.rows), []
+        out[seq.req].append(Embedding(seq.index, _pooling.embedding(self.model, rows)))
         self._end(seq, out)
 
     def _sample(self, seq, lg, out):

@@ -4,6 +4,7 @@
     model.create_completion("Once upon a time", max_tokens=16, temperature=0)          # -> dict
     model.create_chat_completion([{"role": "user", "content": "Hi"}], stream=True)     # -> iterator of chunk dicts
     model.create_embedding(["a cat sat", "a dog ran"])                                  # -> dict (/v1/embeddings)
+    reranker.rerank("what is a cat?", ["a cat is a pet", "rust is a language"])         # -> [{index, relevance_score}]
 
 The names follow llama-cpp-python; the dicts are exactly what fastgguf's server sends. A call runs the same three
 steps as a route: protocol.prepare_* -> the Scheduler (the model's own, `default_engine`) -> responses' builder.
@@ -19,11 +20,12 @@ import threading
 
 from fastgguf.engine import model as _model
 from fastgguf.engine.scheduler import Scheduler
-from fastgguf.openai.protocol import is_token_id, prepare_chat, prepare_completion, prepare_embedding
+from fastgguf.openai.protocol import is_token_id, prepare_chat, prepare_completion, prepare_embedding, \
+    prepare_rerank
 from fastgguf.openai.responses import builder
 
-__all__ = ["Model", "create_completion", "create_chat_completion", "create_embedding", "embed", "default_engine",
-           "run"]
+__all__ = ["Model", "create_completion", "create_chat_completion", "create_embedding", "embed", "create_rerank",
+           "rerank", "default_engine", "run"]
 
 
 _engine_lock = threading.Lock()
@@ -88,19 +90,35 @@ def create_chat_completion(model, messages, *, engine=None, **kwargs):
 def create_embedding(model, input, *, engine=None, **kwargs):
     """OpenAI /v1/embeddings in-process (llama-cpp-python's name): input is a string, a list of strings, token
     ids or lists of token ids; keywords: encoding_format ("float" or "base64"), model, dimensions. Each vector is
-    the model's final hidden state (after the output norm, before the lm_head) mean-pooled over the input's
-    tokens and L2-normalized. Returns the dict the server sends."""
+    the model's final hidden states pooled as its file says (mean, cls or last; mean when the file does not say,
+    as for chat models) and L2-normalized (fastgguf.engine.pooling). Returns the dict the server sends."""
     eng = engine or default_engine(model)
     return run(model, prepare_embedding(model, _body(kwargs, input=input), eng.n_ctx), eng)
 
 
 def embed(model, input, *, engine=None):
     """The embedding (a list of floats) of a string or of a list of token ids; for a list of strings (or of id
-    lists), a list of them. See create_embedding."""
-    r = create_embedding(model, input, engine=engine)
+    lists), a list of them. A model whose pooling is "none" gives each input's per-token vectors (a list of
+    lists of floats), unnormalized, as llama.cpp does. See create_embedding."""
+    eng = engine or default_engine(model)
+    r = run(model, prepare_embedding(model, {"input": input}, eng.n_ctx, per_token=True), eng)
     vecs = [d["embedding"] for d in r["data"]]
     single = isinstance(input, str) or (isinstance(input, list) and input and is_token_id(input[0]))
     return vecs[0] if single else vecs
+
+
+def create_rerank(model, query, documents, *, engine=None, **kwargs):
+    """/v1/rerank in-process: the dict the server sends (results sorted by relevance_score, best first; usage).
+    Keywords: top_n, return_documents, model. The model must be a reranker (pooling rank)."""
+    eng = engine or default_engine(model)
+    return run(model, prepare_rerank(model, _body(kwargs, query=query, documents=documents), eng.n_ctx), eng)
+
+
+def rerank(model, query, documents, top_n=None, return_documents=False, *, engine=None):
+    """The documents scored against query by a reranker: a list of {"index", "relevance_score"} (and
+    "document": {"text"} with return_documents), best first, at most top_n. See create_rerank."""
+    return create_rerank(model, query, documents, engine=engine, top_n=top_n,
+                         return_documents=return_documents or None)["results"]
 
 
 class Model(_model.Model):
@@ -121,10 +139,20 @@ class Model(_model.Model):
 
     def create_embedding(self, input, **kwargs):
         """OpenAI-style embeddings in-process (llama-cpp-python's name): the dict the server sends for
-        /v1/embeddings. A vector is the final hidden state (after the output norm, before the lm_head) mean-pooled
-        over the input's tokens and L2-normalized. See fastgguf.openai.client.create_embedding."""
+        /v1/embeddings. A vector is the final hidden states pooled as the file says ({arch}.pooling_type; mean
+        when absent) and L2-normalized. See fastgguf.openai.client.create_embedding."""
         return create_embedding(self, input, **kwargs)
 
     def embed(self, input):
-        """The embedding (list of floats) of a string or token ids; a list of them for a list of inputs."""
+        """The embedding (list of floats) of a string or token ids; a list of them for a list of inputs
+        (pooling "none": per-token vectors)."""
         return embed(self, input)
+
+    def create_rerank(self, query, documents, **kwargs):
+        """/v1/rerank in-process: the dict the server sends. See fastgguf.openai.client.create_rerank."""
+        return create_rerank(self, query, documents, **kwargs)
+
+    def rerank(self, query, documents, top_n=None, return_documents=False):
+        """Score documents against query (a reranker: pooling rank): [{"index", "relevance_score"}, ...] best
+        first, at most top_n; "document" too with return_documents."""
+        return rerank(self, query, documents, top_n, return_documents)

@@ -14,13 +14,15 @@ from collections.abc import Mapping
 from fastgguf.engine.chat import tool_chat_prompt
 from fastgguf.engine.grammar import Grammar, GrammarError, matchers
 from fastgguf.engine.output import ChatOutputParser
+from fastgguf.engine.pooling import max_input_tokens, pooling_of
 from fastgguf.engine.params import SamplingParams, check_logit_bias
 from fastgguf.engine.reasoning import MODES, THINK_CLOSE, detect_reasoning, reasoning_grammar, starts_inside, \
     template_kwargs
 from fastgguf.engine.scheduler import Request
 from fastgguf.engine.tools import HERMES_CLOSE, HERMES_OPEN, MISTRAL_TAG, ToolError, tool_grammar, validate_tools
 
-__all__ = ["APIError", "prepare_completion", "prepare_chat", "prepare_embedding", "Prepared", "EmbeddingPrepared",
+__all__ = ["APIError", "prepare_completion", "prepare_chat", "prepare_embedding", "prepare_rerank", "Prepared",
+           "EmbeddingPrepared", "RerankPrepared", "rerank_tokens",
            "sampling_params", "check_model", "model_id", "SAMPLING_FIELDS"]
 
 MAX_N = 16
@@ -296,12 +298,19 @@ class EmbeddingPrepared:
         return Request(self.prompts, None, sink, loop=loop, embed=True)
 
 
-def prepare_embedding(model, body, n_ctx):
+def prepare_embedding(model, body, n_ctx, per_token=False):
     """/v1/embeddings: input is a string, a list of strings, a list of token ids or a list of such lists (no
-    empty strings: OpenAI refuses them too); each at most n_ctx tokens."""
+    empty strings: OpenAI refuses them too); each at most n_ctx tokens (a non-causal model: also at most its
+    training context, fastgguf.engine.pooling.max_input_tokens). A model whose pooling is "none" gives per-token
+    vectors, which OpenAI's shape cannot hold: refused as llama-server does, unless per_token (Model.embed)."""
     if not isinstance(body, Mapping):
         raise APIError("the request body must be a JSON object")
     check_model(body, model)
+    if pooling_of(model) == "none" and not per_token:
+        raise APIError("Pooling type 'none' is not OAI compatible: this model's file gives per-token vectors "
+                       "(Model.embed returns them in-process)", param="input")
+    if pooling_of(model) == "rank":
+        raise APIError("this model is a reranker (pooling rank): use /v1/rerank", param="model")
     fmt = body.get("encoding_format")
     fmt = "float" if fmt is None else fmt
     if fmt not in ("float", "base64"):
@@ -316,12 +325,90 @@ def prepare_embedding(model, body, n_ctx):
     if isinstance(inp, list) and len(inp) > MAX_EMBED_INPUTS and not is_token_id(inp[0]):
         raise APIError(f"input has {len(inp)} items; at most {MAX_EMBED_INPUTS} are allowed", param="input")
     prompts = _prompt_list(model, inp, "input")
-    for i, ids in enumerate(prompts):
-        if len(ids) > n_ctx:
-            raise APIError(f"This model's maximum context length is {n_ctx} tokens. However, input[{i}] has "
-                           f"{len(ids)} tokens. Please reduce the input.", param="input",
-                           code="context_length_exceeded")
+    _fit_inputs(model, prompts, n_ctx, "input")
     return EmbeddingPrepared(prompts, fmt)
+
+
+def _fit_inputs(model, prompts, n_ctx, field):
+    """Each input whole within the longest an embedding input may be: an error, never a silent truncation
+    (llama.cpp refuses too)."""
+    limit = max_input_tokens(model, n_ctx)
+    for i, ids in enumerate(prompts):
+        if len(ids) > limit:
+            raise APIError(f"This model's maximum context length is {limit} tokens. However, {field}[{i}] has "
+                           f"{len(ids)} tokens. Please reduce the input.", param=field,
+                           code="context_length_exceeded")
+
+
+class RerankPrepared:
+    """A validated /v1/rerank request: one prompt per document (query and document put together as
+    rerank_tokens does), top_n, return_documents and the documents."""
+    stream = False
+
+    def __init__(self, prompts, documents, top_n, return_documents):
+        self.prompts, self.documents = prompts, documents
+        self.top_n, self.return_documents = top_n, return_documents
+
+    def request(self, sink, loop=None):
+        return Request(self.prompts, None, sink, loop=loop, embed=True)
+
+
+RERANK_TEMPLATE_KEY = "tokenizer.chat_template.rerank"
+
+
+def rerank_tokens(model, query, document):
+    """The token ids of one (query, document) pair, as llama-server's format_prompt_rerank: the file's rerank
+    template (tokenizer.chat_template.rerank, Qwen3 rerankers) with {query} and {document} replaced, special
+    tokens parsed and none added; else BOS (if the vocabulary adds it) query EOS (if it adds EOS) SEP (if it
+    adds SEP) document EOS (if it adds EOS), query and document tokenized without special tokens (a BERT
+    cross-encoder: [CLS] query [SEP] document)."""
+    tmpl = model.metadata.get(RERANK_TEMPLATE_KEY)
+    if isinstance(tmpl, str):
+        text = tmpl.replace("{query}", query).replace("{document}", document)
+        return list(model.tokenize(text, add_special=False, parse_special=True))
+    tok = model.tokenizer
+    eos = tok.eos_id if tok.eos_id is not None else tok.special_ids.get("sep")
+    add_sep = getattr(tok, "add_sep", False)  # WPM vocabularies (tokenizer.ggml.add_sep_token)
+    ids = [tok.bos_id] if tok.add_bos and tok.bos_id is not None else []
+    ids += model.tokenize(query, add_special=False)
+    if tok.add_eos and eos is not None:
+        ids.append(eos)
+    if add_sep and tok.special_ids.get("sep") is not None:
+        ids.append(tok.special_ids["sep"])
+    ids += model.tokenize(document, add_special=False)
+    if tok.add_eos and eos is not None:
+        ids.append(eos)
+    return ids
+
+
+def prepare_rerank(model, body, n_ctx):
+    """/v1/rerank (the Jina / Cohere shape llama-server takes): query (a string), documents (a non-empty list of
+    strings), top_n (default: all), return_documents. The model must be a reranker (pooling rank)."""
+    if not isinstance(body, Mapping):
+        raise APIError("the request body must be a JSON object")
+    check_model(body, model)
+    pooling = model.hparams.pooling
+    if pooling != "rank":
+        said = f"pooling {pooling!r}" if pooling else "no pooling_type (a chat model)"
+        raise APIError(f"this model is not a reranker: its file says {said}; rerank needs pooling 'rank' (a "
+                       f"reranker such as a Qwen3-Reranker or a BERT cross-encoder GGUF)", param="model",
+                       code="model_not_reranker")
+    query = body.get("query")
+    if not isinstance(query, str):
+        raise APIError("query must be a string" if query is not None else "query is required", param="query")
+    docs = body.get("documents")
+    if not isinstance(docs, list) or not docs or not all(isinstance(d, str) for d in docs):
+        raise APIError("documents must be a non-empty list of strings", param="documents")
+    if len(docs) > MAX_EMBED_INPUTS:
+        raise APIError(f"documents has {len(docs)} items; at most {MAX_EMBED_INPUTS} are allowed",
+                       param="documents")
+    top_n = _int_field(body, "top_n", len(docs), 1, 1 << 31)
+    return_documents = _bool_field(body, "return_documents")
+    prompts = [rerank_tokens(model, query, d) for d in docs]
+    if any(not p for p in prompts):
+        raise APIError("documents: an empty query and document give no tokens to score", param="documents")
+    _fit_inputs(model, prompts, n_ctx, "documents")
+    return RerankPrepared(prompts, docs, min(top_n, len(docs)), return_documents)
 
 _ROLES = {"system": "system", "developer": "system", "user": "user", "assistant": "assistant", "tool": "tool"}
 

@@ -1,6 +1,6 @@
 """The Scheduler's typed events -> OpenAI's response dicts, and any exception -> OpenAI's error shape.
 
-    b = builder(model, prep)             # ResponseBuilder (completions, chat) or EmbeddingCollector
+    b = builder(model, prep)             # ResponseBuilder (completions, chat), EmbeddingCollector or RerankCollector
     b.chunks(events) -> [chunk dicts]    # streaming; or b.feed(events) ... b.final() -> the response dict
     status, body, headers = error_body(exc)
 
@@ -15,9 +15,10 @@ import uuid
 import numpy as np
 
 from fastgguf.engine.scheduler import Delta, Done, Embedding, Error, Finish, PromptLogprobs, QueueFull, Start
-from fastgguf.openai.protocol import APIError, EmbeddingPrepared, model_id
+from fastgguf.openai.protocol import APIError, EmbeddingPrepared, RerankPrepared, model_id
 
-__all__ = ["ResponseBuilder", "EmbeddingCollector", "builder", "embedding_response", "usage_dict", "error_body"]
+__all__ = ["ResponseBuilder", "EmbeddingCollector", "RerankCollector", "builder", "embedding_response",
+           "rerank_response", "usage_dict", "error_body"]
 
 
 def error_body(exc):
@@ -34,6 +35,8 @@ def error_body(exc):
 
 def builder(model, prep):
     """The events -> response shaper of a prepared request."""
+    if isinstance(prep, RerankPrepared):
+        return RerankCollector(model, prep)
     return EmbeddingCollector(model, prep) if isinstance(prep, EmbeddingPrepared) else ResponseBuilder(model, prep)
 
 
@@ -68,6 +71,31 @@ class EmbeddingCollector:
 
     def final(self):
         return embedding_response(self.model, self.prep, self.vectors, self.usage)
+
+
+def rerank_response(model, prep, scores, usage):
+    """llama-server's /v1/rerank response (Jina's shape): results sorted by relevance_score, best first (a stable
+    sort: equal scores keep the documents' order), the first top_n; with return_documents each result also
+    carries {"document": {"text": ...}} as Jina and Cohere do. relevance_score is score 0 of the model's rank head,
+    not normalised (Qwen3 rerankers: P(yes))."""
+    order = sorted(range(len(scores)), key=lambda i: -scores[i])[:prep.top_n]
+    results = []
+    for i in order:
+        r = {"index": i, "relevance_score": scores[i]}
+        if prep.return_documents:
+            r["document"] = {"text": prep.documents[i]}
+        results.append(r)
+    n = usage["prompt_tokens"]
+    return {"model": model_id(model), "object": "list", "results": results,
+            "usage": {"prompt_tokens": n, "total_tokens": n}}
+
+
+class RerankCollector(EmbeddingCollector):
+    """The events of a rerank request (one Embedding event of scores per document) -> the response dict."""
+
+    def final(self):
+        scores = [float(np.asarray(v).reshape(-1)[0]) for v in self.vectors]
+        return rerank_response(self.model, self.prep, scores, self.usage)
 
 
 def usage_dict(u):

@@ -118,16 +118,33 @@ async def completions(body: S.CompletionRequest, request: Request):
 
 
 @router.post("/embeddings", response_model=S.EmbeddingResponse,
-             description="Each vector is the model's final hidden state (after the output norm, before the lm_head), "
-                         "mean-pooled over the input's tokens and L2-normalized; batched with generation.")
+             description="Each vector is the model's final hidden states pooled as its file says (mean, cls or last; "
+                         "mean when the file does not say, as for chat models) and L2-normalized; batched with "
+                         "generation. A file with pooling none (per-token vectors) is refused, as by llama-server.")
 async def embeddings(body: S.EmbeddingRequest, request: Request):
     return await respond(request, await prepare(request, protocol.prepare_embedding, body))
 
 
+@router.post("/rerank", response_model=S.RerankResponse, response_model_exclude_none=True,
+             description="llama-server's rerank (Jina / Cohere shape): each document scored against the query by a "
+                         "reranker (pooling rank), results sorted by relevance_score, best first.")
+async def rerank(body: S.RerankRequest, request: Request):
+    return await respond(request, await prepare(request, protocol.prepare_rerank, body))
+
+
 # -- models, tokens, health, metrics -------------------------------------------------------------------------------
 
+CHAT_MODEL_NOTE = ("not an embedding model: its file has no pooling_type, so /v1/embeddings mean-pools its final "
+                   "hidden states; such vectors are not meant for retrieval")
+
+
 def _card(state):
-    return {"id": protocol.model_id(state.model), "object": "model", "created": state.created, "owned_by": "fastgguf"}
+    pooling = state.model.hparams.pooling
+    card = {"id": protocol.model_id(state.model), "object": "model", "created": state.created, "owned_by": "fastgguf",
+            "pooling": pooling, "embedding": pooling in ("none", "mean", "cls", "last"), "rerank": pooling == "rank"}
+    if pooling is None:
+        card["note"] = CHAT_MODEL_NOTE
+    return card
 
 
 @router.get("/models", response_model=S.ModelList)

@@ -64,6 +64,15 @@ class EmbeddingRequest(_Loose):
     user: Optional[str] = None  # ignored
 
 
+class RerankRequest(_Loose):
+    # typed loosely: fastgguf.openai.protocol.prepare_rerank checks them (errors in OpenAI's shape)
+    query: Any = None  # a string
+    documents: Any = None  # a non-empty list of strings
+    top_n: Any = None  # at most this many results (default: all)
+    return_documents: Any = None  # each result also carries {"document": {"text": ...}}
+    model: Optional[str] = None
+
+
 class TokenizeRequest(_Loose):
     content: str
     add_special: bool = True
@@ -175,11 +184,33 @@ class EmbeddingResponse(_Loose):
     usage: EmbeddingUsage
 
 
+class RerankDocument(_Loose):
+    text: str
+
+
+class RerankResult(_Loose):
+    index: int
+    relevance_score: float
+    document: Optional[RerankDocument] = None
+
+
+class RerankResponse(_Loose):
+    model: str
+    object: Literal["list"] = "list"
+    results: List[RerankResult]
+    usage: EmbeddingUsage
+
+
 class ModelCard(_Loose):
     id: str
     object: Literal["model"] = "model"
     created: int
     owned_by: str = "fastgguf"
+    # fastgguf's extras: the file's pooling_type (None: it does not say, a chat model), what the model is for
+    pooling: Optional[str] = None
+    embedding: Optional[bool] = None  # an embedding model (pooling none, mean, cls or last)
+    rerank: Optional[bool] = None  # a reranker (pooling rank): /v1/rerank
+    note: Optional[str] = None
 
 
 class ModelList(_Loose):
