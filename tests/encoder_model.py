@@ -9,6 +9,7 @@ import numpy as np
 import gguf
 
 E, H, HD, F, V, N_CTX = 64, 4, 16, 96, 100, 512
+QK_S = 0.1   # q/k weights' scale: attention neither uniform nor so sharp that one Q8 rounding flips an output
 
 
 def make_tiny_encoder(path, *, arch="bert", wtype=None, seed=0, n_layer=2, biases=True, fused=True,
@@ -48,11 +49,11 @@ def make_tiny_encoder(path, *, arch="bert", wtype=None, seed=0, n_layer=2, biase
     for i in range(n_layer):
         p = f"blk.{i}."
         if arch == "nomic-bert" and fused:
-            t(p + "attn_qkv.weight", 3 * E, E, s=0.3)
+            t(p + "attn_qkv.weight", 3 * E, E, s=QK_S)
         else:
-            t(p + "attn_q.weight", E, E, s=0.3)
-            t(p + "attn_k.weight", E, E, s=0.3)
-            t(p + "attn_v.weight", E, E, s=0.3)
+            t(p + "attn_q.weight", E, E, s=QK_S)
+            t(p + "attn_k.weight", E, E, s=QK_S)
+            t(p + "attn_v.weight", E, E, s=0.2)
         if biases:
             for x in "qkv":
                 t(p + f"attn_{x}.bias", E)
