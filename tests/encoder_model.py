@@ -3,23 +3,37 @@ converter writes for these architectures (see fastgguf/arch/bert.py), determinis
 
 n_embd 64, 4 heads of 16 (GQA with n_head_kv=2 is not used by real BERTs, but the forward pass takes it), n_ff 96,
 2 layers, vocabulary 100, context 512 (the position embeddings' rows, as all-MiniLM-L6-v2). No vocabulary: the
-forward pass needs token ids only (tokenizer.ggml.model "no_vocab", which llama.cpp also loads)."""
+forward pass needs token ids only (tokenizer.ggml.model "no_vocab", which llama.cpp also loads); vocab=True writes
+a small WordPiece vocabulary instead (VOCAB: llama.cpp's tools need text in, tools/make_tiny_references.py)."""
 import numpy as np
 
 import gguf
 
 E, H, HD, F, V, N_CTX = 64, 4, 16, 96, 100, 512
+# [PAD] [UNK] [CLS] [SEP] [MASK], a few words, the letters and digits alone and as word pieces, punctuation
+VOCAB = (["[PAD]", "[UNK]", "[CLS]", "[SEP]", "[MASK]", "the", "cat", "sat", "on", "mat", "dog", "ran"]
+         + [chr(c) for c in range(ord("a"), ord("z") + 1)] + [f"##{chr(c)}" for c in range(ord("a"), ord("z") + 1)]
+         + [str(d) for d in range(10)] + list(".,!?;:'\"()-/&*+=<>@#$%[]_~"))
 QK_S = 0.1   # q/k weights' scale: attention neither uniform nor so sharp that one Q8 rounding flips an output
 
 
 def make_tiny_encoder(path, *, arch="bert", wtype=None, seed=0, n_layer=2, biases=True, fused=True,
-                      token_types=True):
+                      token_types=True, vocab=False):
     """arch "bert" or "nomic-bert"; wtype: a gguf.GGMLQuantizationType for the 2-D weights (not token_types), or
     None for F32. biases: q/k/v/o and FFN biases (bert; nomic-bert has none). fused: nomic-bert's attn_qkv."""
     rng = np.random.default_rng(seed)
     w = gguf.GGUFWriter(str(path), arch)
-    w.add_tokenizer_model("no_vocab")
-    w.add_vocab_size(V)
+    if vocab:
+        assert len(VOCAB) == V
+        w.add_tokenizer_model("bert")
+        w.add_token_list(VOCAB)
+        w.add_token_types([3 if t.startswith("[") and t.endswith("]") and len(t) > 2 else 1 for t in VOCAB])
+        for add, tok in ((w.add_pad_token_id, "[PAD]"), (w.add_unk_token_id, "[UNK]"), (w.add_bos_token_id, "[CLS]"),
+                         (w.add_sep_token_id, "[SEP]"), (w.add_mask_token_id, "[MASK]")):
+            add(VOCAB.index(tok))
+    else:
+        w.add_tokenizer_model("no_vocab")
+        w.add_vocab_size(V)
     w.add_token_type_count(2)
     w.add_block_count(n_layer)
     w.add_context_length(N_CTX)

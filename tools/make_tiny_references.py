@@ -9,7 +9,15 @@ llama.cpp through llama-cpp-python's low-level bindings (the 0.3.36 sdist's llam
 an install; never a runtime dependency of fastgguf): the case's token ids in one batch, all logits, flash
 attention on (the reference) and off (fa_spread: the largest difference over the reference's top-10 ids, which
 sizes the test's tolerance), at each context size of the case. Stored: the top-10 ids and logits at every
-position."""
+position.
+
+    python tools/make_tiny_references.py --encoders [OUT.json]
+
+instead writes tests/data/tiny-encoder-references.json for tests/engine/test_tiny_encoder_references.py: the tiny
+bert / nomic-bert files (tests/encoder_model.py, with its small WordPiece vocabulary) through llama.cpp's own
+tools, LLAMA_BIN (default ~/.cache/llama-ref/build/bin): llama-tokenize --ids gives each prompt's token ids,
+llama-embedding --pooling none --embd-normalize -1 --embd-output-format json each token's raw hidden state (the
+last layer's output). Stored: ids and vectors (7 decimals, as llama-embedding prints them)."""
 import ctypes
 import json
 import os
@@ -62,7 +70,46 @@ def run(L, path, ids, n_ctx, flash):
     return out
 
 
+def run_tool(args):
+    import subprocess
+    r = subprocess.run(args, capture_output=True, text=True, timeout=300)
+    if r.returncode != 0:
+        raise RuntimeError(f"{args[0]} failed ({r.returncode}): {r.stderr[-2000:]}")
+    return r.stdout
+
+
+def encoders_main(out_path):
+    from test_tiny_encoder_references import ENCODER_CASES, PROMPTS, build
+    bin_dir = os.path.expanduser(os.environ.get("LLAMA_BIN", "~/.cache/llama-ref/build/bin"))
+    cases = {}
+    with tempfile.TemporaryDirectory() as tmp:
+        for name in ENCODER_CASES:
+            path = build(name, os.path.join(tmp, f"{name}.gguf"))
+            runs = []
+            for prompt in PROMPTS:
+                out = run_tool([os.path.join(bin_dir, "llama-tokenize"), "-m", path, "-p", prompt, "--ids",
+                                "--log-disable"])
+                ids = json.loads(out.strip().splitlines()[-1])
+                out = run_tool([os.path.join(bin_dir, "llama-embedding"), "-m", path, "-p", prompt, "-t", "2",
+                                "--pooling", "none", "--embd-normalize", "-1", "--embd-output-format", "json"])
+                data = json.loads(out[out.index("{"):out.rindex("}") + 1])["data"]
+                vecs = [d["embedding"] for d in data]
+                if len(vecs) != len(ids):
+                    raise RuntimeError(f"{name}: {len(ids)} ids but {len(vecs)} vectors for {prompt!r}")
+                runs.append({"prompt": prompt, "ids": ids, "hidden": vecs})
+                print(f"{name}: {prompt[:30]!r}: {len(ids)} tokens")
+            cases[name] = runs
+    ref = {"engine": f"llama.cpp's llama-tokenize and llama-embedding ({bin_dir})",
+           "note": "tests/engine/test_tiny_encoder_references.py ENCODER_CASES; per-token raw hidden states "
+                   "(--pooling none --embd-normalize -1)", "cases": cases}
+    with open(out_path, "w") as f:
+        json.dump(ref, f, separators=(",", ":"))
+
+
 def main():
+    if sys.argv[1:2] == ["--encoders"]:
+        return encoders_main(sys.argv[2] if len(sys.argv) > 2 else os.path.join(
+            HERE, "..", "tests", "data", "tiny-encoder-references.json"))
     out_path = sys.argv[1] if len(sys.argv) > 1 else os.path.join(HERE, "..", "tests", "data",
                                                                   "tiny-references.json")
     L = import_llama_cpp()
