@@ -25,9 +25,12 @@ def make_tiny_encoder(path, *, arch="bert", wtype=None, seed=0, n_layer=2, biase
     w = gguf.GGUFWriter(str(path), arch)
     if vocab:
         assert len(VOCAB) == V
+        # as llama.cpp's converter stores a WordPiece vocabulary (conversion/bert.py phantom()): control tokens as
+        # they are, "##x" pieces as "x", word-initial tokens with a leading U+2581
+        control = [t.startswith("[") and t.endswith("]") and len(t) > 2 for t in VOCAB]
         w.add_tokenizer_model("bert")
-        w.add_token_list(VOCAB)
-        w.add_token_types([3 if t.startswith("[") and t.endswith("]") and len(t) > 2 else 1 for t in VOCAB])
+        w.add_token_list([t if c else t[2:] if t.startswith("##") else "\u2581" + t for t, c in zip(VOCAB, control)])
+        w.add_token_types([3 if c else 1 for c in control])
         for add, tok in ((w.add_pad_token_id, "[PAD]"), (w.add_unk_token_id, "[UNK]"), (w.add_bos_token_id, "[CLS]"),
                          (w.add_sep_token_id, "[SEP]"), (w.add_mask_token_id, "[MASK]")):
             add(VOCAB.index(tok))

@@ -15,9 +15,11 @@ position.
 
 instead writes tests/data/tiny-encoder-references.json for tests/engine/test_tiny_encoder_references.py: the tiny
 bert / nomic-bert files (tests/encoder_model.py, with its small WordPiece vocabulary) through llama.cpp's own
-tools, LLAMA_BIN (default ~/.cache/llama-ref/build/bin): llama-tokenize --ids gives each prompt's token ids,
-llama-embedding --pooling none --embd-normalize -1 --embd-output-format json each token's raw hidden state (the
-last layer's output). Stored: ids and vectors (7 decimals, as llama-embedding prints them)."""
+tools, LLAMA_BIN (default ~/.cache/llama-ref/build/bin): llama-tokenize --ids gives each prompt's token ids, and
+llama.cpp's per-token hidden states (the last layer's output, what llama-embedding --pooling none
+--embd-normalize -1 prints) come through the bindings as above (libllama from LLAMA_BIN; embeddings on, pooling
+none): llama-embedding's JSON on stdout is written by an asynchronous logger that can lose its last lines at exit.
+On tiny bert-f32 the two agree to 5e-8 wherever the JSON came out whole. Stored: ids and vectors (7 decimals)."""
 import ctypes
 import json
 import os
@@ -78,9 +80,41 @@ def run_tool(args):
     return r.stdout
 
 
+def embed(L, path, ids):
+    """llama.cpp's per-token hidden states (len(ids), n_embd) of one input (llama_decode runs encode() for it)."""
+    model = L.llama_model_load_from_file(path.encode(), L.llama_model_default_params())
+    if not model:
+        raise RuntimeError(f"llama.cpp could not load {path}")
+    cp = L.llama_context_default_params()
+    cp.n_ctx = cp.n_batch = cp.n_ubatch = 512
+    cp.n_threads = cp.n_threads_batch = 2
+    cp.embeddings = True
+    cp.pooling_type = L.LLAMA_POOLING_TYPE_NONE
+    ctx = L.llama_init_from_model(model, cp)
+    n_embd = L.llama_model_n_embd(model)
+    batch = L.llama_batch_init(len(ids), 0, 1)
+    try:
+        for i, t in enumerate(ids):
+            batch.token[i], batch.pos[i], batch.n_seq_id[i], batch.logits[i] = t, i, 1, 1
+            batch.seq_id[i][0] = 0
+        batch.n_tokens = len(ids)
+        if L.llama_decode(ctx, batch) != 0:
+            raise RuntimeError("llama_decode failed")
+        out = np.array([np.ctypeslib.as_array(L.llama_get_embeddings_ith(ctx, i), shape=(n_embd,))
+                        for i in range(len(ids))], dtype=np.float32)
+    finally:
+        L.llama_batch_free(batch)
+        L.llama_free(ctx)
+        L.llama_model_free(model)
+    return out
+
+
 def encoders_main(out_path):
     from test_tiny_encoder_references import ENCODER_CASES, PROMPTS, build
     bin_dir = os.path.expanduser(os.environ.get("LLAMA_BIN", "~/.cache/llama-ref/build/bin"))
+    os.environ.setdefault("LLAMA_CPP_LIB_PATH", bin_dir)
+    L = import_llama_cpp()
+    L.llama_backend_init()
     cases = {}
     with tempfile.TemporaryDirectory() as tmp:
         for name in ENCODER_CASES:
@@ -90,16 +124,12 @@ def encoders_main(out_path):
                 out = run_tool([os.path.join(bin_dir, "llama-tokenize"), "-m", path, "-p", prompt, "--ids",
                                 "--log-disable"])
                 ids = json.loads(out.strip().splitlines()[-1])
-                out = run_tool([os.path.join(bin_dir, "llama-embedding"), "-m", path, "-p", prompt, "-t", "2",
-                                "--pooling", "none", "--embd-normalize", "-1", "--embd-output-format", "json"])
-                data = json.loads(out[out.index("{"):out.rindex("}") + 1])["data"]
-                vecs = [d["embedding"] for d in data]
-                if len(vecs) != len(ids):
-                    raise RuntimeError(f"{name}: {len(ids)} ids but {len(vecs)} vectors for {prompt!r}")
+                vecs = [[round(float(v), 7) for v in row] for row in embed(L, path, ids)]
                 runs.append({"prompt": prompt, "ids": ids, "hidden": vecs})
                 print(f"{name}: {prompt[:30]!r}: {len(ids)} tokens")
             cases[name] = runs
-    ref = {"engine": f"llama.cpp's llama-tokenize and llama-embedding ({bin_dir})",
+    ref = {"engine": f"llama.cpp's llama-tokenize and libllama through llama-cpp-python {L.__version__}'s "
+                     f"bindings ({bin_dir})",
            "note": "tests/engine/test_tiny_encoder_references.py ENCODER_CASES; per-token raw hidden states "
                    "(--pooling none --embd-normalize -1)", "cases": cases}
     with open(out_path, "w") as f:

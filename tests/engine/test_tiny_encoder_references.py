@@ -3,10 +3,13 @@ against llama.cpp: its token ids and per-token hidden states, made once by `tool
 --encoders` (llama-tokenize --ids, llama-embedding --pooling none --embd-normalize -1) and committed in
 tests/data/tiny-encoder-references.json. The files are rebuilt here, byte for byte, from ENCODER_CASES; fastgguf
 runs llama.cpp's ids (the tokenizer is tested elsewhere) and each token's hidden state must have cosine >= 0.9999
-with llama.cpp's.
+with llama.cpp's (F32 files; measured 0.999998 and up).
 
 Where the two differ: llama.cpp keeps an encoder's K and V in F32 (no cache), fastgguf in its F16 cache; llama.cpp's
-GELU reads an F16 table."""
+GELU reads an F16 table; with Q8_0 weights both round activations to 8 bits, which on a 64-wide model moves a
+token by ~1e-4 in cosine: llama.cpp's own Q8_0 states are 0.99987-0.99995 from the float64 oracle's (unrounded)
+ones, fastgguf's 0.99986-0.99993 from llama.cpp's. So for Q8_0: the median token >= 0.9999, every token >= 0.9995
+(a wrong bias, norm, mask or RoPE costs orders of magnitude more)."""
 import json
 import os
 
@@ -58,4 +61,7 @@ def test_matches_llama_cpp(tmp_path, refs, name):
         want = np.array(r["hidden"])
         assert h.shape == want.shape
         c = (h * want).sum(1) / np.linalg.norm(h, axis=1) / np.linalg.norm(want, axis=1)
-        assert c.min() >= 0.9999, (name, r["prompt"], c.min())
+        if name.endswith("q8_0"):
+            assert np.median(c) >= 0.9999 and c.min() >= 0.9995, (name, r["prompt"], np.median(c), c.min())
+        else:
+            assert c.min() >= 0.9999, (name, r["prompt"], c.min())
