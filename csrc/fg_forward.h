@@ -148,8 +148,9 @@ int fg_forward(const fg_model *m, fg_state *s, const int32_t *tokens, int n_toke
  *   positions (a prompt chunk; causal within it); its cache must hold positions 0..pos-1 of its first row.
  *   logit_rows (n_logit_rows,): strictly increasing rows whose logits are written to logits (n_logit_rows,
  *   n_vocab), in that order.
- *   hidden_rows (n_hidden_rows,): likewise, rows whose final hidden state output_norm(x) (the lm_head's input)
- *   is written to hidden (n_hidden_rows, n_embd). A row in neither list pays no lm_head (embeddings).
+ *   hidden_rows (n_hidden_rows,): likewise, rows whose final hidden state output_norm(x) (the lm_head's input;
+ *   an encoder without output_norm: the last layer's output x) is written to hidden (n_hidden_rows, n_embd). A
+ *   row in neither list pays no lm_head (embeddings).
  * A row's logits are bit-identical whatever the other rows and the number of threads (every op is row-wise; the
  * GEMM of a row equals its GEMV). Returns 0; -1 (nothing done) on bad input: a count < 1 (n_logit_rows < 0), a
  * NULL or repeated cache, a sequence index, token or position out of range (pos >= that cache's n_ctx or

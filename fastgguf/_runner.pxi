@@ -403,7 +403,10 @@ def forward_batch(Weights w, Workspace ws, list runners, list token_lists, int n
     of every token; "hidden": (len, n_embd) final hidden states output_norm(x) of every token, and no lm_head at
     all. Each runner's n_past and tokens advance as with runner.eval(token_lists[i]) (its logits buffer too,
     except with "hidden"), and the results are bit-identical to that. Raises ValueError / TypeError on bad input
-    (naming the sequence), with no runner changed."""
+    (naming the sequence), with no runner changed.
+    An encoder (w.has_logits False, non-causal: bert, nomic-bert) takes only "hidden", and each input whole: its
+    runner at n_past 0 and at most w.max_tokens ids (every token attends to all of them; the C keeps an input in
+    one chunk). Its hidden states are the last layer's output (no output_norm)."""
     cdef Py_ssize_t n = len(runners), i
     cdef Runner r
     if n == 0:
