@@ -100,14 +100,14 @@ def test_limits(models):
         with pytest.raises(ValueError, match="given whole in one call"):
             forward_batch(m.weights, ws, [r], [ids[3:6]], 1, ["hidden"])
     h = hidden(models["bert-f32"], [ids[:300]], 1)[0]   # one input past the 256-row chunk of causal models
-    want = Oracle_cache(models["bert-f32"]).encode(ids[:300], kv_f16=True)
+    want = oracle_for(models["bert-f32"]).encode(ids[:300], kv_f16=True)
     assert cosines(h, want).min() >= 0.9999
 
 
 _ORACLES = {}
 
 
-def Oracle_cache(m):
+def oracle_for(m):
     if m.path not in _ORACLES:
         _ORACLES[m.path] = Oracle(m.path)
     return _ORACLES[m.path]
