@@ -97,7 +97,8 @@ void fg_work_free(fg_work *w) {
 
 int fg_work_init(fg_work *w, const fg_model *m, int n_batch, int max_ctx, int max_threads) {
     memset(w, 0, sizeof(*w));
-    w->n_batch = n_batch < 1 ? 1 : (n_batch > FG_MAX_BATCH ? FG_MAX_BATCH : n_batch);
+    int cap = m->non_causal ? FG_MAX_BATCH_NC : FG_MAX_BATCH;
+    w->n_batch = n_batch < 1 ? 1 : (n_batch > cap ? cap : n_batch);
     w->max_ctx = max_ctx < 1 ? 1 : max_ctx;
     w->max_threads = max_threads < 1 ? 1 : max_threads;
     w->q_dim = (int64_t)m->n_head * m->head_dim;
@@ -249,10 +250,11 @@ static void add_bias(float *y, int64_t ldy, int64_t rows, const float *b, int64_
         for (int64_t r = r0; r < r1; r++) y[i * ldy + r] += b[r];
 }
 
-/* x[i, r] += W_r . in_i for own rows: the output projections with the residual add fused. With post_norm (gemma):
- * x_i += rmsnorm(W . in_i) * post_norm, which needs the whole product first (rows split after a barrier). */
+/* x[i, r] += W_r . in_i (+ bias[r]) for own rows: the output projections with the residual add fused. With
+ * post_norm (gemma): x_i += rmsnorm(W . in_i) * post_norm, which needs the whole product first (rows split after a
+ * barrier). */
 static void matmul_residual(const team *t, const fg_mat *w, const float *in, int64_t rows, int64_t n, int64_t ld,
-                            const float *post_norm) {
+                            const float *bias, const float *post_norm) {
     fg_work *s = t->w;
     const fg_mat *ws[1] = {w};
     const char *xq[1];
@@ -261,6 +263,7 @@ static void matmul_residual(const team *t, const fg_mat *w, const float *in, int
     prep(t, in, rows, n, ld, NULL, ws, 1, xq, &xs);
     fg_split_rows(w->rows, t->nth, t->ith, ROW_ALIGN, &r0, &r1);
     matmul(w, xq[0], xs, rows, s->tmp, E, r0, r1);
+    add_bias(s->tmp, E, rows, bias, r0, r1);
     if (post_norm) {
         BARRIER(t);
         fg_split_rows(rows, t->nth, t->ith, 1, &r0, &r1);
@@ -370,10 +373,12 @@ static void attention_rows(const team *t, const fg_layer *L, int il, int64_t row
     for (int64_t i0 = 0, i1; i0 < rows; i0 = i1) {
         for (i1 = i0 + 1; i1 < rows && i1 - i0 < FG_ATT_TILE && t->seq[i1] == t->seq[i0]; i1++) {}
         const fg_kv *kv = t->seqs[t->seq[i0]];
-        int64_t lo[FG_ATT_TILE], n[FG_ATT_TILE], first, ring = 1;
+        int64_t lo[FG_ATT_TILE], n[FG_ATT_TILE], first, ring = 1, last = i1 - 1;
+        if (m->non_causal) /* every row sees its whole sequence: positions 0 .. its last row's (all stored above) */
+            while (last + 1 < rows && t->seq[last + 1] == t->seq[i0]) last++;
         for (int64_t i = i0; i < i1; i++) {
-            n[i - i0] = attn_span(m, kv, il, t->pos[i], &first, &ring);
-            lo[i - i0] = t->pos[i] + 1 - n[i - i0];
+            n[i - i0] = attn_span(m, kv, il, m->non_causal ? t->pos[last] : t->pos[i], &first, &ring);
+            lo[i - i0] = (m->non_causal ? t->pos[last] : t->pos[i]) + 1 - n[i - i0];
         }
         for (int g = 0; g < G; g++, u++) {
             if (u % t->nth != t->ith) continue;
@@ -383,6 +388,15 @@ static void attention_rows(const team *t, const fg_layer *L, int il, int64_t row
                               m->attn_softcap, t->scores);
         }
     }
+}
+
+/* x = LayerNorm(x) * w + b per row (BERT's post-norms; nothing when w is NULL). Rows split, then a barrier. */
+static void post_layernorm(const team *t, int64_t rows, const float *w, const float *b) {
+    if (!w) return;
+    int64_t E = t->m->n_embd, r0, r1;
+    fg_split_rows(rows, t->nth, t->ith, 1, &r0, &r1);
+    for (int64_t i = r0; i < r1; i++) fg_layernorm(t->w->x + i * E, t->w->x + i * E, w, b, E, t->m->norm_eps);
+    BARRIER(t);
 }
 
 static void layer_forward(const team *t, int il, int64_t rows) {
@@ -401,24 +415,36 @@ static void layer_forward(const team *t, int il, int64_t rows) {
         attention_rows(t, L, il, rows, xq, xs);
     BARRIER(t);
 
-    /* x += att . Wo */
-    matmul_residual(t, &L->wo, s->att, rows, QD, QD, L->attn_post_norm);
+    /* x += att . Wo (+ bo); BERT: x = LayerNorm(x) */
+    matmul_residual(t, &L->wo, s->att, rows, QD, QD, L->bo, L->attn_post_norm);
+    post_layernorm(t, rows, L->attn_out_norm, L->attn_out_norm_b);
 
-    /* x += (act(ffn_norm(x) . Wgate) * (ffn_norm(x) . Wup)) . Wdown; each thread owns the same gate and up rows */
-    const fg_mat *gu[2] = {&L->w_gate, &L->w_up};
-    prep(t, s->x, rows, E, E, L->ffn_norm, gu, 2, xq, &xs);
+    /* x += (act(ffn_norm(x) . Wgate) * (ffn_norm(x) . Wup)) . Wdown; each thread owns the same gate and up rows.
+     * Without Wgate (BERT): x += act(x . Wup + b_up) . Wdown + b_down, then x = LayerNorm(x) */
     fg_split_rows(F, t->nth, t->ith, ROW_ALIGN, &r0, &r1);
-    matmul(&L->w_gate, xq[0], xs, rows, s->gate, F, r0, r1);
-    matmul(&L->w_up, xq[1], xs, rows, s->up, F, r0, r1);
-    for (int64_t i = 0; i < rows; i++) {
-        float *g = s->gate + i * F + r0;
-        if (m->ffn_act == FG_ACT_GELU_TANH)
-            fg_geglu(g, g, s->up + i * F + r0, r1 - r0);
-        else
-            fg_swiglu(g, g, s->up + i * F + r0, r1 - r0);
+    if (!L->w_gate.data) {
+        const fg_mat *u[1] = {&L->w_up};
+        prep(t, s->x, rows, E, E, L->ffn_norm, u, 1, xq, &xs);
+        matmul(&L->w_up, xq[0], xs, rows, s->gate, F, r0, r1);
+        add_bias(s->gate, F, rows, L->b_up, r0, r1);
+        for (int64_t i = 0; i < rows; i++) fg_gelu(s->gate + i * F + r0, r1 - r0);
+    } else {
+        const fg_mat *gu[2] = {&L->w_gate, &L->w_up};
+        prep(t, s->x, rows, E, E, L->ffn_norm, gu, 2, xq, &xs);
+        matmul(&L->w_gate, xq[0], xs, rows, s->gate, F, r0, r1);
+        matmul(&L->w_up, xq[1], xs, rows, s->up, F, r0, r1);
+        add_bias(s->up, F, rows, L->b_up, r0, r1);
+        for (int64_t i = 0; i < rows; i++) {
+            float *g = s->gate + i * F + r0;
+            if (m->ffn_act == FG_ACT_GELU_TANH)
+                fg_geglu(g, g, s->up + i * F + r0, r1 - r0);
+            else
+                fg_swiglu(g, g, s->up + i * F + r0, r1 - r0);
+        }
     }
     BARRIER(t);
-    matmul_residual(t, &L->w_down, s->gate, rows, F, F, L->ffn_post_norm);
+    matmul_residual(t, &L->w_down, s->gate, rows, F, F, L->b_down, L->ffn_post_norm);
+    post_layernorm(t, rows, L->layer_out_norm, L->layer_out_norm_b);
 }
 
 /* Embeddings and RoPE tables of the chunk's rows (tokens (rows,)) into w->x, w->rope (rows split, no barrier). */
@@ -433,6 +459,14 @@ static void embed_rows(const team *t, const int32_t *tokens, int64_t rows) {
         fg_dequantize_row(te->type, (const char *)te->data + (size_t)tokens[i] * te->stride, x, E);
         if (m->embd_scale != 1.0f)
             for (int64_t j = 0; j < E; j++) x[j] *= m->embd_scale;
+        if (m->type_embd0)
+            for (int64_t j = 0; j < E; j++) x[j] += m->type_embd0[j];
+        if (m->pos_embd.data) { /* its row of the position embeddings, added (the pxn scratch holds it) */
+            const fg_mat *pe = &m->pos_embd;
+            fg_dequantize_row(pe->type, (const char *)pe->data + (size_t)t->pos[i] * pe->stride, t->pxn, E);
+            for (int64_t j = 0; j < E; j++) x[j] += t->pxn[j];
+        }
+        if (m->tok_norm) fg_layernorm(x, x, m->tok_norm, m->tok_norm_b, E, m->norm_eps);
         if (m->n_rot > 0) {
             int long_ctx = m->rope_freqs_long && t->seqs[t->seq[i]]->n_ctx > m->rope_n_ctx_orig;
             fg_rope_cfg c = {m->rope_base, m->rope_freq_scale, long_ctx ? m->rope_freqs_long : m->rope_freqs,
@@ -479,13 +513,19 @@ static int check_out_rows(const int32_t *rows, int n, int n_rows) {
     return 0;
 }
 
-/* hidden (n_out, n_embd) = output_norm(x) of rows want[0..n_out) (numbered as in logits_rows; rows split, no
- * barrier: it only reads x, like logits_rows, and the next chunk's embed_rows comes after a barrier). */
+/* hidden (n_out, n_embd) = output_norm(x) of rows want[0..n_out), or x itself without output_norm (encoders)
+ * (numbered as in logits_rows; rows split, no barrier: it only reads x, like logits_rows, and the next chunk's
+ * embed_rows comes after a barrier). */
 static void hidden_out(const team *t, const int32_t *want, int64_t n_out, int c0, float *hidden) {
     int64_t E = t->m->n_embd, r0, r1;
     fg_split_rows(n_out, t->nth, t->ith, 1, &r0, &r1);
-    for (int64_t i = r0; i < r1; i++)
-        fg_rmsnorm(hidden + i * E, t->w->x + (int64_t)(want[i] - c0) * E, t->m->output_norm, E, t->m->norm_eps);
+    for (int64_t i = r0; i < r1; i++) {
+        const float *x = t->w->x + (int64_t)(want[i] - c0) * E;
+        if (t->m->output_norm)
+            fg_rmsnorm(hidden + i * E, x, t->m->output_norm, E, t->m->norm_eps);
+        else
+            memcpy(hidden + i * E, x, (size_t)E * sizeof(float));
+    }
 }
 
 /* The checks of fg_forward_multi (see fg_forward.h): 0 when the call is valid, else -1. */
@@ -493,6 +533,7 @@ static int check_rows(const fg_model *m, const fg_work *w, fg_kv *const *seqs, i
                       const int32_t *seq_of_row, const int32_t *pos_of_row, int n_rows, const int32_t *logit_rows,
                       int n_logit_rows, const int32_t *hidden_rows, int n_hidden_rows) {
     if (n_seqs < 1 || n_rows < 1 || !seqs || !tokens || !seq_of_row || !pos_of_row) return -1;
+    if (n_logit_rows > 0 && !m->output.data) return -1; /* no lm_head (an encoder) */
     for (int j = 0; j < n_seqs; j++) {
         if (!seqs[j] || !seqs[j]->k_cache || !seqs[j]->v_cache) return -1;
         for (int k = 0; k < j; k++)
@@ -502,9 +543,12 @@ static int check_rows(const fg_model *m, const fg_work *w, fg_kv *const *seqs, i
         int j = seq_of_row[r], p = pos_of_row[r];
         if (tokens[r] < 0 || tokens[r] >= m->n_vocab || j < 0 || j >= n_seqs) return -1;
         if (p < 0 || p >= seqs[j]->n_ctx || p >= w->max_ctx) return -1;
+        if (m->pos_embd.data && p >= m->pos_embd.rows) return -1;
         int prev = r - 1; /* the sequence's previous row, if any: its position must be p - 1 */
         while (prev >= 0 && seq_of_row[prev] != j) prev--;
         if (prev >= 0 && pos_of_row[prev] != p - 1) return -1;
+        /* non-causal: whole sequences, contiguous, from position 0, each fitting one chunk */
+        if (m->non_causal && (p >= w->n_batch || (prev < 0 && p != 0) || (prev >= 0 && prev != r - 1))) return -1;
     }
     return check_out_rows(logit_rows, n_logit_rows, n_rows) || check_out_rows(hidden_rows, n_hidden_rows, n_rows);
 }
@@ -535,9 +579,12 @@ static void forward_task(int ith, int nth, void *arg) {
     t.scores = (float *)(t.pxq + FG_MAX_SLOTS * w->xq_row);
     int li = 0, hi = 0; /* next entries of logit_rows and hidden_rows */
 
-    /* chunks of up to n_batch rows, in row order (a sequence's later rows see its earlier chunks' cache) */
-    for (int c = 0; c < a->n_rows; c += w->n_batch) {
-        int64_t rows = a->n_rows - c < w->n_batch ? a->n_rows - c : w->n_batch;
+    /* chunks of up to n_batch rows, in row order (a sequence's later rows see its earlier chunks' cache); for a
+     * non-causal model whole sequences only (check_rows made sure each fits one chunk) */
+    for (int c = 0, rows; c < a->n_rows; c += rows) {
+        rows = a->n_rows - c < w->n_batch ? a->n_rows - c : w->n_batch;
+        if (m->non_causal && c + rows < a->n_rows) /* end the chunk before the sequence it would cut */
+            while (a->pos_of_row[c + rows] != 0) rows--;
         t.seq = a->seq_of_row + c;
         t.pos = a->pos_of_row + c;
         embed_rows(&t, a->tokens + c, rows);

@@ -31,11 +31,18 @@ typedef struct {
     const float *ffn_post_norm;   /* optional (n_embd,) RMS norm of the FFN output before the residual add (gemma) */
     int swa;                      /* 1: a sliding-window layer: attends to its last m->n_swa positions only, with
                                    * RoPE base/scale rope_base_swa/rope_freq_scale_swa and a ring of K/V rows */
+    /* the BERT family (post-norm encoders; all optional, NULL / data NULL when absent): attn_norm and ffn_norm
+     * are NULL there (no pre-norm), and w_gate.data NULL means a plain FFN act(x . Wup + b_up) . Wdown */
+    const float *bo, *b_up, *b_down;  /* biases of wo (n_embd,), w_up (n_ff,), w_down (n_embd,) */
+    const float *attn_out_norm, *attn_out_norm_b;   /* x = LayerNorm(x + attention output) (n_embd,) */
+    const float *layer_out_norm, *layer_out_norm_b; /* x = LayerNorm(x + FFN output) (n_embd,) */
 } fg_layer;
 
 #define FG_ACT_SILU 0             /* ffn = silu(gate) * up (llama) */
 #define FG_ACT_GELU_TANH 1        /* ffn = gelu_tanh(gate) * up (gemma) */
 #define FG_MAX_BATCH 256          /* rows per chunk of a forward call at most (the K/V ring's slack, see fg_kv) */
+#define FG_MAX_BATCH_NC 8192      /* the same for a non-causal model (non_causal): a chunk holds whole sequences,
+                                   * so it must take the longest input (no sliding-window layers there) */
 
 typedef struct {
     int n_embd, n_layer, n_head, n_head_kv, head_dim, n_ff, n_vocab;
@@ -54,9 +61,18 @@ typedef struct {
     const float *rope_freqs_long; /* optional (n_rot/2,) LongRoPE factors used instead of rope_freqs by a sequence
                                    * whose cache holds more than rope_n_ctx_orig positions (phi3 128k), or NULL */
     fg_mat tok_embd;              /* (n_vocab, n_embd) */
-    const float *output_norm;     /* (n_embd,) */
-    fg_mat output;                /* (n_vocab, n_embd); may be tok_embd (tied) */
+    const float *output_norm;     /* (n_embd,), or NULL: the hidden state is the last layer's output (encoders) */
+    fg_mat output;                /* (n_vocab, n_embd); may be tok_embd (tied); data NULL: no lm_head (an
+                                   * encoder): logits are refused */
     const fg_layer *layers;       /* (n_layer,) */
+    /* the BERT family (encoders) */
+    int non_causal;               /* 0: a row attends to its sequence's positions up to its own; 1 (encoders):
+                                   * to every row of its sequence in the call (see fg_forward_multi). Zero means
+                                   * causal so that a zeroed fg_model is a llama one. */
+    fg_mat pos_embd;              /* optional (n_pos, n_embd) learned position embeddings added to the input
+                                   * (bert; data NULL: none); positions >= n_pos are refused */
+    const float *type_embd0;      /* optional (n_embd,) token type 0's embedding added to the input, or NULL */
+    const float *tok_norm, *tok_norm_b; /* optional (n_embd,): input = LayerNorm(embeddings), or NULL */
 } fg_model;
 
 #define FG_MAX_SLOTS 3 /* distinct activation types for one input (q, k, v may differ) */
@@ -132,13 +148,18 @@ int fg_forward(const fg_model *m, fg_state *s, const int32_t *tokens, int n_toke
  *   positions (a prompt chunk; causal within it); its cache must hold positions 0..pos-1 of its first row.
  *   logit_rows (n_logit_rows,): strictly increasing rows whose logits are written to logits (n_logit_rows,
  *   n_vocab), in that order.
- *   hidden_rows (n_hidden_rows,): likewise, rows whose final hidden state output_norm(x) (the lm_head's input)
- *   is written to hidden (n_hidden_rows, n_embd). A row in neither list pays no lm_head (embeddings).
+ *   hidden_rows (n_hidden_rows,): likewise, rows whose final hidden state output_norm(x) (the lm_head's input;
+ *   an encoder without output_norm: the last layer's output x) is written to hidden (n_hidden_rows, n_embd). A
+ *   row in neither list pays no lm_head (embeddings).
  * A row's logits are bit-identical whatever the other rows and the number of threads (every op is row-wise; the
  * GEMM of a row equals its GEMV). Returns 0; -1 (nothing done) on bad input: a count < 1 (n_logit_rows < 0), a
  * NULL or repeated cache, a sequence index, token or position out of range (pos >= that cache's n_ctx or
  * w->max_ctx), non-consecutive positions of one sequence, logit or hidden rows not increasing or out of range.
- * n_threads is clamped to [1, w->max_threads]. */
+ * n_threads is clamped to [1, w->max_threads].
+ * A non-causal model (m->non_causal, an encoder) takes each sequence whole: its rows come together (contiguous),
+ * the first at position 0, and each row attends to all of them. Chunks then hold whole sequences (packed in row
+ * order up to w->n_batch rows), so -1 also when a sequence's rows are not contiguous, do not start at 0 or are
+ * more than w->n_batch; -1 too for logit rows of a model without lm_head, or a position past pos_embd's rows. */
 int fg_forward_multi(const fg_model *m, fg_work *w, fg_kv *const *seqs, int n_seqs, const int32_t *tokens,
                      const int32_t *seq_of_row, const int32_t *pos_of_row, int n_rows, const int32_t *logit_rows,
                      int n_logit_rows, float *logits, const int32_t *hidden_rows, int n_hidden_rows, float *hidden,

@@ -11,6 +11,21 @@ void fg_rmsnorm(float *out, const float *x, const float *w, int64_t n, float eps
     for (int64_t i = 0; i < n; i++) out[i] = x[i] * s * w[i];
 }
 
+void fg_layernorm(float *out, const float *x, const float *w, const float *b, int64_t n, float eps) {
+    double sum = 0.0, ss = 0.0; /* double sums, as ggml_norm (ggml_float) */
+    for (int64_t i = 0; i < n; i++) sum += x[i];
+    float mean = (float)(sum / (double)n);
+    for (int64_t i = 0; i < n; i++) {
+        float d = x[i] - mean;
+        ss += (double)d * d;
+    }
+    float s = 1.0f / sqrtf((float)(ss / (double)n) + eps);
+    for (int64_t i = 0; i < n; i++) {
+        float y = (x[i] - mean) * s * w[i];
+        out[i] = b ? y + b[i] : y;
+    }
+}
+
 void fg_rope_yarn_corr_dims(int n_rot, int n_ctx_orig, float base, float beta_fast, float beta_slow, float dims[2]) {
     const float two_pi = 6.28318530717958647692f;
     float lo = floorf(n_rot * logf(n_ctx_orig / (beta_fast * two_pi)) / (2 * logf(base)));
@@ -78,6 +93,13 @@ static void geglu_scalar(float *out, const float *gate, const float *up, int64_t
     for (int64_t i = 0; i < n; i++) {
         float g = gate[i];
         out[i] = g / (1.0f + expf(-GELU_2C * (g + GELU_A * g * g * g))) * up[i];
+    }
+}
+
+static void gelu_scalar(float *x, int64_t n) {
+    for (int64_t i = 0; i < n; i++) {
+        float g = x[i];
+        x[i] = g / (1.0f + expf(-GELU_2C * (g + GELU_A * g * g * g)));
     }
 }
 
@@ -455,6 +477,8 @@ void fg_attention_group(float *out, const float *q, int n_rep, int head_dim, con
                         float *scores) {
     fg_attention_tile(out, 0, q, 0, 1, n_rep, head_dim, k, v, kv_stride, &first, &n, ring, scale, softcap, scores);
 }
+
+void fg_gelu(float *x, int64_t n) { gelu_scalar(x, n); }
 
 void fg_softcap(float *x, int64_t n, float cap) {
     if (cap > 0.0f) softcap_scalar(x, n, cap);

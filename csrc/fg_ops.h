@@ -8,6 +8,10 @@
 /* out (n,) = x / rms(x) * w.  out may alias x. */
 void fg_rmsnorm(float *out, const float *x, const float *w, int64_t n, float eps);
 
+/* out (n,) = (x - mean(x)) / sqrt(var(x) + eps) * w + b (LayerNorm; llama.cpp's ggml_norm then the weight and
+ * bias; b may be NULL). out may alias x. */
+void fg_layernorm(float *out, const float *x, const float *w, const float *b, int64_t n, float eps);
+
 /* How a RoPE angle table is made (llama.cpp's ggml rope with rope_yarn, same parameters). */
 typedef struct {
     float base, freq_scale;    /* theta_i = pos * base^(-2i/n_rot) / freq_factors[i] ("extrapolated"); its
@@ -39,6 +43,9 @@ void fg_swiglu(float *out, const float *gate, const float *up, int64_t n);
 
 /* out (n,) = gelu(gate) * up, GELU in its tanh form (gemma).  out may alias gate. */
 void fg_geglu(float *out, const float *gate, const float *up, int64_t n);
+
+/* x (n,) = gelu(x) in place, the tanh form (llama.cpp's ggml_gelu, used by BERT's FFN). */
+void fg_gelu(float *x, int64_t n);
 
 /* x (n,) = cap * tanh(x / cap) in place (soft-capping, gemma2); nothing when cap <= 0. */
 void fg_softcap(float *x, int64_t n, float cap);

@@ -89,6 +89,10 @@ cdef extern from "fg_threads.h" nogil:
 
 # ---- the forward pass (csrc/fg_forward.h) ----
 cdef extern from "fg_forward.h" nogil:
+    enum:
+        FG_MAX_BATCH
+        FG_MAX_BATCH_NC
+
     ctypedef struct fg_mat:
         const void *data
         int type
@@ -109,6 +113,13 @@ cdef extern from "fg_forward.h" nogil:
         const float *attn_post_norm
         const float *ffn_post_norm
         int swa
+        const float *bo
+        const float *b_up
+        const float *b_down
+        const float *attn_out_norm
+        const float *attn_out_norm_b
+        const float *layer_out_norm
+        const float *layer_out_norm_b
 
     ctypedef struct fg_model:
         int n_embd, n_layer, n_head, n_head_kv, head_dim, n_ff, n_vocab
@@ -127,6 +138,11 @@ cdef extern from "fg_forward.h" nogil:
         const float *output_norm
         fg_mat output
         const fg_layer *layers
+        int non_causal
+        fg_mat pos_embd
+        const float *type_embd0
+        const float *tok_norm
+        const float *tok_norm_b
 
     ctypedef struct fg_kv:
         int n_ctx, n_swa_rows

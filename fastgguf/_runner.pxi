@@ -17,9 +17,15 @@ cdef const float *_vec(Weights w, arr, int64_t n, str name) except? NULL:
 
 
 cdef fg_mat _mat(Weights w, spec, int64_t rows, int64_t cols, str name) except *:
-    """spec = (array, ggml_type, rows, cols): array rows of raw blocks (or floats), each row contiguous."""
+    """spec = (array, ggml_type, rows, cols): array rows of raw blocks (or floats), each row contiguous; None: an
+    absent matrix (data NULL). rows < 0: any number of rows."""
     cdef fg_mat m
+    if spec is None:
+        memset(&m, 0, sizeof(fg_mat))
+        return m
     arr, t, r, c = spec
+    if rows < 0:
+        rows = r
     if r != rows or c != cols:
         raise ValueError(f"{name}: expected shape ({rows}, {cols}), got ({r}, {c})")
     a = np.asarray(arr)
@@ -41,7 +47,11 @@ cdef class Weights:
 
     def __init__(self, hp, tensors):
         """hp: hyperparameters (see fastgguf.arch.Hparams); tensors: dict with tok_embd, output_norm, output,
-        rope_freqs (or None) and layers (list of dicts); matrices as (array, type, rows, cols) tuples."""
+        rope_freqs (or None) and layers (list of dicts); matrices as (array, type, rows, cols) tuples.
+        Encoders (bert, nomic-bert: hp.causal False) may lack output_norm and output (None: no lm_head) and add
+        pos_embd (a matrix), type_embd (float32 (n_types, n_embd): row 0 is used), tok_norm, tok_norm_b; their
+        layers lack attn_norm, ffn_norm (and w_gate: a plain GELU FFN) and add bo, b_up, b_down, attn_out_norm(_b),
+        layer_out_norm(_b)."""
         cdef int i
         cdef fg_layer *L
         cdef int64_t E = hp.n_embd, QD = hp.n_head * hp.head_dim, KV = hp.n_head_kv * hp.head_dim, F = hp.n_ff
@@ -91,8 +101,22 @@ cdef class Weights:
         self.m.rope_base_swa = hp.rope_base_swa
         self.m.rope_freq_scale_swa = hp.rope_freq_scale_swa
         self.m.tok_embd = _mat(self, tensors["tok_embd"], hp.n_vocab, E, "token_embd")
-        self.m.output_norm = _vec(self, tensors["output_norm"], E, "output_norm")
-        self.m.output = _mat(self, tensors["output"], hp.n_vocab, E, "output")
+        self.m.output_norm = _vec(self, tensors.get("output_norm"), E, "output_norm")
+        self.m.output = _mat(self, tensors.get("output"), hp.n_vocab, E, "output")
+        # the encoders' (BERT family) input: + position embeddings, + token type 0, then LayerNorm
+        self.m.non_causal = 0 if hp.causal else 1
+        if not hp.causal and swa_layers:
+            raise ValueError("a non-causal model with sliding-window layers is not supported")
+        self.m.pos_embd = _mat(self, tensors.get("pos_embd"), -1, E, "position_embd")
+        te = tensors.get("type_embd")
+        if te is not None:
+            te = np.asarray(te, dtype=np.float32)
+            if te.ndim != 2 or te.shape[0] < 1 or te.shape[1] != E:
+                raise ValueError(f"token_types: expected shape (n_types >= 1, {E}), got {te.shape}")
+            te = te[0]
+        self.m.type_embd0 = _vec(self, te, E, "token_types")
+        self.m.tok_norm = _vec(self, tensors.get("tok_norm"), E, "token_embd_norm")
+        self.m.tok_norm_b = _vec(self, tensors.get("tok_norm_b"), E, "token_embd_norm.bias")
         layers = tensors["layers"]
         if len(layers) != hp.n_layer:
             raise ValueError(f"expected {hp.n_layer} layers, got {len(layers)}")
@@ -103,7 +127,7 @@ cdef class Weights:
             d = layers[i]
             L = &self.layers[i]
             p = f"blk.{i}."
-            L.attn_norm = _vec(self, d["attn_norm"], E, p + "attn_norm")
+            L.attn_norm = _vec(self, d.get("attn_norm"), E, p + "attn_norm")
             L.wq = _mat(self, d["wq"], QD, E, p + "attn_q")
             L.wk = _mat(self, d["wk"], KV, E, p + "attn_k")
             L.wv = _mat(self, d["wv"], KV, E, p + "attn_v")
@@ -113,17 +137,41 @@ cdef class Weights:
             L.q_norm = _vec(self, d.get("q_norm"), hd, p + "attn_q_norm")
             L.k_norm = _vec(self, d.get("k_norm"), hd, p + "attn_k_norm")
             L.wo = _mat(self, d["wo"], E, QD, p + "attn_output")
-            L.ffn_norm = _vec(self, d["ffn_norm"], E, p + "ffn_norm")
-            L.w_gate = _mat(self, d["w_gate"], F, E, p + "ffn_gate")
+            L.ffn_norm = _vec(self, d.get("ffn_norm"), E, p + "ffn_norm")
+            L.w_gate = _mat(self, d.get("w_gate"), F, E, p + "ffn_gate")
             L.w_up = _mat(self, d["w_up"], F, E, p + "ffn_up")
             L.w_down = _mat(self, d["w_down"], E, F, p + "ffn_down")
             L.attn_post_norm = _vec(self, d.get("attn_post_norm"), E, p + "post_attention_norm")
             L.ffn_post_norm = _vec(self, d.get("ffn_post_norm"), E, p + "post_ffw_norm")
             L.swa = 1 if i in swa_layers else 0
+            L.bo = _vec(self, d.get("bo"), E, p + "attn_output.bias")
+            L.b_up = _vec(self, d.get("b_up"), F, p + "ffn_up.bias")
+            L.b_down = _vec(self, d.get("b_down"), E, p + "ffn_down.bias")
+            L.attn_out_norm = _vec(self, d.get("attn_out_norm"), E, p + "attn_output_norm")
+            L.attn_out_norm_b = _vec(self, d.get("attn_out_norm_b"), E, p + "attn_output_norm.bias")
+            L.layer_out_norm = _vec(self, d.get("layer_out_norm"), E, p + "layer_output_norm")
+            L.layer_out_norm_b = _vec(self, d.get("layer_out_norm_b"), E, p + "layer_output_norm.bias")
+            if hp.causal and (L.attn_norm == NULL or L.ffn_norm == NULL):
+                raise ValueError(f"{p}: a causal model needs attn_norm and ffn_norm")
         self.m.layers = self.layers
 
     def __dealloc__(self):
         free(self.layers)
+
+    @property
+    def has_logits(self):
+        """False for an encoder (no lm_head): it gives hidden states only."""
+        return self.m.output.data != NULL
+
+    @property
+    def max_tokens(self):
+        """The longest input a non-causal model (an encoder) takes in one call, which must be its whole input: the
+        rows of its position embeddings (bert), else its training context (0: unknown), at most FG_MAX_BATCH_NC.
+        0 for a causal model (no such limit)."""
+        if not self.m.non_causal:
+            return 0
+        n = self.m.pos_embd.rows if self.m.pos_embd.data != NULL else self.hparams.n_ctx_train
+        return min(n, FG_MAX_BATCH_NC) if n > 0 else FG_MAX_BATCH_NC
 
 
 cdef class Runner:
@@ -227,6 +275,9 @@ cdef class Runner:
         """Run ids at positions n_past.. and return float32 logits: (n_vocab,) of the last token, or
         (len(ids), n_vocab) with all_logits."""
         cdef cnp.ndarray[int32_t, ndim=1] toks
+        if not self.weights.has_logits:
+            raise ValueError(f"{self.weights.hparams.arch} is an encoder: it has no logits (use forward_batch with "
+                             f"outputs 'hidden')")
         a = np.asarray(ids)
         if a.ndim != 1 or a.shape[0] == 0:
             raise ValueError(f"ids must be a non-empty 1-D sequence of token ids, got shape {a.shape}")
@@ -315,7 +366,9 @@ cdef class Workspace:
             fg_work_free(&self.w)
 
     cdef int reserve(self, int n_rows, int max_ctx, int max_threads) except -1:
-        if fg_work_reserve(&self.w, &self.weights.m, min(n_rows, _CHUNK_ROWS), max_ctx, max_threads) != 0:
+        # a causal model's chunks take _CHUNK_ROWS rows at most; an encoder's must take its longest input
+        n_rows = min(n_rows, FG_MAX_BATCH_NC if self.weights.m.non_causal else _CHUNK_ROWS)
+        if fg_work_reserve(&self.w, &self.weights.m, n_rows, max_ctx, max_threads) != 0:
             raise MemoryError(f"cannot grow the batch workspace to {n_rows} rows, n_ctx={max_ctx}, "
                               f"{max_threads} threads")
         return 0
@@ -350,7 +403,10 @@ def forward_batch(Weights w, Workspace ws, list runners, list token_lists, int n
     of every token; "hidden": (len, n_embd) final hidden states output_norm(x) of every token, and no lm_head at
     all. Each runner's n_past and tokens advance as with runner.eval(token_lists[i]) (its logits buffer too,
     except with "hidden"), and the results are bit-identical to that. Raises ValueError / TypeError on bad input
-    (naming the sequence), with no runner changed."""
+    (naming the sequence), with no runner changed.
+    An encoder (w.has_logits False, non-causal: bert, nomic-bert) takes only "hidden", and each input whole: its
+    runner at n_past 0 and at most w.max_tokens ids (every token attends to all of them; the C keeps an input in
+    one chunk). Its hidden states are the last layer's output (no output_norm)."""
     cdef Py_ssize_t n = len(runners), i
     cdef Runner r
     if n == 0:
@@ -365,6 +421,9 @@ def forward_batch(Weights w, Workspace ws, list runners, list token_lists, int n
     outs = ["last"] * n if outputs is None else list(outputs)
     if len(outs) != n or any(o not in _OUTPUTS for o in outs):
         raise ValueError(f"outputs must be {n} of {', '.join(_OUTPUTS)}, got {outputs!r}")
+    cdef int max_tokens = w.max_tokens, longest = 0
+    if not w.has_logits and any(o != "hidden" for o in outs):
+        raise ValueError(f"{w.hparams.arch} is an encoder: it has no logits, only outputs 'hidden'")
     rs = list(runners)  # our own references: the list may change while the GIL is released
     seen = set()
     arrays = []
@@ -388,6 +447,14 @@ def forward_batch(Weights w, Workspace ws, list runners, list token_lists, int n
         lo, hi = int(a.min()), int(a.max())
         if lo < 0 or hi >= w.m.n_vocab:
             raise ValueError(f"sequence {i}: token id {lo if lo < 0 else hi} out of range [0, {w.m.n_vocab})")
+        if max_tokens:   # an encoder: each input whole, in one call (the C keeps it in one chunk)
+            if r.n_past != 0:
+                raise ValueError(f"sequence {i}: {w.hparams.arch} is an encoder: an input must be given whole in "
+                                 f"one call from position 0 (reset the Runner), not after {r.n_past} tokens")
+            if a.shape[0] > max_tokens:
+                raise ValueError(f"sequence {i}: {a.shape[0]} tokens exceed the {max_tokens} that {w.hparams.arch} "
+                                 f"takes in one input (its training context)")
+            longest = max(longest, a.shape[0])
         if r.n_past + a.shape[0] > r.n_ctx:
             raise ValueError(f"sequence {i}: {a.shape[0]} tokens at position {r.n_past} exceed the context size "
                              f"n_ctx={r.n_ctx} ({r.n_past + a.shape[0]} > {r.n_ctx})")
@@ -418,7 +485,8 @@ def forward_batch(Weights w, Workspace ws, list runners, list token_lists, int n
     cdef int32_t dummy = 0
     cdef const int32_t *lrp = &logit_rows[0] if n_lr > 0 else &dummy
     cdef const int32_t *hrp = &hidden_rows[0] if n_hr > 0 else &dummy
-    ws.reserve(<int>total, max_ctx, n_threads)
+    # chunks: up to _CHUNK_ROWS rows; an encoder's hold whole inputs, so at least its longest
+    ws.reserve(max(min(<int>total, _CHUNK_ROWS), longest), max_ctx, n_threads)
     cdef fg_kv **kvs = <fg_kv **>malloc(n * sizeof(fg_kv *))
     if kvs == NULL:
         raise MemoryError()

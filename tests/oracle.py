@@ -20,7 +20,7 @@ class Oracle:
         self.n_head_kv = md.get(f"{a}.attention.head_count_kv", self.n_head)
         self.head_dim = md.get(f"{a}.attention.key_length", self.n_embd // self.n_head)
         self.n_rot = md.get(f"{a}.rope.dimension_count", self.head_dim)
-        self.eps = md.get(f"{a}.attention.layer_norm_rms_epsilon", 1e-5)
+        self.eps = md.get(f"{a}.attention.layer_norm_rms_epsilon", md.get(f"{a}.attention.layer_norm_epsilon", 1e-5))
         self.base = md.get(f"{a}.rope.freq_base", 10000.0)
         # RoPE scaling (llama.cpp's semantics): no type means linear; a factor (or the legacy scale_linear)
         # divides the angles unless the type is none. YaRN (Peng et al., "YaRN", sec. 3.2-3.4 / HF transformers'
@@ -34,7 +34,7 @@ class Oracle:
         n_ctx_train = md.get(f"{a}.context_length", 0)
         self.n_ctx_orig = md.get(f"{a}.rope.scaling.original_context_length", n_ctx_train) or n_ctx_train
         self.attn_factor = md.get(f"{a}.rope.scaling.attn_factor", 1.0)
-        self.neox = a in ("qwen2", "qwen3", "gemma", "gemma2", "gemma3", "phi3")
+        self.neox = a in ("qwen2", "qwen3", "gemma", "gemma2", "gemma3", "phi3", "nomic-bert")
         # the gemma family (see fastgguf/arch/gemma.py for the facts): embeddings * sqrt(n_embd), GELU (tanh),
         # post-attention/FFN norms, soft-caps (gemma2), sliding-window layers with their own RoPE base (gemma3)
         self.gemma = a.startswith("gemma")
@@ -44,6 +44,7 @@ class Oracle:
         pattern = md.get(f"{a}.attention.sliding_window_pattern", {"gemma2": 2, "gemma3": 6}.get(a, 0))
         self.swa = [bool(self.n_swa) and (pattern == 0 or l % pattern < pattern - 1) for l in range(self.n_layer)]
         self.base_swa = md.get(f"{a}.rope.freq_base_swa", 10000.0 if a == "gemma3" else self.base)
+        self.types = {t.name: t.tensor_type for t in r.tensors}
         # name -> float64 array in numpy order (rows, cols)
         self.w = {t.name: dequantize(t.data, t.tensor_type).astype(np.float64).reshape(tuple(int(d) for d in t.shape[::-1]))
                   for t in r.tensors}
@@ -52,14 +53,74 @@ class Oracle:
         qd, kvd = self.n_head * self.head_dim, self.n_head_kv * self.head_dim
         for l in range(self.n_layer):   # phi3's fused matrices: q|k|v rows, gate|up rows
             p = f"blk.{l}."
-            if p + "attn_qkv.weight" in self.w:
-                qkv = self.w.pop(p + "attn_qkv.weight")
-                self.w[p + "attn_q.weight"], self.w[p + "attn_k.weight"], self.w[p + "attn_v.weight"] = \
-                    qkv[:qd], qkv[qd:qd + kvd], qkv[qd + kvd:]
+            for kind in ("weight", "bias"):
+                if p + f"attn_qkv.{kind}" in self.w:
+                    qkv = self.w.pop(p + f"attn_qkv.{kind}")
+                    for x in "qkv":
+                        self.types[p + f"attn_{x}.{kind}"] = self.types[p + f"attn_qkv.{kind}"]
+                    self.w[p + f"attn_q.{kind}"], self.w[p + f"attn_k.{kind}"], self.w[p + f"attn_v.{kind}"] = \
+                        qkv[:qd], qkv[qd:qd + kvd], qkv[qd + kvd:]
             if a == "phi3" and p + "ffn_gate.weight" not in self.w:
                 gu = self.w.pop(p + "ffn_up.weight")
                 half = gu.shape[0] // 2
                 self.w[p + "ffn_gate.weight"], self.w[p + "ffn_up.weight"] = gu[:half], gu[half:]
+
+    def layernorm(self, x, w, b):
+        mu = x.mean(axis=-1, keepdims=True)
+        return (x - mu) / np.sqrt(((x - mu) ** 2).mean(axis=-1, keepdims=True) + self.eps) * w + b
+
+    def mm(self, x, name, act_q8):
+        """x @ W[name].T; act_q8: x rounded to Q8_0 first when the weight is Q8_0 (as ggml's and fastgguf's
+        vec_dot type for Q8_0 weights: the one error of theirs the oracle imitates on request)."""
+        if act_q8 and self.types.get(name) == gguf.GGMLQuantizationType.Q8_0:
+            q8 = gguf.GGMLQuantizationType.Q8_0
+            x = dequantize(gguf.quants.quantize(x.astype(np.float32), q8), q8).astype(np.float64).reshape(x.shape)
+        return x @ self.w[name].T
+
+    def encode(self, ids, kv_f16=False, act_q8=False):
+        """The BERT family (bert, nomic-bert; facts in fastgguf/arch/bert.py, from llama.cpp's bert.cpp): hidden
+        states (len(ids), n_embd) float64 of the last layer, every token attending to every token (non-causal).
+        input = LN(token_embd + token_types[0] + position_embd[pos]); per layer, post-norm:
+        x = LN(x + attn(x) Wo + bo), x = LN(x + FFN(x)); bert's FFN is gelu (tanh form) of x Wup + b_up, then
+        Wdown + b_down; nomic-bert's is (silu(x Wgate) * x Wup) Wdown and it rotates q, k (NEOX RoPE).
+        kv_f16: round K (after RoPE) and V to float16 as an F16 KV cache does; act_q8: see mm()."""
+        W = self.w
+        ids = np.asarray(ids)
+        n, hd, H, KVH = len(ids), self.head_dim, self.n_head, self.n_head_kv
+        pos = np.arange(n, dtype=np.float64)
+        x = W["token_embd.weight"][ids]
+        if "token_types.weight" in W:
+            x = x + W["token_types.weight"][0]
+        if "position_embd.weight" in W:
+            x = x + W["position_embd.weight"][:n]
+        x = self.layernorm(x, W["token_embd_norm.weight"], W["token_embd_norm.bias"])
+        for l in range(self.n_layer):
+            p = f"blk.{l}."
+            q = self.mm(x, p + "attn_q.weight", act_q8) + W.get(p + "attn_q.bias", 0)
+            k = self.mm(x, p + "attn_k.weight", act_q8) + W.get(p + "attn_k.bias", 0)
+            v = self.mm(x, p + "attn_v.weight", act_q8) + W.get(p + "attn_v.bias", 0)
+            q, k, v = q.reshape(n, H, hd), k.reshape(n, KVH, hd), v.reshape(n, KVH, hd)
+            if self.arch == "nomic-bert":
+                q, k = self.rope(q, pos), self.rope(k, pos)
+            if kv_f16:
+                k, v = k.astype(np.float16).astype(np.float64), v.astype(np.float16).astype(np.float64)
+            rep = H // KVH
+            att = np.empty((n, H, hd))
+            for hh in range(H):
+                s = q[:, hh, :] @ k[:, hh // rep, :].T / np.sqrt(hd)   # no mask: every token sees every token
+                s = np.exp(s - s.max(axis=1, keepdims=True))
+                att[:, hh, :] = (s / s.sum(axis=1, keepdims=True)) @ v[:, hh // rep, :]
+            o = self.mm(att.reshape(n, H * hd), p + "attn_output.weight", act_q8) + W.get(p + "attn_output.bias", 0)
+            x = self.layernorm(x + o, W[p + "attn_output_norm.weight"], W[p + "attn_output_norm.bias"])
+            up = self.mm(x, p + "ffn_up.weight", act_q8) + W.get(p + "ffn_up.bias", 0)
+            if p + "ffn_gate.weight" in W:
+                gt = self.mm(x, p + "ffn_gate.weight", act_q8)
+                act = gt / (1 + np.exp(-gt)) * up
+            else:
+                act = 0.5 * up * (1 + np.tanh(np.sqrt(2 / np.pi) * (up + 0.044715 * up ** 3)))
+            o = self.mm(act, p + "ffn_down.weight", act_q8) + W.get(p + "ffn_down.bias", 0)
+            x = self.layernorm(x + o, W[p + "layer_output_norm.weight"], W[p + "layer_output_norm.bias"])
+        return x
 
     def rmsnorm(self, x, w):
         return x / np.sqrt(np.mean(x * x, axis=-1, keepdims=True) + self.eps) * w

@@ -9,7 +9,17 @@ llama.cpp through llama-cpp-python's low-level bindings (the 0.3.36 sdist's llam
 an install; never a runtime dependency of fastgguf): the case's token ids in one batch, all logits, flash
 attention on (the reference) and off (fa_spread: the largest difference over the reference's top-10 ids, which
 sizes the test's tolerance), at each context size of the case. Stored: the top-10 ids and logits at every
-position."""
+position.
+
+    python tools/make_tiny_references.py --encoders [OUT.json]
+
+instead writes tests/data/tiny-encoder-references.json for tests/engine/test_tiny_encoder_references.py: the tiny
+bert / nomic-bert files (tests/encoder_model.py, with its small WordPiece vocabulary) through llama.cpp's own
+tools, LLAMA_BIN (default ~/.cache/llama-ref/build/bin): llama-tokenize --ids gives each prompt's token ids, and
+llama.cpp's per-token hidden states (the last layer's output, what llama-embedding --pooling none
+--embd-normalize -1 prints) come through the bindings as above (libllama from LLAMA_BIN; embeddings on, pooling
+none): llama-embedding's JSON on stdout is written by an asynchronous logger that can lose its last lines at exit.
+On tiny bert-f32 the two agree to 5e-8 wherever the JSON came out whole. Stored: ids and vectors (7 decimals)."""
 import ctypes
 import json
 import os
@@ -62,7 +72,74 @@ def run(L, path, ids, n_ctx, flash):
     return out
 
 
+def run_tool(args):
+    import subprocess
+    r = subprocess.run(args, capture_output=True, text=True, timeout=300)
+    if r.returncode != 0:
+        raise RuntimeError(f"{args[0]} failed ({r.returncode}): {r.stderr[-2000:]}")
+    return r.stdout
+
+
+def embed(L, path, ids):
+    """llama.cpp's per-token hidden states (len(ids), n_embd) of one input (llama_decode runs encode() for it)."""
+    model = L.llama_model_load_from_file(path.encode(), L.llama_model_default_params())
+    if not model:
+        raise RuntimeError(f"llama.cpp could not load {path}")
+    cp = L.llama_context_default_params()
+    cp.n_ctx = cp.n_batch = cp.n_ubatch = 512
+    cp.n_threads = cp.n_threads_batch = 2
+    cp.embeddings = True
+    cp.pooling_type = L.LLAMA_POOLING_TYPE_NONE
+    ctx = L.llama_init_from_model(model, cp)
+    n_embd = L.llama_model_n_embd(model)
+    batch = L.llama_batch_init(len(ids), 0, 1)
+    try:
+        for i, t in enumerate(ids):
+            batch.token[i], batch.pos[i], batch.n_seq_id[i], batch.logits[i] = t, i, 1, 1
+            batch.seq_id[i][0] = 0
+        batch.n_tokens = len(ids)
+        if L.llama_decode(ctx, batch) != 0:
+            raise RuntimeError("llama_decode failed")
+        out = np.array([np.ctypeslib.as_array(L.llama_get_embeddings_ith(ctx, i), shape=(n_embd,))
+                        for i in range(len(ids))], dtype=np.float32)
+    finally:
+        L.llama_batch_free(batch)
+        L.llama_free(ctx)
+        L.llama_model_free(model)
+    return out
+
+
+def encoders_main(out_path):
+    from test_tiny_encoder_references import ENCODER_CASES, PROMPTS, build
+    bin_dir = os.path.expanduser(os.environ.get("LLAMA_BIN", "~/.cache/llama-ref/build/bin"))
+    os.environ.setdefault("LLAMA_CPP_LIB_PATH", bin_dir)
+    L = import_llama_cpp()
+    L.llama_backend_init()
+    cases = {}
+    with tempfile.TemporaryDirectory() as tmp:
+        for name in ENCODER_CASES:
+            path = build(name, os.path.join(tmp, f"{name}.gguf"))
+            runs = []
+            for prompt in PROMPTS:
+                out = run_tool([os.path.join(bin_dir, "llama-tokenize"), "-m", path, "-p", prompt, "--ids",
+                                "--log-disable"])
+                ids = json.loads(out.strip().splitlines()[-1])
+                vecs = [[round(float(v), 7) for v in row] for row in embed(L, path, ids)]
+                runs.append({"prompt": prompt, "ids": ids, "hidden": vecs})
+                print(f"{name}: {prompt[:30]!r}: {len(ids)} tokens")
+            cases[name] = runs
+    ref = {"engine": f"llama.cpp's llama-tokenize and libllama through llama-cpp-python {L.__version__}'s "
+                     f"bindings ({bin_dir})",
+           "note": "tests/engine/test_tiny_encoder_references.py ENCODER_CASES; per-token raw hidden states "
+                   "(--pooling none --embd-normalize -1)", "cases": cases}
+    with open(out_path, "w") as f:
+        json.dump(ref, f, separators=(",", ":"))
+
+
 def main():
+    if sys.argv[1:2] == ["--encoders"]:
+        return encoders_main(sys.argv[2] if len(sys.argv) > 2 else os.path.join(
+            HERE, "..", "tests", "data", "tiny-encoder-references.json"))
     out_path = sys.argv[1] if len(sys.argv) > 1 else os.path.join(HERE, "..", "tests", "data",
                                                                   "tiny-references.json")
     L = import_llama_cpp()

@@ -53,7 +53,8 @@ class Hparams:
     rope_beta_fast: float = 32.0
     rope_beta_slow: float = 1.0
     # embeddings: {arch}.pooling_type (None: the key is absent, a chat model; the engine then mean-pools) and
-    # {arch}.attention.causal (bert-family encoders: False, every row attends to its whole sequence)
+    # {arch}.attention.causal (absent: True, as llama.cpp; the BERT family, fastgguf/arch/bert.py, says False: a
+    # non-causal model attends over its whole input, takes each input whole in one call and cannot generate)
     pooling: str | None = None
     causal: bool = True
     n_cls_out: int = 1               # scores of rank pooling: len({arch}.classifier.output_labels), else 1
@@ -85,6 +86,9 @@ class Arch:
     }
     vectors = ("attn_norm", "ffn_norm", "bq", "bk", "bv", "q_norm", "k_norm", "output_norm", "rope_freqs",
                "rope_freqs_long", "attn_post_norm", "ffn_post_norm")
+    # model-level tensors besides token_embd: role -> (name, required); encoders change these
+    model_tensors = {"output_norm": ("output_norm.weight", True)}
+    has_output = True   # False: no lm_head at all, not even tied (encoders)
 
     def __init__(self, f):
         self.f = f
@@ -322,11 +326,10 @@ class Arch:
             used.add(name)
             return self.get(role, name)
 
-        out = {
-            "tok_embd": take("tok_embd", "token_embd.weight"),
-            "output_norm": take("output_norm", "output_norm.weight"),
-            "rope_freqs": take("rope_freqs", "rope_freqs.weight", required=False),
-        }
+        out = {"tok_embd": take("tok_embd", "token_embd.weight")}
+        for role, (n, required) in self.model_tensors.items():
+            out[role] = take(role, n, required)
+        out["rope_freqs"] = take("rope_freqs", "rope_freqs.weight", required=False)
         if self.longrope_factors():   # LongRoPE: the short factors take rope_freqs' place, the long ones their own
             short = take("rope_freqs", "rope_factors_short.weight", required=False)
             long = take("rope_freqs_long", "rope_factors_long.weight", required=False)
@@ -335,8 +338,8 @@ class Arch:
                                 f"together, and without rope_freqs.weight")
             if long is not None:
                 out["rope_freqs"], out["rope_freqs_long"] = short, long
-        out["output"] = take("output", "output.weight", required=False)
-        if out["output"] is None:   # tied embeddings
+        out["output"] = take("output", "output.weight", required=False) if self.has_output else None
+        if out["output"] is None and self.has_output:   # tied embeddings
             out["output"] = out["tok_embd"]
         layers = []
         for i in range(hp.n_layer):

@@ -116,12 +116,24 @@ class Model:
     def context(self, n_ctx=4096, n_threads=None):
         return Context(self, n_ctx=n_ctx, n_threads=n_threads)
 
+    @property
+    def is_encoder(self):
+        """True for an encoder (bert, nomic-bert: non-causal, no lm_head): it embeds text and cannot generate."""
+        return not self.hparams.causal or not self.weights.has_logits
+
+    def check_generative(self):
+        """Raise ValueError for an encoder: generation and logits need an lm_head and causal attention."""
+        if self.is_encoder:
+            raise ValueError(f"{self.hparams.arch} is an encoder: it embeds text and cannot generate")
+
     def generate(self, prompt, params=None, **kwargs):
         """See fastgguf.engine.generate.generate (params: a SamplingParams; keywords build or override it)."""
+        self.check_generative()
         return _generate(self, prompt, params, **kwargs)
 
     def chat(self, messages, params=None, **kwargs):
         """See fastgguf.engine.chat.chat."""
+        self.check_generative()
         return _chat(self, messages, params, **kwargs)
 
 
@@ -204,6 +216,7 @@ class Context:
         return claim
 
     def _eval(self, ids, all_logits=False):
+        self.model.check_generative()
         ids = check_token_ids(ids, self.model.n_vocab)
         n_past = self.runner.n_past
         logits = self.runner.eval(ids, all_logits)

@@ -32,10 +32,8 @@ def max_input_tokens(model, n_ctx):
     (bert) runs an input whole, in one forward call, and has absolute position embeddings for n_ctx_train
     positions only, so the training context bounds it too (llama.cpp: its context defaults to n_ctx_train, and an
     input past its batch is refused, never truncated)."""
-    hp = model.hparams
-    if not hp.causal and hp.n_ctx_train:
-        return min(n_ctx, hp.n_ctx_train)
-    return n_ctx
+    limit = model.weights.max_tokens   # the forward pass owns it: 0 for a causal model
+    return min(n_ctx, limit) if limit else n_ctx
 
 
 def normalize(v):
