@@ -10,6 +10,7 @@ read as garbage.
 from __future__ import annotations
 
 import json
+import math
 import mmap
 import os
 import struct
@@ -80,7 +81,7 @@ class SafetensorsFile:
             raise ConvertError(f"{self.path}: tensor {name!r}: data_offsets {offs} run past the end of the data "
                                f"({self._size} bytes): truncated file?")
         dtype = np.dtype(DTYPES[dt])
-        want = int(np.prod(shape, dtype=np.int64)) * dtype.itemsize
+        want = math.prod(shape) * dtype.itemsize    # Python ints: a huge shape cannot wrap around
         if offs[1] - offs[0] != want:
             raise ConvertError(f"{self.path}: tensor {name!r}: {dt} of shape {shape} needs {want} bytes, "
                                f"data_offsets {offs} give {offs[1] - offs[0]}")
