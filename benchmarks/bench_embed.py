@@ -63,21 +63,22 @@ def llama_bin(name):
     return os.path.join(os.environ.get("LLAMA_BIN", os.path.expanduser("~/.cache/llama-ref/build/bin")), name)
 
 
-def llama_eval_s(path, texts, threads, tmp):
-    """llama-embedding's own prompt-eval time (seconds) for texts in one run."""
+def llama_eval_s(path, texts, threads, tmp, tries=3):
+    """llama-embedding's own prompt-eval time (seconds) for texts in one run. Its log is written by a thread that
+    can lose the last lines at exit (the perf lines among them): such a run is repeated."""
     f = os.path.join(tmp, "prompts.txt")
     with open(f, "w", encoding="utf-8") as fh:
         fh.write(SEP.join(texts))
-    r = subprocess.run([llama_bin("llama-embedding"), "-m", path, "-f", f, "--embd-separator", SEP, "--pooling",
-                        "mean", "-t", str(threads), "-c", "512", "--no-escape", "--embd-output-format", "array",
-                        "--perf", "-v"],
-                       capture_output=True, text=True)
-    if r.returncode != 0:
-        raise RuntimeError(f"llama-embedding failed: {r.stderr[-2000:]}")
-    m = re.search(r"prompt eval time\s*=\s*([\d.]+)\s*ms", r.stderr + r.stdout)
-    if not m:
-        raise RuntimeError("no 'prompt eval time' in llama-embedding's output")
-    return float(m.group(1)) / 1e3
+    for _ in range(tries):
+        r = subprocess.run([llama_bin("llama-embedding"), "-m", path, "-f", f, "--embd-separator", SEP, "--pooling",
+                            "mean", "-t", str(threads), "-c", "512", "--no-escape", "--embd-output-format", "array",
+                            "--perf", "-v"], capture_output=True, text=True)
+        if r.returncode != 0:
+            raise RuntimeError(f"llama-embedding failed: {r.stderr[-2000:]}")
+        m = re.search(r"prompt eval time\s*=\s*([\d.]+)\s*ms", r.stderr + r.stdout)
+        if m:
+            return float(m.group(1)) / 1e3
+    raise RuntimeError(f"no 'prompt eval time' in llama-embedding's output ({tries} runs)")
 
 
 def bench_fastgguf(path, threads, texts, rounds, n_single):
