@@ -34,8 +34,9 @@ FILE_TYPES = {GGMLType.F32: 0, GGMLType.F16: 1, GGMLType.Q8_0: 7}     # llama.cp
 QUANTIZATION_VERSION = 2                                              # GGML_QUANT_VERSION, written for every file
 POOLING = {"mean": 1, "cls": 2, "lasttoken": 3}                       # gguf-py PoolingType
 TOKEN_NORMAL, TOKEN_USER_DEFINED, TOKEN_CONTROL = 1, 4, 3             # gguf-py TokenType
-# every BERT uncased WordPiece vocabulary hashes to the same chkhsh (0876d13b...), which llama.cpp's converter maps
-# to "jina-v2-en" (its later entry wins over "bert-bge"); llama.cpp's WPM tokenizer does not depend on it
+# llama.cpp's converter names the pre-tokenizer by a hash of the ids of its test text (get_vocab_base_pre); this
+# vocabulary's ids hash to 0876d13b... (checked with the WPM tokenizer), listed for "bert-bge" and then for
+# "jina-v2-en", and the later entry wins. llama.cpp's WPM tokenizer does not read it.
 TOKENIZER_PRE = "jina-v2-en"
 
 _GLOBAL = {
