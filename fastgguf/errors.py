@@ -5,7 +5,7 @@ RuntimeError), so existing handlers keep working. Bad arguments to the API stay 
 The command line maps these to exit codes in one table: fastgguf.cli.EXIT_CODES."""
 
 __all__ = ["FastGGUFError", "GGUFError", "TokenizerError", "ChatTemplateError", "QuantizeError", "HubError",
-           "GrammarError"]
+           "GrammarError", "ConvertError"]
 
 
 class FastGGUFError(Exception):
@@ -30,6 +30,10 @@ class QuantizeError(FastGGUFError, ValueError):
 
 class HubError(FastGGUFError, RuntimeError):
     """A model could not be downloaded or verified."""
+
+
+class ConvertError(FastGGUFError, ValueError):
+    """A source model (safetensors, its config or tokenizer files) cannot be converted to GGUF."""
 
 
 class GrammarError(FastGGUFError, ValueError):

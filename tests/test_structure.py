@@ -169,7 +169,8 @@ def test_no_import_cycles():
 LAYERS = [
     # engine.threads counts CPUs and imports nothing of fastgguf: the quantizer (gguf) uses it as well as the engine
     ("fastgguf.errors", "fastgguf.kernels", "fastgguf._native", "fastgguf.engine.threads"),
-    ("fastgguf.gguf", "fastgguf.tokenizer", "fastgguf.arch", "fastgguf.hub"),
+    # convert writes GGUFs with gguf's writer; the hub's catalogue converts with it
+    ("fastgguf.gguf", "fastgguf.tokenizer", "fastgguf.arch", "fastgguf.hub", "fastgguf.convert"),
     ("fastgguf.engine",),
     ("fastgguf.openai",),
     ("fastgguf.server",),

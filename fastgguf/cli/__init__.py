@@ -15,12 +15,14 @@ import sys
 
 from fastgguf.errors import FastGGUFError
 
-COMMAND_MODULES = [f"fastgguf.cli.{name}" for name in ("info", "pull", "run", "chat", "tokenize", "quantize", "serve")]
+COMMAND_MODULES = [f"fastgguf.cli.{name}" for name in ("info", "pull", "run", "chat", "tokenize", "quantize", "convert",
+                                                         "serve")]
 
 # (exception class, exit code, meaning): the first matching row wins.
 EXIT_CODES = (
     (KeyboardInterrupt, 130, "interrupted"),
-    (FastGGUFError, 1, "the model file, its vocabulary or template, a download or a quantization failed"),
+    (FastGGUFError, 1, "the model file, its vocabulary or template, a download, a quantization or a conversion "
+                       "failed"),
     (OSError, 1, "a file could not be read or written"),
     (ValueError, 2, "bad arguments"),
     (TypeError, 2, "bad arguments"),

@@ -16,10 +16,12 @@ def register(subparsers) -> None:
 def run(args) -> int:
     from fastgguf import hub
     if args.list:
-        print(f"{'name':<14} {'size':>8}  {'licence':<20} {'cached':<6}  description")
-        for name, size, licence, cached, desc in hub.list_models():
+        rows = hub.list_models()
+        w = max([len("name")] + [len(r[0]) for r in rows])
+        print(f"{'name':<{w}} {'size':>8}  {'licence':<20} {'cached':<6}  description")
+        for name, size, licence, cached, desc in rows:
             star = " (default)" if name == hub.DEFAULT_NAME else ""
-            print(f"{name:<14} {size / 1e6:>5.0f} MB  {licence:<20} {'yes' if cached else 'no':<6}  {desc}{star}")
+            print(f"{name:<{w}} {size / 1e6:>5.0f} MB  {licence:<20} {'yes' if cached else 'no':<6}  {desc}{star}")
         return 0
     print(hub.pull(force=args.force) if args.name is None else hub.pull(args.name, force=args.force))
     return 0
