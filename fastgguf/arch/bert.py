@@ -14,7 +14,6 @@ Facts from llama.cpp (src/models/bert.cpp, nomic-bert.cpp, llama-model.cpp, llam
   LayerNorm eps: {arch}.attention.layer_norm_epsilon (required); {arch}.attention.causal False in these files."""
 import dataclasses
 
-
 from fastgguf.arch.base import Arch, register
 from fastgguf.errors import GGUFError
 
