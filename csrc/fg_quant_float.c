@@ -62,34 +62,46 @@ static inline float load_bf16(const void *w, int64_t j) { return fg_bf16_to_fp32
 #define LOAD8_BF16(p, j) \
     _mm256_castsi256_ps(_mm256_slli_epi32(_mm256_cvtepu16_epi32(_mm_loadu_si128((const __m128i *)((const uint16_t *)(p) + (j)))), 16))
 
-#define FLOAT_ROWS_AVX2(NAME, TYPE, LOAD8, LOAD1)                                                                 \
-    FG_INLINE_AVX2 void NAME(const int R, int64_t n, const char *w, size_t stride, const void *vx, float *y) { \
-        const float *x = vx;                                                                                \
-        __m256 acc[4];                                                                                      \
-        for (int r = 0; r < R; r++) acc[r] = _mm256_setzero_ps();                                           \
+/* Tiles of R <= 4 weight rows x M <= MT activation rows (R, M constants after inlining): each (r, a) pair has its
+ * own accumulator and takes the same float ops in the same order whatever R and M, so the gemm (tiles) equals the
+ * gemv (M = 1) and vec_dot (R = M = 1) bit for bit; a tile loads each weight vector once for its M activations,
+ * where a gemv per activation row would load it M times. */
+#define FLOAT_TILE_AVX2(NAME, TYPE, LOAD8, LOAD1)                                                                 \
+    FG_INLINE_AVX2 void NAME(const int R, const int M, int64_t n, const char *w, size_t stride, const void *vx,  \
+                             size_t xs, float *y, int64_t ldy) {                                                \
+        __m256 acc[4][4]; /* [R][M], M <= MT (the dead branches of FG_TILE_M stay in bounds) */             \
+        for (int r = 0; r < R; r++)                                                                         \
+            for (int a = 0; a < M; a++) acc[r][a] = _mm256_setzero_ps();                                    \
         int64_t j = 0;                                                                                      \
         for (; j + 8 <= n; j += 8) {                                                                        \
-            const __m256 xv = _mm256_loadu_ps(x + j);                                                       \
+            __m256 xv[4];                                                                                   \
+            for (int a = 0; a < M; a++) xv[a] = _mm256_loadu_ps((const float *)((const char *)vx + a * xs) + j); \
             for (int r = 0; r < R; r++) {                                                                   \
                 fg_prefetch(w + r * stride + j * (int64_t)sizeof(*(TYPE *)0), stride);                      \
-                acc[r] = _mm256_fmadd_ps(LOAD8(w + r * stride, j), xv, acc[r]);                             \
+                const __m256 wv = LOAD8(w + r * stride, j);                                                 \
+                for (int a = 0; a < M; a++) acc[r][a] = _mm256_fmadd_ps(wv, xv[a], acc[r][a]);             \
             }                                                                                               \
         }                                                                                                   \
-        for (int r = 0; r < R; r++) {                                                                       \
-            float s = fg_hsum_256(acc[r]);                                                                  \
-            for (int64_t k = j; k < n; k++) s += LOAD1(w + r * stride, k) * x[k];                           \
-            y[r] = s;                                                                                       \
-        }                                                                                                   \
+        for (int r = 0; r < R; r++)                                                                         \
+            for (int a = 0; a < M; a++) {                                                                   \
+                const float *x = (const float *)((const char *)vx + a * xs);                                \
+                float s = fg_hsum_256(acc[r][a]);                                                           \
+                for (int64_t k = j; k < n; k++) s += LOAD1(w + r * stride, k) * x[k];                       \
+                y[a * ldy + r] = s;                                                                         \
+            }                                                                                               \
     }
-FLOAT_ROWS_AVX2(f32_rows_avx2, float, LOAD8_F32, load_f32)
-FLOAT_ROWS_AVX2(f16_rows_avx2, uint16_t, LOAD8_F16, load_f16)
-FLOAT_ROWS_AVX2(bf16_rows_avx2, uint16_t, LOAD8_BF16, load_bf16)
-FG_DOT_FROM_ROWS(vec_dot_f32_f32_avx2, FG_TARGET_AVX2, f32_rows_avx2, 1)
-FG_GEMV_FROM_ROWS(gemv_f32_f32_avx2, FG_TARGET_AVX2, f32_rows_avx2, 1)
-FG_DOT_FROM_ROWS(vec_dot_f16_f32_avx2, FG_TARGET_AVX2, f16_rows_avx2, 1)
-FG_GEMV_FROM_ROWS(gemv_f16_f32_avx2, FG_TARGET_AVX2, f16_rows_avx2, 1)
-FG_DOT_FROM_ROWS(vec_dot_bf16_f32_avx2, FG_TARGET_AVX2, bf16_rows_avx2, 1)
-FG_GEMV_FROM_ROWS(gemv_bf16_f32_avx2, FG_TARGET_AVX2, bf16_rows_avx2, 1)
+#define FLOAT_MT_AVX2 2 /* 8 accumulators + 2 activations + 1 weight of the 16 ymm registers */
+#define FLOAT_KERNELS_AVX2(T, TYPE, LOAD8, LOAD1)                                                                 \
+    FLOAT_TILE_AVX2(T##_tile_avx2, TYPE, LOAD8, LOAD1)                                                      \
+    FG_INLINE_AVX2 void T##_rows_avx2(const int R, int64_t n, const char *w, size_t stride, const void *x, float *y) { \
+        T##_tile_avx2(R, 1, n, w, stride, x, 0, y, 0);                                                      \
+    }                                                                                                       \
+    FG_DOT_FROM_ROWS(vec_dot_##T##_f32_avx2, FG_TARGET_AVX2, T##_rows_avx2, 1)                              \
+    FG_GEMV_FROM_ROWS(gemv_##T##_f32_avx2, FG_TARGET_AVX2, T##_rows_avx2, 1)                                \
+    FG_GEMM_FROM_TILE(gemm_##T##_f32_avx2, FG_TARGET_AVX2, T##_tile_avx2, 1, 4, FLOAT_MT_AVX2)
+FLOAT_KERNELS_AVX2(f32, float, LOAD8_F32, load_f32)
+FLOAT_KERNELS_AVX2(f16, uint16_t, LOAD8_F16, load_f16)
+FLOAT_KERNELS_AVX2(bf16, uint16_t, LOAD8_BF16, load_bf16)
 
 /* Conversions are exact, so these match the scalar reference bit for bit. */
 FG_TARGET_AVX2 static void dequantize_row_f16_avx2(const void *vx, float *y, int64_t n) {
@@ -110,30 +122,36 @@ FG_TARGET_AVX2 static void dequantize_row_bf16_avx2(const void *vx, float *y, in
 #define LOAD16_BF16(p, j, m) \
     _mm512_castsi512_ps(_mm512_slli_epi32(_mm512_cvtepu16_epi32(_mm256_maskz_loadu_epi16((m), (const uint16_t *)(p) + (j))), 16))
 
-#define FLOAT_ROWS_AVX512(NAME, TYPE, LOAD16)                                                                     \
-    FG_INLINE_AVX512 void NAME(const int R, int64_t n, const char *w, size_t stride, const void *vx, float *y) { \
-        const float *x = vx;                                                                                \
-        __m512 acc[4];                                                                                      \
-        for (int r = 0; r < R; r++) acc[r] = _mm512_setzero_ps();                                           \
+#define FLOAT_TILE_AVX512(NAME, TYPE, LOAD16)                                                                    \
+    FG_INLINE_AVX512 void NAME(const int R, const int M, int64_t n, const char *w, size_t stride, const void *vx, \
+                               size_t xs, float *y, int64_t ldy) {                                              \
+        __m512 acc[4][4];                                                                                   \
+        for (int r = 0; r < R; r++)                                                                         \
+            for (int a = 0; a < M; a++) acc[r][a] = _mm512_setzero_ps();                                    \
         for (int64_t j = 0; j < n; j += 16) {                                                               \
             const __mmask16 m = n - j >= 16 ? 0xffff : (__mmask16)((1u << (n - j)) - 1);                    \
-            const __m512 xv = _mm512_maskz_loadu_ps(m, x + j);                                              \
+            __m512 xv[4];                                                                                   \
+            for (int a = 0; a < M; a++) xv[a] = _mm512_maskz_loadu_ps(m, (const float *)((const char *)vx + a * xs) + j); \
             for (int r = 0; r < R; r++) {                                                                   \
                 fg_prefetch(w + r * stride + j * (int64_t)sizeof(*(TYPE *)0), stride);                      \
-                acc[r] = _mm512_fmadd_ps(LOAD16(w + r * stride, j, m), xv, acc[r]);                         \
+                const __m512 wv = LOAD16(w + r * stride, j, m);                                             \
+                for (int a = 0; a < M; a++) acc[r][a] = _mm512_fmadd_ps(wv, xv[a], acc[r][a]);              \
             }                                                                                               \
         }                                                                                                   \
-        for (int r = 0; r < R; r++) y[r] = fg_hsum_512(acc[r]);                                             \
+        for (int r = 0; r < R; r++)                                                                         \
+            for (int a = 0; a < M; a++) y[a * ldy + r] = fg_hsum_512(acc[r][a]);                            \
     }
-FLOAT_ROWS_AVX512(f32_rows_avx512, float, LOAD16_F32)
-FLOAT_ROWS_AVX512(f16_rows_avx512, uint16_t, LOAD16_F16)
-FLOAT_ROWS_AVX512(bf16_rows_avx512, uint16_t, LOAD16_BF16)
-FG_DOT_FROM_ROWS(vec_dot_f32_f32_avx512, FG_TARGET_AVX512, f32_rows_avx512, 1)
-FG_GEMV_FROM_ROWS(gemv_f32_f32_avx512, FG_TARGET_AVX512, f32_rows_avx512, 1)
-FG_DOT_FROM_ROWS(vec_dot_f16_f32_avx512, FG_TARGET_AVX512, f16_rows_avx512, 1)
-FG_GEMV_FROM_ROWS(gemv_f16_f32_avx512, FG_TARGET_AVX512, f16_rows_avx512, 1)
-FG_DOT_FROM_ROWS(vec_dot_bf16_f32_avx512, FG_TARGET_AVX512, bf16_rows_avx512, 1)
-FG_GEMV_FROM_ROWS(gemv_bf16_f32_avx512, FG_TARGET_AVX512, bf16_rows_avx512, 1)
+#define FLOAT_KERNELS_AVX512(T, TYPE, LOAD16)                                                                     \
+    FLOAT_TILE_AVX512(T##_tile_avx512, TYPE, LOAD16)                                                        \
+    FG_INLINE_AVX512 void T##_rows_avx512(const int R, int64_t n, const char *w, size_t stride, const void *x, float *y) { \
+        T##_tile_avx512(R, 1, n, w, stride, x, 0, y, 0);                                                    \
+    }                                                                                                       \
+    FG_DOT_FROM_ROWS(vec_dot_##T##_f32_avx512, FG_TARGET_AVX512, T##_rows_avx512, 1)                        \
+    FG_GEMV_FROM_ROWS(gemv_##T##_f32_avx512, FG_TARGET_AVX512, T##_rows_avx512, 1)                          \
+    FG_GEMM_FROM_TILE(gemm_##T##_f32_avx512, FG_TARGET_AVX512, T##_tile_avx512, 1, 4, 4)
+FLOAT_KERNELS_AVX512(f32, float, LOAD16_F32)   /* 16 accumulators + 4 activations + 1 weight of 32 zmm */
+FLOAT_KERNELS_AVX512(f16, uint16_t, LOAD16_F16)
+FLOAT_KERNELS_AVX512(bf16, uint16_t, LOAD16_BF16)
 #endif /* FG_HAVE_X86 */
 
 #if FG_HAVE_NEON
@@ -142,42 +160,51 @@ FG_GEMV_FROM_ROWS(gemv_bf16_f32_avx512, FG_TARGET_AVX512, bf16_rows_avx512, 1)
 #define LOAD4_F16(p, j) vcvt_f32_f16(vreinterpret_f16_u16(vld1_u16((const uint16_t *)(p) + (j))))
 #define LOAD4_BF16(p, j) vreinterpretq_f32_u32(vshll_n_u16(vld1_u16((const uint16_t *)(p) + (j)), 16))
 
-#define FLOAT_ROWS_NEON(NAME, LOAD4, LOAD1)                                                                 \
-    static inline void NAME(const int R, int64_t n, const char *w, size_t stride, const void *vx, float *y) { \
-        const float *x = vx;                                                                                \
-        float32x4_t acc[4];                                                                                 \
-        for (int r = 0; r < R; r++) acc[r] = vdupq_n_f32(0.0f);                                             \
+#define FLOAT_TILE_NEON(NAME, LOAD4, LOAD1)                                                                 \
+    static inline void NAME(const int R, const int M, int64_t n, const char *w, size_t stride, const void *vx, \
+                            size_t xs, float *y, int64_t ldy) {                                             \
+        float32x4_t acc[4][4];                                                                              \
+        for (int r = 0; r < R; r++)                                                                         \
+            for (int a = 0; a < M; a++) acc[r][a] = vdupq_n_f32(0.0f);                                      \
         int64_t j = 0;                                                                                      \
         for (; j + 4 <= n; j += 4) {                                                                        \
-            const float32x4_t xv = vld1q_f32(x + j);                                                        \
-            for (int r = 0; r < R; r++) acc[r] = vfmaq_f32(acc[r], LOAD4(w + r * stride, j), xv);           \
+            float32x4_t xv[4];                                                                              \
+            for (int a = 0; a < M; a++) xv[a] = vld1q_f32((const float *)((const char *)vx + a * xs) + j);  \
+            for (int r = 0; r < R; r++) {                                                                   \
+                const float32x4_t wv = LOAD4(w + r * stride, j);                                            \
+                for (int a = 0; a < M; a++) acc[r][a] = vfmaq_f32(acc[r][a], wv, xv[a]);                    \
+            }                                                                                               \
         }                                                                                                   \
-        for (int r = 0; r < R; r++) {                                                                       \
-            float s = vaddvq_f32(acc[r]);                                                                   \
-            for (int64_t k = j; k < n; k++) s += LOAD1(w + r * stride, k) * x[k];                           \
-            y[r] = s;                                                                                       \
-        }                                                                                                   \
+        for (int r = 0; r < R; r++)                                                                         \
+            for (int a = 0; a < M; a++) {                                                                   \
+                const float *x = (const float *)((const char *)vx + a * xs);                                \
+                float s = vaddvq_f32(acc[r][a]);                                                            \
+                for (int64_t k = j; k < n; k++) s += LOAD1(w + r * stride, k) * x[k];                       \
+                y[a * ldy + r] = s;                                                                         \
+            }                                                                                               \
     }
 #define FG_NO_TARGET
-FLOAT_ROWS_NEON(f32_rows_neon, LOAD4_F32, load_f32)
-FLOAT_ROWS_NEON(f16_rows_neon, LOAD4_F16, load_f16)
-FLOAT_ROWS_NEON(bf16_rows_neon, LOAD4_BF16, load_bf16)
-FG_DOT_FROM_ROWS(vec_dot_f32_f32_neon, FG_NO_TARGET, f32_rows_neon, 1)
-FG_GEMV_FROM_ROWS(gemv_f32_f32_neon, FG_NO_TARGET, f32_rows_neon, 1)
-FG_DOT_FROM_ROWS(vec_dot_f16_f32_neon, FG_NO_TARGET, f16_rows_neon, 1)
-FG_GEMV_FROM_ROWS(gemv_f16_f32_neon, FG_NO_TARGET, f16_rows_neon, 1)
-FG_DOT_FROM_ROWS(vec_dot_bf16_f32_neon, FG_NO_TARGET, bf16_rows_neon, 1)
-FG_GEMV_FROM_ROWS(gemv_bf16_f32_neon, FG_NO_TARGET, bf16_rows_neon, 1)
+#define FLOAT_KERNELS_NEON(T, LOAD4, LOAD1)                                                                       \
+    FLOAT_TILE_NEON(T##_tile_neon, LOAD4, LOAD1)                                                            \
+    static inline void T##_rows_neon(const int R, int64_t n, const char *w, size_t stride, const void *x, float *y) { \
+        T##_tile_neon(R, 1, n, w, stride, x, 0, y, 0);                                                      \
+    }                                                                                                       \
+    FG_DOT_FROM_ROWS(vec_dot_##T##_f32_neon, FG_NO_TARGET, T##_rows_neon, 1)                                \
+    FG_GEMV_FROM_ROWS(gemv_##T##_f32_neon, FG_NO_TARGET, T##_rows_neon, 1)                                  \
+    FG_GEMM_FROM_TILE(gemm_##T##_f32_neon, FG_NO_TARGET, T##_tile_neon, 1, 4, 4)
+FLOAT_KERNELS_NEON(f32, LOAD4_F32, load_f32)   /* 16 accumulators + 4 activations + 1 weight of 32 q registers */
+FLOAT_KERNELS_NEON(f16, LOAD4_F16, load_f16)
+FLOAT_KERNELS_NEON(bf16, LOAD4_BF16, load_bf16)
 #endif /* FG_HAVE_NEON */
 
 #if FG_HAVE_X86
-#define X86_ROWS(t, a) [FG_ISA_AVX2] = {NULL, a, vec_dot_##t##_f32_avx2, gemv_##t##_f32_avx2}, \
-                       [FG_ISA_AVX512] = {NULL, a, vec_dot_##t##_f32_avx512, gemv_##t##_f32_avx512},
+#define X86_ROWS(t, a) [FG_ISA_AVX2] = {NULL, a, vec_dot_##t##_f32_avx2, gemv_##t##_f32_avx2, gemm_##t##_f32_avx2}, \
+                       [FG_ISA_AVX512] = {NULL, a, vec_dot_##t##_f32_avx512, gemv_##t##_f32_avx512, gemm_##t##_f32_avx512},
 #else
 #define X86_ROWS(t, a)
 #endif
 #if FG_HAVE_NEON
-#define NEON_ROW(t) [FG_ISA_NEON] = {NULL, NULL, vec_dot_##t##_f32_neon, gemv_##t##_f32_neon},
+#define NEON_ROW(t) [FG_ISA_NEON] = {NULL, NULL, vec_dot_##t##_f32_neon, gemv_##t##_f32_neon, gemm_##t##_f32_neon},
 #else
 #define NEON_ROW(t)
 #endif
