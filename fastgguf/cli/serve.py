@@ -27,7 +27,8 @@ def register(subparsers) -> None:
     p.add_argument("-m", "--model", help="GGUF file or catalogue name (default: the default model, downloaded if needed)")
     p.add_argument("--host", default="127.0.0.1", help="address to listen on (127.0.0.1)")
     p.add_argument("--port", type=int, default=8080, help="port (8080)")
-    p.add_argument("--parallel", "-np", type=int, default=4, help="sequences decoded together (4)")
+    p.add_argument("--parallel", "-np", type=int, default=None,
+                   help="sequences decoded together (4; an encoder's inputs embedded together: 16)")
     p.add_argument("--ctx-size", "-c", type=int, default=None,
                    help="context size of each sequence (default: the model's, at most 4096)")
     p.add_argument("-t", "--threads", type=int, default=None, help="threads (default: physical cores)")
@@ -61,7 +62,7 @@ def run(args) -> int:
     except ImportError as e:
         raise MissingExtra(f"the server needs the 'server' extra: pip install \"fastgguf[server]\" ({e})") from None
     for name in ("parallel", "port", "max_queue", "max_body"):
-        if getattr(args, name) < 1:
+        if getattr(args, name) is not None and getattr(args, name) < 1:
             raise ValueError(f"--{name.replace('_', '-')} must be >= 1")
     if not args.ping_interval > 0:
         raise ValueError("--ping-interval must be > 0")
@@ -71,13 +72,15 @@ def run(args) -> int:
     if args.ray:
         return run_ray(args, key)
     from fastgguf.cli.common import load_model
+    from fastgguf.engine.scheduler import default_parallel
     from fastgguf.server import create_app
     model = load_model(args)
-    app = create_app(model, parallel=args.parallel, n_ctx=args.ctx_size, n_threads=args.threads, api_key=key,
+    parallel = args.parallel or default_parallel(model)
+    app = create_app(model, parallel=parallel, n_ctx=args.ctx_size, n_threads=args.threads, api_key=key,
                      max_queue=args.max_queue, max_body_bytes=args.max_body, ping_interval=args.ping_interval,
                      reasoning_format=args.reasoning_format)
     print(f"fastgguf serve: {os.path.basename(model.path)} on http://{args.host}:{args.port}/v1 "
-          f"(parallel {args.parallel})", file=sys.stderr, flush=True)
+          f"(parallel {parallel})", file=sys.stderr, flush=True)
     uvicorn.run(app, host=args.host, port=args.port, log_level=args.log_level)
     return 0
 
@@ -103,6 +106,7 @@ def run_ray(args, key) -> int:
     if args.threads is not None and args.threads < 1:
         raise ValueError(f"--threads must be >= 1, got {args.threads}")
     threads = args.threads or default_threads(args.replicas)
+    args.parallel = args.parallel or 4  # Ray routes by it before a replica has loaded the model
     app = deployment(args.model, replicas=args.replicas, max_replicas=args.max_replicas, threads=threads,
                      parallel=args.parallel, n_ctx=args.ctx_size, api_key=key, max_queue=args.max_queue,
                      max_body_bytes=args.max_body, ping_interval=args.ping_interval,

@@ -32,12 +32,13 @@ _engine_lock = threading.Lock()
 
 
 def default_engine(model):
-    """The model's own Scheduler for the in-process API (started on first use; 4 slots of up to 4096 tokens)."""
+    """The model's own Scheduler for the in-process API (started on first use; slots of up to 4096 tokens, as many
+    as engine.scheduler.default_parallel gives)."""
     with _engine_lock:
         eng = getattr(model, "_api_engine", None)
         if eng is None:
             n_ctx = min(int(getattr(model, "n_ctx_train", 0) or 4096), 4096)
-            eng = Scheduler(model, parallel=4, n_ctx=n_ctx)
+            eng = Scheduler(model, n_ctx=n_ctx)
             model._api_engine = eng
         return eng
 

@@ -21,9 +21,10 @@ from fastgguf.server.routes import router
 __all__ = ["create_app"]
 
 
-def create_app(model, *, parallel=4, n_ctx=None, n_threads=None, api_key=None, max_queue=64,
+def create_app(model, *, parallel=None, n_ctx=None, n_threads=None, api_key=None, max_queue=64,
                max_body_bytes=8 << 20, ping_interval=5.0, engine=None, reasoning_format="parsed"):
-    """An ASGI app serving `model` (a fastgguf.Model) with OpenAI's API. `parallel` sequences decode together,
+    """An ASGI app serving `model` (a fastgguf.Model) with OpenAI's API. `parallel` sequences decode together
+    (default: 4; 16 for an encoder, engine.scheduler.default_parallel),
     each in a context of `n_ctx` tokens (default: the model's training context, at most 4096); `max_queue` requests
     may wait (then 429); `api_key`: required as a Bearer token when given; `reasoning_format`: the default of a
     chat request's reasoning_format ("parsed", "raw" or "none")."""
