@@ -171,38 +171,59 @@ FG_KERNELS_FROM_TILE8(vec_dot_q8_0_q8_0_avx2, gemv_q8_0_q8_0_avx2, gemm_q8_0_q8_
                       fg_q8_0_aux, sizeof(block_q8_0), sizeof(block_q8_0), QK8_0, 8)
 
 /* ---- AVX-512: two blocks per zmm; the u8.s8 dot is maddubs+madd, or one dpbusd with VNNI ---- */
-#define Q8_0_ROWS_512(NAME, TARGET, DOT)                                                                    \
-    static inline __attribute__((always_inline)) TARGET void NAME(const int R, int64_t nb, const char *w,    \
-                                                                  size_t stride, const void *vx, float *y) { \
-        const block_q8_0 *x = vx;                                                                           \
-        __m512 acc[4];                                                                                      \
-        for (int r = 0; r < R; r++) acc[r] = _mm512_setzero_ps();                                           \
+/* Tiles of R <= 4 weight rows x M <= 4 activation rows: each (r, a) pair takes the same ops in the same order
+ * whatever R and M, so the gemm (tiles), gemv (M = 1) and vec_dot (R = M = 1) agree bit for bit; a weight pair of
+ * blocks is loaded, its sign mask and |w| made, once per tile instead of once per activation row. */
+#define Q8_0_TILE_512(NAME, TARGET, DOT)                                                                    \
+    static inline __attribute__((always_inline)) TARGET void NAME(const int R, const int M, int64_t nb,      \
+                                                                  const char *w, size_t stride,             \
+                                                                  const void *vx, size_t xs, float *y,      \
+                                                                  int64_t ldy) {                            \
+        __m512 acc[4][4];                                                                                   \
+        for (int r = 0; r < R; r++)                                                                         \
+            for (int a = 0; a < M; a++) acc[r][a] = _mm512_setzero_ps();                                    \
         int64_t i = 0;                                                                                      \
         for (; i + 2 <= nb; i += 2) {                                                                       \
-            const __m512i xq = fg_load_2x256(x[i].qs, x[i + 1].qs);                                         \
-            const __m128 dx = fg_f16_pairs(&x[i].d, &x[i + 1].d);                                           \
+            __m512i xq[4];                                                                                  \
+            __m128 dx[4];                                                                                   \
+            for (int a = 0; a < M; a++) {                                                                   \
+                const block_q8_0 *x = (const block_q8_0 *)((const char *)vx + a * xs);                      \
+                xq[a] = fg_load_2x256(x[i].qs, x[i + 1].qs);                                                \
+                dx[a] = fg_f16_pairs(&x[i].d, &x[i + 1].d);                                                 \
+            }                                                                                               \
             for (int r = 0; r < R; r++) {                                                                   \
                 const block_q8_0 *b = (const block_q8_0 *)(w + r * stride) + i;                             \
                 fg_prefetch(b, stride);                                                                     \
-                const __m512i wq = fg_load_2x256(b[0].qs, b[1].qs);                                         \
+                const __m512i wq = fg_load_2x256(b[0].qs, b[1].qs), aw = _mm512_abs_epi8(wq);               \
                 const __mmask64 neg = _mm512_movepi8_mask(wq); /* |w| . (x with w's sign): w = -128 too */  \
-                const __m512i sx = _mm512_mask_sub_epi8(xq, neg, _mm512_setzero_si512(), xq);               \
-                const __m512 d = fg_spread2_512(_mm_mul_ps(fg_f16_pairs(&b[0].d, &b[1].d), dx));            \
-                acc[r] = _mm512_fmadd_ps(_mm512_cvtepi32_ps(DOT(_mm512_abs_epi8(wq), sx)), d, acc[r]);   \
+                const __m128 dw = fg_f16_pairs(&b[0].d, &b[1].d);                                           \
+                for (int a = 0; a < M; a++) {                                                               \
+                    const __m512i sx = _mm512_mask_sub_epi8(xq[a], neg, _mm512_setzero_si512(), xq[a]);     \
+                    const __m512 d = fg_spread2_512(_mm_mul_ps(dw, dx[a]));                                 \
+                    acc[r][a] = _mm512_fmadd_ps(_mm512_cvtepi32_ps(DOT(aw, sx)), d, acc[r][a]);             \
+                }                                                                                           \
             }                                                                                               \
         }                                                                                                   \
-        for (int r = 0; r < R; r++) {                                                                       \
-            float s = fg_hsum_512(acc[r]);                                                                  \
-            if (i < nb) s += vec_dot_q8_0_q8_0_scalar(QK8_0, (const block_q8_0 *)(w + r * stride) + i, x + i); \
-            y[r] = s;                                                                                       \
-        }                                                                                                   \
+        for (int r = 0; r < R; r++)                                                                         \
+            for (int a = 0; a < M; a++) {                                                                   \
+                const block_q8_0 *x = (const block_q8_0 *)((const char *)vx + a * xs);                     \
+                float s = fg_hsum_512(acc[r][a]);                                                           \
+                if (i < nb) s += vec_dot_q8_0_q8_0_scalar(QK8_0, (const block_q8_0 *)(w + r * stride) + i, x + i); \
+                y[a * ldy + r] = s;                                                                         \
+            }                                                                                               \
     }
-Q8_0_ROWS_512(q8_0_rows_avx512, FG_TARGET_AVX512, FG_DOT_U8S8_512_BW)
-Q8_0_ROWS_512(q8_0_rows_avx512vnni, FG_TARGET_AVX512_VNNI, FG_DOT_U8S8_512_VNNI)
-FG_DOT_FROM_ROWS(vec_dot_q8_0_q8_0_avx512, FG_TARGET_AVX512, q8_0_rows_avx512, QK8_0)
-FG_GEMV_FROM_ROWS(gemv_q8_0_q8_0_avx512, FG_TARGET_AVX512, q8_0_rows_avx512, QK8_0)
-FG_DOT_FROM_ROWS(vec_dot_q8_0_q8_0_avx512vnni, FG_TARGET_AVX512_VNNI, q8_0_rows_avx512vnni, QK8_0)
-FG_GEMV_FROM_ROWS(gemv_q8_0_q8_0_avx512vnni, FG_TARGET_AVX512_VNNI, q8_0_rows_avx512vnni, QK8_0)
+#define Q8_0_KERNELS_512(SFX, TARGET, DOT)                                                                  \
+    Q8_0_TILE_512(q8_0_tile_##SFX, TARGET, DOT)                                                             \
+    static inline __attribute__((always_inline)) TARGET void q8_0_rows_##SFX(const int R, int64_t nb,       \
+                                                                             const char *w, size_t stride,  \
+                                                                             const void *x, float *y) {     \
+        q8_0_tile_##SFX(R, 1, nb, w, stride, x, 0, y, 0);                                                   \
+    }                                                                                                       \
+    FG_DOT_FROM_ROWS(vec_dot_q8_0_q8_0_##SFX, TARGET, q8_0_rows_##SFX, QK8_0)                               \
+    FG_GEMV_FROM_ROWS(gemv_q8_0_q8_0_##SFX, TARGET, q8_0_rows_##SFX, QK8_0)                                 \
+    FG_GEMM_FROM_TILE(gemm_q8_0_q8_0_##SFX, TARGET, q8_0_tile_##SFX, QK8_0, 4, 4)
+Q8_0_KERNELS_512(avx512, FG_TARGET_AVX512, FG_DOT_U8S8_512_BW)
+Q8_0_KERNELS_512(avx512vnni, FG_TARGET_AVX512_VNNI, FG_DOT_U8S8_512_VNNI)
 #endif /* FG_HAVE_X86 */
 
 #if FG_HAVE_NEON
@@ -279,7 +300,7 @@ const fg_type_kernels fg_q8_0_kernels[FG_ISA_COUNT] = {
     [FG_ISA_AVX2] = {quantize_row_q8_0_avx2, dequantize_row_q8_0_avx2, vec_dot_q8_0_q8_0_avx2, gemv_q8_0_q8_0_avx2,
                      gemm_q8_0_q8_0_avx2},
     [FG_ISA_AVX512] = {quantize_row_q8_0_avx2, dequantize_row_q8_0_avx2, vec_dot_q8_0_q8_0_avx512,
-                       gemv_q8_0_q8_0_avx512},
+                       gemv_q8_0_q8_0_avx512, gemm_q8_0_q8_0_avx512},
 #endif
 #if FG_HAVE_NEON
     [FG_ISA_NEON] = {quantize_row_q8_0_neon, NULL, vec_dot_q8_0_q8_0_neon, gemv_q8_0_q8_0_neon},
@@ -290,7 +311,8 @@ const fg_type_kernels fg_q8_0_kernels[FG_ISA_COUNT] = {
 const fg_type_kernels fg_q8_0_kernels_ext[FG_ISA_COUNT] = {
     [FG_ISA_SCALAR] = {0}, /* never used: keeps the initializer non-empty without SIMD (MSVC rejects {}) */
 #if FG_HAVE_X86
-    [FG_ISA_AVX512] = {NULL, NULL, vec_dot_q8_0_q8_0_avx512vnni, gemv_q8_0_q8_0_avx512vnni},
+    [FG_ISA_AVX512] = {NULL, NULL, vec_dot_q8_0_q8_0_avx512vnni, gemv_q8_0_q8_0_avx512vnni,
+                       gemm_q8_0_q8_0_avx512vnni},
 #endif
 #if FG_HAVE_NEON
     [FG_ISA_NEON] = {NULL, NULL, vec_dot_q8_0_q8_0_neondp, gemv_q8_0_q8_0_neondp},
