@@ -280,6 +280,18 @@ class Arch:
         w_up ...). Default: as they are."""
         return d
 
+    def split_qkv(self, d, hp, i):
+        """Layer i's fused q|k|v matrix (role "wqkv", attn_qkv.weight: phi3, nomic-bert), if any, into row views
+        wq, wk, wv."""
+        qd, kv = hp.n_head * hp.head_dim, hp.n_head_kv * hp.head_dim
+        if "wqkv" in d:
+            spec, name = d.pop("wqkv"), f"blk.{i}.attn_qkv.weight"
+            if spec[2] != qd + 2 * kv:
+                raise GGUFError(f"{name}: expected {qd + 2 * kv} rows (q, k, v), got {spec[2]}")
+            d["wq"] = self.row_slice(spec, 0, qd, name)
+            d["wk"] = self.row_slice(spec, qd, qd + kv, name)
+            d["wv"] = self.row_slice(spec, qd + kv, qd + 2 * kv, name)
+
     @staticmethod
     def row_slice(spec, r0, r1, name):
         """Rows [r0, r1) of a matrix spec (array, type, rows, cols): a view (each row is whole blocks)."""

@@ -78,14 +78,8 @@ class NomicBert(Bert):
         return dataclasses.replace(hp, ffn_act="silu")
 
     def split_layer(self, d, hp, i):
+        self.split_qkv(d, hp, i)
         qd, kv = hp.n_head * hp.head_dim, hp.n_head_kv * hp.head_dim
-        if "wqkv" in d:
-            spec, name = d.pop("wqkv"), f"blk.{i}.attn_qkv.weight"
-            if spec[2] != qd + 2 * kv:
-                raise GGUFError(f"{name}: expected {qd + 2 * kv} rows (q, k, v), got {spec[2]}")
-            d["wq"] = self.row_slice(spec, 0, qd, name)
-            d["wk"] = self.row_slice(spec, qd, qd + kv, name)
-            d["wv"] = self.row_slice(spec, qd + kv, qd + 2 * kv, name)
         b = d.pop("bqkv", None)
         if b is not None:
             if b.shape != (qd + 2 * kv,):

@@ -29,14 +29,7 @@ class Phi3(Arch):
         self.layer_tensors = lt
 
     def split_layer(self, d, hp, i):
-        qd, kv = hp.n_head * hp.head_dim, hp.n_head_kv * hp.head_dim
-        if "wqkv" in d:
-            spec, name = d.pop("wqkv"), f"blk.{i}.attn_qkv.weight"
-            if spec[2] != qd + 2 * kv:
-                raise GGUFError(f"{name}: expected {qd + 2 * kv} rows (q, k, v), got {spec[2]}")
-            d["wq"] = self.row_slice(spec, 0, qd, name)
-            d["wk"] = self.row_slice(spec, qd, qd + kv, name)
-            d["wv"] = self.row_slice(spec, qd + kv, qd + 2 * kv, name)
+        self.split_qkv(d, hp, i)
         spec, name = d.pop("w_gate_up"), f"blk.{i}.ffn_up.weight"
         if spec[2] != 2 * hp.n_ff:
             raise GGUFError(f"{name}: expected {2 * hp.n_ff} rows (gate, up), got {spec[2]}")
