@@ -53,8 +53,8 @@ from fastgguf.engine.generate import Usage, reusable_prefix
 from fastgguf.engine.params import SamplingParams
 from fastgguf.engine.sequence import Sequence
 
-__all__ = ["Scheduler", "Engine", "default_parallel", "Request", "QueueFull", "Start", "Delta", "Finish", "PromptLogprobs", "Embedding",
-           "Done", "Error"]
+__all__ = ["Scheduler", "Engine", "default_parallel", "Request", "QueueFull", "Start", "Delta", "Finish",
+           "PromptLogprobs", "Embedding", "Done", "Error"]
 
 CHUNK = 64  # prompt tokens per sequence per step
 

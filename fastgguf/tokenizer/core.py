@@ -38,7 +38,8 @@ Facts (regexes, defaults, special-token rules) follow llama.cpp's src/llama-voca
 - ``detokenize(ids, skip_special=True)`` (alias ``decode``): the concatenated pieces (``special = not skip_special``) decoded as UTF-8
   with replacement characters. When the vocabulary adds a space prefix (SPM), the leading space of the first
   rendered piece is dropped, also after a BOS, so ``detokenize(tokenize(s)) == s`` (llama_detokenize keeps it after a
-  BOS). The same for WPM, whose every word starts with U+2581, and UGM with remove_extra_whitespaces. llama.cpp's "clean spaces" pass is not applied.
+  BOS). The same for WPM, whose every word starts with U+2581, and UGM with remove_extra_whitespaces. llama.cpp's
+  "clean spaces" pass is not applied.
 - ``streaming_decoder()``: ``feed(id)`` returns only complete UTF-8 characters (bytes of a split character wait for
   the next tokens); nothing is stripped, so the stream of a generation is exactly its pieces.
 """
@@ -1009,8 +1010,9 @@ class Tokenizer:
 
     def tokenize_raw(self, text):
         """Ids whose pieces are exactly text's UTF-8 bytes: no BOS/EOS, no SentencePiece space prefix, control
-        tokens not parsed (WPM and UGM normalize the text, so for them the pieces can differ from it). For constrained decoding (engine.grammar): a piece of output tokenized on its own must
-        not grow a leading space. The shared tokenizer's add_space_prefix is left alone."""
+        tokens not parsed (WPM and UGM normalize the text, so for them the pieces can differ from it). For
+        constrained decoding (engine.grammar): a piece of output tokenized on its own must not grow a leading space.
+        The shared tokenizer's add_space_prefix is left alone."""
         return self._tokenize(text, False, False, False)
 
     def _tokenize(self, text, add_special, parse_special, space_prefix):
