@@ -166,6 +166,12 @@ def vec_dot_type(t):
     return r
 
 
+cdef _floats(x):
+    """x as C-contiguous, ALIGNED float32 (a view when it is one): the C reads whole floats, and a view into a file
+    (a safetensors tensor at an odd offset) can be misaligned, which np.ascontiguousarray lets through."""
+    return np.require(x, np.float32, ["C", "A"])
+
+
 cdef _check_len(int ti, int64_t n):
     cdef int64_t b = fg_blck_size(ti)
     if n < 0 or n % b:
@@ -177,7 +183,7 @@ def quantize(x, t, isa=None):
     cdef int ti = _type_id(t)
     cdef const fg_type_kernels *k = _table(isa, ti)
     cdef fg_quantize_fn fn = k.quantize if k.quantize else fg_kernels_of(FG_ISA_SCALAR, ti).quantize
-    cdef cnp.ndarray[cnp.float32_t, ndim=2] a = np.ascontiguousarray(np.asarray(x, dtype=np.float32).reshape(-1, np.shape(x)[-1]))
+    cdef cnp.ndarray[cnp.float32_t, ndim=2] a = _floats(np.asarray(x, dtype=np.float32).reshape(-1, np.shape(x)[-1]))
     cdef int64_t n = a.shape[1], rows = a.shape[0], i
     _check_len(ti, n)
     cdef size_t rs = fg_row_size(ti, n)
@@ -193,7 +199,7 @@ def quantize_as_llama_file(x, t):
     matrix): the scalar reference of quantize(), except IQ4_NL, whose file quantizer searches 7 trial scales either
     side (quantize_row_iq4_nl_ref, which quantize() matches, tries none). Used by fastgguf.gguf.quantize."""
     cdef int ti = _type_id(t)
-    cdef cnp.ndarray[cnp.float32_t, ndim=2] a = np.ascontiguousarray(np.asarray(x, dtype=np.float32).reshape(-1, np.shape(x)[-1]))
+    cdef cnp.ndarray[cnp.float32_t, ndim=2] a = _floats(np.asarray(x, dtype=np.float32).reshape(-1, np.shape(x)[-1]))
     cdef int64_t n = a.shape[1], rows = a.shape[0], i
     _check_len(ti, n)
     cdef size_t rs = fg_row_size(ti, n)
@@ -329,7 +335,7 @@ def matmul(w_raw, wtype, x, n_threads=None):
         raise ValueError(f"type {wtype!r} is an activation-only type: it cannot be a weight matrix")
     xa = np.asarray(x, dtype=np.float32)
     squeeze = xa.ndim == 1
-    cdef cnp.ndarray[cnp.float32_t, ndim=2] xs = np.ascontiguousarray(xa.reshape(1, -1) if squeeze else xa)
+    cdef cnp.ndarray[cnp.float32_t, ndim=2] xs = _floats(xa.reshape(1, -1) if squeeze else xa)
     cdef int64_t n = xs.shape[1], m = xs.shape[0]
     _check_len(ti, n)
     cdef size_t rs = fg_row_size(ti, n)

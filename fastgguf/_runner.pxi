@@ -9,7 +9,7 @@ cdef const float *_vec(Weights w, arr, int64_t n, str name) except? NULL:
     """A float32 (n,) vector, or NULL for None."""
     if arr is None:
         return NULL
-    a = np.ascontiguousarray(arr, dtype=np.float32)
+    a = _floats(arr)
     if a.ndim != 1 or a.shape[0] != n:
         raise ValueError(f"{name}: expected shape ({n},), got {np.shape(arr)}")
     w._keep.append(a)

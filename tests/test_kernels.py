@@ -315,3 +315,18 @@ def test_env_no_ext():
 
 def test_read_bandwidth_positive():
     assert kernels.read_bandwidth(1 << 22, repeats=1) > 0.1
+
+
+def test_misaligned_float_input():
+    """Float rows at an odd address (a view into a file, e.g. a safetensors tensor at an odd offset: numpy marks it
+    unaligned) are read as copies, not misaligned loads (UBSan's 'load of misaligned address' under the ASan leg)."""
+    x = _data((3, 64), 7)
+    buf = np.zeros(x.nbytes + 1, np.uint8)
+    buf[1:] = x.view(np.uint8).reshape(-1)
+    odd = np.frombuffer(buf, dtype=np.float32, offset=1).reshape(3, 64)
+    assert not odd.flags.aligned
+    for t in ("Q8_0", "F16"):
+        assert np.array_equal(kernels.quantize(odd, t), kernels.quantize(x, t))
+        assert np.array_equal(kernels.quantize_as_llama_file(odd, t), kernels.quantize_as_llama_file(x, t))
+    w = kernels.quantize(_data((5, 64), 8), "Q8_0")
+    assert np.array_equal(kernels.matmul(w, "Q8_0", odd), kernels.matmul(w, "Q8_0", x))
