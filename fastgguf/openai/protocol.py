@@ -368,12 +368,11 @@ def rerank_tokens(model, query, document):
         return list(model.tokenize(text, add_special=False, parse_special=True))
     tok = model.tokenizer
     eos = tok.eos_id if tok.eos_id is not None else tok.special_ids.get("sep")
-    add_sep = getattr(tok, "add_sep", False)  # WPM vocabularies (tokenizer.ggml.add_sep_token)
     ids = [tok.bos_id] if tok.add_bos and tok.bos_id is not None else []
     ids += model.tokenize(query, add_special=False)
     if tok.add_eos and eos is not None:
         ids.append(eos)
-    if add_sep and tok.special_ids.get("sep") is not None:
+    if tok.add_sep and tok.special_ids.get("sep") is not None:  # WPM; tokenizer.ggml.add_sep_token
         ids.append(tok.special_ids["sep"])
     ids += model.tokenize(document, add_special=False)
     if tok.add_eos and eos is not None:
