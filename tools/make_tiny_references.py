@@ -42,18 +42,16 @@ def import_llama_cpp():
     return llama_cpp
 
 
-def run(L, path, ids, n_ctx, flash):
-    """llama.cpp's logits (len(ids), n_vocab) for ids at positions 0.. in one batch."""
-    mp = L.llama_model_default_params()
-    model = L.llama_model_load_from_file(path.encode(), mp)
+def _decode_rows(L, path, ids, configure, row):
+    """Load path in llama.cpp, run ids at positions 0.. as one batch in a context configure(params) sets up (2
+    threads), and return float32 rows row(L, model, ctx, i) of every token."""
+    model = L.llama_model_load_from_file(path.encode(), L.llama_model_default_params())
     if not model:
         raise RuntimeError(f"llama.cpp could not load {path}")
     cp = L.llama_context_default_params()
-    cp.n_ctx, cp.n_batch, cp.n_ubatch = n_ctx, n_ctx, n_ctx
     cp.n_threads = cp.n_threads_batch = 2
-    cp.flash_attn_type = L.LLAMA_FLASH_ATTN_TYPE_ENABLED if flash else L.LLAMA_FLASH_ATTN_TYPE_DISABLED
+    configure(cp)
     ctx = L.llama_init_from_model(model, cp)
-    n_vocab = L.llama_vocab_n_tokens(L.llama_model_get_vocab(model))
     batch = L.llama_batch_init(len(ids), 0, 1)
     try:
         for i, t in enumerate(ids):
@@ -62,14 +60,24 @@ def run(L, path, ids, n_ctx, flash):
         batch.n_tokens = len(ids)
         if L.llama_decode(ctx, batch) != 0:
             raise RuntimeError("llama_decode failed")
-        out = np.array([np.ctypeslib.as_array(ctypes.cast(L.llama_get_logits_ith(ctx, i),
-                                                          ctypes.POINTER(ctypes.c_float)), shape=(n_vocab,))
-                        for i in range(len(ids))], dtype=np.float32)
+        return np.array([row(L, model, ctx, i) for i in range(len(ids))], dtype=np.float32)
     finally:
         L.llama_batch_free(batch)
         L.llama_free(ctx)
         L.llama_model_free(model)
-    return out
+
+
+def run(L, path, ids, n_ctx, flash):
+    """llama.cpp's logits (len(ids), n_vocab) for ids at positions 0.. in one batch."""
+    def configure(cp):
+        cp.n_ctx, cp.n_batch, cp.n_ubatch = n_ctx, n_ctx, n_ctx
+        cp.flash_attn_type = L.LLAMA_FLASH_ATTN_TYPE_ENABLED if flash else L.LLAMA_FLASH_ATTN_TYPE_DISABLED
+
+    def logits(L, model, ctx, i):
+        n_vocab = L.llama_vocab_n_tokens(L.llama_model_get_vocab(model))
+        return np.ctypeslib.as_array(ctypes.cast(L.llama_get_logits_ith(ctx, i), ctypes.POINTER(ctypes.c_float)),
+                                     shape=(n_vocab,))
+    return _decode_rows(L, path, ids, configure, logits)
 
 
 def run_tool(args):
@@ -82,31 +90,14 @@ def run_tool(args):
 
 def embed(L, path, ids):
     """llama.cpp's per-token hidden states (len(ids), n_embd) of one input (llama_decode runs encode() for it)."""
-    model = L.llama_model_load_from_file(path.encode(), L.llama_model_default_params())
-    if not model:
-        raise RuntimeError(f"llama.cpp could not load {path}")
-    cp = L.llama_context_default_params()
-    cp.n_ctx = cp.n_batch = cp.n_ubatch = 512
-    cp.n_threads = cp.n_threads_batch = 2
-    cp.embeddings = True
-    cp.pooling_type = L.LLAMA_POOLING_TYPE_NONE
-    ctx = L.llama_init_from_model(model, cp)
-    n_embd = L.llama_model_n_embd(model)
-    batch = L.llama_batch_init(len(ids), 0, 1)
-    try:
-        for i, t in enumerate(ids):
-            batch.token[i], batch.pos[i], batch.n_seq_id[i], batch.logits[i] = t, i, 1, 1
-            batch.seq_id[i][0] = 0
-        batch.n_tokens = len(ids)
-        if L.llama_decode(ctx, batch) != 0:
-            raise RuntimeError("llama_decode failed")
-        out = np.array([np.ctypeslib.as_array(L.llama_get_embeddings_ith(ctx, i), shape=(n_embd,))
-                        for i in range(len(ids))], dtype=np.float32)
-    finally:
-        L.llama_batch_free(batch)
-        L.llama_free(ctx)
-        L.llama_model_free(model)
-    return out
+    def configure(cp):
+        cp.n_ctx = cp.n_batch = cp.n_ubatch = 512
+        cp.embeddings = True
+        cp.pooling_type = L.LLAMA_POOLING_TYPE_NONE
+
+    def hidden(L, model, ctx, i):
+        return np.ctypeslib.as_array(L.llama_get_embeddings_ith(ctx, i), shape=(L.llama_model_n_embd(model),))
+    return _decode_rows(L, path, ids, configure, hidden)
 
 
 def encoders_main(out_path):
