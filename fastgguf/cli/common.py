@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import argparse
+import collections
 import dataclasses
 import json
 import math
@@ -92,6 +93,13 @@ def make_context(model, args):
     if args.ctx < 1:
         raise ValueError(f"--ctx must be >= 1, got {args.ctx}")
     return model.context(n_ctx=args.ctx)
+
+
+def written_line(path, plan) -> str:
+    """What quantize and convert print when done: the file and its tensors by type (plan: name -> GGMLType)."""
+    counts = collections.Counter(t.name for t in plan.values())
+    summary = ", ".join(f"{n} {t}" for t, n in sorted(counts.items()))
+    return f"wrote {path}: {len(plan)} tensors ({summary})"
 
 
 def speed_line(stream) -> str:

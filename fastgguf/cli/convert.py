@@ -4,8 +4,6 @@ writes them)."""
 
 from __future__ import annotations
 
-import collections
-
 
 def register(subparsers) -> None:
     from fastgguf.convert import OUT_TYPES
@@ -25,10 +23,9 @@ def register(subparsers) -> None:
 
 
 def run(args) -> int:
+    from fastgguf.cli.common import written_line
     from fastgguf.convert import convert
 
     plan = convert(args.src, args.output, args.type, name=args.name)
-    counts = collections.Counter(t.name for t in plan.values())
-    summary = ", ".join(f"{n} {t}" for t, n in sorted(counts.items()))
-    print(f"wrote {args.output}: {len(plan)} tensors ({summary})")
+    print(written_line(args.output, plan))
     return 0

@@ -8,8 +8,6 @@ bytes; q4_0/q4_1/q8_0 keep fastgguf's policy (weights to the type, token embeddi
 
 from __future__ import annotations
 
-import collections
-
 
 def register(subparsers) -> None:
     from fastgguf.gguf.quantize import ALL_TYPES
@@ -39,6 +37,7 @@ def register(subparsers) -> None:
 def run(args) -> int:
     import os
 
+    from fastgguf.cli.common import written_line
     from fastgguf.gguf.quantize import quantize_file
 
     if os.path.abspath(args.input) == os.path.abspath(args.output):
@@ -47,7 +46,5 @@ def run(args) -> int:
         raise ValueError("--threads must be >= 1")
     plan = quantize_file(args.input, args.output, args.type, pure=args.pure, n_threads=args.threads,
                          progress=not args.quiet)
-    counts = collections.Counter(t.name for t in plan.values())
-    summary = ", ".join(f"{n} {t}" for t, n in sorted(counts.items()))
-    print(f"wrote {args.output}: {len(plan)} tensors ({summary})")
+    print(written_line(args.output, plan))
     return 0
