@@ -379,11 +379,7 @@ class Arch:
         if len(ti.shape) == 1:
             return np.ascontiguousarray(self.vector(name), dtype=np.float32)
         arr, t, rows, cols = self.matrix(name)
-        if t == GGMLType.F32:
-            return np.array(arr, dtype=np.float32).reshape(rows, cols)
-        if t == GGMLType.F16:
-            return np.asarray(arr).view(np.float16).astype(np.float32).reshape(rows, cols)
-        return kernels.dequantize(arr, GGMLType(t), cols).reshape(rows, cols)
+        return kernels.dequantize(arr, GGMLType(t), cols).reshape(rows, cols)   # F32 and F16 too (exact)
 
     def classifier(self, hp, take):
         """The optional classifier head of rank pooling, float32 arrays keyed by tensor name
@@ -398,12 +394,11 @@ class Arch:
                 head[name] = t
         if not head:
             return None
-        for w, b in (("cls.weight", "cls.bias"), ("cls.output.weight", "cls.output.bias")):
-            if b in head and w not in head:
-                raise GGUFError(f"{self.f.path}: {b} without {w}")
         n_in = hp.n_embd
         for w, b in (("cls.weight", "cls.bias"), ("cls.output.weight", "cls.output.bias")):
             if w not in head:
+                if b in head:
+                    raise GGUFError(f"{self.f.path}: {b} without {w}")
                 continue
             if head[w].ndim != 2 or head[w].shape[1] != n_in:
                 raise GGUFError(f"tensor {w!r} has shape {head[w].shape}; expected (n_out, {n_in})")
