@@ -22,11 +22,14 @@ from fastgguf.engine.scheduler import Request
 from fastgguf.engine.tools import HERMES_CLOSE, HERMES_OPEN, MISTRAL_TAG, ToolError, tool_grammar, validate_tools
 
 __all__ = ["APIError", "prepare_completion", "prepare_chat", "prepare_embedding", "prepare_rerank", "Prepared",
-           "EmbeddingPrepared", "RerankPrepared", "rerank_tokens",
+           "EmbeddingPrepared", "RerankPrepared", "rerank_tokens", "MAX_PROMPTS",
            "sampling_params", "check_model", "model_id", "SAMPLING_FIELDS"]
 
 MAX_N = 16
 MAX_EMBED_INPUTS = 2048  # as OpenAI
+# prompts in one /v1/completions request (checked before any is tokenized); each prompt x n is a sequence, and the
+# engine's queue (--max-queue) bounds the sequences waiting, so this mostly bounds the work of reading a request
+MAX_PROMPTS = 2048
 UNSUPPORTED = "not supported yet"
 
 # (request field, SamplingParams field), in the order they are read: where a body gives a field under two names,
@@ -276,7 +279,11 @@ def prepare_completion(model, body, n_ctx):
     for field in ("tools", "tool_choice"):
         if body.get(field) is not None:
             raise APIError(f"{field} is only for chat completions", param=field)
-    prompts = _prompt_list(model, body.get("prompt"))
+    prompt = body.get("prompt")
+    if isinstance(prompt, list) and len(prompt) > MAX_PROMPTS and not is_token_id(prompt[0]):
+        raise APIError(f"prompt has {len(prompt)} prompts; at most {MAX_PROMPTS} are allowed per request",
+                       param="prompt")
+    prompts = _prompt_list(model, prompt)
     lp = body.get("logprobs")
     if lp is not None and (isinstance(lp, bool) or not isinstance(lp, int) or not 0 <= lp <= 20):
         raise APIError("logprobs must be an integer in [0, 20] for completions", param="logprobs")

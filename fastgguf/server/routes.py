@@ -195,6 +195,8 @@ async def metrics(request: Request):
         ("fastgguf_request_errors_total", "counter", "requests that failed in the engine", m["errors"]),
         ("fastgguf_requests_running", "gauge", "requests with a sequence in a slot", eng.running_requests()),
         ("fastgguf_requests_queued", "gauge", "requests waiting for a slot", eng.queued_requests()),
+        ("fastgguf_sequences_queued", "gauge", "sequences (prompts x n) waiting for a slot; --max-queue bounds it",
+         eng.queued_sequences()),
         ("fastgguf_slots", "gauge", "parallel sequences (slots)", eng.parallel),
     ]
     out = []
