@@ -25,8 +25,8 @@ def create_app(model, *, parallel=None, n_ctx=None, n_threads=None, api_key=None
                max_body_bytes=8 << 20, ping_interval=5.0, engine=None, reasoning_format="parsed"):
     """An ASGI app serving `model` (a fastgguf.Model) with OpenAI's API. `parallel` sequences decode together
     (default: 4; 16 for an encoder, engine.scheduler.default_parallel),
-    each in a context of `n_ctx` tokens (default: the model's training context, at most 4096); `max_queue` requests
-    may wait (then 429); `api_key`: required as a Bearer token when given; `reasoning_format`: the default of a
+    each in a context of `n_ctx` tokens (default: the model's training context, at most 4096); `max_queue` sequences
+    (prompts x n) may wait (then 429); `api_key`: required as a Bearer token when given; `reasoning_format`: the default of a
     chat request's reasoning_format ("parsed", "raw" or "none")."""
     if reasoning_format not in MODES:
         raise ValueError(f"reasoning_format must be one of {', '.join(MODES)}, got {reasoning_format!r}")
