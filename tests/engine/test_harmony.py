@@ -147,3 +147,19 @@ def test_in_process_api_splits_the_channels(harmony_model):
     assert "".join(d.get("content") or "" for d in deltas) == content
     none = harmony_model.create_chat_completion(MSGS, reasoning_format="none", **kw)["choices"][0]["message"]
     assert "reasoning_content" not in none and none["content"] == content
+
+
+def test_tool_call_in_the_final_channel(harmony_model):
+    """Tools with gpt-oss's template take the generic JSON format (tools.py), constrained into the final channel
+    after the analysis message: the thoughts stay in reasoning_content, the call is parsed, content is empty."""
+    tools = [{"type": "function", "function": {"name": "get_time", "parameters": {
+        "type": "object", "properties": {"zone": {"enum": ["UTC", "CET"]}}, "required": ["zone"],
+        "additionalProperties": False}}}]
+    kw = dict(harmony_steering(harmony_model), max_tokens=120, tools=tools, tool_choice="required",
+              parallel_tool_calls=False)
+    ch = harmony_model.create_chat_completion(MSGS, **kw)["choices"][0]
+    msg = ch["message"]
+    assert ch["finish_reason"] == "tool_calls" and msg["content"] is None and "sunny" in msg["reasoning_content"]
+    (call,) = msg["tool_calls"]
+    assert call["function"]["name"] == "get_time"
+    assert json.loads(call["function"]["arguments"])["zone"] in ("UTC", "CET")
