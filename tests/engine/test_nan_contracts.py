@@ -7,6 +7,7 @@ import numpy as np
 import pytest
 
 import fastgguf
+from fastgguf import kernels
 from fastgguf.engine.scheduler import Scheduler
 from fastgguf.openai.client import create_completion, create_embedding
 from vocab_model import vocab_model
@@ -81,3 +82,25 @@ def test_embedding_nan(nan_model, engine):
     assert np.isfinite(ok).all()
     with pytest.raises(FloatingPointError, match="NaN"):
         create_embedding(nan_model, [GOOD, GOOD + [BAD]], engine=engine)
+
+
+def test_inf_weight_scale_is_an_error(tmp_path):
+    """An inf block scale in ffn_down (what `fastgguf quantize` wrote for a weight of 6e5): 0.2's activation
+    quantizer turned the inf activations it gave into zeros, and every logit came out 0.0 with no error."""
+    from fastgguf.gguf.quantize import quantize_file
+    from test_reliability_engine import tiny
+    src, dst = tiny(tmp_path / "f32.gguf"), str(tmp_path / "q8.gguf")
+    quantize_file(src, dst, "q8_0", pure=True)
+    with fastgguf.GGUFFile(dst) as f:
+        off = f.tensors["blk.0.ffn_down.weight"].offset
+    data = bytearray(open(dst, "rb").read())
+    data[off:off + 2] = np.float16(np.inf).tobytes()  # block 0's scale
+    open(dst, "wb").write(bytes(data))
+    model = fastgguf.Model(dst, n_threads=1)
+    for isa in kernels.available():  # 0.2: 0.0 logits on scalar and avx2, NaN on avx512
+        prev = kernels.set_isa(isa)
+        try:
+            with pytest.raises(FloatingPointError, match="NaN"):
+                model.context(16).eval([1, 2, 3])
+        finally:
+            kernels.set_isa(prev)
