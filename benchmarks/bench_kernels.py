@@ -169,3 +169,21 @@ def test_gemm_kquants(benchmark, fmt):
     st = benchmark.stats.stats
     benchmark.extra_info.update(GMACps=round(rows * n * m / st.median / 1e9, 1),
                                 speedup_vs_gemv_rows=round(t_rows / st.min, 2))
+
+
+@pytest.mark.parametrize("variant", VARIANTS, ids=[_variant_name(*v) for v in VARIANTS])
+@pytest.mark.parametrize("xtype", ["Q8_0", "Q8_1", "Q8_K"])
+def test_quantize_activation(benchmark, xtype, variant):
+    """The activation quantizers on 64 rows of 1536 (a prompt chunk of ffn_down inputs): their non-finite check
+    (issue 24: a NaN-sticky block maximum, one compare per block) should cost nothing measurable; compare
+    extra_info's GB/s of float input across commits."""
+    isa, ext = variant
+    x = np.random.default_rng(2).standard_normal((64, 1536), dtype=np.float32)
+    prev = kernels.ext_enabled()
+    kernels.set_ext(ext)
+    try:
+        assert np.array_equal(kernels.quantize(x, xtype, isa=isa), kernels.quantize(x, xtype, isa="scalar"))
+        benchmark(kernels.quantize, x, xtype, isa)
+    finally:
+        kernels.set_ext(prev)
+    benchmark.extra_info.update(GBps=round(x.nbytes / benchmark.stats.stats.median / 1e9, 2))

@@ -6,6 +6,7 @@
 #include <stdint.h>
 #include <string.h>
 #include <math.h>
+#include <float.h>
 
 #define QK4_0 32
 #define QK4_1 32
@@ -152,6 +153,15 @@ static inline float fg_fp16_to_fp32(uint16_t h) {
     memcpy(&f, &bits, 4);
     return f;
 }
+
+/* Activation blocks keep non-finite input visible: a block holding a NaN or an inf gets the scale NaN (and zero
+ * quants), so every dot with it is NaN, as a float dot would be non-finite; each ISA's quantizer detects it through
+ * its block maximum, once per block. fg_absmax(m, x): max(m, |x|) with NaN sticky (fmaxf drops NaN). */
+static inline float fg_absmax(float m, float x) {
+    const float a = fabsf(x);
+    return a > m || a != a ? a : m;
+}
+#define FG_FINITE(amax) ((amax) <= FLT_MAX) /* false for inf and NaN */
 
 static inline uint16_t fg_fp32_to_fp16(float f) {
     uint32_t x;

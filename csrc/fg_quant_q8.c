@@ -9,7 +9,12 @@ static void quantize_row_q8_0_scalar(const float *x, void *vy, int64_t n) {
     for (int64_t i = 0; i < n / QK8_0; i++) {
         const float *xb = x + i * QK8_0;
         float amax = 0.0f;
-        for (int j = 0; j < QK8_0; j++) amax = fmaxf(amax, fabsf(xb[j]));
+        for (int j = 0; j < QK8_0; j++) amax = fg_absmax(amax, xb[j]);
+        if (!FG_FINITE(amax)) {
+            y[i].d = fg_fp32_to_fp16(NAN);
+            memset(y[i].qs, 0, QK8_0);
+            continue;
+        }
         const float d = amax / 127.0f;
         const float id = d != 0.0f ? 1.0f / d : 0.0f;
         y[i].d = fg_fp32_to_fp16(d);
@@ -42,7 +47,12 @@ static void quantize_row_q8_1_scalar(const float *x, void *vy, int64_t n) {
     for (int64_t i = 0; i < n / QK8_1; i++) {
         const float *xb = x + i * QK8_1;
         float amax = 0.0f;
-        for (int j = 0; j < QK8_1; j++) amax = fmaxf(amax, fabsf(xb[j]));
+        for (int j = 0; j < QK8_1; j++) amax = fg_absmax(amax, xb[j]);
+        if (!FG_FINITE(amax)) {
+            y[i].d = y[i].s = fg_fp32_to_fp16(NAN);
+            memset(y[i].qs, 0, QK8_1);
+            continue;
+        }
         const float d = amax / 127.0f;
         const float id = d != 0.0f ? 1.0f / d : 0.0f;
         int sum = 0;
@@ -68,15 +78,22 @@ static void dequantize_row_q8_1_scalar(const void *vx, float *y, int64_t n) {
 /* ---- AVX2 ---- */
 
 /* One block of 32 floats -> 32 int8 exactly as the scalar reference (same d, same roundf); returns d and
- * the 8 lane sums of the quantized values (for q8_1's s). */
+ * the 8 lane sums of the quantized values (for q8_1's s). A non-finite block: d NaN, zero quants (fg_absmax). */
 FG_INLINE_AVX2 float q8_block_avx2(const float *x, int8_t *qs, __m256i *isum) {
     const __m256 sign = _mm256_set1_ps(-0.0f);
-    __m256 v[4], amax = _mm256_setzero_ps();
+    __m256 v[4];
+    __m256i amax = _mm256_setzero_si256();
     for (int k = 0; k < 4; k++) {
         v[k] = _mm256_loadu_ps(x + 8 * k);
-        amax = _mm256_max_ps(amax, _mm256_andnot_ps(sign, v[k]));
+        amax = _mm256_max_epi32(amax, _mm256_castps_si256(_mm256_andnot_ps(sign, v[k])));
     }
-    const float d = fg_hmax_256(amax) / 127.0f;
+    const float m = fg_hmax_abs_256i(amax);
+    if (!FG_FINITE(m)) {
+        memset(qs, 0, QK8_0);
+        *isum = _mm256_setzero_si256();
+        return NAN;
+    }
+    const float d = m / 127.0f;
     const __m256 id = _mm256_set1_ps(d != 0.0f ? 1.0f / d : 0.0f);
     __m256i q[4];
     for (int k = 0; k < 4; k++) q[k] = _mm256_cvtps_epi32(fg_roundf_256(_mm256_mul_ps(v[k], id)));
@@ -235,7 +252,13 @@ static inline float q8_block_neon(const float *x, int8_t *qs, int *sum) {
         v[k] = vld1q_f32(x + 4 * k);
         amax = vmaxq_f32(amax, vabsq_f32(v[k]));
     }
-    const float d = vmaxvq_f32(amax) / 127.0f;
+    const float m = vmaxvq_f32(amax); /* FMAX and FMAXV keep NaN, as fg_absmax does */
+    if (!FG_FINITE(m)) {
+        memset(qs, 0, QK8_0);
+        *sum = 0;
+        return NAN;
+    }
+    const float d = m / 127.0f;
     const float id = d != 0.0f ? 1.0f / d : 0.0f;
     int32x4_t acc = vdupq_n_s32(0);
     for (int k = 0; k < 8; k += 2) {

@@ -1,7 +1,8 @@
 /* Q8_K: the activation type of the K-quant weights. Block of 256: float d, int8 qs[256], int16 bsums[16]
  * (sum of qs per 16). d = max / -127 where max is the first element of largest magnitude (sign kept), so
  * qs = round_half_even(-127 x / max) clamped to 127: byte-identical to ggml's quantize_row_q8_K_ref, except that
- * an all-zero block also gets zero bsums (ggml leaves them unwritten; they multiply zero anyway). */
+ * an all-zero block also gets zero bsums (ggml leaves them unwritten; they multiply zero anyway), and a block with
+ * a NaN or an inf gets d = NaN and zero quants (fg_absmax: every dot with it is NaN; ggml's would be garbage). */
 #include "fg_simd.h"
 #include "fg_kquant.h"
 
@@ -10,10 +11,16 @@
 static void quantize_row_q8_k_scalar(const float *x, void *vy, int64_t n) {
     block_q8_K *y = vy;
     for (int64_t i = 0; i < n / QK_K; i++, x += QK_K) {
-        float max = 0, amax = 0;
+        float max = 0, amax = 0, m = 0;
         for (int j = 0; j < QK_K; j++) {
             const float ax = fabsf(x[j]);
             if (ax > amax) amax = ax, max = x[j];
+            m = fg_absmax(m, x[j]);
+        }
+        if (!FG_FINITE(m)) {
+            memset(&y[i], 0, sizeof(block_q8_K));
+            y[i].d = NAN;
+            continue;
         }
         if (!amax) {
             memset(&y[i], 0, sizeof(block_q8_K));
@@ -46,9 +53,15 @@ FG_TARGET_AVX2 static void quantize_row_q8_k_avx2(const float *x, void *vy, int6
     block_q8_K *y = vy;
     const __m256 sign = _mm256_set1_ps(-0.0f);
     for (int64_t i = 0; i < n / QK_K; i++, x += QK_K) {
-        __m256 amax8 = _mm256_setzero_ps();
-        for (int j = 0; j < QK_K; j += 8) amax8 = _mm256_max_ps(amax8, _mm256_andnot_ps(sign, _mm256_loadu_ps(x + j)));
-        const float amax = fg_hmax_256(amax8);
+        __m256i amax8 = _mm256_setzero_si256();
+        for (int j = 0; j < QK_K; j += 8)
+            amax8 = _mm256_max_epi32(amax8, _mm256_castps_si256(_mm256_andnot_ps(sign, _mm256_loadu_ps(x + j))));
+        const float amax = fg_hmax_abs_256i(amax8);
+        if (!FG_FINITE(amax)) {
+            memset(&y[i], 0, sizeof(block_q8_K));
+            y[i].d = NAN;
+            continue;
+        }
         if (!amax) {
             memset(&y[i], 0, sizeof(block_q8_K));
             continue;
@@ -101,7 +114,12 @@ static void quantize_row_q8_k_neon(const float *x, void *vy, int64_t n) {
     for (int64_t i = 0; i < n / QK_K; i++, x += QK_K) {
         float32x4_t amax4 = vdupq_n_f32(0.0f);
         for (int j = 0; j < QK_K; j += 4) amax4 = vmaxq_f32(amax4, vabsq_f32(vld1q_f32(x + j)));
-        const float amax = vmaxvq_f32(amax4);
+        const float amax = vmaxvq_f32(amax4); /* FMAX and FMAXV keep NaN, as fg_absmax does */
+        if (!FG_FINITE(amax)) {
+            memset(&y[i], 0, sizeof(block_q8_K));
+            y[i].d = NAN;
+            continue;
+        }
         if (!amax) {
             memset(&y[i], 0, sizeof(block_q8_K));
             continue;

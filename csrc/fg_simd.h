@@ -183,6 +183,15 @@ FG_INLINE_AVX2 float fg_hmax_256(__m256 v) {
     return _mm_cvtss_f32(s);
 }
 
+/* The largest of 8 |x| given as their bit patterns (x with the sign cleared, as int32): for non-negative floats
+ * the integer order is the value order, with NaN above inf, so an integer max keeps a NaN that maxps drops. */
+FG_INLINE_AVX2 float fg_hmax_abs_256i(__m256i v) {
+    __m128i s = _mm_max_epi32(_mm256_castsi256_si128(v), _mm256_extracti128_si256(v, 1));
+    s = _mm_max_epi32(s, _mm_shuffle_epi32(s, 0x4E));
+    s = _mm_max_epi32(s, _mm_shuffle_epi32(s, 0xB1));
+    return _mm_cvtss_f32(_mm_castsi128_ps(s));
+}
+
 FG_INLINE_AVX2 int fg_hsum_256i(__m256i v) {
     __m128i s = _mm_add_epi32(_mm256_castsi256_si128(v), _mm256_extracti128_si256(v, 1));
     s = _mm_add_epi32(s, _mm_unpackhi_epi64(s, s));

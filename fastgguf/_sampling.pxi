@@ -153,6 +153,24 @@ def _check_mask(mask, int n_vocab):
     return mask
 
 
+NAN_LOGITS = "the model produced NaN logits (broken weights?)"
+
+
+cdef int _has_nan(const float *x, int n) noexcept nogil:
+    cdef int i, bad = 0
+    for i in range(n):  # no early exit: an OR reduction the compiler vectorizes (one pass per token, ~0.1% of one)
+        bad |= x[i] != x[i]
+    return bad
+
+
+def check_logits(logits):
+    """logits itself; FloatingPointError when any entry is NaN. NaN logits are a broken model, never something to
+    sample from or score (the Sampler alone ignores NaN entries: a low-level tool; the engine refuses them)."""
+    if np.isnan(logits).any():
+        raise FloatingPointError(NAN_LOGITS)
+    return logits
+
+
 def _check_sample(int tok):
     if tok == FG_SAMPLE_NO_CANDIDATE:
         raise ValueError("no token can be sampled: every logit is -inf or NaN (is every token banned by logit_bias?)")
@@ -195,9 +213,10 @@ def generate_ids(Runner runner, Sampler sampler, int max_tokens, eog_ids, logits
     ``constraint``: an object with ``fill_mask()`` (returns the allowed-token mask for the next token, as
     Sampler.sample takes it) and ``consume(tok)``. Per token: step (GIL released), fill_mask(), the masked draw
     (GIL released), consume(tok), then the yield. Exceptions from either method propagate out of the generator
-    (the token is then not yielded); so does the ValueError of a mask that leaves no token."""
+    (the token is then not yielded); so does the ValueError of a mask that leaves no token. NaN in a step's logits
+    raises FloatingPointError (check_logits' contract), with that step's token dropped from the cache."""
     cdef int n_vocab = runner.n_vocab
-    cdef int n = 0, tok = -1, prev = token, rc = 0, acc = 0
+    cdef int n = 0, tok = -1, prev = token, rc = 0, acc = 0, nan = 0
     cdef float *lp = NULL
     cdef float[::1] first
     cdef const uint32_t[::1] allow
@@ -227,7 +246,8 @@ def generate_ids(Runner runner, Sampler sampler, int max_tokens, eog_ids, logits
             with nogil:
                 if prev >= 0:
                     rc = runner.step(prev, &lp)
-                if rc == 0:
+                nan = rc == 0 and _has_nan(lp, n_vocab)
+                if rc == 0 and not nan:
                     tok = sampler.sample_ptr(lp, n_vocab)
                     if tok >= 0:
                         acc = fg_sampler_accept(&sampler.s, tok, 1)
@@ -235,7 +255,8 @@ def generate_ids(Runner runner, Sampler sampler, int max_tokens, eog_ids, logits
             with nogil:
                 if prev >= 0:
                     rc = runner.step(prev, &lp)
-            if rc == 0:
+                nan = rc == 0 and _has_nan(lp, n_vocab)
+            if rc == 0 and not nan:
                 allow = _check_mask(constraint.fill_mask(), n_vocab)
                 with nogil:
                     tok = sampler.sample_masked_ptr(lp, n_vocab, &allow[0])
@@ -243,6 +264,11 @@ def generate_ids(Runner runner, Sampler sampler, int max_tokens, eog_ids, logits
                         acc = fg_sampler_accept(&sampler.s, tok, 1)
         if rc != 0:
             return  # context full
+        if nan:
+            # the step's token wrote NaN into the cache: drop it, as Context.eval does
+            if prev >= 0 and runner.can_rewind(runner.n_past - 1):
+                runner.rewind(runner.n_past - 1)
+            raise FloatingPointError(NAN_LOGITS)
         _check_sample(tok)
         if acc != 0:
             raise MemoryError("sampler history")

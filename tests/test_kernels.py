@@ -330,3 +330,24 @@ def test_misaligned_float_input():
         assert np.array_equal(kernels.quantize_as_llama_file(odd, t), kernels.quantize_as_llama_file(x, t))
     w = kernels.quantize(_data((5, 64), 8), "Q8_0")
     assert np.array_equal(kernels.matmul(w, "Q8_0", odd), kernels.matmul(w, "Q8_0", x))
+
+
+@pytest.mark.parametrize("bad", [np.nan, np.inf])
+def test_nonfinite_activation_gives_nonfinite_rows(isa, bad):
+    """Issue 24: the activation quantizers dropped NaN (a NaN in x gave finite products) and turned inf into zeros.
+    A non-finite entry now makes its whole output row non-finite (NaN through a quantized activation: its block's
+    scale is NaN), for every weight type, while the batch's other rows are unchanged."""
+    prev = kernels.set_isa(isa)
+    try:
+        for t in kernels.WEIGHT_TYPES:
+            n = 768 if kernels.block_size(t) == 256 else 96
+            w = kernels.quantize(_data((5, n), n), t)
+            x = _data((3, n), n + 1)
+            clean = kernels.matmul(w, t, x)
+            x[1, n // 2 + 3] = bad
+            got = kernels.matmul(w, t, x)
+            assert np.array_equal(got[[0, 2]], clean[[0, 2]]), t
+            ok = np.isnan(got[1]) if kernels.vec_dot_type(t) != kernels.vec_dot_type("F32") else ~np.isfinite(got[1])
+            assert ok.all(), (t, got[1])
+    finally:
+        kernels.set_isa(prev)

@@ -16,9 +16,11 @@ from vocab_files import unpack_vocab
 E, L, H, KVH, HD, F, N_CTX = 64, 2, 4, 2, 16, 128, 256
 
 
-def vocab_model(path, name, seed=0):
+def vocab_model(path, name, seed=0, nan_embd=(), nan_logits=()):
     """Write the model to path (str returned). token_embd is tied to the output; the output norm's small weight
-    keeps the logits' spread around 2 (at temperature 1 many tokens compete, not one)."""
+    keeps the logits' spread around 2 (at temperature 1 many tokens compete, not one). A broken model for the NaN
+    contracts: nan_embd (token ids whose embedding rows are NaN: a sequence holding one goes NaN) and nan_logits
+    (ids whose logit is always NaN) untie the output (a copy of token_embd, same logits otherwise)."""
     path = str(path)
     raw = unpack_vocab(name, path + ".vocab")
     rng = np.random.default_rng(seed)
@@ -47,7 +49,10 @@ def vocab_model(path, name, seed=0):
         a = (center + rng.standard_normal(shape) * s).astype(np.float32)
         w.add_tensor(name, a.astype(np.float16) if len(shape) == 2 else a)
 
-    t("token_embd.weight", n_vocab, E, s=1.0)
+    embd = (rng.standard_normal((n_vocab, E)) * 1.0).astype(np.float32).astype(np.float16)
+    w.add_tensor("token_embd.weight", _with_nan(embd, nan_embd))
+    if nan_embd or nan_logits:
+        w.add_tensor("output.weight", _with_nan(embd, nan_logits))
     t("output_norm.weight", E, s=0.02, center=0.25)
     for i in range(L):
         p = f"blk.{i}."
@@ -62,3 +67,9 @@ def vocab_model(path, name, seed=0):
         t(p + "ffn_down.weight", E, F)
     w.write(path)
     return path
+
+
+def _with_nan(a, rows):
+    a = a.copy()
+    a[list(rows)] = np.nan
+    return a

@@ -24,6 +24,7 @@ EXIT_CODES = (
     (FastGGUFError, 1, "the model file, its vocabulary or template, a download, a quantization or a conversion "
                        "failed"),
     (OSError, 1, "a file could not be read or written"),
+    (FloatingPointError, 1, "the model computed NaN (a broken model file)"),
     (ValueError, 2, "bad arguments"),
     (TypeError, 2, "bad arguments"),
 )

@@ -22,7 +22,7 @@ import warnings
 import numpy as np
 
 from fastgguf import arch as _arch
-from fastgguf._native import Runner, Weights, _threads_for
+from fastgguf._native import Runner, Weights, _threads_for, check_logits
 from fastgguf.engine.chat import chat as _chat
 from fastgguf.engine.generate import generate as _generate
 from fastgguf.engine.params import check_token_ids
@@ -220,13 +220,14 @@ class Context:
         ids = check_token_ids(ids, self.model.n_vocab)
         n_past = self.runner.n_past
         logits = self.runner.eval(ids, all_logits)
-        if np.isnan(logits).all(axis=-1).any():
+        try:
+            return check_logits(logits)
+        except FloatingPointError:
             if self.runner.can_rewind(n_past):
                 self.runner.rewind(n_past)
             else:
                 self.runner.reset()
-            raise FloatingPointError("the model produced all-NaN logits (broken weights?)")
-        return logits
+            raise
 
     def _reset(self):
         self.runner.reset()
@@ -245,8 +246,8 @@ class Context:
 
     def eval(self, ids, all_logits=False):
         """Run token ids after the tokens already in the cache; returns float32 logits of the last token
-        (n_vocab,), or of every token (len(ids), n_vocab) with all_logits. All-NaN logits raise
-        FloatingPointError (a broken model file) instead of being returned."""
+        (n_vocab,), or of every token (len(ids), n_vocab) with all_logits. NaN logits raise
+        FloatingPointError (a broken model file) instead of being returned; the cache is as before the call."""
         with self._guard():
             return self._eval(ids, all_logits)
 

@@ -91,7 +91,12 @@ def check_token_ids(ids, n_vocab, name="ids"):
         for t in ids:
             if isinstance(t, bool) or not isinstance(t, (int, np.integer)):
                 raise ValueError(f"{name}: token ids must be integers, got {type(t).__name__} {t!r:.20}")
-        arr = np.array([int(t) for t in ids], dtype=np.int64)
+        vals = [int(t) for t in ids]
+        # range-checked as Python ints: an id past int64 (2**70) is out of range too, not an OverflowError
+        bad = next((t for t in vals if not 0 <= t < n_vocab), None)
+        if bad is not None:
+            raise ValueError(f"{name}: token id {bad} is out of range for a vocabulary of {n_vocab}")
+        arr = np.array(vals, dtype=np.int32)
     if arr.size == 0:
         raise ValueError(f"{name} is empty: give at least one token id")
     lo, hi = int(arr.min()), int(arr.max())

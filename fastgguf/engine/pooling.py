@@ -77,6 +77,8 @@ def rank_scores(pooled, classifier, hp):
 def embedding(model, rows):
     """What an embedding input of `model` yields from its final hidden rows (n_tokens, n_embd) float32: see the
     module docstring. float32: (n_embd,) for mean/cls/last, (n_tokens, n_embd) for none, (n_cls_out,) for rank."""
+    if np.isnan(rows).any():  # a broken model: NaN vectors are never returned (nor a NaN rank score)
+        raise FloatingPointError("the model produced NaN hidden states (broken weights?)")
     pooling = pooling_of(model)
     if pooling == "none":
         return np.array(rows, dtype=np.float32)

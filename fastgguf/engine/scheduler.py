@@ -47,6 +47,7 @@ from typing import Any, List, Optional
 
 import numpy as np
 
+from fastgguf._native import check_logits
 from fastgguf.engine import batch as _batch
 from fastgguf.engine import pooling as _pooling
 from fastgguf.engine.generate import Usage, reusable_prefix
@@ -182,7 +183,7 @@ class _Slot:
 
 
 def _logprobs(logits, tok, k):
-    x = logits.astype(np.float64)
+    x = check_logits(logits).astype(np.float64)  # a NaN would make every logprob NaN (-9999 over HTTP)
     m = np.max(x[np.isfinite(x)]) if np.isfinite(x).any() else 0.0
     lse = m + math.log(np.sum(np.exp(x - m)))
     lp = x - lse
@@ -450,25 +451,32 @@ class Scheduler:
         self.m["batch_seqs"] += len(items)
         self.m["batch_tokens"] += sum(len(c) for _, c in items)
         for seq, (_, chunk), res in zip(seqs, items, results):
-            lg = res
+            try:
+                self._took(seq, len(chunk), res, out)
+            except Exception as e:  # noqa: BLE001 - e.g. NaN rows: this request fails, not the others of the batch
+                self._fail(seq.req, e, out)
+
+    def _took(self, seq, n, res, out):
+        """seq's share of a batched forward over n of its tokens: res, its rows (prompt rows) or last logits."""
+        lg = res
+        if seq.pos < len(seq.prompt):
+            self.m["prompt_tokens_evaluated"] += n
+            if seq.req.embed:
+                seq.rows.append(res)
+            elif seq.req.prompt_logprobs:
+                self._score_prompt(seq, res)
+                lg = res[-1]
+            seq.pos += n
             if seq.pos < len(seq.prompt):
-                self.m["prompt_tokens_evaluated"] += len(chunk)
-                if seq.req.embed:
-                    seq.rows.append(res)
-                elif seq.req.prompt_logprobs:
-                    self._score_prompt(seq, res)
-                    lg = res[-1]
-                seq.pos += len(chunk)
-                if seq.pos < len(seq.prompt):
-                    continue
-                if seq.req.embed:
-                    self._embedded(seq, out)
-                    continue
-                if seq.req.prompt_logprobs:
-                    out[seq.req].append(PromptLogprobs(seq.index, seq.prompt_lps))
-                if seq.req.n > 1:
-                    seq.first_logits = np.array(lg)
-            self._sample(seq, lg, out)
+                return
+            if seq.req.embed:
+                self._embedded(seq, out)
+                return
+            if seq.req.prompt_logprobs:
+                out[seq.req].append(PromptLogprobs(seq.index, seq.prompt_lps))
+            if seq.req.n > 1:
+                seq.first_logits = np.array(lg)
+        self._advance(seq, lg, out)
 
     def _score_prompt(self, seq, logits):
         """Extend seq.prompt_lps with the entries (token_id, logprob, top) of the prompt tokens that a chunk's

@@ -19,7 +19,7 @@ Where later features plug in, each in one place:
 """
 from typing import NamedTuple, Optional
 
-from fastgguf._native import Sampler
+from fastgguf._native import Sampler, check_logits
 from fastgguf.engine.stops import StopText
 
 __all__ = ["Sequence", "Step", "StopText"]
@@ -67,7 +67,9 @@ class Sequence:
         self.parser = parser
 
     def sample(self, logits):
-        """The next token id from logits (n_vocab,), recorded in the sampler (and the constraint, if any)."""
+        """The next token id from logits (n_vocab,), recorded in the sampler (and the constraint, if any).
+        FloatingPointError when a logit is NaN (a broken model; the Sampler alone would skip it)."""
+        check_logits(logits)
         if self.constraint is None:
             tok = self.sampler.sample(logits)
         else:

@@ -21,6 +21,7 @@ general.quantization_version to 2. Work is split into row chunks over a thread p
 """
 from __future__ import annotations
 
+import errno
 import os
 import re
 import sys
@@ -178,17 +179,48 @@ def llama_plan(tensors: dict, md: dict, recipe: str, pure: bool = False) -> dict
     return plan
 
 
-def _convert_rows(src: np.ndarray, stype: GGMLType, dtype_out: GGMLType, n: int, llama: bool = False) -> np.ndarray:
-    """Rows of one tensor (raw view, numpy-typed for float types) -> raw rows of dtype_out."""
+def _convert_rows(src: np.ndarray, stype: GGMLType, dtype_out: GGMLType, n: int, llama: bool = False,
+                  where: tuple = ("?", 0)) -> np.ndarray:
+    """Rows of one tensor (raw view, numpy-typed for float types) -> raw rows of dtype_out. where: (tensor name,
+    index of the first row) for the errors: QuantizeError before anything is written when a source weight is NaN
+    or inf, or when a written row does not dequantize to finite values (a weight too large for the format: one of
+    6e5 overflows a Q4_0 block's fp16 scale; llama-quantize refuses those as 'quantized data validation
+    failed')."""
     if stype in (GGMLType.F32, GGMLType.F16):
         f = np.asarray(src, dtype=np.float32)
     else:  # BF16 (uint16 view) and the block types: the kernels dequantize them
         f = kernels.dequantize(np.ascontiguousarray(src).view(np.uint8), int(stype), n)
+    _check_source(f, *where)
     if dtype_out == GGMLType.F32:
         return np.ascontiguousarray(f, dtype=np.float32).view(np.uint8)
     if llama:  # llama-quantize's row quantizers (IQ4_NL: with its trial-scale search)
-        return kernels.quantize_as_llama_file(f, int(dtype_out))
-    return kernels.quantize(f, int(dtype_out))
+        out = kernels.quantize_as_llama_file(f, int(dtype_out))
+    else:
+        out = kernels.quantize(f, int(dtype_out))
+    bad = _first_nonfinite(kernels.dequantize(out, int(dtype_out), n).reshape(f.shape))
+    if bad:
+        r, c = bad
+        blk = GGML_TYPE_INFO[dtype_out][0]
+        c0 = c - c % blk
+        big = f[r, c0:c0 + blk][np.argmax(np.abs(f[r, c0:c0 + blk]))]
+        raise QuantizeError(f"tensor {where[0]!r}: row {where[1] + r}, block {c // blk} (columns {c0}-{c0 + blk - 1}) "
+                            f"does not fit {dtype_out.name}: its weight {big:g} overflows the format's scale")
+    return out
+
+
+def _check_source(a: np.ndarray, name: str, r0: int) -> None:
+    """QuantizeError naming the tensor, row and column of a NaN or inf among source rows a (rows r0.. of it)."""
+    bad = _first_nonfinite(a)
+    if bad:
+        raise QuantizeError(f"tensor {name!r}: the weight at row {r0 + bad[0]}, column {bad[1]} is {a[bad]}: NaN and "
+                            f"inf weights cannot be quantized (a broken source model)")
+
+
+def _first_nonfinite(a: np.ndarray):
+    """(row, column) of the first NaN or inf of a (rows, n) array, None if all are finite."""
+    if np.isfinite(a).all():
+        return None
+    return tuple(int(i) for i in np.argwhere(~np.isfinite(a))[0])
 
 
 def _copy_metadata(f: GGUFFile, w: GGUFWriter, file_type: int) -> None:
@@ -240,6 +272,9 @@ def quantize_file(src, dst, qtype="q4_0", *, pure: bool = False, n_threads: int 
     recipe = qtype.lower() if isinstance(qtype, str) and qtype.lower() in RECIPES else None
     qt = RECIPES[recipe][1] if recipe else _target(qtype)
     n_threads = usable_cpus() if n_threads is None else check_n_threads(n_threads)
+    out_dir = os.path.dirname(os.path.abspath(dst))
+    if not os.path.isdir(out_dir):  # said before the work, not after it
+        raise FileNotFoundError(errno.ENOENT, "the output's directory does not exist", out_dir)
     with GGUFFile(src) as f:
         for name, ti in f.tensors.items():
             if ti.type not in READABLE:
@@ -257,22 +292,24 @@ def quantize_file(src, dst, qtype="q4_0", *, pure: bool = False, n_threads: int 
                 out_t = ti.type  # a tensor with a zero dimension has nothing to quantize: copied as it is
             plan[name] = out_t
             src_arr = f.tensor(name)
-            if out_t == ti.type:
-                outputs[name] = src_arr  # unchanged: copied byte for byte (a view into the mapping)
-                continue
             n = ti.shape[-1] if ti.shape else 1
             rows = ti.n_elements // n if n else 0
+            if out_t == ti.type:
+                if ti.type in (GGMLType.F32, GGMLType.F16) and rows:  # norms and the like: checked as well
+                    _check_source(src_arr.reshape(rows, -1), name, 0)
+                outputs[name] = src_arr  # unchanged: copied byte for byte (a view into the mapping)
+                continue
             src2 = src_arr.reshape(rows, -1)
             out = np.empty((rows, n // GGML_TYPE_INFO[out_t][0] * GGML_TYPE_INFO[out_t][1]), np.uint8)
             outputs[name] = out
             step = max(1, CHUNK_ELEMENTS // max(n, 1))
             for r0 in range(0, rows, step):
-                jobs.append((src2, ti.type, out_t, n, r0, min(rows, r0 + step), out))
-        bar = _Progress(sum(j[0][j[4]:j[5]].nbytes for j in jobs), progress)
+                jobs.append((name, src2, ti.type, out_t, n, r0, min(rows, r0 + step), out))
+        bar = _Progress(sum(j[1][j[5]:j[6]].nbytes for j in jobs), progress)
 
         def run(job):
-            s, stype, out_t, n, r0, r1, out = job
-            out[r0:r1] = _convert_rows(s[r0:r1], stype, out_t, n, recipe is not None).reshape(r1 - r0, -1)
+            name, s, stype, out_t, n, r0, r1, out = job
+            out[r0:r1] = _convert_rows(s[r0:r1], stype, out_t, n, recipe is not None, (name, r0)).reshape(r1 - r0, -1)
             bar.add(s[r0:r1].nbytes)
 
         try:

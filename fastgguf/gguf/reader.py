@@ -294,8 +294,11 @@ class Metadata(dict):
         return self[key] if key in self else default
 
     def array_len(self, key) -> int:
-        """Length of an array value without decoding it."""
-        return len(dict.__getitem__(self, key))
+        """Length of an array value without decoding it (GGUFError naming the key when the value is no array)."""
+        v = dict.__getitem__(self, key)
+        if not isinstance(v, (list, tuple, np.ndarray, _LazyStrings)):
+            raise GGUFError(f"metadata {key} should be an array, got {type(v).__name__} {v!r:.40}")
+        return len(v)
 
     def _all(self):
         for k, v in dict.items(self):

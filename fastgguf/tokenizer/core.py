@@ -624,10 +624,9 @@ def _md_int(md, key):
     v = md.get(key)
     if v is None or isinstance(v, bool):
         return None
-    try:
-        return int(v)
-    except (TypeError, ValueError):
-        raise TokenizerError(f"metadata {key} should be an integer, got {v!r}") from None
+    if not isinstance(v, (int, np.integer)):  # a float id (1.5) is a wrong type too, never truncated
+        raise TokenizerError(f"metadata {key} should be an integer, got {_short_repr(v)}")
+    return int(v)
 
 
 def _short_repr(v, n=80):

@@ -163,7 +163,53 @@ static void test_type(int isa, const char *name, int type, long n) {
     free(x), free(a), free(b), free(wf), free(y), free(q1), free(q2), free(w);
 }
 
+/* Non-finite activations stay visible (issue 24): one NaN or inf in an activation row makes every output of that row
+ * non-finite (NaN through a quantized activation: its block's scale is NaN) for every weight type, through the
+ * dispatched quantize + gemm of `isa`, while the other rows of the batch stay finite; the activation blocks are the
+ * scalar reference's bytes. Odd block counts, the bad value first, mid-block or last. */
+static void test_nonfinite(int isa, const char *name) {
+    enum { R = 5, M = 3 };
+    const float bad[] = {NAN, INFINITY, -INFINITY};
+    if (fg_set_isa(isa) != 0) return;
+    for (size_t t = 0; t < sizeof(types) / sizeof(types[0]); t++) {
+        const int type = types[t], xtype = fg_vec_dot_type(type);
+        if (xtype < 0) continue;
+        const long n = fg_blck_size(type) == 256 ? 768 : 96;
+        const size_t rs = fg_row_size(type, n), xs = fg_row_size(xtype, n);
+        float *x = malloc(M * n * sizeof(float)), *y = malloc(M * R * sizeof(float));
+        unsigned char *w = malloc(rs * R), *q1 = malloc(xs), *q2 = malloc(xs);
+        for (long r = 0; r < R; r++) {
+            fill(x, n, (int)(r + 3 * n));
+            fg_kernels_of(FG_ISA_SCALAR, type)->quantize(x, w + r * rs, n);
+        }
+        for (int b = 0; b < 3; b++) {
+            const long pos[] = {0, n / 2 + 3, n - 1};
+            for (int p = 0; p < 3; p++) {
+                for (int i = 0; i < M; i++) fill(x + i * n, n, (int)n + i);
+                x[n + pos[p]] = bad[b];
+                int ok = fg_gemm(type, w, rs, R, n, x, M, y, 1) == 0;
+                for (long r = 0; r < R; r++) {
+                    ok &= isfinite(y[r]) && isfinite(y[2 * R + r]);
+                    ok &= xtype == FG_TYPE_F32 ? !isfinite(y[R + r]) : isnan(y[R + r]);
+                }
+                check(ok, "nonfinite-gemm", name, type, n, b * 10 + p);
+                const fg_type_kernels *xk = fg_kernels_of(isa, xtype);
+                if (xk->quantize) {
+                    fg_kernels_of(FG_ISA_SCALAR, xtype)->quantize(x + n, q1, n);
+                    xk->quantize(x + n, q2, n);
+                    check(memcmp(q1, q2, xs) == 0, "nonfinite-quantize", name, xtype, n, b * 10 + p);
+                }
+                fg_quantize_row(xtype, x + n, q2, n);
+                const float d = fg_vec_dot(type, n, w, q2);
+                check(xtype == FG_TYPE_F32 ? !isfinite(d) : isnan(d), "nonfinite-vec_dot", name, type, n, b * 10 + p);
+            }
+        }
+        free(x), free(y), free(w), free(q1), free(q2);
+    }
+}
+
 static void test_isa(int isa, const char *name) {
+    test_nonfinite(isa, name);
     for (size_t t = 0; t < sizeof(types) / sizeof(types[0]); t++) {
         if (fg_blck_size(types[t]) == 256)
             for (size_t s = 0; s < sizeof(k_sizes) / sizeof(k_sizes[0]); s++) test_type(isa, name, types[t], k_sizes[s]);
@@ -189,6 +235,7 @@ int main(void) {
     for (int isa = 0; isa < FG_ISA_COUNT; isa++)
         if (fg_isa_compiled(isa)) printf(" %s", fg_isa_name(isa));
     printf("\n");
+    test_nonfinite(FG_ISA_SCALAR, "scalar");
     for (int isa = 1; isa < FG_ISA_COUNT; isa++) {
         if (!fg_isa_available(isa)) continue;
         char name[32];

@@ -48,3 +48,15 @@ def test_exit_code_table():
 def test_debug_shows_the_traceback(bad_gguf):
     with pytest.raises(FastGGUFError):
         cli.main(["--debug", "info", bad_gguf])
+
+
+def test_a_model_computing_nan_exits_1(tmp_path, capsys):
+    """0.2: `fastgguf run` on a model whose logits are NaN (inf/NaN weights) printed a FloatingPointError traceback:
+    the table had no row for it."""
+    from vocab_model import vocab_model
+    path = vocab_model(tmp_path / "nan.gguf", "llama-bpe", nan_logits=[5])
+    rc = cli.main(["run", "-m", path, "-n", "2", "hi"])
+    err = capsys.readouterr().err
+    assert rc == 1, err
+    assert "NaN" in err and "Traceback" not in err
+    assert cli.exit_code(FloatingPointError("x")) == 1

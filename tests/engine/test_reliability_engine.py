@@ -333,6 +333,28 @@ def test_token_ids_are_validated_once(tiny_path, bad):
             call()
 
 
+@pytest.mark.parametrize("big", [2 ** 70, -2 ** 70, 2 ** 63])
+def test_huge_token_ids_are_value_errors(tiny_path, big):
+    """0.2: ctx.eval([2**70]) raised OverflowError (the int64 conversion came before the range check)."""
+    m = fastgguf.Model(tiny_path, n_threads=1)
+    m._tokenizer = type("T", (), {"eog_ids": (), "n_vocab": NV})()
+    for call in (lambda: m.context(16).eval([1, big]), lambda: fastgguf.engine.generate.generate(m, [big], max_tokens=1),
+                 lambda: m.generate([1], max_tokens=1, logit_bias={big: 1.0})):
+        with pytest.raises(ValueError, match=str(big)):
+            call()
+
+
+@pytest.mark.parametrize("key, value", [("tokenizer.ggml.tokens", (5, V.UINT32)),
+                                        ("tokenizer.ggml.tokens", ("t0", V.STRING)),
+                                        ("tokenizer.ggml.eos_token_id", (1.5, V.FLOAT32))])
+def test_tokenizer_metadata_of_a_wrong_type(tmp_path, key, value):
+    """0.2: tokens given as an int raised TypeError at load; a float token id was truncated."""
+    kv = {"tokenizer.ggml.model": ("gpt2", V.STRING), "tokenizer.ggml.tokens": ([f"t{i}" for i in range(NV)], V.ARRAY),
+          "tokenizer.ggml.merges": (["t 0"], V.ARRAY), key: value}
+    with pytest.raises(fastgguf.FastGGUFError, match=key.replace(".", r"\.")):
+        fastgguf.Model(tiny(tmp_path / "t.gguf", kv=kv), n_threads=1).tokenizer
+
+
 def test_max_tokens_too_large_fails_at_the_call():
     with pytest.raises(ValueError, match="max_tokens"):
         SamplingParams(max_tokens=10 ** 12)

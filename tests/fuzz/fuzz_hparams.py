@@ -1,7 +1,7 @@
 """Fuzz target: hyperparameter validation (fastgguf.arch), on a tiny well-formed model whose metadata the input
 rewrites: any GGUF value type (scalars, strings, arrays) under any of the keys an architecture reads, with edge
 values (0, negative, NaN, inf, huge). Loading may only succeed or raise GGUFError; a model that loads must run a
-token and give finite logits (or FloatingPointError for all-NaN ones). Nothing else may escape: no
+token and give finite logits (or FloatingPointError for NaN ones). Nothing else may escape: no
 ZeroDivisionError, OverflowError, TypeError, KeyError, MemoryError or crash.
 
     python tests/fuzz/fuzz_hparams.py -max_total_time=60 tests/fuzz/corpus/hparams

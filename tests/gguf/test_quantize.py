@@ -1,5 +1,6 @@
 """fastgguf.gguf.quantize / `fastgguf quantize`: a tiny model built here, quantized, read back with gguf-py."""
 import os
+import re
 
 import numpy as np
 import pytest
@@ -153,3 +154,49 @@ def test_quantized_variant_made_once(tiny_model, tmp_path):
     assert [f for f in os.listdir(tmp_path) if f.endswith(".part")] == []
     _, tensors = _read(p)
     assert tensors["blk.0.attn_q.weight"].tensor_type == GT.Q8_0
+
+
+def _model_with(path, name, row, col, value):
+    """An all-F32 copy of the tiny model with one weight replaced."""
+    w = GGUFWriter()
+    w.add_string("general.architecture", "llama")
+    w.add_uint32("llama.block_count", 1)
+    for n, x in F32.items():
+        x = x.copy()
+        if n == name:
+            x.reshape(-1, x.shape[-1])[row, col] = value
+        w.add_tensor(n, x)
+    w.write(str(path))
+    return str(path)
+
+
+@pytest.mark.parametrize("qtype, value", [("q4_0", 6e5), ("q8_0", 1e7), ("q5_1", 4e6), ("q3_k_m", 1e7),
+                                          ("q4_k_m", 1e9), ("q6_k", 1e9), ("iq4_nl", 1e7)])
+def test_weights_too_large_for_the_format_are_refused(tmp_path, qtype, value):
+    """0.2 wrote inf block scales (one weight of 6e5 overflows a Q4_0 block's fp16 scale); llama-quantize refuses
+    such rows ('quantized data validation failed'). Named: the tensor, row, block and weight; nothing written.
+    (Rows of 64: the k-quant recipes fall back to 32-blocks here; the check dequantizes whatever was written.)"""
+    src, out = _model_with(tmp_path / "big.gguf", "blk.0.attn_q.weight", 3, 40, value), tmp_path / "o.gguf"
+    with pytest.raises(QuantizeError, match=rf"'blk\.0\.attn_q\.weight': row 3, block 1 .*{re.escape(f'{value:g}')}"):
+        quantize_file(src, str(out), qtype, pure=True)
+    assert not out.exists()
+
+
+@pytest.mark.parametrize("value", [np.nan, np.inf, -np.inf])
+@pytest.mark.parametrize("name", ["blk.0.attn_q.weight", "blk.0.attn_norm.weight"])
+def test_nan_and_inf_source_weights_are_refused(tmp_path, value, name):
+    """0.2 quantized them silently (into NaN or inf scales, or finite garbage); a copied norm kept them."""
+    src = _model_with(tmp_path / "nan.gguf", name, 0, 7, value)
+    with pytest.raises(QuantizeError, match=rf"{name}.*row 0, column 7 is -?(nan|inf)"):
+        quantize_file(src, str(tmp_path / "o.gguf"), "q4_0")
+
+
+def test_cli_refusals(tiny_model, tmp_path, capsys):
+    """The output's directory is checked before the work (0.2 said so only after quantizing everything), and a
+    refused weight is a one-line error with exit code 1."""
+    src = _model_with(tmp_path / "nan.gguf", "blk.0.attn_q.weight", 0, 0, np.nan)
+    assert main(["quantize", src, str(tmp_path / "no" / "such" / "o.gguf"), "--type", "q4_0", "--quiet"]) == 1
+    assert "directory does not exist" in capsys.readouterr().err  # before the NaN weight is met
+    assert main(["quantize", src, str(tmp_path / "o.gguf"), "--type", "q4_0", "--quiet"]) == 1
+    err = capsys.readouterr().err
+    assert "blk.0.attn_q.weight" in err and "Traceback" not in err
