@@ -401,8 +401,11 @@ def make_tiny(path, *, arch="llama", tied=True, bias=False, rope_freqs=False, sc
             t(p + "ffn_gate.weight", F, E)
             t(p + "ffn_up.weight", F, E)
         t(p + "ffn_down.weight", E, F)
-    for name, a in (extra or {}).items():
-        w.add_tensor(name, a)
+    for name, a in (extra or {}).items():   # an array, or (raw bytes (rows, bytes per row), ggml type)
+        if isinstance(a, tuple):
+            w.add_tensor(name, a[0], raw_dtype=a[1])
+        else:
+            w.add_tensor(name, a)
     w.write_header_to_file()
     w.write_kv_data_to_file()
     w.write_tensors_to_file()
@@ -456,8 +459,11 @@ def test_unsupported_architecture(tmp_path):
 
 
 def test_unsupported_tensor_type(tmp_path):
-    path = make_tiny(tmp_path / "m.gguf", wtype=gguf.GGMLQuantizationType.MXFP4)
-    with pytest.raises(GGUFError, match="type MXFP4"):
+    # Q8_1 is an activation type only: a weight of that type (two blocks of 32 a row of 64) cannot run
+    q8_1 = (np.zeros((100, 2 * gguf.GGML_QUANT_SIZES[gguf.GGMLQuantizationType.Q8_1][1]), np.uint8),
+            gguf.GGMLQuantizationType.Q8_1)
+    path = make_tiny(tmp_path / "m.gguf", tied=True, extra={"output.weight": q8_1})
+    with pytest.raises(GGUFError, match="type Q8_1"):
         Model(path)
 
 
