@@ -194,6 +194,17 @@ def _stream_options(body, stream):
     return bool(iu)
 
 
+def check_chars(model, text, n_tokens, param, where=None):
+    """APIError (context_length_exceeded) for a text with more characters than n_tokens tokens can spell
+    (Tokenizer.max_chars), before it is tokenized: what a request may cost is bounded by the context, not by the
+    body size (megabytes of text take seconds to tokenize)."""
+    limit = model.tokenizer.max_chars(n_tokens)
+    if limit is not None and len(text) > limit:
+        raise APIError(f"This model's maximum context length is {n_tokens} tokens. However, {where or param} has "
+                       f"{len(text)} characters, more than {n_tokens} tokens can spell (at most {limit}). Please "
+                       f"reduce the prompt.", param=param, code="context_length_exceeded")
+
+
 def _fit(prompts, params, n_ctx):
     for p in prompts:
         n = len(p)
@@ -237,13 +248,15 @@ def _common(model, body, kind):
     return stream, include_usage, n, params
 
 
-def _prompt_list(model, prompt, field="prompt"):
+def _prompt_list(model, prompt, field, max_tokens):
     """OpenAI's prompt (or embedding input: field="input"): a string, a list of strings, a list of token ids, or a
-    list of lists of token ids. Returns a list of token id lists."""
+    list of lists of token ids. Returns a list of token id lists. A string too long for max_tokens (check_chars)
+    is refused before it is tokenized."""
     n_vocab = model.n_vocab
 
     def ids_of(x, where):
         if isinstance(x, str):
+            check_chars(model, x, max_tokens, field, where)
             ids = list(model.tokenize(x))
         elif isinstance(x, list) and all(is_token_id(t) for t in x):
             for t in x:
@@ -276,7 +289,7 @@ def prepare_completion(model, body, n_ctx):
     for field in ("tools", "tool_choice"):
         if body.get(field) is not None:
             raise APIError(f"{field} is only for chat completions", param=field)
-    prompts = _prompt_list(model, body.get("prompt"))
+    prompts = _prompt_list(model, body.get("prompt"), "prompt", n_ctx)
     lp = body.get("logprobs")
     if lp is not None and (isinstance(lp, bool) or not isinstance(lp, int) or not 0 <= lp <= 20):
         raise APIError("logprobs must be an integer in [0, 20] for completions", param="logprobs")
@@ -324,7 +337,7 @@ def prepare_embedding(model, body, n_ctx, per_token=False):
         raise APIError("input: an empty string cannot be embedded", param="input")
     if isinstance(inp, list) and len(inp) > MAX_EMBED_INPUTS and not is_token_id(inp[0]):
         raise APIError(f"input has {len(inp)} items; at most {MAX_EMBED_INPUTS} are allowed", param="input")
-    prompts = _prompt_list(model, inp, "input")
+    prompts = _prompt_list(model, inp, "input", max_input_tokens(model, n_ctx))
     _fit_inputs(model, prompts, n_ctx, "input")
     return EmbeddingPrepared(prompts, fmt)
 
@@ -403,6 +416,9 @@ def prepare_rerank(model, body, n_ctx):
                        param="documents")
     top_n = _int_field(body, "top_n", len(docs), 1, 1 << 31)
     return_documents = _bool_field(body, "return_documents")
+    limit = max_input_tokens(model, n_ctx)
+    for i, d in enumerate(docs):
+        check_chars(model, query + d, limit, "documents", f"the query with documents[{i}]")
     prompts = [rerank_tokens(model, query, d) for d in docs]
     if any(not p for p in prompts):
         raise APIError("documents: an empty query and document give no tokens to score", param="documents")
@@ -464,10 +480,13 @@ def prepare_chat(model, body, n_ctx, *, reasoning_format="parsed"):
     config = tool_config(body)
     mode = reasoning_mode(body, reasoning_format)
     user = params   # its constraint (json_schema / grammar / response_format) is applied after the template's stops
+    fits = functools.partial(check_chars, model, n_tokens=n_ctx, param="messages", where="the rendered chat prompt")
     try:
         text, ids, params, fmt, template = tool_chat_prompt(model, msgs, params.replace(json_schema=None,
                                                                                         grammar=None),
-                                                            config, **template_kwargs(mode))
+                                                            config, check_text=fits, **template_kwargs(mode))
+    except APIError:  # check_text's
+        raise
     except ToolError as e:
         raise APIError(str(e), param=e.param) from None
     except (TypeError, ValueError) as e:

@@ -7,6 +7,7 @@ own 422 validation format is never sent), 401 bad key, 404 unknown model or rout
 import time
 from contextlib import asynccontextmanager
 
+import anyio
 from fastapi import FastAPI
 from starlette.concurrency import run_in_threadpool
 
@@ -19,6 +20,8 @@ from fastgguf.server.limits import Guard
 from fastgguf.server.routes import router
 
 __all__ = ["create_app"]
+
+WORKERS = 4  # threads preparing requests at once (tokenizing, templates, grammars): more only queue for the GIL
 
 
 def create_app(model, *, parallel=None, n_ctx=None, n_threads=None, api_key=None, max_queue=64,
@@ -51,6 +54,7 @@ def create_app(model, *, parallel=None, n_ctx=None, n_threads=None, api_key=None
     app.state.created = int(time.time())
     app.state.ping_interval = ping_interval
     app.state.reasoning_format = reasoning_format
+    app.state.workers = anyio.CapacityLimiter(WORKERS)  # routes.in_worker: requests' CPU work, off the event loop
     errors.install(app)
     app.include_router(router)
     app.include_router(router, prefix="/v1")
