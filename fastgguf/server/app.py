@@ -25,12 +25,15 @@ WORKERS = 4  # threads preparing requests at once (tokenizing, templates, gramma
 
 
 def create_app(model, *, parallel=None, n_ctx=None, n_threads=None, api_key=None, max_queue=64,
-               max_body_bytes=8 << 20, ping_interval=5.0, engine=None, reasoning_format="parsed"):
+               max_body_bytes=8 << 20, ping_interval=5.0, engine=None, reasoning_format="parsed", allowed_hosts=None,
+               body_timeout=60.0):
     """An ASGI app serving `model` (a fastgguf.Model) with OpenAI's API. `parallel` sequences decode together
     (default: 4; 16 for an encoder, engine.scheduler.default_parallel),
     each in a context of `n_ctx` tokens (default: the model's training context, at most 4096); `max_queue` requests
     may wait (then 429); `api_key`: required as a Bearer token when given; `reasoning_format`: the default of a
-    chat request's reasoning_format ("parsed", "raw" or "none")."""
+    chat request's reasoning_format ("parsed", "raw" or "none"); `allowed_hosts`: the Host header names answered
+    (others: 400; None or "*" in it: any; `fastgguf serve` passes limits.default_hosts); a request body must arrive
+    within `body_timeout` seconds (408)."""
     if reasoning_format not in MODES:
         raise ValueError(f"reasoning_format must be one of {', '.join(MODES)}, got {reasoning_format!r}")
     if n_ctx is None:
@@ -58,4 +61,4 @@ def create_app(model, *, parallel=None, n_ctx=None, n_threads=None, api_key=None
     errors.install(app)
     app.include_router(router)
     app.include_router(router, prefix="/v1")
-    return Guard(app, api_key, max_body_bytes) if (api_key or max_body_bytes) else app
+    return Guard(app, api_key, max_body_bytes, allowed_hosts=allowed_hosts, body_timeout=body_timeout)

@@ -82,3 +82,177 @@ def test_a_prompt_longer_than_the_context_can_spell_is_refused_before_tokenizing
         protocol.prepare_completion(spy, {"prompt": "a" * limit}, n_ctx)
     assert spy.calls == 1 and "tokens" in e.value.message
     assert protocol.prepare_completion(spy, {"prompt": "a" * 8, "max_tokens": 4}, n_ctx).prompts
+
+
+# -- connections: timeouts, the connection limit, the Host header, the key's bytes, an endless body ------------------
+
+KEY = "clé-ü"  # not ASCII: compared as UTF-8 bytes
+
+
+@pytest.fixture(scope="module")
+def strict(default_model_path):
+    from tests.server.conftest import Server
+    s = Server(default_model_path, "--parallel", "1", "--ctx-size", "256", "--max-body", "100000",
+               "--timeout-header", "1", "--timeout-keep-alive", "1", "--timeout-body", "1", "--max-connections", "6",
+               api_key=KEY)
+    yield s
+    s.stop()
+
+
+def _connect(server):
+    import socket
+    sock = socket.create_connection(("127.0.0.1", server.port), timeout=15)
+    return sock
+
+
+def _closed_within(sock, seconds):
+    """True if the server closes sock (EOF or reset) within `seconds`; the time it took."""
+    sock.settimeout(seconds)
+    t0 = time.perf_counter()
+    try:
+        while sock.recv(65536):
+            pass
+    except TimeoutError:
+        return False, seconds
+    except ConnectionError:
+        pass
+    return True, time.perf_counter() - t0
+
+
+def _raw(server, head, body=b""):
+    """One request over a fresh connection, closed after the answer: (status, the answer's text)."""
+    first, rest = head.split("\r\n", 1)
+    sock = _connect(server)
+    try:
+        sock.sendall(f"{first}\r\nConnection: close\r\n{rest}".encode("utf-8") + body)
+        data = b""
+        while True:
+            chunk = sock.recv(65536)
+            if not chunk:
+                break
+            data += chunk
+        return int(data.split(b" ", 2)[1]), data.decode("utf-8", "replace")
+    finally:
+        sock.close()
+
+
+def test_an_idle_connection_is_closed_after_the_header_timeout(strict):
+    sock = _connect(strict)
+    try:
+        closed, took = _closed_within(sock, 10)
+    finally:
+        sock.close()
+    assert closed, "a connection that sends nothing must not be kept"
+
+
+def test_a_slowloris_sender_is_cut_off(strict):
+    sock = _connect(strict)
+    try:
+        sock.sendall(b"GET /health HTTP/1.1\r\nHost: 127.0.0.1\r\n")
+        cut = False
+        for i in range(40):  # 40 header bytes at 0.25 s: 10 s of dribble, each byte "activity"
+            try:
+                sock.sendall(b"X-a: b\r\n"[i % 8:i % 8 + 1])
+            except ConnectionError:
+                cut = True
+                break
+            sock.settimeout(0.25)
+            try:
+                if sock.recv(1) == b"":
+                    cut = True
+                    break
+            except TimeoutError:
+                pass
+            except ConnectionError:
+                cut = True
+                break
+    finally:
+        sock.close()
+    assert cut, "headers dribbled byte by byte must not keep the connection"
+
+
+def test_keep_alive_then_idle_is_closed(strict):
+    sock = _connect(strict)
+    try:
+        sock.sendall(b"GET /health HTTP/1.1\r\nHost: 127.0.0.1\r\n\r\n")
+        sock.settimeout(10)
+        assert sock.recv(65536).startswith(b"HTTP/1.1 200")
+        closed, _ = _closed_within(sock, 10)
+    finally:
+        sock.close()
+    assert closed
+
+
+def test_connections_past_the_limit_are_closed_at_once(strict):
+    held = [_connect(strict) for _ in range(6)]
+    try:
+        time.sleep(0.2)
+        extra = _connect(strict)
+        try:
+            closed, took = _closed_within(extra, 0.9)  # before the held ones' 1 s header timeout
+        finally:
+            extra.close()
+        assert closed
+    finally:
+        for s in held:
+            s.close()
+    time.sleep(0.3)
+    assert _raw(strict, "GET /health HTTP/1.1\r\nHost: 127.0.0.1\r\n\r\n")[0] == 200
+
+
+def test_a_slow_body_gets_408(strict):
+    sock = _connect(strict)
+    try:
+        sock.sendall(f"POST /v1/completions HTTP/1.1\r\nHost: 127.0.0.1\r\nAuthorization: Bearer {KEY}\r\n"
+                     "Content-Type: application/json\r\nContent-Length: 100\r\n\r\n{\"prompt\"".encode())
+        sock.settimeout(10)
+        assert sock.recv(65536).startswith(b"HTTP/1.1 408")
+    finally:
+        sock.close()
+
+
+def test_host_header_is_checked(strict):
+    head = "GET /health HTTP/1.1\r\nHost: {}\r\n\r\n"
+    for host in (f"127.0.0.1:{strict.port}", "localhost", f"localhost:{strict.port}", "[::1]:1"):
+        assert _raw(strict, head.format(host))[0] == 200, host
+    status, text = _raw(strict, head.format("attacker.example:80"))
+    assert status == 400 and "invalid_host" in text and "--allowed-hosts" in text
+
+
+def test_a_non_ascii_key_is_compared_as_utf8_bytes(strict):
+    head = "GET /v1/models HTTP/1.1\r\nHost: 127.0.0.1\r\nAuthorization: Bearer {}\r\n\r\n"
+    assert _raw(strict, head.format(KEY))[0] == 200
+    assert _raw(strict, head.format("cle-u"))[0] == 401
+    assert _raw(strict, head.format(KEY.encode().decode("latin-1")))[0] == 401  # its latin-1 reading is not it
+
+
+def test_an_endless_chunked_body_is_cut_at_the_limit(strict):
+    sock = _connect(strict)
+    chunk = b"1000\r\n" + b"a" * 0x1000 + b"\r\n"
+    sent, answer = 0, b""
+    try:
+        sock.sendall(f"POST /v1/completions HTTP/1.1\r\nHost: 127.0.0.1\r\nAuthorization: Bearer {KEY}\r\n"
+                     "Content-Type: application/json\r\nTransfer-Encoding: chunked\r\n\r\n".encode())
+        sock.setblocking(False)
+        while sent < 20 << 20 and not answer:  # the limit is 100 kB: the 413 must come long before 20 MB
+            try:
+                sock.sendall(chunk)
+                sent += len(chunk)
+            except BlockingIOError:
+                time.sleep(0.01)
+            except ConnectionError:
+                break
+            try:
+                answer += sock.recv(65536)
+            except (BlockingIOError, ConnectionError):
+                pass
+        if not answer:  # reset while sending: the answer may still be in our buffer
+            sock.settimeout(2)
+            try:
+                answer = sock.recv(65536)
+            except (TimeoutError, ConnectionError):
+                pass
+    finally:
+        sock.close()
+    assert answer.startswith(b"HTTP/1.1 413"), (sent, answer[:100])
+    assert sent < 2 << 20
