@@ -459,10 +459,29 @@ def _messages(messages):
                 raise APIError(f"messages[{i}].content is required", param="messages")
         elif not isinstance(content, str):
             raise APIError(f"messages[{i}].content must be a string or a list of text parts", param="messages")
+        _check_tool_calls(m.get("tool_calls"), i, role)
         msg = {k: v for k, v in m.items() if k not in ("role", "content")}
         msg["role"], msg["content"] = _ROLES[role], content
         out.append(msg)
     return out
+
+
+def _check_tool_calls(calls, i, role):
+    """An assistant's tool_calls history: a list of {"id", "type": "function", "function": {"name": str,
+    "arguments": JSON text or object}} (content may then be null: the templates get "")."""
+    if calls is None:
+        return
+    where = f"messages[{i}].tool_calls"
+    if role != "assistant":
+        raise APIError(f"{where}: only an assistant message has tool_calls", param="messages")
+    if not isinstance(calls, list):
+        raise APIError(f"{where} must be a list", param="messages")
+    for j, c in enumerate(calls):
+        fn = c.get("function") if isinstance(c, Mapping) else None
+        if not (isinstance(fn, Mapping) and isinstance(fn.get("name"), str)
+                and isinstance(fn.get("arguments", ""), (str, Mapping))):
+            raise APIError(f"{where}[{j}] must be {{\"id\": ..., \"type\": \"function\", \"function\": {{\"name\": "
+                           f"a string, \"arguments\": JSON text}}}}", param="messages")
 
 
 def prepare_chat(model, body, n_ctx, *, reasoning_format="parsed"):
