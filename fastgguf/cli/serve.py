@@ -17,6 +17,7 @@ from __future__ import annotations
 import os
 import sys
 
+from fastgguf.cli.common import MODEL_HELP
 from fastgguf.errors import FastGGUFError
 
 
@@ -26,7 +27,7 @@ class MissingExtra(FastGGUFError):
 
 def register(subparsers) -> None:
     p = subparsers.add_parser("serve", help="serve the model over HTTP with OpenAI's API")
-    p.add_argument("-m", "--model", help="GGUF file or catalogue name (default: the default model, downloaded if needed)")
+    p.add_argument("-m", "--model", help=MODEL_HELP)
     p.add_argument("--host", default="127.0.0.1", help="address to listen on (127.0.0.1)")
     p.add_argument("--port", type=int, default=8080, help="port (8080)")
     p.add_argument("--parallel", "-np", type=int, default=None,

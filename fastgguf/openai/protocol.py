@@ -168,14 +168,15 @@ def _unsupported(body):
 
 
 def check_model(body, model):
-    """APIError 404 unless the body names no model or this one."""
+    """APIError 404 unless the body names no model or this one: its id, or the id with .gguf (never its path on
+    the server's disk, which a client must not be able to probe)."""
     name = body.get("model")
     if name is None:
         return
     if not isinstance(name, str):
         raise APIError("model must be a string", param="model")
     mid = model_id(model)
-    if name not in (mid, mid + ".gguf", getattr(model, "path", None)):
+    if name not in (mid, mid + ".gguf"):
         raise APIError(f"The model {name!r} does not exist (this server serves {mid!r})", status=404,
                        param="model", code="model_not_found")
 
