@@ -17,7 +17,7 @@ from __future__ import annotations
 import os
 import sys
 
-from fastgguf.cli.common import MODEL_HELP
+from fastgguf.cli.common import MODEL_HELP, load_model
 from fastgguf.errors import FastGGUFError
 
 
@@ -87,7 +87,6 @@ def run(args) -> int:
     key = args.api_key or os.environ.get("FASTGGUF_API_KEY") or None
     if args.ray:
         return run_ray(args, key)
-    from fastgguf.cli.common import load_model
     from fastgguf.engine.scheduler import default_parallel
     from fastgguf.server import create_app
     from fastgguf.server.limits import default_hosts
@@ -101,6 +100,10 @@ def run(args) -> int:
                                     else default_hosts(args.host)))
     print(f"fastgguf serve: {os.path.basename(model.path)} on http://{args.host}:{args.port}/v1 "
           f"(parallel {parallel})", file=sys.stderr, flush=True)
+    if args.allowed_hosts is None and args.host not in ("127.0.0.1", "localhost", "::1"):
+        print(f"fastgguf serve: only Host headers {', '.join(default_hosts(args.host))} are answered; clients that "
+              f"reach this server by another name or address need --allowed-hosts NAME,... (or '*')",
+              file=sys.stderr, flush=True)
     serve(app, args.host, args.port, header_timeout=args.timeout_header, keep_alive=args.timeout_keep_alive,
           max_connections=args.max_connections, log_level=args.log_level)
     return 0
