@@ -20,7 +20,8 @@ cd "$(dirname "$0")/.."
 SRCS="tests/c/test_kernels.c csrc/fg_cpu.c csrc/fg_dispatch.c csrc/fg_quant_float.c csrc/fg_quant_q4_0.c
       csrc/fg_quant_q4_1.c csrc/fg_quant_q8.c csrc/fg_quant_q8_k.c csrc/fg_quant_q4_k.c csrc/fg_quant_q6_k.c
       csrc/fg_quant_q5_0.c csrc/fg_quant_q5_1.c csrc/fg_quant_q5_k.c
-      csrc/fg_quant_q3_k.c csrc/fg_quant_q2_k.c csrc/fg_quant_iq4_nl.c csrc/fg_quant_iq4_xs.c csrc/fg_threads.c"
+      csrc/fg_quant_q3_k.c csrc/fg_quant_q2_k.c csrc/fg_quant_iq4_nl.c csrc/fg_quant_iq4_xs.c csrc/fg_quant_mxfp4.c
+      csrc/fg_threads.c"
 CFLAGS="-std=gnu11 -ffp-contract=off -Wall -Wno-unused-function -pthread -Icsrc"
 OUT=$(mktemp -d)
 trap 'rm -rf "$OUT"' EXIT
@@ -178,7 +179,7 @@ std_header math.h '#define INFINITY __builtin_huge_valf()' '#define NAN __builti
     '#define isnan(x) __builtin_isnan(x)' '#define isinf(x) __builtin_isinf(x)' \
     'float expf(float); float logf(float); float sqrtf(float); float tanhf(float); float fabsf(float);' \
     'float roundf(float); float floorf(float); float ceilf(float); float powf(float, float); float sinf(float);' \
-    'float cosf(float); float erff(float); float fmaxf(float, float); float fminf(float, float);' \
+    'float cosf(float); float erff(float); float fmaxf(float, float); float fminf(float, float); float log2f(float);' \
     'double exp(double); double log(double); double sqrt(double); double pow(double, double);' \
     'double sin(double); double cos(double); double fabs(double); double tanh(double);'
 CLANG_INC=$("$ZIG_PY" -c \

@@ -9,7 +9,7 @@ and Q4_0 variants (made once in the cache by fastgguf.gguf.quantize.quantized_va
 weights of the same shapes. Every kernel is first checked against the scalar reference, then timed.
 A 576x1536 Q4_1 matrix is 0.55 MB (cache resident); the 30 ffn_up matrices stacked are 16.6 MB and token_embd
 (49152x576 Q8_0) is 30 MB: these two stream from outside L2 as a decode step does. "big" (24576x4096, random
-weights) is 33-82 MB in the llama.cpp formats (Q2_K..Q6_K, Q5_0, Q5_1, IQ4_NL, IQ4_XS), larger than a 32 MB L3:
+weights) is 33-82 MB in the llama.cpp formats (Q2_K..Q6_K, Q5_0, Q5_1, IQ4_NL, IQ4_XS, MXFP4), larger than a 32 MB L3:
 its GB/s against read_bandwidth is the streaming efficiency of each format's GEMV (target: Q4_K, Q6_K >= 0.85).
 Only the big cases: add -k big.
 The table of medians is printed at the end of the module (visible with -s or in the terminal summary).
@@ -30,7 +30,7 @@ MODEL = os.path.join(os.environ.get("FASTGGUF_CACHE", os.path.expanduser("~/.cac
 SHAPES = {"ffn_up": (1536, 576), "ffn_down": (576, 1536), "token_embd": (49152, 576),
           "ffn_up_x30": (30 * 1536, 576),  # all 30 layers' ffn_up stacked: streams like a decode step does
           "big": (24576, 4096)}  # random weights: 33 MB (Q2_K) to 82 MB (Q6_K), beyond a 32 MB last-level cache
-KQ = ["Q4_K", "Q6_K", "Q5_K", "Q3_K", "Q2_K", "Q5_0", "Q5_1", "IQ4_NL", "IQ4_XS"]  # the llama.cpp formats
+KQ = ["Q4_K", "Q6_K", "Q5_K", "Q3_K", "Q2_K", "Q5_0", "Q5_1", "IQ4_NL", "IQ4_XS", "MXFP4"]  # the llama.cpp formats
 CASES = [("Q4_1", "ffn_up"), ("Q4_1", "ffn_down"), ("Q4_1", "ffn_up_x30"), ("Q4_0", "ffn_up"), ("Q4_0", "ffn_down"),
          ("Q8_0", "ffn_up"), ("Q8_0", "ffn_down"), ("Q8_0", "token_embd"),
          ("F16", "ffn_up"), ("BF16", "ffn_up"), ("F32", "ffn_up"), ("F16", "token_embd")] + \

@@ -14,6 +14,7 @@
 #define QK5_0 32
 #define QK5_1 32
 #define QK4_NL 32
+#define QK_MXFP4 32
 #define QK_K 256         /* super-block of the K-quants */
 #define K_SCALE_SIZE 12  /* 8 six-bit scales + 8 six-bit mins (q4_K, q5_K) */
 
@@ -95,6 +96,11 @@ typedef struct {
 } block_iq4_nl;
 
 typedef struct {
+    uint8_t e;                     /* E8M0 scale: a power of two, 2^(e - 127) (see fg_e8m0_to_fp32_half) */
+    uint8_t qs[QK_MXFP4 / 2];      /* nibbles as q4_0: indices of fp4 e2m1 values (fg_kvalues_mxfp4) */
+} block_mxfp4;                     /* x = 2^(e - 128) * kvalues[q]: the table holds the e2m1 values doubled */
+
+typedef struct {
     uint16_t d;                    /* fp16 super-scale */
     uint16_t scales_h;             /* top 2 bits of the 8 six-bit scales, 2 bits each */
     uint8_t scales_l[QK_K / 64];   /* low 4 bits of the scales, two per byte (sub-block 2k low nibble) */
@@ -120,6 +126,7 @@ _Static_assert(sizeof(block_q5_K) == 176, "block_q5_K must be 176 bytes");
 _Static_assert(sizeof(block_q3_K) == 110, "block_q3_K must be 110 bytes");
 _Static_assert(sizeof(block_q2_K) == 84, "block_q2_K must be 84 bytes");
 _Static_assert(sizeof(block_iq4_nl) == 18, "block_iq4_nl must be 18 bytes");
+_Static_assert(sizeof(block_mxfp4) == 17, "block_mxfp4 must be 17 bytes");
 _Static_assert(sizeof(block_iq4_xs) == 136, "block_iq4_xs must be 136 bytes");
 
 /* IEEE half <-> float, portable, round-to-nearest-even (matches numpy's float16 conversion). */
@@ -172,6 +179,15 @@ static inline uint16_t fg_fp32_to_fp16(float f) {
     uint32_t rem = absx & 0x1fff;
     if (rem > 0x1000 || (rem == 0x1000 && (hm & 1))) hm++;
     return (uint16_t)(sign | hm);
+}
+
+/* Half the E8M0 scale, 2^(e - 128), as ggml_e8m0_to_fp32_half builds it (e < 2: the subnormals 2^-128, 2^-127);
+ * halved because the fp4 table holds the e2m1 values doubled, so that they are integers. */
+static inline float fg_e8m0_to_fp32_half(uint8_t e) {
+    uint32_t bits = e < 2 ? 0x00200000u << e : (uint32_t)(e - 1) << 23;
+    float f;
+    memcpy(&f, &bits, 4);
+    return f;
 }
 
 static inline float fg_bf16_to_fp32(uint16_t h) {

@@ -23,6 +23,7 @@ FG_TABLES(q3_k)
 FG_TABLES(q2_k)
 FG_TABLES(iq4_nl)
 FG_TABLES(iq4_xs)
+FG_TABLES(mxfp4)
 
 /* The type table: one row per format. Adding a format = its fg_quant_<fmt>.c plus one row here. */
 static const struct {
@@ -46,6 +47,7 @@ static const struct {
     {{FG_TYPE_Q2_K, "Q2_K", QK_K, sizeof(block_q2_K), FG_TYPE_Q8_K}, fg_q2_k_kernels, fg_q2_k_kernels_ext},
     {{FG_TYPE_IQ4_NL, "IQ4_NL", QK4_NL, sizeof(block_iq4_nl), FG_TYPE_Q8_0}, fg_iq4_nl_kernels, fg_iq4_nl_kernels_ext},
     {{FG_TYPE_IQ4_XS, "IQ4_XS", QK_K, sizeof(block_iq4_xs), FG_TYPE_Q8_K}, fg_iq4_xs_kernels, fg_iq4_xs_kernels_ext},
+    {{FG_TYPE_MXFP4, "MXFP4", QK_MXFP4, sizeof(block_mxfp4), FG_TYPE_Q8_0}, fg_mxfp4_kernels, fg_mxfp4_kernels_ext},
 };
 #define N_TYPES ((int)(sizeof(types) / sizeof(types[0])))
 

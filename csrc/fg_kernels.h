@@ -3,7 +3,7 @@
  *
  * Types are ggml type ids. Weights are rows of blocks, each row `fg_row_size(type, n)` bytes apart (or a given
  * stride). Before a matrix product the float activation vector is quantized ONCE into fg_vec_dot_type(wtype)
- * (Q8_0 for Q4_0/Q5_0/Q8_0 weights, Q8_1 for Q4_1/Q5_1, Q8_K for the K-quants, F32 for F16/BF16/F32), then every output row is an integer dot.
+ * (Q8_0 for Q4_0/Q5_0/Q8_0/IQ4_NL/MXFP4 weights, Q8_1 for Q4_1/Q5_1, Q8_K for the K-quants, F32 for F16/BF16/F32), then every output row is an integer dot.
  *
  * Threading: fg_gemv_rows / fg_gemm_rows compute a slice [r0, r1) of output rows and never start threads; the
  * forward pass calls them from inside its one parallel call (fg_threads.h) per step. fg_gemm is a
@@ -34,6 +34,7 @@ enum fg_type {
     FG_TYPE_IQ4_NL = 20,
     FG_TYPE_IQ4_XS = 23,
     FG_TYPE_BF16 = 30,
+    FG_TYPE_MXFP4 = 39,
     FG_TYPE_MAX = 40
 };
 

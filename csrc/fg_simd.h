@@ -485,6 +485,30 @@ static inline int32x4_t fg_dot_s8_emul(int32x4_t acc, int8x16_t a, int8x16_t b) 
     acc = vpadalq_s16(acc, vmull_s8(vget_low_s8(a), vget_low_s8(b)));
     return vpadalq_s16(acc, vmull_high_s8(a, b));
 }
+
+/* Rows helper (FG_DOT_FROM_ROWS) of a 16-level table format (IQ4_NL, MXFP4: see the x86 tile) . q8_0: BLOCK its
+ * block type with nibbles qs, LEVELS its table, SCALE(b) the float scale of block b. */
+#define FG_LUT4_ROWS_NEON(NAME, TARGET, DOT, BLOCK, LEVELS, SCALE)                                          \
+    static inline __attribute__((always_inline)) TARGET void NAME(const int R, int64_t nb, const char *w,    \
+                                                                  size_t stride, const void *vx, float *y) { \
+        const block_q8_0 *x = vx;                                                                           \
+        const int8x16_t table = vld1q_s8(LEVELS);                                                           \
+        float32x4_t acc[4];                                                                                 \
+        for (int r = 0; r < R; r++) acc[r] = vdupq_n_f32(0.0f);                                             \
+        for (int64_t i = 0; i < nb; i++) {                                                                  \
+            const int8x16_t x0 = vld1q_s8(x[i].qs), x1 = vld1q_s8(x[i].qs + 16);                            \
+            const float dx = fg_fp16_to_fp32(x[i].d);                                                       \
+            for (int r = 0; r < R; r++) {                                                                   \
+                const BLOCK *b = (const BLOCK *)(w + r * stride) + i;                                       \
+                fg_prefetch(b, stride);                                                                     \
+                const uint8x16_t q = vld1q_u8(b->qs);                                                       \
+                int32x4_t s = DOT(vdupq_n_s32(0), vqtbl1q_s8(table, vandq_u8(q, vdupq_n_u8(0x0f))), x0);    \
+                s = DOT(s, vqtbl1q_s8(table, vshrq_n_u8(q, 4)), x1);                                        \
+                acc[r] = vfmaq_n_f32(acc[r], vcvtq_f32_s32(s), SCALE(b) * dx);                              \
+            }                                                                                               \
+        }                                                                                                   \
+        for (int r = 0; r < R; r++) y[r] = vaddvq_f32(acc[r]);                                              \
+    }
 #endif
 
 #if FG_HAVE_X86
@@ -526,6 +550,100 @@ FG_INLINE_AVX2 void fg_transpose8_epi32(__m256i v[8]) {
         v[g] = _mm256_permute2x128_si256(s[g], s[4 + g], 0x20);
         v[g + 4] = _mm256_permute2x128_si256(s[g], s[4 + g], 0x31);
     }
+}
+
+/* ---- 16-level table formats (IQ4_NL, MXFP4): blocks of 32, one scale, 16 bytes of nibbles as q4_0 indexing 16 int8
+ * levels; dot against Q8_0 as sum += (float)sumi * (dw * dx). The formats differ only in table and scale. ---- */
+enum { FG_SCALE_F16, FG_SCALE_E8M0_HALF }; /* the block scale: fp16 (IQ4_NL), E8M0 halved (MXFP4) */
+
+/* 8 E8M0 bytes (int32 lanes) -> 2^(e - 128), fg_e8m0_to_fp32_half per lane. */
+FG_INLINE_AVX2 __m256 fg_e8m0_half_256(__m256i e) {
+    const __m256i normal = _mm256_slli_epi32(_mm256_sub_epi32(e, _mm256_set1_epi32(1)), 23);
+    const __m256i subnormal = _mm256_sllv_epi32(_mm256_set1_epi32(0x00200000), e); /* e < 2 */
+    return _mm256_castsi256_ps(_mm256_blendv_epi8(normal, subnormal, _mm256_cmpgt_epi32(_mm256_set1_epi32(2), e)));
+}
+
+/* The scale at p of rows 0..R-1 (`stride` apart) -> 8 floats, row i in lane i (lanes >= R: e = 0, any value). */
+FG_INLINE_AVX2 __m256 fg_rows8_scale(const char *p, size_t stride, int R, const int scale) {
+    if (scale == FG_SCALE_F16) return fg_rows8_f16(p, stride, R);
+    __m128i v = _mm_setzero_si128();
+#define FG_ROW_E8(i) if ((i) < R) v = _mm_insert_epi8(v, *(const uint8_t *)(p + (i) * stride), i);
+    FG_ROW_E8(0) FG_ROW_E8(1) FG_ROW_E8(2) FG_ROW_E8(3) FG_ROW_E8(4) FG_ROW_E8(5) FG_ROW_E8(6) FG_ROW_E8(7)
+#undef FG_ROW_E8
+    return fg_e8m0_half_256(_mm256_cvtepu8_epi32(v));
+}
+
+/* One block's scale as a float (the scalar references' value). */
+FG_INLINE_AVX2 float fg_block_scale(const char *p, const int scale) {
+    uint16_t h;
+    if (scale == FG_SCALE_E8M0_HALF) return fg_e8m0_to_fp32_half(*(const uint8_t *)p);
+    memcpy(&h, p, 2);
+    return fg_f16(h);
+}
+
+/* Dequantize n elements of blocks of bs bytes (scale at 0, nibbles at qs_off): d * level, bit-exact with the scalar
+ * reference. */
+FG_INLINE_AVX2 void fg_lut4_dequantize_avx2(const char *x, float *y, int64_t n, const int8_t *levels, const size_t bs,
+                                            const size_t qs_off, const int scale) {
+    const __m256i table = _mm256_broadcastsi128_si256(_mm_loadu_si128((const __m128i *)levels));
+    for (int64_t i = 0; i < n / 32; i++, y += 32, x += bs) {
+        const __m256i k = _mm256_shuffle_epi8(table, fg_nibbles_256((const uint8_t *)x + qs_off));
+        const __m256 d = _mm256_set1_ps(fg_block_scale(x, scale));
+        fg_store_i8x16_ps(y, _mm256_castsi256_si128(k), d, _mm256_setzero_ps());
+        fg_store_i8x16_ps(y + 16, _mm256_extracti128_si256(k, 1), d, _mm256_setzero_ps());
+    }
+}
+
+/* R <= 8 rows x M <= 8 activations of a table format . q8_0, row r in lane r (see FG_KERNELS_FROM_TILE8); blocks of
+ * bs bytes, scale at 0, nibbles at qs_off. One activation (the gemv) dots each row's levels in element order and
+ * reduces the 8 rows' partial sums into lanes; more share the rows' nibbles transposed once per block
+ * (fg_rows8_dwords) and looked up in the table (k[j]: elements 4j..4j+3 of every row, k[4 + j]: 16 + 4j..), against
+ * their broadcast 4-byte groups. The signed . signed dot is |k| . (x with k's sign); a pair reaches 2 * 127 * 127, so
+ * each group is widened by its own madd. Every lane takes the scalar reference's float step,
+ * sum += (float)sumi * (dw * dx) (no FMA), so all paths equal it bit for bit. */
+FG_INLINE_AVX2 void fg_lut4_tile8_avx2(const int R, const int M, int first, int kc, const char *w, size_t stride,
+                                       const char *x, size_t xs, const fg_xaux (*aux)[FG_KC], float *y, int64_t ldy,
+                                       const int8_t *levels, const size_t bs, const size_t qs_off, const int scale) {
+    const __m256i table = _mm256_broadcastsi128_si256(_mm_loadu_si128((const __m128i *)levels));
+    const __m256i m4 = _mm256_set1_epi8(0x0f);
+    __m256 acc[8]; /* [a]: 8 rows */
+    fg_load_rows8(R, M, first, acc, y, ldy);
+    for (int i = 0; i < kc; i++) {
+        const char *wb = w + i * bs;
+        fg_prefetch_tile8(w, stride, R, i, kc, bs);
+        const __m256 dw = fg_rows8_scale(wb, stride, R, scale);
+        __m256i dot[8]; /* [a]: the 8 rows' block sums */
+        if (M == 1) { /* nothing to share a transpose with */
+            const __m256i xq = _mm256_loadu_si256((const __m256i *)((const block_q8_0 *)x + i)->qs);
+            __m256i v[8]; /* [r]: row r's 8 partial sums */
+            for (int r = 0; r < 8; r++) {
+                v[r] = _mm256_setzero_si256();
+                if (r >= R) continue;
+                const __m256i k = _mm256_shuffle_epi8(table, fg_nibbles_256((const uint8_t *)wb + r * stride + qs_off));
+                v[r] = fg_dot_u8s8_256(_mm256_sign_epi8(k, k), _mm256_sign_epi8(xq, k));
+            }
+            dot[0] = fg_hsum8_epi32(v);
+        } else {
+            __m256i t[4], k[8], ak[8];
+            fg_rows8_dwords(wb + qs_off, stride, R, t);
+            for (int j = 0; j < 4; j++) {
+                k[j] = _mm256_shuffle_epi8(table, _mm256_and_si256(t[j], m4));
+                k[4 + j] = _mm256_shuffle_epi8(table, _mm256_and_si256(_mm256_srli_epi16(t[j], 4), m4));
+            }
+            for (int g = 0; g < 8; g++) ak[g] = _mm256_sign_epi8(k[g], k[g]);
+            for (int a = 0; a < M; a++) {
+                const int8_t *xq = ((const block_q8_0 *)(x + a * xs) + i)->qs;
+                dot[a] = fg_dot_u8s8_256(ak[0], _mm256_sign_epi8(fg_bcast32(xq), k[0]));
+                for (int g = 1; g < 8; g++)
+                    dot[a] = _mm256_add_epi32(dot[a], fg_dot_u8s8_256(ak[g], _mm256_sign_epi8(fg_bcast32(xq + 4 * g), k[g])));
+            }
+        }
+        for (int a = 0; a < M; a++) {
+            const __m256 p = _mm256_mul_ps(_mm256_cvtepi32_ps(dot[a]), _mm256_mul_ps(dw, _mm256_set1_ps(aux[a][i].d)));
+            acc[a] = _mm256_add_ps(acc[a], p);
+        }
+    }
+    fg_store_rows8(R, M, acc, y, ldy);
 }
 #endif
 

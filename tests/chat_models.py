@@ -97,3 +97,24 @@ def make_chat_model(path, vocab, template_name, *, arch="qwen2", seed=0, control
         t("cls.output.bias", 2)
     w.write(str(path))
     return str(path)
+
+
+# ---- gpt-oss's harmony channels (tests/engine/test_harmony.py, tests/server/test_harmony_api.py) ----
+HARMONY_TOKENS = ("<|start|>", "<|channel|>", "<|message|>", "<|end|>", "<|return|>", "<|call|>", "<|constrain|>")
+
+
+def make_harmony_model(path):
+    """A random qwen2 file with gpt-oss's template and harmony's markers as control tokens (rendered as text, <|end|>
+    not end of generation: the tokenizer's harmony rules, as llama.cpp's)."""
+    return make_chat_model(path, "qwen2", "openai-gpt-oss-120b", control=HARMONY_TOKENS)
+
+
+def harmony_steering(model):
+    """Greedy sampling arguments that make a random harmony model think a few words, then answer: " sunny" is
+    favoured (+60) until the frequency and presence penalties take it below "<|end|>" (+40), where the analysis
+    message of the reasoning grammar ends; a json_schema request then puts its JSON in the final channel."""
+    tok = model.tokenizer
+    sunny, = tok.tokenize(" sunny", add_special=False)
+    end, = tok.tokenize("<|end|>", add_special=False, parse_special=True)
+    return dict(max_tokens=60, temperature=0, frequency_penalty=2.0, presence_penalty=2.0,
+                logit_bias={str(sunny): 60, str(end): 40})

@@ -11,9 +11,11 @@ import numpy as np
 E, L, H, KVH, HD, F, V = 256, 8, 4, 1, 64, 512, 512
 
 
-def make_kq_model(path, seed=7, n_layer=L, wtype=None):
+def make_kq_model(path, seed=7, n_layer=L, wtype=None, n_expert=0):
     """wtype (a type name such as "Q4_K"): every matrix stored in that format (quantized by fastgguf's kernels)
-    instead of F16/F32; the random draws are the same either way."""
+    instead of F16/F32; the random draws are the same either way. n_expert > 0: the Mixtral layout instead of the
+    dense FFN (a router ffn_gate_inp, F32, and 3-D F16 experts ffn_{gate,up,down}_exps, 2 used), for the quantizer's
+    MoE rule (mxfp4_moe); other draws unchanged, and nothing else changes when n_expert is 0."""
     import gguf
 
     rng = np.random.default_rng(seed)
@@ -28,6 +30,9 @@ def make_kq_model(path, seed=7, n_layer=L, wtype=None):
     w.add_layer_norm_rms_eps(1e-5)
     w.add_rope_dimension_count(HD)
     w.add_file_type(1)
+    if n_expert:
+        w.add_expert_count(n_expert)
+        w.add_expert_used_count(2)
 
     def t(name, *shape, s=0.5 / 16, f16=True):
         a = (rng.standard_normal(shape) * s).astype(np.float32)
@@ -37,7 +42,7 @@ def make_kq_model(path, seed=7, n_layer=L, wtype=None):
             from fastgguf import kernels
             w.add_tensor(name, kernels.quantize(a, wtype), raw_dtype=gguf.GGMLQuantizationType[wtype])
         else:
-            w.add_tensor(name, a.astype(np.float16) if f16 and len(shape) == 2 else a)
+            w.add_tensor(name, a.astype(np.float16) if f16 and len(shape) >= 2 else a)
 
     t("token_embd.weight", V, E, s=1.0, f16=False)
     t("output_norm.weight", E, s=0.1)
@@ -50,6 +55,12 @@ def make_kq_model(path, seed=7, n_layer=L, wtype=None):
         t(p + "attn_v.weight", KVH * HD, E)
         t(p + "attn_output.weight", E, H * HD)
         t(p + "ffn_norm.weight", E, s=0.1)
+        if n_expert:
+            t(p + "ffn_gate_inp.weight", n_expert, E, f16=False)
+            t(p + "ffn_gate_exps.weight", n_expert, F, E)
+            t(p + "ffn_up_exps.weight", n_expert, F, E)
+            t(p + "ffn_down_exps.weight", n_expert, E, F)
+            continue
         t(p + "ffn_gate.weight", F, E)
         t(p + "ffn_up.weight", F, E)
         t(p + "ffn_down.weight", E, F)

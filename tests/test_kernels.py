@@ -223,10 +223,10 @@ def test_q8_0_weights_at_minus_128(isa):
         kernels.set_isa(prev)
 
 
-@pytest.mark.parametrize("t", ["Q4_1", "Q5_1", "IQ4_NL"])
+@pytest.mark.parametrize("t", ["Q4_1", "Q5_1", "IQ4_NL", "MXFP4"])
 def test_row_lane_kernels_equal_scalar_exactly(t):
     """The AVX2 row-lane kernels take the scalar reference's float step per (row, activation) pair, block by block
-    (Q4_1, Q5_1: sum += (float)sumi * (dw * dx) + mw * sx; IQ4_NL: without the m term), so gemm, gemv and vec_dot all equal the scalar vec_dot bit for
+    (Q4_1, Q5_1: sum += (float)sumi * (dw * dx) + mw * sx; IQ4_NL, MXFP4: without the m term), so gemm, gemv and vec_dot all equal the scalar vec_dot bit for
     bit; n past 128 blocks crosses the tiles' chunk of activation scales, m = 1..9 every activation tile size."""
     if "avx2" not in ISAS:
         pytest.skip("no AVX2")

@@ -1,4 +1,4 @@
-"""K-quants and the other llama.cpp weight formats (Q5_0, Q5_1, Q2_K..Q6_K, Q8_K, IQ4_NL, IQ4_XS) in the C
+"""K-quants and the other llama.cpp weight formats (Q5_0, Q5_1, Q2_K..Q6_K, Q8_K, IQ4_NL, IQ4_XS, MXFP4) in the C
 kernels, on every instruction set this CPU runs:
 
 - dequantize is bit-exact against gguf-py (an independent implementation) on random blocks and on our own
@@ -24,7 +24,9 @@ FP16_FIELDS = {
     "Q5_0": [0], "Q5_1": [0, 2], "Q2_K": [80, 82], "Q3_K": [108], "Q4_K": [0, 2], "Q5_K": [0, 2],
     "Q6_K": [208], "IQ4_NL": [0], "IQ4_XS": [0],
 }
-ALL = ["Q8_K", "Q4_K", "Q6_K", "Q5_0", "Q5_1", "Q5_K", "Q3_K", "Q2_K", "IQ4_NL", "IQ4_XS"]
+# MXFP4's one scale is an E8M0 byte (a power of two): any byte is finite; 0..135 keeps the random dots in range.
+E8M0_FIELDS = {"MXFP4": [0]}
+ALL = ["Q8_K", "Q4_K", "Q6_K", "Q5_0", "Q5_1", "Q5_K", "Q3_K", "Q2_K", "IQ4_NL", "IQ4_XS", "MXFP4"]
 FORMATS = [t for t in ALL if t in kernels.SUPPORTED_TYPES]
 WEIGHTS = [t for t in FORMATS if t != "Q8_K"]  # Q8_K is an activation type only
 ISAS = kernels.available()
@@ -63,7 +65,9 @@ def _random_blocks(t, nblocks, seed):
     if t == "Q8_K":
         raw[:, 0:4] = (rng.uniform(-0.1, 0.1, nblocks).astype(np.float32)).view(np.uint8).reshape(nblocks, 4)
         return raw
-    for off in FP16_FIELDS[t]:
+    for off in E8M0_FIELDS.get(t, []):
+        raw[:, off] = rng.integers(0, 136, nblocks)
+    for off in FP16_FIELDS.get(t, []):
         h = (rng.uniform(0.5, 2, nblocks) * 10.0 ** rng.uniform(-4, 0, nblocks) * rng.choice([-1, 1], nblocks))
         raw[:, off:off + 2] = h.astype(np.float16).view(np.uint8).reshape(nblocks, 2)
     return raw
@@ -83,6 +87,8 @@ def test_dequantize_random_blocks_vs_gguf(isa, t):
     b = kernels.block_size(t)
     nblocks = 24 if b == 256 else 96
     raw = _random_blocks(t, nblocks, seed=ALL.index(t))
+    if t == "MXFP4":  # the scale's edges: ggml's two subnormal scales (e < 2), the first normal one, a huge one
+        raw[:4, 0] = [0, 1, 2, 250]
     n = nblocks * b // 4
     rows = raw.reshape(4, -1)
     got = kernels.dequantize(rows, t, n, isa=isa)
@@ -125,9 +131,9 @@ def test_quantize_byte_identical_to_llama_cpp(isa, t):
     assert not bad, f"{t}: rows {bad} differ from llama.cpp"
 
 
-@pytest.mark.parametrize("t", [t for t in ("Q5_0", "Q5_1") if t in FORMATS])
+@pytest.mark.parametrize("t", [t for t in ("Q5_0", "Q5_1", "MXFP4") if t in FORMATS])
 def test_quantize_matches_gguf_py(t):
-    """gguf-py can quantize these two itself: a second, independent oracle."""
+    """gguf-py can quantize these itself: a second, independent oracle."""
     for n in _lengths(t):
         x = _data((3, n), seed=7 * n)
         want = np.asarray(gq.quantize(x, GT[t])).view(np.uint8).reshape(3, -1)
@@ -237,15 +243,16 @@ def test_set_isa_matmul_agrees_with_scalar(t):
 
 def test_types_and_sizes():
     want = {"Q5_0": (32, 22), "Q5_1": (32, 24), "Q2_K": (256, 84), "Q3_K": (256, 110), "Q4_K": (256, 144),
-            "Q5_K": (256, 176), "Q6_K": (256, 210), "Q8_K": (256, 292), "IQ4_NL": (32, 18), "IQ4_XS": (256, 136)}
+            "Q5_K": (256, 176), "Q6_K": (256, 210), "Q8_K": (256, 292), "IQ4_NL": (32, 18), "IQ4_XS": (256, 136),
+            "MXFP4": (32, 17)}
     ids = {"Q5_0": 6, "Q5_1": 7, "Q2_K": 10, "Q3_K": 11, "Q4_K": 12, "Q5_K": 13, "Q6_K": 14, "Q8_K": 15,
-           "IQ4_NL": 20, "IQ4_XS": 23}
+           "IQ4_NL": 20, "IQ4_XS": 23, "MXFP4": 39}
     for t in FORMATS:
         assert kernels.SUPPORTED_TYPES[t] == ids[t] == int(GT[t])
         blk, size = want[t]
         assert kernels.block_size(t) == blk and kernels.row_size(t, blk) == size
     for t in WEIGHTS:
         act = NAMES[kernels.vec_dot_type(t)]
-        assert act == {"Q5_0": "Q8_0", "Q5_1": "Q8_1", "IQ4_NL": "Q8_0"}.get(t, "Q8_K")
+        assert act == {"Q5_0": "Q8_0", "Q5_1": "Q8_1", "IQ4_NL": "Q8_0", "MXFP4": "Q8_0"}.get(t, "Q8_K")
     with pytest.raises(ValueError):
         kernels.quantize(np.zeros(32, np.float32), "Q4_K")  # not a multiple of 256

@@ -15,7 +15,7 @@ sys.path.insert(0, os.path.join(os.path.dirname(os.path.abspath(__file__)), ".."
 from fastgguf import kernels  # noqa: E402
 
 PAIRS = {"Q4_K": "q8_K", "Q5_K": "q8_K", "Q6_K": "q8_K", "Q3_K": "q8_K", "Q2_K": "q8_K", "IQ4_XS": "q8_K",
-         "Q5_0": "q8_0", "Q5_1": "q8_1", "IQ4_NL": "q8_0"}
+         "Q5_0": "q8_0", "Q5_1": "q8_1", "IQ4_NL": "q8_0", "MXFP4": "q8_0"}
 
 
 def main():

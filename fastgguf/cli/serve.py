@@ -36,7 +36,7 @@ def register(subparsers) -> None:
                    help="context size of each sequence (default: the model's, at most 4096)")
     p.add_argument("-t", "--threads", type=int, default=None, help="threads (default: physical cores)")
     p.add_argument("--api-key", default=None, help="require this Bearer key (default: $FASTGGUF_API_KEY)")
-    p.add_argument("--max-queue", type=int, default=64, help="requests that may wait before 429 (64)")
+    p.add_argument("--max-queue", type=int, default=64, help="sequences (prompts x n) that may wait before 429 (64)")
     p.add_argument("--max-body", type=int, default=8 << 20, help="largest request body in bytes (8 MiB)")
     p.add_argument("--allowed-hosts", default=None,
                    help="comma-separated Host header names answered, others get 400 (against DNS rebinding); "

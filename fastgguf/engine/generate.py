@@ -18,6 +18,7 @@ they are a prefix of the new prompt (only the rest is evaluated; see usage.cache
 import contextlib
 import dataclasses
 import time
+import weakref
 from dataclasses import dataclass, field
 from typing import List, Optional
 
@@ -140,9 +141,9 @@ class GenerationStream:
     .token_ids (the same values a non-streaming call returns in its result). .result() drains it and returns the
     GenerationResult. close() stops early (finish_reason stays None).
 
-    A live stream owns its context, from its creation until it is exhausted, closed, fails or is garbage
-    collected: any other use of that context meanwhile (another generate(), eval, reset, from any thread) raises
-    RuntimeError."""
+    A live stream owns its context, from its creation until it is exhausted, closed, fails or its last reference
+    goes (at once: no garbage collection needed): any other use of that context meanwhile (another generate(),
+    eval, reset, from any thread) raises RuntimeError."""
 
     def __init__(self, gen_fn, release):
         self.text = ""
@@ -151,7 +152,10 @@ class GenerationStream:
         self.usage = Usage()
         self.timings = Timings()
         self._release = release
-        self._gen = gen_fn(self)
+        # the generator writes the results into a weak proxy of the stream: a strong reference would be a cycle
+        # (stream -> generator -> stream) that only the garbage collector frees, so a stream abandoned by `break` or
+        # by an exception in the consumer's loop kept its context locked until then (issue 24)
+        self._gen = gen_fn(weakref.proxy(self))
 
     def __iter__(self):
         return self

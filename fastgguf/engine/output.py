@@ -29,8 +29,9 @@ class ChatDelta:
 
 
 class ChatOutputParser:
-    """tool_format: a tools.FORMATS name, or None (no tool calls: the answer is content). reasoning: (mode, inside)
-    when the model thinks (mode: reasoning.MODES; inside: the output starts inside the think block), else None."""
+    """tool_format: a tools.FORMATS name, or None (no tool calls: the answer is content). reasoning: (mode, inside) or
+    (mode, inside, harmony) when the model thinks (mode: reasoning.MODES; inside: the output starts inside the think
+    block; harmony: gpt-oss's channels instead of <think>), else None."""
 
     def __init__(self, tool_format=None, reasoning=None, new_id=new_call_id, special_text=False):
         self.text = ""
@@ -40,8 +41,8 @@ class ChatOutputParser:
         self.special_text = bool(special_text)
         self.splitter = None
         if reasoning is not None:
-            mode, inside = reasoning
-            self.splitter = ReasoningSplitter(inside=inside, mode=check_mode(mode))
+            mode, inside, harmony = (*reasoning, False)[:3]
+            self.splitter = ReasoningSplitter(inside=inside, mode=check_mode(mode), harmony=harmony)
         self.tools = ToolCallStream(tool_format, new_id) if tool_format is not None else None
         self.n_calls = 0
 

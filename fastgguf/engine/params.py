@@ -28,6 +28,7 @@ from typing import Optional, Tuple, Union
 import numpy as np
 
 from fastgguf.engine.grammar import Grammar, GrammarError
+from fastgguf.engine.stops import MAX_STOP_CHARS, MAX_STOPS, stop_matcher
 
 __all__ = ["SamplingParams", "check_logit_bias", "check_stop", "check_token_id", "check_token_ids", "MAX_TOKEN_ID",
            "MAX_TOKENS_LIMIT"]
@@ -118,7 +119,8 @@ def check_logit_bias(logit_bias, n_vocab=None):
 
 
 def check_stop(stop):
-    """A stop string or a list of them -> a tuple of the non-empty strings."""
+    """A stop string or a list of them -> a tuple of the non-empty strings: at most MAX_STOPS of them, each at most
+    MAX_STOP_CHARS characters (fastgguf.engine.stops: the limits bound what matching them costs)."""
     if stop is None:
         return ()
     if isinstance(stop, str):
@@ -130,6 +132,10 @@ def check_stop(stop):
     for s in stops:
         if not isinstance(s, str):
             raise TypeError(f"stop must be a string or a list of strings, got an item of type {type(s).__name__}")
+        if len(s) > MAX_STOP_CHARS:
+            raise ValueError(f"stop: a stop string has {len(s)} characters; at most {MAX_STOP_CHARS} are allowed")
+    if len(stops) > MAX_STOPS:
+        raise ValueError(f"stop: {len(stops)} stop strings given; at most {MAX_STOPS} are allowed")
     return tuple(s for s in stops if s)
 
 
@@ -182,6 +188,7 @@ class SamplingParams:
                 raise TypeError(f"seed must be an int or None, got {type(self.seed).__name__}")
             set_(self, "seed", int(self.seed))
         set_(self, "stop", check_stop(self.stop))
+        set_(self, "_stops", stop_matcher(self.stop))  # built where the request is made, not on the engine thread
         set_(self, "_constraint", self._compile_constraint())
 
     def _compile_constraint(self):
@@ -216,6 +223,10 @@ class SamplingParams:
     def constraint(self):
         """The Grammar the output must match, or None."""
         return self._constraint
+
+    def stop_matcher(self):
+        """The stop strings' automaton (fastgguf.engine.stops.StopMatcher), built with the params."""
+        return self._stops
 
     def _key(self):
         """The fields as hashable values: logit_bias as sorted items, json_schema as its JSON text (its property

@@ -205,7 +205,7 @@ def default_parallel(model):
 class Scheduler:
     """`Scheduler(model, parallel=None, n_ctx=2048, n_threads=None, max_queue=64, chunk=64)`; `start()`,
     `submit(req)`, `stop()`. Slots are created on first use (each a Context of n_ctx tokens). parallel (the slots)
-    defaults to default_parallel(model)."""
+    defaults to default_parallel(model); max_queue: the sequences (prompts x n) that may wait for a slot."""
 
     def __init__(self, model, parallel=None, n_ctx=2048, n_threads=None, max_queue=64, chunk=CHUNK):
         parallel = default_parallel(model) if parallel is None else parallel
@@ -250,18 +250,25 @@ class Scheduler:
         self._thread = None
 
     def submit(self, req):
-        """Queue a request (thread-safe). QueueFull when `max_queue` requests already wait."""
+        """Queue a request (thread-safe). The queue holds at most `max_queue` sequences (prompts x n of each request,
+        not requests: one request of many prompts must not fill it alone): ValueError for a request larger than that,
+        QueueFull when it does not fit beside those already waiting."""
         limit = _pooling.max_input_tokens(self.model, self.n_ctx)
         for p in req.prompts:
             if not 1 <= len(p) <= limit:
                 raise ValueError(f"a prompt of {len(p)} tokens does not fit a context of {limit} tokens")
+        if req.n_choices > self.max_queue:
+            raise ValueError(f"this request has {req.n_choices} sequences (prompts x n); at most {self.max_queue} "
+                             f"may be queued (max_queue)")
         seqs = []
         for i, p in enumerate(req.prompts):
             seqs.append(_Seq(req, i * req.n, p))
             seqs += [_Seq(req, i * req.n + j, p, leader=seqs[-1]) for j in range(1, req.n)]
         with self._cond:
-            if self.queued_requests() >= self.max_queue:
-                raise QueueFull(f"the server is busy: {self.max_queue} requests are queued", retry_after=1)
+            queued = self.queued_sequences()
+            if queued + len(seqs) > self.max_queue:
+                raise QueueFull(f"the server is busy: {queued} sequences are queued and this request adds "
+                                f"{len(seqs)}; at most {self.max_queue} may be queued (max_queue)", retry_after=1)
             req.prompt_tokens = sum(len(p) for p in req.prompts)
             self._queue.extend(seqs)
             self.m["requests"] += 1
@@ -269,14 +276,23 @@ class Scheduler:
         self.start()
         return req
 
+    # (read under the lock: the engine thread mutates the queue, and iterating a deque meanwhile raises)
     def queued_requests(self):
-        return len({id(s.req) for s in self._queue if s.req.state == "queued"})
+        with self._cond:
+            return len({id(s.req) for s in self._queue if s.req.state == "queued" and not s.req.cancelled})
+
+    def queued_sequences(self):
+        """Sequences waiting for a slot (a cancelled request's no longer count): what max_queue bounds."""
+        with self._cond:
+            return sum(1 for s in self._queue if not s.req.cancelled)
 
     def running_requests(self):
-        return len({id(s.seq.req) for s in self._slots if s.seq is not None})
+        with self._cond:
+            return len({id(s.seq.req) for s in self._slots if s.seq is not None})
 
     def live_sequences(self):
-        return sum(1 for s in self._slots if s.seq is not None)
+        with self._cond:
+            return sum(1 for s in self._slots if s.seq is not None)
 
     # -- the thread --------------------------------------------------------------------------------------------
 

@@ -6,9 +6,9 @@
                                                           # the text it may emit now, "stop"/"length"/None
 
 A Sequence owns its Sampler (primed with the prompt's repetition window, as llama.cpp does), its StreamingDecoder
-(UTF-8 safe) and its StopText (a stop string is never emitted, even split across tokens). generate() keeps the fast
-Cython decode loop, which samples with `seq.sampler` itself, and hands each sampled id to `seq.advance(tok)`: the
-detokenize/stop half of step().
+(UTF-8 safe) and its StopText (fastgguf.engine.stops: one automaton over all the stop strings; a stop string is never
+emitted, even split across tokens). generate() keeps the fast Cython decode loop, which samples with `seq.sampler`
+itself, and hands each sampled id to `seq.advance(tok)`: the detokenize/stop half of step().
 
 Where later features plug in, each in one place:
   - `constraint` (structured output): an object with fill_mask() -> uint32 (ceil(n_vocab/32),) allowed-token bits
@@ -20,67 +20,9 @@ Where later features plug in, each in one place:
 from typing import NamedTuple, Optional
 
 from fastgguf._native import Sampler
+from fastgguf.engine.stops import StopText
 
 __all__ = ["Sequence", "Step", "StopText"]
-
-
-def _longest_partial(text, stops):
-    """Length of the longest suffix of text that is a proper prefix of some stop string."""
-    best = 0
-    for s in stops:
-        for k in range(min(len(s) - 1, len(text)), best, -1):
-            if text.endswith(s[:k]):
-                best = k
-                break
-    return best
-
-
-def _find_stop(text, stops):
-    """Index of the earliest stop string in text, -1 if none."""
-    return min((i for i in (text.find(s) for s in stops) if i >= 0), default=-1)
-
-
-class StopText:
-    """Streaming stop-string filter: feed decoded text pieces, get back what may be emitted now.
-
-    Text that could be the start of a stop string is held back until it is known not to be one, so a stop string is
-    never emitted, even when it arrives split across tokens.
-
-        st = StopText(("\n\n",))
-        out = st.feed(piece)       # text safe to emit now ('' while held back)
-        if st.stopped: ...         # a stop string was found: out is the text before it; feed no more
-        out = st.flush(tail)       # at the end: the held-back text (plus a decoder's flushed tail), stop applied
-    """
-    __slots__ = ("stops", "pending", "stopped")
-
-    def __init__(self, stops=()):
-        self.stops = list(stops)
-        self.pending = ""
-        self.stopped = False
-
-    def feed(self, text):
-        pending = self.pending + text
-        hold = 0
-        if self.stops:
-            cut = _find_stop(pending, self.stops)
-            if cut >= 0:
-                self.pending, self.stopped = "", True
-                return pending[:cut]
-            hold = _longest_partial(pending, self.stops)
-        if len(pending) > hold:
-            self.pending = pending[len(pending) - hold:]
-            return pending[:len(pending) - hold]
-        self.pending = pending
-        return ""
-
-    def flush(self, tail=""):
-        """Everything still held back (with `tail` appended), cut at a stop string it completes."""
-        pending, self.pending = self.pending + tail, ""
-        cut = _find_stop(pending, self.stops) if self.stops else -1
-        if cut >= 0:
-            self.stopped = True
-            return pending[:cut]
-        return pending
 
 
 class Step(NamedTuple):
@@ -115,7 +57,7 @@ class Sequence:
         # (a parser whose markers are control tokens reads them as text: special tokens are rendered for it)
         self.decoder = (tokenizer.streaming_decoder(skip_special=False) if getattr(parser, "special_text", False)
                         else tokenizer.streaming_decoder())
-        self.stopper = StopText(params.stop)  # holds back text that may be the start of a stop string
+        self.stopper = StopText(params.stop_matcher())  # holds back text that may be the start of a stop string
         self.eog = frozenset(int(e) for e in tokenizer.eog_ids)
         self.max_tokens = params.max_tokens
         self.n_sampled = 0

@@ -1,7 +1,7 @@
 """Re-quantize a GGUF model: ``quantize_file(src, dst, "q4_k_m")``; ``quantized_variant(src, "Q8_0")`` caches one.
 
 Two policies:
-- the llama.cpp recipes (q4_k_m, q4_k_s, q5_k_m, q5_k_s, q6_k, q3_k_m, q2_k, q5_0, q5_1, iq4_nl) choose every
+- the llama.cpp recipes (q4_k_m, q4_k_s, q5_k_m, q5_k_s, q6_k, q3_k_m, q2_k, q5_0, q5_1, iq4_nl, mxfp4_moe) choose every
   tensor's type as llama-quantize does (src/llama-quant.cpp, llama_tensor_get_type, without an importance matrix):
   only 2-D+ ``*weight`` tensors that are not norms are quantized (others are copied as they are); the output matrix
   (or, with tied embeddings, the token embedding) becomes Q6_K (Q8_0 when its rows are not a multiple of the
@@ -9,7 +9,8 @@ Two policies:
   length that the chosen type's block does not divide falls back (Q2_K/Q3_K -> Q4_0, Q4_K -> Q5_0, Q5_K -> Q5_1,
   Q6_K -> Q8_0, IQ4_XS -> IQ4_NL; F16 when even that does not fit). With the same input the output is byte-identical,
   tensor by tensor, to ``llama-quantize --allow-requantize IN OUT TYPE``; ``pure=True`` skips the mixture rules (not
-  the fallbacks), as ``llama-quantize --pure``.
+  the fallbacks), as ``llama-quantize --pure``. mxfp4_moe (llama-quantize's MXFP4_MOE, its only MXFP4 recipe) makes
+  the 3-D expert tensors MXFP4 and every other quantized tensor Q8_0; with ``pure=True`` every one is MXFP4.
 - q4_0 / q4_1 / q8_0 keep fastgguf's original policy: 2-D (and higher) ``*.weight`` tensors become the target type;
   the token embedding and the output matrix become Q8_0 unless ``pure=True``; 1-D tensors become F32; rows not a
   multiple of 32 become F16.
@@ -39,7 +40,7 @@ TARGETS = {"q4_0": T.Q4_0, "q4_1": T.Q4_1, "q8_0": T.Q8_0}  # fastgguf's own pol
 # the llama.cpp recipes: name -> (llama_ftype, default tensor type)
 RECIPES = {"q5_0": (8, T.Q5_0), "q5_1": (9, T.Q5_1), "q2_k": (10, T.Q2_K), "q3_k_m": (12, T.Q3_K),
            "q4_k_s": (14, T.Q4_K), "q4_k_m": (15, T.Q4_K), "q5_k_s": (16, T.Q5_K), "q5_k_m": (17, T.Q5_K),
-           "q6_k": (18, T.Q6_K), "iq4_nl": (25, T.IQ4_NL)}
+           "q6_k": (18, T.Q6_K), "iq4_nl": (25, T.IQ4_NL), "mxfp4_moe": (38, T.MXFP4)}
 ALL_TYPES = sorted(TARGETS) + sorted(RECIPES)
 # llama.cpp's llama_ftype values for general.file_type
 FILE_TYPES = {GGMLType.F32: 0, GGMLType.F16: 1, GGMLType.Q4_0: 2, GGMLType.Q4_1: 3, GGMLType.Q8_0: 7,
@@ -106,7 +107,7 @@ def llama_plan(tensors: dict, md: dict, recipe: str, pure: bool = False) -> dict
     """{name: type} as llama-quantize chooses for the recipe; tensors: {name: (shape, source type)}."""
     ftype, default = RECIPES[recipe]
     n_gqa, n_expert, n_layer = _gqa_experts(md)
-    if n_expert > 1:
+    if n_expert > 1 and ftype != 38:  # (mxfp4_moe's rule is made for experts)
         raise QuantizeError("the llama.cpp recipes are implemented for dense models only (this one has experts)")
     names = sorted(tensors, key=_layer_key)
     n_attn_v = sum(1 for n in names if any(k in n for k in ("attn_v.weight", "attn_qkv.weight", "attn_kv_b.weight")))
@@ -131,7 +132,9 @@ def llama_plan(tensors: dict, md: dict, recipe: str, pure: bool = False) -> dict
         attn_v = not is_out and not is_embd and any(k in name for k in ("attn_qkv.weight", "attn_kv_b.weight",
                                                                         "attn_v.weight"))
         if not pure:
-            if is_out or (tied and is_embd):
+            if ftype == 38:  # MoE tensors (ne[2] > 1) MXFP4, the rest (output and embeddings included) Q8_0
+                t = T.MXFP4 if not (is_out or (tied and is_embd)) and len(shape) >= 3 and shape[-3] > 1 else T.Q8_0
+            elif is_out or (tied and is_embd):
                 t = T.Q8_0 if nx % GGML_TYPE_INFO[t][0] else (T.Q6_K if t != T.Q8_0 else t)
             elif is_embd:
                 pass

@@ -31,14 +31,19 @@ __all__ = ["Model", "create_completion", "create_chat_completion", "create_embed
 _engine_lock = threading.Lock()
 
 
+# sequences (prompts x n) the in-process API may queue: more than a server's default, since one call with a batch of
+# prompts is the in-process way to use the slots; a larger call is a ValueError naming max_queue
+MAX_QUEUE = 4096
+
+
 def default_engine(model):
     """The model's own Scheduler for the in-process API (started on first use; slots of up to 4096 tokens, as many
-    as engine.scheduler.default_parallel gives)."""
+    as engine.scheduler.default_parallel gives; up to MAX_QUEUE sequences queued)."""
     with _engine_lock:
         eng = getattr(model, "_api_engine", None)
         if eng is None:
             n_ctx = min(int(getattr(model, "n_ctx_train", 0) or 4096), 4096)
-            eng = Scheduler(model, n_ctx=n_ctx)
+            eng = Scheduler(model, n_ctx=n_ctx, max_queue=MAX_QUEUE)
             model._api_engine = eng
         return eng
 

@@ -16,17 +16,20 @@ from fastgguf.engine.grammar import Grammar, GrammarError, matchers
 from fastgguf.engine.output import ChatOutputParser
 from fastgguf.engine.pooling import max_input_tokens, pooling_of
 from fastgguf.engine.params import SamplingParams, check_logit_bias
-from fastgguf.engine.reasoning import MODES, THINK_CLOSE, detect_reasoning, reasoning_grammar, starts_inside, \
-    template_kwargs
+from fastgguf.engine.reasoning import MODES, THINK_CLOSE, detect_reasoning, is_harmony, reasoning_grammar, \
+    starts_inside, template_kwargs
 from fastgguf.engine.scheduler import Request
 from fastgguf.engine.tools import HERMES_CLOSE, HERMES_OPEN, MISTRAL_TAG, ToolError, tool_grammar, validate_tools
 
 __all__ = ["APIError", "prepare_completion", "prepare_chat", "prepare_embedding", "prepare_rerank", "Prepared",
-           "EmbeddingPrepared", "RerankPrepared", "rerank_tokens",
+           "EmbeddingPrepared", "RerankPrepared", "rerank_tokens", "MAX_PROMPTS",
            "sampling_params", "check_model", "model_id", "SAMPLING_FIELDS"]
 
 MAX_N = 16
 MAX_EMBED_INPUTS = 2048  # as OpenAI
+# prompts in one /v1/completions request (checked before any is tokenized); each prompt x n is a sequence, and the
+# engine's queue (--max-queue) bounds the sequences waiting, so this mostly bounds the work of reading a request
+MAX_PROMPTS = 2048
 UNSUPPORTED = "not supported yet"
 
 # (request field, SamplingParams field), in the order they are read: where a body gives a field under two names,
@@ -290,7 +293,11 @@ def prepare_completion(model, body, n_ctx):
     for field in ("tools", "tool_choice"):
         if body.get(field) is not None:
             raise APIError(f"{field} is only for chat completions", param=field)
-    prompts = _prompt_list(model, body.get("prompt"), "prompt", n_ctx)
+    prompt = body.get("prompt")
+    if isinstance(prompt, list) and len(prompt) > MAX_PROMPTS and not is_token_id(prompt[0]):
+        raise APIError(f"prompt has {len(prompt)} prompts; at most {MAX_PROMPTS} are allowed per request",
+                       param="prompt")
+    prompts = _prompt_list(model, prompt, "prompt", n_ctx)
     lp = body.get("logprobs")
     if lp is not None and (isinstance(lp, bool) or not isinstance(lp, int) or not 0 <= lp <= 20):
         raise APIError("logprobs must be an integer in [0, 20] for completions", param="logprobs")
@@ -511,18 +518,20 @@ def prepare_chat(model, body, n_ctx, *, reasoning_format="parsed"):
         raise APIError(str(e), param=e.param) from None
     except (TypeError, ValueError) as e:
         raise APIError(str(e), param="messages") from None
-    # the model thinks in this request: its template has the <think> channel and the prompt leaves it open
+    # the model thinks in this request: its template has the <think> channel and the prompt leaves it open (harmony:
+    # the analysis channel, always open to a gpt-oss reply)
+    harmony = is_harmony(template)
     thinks = detect_reasoning(template) and not text.rstrip().endswith(THINK_CLOSE)
-    inside = thinks and starts_inside(text)
+    inside = thinks and not harmony and starts_inside(text)
     tool_fmt = fmt if config is not None and config.choice != "none" else None
     markers = special_ids(model.tokenizer, tool_fmt) if tool_fmt is not None else {}
-    params = chat_constraint(model, params, user, config, tool_fmt, thinks, inside, markers)
+    params = chat_constraint(model, params, user, config, tool_fmt, thinks, inside, markers, harmony)
     prompts = [ids]
     _fit(prompts, params, n_ctx)
     parser = None
     if tool_fmt is not None or thinks:
         # markers that are control tokens must reach the parser as text: the decoder then renders special tokens
-        parser = functools.partial(ChatOutputParser, tool_fmt, (mode, inside) if thinks else None,
+        parser = functools.partial(ChatOutputParser, tool_fmt, (mode, inside, harmony) if thinks else None,
                                    special_text=bool(markers))
     return Prepared("chat.completion", prompts, params, n, (top or 0) if lp else None, stream, include_usage,
                     constraints=constraints(model, params, n, "tools" if tool_fmt else "response_format"),
@@ -559,10 +568,11 @@ def special_ids(tokenizer, fmt):
     return out
 
 
-def chat_constraint(model, params, user, config, tool_fmt, thinks, inside, markers):
+def chat_constraint(model, params, user, config, tool_fmt, thinks, inside, markers, harmony=False):
     """params (the template's, unconstrained) with the reply's constraint: the tool grammar (tool_fmt: a format,
     None for no tools or tool_choice "none"), else the user's (user.constraint(): json_schema, grammar,
-    response_format), wrapped by reasoning_grammar when the model thinks. A constrained reply keeps only the
+    response_format), wrapped by reasoning_grammar when the model thinks (harmony: the analysis message first, the
+    grammar in the final channel). A constrained reply keeps only the
     user's stop strings, which SamplingParams then refuses: the ChatML fallback's "<|im_end|>" stop goes, the
     grammar ends the reply with end of generation."""
     own = user.constraint()
@@ -584,7 +594,7 @@ def chat_constraint(model, params, user, config, tool_fmt, thinks, inside, marke
             return params.replace(stop=user.stop, json_schema=user.json_schema, grammar=user.grammar)
         if thinks:
             try:
-                lark = reasoning_grammar(lark, inside=inside)
+                lark = reasoning_grammar(lark, inside=inside, harmony=harmony)
             except ValueError as e:
                 raise APIError(f"this constraint cannot follow the model's reasoning: {e}",
                                param="response_format") from None

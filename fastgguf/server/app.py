@@ -1,8 +1,8 @@
 """create_app: the FastAPI app over one model and its Scheduler (HTTP only; the shaping is fastgguf.openai).
 
 Errors are OpenAI's shape {"error": {message, type, param, code}} (server/errors.py): 400 for bad fields (FastAPI's
-own 422 validation format is never sent), 401 bad key, 404 unknown model or route, 413 body too large, 429 queue full
-(Retry-After), 500 otherwise. A streamed request that fails after its first chunk gets an `error` event instead.
+own 422 validation format is never sent) or a Host not allowed, 401 bad key, 404 unknown model or route, 408 body too
+slow, 413 body too large, 429 queue full (Retry-After), 500 otherwise. A streamed request that fails after its first chunk gets an `error` event instead.
 """
 import time
 from contextlib import asynccontextmanager
@@ -29,11 +29,11 @@ def create_app(model, *, parallel=None, n_ctx=None, n_threads=None, api_key=None
                body_timeout=60.0):
     """An ASGI app serving `model` (a fastgguf.Model) with OpenAI's API. `parallel` sequences decode together
     (default: 4; 16 for an encoder, engine.scheduler.default_parallel),
-    each in a context of `n_ctx` tokens (default: the model's training context, at most 4096); `max_queue` requests
-    may wait (then 429); `api_key`: required as a Bearer token when given; `reasoning_format`: the default of a
-    chat request's reasoning_format ("parsed", "raw" or "none"); `allowed_hosts`: the Host header names answered
-    (others: 400; None or "*" in it: any; `fastgguf serve` passes limits.default_hosts); a request body must arrive
-    within `body_timeout` seconds (408)."""
+    each in a context of `n_ctx` tokens (default: the model's training context, at most 4096); `max_queue` sequences
+    (prompts x n) may wait (then 429); `api_key`: required as a Bearer token when given; `reasoning_format`: the
+    default of a chat request's reasoning_format ("parsed", "raw" or "none"); `allowed_hosts`: the Host header names
+    answered (others: 400; None or "*" in it: any; `fastgguf serve` passes limits.default_hosts); a request body
+    must arrive within `body_timeout` seconds (408)."""
     if reasoning_format not in MODES:
         raise ValueError(f"reasoning_format must be one of {', '.join(MODES)}, got {reasoning_format!r}")
     if n_ctx is None:

@@ -39,6 +39,16 @@ async def prepare(http_req, prepare_fn, body, **kw):
                            **kw)
 
 
+async def _hang_up(http_req, req, q):
+    """Watch the connection of a request whose body was read: on the client's disconnect, cancel the engine's
+    request and wake its waiter (None). Independent of engine events: polling between events never ran while tokens
+    kept coming, and a hung-up request generated to its end (issue 24)."""
+    while (await http_req.receive())["type"] != "http.disconnect":
+        await asyncio.sleep(0.05)  # (uvicorn blocks until the disconnect; a server that answers at once is polled)
+    req.cancel()
+    q.put_nowait(None)
+
+
 async def respond(http_req, prep):
     """Submit a prepared request to the app's Scheduler and answer it: a JSON response, or a stream of chunks.
     Errors before the first token are a real HTTP status; after it, an `error` event ends the stream."""
@@ -53,19 +63,18 @@ async def respond(http_req, prep):
         return error_response(e)
 
     if not prep.stream:
+        watch = asyncio.ensure_future(_hang_up(http_req, req, q))
         try:
             while b.usage is None:
-                try:
-                    evs = await asyncio.wait_for(q.get(), 0.5)
-                except asyncio.TimeoutError:
-                    if await http_req.is_disconnected():
-                        return JSONResponse({}, status_code=499)
-                    continue
+                evs = await q.get()
+                if evs is None:  # the client hung up: its sequences are cancelled (slots free at the next step)
+                    return JSONResponse({}, status_code=499)
                 try:
                     b.feed(evs)
                 except Exception as e:  # noqa: BLE001 - nothing was sent yet: a real status
                     return error_response(e)
         finally:
+            watch.cancel()
             req.cancel()
         return JSONResponse(b.final())
 
@@ -203,6 +212,8 @@ async def metrics(request: Request):
         ("fastgguf_request_errors_total", "counter", "requests that failed in the engine", m["errors"]),
         ("fastgguf_requests_running", "gauge", "requests with a sequence in a slot", eng.running_requests()),
         ("fastgguf_requests_queued", "gauge", "requests waiting for a slot", eng.queued_requests()),
+        ("fastgguf_sequences_queued", "gauge", "sequences (prompts x n) waiting for a slot; --max-queue bounds it",
+         eng.queued_sequences()),
         ("fastgguf_slots", "gauge", "parallel sequences (slots)", eng.parallel),
     ]
     out = []

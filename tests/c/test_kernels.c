@@ -54,7 +54,7 @@ static void fill(float *x, long n, int salt) {
 static const int types[] = {FG_TYPE_F32, FG_TYPE_F16, FG_TYPE_BF16, FG_TYPE_Q4_0, FG_TYPE_Q4_1, FG_TYPE_Q8_0,
                             FG_TYPE_Q8_1, FG_TYPE_Q8_K, FG_TYPE_Q4_K, FG_TYPE_Q6_K, FG_TYPE_Q5_0, FG_TYPE_Q5_1,
                             FG_TYPE_Q5_K, FG_TYPE_Q3_K, FG_TYPE_Q2_K,
-                            FG_TYPE_IQ4_NL, FG_TYPE_IQ4_XS};
+                            FG_TYPE_IQ4_NL, FG_TYPE_IQ4_XS, FG_TYPE_MXFP4};
 static const long sizes[] = {32, 64, 96, 544, 576, 608, 1536, 4128};
 static const long k_sizes[] = {256, 512, 768, 2304, 4352}; /* super-block types (QK_K = 256) */
 static const long odd_float_sizes[] = {1, 7, 13, 33, 100, 577};

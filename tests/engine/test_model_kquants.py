@@ -1,4 +1,4 @@
-"""The forward pass on the K-quants and the other llama.cpp formats (Q2_K..Q6_K, Q5_0, Q5_1, IQ4_NL, IQ4_XS):
+"""The forward pass on the K-quants and the other llama.cpp formats (Q2_K..Q6_K, Q5_0, Q5_1, IQ4_NL, IQ4_XS, MXFP4):
 
 - a small random llama (tests/kq_model.py: every dimension a multiple of 256) with every matrix, token embedding
   and output included, in one format, against the float64 oracle (weights dequantized by gguf-py), on every ISA:
@@ -13,7 +13,7 @@ from fastgguf import kernels
 from fastgguf.engine.model import Model
 from kq_model import make_kq_model
 
-FORMATS = ["Q2_K", "Q3_K", "Q4_K", "Q5_K", "Q6_K", "Q5_0", "Q5_1", "IQ4_NL", "IQ4_XS"]
+FORMATS = ["Q2_K", "Q3_K", "Q4_K", "Q5_K", "Q6_K", "Q5_0", "Q5_1", "IQ4_NL", "IQ4_XS", "MXFP4"]
 IDS = [5, 17, 99, 0, 42, 42, 7, 63, 1, 2, 88, 31, 300, 511]
 # Measured (8 layers, 14 positions, logits up to ~4): max |ours - oracle| 1.0-2.0 % of max |oracle|, median
 # |diff| 0.007-0.010, on scalar and avx2 alike. The oracle keeps activations in float64 while both llama.cpp and

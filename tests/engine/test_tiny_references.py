@@ -2,7 +2,7 @@
 tools/make_tiny_references.py (llama.cpp through llama-cpp-python's bindings, flash attention on and off) and
 committed in tests/data/tiny-references.json. The files are rebuilt here, byte for byte, from CASES.
 
-Each case: F32 weights, 2-4 layers, n_embd 64, 4 query heads of 16, vocabulary 100; GQA (2 KV heads) or MHA,
+Each case: F32 weights (llama-mxfp4: MXFP4 matrices), 2-4 layers, n_embd 64, 4 query heads of 16, vocabulary 100; GQA (2 KV heads) or MHA,
 tied or untied output. Tolerance: llama.cpp's own flash on/off spread on the same file, see test_matches_llama_cpp.
 
 Where llama.cpp is off, it is llama.cpp: both its attention paths round Q to F16 for the products with the F16 K
@@ -53,6 +53,8 @@ CASES = {
     "phi3-mha": ({"arch": "phi3", "fused": True, "tied": False, "n_head_kv": 4}, [256]),
     "phi3-longrope": ({"arch": "phi3", "fused": True, "tied": False, "n_head_kv": 4, "meta": LONGROPE,
                        "extra": longrope_tensors()}, [256, 512]),
+    # every matrix but the token embedding in MXFP4 (gpt-oss's expert format; llama.cpp takes it for any matrix)
+    "llama-mxfp4": ({"tied": False, "wtype": gguf.GGMLQuantizationType.MXFP4}, [256]),
 }
 
 

@@ -1,10 +1,12 @@
-"""The llama.cpp recipes of fastgguf.gguf.quantize (q4_k_m ... iq4_nl): byte-identical, tensor by tensor, to
+"""The llama.cpp recipes of fastgguf.gguf.quantize (q4_k_m ... iq4_nl, mxfp4_moe): byte-identical, tensor by tensor, to
 llama-quantize's output for the same input. tests/data/quantize-hashes.json holds llama-quantize's per-tensor types
 and sha256 (tools/gen_quantize_hashes.py), so no llama.cpp is needed here.
 
 Sources: the random model of tests/kq_model.py (every dimension a multiple of 256, F16/F32 weights) for every recipe,
 and the default model (SmolLM2-135M Q4_1: requantized, 576-wide rows that take the fallbacks, tied embeddings):
-its type plan for every recipe, its bytes for q4_k_m and q6_k (a few seconds each)."""
+its type plan for every recipe, its bytes for q4_k_m and q6_k (a few seconds each). mxfp4_moe, llama.cpp's one MXFP4
+recipe, makes expert tensors MXFP4 and the rest Q8_0: checked on the random model with 4 experts (random-moe) and,
+--pure (every matrix MXFP4), on the dense one."""
 import hashlib
 import json
 import os
@@ -74,6 +76,27 @@ def test_random_model_identical_to_llama_quantize(random_model, tmp_path, recipe
     want = HASHES["random"]["recipes"][recipe]
     assert {n: t.name for n, t in plan.items()} == {n: v[0] for n, v in want["tensors"].items()}
     _compare(_describe(out), want)
+
+
+@pytest.mark.parametrize("recipe", sorted(HASHES["random"]["pure"]))
+def test_random_model_pure_identical_to_llama_quantize(random_model, tmp_path, recipe):
+    out = str(tmp_path / f"{recipe}-pure.gguf")
+    plan = quantize_file(random_model, out, recipe, pure=True, n_threads=2)
+    want = HASHES["random"]["pure"][recipe]
+    assert {n: t.name for n, t in plan.items()} == {n: v[0] for n, v in want["tensors"].items()}
+    _compare(_describe(out), want)
+
+
+def test_moe_model_mxfp4_moe_identical_to_llama_quantize(tmp_path):
+    src = make_kq_model(tmp_path / "moe.gguf", n_layer=2, n_expert=4)
+    assert _sha(src) == HASHES["random-moe"]["sha256"], "tests/kq_model.py no longer makes the hashed file"
+    plan = quantize_file(src, str(tmp_path / "o.gguf"), "mxfp4_moe", n_threads=2)
+    want = HASHES["random-moe"]["recipes"]["mxfp4_moe"]
+    assert {n: t.name for n, t in plan.items()} == {n: v[0] for n, v in want["tensors"].items()}
+    assert plan["blk.1.ffn_down_exps.weight"] == GGMLType.MXFP4 and plan["blk.1.attn_q.weight"] == GGMLType.Q8_0
+    _compare(_describe(str(tmp_path / "o.gguf")), want)
+    with pytest.raises(Exception, match="dense models only"):  # the other recipes have per-expert rules not done
+        quantize_file(src, str(tmp_path / "k.gguf"), "q4_k_m", n_threads=1)
 
 
 @pytest.mark.parametrize("recipe", sorted(RECIPES))

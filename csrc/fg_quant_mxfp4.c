@@ -1,0 +1,117 @@
+/* MXFP4 weights (OCP microscaling, gpt-oss's experts): 32 elements per block, x = 2^(e - 128) * kvalues[q] with e
+ * an E8M0 byte and q a 4-bit index into the fp4 e2m1 values doubled (fg_kvalues_mxfp4), nibbles as q4_0. The same
+ * shape as IQ4_NL with another table and scale: the kernels are fg_simd.h's 16-level table kernels. Dot against
+ * Q8_0 activations: e_half dx sum kvalues[q] x, as ggml_vec_dot_mxfp4_q8_0. */
+#include "fg_simd.h"
+
+/* e2m1 values doubled (ggml's kvalues_mxfp4): 0, 0.5, 1, 1.5, 2, 3, 4, 6 and their negatives (index 8 is -0). */
+static const int8_t fg_kvalues_mxfp4[16] = {0, 1, 2, 3, 4, 6, 8, 12, 0, -1, -2, -3, -4, -6, -8, -12};
+
+/* ---- scalar reference ---- */
+
+/* ggml's best_index_mxfp4: the first index of least |kvalues[i] d - x| (so 0, not 8, for a value nearest zero). */
+static int best_index_mxfp4(float x, float d) {
+    int best = 0;
+    float best_err = fabsf(fg_kvalues_mxfp4[0] * d - x);
+    for (int i = 1; i < 16; i++) {
+        const float err = fabsf(fg_kvalues_mxfp4[i] * d - x);
+        if (err < best_err) best = i, best_err = err;
+    }
+    return best;
+}
+
+/* ggml's quantize_row_mxfp4_ref, byte for byte (llama-quantize writes these rows too: MXFP4 takes no importance
+ * matrix). e = floor(log2(amax)) - 2 + 127 through log2f as ggml computes it (frexp would differ just below a
+ * power of two, where log2f rounds up). Through int first: ggml's float -> uint8_t cast is what x86 does, the low
+ * byte of the int, for amax below 2^-125; done so here it is defined behaviour. */
+static void quantize_row_mxfp4_scalar(const float *x, void *vy, int64_t n) {
+    block_mxfp4 *y = vy;
+    for (int64_t i = 0; i < n / QK_MXFP4; i++, x += QK_MXFP4) {
+        float amax = 0.0f;
+        for (int j = 0; j < QK_MXFP4; j++)
+            if (amax < fabsf(x[j])) amax = fabsf(x[j]);
+        const uint8_t e = amax > 0.0f ? (uint8_t)(int)(floorf(log2f(amax)) - 2 + 127) : 0;
+        const float d = fg_e8m0_to_fp32_half(e);
+        y[i].e = e;
+        for (int j = 0; j < QK_MXFP4 / 2; j++)
+            y[i].qs[j] = (uint8_t)(best_index_mxfp4(x[j], d) | best_index_mxfp4(x[j + QK_MXFP4 / 2], d) << 4);
+    }
+}
+
+static void dequantize_row_mxfp4_scalar(const void *vx, float *y, int64_t n) {
+    const block_mxfp4 *x = vx;
+    for (int64_t i = 0; i < n / QK_MXFP4; i++, y += QK_MXFP4) {
+        const float d = fg_e8m0_to_fp32_half(x[i].e);
+        for (int j = 0; j < 16; j++) {
+            y[j] = d * fg_kvalues_mxfp4[x[i].qs[j] & 0xf];
+            y[j + 16] = d * fg_kvalues_mxfp4[x[i].qs[j] >> 4];
+        }
+    }
+}
+
+/* ggml_vec_dot_mxfp4_q8_0_generic's float steps: sum += (dx * dw) * (float)sumi (a product of two floats commutes
+ * exactly, so this is IQ4_NL's step with the E8M0 scale). */
+static float vec_dot_mxfp4_q8_0_scalar(int64_t n, const void *vw, const void *vx) {
+    const block_mxfp4 *w = vw;
+    const block_q8_0 *x = vx;
+    float sum = 0.0f;
+    for (int64_t i = 0; i < n / QK_MXFP4; i++) {
+        int sumi = 0;
+        for (int j = 0; j < 16; j++) {
+            sumi += fg_kvalues_mxfp4[w[i].qs[j] & 0xf] * x[i].qs[j];
+            sumi += fg_kvalues_mxfp4[w[i].qs[j] >> 4] * x[i].qs[j + 16];
+        }
+        sum += (float)sumi * (fg_e8m0_to_fp32_half(w[i].e) * fg_fp16_to_fp32(x[i].d));
+    }
+    return sum;
+}
+
+#if FG_HAVE_X86
+/* ---- AVX2: fg_simd.h's 16-level table kernels with the E8M0 scale; bit-exact with the scalar reference ---- */
+FG_TARGET_AVX2 static void dequantize_row_mxfp4_avx2(const void *vx, float *y, int64_t n) {
+    fg_lut4_dequantize_avx2(vx, y, n, fg_kvalues_mxfp4, sizeof(block_mxfp4), offsetof(block_mxfp4, qs),
+                            FG_SCALE_E8M0_HALF);
+}
+
+FG_INLINE_AVX2 void mxfp4_tile8_avx2(const int R, const int M, int first, int kc, const char *w, size_t stride,
+                                     const char *x, size_t xs, const fg_xaux (*aux)[FG_KC], float *y, int64_t ldy) {
+    fg_lut4_tile8_avx2(R, M, first, kc, w, stride, x, xs, aux, y, ldy, fg_kvalues_mxfp4, sizeof(block_mxfp4),
+                       offsetof(block_mxfp4, qs), FG_SCALE_E8M0_HALF);
+}
+
+FG_KERNELS_FROM_TILE8(vec_dot_mxfp4_q8_0_avx2, gemv_mxfp4_q8_0_avx2, gemm_mxfp4_q8_0_avx2, FG_TARGET_AVX2,
+                      mxfp4_tile8_avx2, fg_q8_0_aux, sizeof(block_mxfp4), sizeof(block_q8_0), QK_MXFP4, 8)
+#endif /* FG_HAVE_X86 */
+
+#if FG_HAVE_NEON
+/* ---- NEON: levels by table lookup, signed dot ---- */
+#define MXFP4_SCALE(b) fg_e8m0_to_fp32_half((b)->e)
+#define FG_NO_TARGET
+FG_LUT4_ROWS_NEON(mxfp4_rows_neon, FG_NO_TARGET, fg_dot_s8_emul, block_mxfp4, fg_kvalues_mxfp4, MXFP4_SCALE)
+FG_LUT4_ROWS_NEON(mxfp4_rows_neondp, FG_TARGET_DOTPROD, vdotq_s32, block_mxfp4, fg_kvalues_mxfp4, MXFP4_SCALE)
+FG_DOT_FROM_ROWS(vec_dot_mxfp4_q8_0_neon, FG_NO_TARGET, mxfp4_rows_neon, QK_MXFP4)
+FG_GEMV_FROM_ROWS(gemv_mxfp4_q8_0_neon, FG_NO_TARGET, mxfp4_rows_neon, QK_MXFP4)
+FG_DOT_FROM_ROWS(vec_dot_mxfp4_q8_0_neondp, FG_TARGET_DOTPROD, mxfp4_rows_neondp, QK_MXFP4)
+FG_GEMV_FROM_ROWS(gemv_mxfp4_q8_0_neondp, FG_TARGET_DOTPROD, mxfp4_rows_neondp, QK_MXFP4)
+#endif /* FG_HAVE_NEON */
+
+const fg_type_kernels fg_mxfp4_kernels[FG_ISA_COUNT] = {
+    [FG_ISA_SCALAR] = {quantize_row_mxfp4_scalar, dequantize_row_mxfp4_scalar, vec_dot_mxfp4_q8_0_scalar, NULL},
+#if FG_HAVE_X86
+    [FG_ISA_AVX2] = {NULL, dequantize_row_mxfp4_avx2, vec_dot_mxfp4_q8_0_avx2, gemv_mxfp4_q8_0_avx2,
+                     gemm_mxfp4_q8_0_avx2},
+    /* the AVX2 kernels, until AVX-512 twins exist (an empty entry would fall back to scalar) */
+    [FG_ISA_AVX512] = {NULL, dequantize_row_mxfp4_avx2, vec_dot_mxfp4_q8_0_avx2, gemv_mxfp4_q8_0_avx2,
+                       gemm_mxfp4_q8_0_avx2},
+#endif
+#if FG_HAVE_NEON
+    [FG_ISA_NEON] = {NULL, NULL, vec_dot_mxfp4_q8_0_neon, gemv_mxfp4_q8_0_neon},
+#endif
+};
+
+const fg_type_kernels fg_mxfp4_kernels_ext[FG_ISA_COUNT] = {
+    [FG_ISA_SCALAR] = {0}, /* never used: keeps the initializer non-empty off NEON */
+#if FG_HAVE_NEON
+    [FG_ISA_NEON] = {NULL, NULL, vec_dot_mxfp4_q8_0_neondp, gemv_mxfp4_q8_0_neondp},
+#endif
+};

@@ -1,0 +1,49 @@
+"""gpt-oss's harmony channels over HTTP with the official openai client: a random-weight model with a harmony
+vocabulary and gpt-oss's template, steered as tests/engine/test_harmony.py steers it in process (a few analysis
+words, then the schema's JSON in the final channel: tests/chat_models.py). message.reasoning_content holds the
+analysis channel and content the final one, streamed and not, and neither carries harmony's markers."""
+import json
+
+import pytest
+
+from conftest import API_KEY, Server
+
+openai = pytest.importorskip("openai")
+pytest.importorskip("llguidance")
+
+from fastgguf.engine.reasoning import split_reasoning  # noqa: E402
+
+SCHEMA = {"type": "object", "properties": {"ok": {"type": "boolean"}}, "required": ["ok"],
+          "additionalProperties": False}
+MSGS = [{"role": "user", "content": "Weather in Paris?"}]
+
+
+@pytest.fixture(scope="module")
+def harmony(tmp_path_factory):
+    import fastgguf
+    from chat_models import harmony_steering, make_harmony_model
+    path = make_harmony_model(tmp_path_factory.mktemp("harmony_api") / "h.gguf")
+    kw = harmony_steering(fastgguf.Model(path))
+    s = Server(path, "--parallel", "2", "--ctx-size", "1024")
+    client = openai.OpenAI(base_url=s.base + "/v1", api_key=API_KEY, max_retries=0, timeout=60)
+    yield client, kw
+    s.stop()
+
+
+def test_reasoning_content_and_content_come_apart(harmony):
+    client, kw = harmony
+    args = dict(kw, model="h", messages=MSGS,
+                response_format={"type": "json_schema", "json_schema": {"name": "ok", "schema": SCHEMA}})
+    raw = client.chat.completions.create(**args, extra_body={"reasoning_format": "raw"}).choices[0]
+    assert raw.finish_reason == "stop" and raw.message.content.startswith("<|channel|>analysis<|message|>")
+    reasoning, content = split_reasoning(raw.message.content, harmony=True)
+    assert "sunny" in reasoning and "<|" not in reasoning + content
+    assert json.loads(content) in ({"ok": True}, {"ok": False})
+    msg = client.chat.completions.create(**args).choices[0].message
+    assert (msg.reasoning_content, msg.content) == (reasoning, content)
+    r = c = ""
+    for chunk in client.chat.completions.create(**args, stream=True):
+        if chunk.choices:
+            r += getattr(chunk.choices[0].delta, "reasoning_content", None) or ""
+            c += chunk.choices[0].delta.content or ""
+    assert (r, c) == (reasoning, content)
