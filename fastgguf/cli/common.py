@@ -38,10 +38,14 @@ def _json_schema_arg(text):
 _ARG_PARSERS = {"json_schema": _json_schema_arg, "grammar": _read_text}
 
 
+MODEL_HELP = ("GGUF file or catalogue name (fastgguf pull --list; default: the default model, downloaded if needed); "
+              "a catalogue name means the catalogue's model even where a file of that name exists: write such a file "
+              "as ./NAME")
+
+
 def add_model_args(p) -> None:
     """Model/context flags shared by `run` and `chat`."""
-    p.add_argument("-m", "--model", help="GGUF file or catalogue name (fastgguf pull --list; default: the default model, downloaded "
-                   "if needed)")
+    p.add_argument("-m", "--model", help=MODEL_HELP)
     p.add_argument("-t", "--threads", type=int, default=None, help="threads (default: physical cores)")
     p.add_argument("--ctx", type=int, default=None, help="context size in tokens (default: sized to fit)")
 

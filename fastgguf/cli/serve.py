@@ -8,6 +8,8 @@ removes its application and leaves the cluster running. --threads is per replica
 Ray CPUs (default: this machine's physical cores divided by N, at least 1).
 
 The API key may also come from the FASTGGUF_API_KEY environment variable; without one, no key is required.
+Limits (fastgguf.server.limits and .transport): --allowed-hosts (Host header names, DNS rebinding), --timeout-header,
+--timeout-keep-alive, --timeout-body, --max-connections, --max-body, --max-queue.
 """
 
 from __future__ import annotations
@@ -15,6 +17,7 @@ from __future__ import annotations
 import os
 import sys
 
+from fastgguf.cli.common import MODEL_HELP, load_model
 from fastgguf.errors import FastGGUFError
 
 
@@ -24,7 +27,7 @@ class MissingExtra(FastGGUFError):
 
 def register(subparsers) -> None:
     p = subparsers.add_parser("serve", help="serve the model over HTTP with OpenAI's API")
-    p.add_argument("-m", "--model", help="GGUF file or catalogue name (default: the default model, downloaded if needed)")
+    p.add_argument("-m", "--model", help=MODEL_HELP)
     p.add_argument("--host", default="127.0.0.1", help="address to listen on (127.0.0.1)")
     p.add_argument("--port", type=int, default=8080, help="port (8080)")
     p.add_argument("--parallel", "-np", type=int, default=None,
@@ -35,6 +38,18 @@ def register(subparsers) -> None:
     p.add_argument("--api-key", default=None, help="require this Bearer key (default: $FASTGGUF_API_KEY)")
     p.add_argument("--max-queue", type=int, default=64, help="sequences (prompts x n) that may wait before 429 (64)")
     p.add_argument("--max-body", type=int, default=8 << 20, help="largest request body in bytes (8 MiB)")
+    p.add_argument("--allowed-hosts", default=None,
+                   help="comma-separated Host header names answered, others get 400 (against DNS rebinding); "
+                        "'*': any (default: the --host address, localhost, 127.0.0.1, [::1])")
+    p.add_argument("--timeout-header", type=float, default=10.0,
+                   help="seconds a client has to send a request's headers, from connecting or from the previous "
+                        "response; then the connection is closed (10)")
+    p.add_argument("--timeout-keep-alive", type=float, default=5.0,
+                   help="seconds an idle keep-alive connection is kept after a response (5)")
+    p.add_argument("--timeout-body", type=float, default=60.0,
+                   help="seconds a client has to send a request's body; then 408 (60)")
+    p.add_argument("--max-connections", type=int, default=512,
+                   help="open connections; past it a new connection is closed at once (512)")
     p.add_argument("--ping-interval", type=float, default=5.0,
                    help="seconds between ': ping' comments to a stream waiting in the queue (5)")
     p.add_argument("--reasoning-format", default="parsed", choices=("parsed", "raw", "none"),
@@ -58,30 +73,39 @@ def register(subparsers) -> None:
 def run(args) -> int:
     try:
         import fastapi  # noqa: F401
-        import uvicorn
+        import uvicorn  # noqa: F401
     except ImportError as e:
         raise MissingExtra(f"the server needs the 'server' extra: pip install \"fastgguf[server]\" ({e})") from None
-    for name in ("parallel", "port", "max_queue", "max_body"):
+    for name in ("parallel", "port", "max_queue", "max_body", "max_connections"):
         if getattr(args, name) is not None and getattr(args, name) < 1:
             raise ValueError(f"--{name.replace('_', '-')} must be >= 1")
-    if not args.ping_interval > 0:
-        raise ValueError("--ping-interval must be > 0")
+    for name in ("ping_interval", "timeout_header", "timeout_keep_alive", "timeout_body"):
+        if not getattr(args, name) > 0:
+            raise ValueError(f"--{name.replace('_', '-')} must be > 0")
     if args.ctx_size is not None and args.ctx_size < 2:
         raise ValueError("--ctx-size must be >= 2")
     key = args.api_key or os.environ.get("FASTGGUF_API_KEY") or None
     if args.ray:
         return run_ray(args, key)
-    from fastgguf.cli.common import load_model
     from fastgguf.engine.scheduler import default_parallel
     from fastgguf.server import create_app
+    from fastgguf.server.limits import default_hosts
+    from fastgguf.server.transport import serve
     model = load_model(args)
     parallel = args.parallel or default_parallel(model)
     app = create_app(model, parallel=parallel, n_ctx=args.ctx_size, n_threads=args.threads, api_key=key,
                      max_queue=args.max_queue, max_body_bytes=args.max_body, ping_interval=args.ping_interval,
-                     reasoning_format=args.reasoning_format)
+                     reasoning_format=args.reasoning_format, body_timeout=args.timeout_body,
+                     allowed_hosts=(args.allowed_hosts.split(",") if args.allowed_hosts is not None
+                                    else default_hosts(args.host)))
     print(f"fastgguf serve: {os.path.basename(model.path)} on http://{args.host}:{args.port}/v1 "
           f"(parallel {parallel})", file=sys.stderr, flush=True)
-    uvicorn.run(app, host=args.host, port=args.port, log_level=args.log_level)
+    if args.allowed_hosts is None and args.host not in ("127.0.0.1", "localhost", "::1"):
+        print(f"fastgguf serve: only Host headers {', '.join(default_hosts(args.host))} are answered; clients that "
+              f"reach this server by another name or address need --allowed-hosts NAME,... (or '*')",
+              file=sys.stderr, flush=True)
+    serve(app, args.host, args.port, header_timeout=args.timeout_header, keep_alive=args.timeout_keep_alive,
+          max_connections=args.max_connections, log_level=args.log_level)
     return 0
 
 

@@ -8,12 +8,13 @@ from __future__ import annotations
 
 import sys
 
+from fastgguf.cli.common import MODEL_HELP
+
 
 def register(subparsers) -> None:
     p = subparsers.add_parser("tokenize", help="show the token ids of a text")
     p.add_argument("text", nargs="?", help="text to tokenize (default: -f FILE or standard input)")
-    p.add_argument("-m", "--model", help="GGUF file or catalogue name (fastgguf pull --list; default: the default model, downloaded "
-                   "if needed)")
+    p.add_argument("-m", "--model", help=MODEL_HELP)
     p.add_argument("-f", "--file", help="read the text from this file")
     p.add_argument("--ids", action="store_true", help="print only the list of ids")
     p.add_argument("--parse-special", action="store_true", help="recognise control tokens such as <|im_start|>")

@@ -671,11 +671,14 @@ def prepare_chat(model, messages, params, *, add_generation_prompt=True, templat
     return ids, params
 
 
-def tool_chat_prompt(model, messages, params, config, *, add_generation_prompt=True, template=None, **extra):
+def tool_chat_prompt(model, messages, params, config, *, add_generation_prompt=True, template=None, check_text=None,
+                     **extra):
     """A chat's prompt and what a caller needs to parse the reply: (prompt text, prompt ids, params, tool-call
     format or None, the template source used); tools (config: a tools.ToolConfig, or None) as apply_tool_template
     renders them (the caller constrains the reply with tools.tool_grammar and parses it in that format). The text tells whether the output starts inside a think block
     (reasoning.starts_inside); the source whether the model thinks (reasoning.detect_reasoning).
+    check_text: called with the rendered text before it is tokenized (a server refuses a text that cannot fit its
+    context there, before paying for the tokenization).
     The ChatML fallback template adds "<|im_end|>" to the stop strings, unless params carry a grammar (it ends the
     reply itself, where only end of generation may follow, and refuses stop strings)."""
     tok = model.tokenizer
@@ -686,4 +689,6 @@ def tool_chat_prompt(model, messages, params, config, *, add_generation_prompt=T
     tmpl = _template_of(tok, template)
     text, fmt = apply_tool_template(tok, messages, config, add_generation_prompt=add_generation_prompt,
                                     template=tmpl, **extra)
+    if check_text is not None:
+        check_text(text)
     return text, prompt_text_ids(tok, text), params, fmt, tmpl

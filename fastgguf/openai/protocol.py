@@ -171,14 +171,15 @@ def _unsupported(body):
 
 
 def check_model(body, model):
-    """APIError 404 unless the body names no model or this one."""
+    """APIError 404 unless the body names no model or this one: its id, or the id with .gguf (never its path on
+    the server's disk, which a client must not be able to probe)."""
     name = body.get("model")
     if name is None:
         return
     if not isinstance(name, str):
         raise APIError("model must be a string", param="model")
     mid = model_id(model)
-    if name not in (mid, mid + ".gguf", getattr(model, "path", None)):
+    if name not in (mid, mid + ".gguf"):
         raise APIError(f"The model {name!r} does not exist (this server serves {mid!r})", status=404,
                        param="model", code="model_not_found")
 
@@ -195,6 +196,17 @@ def _stream_options(body, stream):
     if iu is not None and not isinstance(iu, bool):
         raise APIError("stream_options.include_usage must be a boolean", param="stream_options")
     return bool(iu)
+
+
+def check_chars(model, text, n_tokens, param, where=None):
+    """APIError (context_length_exceeded) for a text with more characters than n_tokens tokens can spell
+    (Tokenizer.max_chars), before it is tokenized: what a request may cost is bounded by the context, not by the
+    body size (megabytes of text take seconds to tokenize)."""
+    limit = model.tokenizer.max_chars(n_tokens)
+    if limit is not None and len(text) > limit:
+        raise APIError(f"This model's maximum context length is {n_tokens} tokens. However, {where or param} has "
+                       f"{len(text)} characters, more than {n_tokens} tokens can spell (at most {limit}). Please "
+                       f"reduce the prompt.", param=param, code="context_length_exceeded")
 
 
 def _fit(prompts, params, n_ctx):
@@ -240,13 +252,15 @@ def _common(model, body, kind):
     return stream, include_usage, n, params
 
 
-def _prompt_list(model, prompt, field="prompt"):
+def _prompt_list(model, prompt, field, max_tokens):
     """OpenAI's prompt (or embedding input: field="input"): a string, a list of strings, a list of token ids, or a
-    list of lists of token ids. Returns a list of token id lists."""
+    list of lists of token ids. Returns a list of token id lists. A string too long for max_tokens (check_chars)
+    is refused before it is tokenized."""
     n_vocab = model.n_vocab
 
     def ids_of(x, where):
         if isinstance(x, str):
+            check_chars(model, x, max_tokens, field, where)
             ids = list(model.tokenize(x))
         elif isinstance(x, list) and all(is_token_id(t) for t in x):
             for t in x:
@@ -283,7 +297,7 @@ def prepare_completion(model, body, n_ctx):
     if isinstance(prompt, list) and len(prompt) > MAX_PROMPTS and not is_token_id(prompt[0]):
         raise APIError(f"prompt has {len(prompt)} prompts; at most {MAX_PROMPTS} are allowed per request",
                        param="prompt")
-    prompts = _prompt_list(model, prompt)
+    prompts = _prompt_list(model, prompt, "prompt", n_ctx)
     lp = body.get("logprobs")
     if lp is not None and (isinstance(lp, bool) or not isinstance(lp, int) or not 0 <= lp <= 20):
         raise APIError("logprobs must be an integer in [0, 20] for completions", param="logprobs")
@@ -331,7 +345,7 @@ def prepare_embedding(model, body, n_ctx, per_token=False):
         raise APIError("input: an empty string cannot be embedded", param="input")
     if isinstance(inp, list) and len(inp) > MAX_EMBED_INPUTS and not is_token_id(inp[0]):
         raise APIError(f"input has {len(inp)} items; at most {MAX_EMBED_INPUTS} are allowed", param="input")
-    prompts = _prompt_list(model, inp, "input")
+    prompts = _prompt_list(model, inp, "input", max_input_tokens(model, n_ctx))
     _fit_inputs(model, prompts, n_ctx, "input")
     return EmbeddingPrepared(prompts, fmt)
 
@@ -410,6 +424,9 @@ def prepare_rerank(model, body, n_ctx):
                        param="documents")
     top_n = _int_field(body, "top_n", len(docs), 1, 1 << 31)
     return_documents = _bool_field(body, "return_documents")
+    limit = max_input_tokens(model, n_ctx)
+    for i, d in enumerate(docs):
+        check_chars(model, query + d, limit, "documents", f"the query with documents[{i}]")
     prompts = [rerank_tokens(model, query, d) for d in docs]
     if any(not p for p in prompts):
         raise APIError("documents: an empty query and document give no tokens to score", param="documents")
@@ -450,10 +467,29 @@ def _messages(messages):
                 raise APIError(f"messages[{i}].content is required", param="messages")
         elif not isinstance(content, str):
             raise APIError(f"messages[{i}].content must be a string or a list of text parts", param="messages")
+        _check_tool_calls(m.get("tool_calls"), i, role)
         msg = {k: v for k, v in m.items() if k not in ("role", "content")}
         msg["role"], msg["content"] = _ROLES[role], content
         out.append(msg)
     return out
+
+
+def _check_tool_calls(calls, i, role):
+    """An assistant's tool_calls history: a list of {"id", "type": "function", "function": {"name": str,
+    "arguments": JSON text or object}} (content may then be null: the templates get "")."""
+    if calls is None:
+        return
+    where = f"messages[{i}].tool_calls"
+    if role != "assistant":
+        raise APIError(f"{where}: only an assistant message has tool_calls", param="messages")
+    if not isinstance(calls, list):
+        raise APIError(f"{where} must be a list", param="messages")
+    for j, c in enumerate(calls):
+        fn = c.get("function") if isinstance(c, Mapping) else None
+        if not (isinstance(fn, Mapping) and isinstance(fn.get("name"), str)
+                and isinstance(fn.get("arguments", ""), (str, Mapping))):
+            raise APIError(f"{where}[{j}] must be {{\"id\": ..., \"type\": \"function\", \"function\": {{\"name\": "
+                           f"a string, \"arguments\": JSON text}}}}", param="messages")
 
 
 def prepare_chat(model, body, n_ctx, *, reasoning_format="parsed"):
@@ -471,10 +507,13 @@ def prepare_chat(model, body, n_ctx, *, reasoning_format="parsed"):
     config = tool_config(body)
     mode = reasoning_mode(body, reasoning_format)
     user = params   # its constraint (json_schema / grammar / response_format) is applied after the template's stops
+    fits = functools.partial(check_chars, model, n_tokens=n_ctx, param="messages", where="the rendered chat prompt")
     try:
         text, ids, params, fmt, template = tool_chat_prompt(model, msgs, params.replace(json_schema=None,
                                                                                         grammar=None),
-                                                            config, **template_kwargs(mode))
+                                                            config, check_text=fits, **template_kwargs(mode))
+    except APIError:  # check_text's
+        raise
     except ToolError as e:
         raise APIError(str(e), param=e.param) from None
     except (TypeError, ValueError) as e:

@@ -116,7 +116,8 @@ class ResponseBuilder:
         n = len(prep.prompts) * prep.n
         self.texts = [""] * n
         self.lps = [[] for _ in range(n)]
-        self.offsets = [0] * n
+        self.offsets = [0] * n  # completions' text_offset: characters of the choice's text before its next token
+        self.decoders = [model.tokenizer.streaming_decoder() for _ in range(n)]  # what each token adds to the text
         self.finish = [None] * n
         self.prompt_lps = [None] * n  # echo with logprobs: the prompt tokens' entries per choice
         self.usage = None
@@ -149,25 +150,33 @@ class ResponseBuilder:
             out.append({"token": s, "logprob": _finite(lp), "bytes": b, "top_logprobs": tops})
         return out
 
-    def _cmpl_lp(self, entries, index):
+    def _cmpl_lp(self, entries, index, shift=0):
         """Completions' logprobs of entries (token_id, logprob, top); the echoed prompt's first token has
-        logprob and top None (null, as OpenAI and llama-cpp-python)."""
+        logprob and top None (null, as OpenAI and llama-cpp-python). text_offset: where the token's text starts in
+        the choice's text, counted by what each token adds to it (a special token adds nothing, a UTF-8 character
+        split over tokens counts once; less `shift`: a leading space the text dropped), never past the text so
+        far: monotonic and within the text."""
         d = {"tokens": [], "token_logprobs": [], "top_logprobs": [], "text_offset": []}
+        dec, end = self.decoders[index], len(self.texts[index])
         for tid, lp, top in entries:
-            s, _ = self._tok(tid)
-            d["tokens"].append(s)
+            d["tokens"].append(self._tok(tid)[0])
             d["token_logprobs"].append(None if lp is None else _finite(lp))
             d["top_logprobs"].append(None if top is None else {self._tok(t2)[0]: _finite(lp2) for t2, lp2 in top})
-            d["text_offset"].append(self.offsets[index])
-            self.offsets[index] += len(s)
+            d["text_offset"].append(min(max(self.offsets[index] - shift, 0), end))
+            self.offsets[index] += len(dec.feed(tid))
         return d
 
     def _echo_lp(self, i):
         """The echoed prompt's logprobs of choice i (offsets from 0); generated tokens' offsets then start after
         the echoed text."""
-        self.offsets[i] = 0
-        d = self._cmpl_lp(self.prompt_lps[i], i)
-        self.offsets[i] = len(self.prep.echo_texts[i // self.prep.n])
+        echo = self.prep.echo_texts[i // self.prep.n]
+        ids = [tid for tid, _, _ in self.prompt_lps[i]]
+        # the echo is Tokenizer.detokenize(prompt), which may drop the first piece's leading space (SPM)
+        dec = self.model.tokenizer.streaming_decoder()
+        shift = max(sum(len(dec.feed(t)) for t in ids) - len(echo), 0)
+        self.offsets[i], self.decoders[i] = 0, self.model.tokenizer.streaming_decoder()
+        d = self._cmpl_lp(self.prompt_lps[i], i, shift)
+        self.offsets[i], self.decoders[i] = len(echo), self.model.tokenizer.streaming_decoder()
         return d
 
     def _head(self, obj):
@@ -302,6 +311,7 @@ class ResponseBuilder:
                 lp = None
                 if want_lp:
                     self.offsets[i] = len(self.prep.echo_texts[i // self.prep.n]) if self.prep.echo_texts else 0
+                    self.decoders[i] = self.model.tokenizer.streaming_decoder()
                     head = self._echo_lp(i) if self.prompt_lps[i] is not None else None
                     lp = self._cmpl_lp(self.lps[i], i)
                     if head is not None:

@@ -1,12 +1,13 @@
 """create_app: the FastAPI app over one model and its Scheduler (HTTP only; the shaping is fastgguf.openai).
 
 Errors are OpenAI's shape {"error": {message, type, param, code}} (server/errors.py): 400 for bad fields (FastAPI's
-own 422 validation format is never sent), 401 bad key, 404 unknown model or route, 413 body too large, 429 queue full
-(Retry-After), 500 otherwise. A streamed request that fails after its first chunk gets an `error` event instead.
+own 422 validation format is never sent) or a Host not allowed, 401 bad key, 404 unknown model or route, 408 body too
+slow, 413 body too large, 429 queue full (Retry-After), 500 otherwise. A streamed request that fails after its first chunk gets an `error` event instead.
 """
 import time
 from contextlib import asynccontextmanager
 
+import anyio
 from fastapi import FastAPI
 from starlette.concurrency import run_in_threadpool
 
@@ -20,14 +21,19 @@ from fastgguf.server.routes import router
 
 __all__ = ["create_app"]
 
+WORKERS = 4  # threads preparing requests at once (tokenizing, templates, grammars): more only queue for the GIL
+
 
 def create_app(model, *, parallel=None, n_ctx=None, n_threads=None, api_key=None, max_queue=64,
-               max_body_bytes=8 << 20, ping_interval=5.0, engine=None, reasoning_format="parsed"):
+               max_body_bytes=8 << 20, ping_interval=5.0, engine=None, reasoning_format="parsed", allowed_hosts=None,
+               body_timeout=60.0):
     """An ASGI app serving `model` (a fastgguf.Model) with OpenAI's API. `parallel` sequences decode together
     (default: 4; 16 for an encoder, engine.scheduler.default_parallel),
     each in a context of `n_ctx` tokens (default: the model's training context, at most 4096); `max_queue` sequences
-    (prompts x n) may wait (then 429); `api_key`: required as a Bearer token when given; `reasoning_format`: the default of a
-    chat request's reasoning_format ("parsed", "raw" or "none")."""
+    (prompts x n) may wait (then 429); `api_key`: required as a Bearer token when given; `reasoning_format`: the
+    default of a chat request's reasoning_format ("parsed", "raw" or "none"); `allowed_hosts`: the Host header names
+    answered (others: 400; None or "*" in it: any; `fastgguf serve` passes limits.default_hosts); a request body
+    must arrive within `body_timeout` seconds (408)."""
     if reasoning_format not in MODES:
         raise ValueError(f"reasoning_format must be one of {', '.join(MODES)}, got {reasoning_format!r}")
     if n_ctx is None:
@@ -51,7 +57,8 @@ def create_app(model, *, parallel=None, n_ctx=None, n_threads=None, api_key=None
     app.state.created = int(time.time())
     app.state.ping_interval = ping_interval
     app.state.reasoning_format = reasoning_format
+    app.state.workers = anyio.CapacityLimiter(WORKERS)  # routes.in_worker: requests' CPU work, off the event loop
     errors.install(app)
     app.include_router(router)
     app.include_router(router, prefix="/v1")
-    return Guard(app, api_key, max_body_bytes) if (api_key or max_body_bytes) else app
+    return Guard(app, api_key, max_body_bytes, allowed_hosts=allowed_hosts, body_timeout=body_timeout)

@@ -4,10 +4,11 @@ builder (respond).
 
 Every route exists with and without the /v1 prefix (create_app includes the router twice)."""
 import asyncio
+import functools
 
+import anyio.to_thread
 from fastapi import APIRouter, Request
 from fastapi.responses import JSONResponse, PlainTextResponse
-from starlette.concurrency import run_in_threadpool
 
 from fastgguf.engine.scheduler import Start
 from fastgguf.openai import protocol
@@ -24,12 +25,18 @@ router = APIRouter()
 
 # -- generation ----------------------------------------------------------------------------------------------------
 
+async def in_worker(http_req, fn, *args, **kw):
+    """fn(*args, **kw) in a worker thread, at most app.state.workers (a CapacityLimiter) at once: a request's CPU
+    work (the template, tokenizing a long prompt, compiling a grammar, detokenizing: milliseconds to seconds) never
+    stalls the event loop, and N costly requests wait for each other, not take every thread of the pool."""
+    return await anyio.to_thread.run_sync(functools.partial(fn, *args, **kw), limiter=http_req.app.state.workers)
+
+
 async def prepare(http_req, prepare_fn, body, **kw):
-    """protocol.prepare_*(model, body, n_ctx) in a worker thread: tokenizing a long prompt or compiling a grammar
-    (milliseconds to seconds) never stalls the event loop, and happens before the request is queued."""
+    """protocol.prepare_*(model, body, n_ctx) in a worker thread (in_worker), before the request is queued."""
     state = http_req.app.state
-    return await run_in_threadpool(prepare_fn, state.model, body.model_dump(exclude_none=True), state.engine.n_ctx,
-                                   **kw)
+    return await in_worker(http_req, prepare_fn, state.model, body.model_dump(exclude_none=True), state.engine.n_ctx,
+                           **kw)
 
 
 async def _hang_up(http_req, req, q):
@@ -171,8 +178,9 @@ async def model_card(model_name: str, request: Request):
 async def tokenize(body: S.TokenizeRequest, request: Request):
     model = request.app.state.model
     protocol.check_model(body.model_dump(exclude_none=True), model)
-    return {"tokens": [int(t) for t in model.tokenize(body.content, add_special=body.add_special,
-                                                        parse_special=body.parse_special)]}
+    ids = await in_worker(request, model.tokenize, body.content, add_special=body.add_special,
+                          parse_special=body.parse_special)
+    return {"tokens": [int(t) for t in ids]}
 
 
 @router.post("/detokenize", response_model=S.DetokenizeResponse)
@@ -182,7 +190,7 @@ async def detokenize(body: S.DetokenizeRequest, request: Request):
     for t in body.tokens:
         if not 0 <= t < model.n_vocab:
             raise APIError(f"token id {t} is out of range for a vocabulary of {model.n_vocab}", param="tokens")
-    return {"content": model.detokenize(body.tokens)}
+    return {"content": await in_worker(request, model.detokenize, body.tokens)}
 
 
 @router.get("/health", response_model=S.Health)

@@ -13,7 +13,13 @@ class _Loose(BaseModel):
     model_config = ConfigDict(extra="allow")
 
 
-class _Sampling(_Loose):
+class _Request(_Loose):
+    """A request body: strict types (pydantic's lax mode would turn `n: true` into 1 and `max_tokens: "5"` into 5
+    before fastgguf's checks); a float field still takes a JSON integer."""
+    model_config = ConfigDict(extra="allow", strict=True)
+
+
+class _Sampling(_Request):
     model: Optional[str] = None
     max_tokens: Optional[int] = None
     temperature: Optional[float] = None
@@ -56,7 +62,7 @@ class CompletionRequest(_Sampling):
     response_format: Optional[Any] = None
 
 
-class EmbeddingRequest(_Loose):
+class EmbeddingRequest(_Request):
     input: Any  # a string, a list of strings, a list of token ids or a list of lists of token ids
     model: Optional[str] = None
     encoding_format: Optional[str] = None  # "float" (default) or "base64"
@@ -64,7 +70,7 @@ class EmbeddingRequest(_Loose):
     user: Optional[str] = None  # ignored
 
 
-class RerankRequest(_Loose):
+class RerankRequest(_Request):
     # typed loosely: fastgguf.openai.protocol.prepare_rerank checks them (errors in OpenAI's shape)
     query: Any = None  # a string
     documents: Any = None  # a non-empty list of strings
@@ -73,14 +79,14 @@ class RerankRequest(_Loose):
     model: Optional[str] = None
 
 
-class TokenizeRequest(_Loose):
+class TokenizeRequest(_Request):
     content: str
     add_special: bool = True
     parse_special: bool = False
     model: Optional[str] = None
 
 
-class DetokenizeRequest(_Loose):
+class DetokenizeRequest(_Request):
     tokens: List[int]
     model: Optional[str] = None
 

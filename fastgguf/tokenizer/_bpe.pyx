@@ -1,6 +1,8 @@
 # cython: language_level=3, boundscheck=False, wraparound=False
 """The merge loop of fastgguf.tokenizer in C: same algorithm as tokenizer._merge (the Python reference), with
-the pair queue as a C binary heap and the symbol links as C arrays.
+the pair queue as a C binary heap and the symbol links as C arrays. The loop lets go of the GIL every YIELD_EVERY
+merges: one huge word (megabytes of one letter: n log n, seconds) never stalls the other threads (a server's event
+loop) for longer than a few milliseconds.
 
 Repeatedly merge the adjacent pair with the lowest priority, leftmost first (llama.cpp's llm_bigram_bpe /
 llm_bigram_spm queues):
@@ -10,6 +12,10 @@ llm_bigram_spm queues):
 from cpython.dict cimport PyDict_GetItem
 from cpython.object cimport PyObject
 from libc.stdlib cimport free, malloc
+
+
+cdef enum:
+    YIELD_EVERY = 4096
 
 
 cdef struct Pair:
@@ -73,7 +79,7 @@ cdef int _priority(bint scored, str a, str b, dict table, list scores, double * 
 
 
 cdef list _merge(list syms, bint scored, dict table, list scores):
-    cdef Py_ssize_t n = len(syms), i, j, k, h, nheap = 0
+    cdef Py_ssize_t n = len(syms), i, j, k, h, nheap = 0, pops = 0
     cdef double p
     cdef Pair pair
     cdef str merged
@@ -95,8 +101,15 @@ cdef list _merge(list syms, bint scored, dict table, list scores):
         for i in range(n - 1):
             if _priority(scored, syms[i], syms[i + 1], table, scores, &p):
                 _push(heap, &nheap, Pair(p, i, i + 1, lens[i] + lens[i + 1]))
+            if i % YIELD_EVERY == YIELD_EVERY - 1:
+                with nogil:
+                    pops = 0
         while nheap > 0:
             pair = _pop(heap, &nheap)
+            pops += 1
+            if pops % YIELD_EVERY == 0:
+                with nogil:                                            # a waiting thread takes the GIL here
+                    pops = 0
             i, j = pair.i, pair.j
             if lens[i] == 0 or lens[j] == 0 or lens[i] + lens[j] != pair.size:
                 continue

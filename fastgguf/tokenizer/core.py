@@ -821,6 +821,7 @@ class Tokenizer:
         if "" in texts:
             texts = [t if t else f"[EMPTY_{i}]" for i, t in enumerate(tokens)]
         self._texts = texts
+        self._max_token_chars = max(map(len, texts), default=0)     # WPM's longest match; max_chars
         self._vocab = dict(zip(texts, range(n)))
         if len(self._vocab) != n:
             raise TokenizerError("tokenizer.ggml.tokens holds duplicate token texts")
@@ -882,7 +883,6 @@ class Tokenizer:
         # the leading space detokenize drops: the one the tokenizer itself put before the first word
         self._strip_lead = self.add_space_prefix or self.wpm or (self.ugm and self._merge_spaces)
         if self.wpm:
-            self._max_token_chars = max(map(len, texts))
             self._word_ids = self._bounded_word_cache(self._wpm_word)
         elif not self.ugm:                        # UGM runs its Viterbi over a whole fragment: no words to cache
             self._word_ids = self._bounded_word_cache(self._spm_chunk if self.spm else self._bpe_word)
@@ -1329,6 +1329,12 @@ class Tokenizer:
 
     def is_eog(self, token_id):
         return token_id in self.eog_ids
+
+    def max_chars(self, n_tokens):
+        """The most characters a text of n_tokens tokens can have (no token spells more characters than its
+        vocabulary text has), or None where the normalizer drops characters (WPM, UGM: whitespace). A longer text
+        cannot fit n_tokens whatever it holds: a server refuses it before the tokenization it would cost."""
+        return None if self.wpm or self.ugm else n_tokens * self._max_token_chars
 
     def token_text(self, token_id):
         """The raw vocabulary text of a token."""

@@ -1,0 +1,60 @@
+"""Serving the app over HTTP with uvicorn, and the connection limits uvicorn does not have.
+
+uvicorn closes a keep-alive connection that stays idle `timeout_keep_alive` seconds after a response, but it has no
+limit on the time a client may take to send a request's headers: a connection that never sends a byte, or sends
+one header byte every few seconds (slowloris), is kept forever, and enough of them exhaust the file descriptors.
+`protocol()` wraps uvicorn's own HTTP protocol (httptools, or h11 without it) with:
+- a header deadline: a request's headers must be complete within `header_timeout` seconds of the connection
+  opening or of the previous response's end; a connection with no request in flight at the deadline is closed.
+  A deadline, not an idle timer: dribbling bytes does not extend it.
+- a connection limit: past `max_connections` open connections a new one is closed at once (a reset for the client,
+  not a 503: answering would need its headers, which is what the attacker withholds).
+A request's body has its own deadline in limits.Guard (body_timeout).
+"""
+import uvicorn
+from uvicorn.protocols.http.auto import AutoHTTPProtocol
+
+__all__ = ["protocol", "serve"]
+
+
+def protocol(header_timeout, max_connections, base=AutoHTTPProtocol):
+    """uvicorn's HTTP protocol class `base` with a header deadline (seconds) and a connection limit."""
+
+    class Guarded(base):
+        def connection_made(self, transport):
+            super().connection_made(transport)
+            if len(self.connections) > max_connections:
+                transport.close()
+                return
+            self._deadline = None
+            self._arm()
+
+        def _arm(self):
+            """Start the header deadline: the next request's headers are due within header_timeout."""
+            if self._deadline is not None:
+                self._deadline.cancel()
+            self._deadline = self.loop.call_later(header_timeout, self._expire)
+
+        def _expire(self):
+            self._deadline = None
+            if self.cycle is None or self.cycle.response_complete:  # no request in flight: headers not complete
+                self.transport.close()
+
+        def on_response_complete(self):
+            super().on_response_complete()
+            if not self.transport.is_closing() and (self.cycle is None or self.cycle.response_complete):
+                self._arm()  # (a pipelined request already in flight re-arms when its own response ends)
+
+        def connection_lost(self, exc):
+            if getattr(self, "_deadline", None) is not None:
+                self._deadline.cancel()
+            super().connection_lost(exc)
+
+    Guarded.__name__ = Guarded.__qualname__ = f"Guarded{base.__name__}"
+    return Guarded
+
+
+def serve(app, host, port, *, header_timeout=10.0, keep_alive=5.0, max_connections=1024, log_level="warning"):
+    """Run `app` with uvicorn until interrupted (see the module's docstring for the limits)."""
+    uvicorn.run(app, host=host, port=port, log_level=log_level, timeout_keep_alive=keep_alive,
+                http=protocol(header_timeout, max_connections))

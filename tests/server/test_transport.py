@@ -1,0 +1,256 @@
+"""One client must never slow, starve or fool the others (issue 24): a request's CPU work runs off the event loop
+and is bounded by the context before it is paid for; connections time out; the Host header, the key's bytes and
+an endless body are checked before any route runs."""
+import json
+import threading
+import time
+import urllib.request
+
+import pytest
+
+from fastgguf.openai import protocol
+from fastgguf.openai.protocol import APIError
+
+
+def _post(server, path, body, timeout=120):
+    req = urllib.request.Request(server.base + path, data=json.dumps(body).encode(), method="POST",
+                                 headers={"Content-Type": "application/json",
+                                          "Authorization": f"Bearer {server.api_key}"})
+    try:
+        with urllib.request.urlopen(req, timeout=timeout) as r:
+            return r.status, json.loads(r.read())
+    except urllib.error.HTTPError as e:
+        return e.code, json.loads(e.read())
+
+
+def test_health_answers_while_a_huge_body_is_tokenized(server):
+    """/tokenize of ~1.9 MB of one letter (seconds of CPU) runs in a worker thread whose merge lets go of the GIL:
+    /health meanwhile answers in a small fraction of that time (on the event loop: only once it is done)."""
+    done, out = threading.Event(), {}
+
+    def big():
+        t0 = time.perf_counter()
+        out["status"], out["body"] = _post(server, "/tokenize", {"content": "a" * 1_900_000})
+        out["seconds"] = time.perf_counter() - t0
+        done.set()
+    th = threading.Thread(target=big)
+    th.start()
+    time.sleep(0.3)  # the body is sent and being tokenized
+    lat = []
+    while not done.is_set():
+        t0 = time.perf_counter()
+        with urllib.request.urlopen(server.base + "/health", timeout=60) as r:
+            assert r.status == 200
+        lat.append(time.perf_counter() - t0)
+        time.sleep(0.05)
+    th.join()
+    assert out["status"] == 200 and len(out["body"]["tokens"]) >= 1_900_000 // 4
+    assert lat and max(lat) < out["seconds"] / 4, (lat, out["seconds"])
+
+
+class _Spy:
+    """A model whose tokenize is counted: the bound must refuse before it runs."""
+
+    def __init__(self, model):
+        self._model, self.calls = model, 0
+
+    def __getattr__(self, name):
+        return getattr(self._model, name)
+
+    def tokenize(self, *a, **kw):
+        self.calls += 1
+        return self._model.tokenize(*a, **kw)
+
+
+def test_a_prompt_longer_than_the_context_can_spell_is_refused_before_tokenizing(model):
+    spy, n_ctx = _Spy(model), 64
+    limit = model.tokenizer.max_chars(n_ctx)
+    assert limit is not None and limit >= n_ctx
+    with pytest.raises(APIError) as e:
+        protocol.prepare_completion(spy, {"prompt": "a" * (limit + 1)}, n_ctx)
+    assert e.value.code == "context_length_exceeded" and e.value.param == "prompt" and spy.calls == 0
+    assert str(limit) in e.value.message
+    with pytest.raises(APIError) as e:
+        protocol.prepare_embedding(spy, {"input": ["hi", "a" * (limit + 1)]}, n_ctx)
+    assert e.value.code == "context_length_exceeded" and "input[1]" in e.value.message
+    with pytest.raises(APIError) as e:
+        protocol.prepare_chat(model, {"messages": [{"role": "user", "content": "a" * limit}]}, n_ctx)
+    assert e.value.code == "context_length_exceeded" and "rendered chat prompt" in e.value.message
+    # at the bound: tokenized, then refused (or not) by its token count, as before
+    spy.calls = 0
+    with pytest.raises(APIError) as e:
+        protocol.prepare_completion(spy, {"prompt": "a" * limit}, n_ctx)
+    assert spy.calls == 1 and "tokens" in e.value.message
+    assert protocol.prepare_completion(spy, {"prompt": "a" * 8, "max_tokens": 4}, n_ctx).prompts
+
+
+# -- connections: timeouts, the connection limit, the Host header, the key's bytes, an endless body ------------------
+
+KEY = "clé-ü"  # not ASCII: compared as UTF-8 bytes
+
+
+@pytest.fixture(scope="module")
+def strict(default_model_path):
+    from tests.server.conftest import Server
+    s = Server(default_model_path, "--parallel", "1", "--ctx-size", "256", "--max-body", "100000",
+               "--timeout-header", "1", "--timeout-keep-alive", "1", "--timeout-body", "1", "--max-connections", "6",
+               api_key=KEY)
+    yield s
+    s.stop()
+
+
+def _connect(server):
+    import socket
+    sock = socket.create_connection(("127.0.0.1", server.port), timeout=15)
+    return sock
+
+
+def _closed_within(sock, seconds):
+    """True if the server closes sock (EOF or reset) within `seconds`; the time it took."""
+    sock.settimeout(seconds)
+    t0 = time.perf_counter()
+    try:
+        while sock.recv(65536):
+            pass
+    except TimeoutError:
+        return False, seconds
+    except ConnectionError:
+        pass
+    return True, time.perf_counter() - t0
+
+
+def _raw(server, head, body=b""):
+    """One request over a fresh connection, closed after the answer: (status, the answer's text)."""
+    first, rest = head.split("\r\n", 1)
+    sock = _connect(server)
+    try:
+        sock.sendall(f"{first}\r\nConnection: close\r\n{rest}".encode("utf-8") + body)
+        data = b""
+        while True:
+            chunk = sock.recv(65536)
+            if not chunk:
+                break
+            data += chunk
+        return int(data.split(b" ", 2)[1]), data.decode("utf-8", "replace")
+    finally:
+        sock.close()
+
+
+def test_an_idle_connection_is_closed_after_the_header_timeout(strict):
+    sock = _connect(strict)
+    try:
+        closed, took = _closed_within(sock, 10)
+    finally:
+        sock.close()
+    assert closed, "a connection that sends nothing must not be kept"
+
+
+def test_a_slowloris_sender_is_cut_off(strict):
+    sock = _connect(strict)
+    try:
+        sock.sendall(b"GET /health HTTP/1.1\r\nHost: 127.0.0.1\r\n")
+        cut = False
+        for i in range(40):  # 40 header bytes at 0.25 s: 10 s of dribble, each byte "activity"
+            try:
+                sock.sendall(b"X-a: b\r\n"[i % 8:i % 8 + 1])
+            except ConnectionError:
+                cut = True
+                break
+            sock.settimeout(0.25)
+            try:
+                if sock.recv(1) == b"":
+                    cut = True
+                    break
+            except TimeoutError:
+                pass
+            except ConnectionError:
+                cut = True
+                break
+    finally:
+        sock.close()
+    assert cut, "headers dribbled byte by byte must not keep the connection"
+
+
+def test_keep_alive_then_idle_is_closed(strict):
+    sock = _connect(strict)
+    try:
+        sock.sendall(b"GET /health HTTP/1.1\r\nHost: 127.0.0.1\r\n\r\n")
+        sock.settimeout(10)
+        assert sock.recv(65536).startswith(b"HTTP/1.1 200")
+        closed, _ = _closed_within(sock, 10)
+    finally:
+        sock.close()
+    assert closed
+
+
+def test_connections_past_the_limit_are_closed_at_once(strict):
+    held = [_connect(strict) for _ in range(6)]
+    try:
+        time.sleep(0.2)
+        extra = _connect(strict)
+        try:
+            closed, took = _closed_within(extra, 0.9)  # before the held ones' 1 s header timeout
+        finally:
+            extra.close()
+        assert closed
+    finally:
+        for s in held:
+            s.close()
+    time.sleep(0.3)
+    assert _raw(strict, "GET /health HTTP/1.1\r\nHost: 127.0.0.1\r\n\r\n")[0] == 200
+
+
+def test_a_slow_body_gets_408(strict):
+    sock = _connect(strict)
+    try:
+        sock.sendall(f"POST /v1/completions HTTP/1.1\r\nHost: 127.0.0.1\r\nAuthorization: Bearer {KEY}\r\n"
+                     "Content-Type: application/json\r\nContent-Length: 100\r\n\r\n{\"prompt\"".encode())
+        sock.settimeout(10)
+        assert sock.recv(65536).startswith(b"HTTP/1.1 408")
+    finally:
+        sock.close()
+
+
+def test_host_header_is_checked(strict):
+    head = "GET /health HTTP/1.1\r\nHost: {}\r\n\r\n"
+    for host in (f"127.0.0.1:{strict.port}", "localhost", f"localhost:{strict.port}", "[::1]:1"):
+        assert _raw(strict, head.format(host))[0] == 200, host
+    status, text = _raw(strict, head.format("attacker.example:80"))
+    assert status == 400 and "invalid_host" in text and "--allowed-hosts" in text
+
+
+def test_a_non_ascii_key_is_compared_as_utf8_bytes(strict):
+    head = "GET /v1/models HTTP/1.1\r\nHost: 127.0.0.1\r\nAuthorization: Bearer {}\r\n\r\n"
+    assert _raw(strict, head.format(KEY))[0] == 200
+    assert _raw(strict, head.format("cle-u"))[0] == 401
+    assert _raw(strict, head.format(KEY.encode().decode("latin-1")))[0] == 401  # its latin-1 reading is not it
+
+
+def test_an_endless_chunked_body_is_cut_at_the_limit(strict):
+    sock = _connect(strict)
+    chunk = b"1000\r\n" + b"a" * 0x1000 + b"\r\n"
+    sent, stop = [0], threading.Event()
+
+    def feed():  # chunks without end, until the server answers or drops the connection (at most 64 MB)
+        try:
+            while not stop.is_set() and sent[0] < 64 << 20:
+                sock.sendall(chunk)
+                sent[0] += len(chunk)
+        except OSError:
+            pass
+    try:
+        sock.sendall(f"POST /v1/completions HTTP/1.1\r\nHost: 127.0.0.1\r\nAuthorization: Bearer {KEY}\r\n"
+                     "Content-Type: application/json\r\nTransfer-Encoding: chunked\r\n\r\n".encode())
+        th = threading.Thread(target=feed)
+        th.start()
+        sock.settimeout(30)
+        try:
+            answer = sock.recv(65536)
+        except (TimeoutError, ConnectionError):
+            answer = b""
+        stop.set()
+        th.join(30)
+    finally:
+        sock.close()
+    # the limit is 100 kB: the server reads ~200 kB, the rest sits in the sockets' buffers (MBs on loopback)
+    assert answer.startswith(b"HTTP/1.1 413") and sent[0] < 32 << 20, (sent[0], answer[:100])
