@@ -1,8 +1,10 @@
 # cython: language_level=3, boundscheck=False, wraparound=False
 """The merge loop of fastgguf.tokenizer in C: same algorithm as tokenizer._merge (the Python reference), with
-the pair queue as a C binary heap and the symbol links as C arrays. The loop lets go of the GIL every YIELD_EVERY
-merges: one huge word (megabytes of one letter: n log n, seconds) never stalls the other threads (a server's event
-loop) for longer than a few milliseconds.
+the pair queue as a C binary heap and the symbol links as C arrays. One huge word (megabytes of one letter: n log n,
+seconds) must not stall the other threads (a server's event loop), so the loop pauses (_pause) every YIELD_SECONDS.
+Letting go of the GIL for an instant is not enough: a waiting thread is woken by each release, finds the GIL taken
+again and goes back to wait without ever asking for it (CPython asks only after a whole switch interval without a
+release), so releases more frequent than that starve it; a short sleep lets it in.
 
 Repeatedly merge the adjacent pair with the lowest priority, leftmost first (llama.cpp's llm_bigram_bpe /
 llm_bigram_spm queues):
@@ -12,10 +14,22 @@ llm_bigram_spm queues):
 from cpython.dict cimport PyDict_GetItem
 from cpython.object cimport PyObject
 from libc.stdlib cimport free, malloc
+from time import perf_counter, sleep
 
 
 cdef enum:
-    YIELD_EVERY = 4096
+    CHECK_EVERY = 1024          # steps between two looks at the clock
+cdef double YIELD_SECONDS = 0.004   # work between two pauses (under CPython's 5 ms switch interval)
+cdef double PAUSE_SECONDS = 0.0002  # long enough for a woken thread to take the GIL
+
+
+cdef double _pause(double last):
+    """Sleep PAUSE_SECONDS (letting go of the GIL) if YIELD_SECONDS passed since `last`; the new `last`."""
+    cdef double now = perf_counter()
+    if now - last < YIELD_SECONDS:
+        return last
+    sleep(PAUSE_SECONDS)
+    return perf_counter()
 
 
 cdef struct Pair:
@@ -80,7 +94,7 @@ cdef int _priority(bint scored, str a, str b, dict table, list scores, double * 
 
 cdef list _merge(list syms, bint scored, dict table, list scores):
     cdef Py_ssize_t n = len(syms), i, j, k, h, nheap = 0, pops = 0
-    cdef double p
+    cdef double p, last = perf_counter()
     cdef Pair pair
     cdef str merged
     if n < 2:
@@ -101,15 +115,13 @@ cdef list _merge(list syms, bint scored, dict table, list scores):
         for i in range(n - 1):
             if _priority(scored, syms[i], syms[i + 1], table, scores, &p):
                 _push(heap, &nheap, Pair(p, i, i + 1, lens[i] + lens[i + 1]))
-            if i % YIELD_EVERY == YIELD_EVERY - 1:
-                with nogil:
-                    pops = 0
+            if i % CHECK_EVERY == CHECK_EVERY - 1:
+                last = _pause(last)
         while nheap > 0:
             pair = _pop(heap, &nheap)
             pops += 1
-            if pops % YIELD_EVERY == 0:
-                with nogil:                                            # a waiting thread takes the GIL here
-                    pops = 0
+            if pops % CHECK_EVERY == 0:
+                last = _pause(last)
             i, j = pair.i, pair.j
             if lens[i] == 0 or lens[j] == 0 or lens[i] + lens[j] != pair.size:
                 continue
