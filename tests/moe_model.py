@@ -3,13 +3,22 @@ tests/engine/test_moe.py and tools/make_tiny_references.py. Deterministic: seede
 import gguf
 import numpy as np
 
+from fastgguf import kernels
+
 # the shared expert's tensors, and (qwen2moe) its gate vector
 SHEXP = ("ffn_gate_shexp.weight", "ffn_up_shexp.weight", "ffn_down_shexp.weight")
 
 
+def tie_router(i, r):
+    """Router rows in equal pairs (2k, 2k+1): every row's logits tie pairwise, so with 3 experts used a tie
+    decides the third (the top pair is taken whole). llama.cpp breaks ties to the lower expert for <= 16 experts
+    (std::sort is an insertion sort there), as fastgguf always does."""
+    return np.repeat(r[::2], 2, axis=0)
+
+
 def make_moe(path, *, arch="qwen3moe", n_expert=8, n_used=2, wtype=None, n_embd=64, n_ff_exp=32, n_ff=96,
              n_layer=2, shared=0, seed=0, meta=None, router=None, no_vocab=True, route_scale=1.0):
-    """wtype: the experts' (and shared expert's) ggml type, None: F32 (widths must suit its block size); router:
+    """wtype: the experts' (and shared expert's) ggml type name ("Q8_0", "Q4_K"), None: F32 (widths must suit its block size); router:
     a function (layer, (n_expert, n_embd) random router) -> the router written (F32); route_scale: router spread.
     shared: the shared expert's width (0: none; qwen2moe always has one, of width shared or n_ff).
     meta: more {arch}.* metadata (float -> float32, int -> uint32)."""
@@ -27,20 +36,22 @@ def make_moe(path, *, arch="qwen3moe", n_expert=8, n_used=2, wtype=None, n_embd=
     w.add_head_count_kv(KVH)
     w.add_layer_norm_rms_eps(1e-5)
     w.add_rope_dimension_count(hd)
-    w.add_expert_count(n_expert)
+    meta = dict(meta or {})   # its keys override these
+    w.add_expert_count(meta.pop("expert_count", n_expert))
     w.add_expert_used_count(n_used)
     if arch in ("qwen3moe", "qwen2moe"):
-        w.add_expert_feed_forward_length(n_ff_exp)
+        w.add_expert_feed_forward_length(meta.pop("expert_feed_forward_length", n_ff_exp))
     if shared:
         w.add_expert_shared_feed_forward_length(shared)
     FS = shared or n_ff
-    for k, v in (meta or {}).items():
+    for k, v in meta.items():
         (w.add_float32 if isinstance(v, float) else w.add_uint32)(f"{arch}.{k}", v)
 
     def t(name, *shape, s=0.2, quant=False):
         a = (rng.standard_normal(shape) * s).astype(np.float32)
-        if quant and wtype is not None:
-            w.add_tensor(name, gguf.quants.quantize(a, wtype), raw_dtype=wtype)
+        if quant and wtype is not None:   # quantized as llama-quantize would (fastgguf's kernels)
+            q = kernels.quantize_as_llama_file(a.reshape(-1, shape[-1]), wtype)
+            w.add_tensor(name, q.reshape(shape[:-1] + (-1,)), raw_dtype=gguf.GGMLQuantizationType[wtype])
         else:
             w.add_tensor(name, a)
         return a
