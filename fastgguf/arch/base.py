@@ -499,3 +499,23 @@ def get(f):
     if name not in ARCHS:
         raise GGUFError(f"architecture {name!r} is not supported (supported: {', '.join(sorted(ARCHS))})")
     return ARCHS[name](f)
+
+
+def weight_bytes(f, hp):
+    """Where a model's bytes are (f: its GGUFFile, hp: its Hparams), as a dict:
+      file: the file's size; weights: all tensor bytes (mapped, zero-copy);
+      experts: the mixture-of-experts stacks (ffn_*_exps; 0 for a dense model);
+      per_token: the weight bytes one decoded token reads, the physical floor of decoding: every tensor except
+        the expert stacks, of which n_expert_used / n_expert, and except token_embd, of which one row (unless it
+        is also the lm_head: tied embeddings are read whole);
+      active_fraction: per_token / weights."""
+    experts = sum(t.nbytes for n, t in f.tensors.items() if n.endswith("_exps.weight"))
+    weights = sum(t.nbytes for t in f.tensors.values())
+    per_token = weights - experts
+    emb = f.tensors.get("token_embd.weight")
+    if emb is not None and "output.weight" in f.tensors:
+        per_token -= emb.nbytes - emb.nbytes // max(int(emb.shape[0]), 1)
+    if hp.n_expert:
+        per_token += experts * hp.n_expert_used // hp.n_expert
+    return {"file": f.file_size, "weights": weights, "experts": experts, "per_token": per_token,
+            "active_fraction": round(per_token / weights, 4) if weights else 0.0}

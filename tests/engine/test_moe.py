@@ -91,3 +91,18 @@ def test_hostile_expert_hyperparameters_are_gguf_errors(tmp_path, kw, key):
     p = make_moe(tmp_path / "bad.gguf", **kw)
     with pytest.raises(GGUFError, match=key):
         Model(p)
+
+
+def test_memory_counts_expert_bytes_and_the_bytes_a_token_reads(tmp_path):
+    """8 F32 experts of (32 x 64) gate/up/down, 2 used, 2 layers: the stacks are 2 * 3 * 8 * 32 * 64 * 4 bytes, a
+    token reads 2/8 of them plus everything else (the untied output whole, one token_embd row)."""
+    m = Model(make_moe(tmp_path / "m.gguf", arch="llama"))
+    mem = m.memory()
+    experts = 2 * 3 * 8 * 32 * 64 * 4
+    weights = sum(t.nbytes for t in m.file.tensors.values())
+    emb = 100 * 64 * 4
+    assert (mem["experts"], mem["weights"]) == (experts, weights)
+    assert mem["per_token"] == weights - experts + experts * 2 // 8 - emb + emb // 100
+    assert mem["file"] >= weights
+    from fastgguf.cli.info import memory
+    assert memory(m.file) == mem
