@@ -317,14 +317,18 @@ static void rope_row(const team *t, const fg_layer *L, float *q, float *k, const
     if (L->swa) cs += (int64_t)t->w->n_batch * t->m->n_rot; /* the sliding-window layers' table */
     const fg_model *m = t->m;
     int hd = m->head_dim;
+    if (m->qk_norm_full) { /* whole vectors: called with every head of the row (attention_rows) */
+        if (L->q_norm && h1 > h0) fg_rmsnorm(q, q, L->q_norm, (int64_t)m->n_head * hd, m->norm_eps);
+        if (L->k_norm && g1 > g0) fg_rmsnorm(k, k, L->k_norm, (int64_t)m->n_head_kv * hd, m->norm_eps);
+    }
     for (int h = h0; h < h1; h++) {
         float *qh = q + (int64_t)h * hd;
-        if (L->q_norm) fg_rmsnorm(qh, qh, L->q_norm, hd, m->norm_eps);
+        if (L->q_norm && !m->qk_norm_full) fg_rmsnorm(qh, qh, L->q_norm, hd, m->norm_eps);
         if (m->n_rot > 0) fg_rope(qh, 1, hd, m->n_rot, cs, m->rope_neox);
     }
     for (int g = g0; g < g1; g++) {
         float *kh = k + (int64_t)g * hd;
-        if (L->k_norm) fg_rmsnorm(kh, kh, L->k_norm, hd, m->norm_eps);
+        if (L->k_norm && !m->qk_norm_full) fg_rmsnorm(kh, kh, L->k_norm, hd, m->norm_eps);
         if (m->n_rot > 0) fg_rope(kh, 1, hd, m->n_rot, cs, m->rope_neox);
     }
 }
@@ -610,7 +614,7 @@ static void layer_forward(const team *t, int il, int64_t rows) {
 
     const fg_mat *qkv[3] = {&L->wq, &L->wk, &L->wv};
     prep(t, s->x, rows, E, E, L->attn_norm, qkv, 3, xq, &xs);
-    if (rows == 1)
+    if (rows == 1 && !m->qk_norm_full)
         attention_one_row(t, L, il, xq, xs);
     else
         attention_rows(t, L, il, rows, xq, xs);

@@ -99,6 +99,9 @@ typedef struct {
      * the shared expert (fg_layer). moe_act: FG_ACT_SILU (an FG_ACT_* for other gated activations later) */
     int n_expert, n_expert_used, n_ff_exp, moe_gating, moe_norm_w, moe_act;
     float moe_w_scale;
+    int qk_norm_full;             /* 1: q_norm/k_norm are (q_dim,)/(kv_dim,) and RMS-normalise the whole q and k
+                                   * vectors, not each head (olmoe); such a model runs every row through the
+                                   * batch attention path, which holds whole rows per thread */
 } fg_model;
 
 #define FG_MAX_SLOTS 3 /* distinct activation types for one input (q, k, v may differ) */

@@ -155,6 +155,7 @@ cdef extern from "fg_forward.h" nogil:
         float residual_scale, logit_scale
         int n_expert, n_expert_used, n_ff_exp, moe_gating, moe_norm_w, moe_act
         float moe_w_scale
+        int qk_norm_full
 
     ctypedef struct fg_kv:
         int n_ctx, n_swa_rows

@@ -175,6 +175,7 @@ cdef class Weights:
         self.m.moe_norm_w = 1 if hp.moe_norm_w else 0
         self.m.moe_act = self.m.ffn_act
         self.m.moe_w_scale = hp.moe_w_scale
+        self.m.qk_norm_full = 1 if hp.qk_norm_full else 0
         layers = tensors["layers"]
         if len(layers) != hp.n_layer:
             raise ValueError(f"expected {hp.n_layer} layers, got {len(layers)}")
@@ -192,8 +193,8 @@ cdef class Weights:
             L.bq = _vec(self, d.get("bq"), QD, p + "attn_q.bias")
             L.bk = _vec(self, d.get("bk"), KV, p + "attn_k.bias")
             L.bv = _vec(self, d.get("bv"), KV, p + "attn_v.bias")
-            L.q_norm = _vec(self, d.get("q_norm"), hd, p + "attn_q_norm")
-            L.k_norm = _vec(self, d.get("k_norm"), hd, p + "attn_k_norm")
+            L.q_norm = _vec(self, d.get("q_norm"), QD if hp.qk_norm_full else hd, p + "attn_q_norm")
+            L.k_norm = _vec(self, d.get("k_norm"), KV if hp.qk_norm_full else hd, p + "attn_k_norm")
             L.wo = _mat(self, d["wo"], E, QD, p + "attn_output")
             L.ffn_norm = _vec(self, d.get("ffn_norm"), E, p + "ffn_norm")
             L.w_gate = _mat(self, d.get("w_gate"), F, E, p + "ffn_gate")

@@ -17,13 +17,13 @@ def tie_router(i, r):
 
 
 def make_moe(path, *, arch="qwen3moe", n_expert=8, n_used=2, wtype=None, n_embd=64, n_ff_exp=32, n_ff=96,
-             n_layer=2, shared=0, seed=0, meta=None, router=None, no_vocab=True, route_scale=1.0):
+             n_layer=2, shared=0, seed=0, meta=None, router=None, no_vocab=True, route_scale=1.0, n_head_kv=2):
     """wtype: the experts' (and shared expert's) ggml type name ("Q8_0", "Q4_K"), None: F32 (widths must suit its block size); router:
     a function (layer, (n_expert, n_embd) random router) -> the router written (F32); route_scale: router spread.
     shared: the shared expert's width (0: none; qwen2moe always has one, of width shared or n_ff).
     meta: more {arch}.* metadata (float -> float32, int -> uint32)."""
     rng = np.random.default_rng(seed)
-    E, L, H, KVH, V, hd = n_embd, n_layer, 4, 2, 100, n_embd // 4
+    E, L, H, KVH, V, hd = n_embd, n_layer, 4, n_head_kv, 100, n_embd // 4
     w = gguf.GGUFWriter(str(path), arch)
     if no_vocab:
         w.add_tokenizer_model("no_vocab")
@@ -31,7 +31,7 @@ def make_moe(path, *, arch="qwen3moe", n_expert=8, n_used=2, wtype=None, n_embd=
     w.add_block_count(L)
     w.add_context_length(128)
     w.add_embedding_length(E)
-    w.add_feed_forward_length(n_ff_exp if arch in ("llama", "granitemoe") else n_ff)
+    w.add_feed_forward_length(n_ff_exp if arch in ("llama", "granitemoe", "olmoe") else n_ff)
     w.add_head_count(H)
     w.add_head_count_kv(KVH)
     w.add_layer_norm_rms_eps(1e-5)
@@ -68,6 +68,9 @@ def make_moe(path, *, arch="qwen3moe", n_expert=8, n_used=2, wtype=None, n_embd=
         if arch == "qwen3moe":
             t(p + "attn_q_norm.weight", hd, s=1.0)
             t(p + "attn_k_norm.weight", hd, s=1.0)
+        if arch == "olmoe":   # whole-vector q/k norms
+            t(p + "attn_q_norm.weight", H * hd, s=1.0)
+            t(p + "attn_k_norm.weight", KVH * hd, s=1.0)
         t(p + "attn_output.weight", E, H * hd)
         t(p + "ffn_norm.weight", E, s=1.0)
         r = (rng.standard_normal((n_expert, E)) * route_scale).astype(np.float32)

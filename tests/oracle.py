@@ -34,7 +34,7 @@ class Oracle:
         n_ctx_train = md.get(f"{a}.context_length", 0)
         self.n_ctx_orig = md.get(f"{a}.rope.scaling.original_context_length", n_ctx_train) or n_ctx_train
         self.attn_factor = md.get(f"{a}.rope.scaling.attn_factor", 1.0)
-        self.neox = a in ("qwen2", "qwen3", "qwen2moe", "qwen3moe", "gemma", "gemma2", "gemma3", "phi3", "nomic-bert")
+        self.neox = a in ("qwen2", "qwen3", "qwen2moe", "qwen3moe", "olmoe", "gemma", "gemma2", "gemma3", "phi3", "nomic-bert")
         # granite (llama.cpp's granite.cpp): embeddings * embedding_scale, scores * attention.scale (instead of
         # 1/sqrt(head_dim)), attention and FFN outputs * residual_scale, logits / logit_scale; 0/absent: none
         self.embd_scale = md.get(f"{a}.embedding_scale", 0.0) or 1.0
@@ -218,7 +218,10 @@ class Oracle:
             k = h @ W[p + "attn_k.weight"].T + W.get(p + "attn_k.bias", 0)
             v = h @ W[p + "attn_v.weight"].T + W.get(p + "attn_v.bias", 0)
             q, k = q.reshape(n, H, hd), k.reshape(n, KVH, hd)
-            if p + "attn_q_norm.weight" in W:      # qwen3: per-head RMS norm before RoPE
+            if self.arch == "olmoe":               # RMS norm of the whole q and k vectors, before the heads
+                q = self.rmsnorm(q.reshape(n, -1), W[p + "attn_q_norm.weight"]).reshape(n, H, hd)
+                k = self.rmsnorm(k.reshape(n, -1), W[p + "attn_k_norm.weight"]).reshape(n, KVH, hd)
+            elif p + "attn_q_norm.weight" in W:    # qwen3: per-head RMS norm before RoPE
                 q = self.rmsnorm(q, W[p + "attn_q_norm.weight"])
                 k = self.rmsnorm(k, W[p + "attn_k_norm.weight"])
             q, k = self.rope(q, pos, self.swa[l], n_ctx or n), self.rope(k, pos, self.swa[l], n_ctx or n)

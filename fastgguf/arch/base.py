@@ -70,6 +70,7 @@ class Hparams:
     moe_gating: str = "softmax"      # or "sigmoid": expert probabilities from the router logits
     moe_norm_w: bool = False         # the chosen experts' weights divided by their sum
     moe_w_scale: float = 1.0         # and multiplied by this
+    qk_norm_full: bool = False       # q_norm/k_norm over the whole q and k vectors, not per head (olmoe)
 
 
 class Arch:

@@ -68,6 +68,7 @@ CASES.update({
     "qwen3moe-128x8": ({"moe": {"n_expert": 128, "n_used": 8, "n_ff_exp": 16}}, [256]),
     "qwen3moe-ties": ({"moe": {"router": tie_router, "n_used": 3}}, [256]),
     "qwen2moe-shared": ({"moe": {"arch": "qwen2moe", "shared": 48}}, [256]),
+    "olmoe-mha": ({"moe": {"arch": "olmoe", "n_head_kv": 4}}, [256]),
     "granitemoe-shared": ({"moe": {"arch": "granitemoe", "shared": 40, "meta": GRANITE_SCALES}}, [256]),
 })
 
