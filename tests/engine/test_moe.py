@@ -27,6 +27,7 @@ EDGE = {
     "one-expert": {"n_expert": 1, "n_used": 1},
     "same-experts": {"router": lambda i, r: np.zeros_like(r)},   # all logits 0: every row takes experts 0 and 1
     "128x8": {"n_expert": 128, "n_used": 8, "n_ff_exp": 16},
+    "olmoe": {"arch": "olmoe", "n_head_kv": 4},   # whole-vector q/k norms: one row takes the batch path too
 }
 
 
