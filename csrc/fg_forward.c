@@ -557,7 +557,8 @@ static void moe_ffn(const team *t, const fg_layer *L, int64_t rows) {
         matmul(&g, in_g + at, xr, n, s->hg + o * FE, FE, r0, r1);
         matmul(&u, in_u + at, xr, n, s->hu + o * FE, FE, r0, r1);
         if (r0 < r1)
-            for (int64_t j = o; j < o + n; j++) gated_act(m->moe_act, s->hg + j * FE + r0, s->hu + j * FE + r0, r1 - r0);
+            for (int64_t j = o; j < o + n; j++)
+                gated_act(m->moe_act, s->hg + j * FE + r0, s->hu + j * FE + r0, r1 - r0);
     }
     if (sh) {
         fg_split_rows(F, t->nth, t->ith, ROW_ALIGN, &r0, &r1);

@@ -18,8 +18,9 @@ def tie_router(i, r):
 
 def make_moe(path, *, arch="qwen3moe", n_expert=8, n_used=2, wtype=None, n_embd=64, n_ff_exp=32, n_ff=96,
              n_layer=2, shared=0, seed=0, meta=None, router=None, no_vocab=True, route_scale=1.0, n_head_kv=2):
-    """wtype: the experts' (and shared expert's) ggml type name ("Q8_0", "Q4_K"), None: F32 (widths must suit its block size); router:
-    a function (layer, (n_expert, n_embd) random router) -> the router written (F32); route_scale: router spread.
+    """wtype: the experts' (and shared expert's) ggml type name ("Q8_0", "Q4_K"), None: F32 (widths must suit its
+    block size); router: a function (layer, (n_expert, n_embd) random router) -> the router written (F32);
+    route_scale: the random router's spread; n_head_kv: of 4 query heads.
     shared: the shared expert's width (0: none; qwen2moe always has one, of width shared or n_ff).
     meta: more {arch}.* metadata (float -> float32, int -> uint32)."""
     rng = np.random.default_rng(seed)

@@ -34,7 +34,8 @@ class Oracle:
         n_ctx_train = md.get(f"{a}.context_length", 0)
         self.n_ctx_orig = md.get(f"{a}.rope.scaling.original_context_length", n_ctx_train) or n_ctx_train
         self.attn_factor = md.get(f"{a}.rope.scaling.attn_factor", 1.0)
-        self.neox = a in ("qwen2", "qwen3", "qwen2moe", "qwen3moe", "olmoe", "gemma", "gemma2", "gemma3", "phi3", "nomic-bert")
+        self.neox = a in ("qwen2", "qwen3", "qwen2moe", "qwen3moe", "olmoe", "gemma", "gemma2", "gemma3", "phi3",
+                          "nomic-bert")
         # granite (llama.cpp's granite.cpp): embeddings * embedding_scale, scores * attention.scale (instead of
         # 1/sqrt(head_dim)), attention and FFN outputs * residual_scale, logits / logit_scale; 0/absent: none
         self.embd_scale = md.get(f"{a}.embedding_scale", 0.0) or 1.0
@@ -191,7 +192,8 @@ class Oracle:
                 out[i] += wt * self.ffn(h[i], W[p + "ffn_gate_exps.weight"][e], W[p + "ffn_up_exps.weight"][e],
                                         W[p + "ffn_down_exps.weight"][e])
         if p + "ffn_up_shexp.weight" in W:
-            sh = self.ffn(h, W[p + "ffn_gate_shexp.weight"], W[p + "ffn_up_shexp.weight"], W[p + "ffn_down_shexp.weight"])
+            sh = self.ffn(h, W[p + "ffn_gate_shexp.weight"], W[p + "ffn_up_shexp.weight"],
+                          W[p + "ffn_down_shexp.weight"])
             if p + "ffn_gate_inp_shexp.weight" in W:
                 sh = sh / (1 + np.exp(-(h @ W[p + "ffn_gate_inp_shexp.weight"])))[:, None]
             out = out + sh

@@ -96,8 +96,8 @@ class Arch:
         "bk": "attn_k.bias",
         "bv": "attn_v.bias",
     }
-    vectors = ("gate_inp_shexp", "attn_norm", "ffn_norm", "bq", "bk", "bv", "q_norm", "k_norm", "output_norm", "rope_freqs",
-               "rope_freqs_long", "attn_post_norm", "ffn_post_norm")
+    vectors = ("attn_norm", "ffn_norm", "bq", "bk", "bv", "q_norm", "k_norm", "output_norm", "rope_freqs",
+               "rope_freqs_long", "attn_post_norm", "ffn_post_norm", "gate_inp_shexp")
     # mixture of experts (a layer with {arch}.expert_count > 0): the router and the 3-D expert stacks replace the
     # dense FFN; a shared expert (ffn_*_shexp) fills the dense FFN's roles. As llama.cpp's per-arch build_moe_ffn
     # call: moe_norm_w is fixed per architecture ({arch}.expert_weights_norm is not read there for these), and

@@ -4,7 +4,8 @@ committed in tests/data/tiny-references.json. The files are rebuilt here, byte f
 
 Each case: F32 weights, 2-4 layers, n_embd 64, 4 query heads of 16, vocabulary 100; GQA (2 KV heads) or MHA,
 tied or untied output. The mixtures of experts (tests/moe_model.py): experts F32, Q8_0 or Q4_K (n_embd 256 there),
-8 experts 2 used or 128 used 8. Tolerance: llama.cpp's own flash on/off spread on the same file, see test_matches_llama_cpp.
+8 experts 2 used or 128 used 8. Tolerance: llama.cpp's own flash on/off spread on the same file, see
+test_matches_llama_cpp.
 
 Where llama.cpp is off, it is llama.cpp: both its attention paths round Q to F16 for the products with the F16 K
 cache (ggml's vec_dot_type of F16 is F16; fastgguf keeps Q in F32), and its flash path also sums V in F16. On these
