@@ -107,3 +107,13 @@ def test_memory_counts_expert_bytes_and_the_bytes_a_token_reads(tmp_path):
     assert mem["file"] >= weights
     from fastgguf.cli.info import memory
     assert memory(m.file) == mem
+
+
+def test_info_prints_the_expert_bytes(tmp_path, capsys):
+    from fastgguf import cli
+    p = make_moe(tmp_path / "m.gguf", arch="llama")
+    assert cli.main(["info", p, "--no-tensors"]) == 0
+    out = capsys.readouterr().out
+    mem = Model(p).memory()
+    assert "experts: 384.0 KiB of the weights" in out   # 2 * 3 * 8 * 32 * 64 * 4 bytes
+    assert f"read per decoded token: {mem['per_token'] / 1024:.1f} KiB" in out
