@@ -9,6 +9,7 @@ import dataclasses
 import numpy as np
 
 from fastgguf.arch.base import Arch, register
+from fastgguf.errors import GGUFError
 
 
 @register
@@ -19,11 +20,16 @@ class Granite(Arch):
         hp = self.base_hparams()
         scale = {k: self.float_key(k, 0.0, lo_open=False)
                  for k in ("embedding_scale", "attention.scale", "residual_scale")}
+        with np.errstate(over="ignore", divide="ignore"):
+            logit_scale = np.float32(1.0) / np.float32(self.float_key("logit_scale"))
+        if not np.isfinite(logit_scale) or not all(np.isfinite(np.float32(v)) for v in scale.values()):
+            raise GGUFError(f"{self.name}: logit_scale {self.md.get(self.name + '.logit_scale')!r} or a scale "
+                            f"{scale} out of float32 range")
         return dataclasses.replace(
             hp, embd_scale=scale["embedding_scale"] or 1.0,
             attn_scale=scale["attention.scale"] or hp.attn_scale,
             residual_scale=scale["residual_scale"] or 1.0,
-            logit_scale=float(np.float32(1.0) / np.float32(self.float_key("logit_scale"))))
+            logit_scale=float(logit_scale))
 
 
 @register
