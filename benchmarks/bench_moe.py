@@ -7,10 +7,11 @@ as achieved bandwidth next to this machine's read bandwidth.
     python benchmarks/bench_moe.py --tiny                                     # a seconds-long smoke run
 
 Files (built once, cached under ~/.cache/fastgguf/bench):
-  qwen3moe-a3b-mini.gguf  random weights shaped like a scaled-down Qwen3-30B-A3B: the same 128 experts, 8 used,
-                          and the same ratios n_embd : n_ff_exp : q heads x head_dim (2048 : 768 : 32 x 128 there,
-                          1024 : 384 : 16 x 128 here, 2 KV heads as 4 there), 16 layers, vocabulary 32000; experts
-                          Q4_K (1.3 GB), attention Q8_0, token_embd/output Q8_0, norms and router F32. Random rows
+  qwen3moe-a3b-mini.gguf  random weights shaped like a scaled-down Qwen3-30B-A3B: 4 of its 48 layers, each of
+                          its shape (n_embd 2048, 128 experts of n_ff_exp 768, 8 used, 32 q heads x 128 over 4 KV
+                          heads: a narrower layer would break Q4_K's 256-wide blocks in ffn_down_exps), vocabulary
+                          32000; experts Q4_K (1.36 GB), attention Q8_0, token_embd/output Q8_0, norms and router
+                          F32 (1.5 GB in all; a token reads 0.24 GB, 15% of it). Random rows
                           are quantized once into a pool and the experts filled by drawing rows from it (the bytes a
                           kernel reads are as varied; quantizing 2.4 G values would take long).
   smollm2-upcycled-4x2.gguf  tests/upcycle.py: the default model's FFN as 4 experts, 2 used, random router.
@@ -32,7 +33,7 @@ sys.path[:0] = [HERE, os.path.join(HERE, "..", "tests"), os.path.join(HERE, ".."
 
 CACHE = os.path.expanduser("~/.cache/fastgguf/bench")
 # name -> the qwen3moe shape (n_embd, n_ff_exp, n_head, n_head_kv, head_dim, n_layer, n_expert, n_used, n_vocab)
-SHAPES = {"qwen3moe-a3b-mini": (1024, 384, 16, 2, 128, 16, 128, 8, 32000),
+SHAPES = {"qwen3moe-a3b-mini": (2048, 768, 32, 4, 128, 4, 128, 8, 32000),
           "qwen3moe-tiny": (256, 256, 4, 2, 64, 2, 16, 4, 1000)}
 
 
