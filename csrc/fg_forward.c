@@ -2,6 +2,7 @@
 #if !defined(_WIN32) && !defined(_DEFAULT_SOURCE)
 #define _DEFAULT_SOURCE 1 /* POSIX and BSD declarations (posix_memalign) under -std=c11 too */
 #endif
+#include <math.h>
 #include <stdlib.h>
 #include <string.h>
 #include "fg_forward.h"
@@ -47,9 +48,17 @@ static int64_t score_heads(const fg_model *m) {
     return tile > m->n_head ? tile : m->n_head;
 }
 
+/* A thread's private copy of a chunk's routing (see route): probs (n_expert), sel, wts, slot_of, row_of
+ * (n_batch * n_expert_used each), off, fill (n_expert + 1), shg (n_batch). */
+static size_t route_bytes(const fg_work *w, const fg_model *m) {
+    if (m->n_expert < 1) return 0;
+    size_t pairs = (size_t)w->n_batch * m->n_expert_used, ne = (size_t)m->n_expert + 1;
+    return round64(ne * 4) + 4 * round64(pairs * 4) + 2 * round64(ne * 4) + round64((size_t)w->n_batch * 4);
+}
+
 static size_t priv_bytes(const fg_work *w, const fg_model *m) {
     return round64((size_t)w->n_in * sizeof(float)) + FG_MAX_SLOTS * w->xq_row +
-           round64((size_t)score_heads(m) * w->max_ctx * sizeof(float));
+           round64((size_t)score_heads(m) * w->max_ctx * sizeof(float)) + route_bytes(w, m);
 }
 
 void fg_kv_free(fg_kv *kv) {
@@ -83,14 +92,17 @@ int fg_kv_init(fg_kv *kv, const fg_model *m, int n_ctx) {
 }
 
 void fg_work_free(fg_work *w) {
-    float **fs[] = {&w->kcur, &w->vcur, &w->x, &w->xn, &w->q, &w->att, &w->tmp, &w->gate, &w->up, &w->rope};
+    float **fs[] = {&w->kcur, &w->vcur, &w->x, &w->xn, &w->q, &w->att, &w->tmp, &w->gate, &w->up, &w->rope,
+                    &w->rlogits, &w->hg, &w->hu, &w->ye};
     for (size_t i = 0; i < sizeof(fs) / sizeof(fs[0]); i++) {
         free64(*fs[i]);
         *fs[i] = NULL;
     }
     free64(w->xq);
     free64(w->priv);
-    w->xq = w->priv = NULL;
+    free64(w->xe);
+    free64(w->hq);
+    w->xq = w->priv = w->xe = w->hq = NULL;
     fg_pool_free(w->pool); /* joins its workers */
     w->pool = NULL;
 }
@@ -106,6 +118,7 @@ int fg_work_init(fg_work *w, const fg_model *m, int n_batch, int max_ctx, int ma
     w->n_in = m->n_embd;
     if (w->q_dim > w->n_in) w->n_in = w->q_dim;
     if (m->n_ff > w->n_in) w->n_in = m->n_ff;
+    if (m->n_expert > 0 && m->n_ff_exp > w->n_in) w->n_in = m->n_ff_exp;
     w->xq_row = max_row_bytes(w->n_in);
     size_t B = (size_t)w->n_batch;
     w->kcur = alloc64(B * w->kv_dim * sizeof(float));
@@ -121,8 +134,19 @@ int fg_work_init(fg_work *w, const fg_model *m, int n_batch, int max_ctx, int ma
     w->xq = alloc64(FG_MAX_SLOTS * B * w->xq_row);
     w->priv_size = priv_bytes(w, m);
     w->priv = alloc64(w->priv_size * w->max_threads);
+    int moe_ok = 1;
+    if (m->n_expert > 0) {
+        size_t S = B * m->n_expert_used;
+        w->rlogits = alloc64(B * m->n_expert * sizeof(float));
+        w->xe = alloc64(2 * S * w->xq_row);
+        w->hg = alloc64(S * m->n_ff_exp * sizeof(float));
+        w->hu = alloc64(S * m->n_ff_exp * sizeof(float));
+        w->hq = alloc64((S + B) * w->xq_row);
+        w->ye = alloc64(S * m->n_embd * sizeof(float));
+        moe_ok = w->rlogits && w->xe && w->hg && w->hu && w->hq && w->ye;
+    }
     if (!w->kcur || !w->vcur || !w->x || !w->xn || !w->q || !w->att || !w->tmp || !w->gate || !w->up || !w->rope ||
-        !w->xq || !w->priv) {
+        !w->xq || !w->priv || !moe_ok) {
         fg_work_free(w);
         return -1;
     }
@@ -174,6 +198,10 @@ typedef struct {
     float *pxn;          /* private (n_in,) */
     char *pxq;           /* private FG_MAX_SLOTS * xq_row */
     float *scores;       /* private (score_heads * max_ctx) */
+    /* private routing of the chunk (route): probabilities of one row; per (row, j-th choice): expert, weight, slot;
+     * per slot its row; per expert its first slot (off) and a fill counter; per row the shared expert's gate */
+    float *probs, *wts, *shg;
+    int32_t *sel, *slot_of, *row_of, *off, *fill;
 } team;
 
 static int64_t layer_rows(const fg_kv *kv, int il) { return kv->layer_row0[il + 1] - kv->layer_row0[il]; }
@@ -200,7 +228,7 @@ static int64_t attn_span(const fg_model *m, const fg_kv *kv, int il, int64_t pos
 static void prep(const team *t, const float *src, int64_t rows, int64_t n, int64_t ld, const float *norm,
                  const fg_mat *const *ws, int nw, const char **xq, size_t *xq_stride) {
     fg_work *s = t->w;
-    int slot_type[FG_MAX_SLOTS], n_slots = 0, slot_of[FG_MAX_SLOTS];
+    int slot_type[FG_MAX_SLOTS], n_slots = 0, slot_of[8]; /* nw <= 8; at most FG_MAX_SLOTS distinct types */
     for (int j = 0; j < nw; j++) {
         int dt = fg_vec_dot_type(ws[j]->type), k = 0;
         while (k < n_slots && slot_type[k] != dt) k++;
@@ -274,8 +302,12 @@ static void matmul_residual(const team *t, const fg_mat *w, const float *in, int
         BARRIER(t);
         return;
     }
+    float rs = t->m->residual_scale;
     for (int64_t i = 0; i < rows; i++)
-        for (int64_t r = r0; r < r1; r++) s->x[i * E + r] += s->tmp[i * E + r];
+        if (rs != 0.0f && rs != 1.0f)
+            for (int64_t r = r0; r < r1; r++) s->x[i * E + r] += s->tmp[i * E + r] * rs;
+        else
+            for (int64_t r = r0; r < r1; r++) s->x[i * E + r] += s->tmp[i * E + r];
     BARRIER(t);
 }
 
@@ -285,14 +317,18 @@ static void rope_row(const team *t, const fg_layer *L, float *q, float *k, const
     if (L->swa) cs += (int64_t)t->w->n_batch * t->m->n_rot; /* the sliding-window layers' table */
     const fg_model *m = t->m;
     int hd = m->head_dim;
+    if (m->qk_norm_full) { /* whole vectors: called with every head of the row (attention_rows) */
+        if (L->q_norm && h1 > h0) fg_rmsnorm(q, q, L->q_norm, (int64_t)m->n_head * hd, m->norm_eps);
+        if (L->k_norm && g1 > g0) fg_rmsnorm(k, k, L->k_norm, (int64_t)m->n_head_kv * hd, m->norm_eps);
+    }
     for (int h = h0; h < h1; h++) {
         float *qh = q + (int64_t)h * hd;
-        if (L->q_norm) fg_rmsnorm(qh, qh, L->q_norm, hd, m->norm_eps);
+        if (L->q_norm && !m->qk_norm_full) fg_rmsnorm(qh, qh, L->q_norm, hd, m->norm_eps);
         if (m->n_rot > 0) fg_rope(qh, 1, hd, m->n_rot, cs, m->rope_neox);
     }
     for (int g = g0; g < g1; g++) {
         float *kh = k + (int64_t)g * hd;
-        if (L->k_norm) fg_rmsnorm(kh, kh, L->k_norm, hd, m->norm_eps);
+        if (L->k_norm && !m->qk_norm_full) fg_rmsnorm(kh, kh, L->k_norm, hd, m->norm_eps);
         if (m->n_rot > 0) fg_rope(kh, 1, hd, m->n_rot, cs, m->rope_neox);
     }
 }
@@ -399,6 +435,176 @@ static void post_layernorm(const team *t, int64_t rows, const float *w, const fl
     BARRIER(t);
 }
 
+/* Expert e's matrix of a stack. */
+static fg_mat expert(const fg_mat3 *x, int64_t e) {
+    fg_mat w = x->m;
+    w.data = (const char *)w.data + (size_t)e * x->expert_stride;
+    return w;
+}
+
+/* The routing of the chunk's rows from w->rlogits, as llama.cpp's build_moe_ffn: probabilities (softmax or
+ * sigmoid of the router logits); the n_expert_used largest in descending order, ties to the lower expert
+ * (ggml_argsort_top_k: std::sort, an insertion sort for <= 16 experts, so stable there); weights = their
+ * probabilities, / their sum (clamped to >= 2^-14) when moe_norm_w, * moe_w_scale unless 0 or 1. Then the slots,
+ * grouped by expert: off[e] .. off[e+1] are expert e's, its rows ascending. Every thread computes it whole into its
+ * private scratch (a few thousand operations): no barrier, and each row's routing is that row's alone. */
+static void route(const team *t, const fg_layer *L, int64_t rows) {
+    const fg_model *m = t->m;
+    const fg_work *s = t->w;
+    int64_t NE = m->n_expert, K = m->n_expert_used;
+    float *p = t->probs;
+    for (int64_t e = 0; e <= NE; e++) t->off[e] = 0;
+    for (int64_t i = 0; i < rows; i++) {
+        const float *l = s->rlogits + i * NE;
+        if (m->moe_gating == FG_GATING_SIGMOID) {
+            for (int64_t e = 0; e < NE; e++) p[e] = 1.0f / (1.0f + expf(-l[e]));
+        } else { /* ggml_soft_max: exp(l - max), summed in double, times 1/sum */
+            float mx = l[0];
+            for (int64_t e = 1; e < NE; e++) mx = l[e] > mx ? l[e] : mx;
+            double sum = 0.0;
+            for (int64_t e = 0; e < NE; e++) sum += (double)(p[e] = expf(l[e] - mx));
+            float sc = (float)(1.0 / sum);
+            for (int64_t e = 0; e < NE; e++) p[e] *= sc;
+        }
+        int32_t *sel = t->sel + i * K;
+        float *w = t->wts + i * K, wsum = 0.0f;
+        for (int64_t j = 0; j < K; j++) {
+            int64_t best = -1;
+            for (int64_t e = 0; e < NE; e++)
+                if (best < 0 || p[e] > p[best]) best = e; /* strict: the lower expert wins a tie */
+            sel[j] = (int32_t)best;
+            w[j] = p[best];
+            p[best] = -INFINITY; /* taken (probabilities are >= 0) */
+            wsum += w[j];
+            t->off[best + 1]++;
+        }
+        if (m->moe_norm_w) {
+            wsum = wsum < 6.103515625e-5f ? 6.103515625e-5f : wsum;
+            for (int64_t j = 0; j < K; j++) w[j] /= wsum;
+        }
+        if (m->moe_w_scale != 0.0f && m->moe_w_scale != 1.0f)
+            for (int64_t j = 0; j < K; j++) w[j] *= m->moe_w_scale;
+        if (L->gate_inp_shexp) { /* the shared expert's gate: sigmoid(gate_inp_shexp . ffn_norm(x)) */
+            const float *xn = rows == 1 ? t->pxn : s->xn + i * s->n_in;
+            float d = 0.0f;
+            for (int64_t c = 0; c < m->n_embd; c++) d += L->gate_inp_shexp[c] * xn[c];
+            t->shg[i] = 1.0f / (1.0f + expf(-d));
+        }
+    }
+    for (int64_t e = 0; e < NE; e++) {
+        t->off[e + 1] += t->off[e];
+        t->fill[e] = t->off[e];
+    }
+    for (int64_t i = 0; i < rows; i++)
+        for (int64_t j = 0; j < K; j++) {
+            int32_t slot = t->fill[t->sel[i * K + j]]++;
+            t->slot_of[i * K + j] = slot;
+            t->row_of[slot] = (int32_t)i;
+        }
+}
+
+/* act(gate) * up into gate, n values (the gated activations of m->moe_act / m->ffn_act). */
+static void gated_act(int act, float *gate, const float *up, int64_t n) {
+    if (act == FG_ACT_GELU_TANH)
+        fg_geglu(gate, gate, up, n);
+    else
+        fg_swiglu(gate, gate, up, n);
+}
+
+/* x += the mixture-of-experts FFN of ffn_norm(x) (fg_model's comment says what it computes). Every weight is read
+ * once per chunk: the rows are grouped by expert (route), each selected expert's gate/up/down slices run as one
+ * GEMM over its rows, split by output rows over the team like the dense matmuls. A row's result depends on its own
+ * routing only, and its k experts are summed in its own top-k order: batched == solo, whatever the threads.
+ * Barriers: after the router, after the gather (rows > 1), after gate/up, after the quantization for down, at the
+ * end. */
+static void moe_ffn(const team *t, const fg_layer *L, int64_t rows) {
+    const fg_model *m = t->m;
+    fg_work *s = t->w;
+    int64_t E = m->n_embd, NE = m->n_expert, K = m->n_expert_used, FE = m->n_ff_exp, F = m->n_ff, S = rows * K;
+    int64_t r0, r1;
+    int sh = L->w_up.data != NULL; /* a shared expert */
+    const char *xq[5];
+    size_t xs, xr = s->xq_row;
+    const fg_mat *ws[5] = {&L->gate_inp, &L->gate_exps.m, &L->up_exps.m, &L->w_gate, &L->w_up};
+    prep(t, s->x, rows, E, E, L->ffn_norm, ws, sh ? 5 : 3, xq, &xs);
+
+    fg_split_rows(NE, t->nth, t->ith, ROW_ALIGN, &r0, &r1);
+    matmul(&L->gate_inp, xq[0], xs, rows, s->rlogits, NE, r0, r1);
+    BARRIER(t);
+    route(t, L, rows);
+
+    /* the experts' inputs in slot order (one row: every expert's input is that row) */
+    const char *in_g = xq[1], *in_u = xq[2];
+    if (rows > 1) {
+        size_t plane = (size_t)s->n_batch * K * xr;
+        fg_split_rows(S, t->nth, t->ith, 1, &r0, &r1);
+        for (int64_t j = r0; j < r1; j++) {
+            memcpy(s->xe + j * xr, xq[1] + t->row_of[j] * xs, xr);
+            if (xq[2] != xq[1]) memcpy(s->xe + plane + j * xr, xq[2] + t->row_of[j] * xs, xr);
+        }
+        in_g = s->xe;
+        in_u = xq[2] != xq[1] ? s->xe + plane : s->xe;
+        BARRIER(t);
+    }
+
+    /* gate and up of each selected expert (and of the shared expert): this thread's rows of each */
+    fg_split_rows(FE, t->nth, t->ith, ROW_ALIGN, &r0, &r1);
+    for (int64_t e = 0; e < NE; e++) {
+        int64_t o = t->off[e], n = t->off[e + 1] - o;
+        if (n == 0) continue;
+        fg_mat g = expert(&L->gate_exps, e), u = expert(&L->up_exps, e);
+        size_t at = rows > 1 ? (size_t)o * xr : 0;
+        matmul(&g, in_g + at, xr, n, s->hg + o * FE, FE, r0, r1);
+        matmul(&u, in_u + at, xr, n, s->hu + o * FE, FE, r0, r1);
+        if (r0 < r1)
+            for (int64_t j = o; j < o + n; j++)
+                gated_act(m->moe_act, s->hg + j * FE + r0, s->hu + j * FE + r0, r1 - r0);
+    }
+    if (sh) {
+        fg_split_rows(F, t->nth, t->ith, ROW_ALIGN, &r0, &r1);
+        matmul(&L->w_gate, xq[3], xs, rows, s->gate, F, r0, r1);
+        matmul(&L->w_up, xq[4], xs, rows, s->up, F, r0, r1);
+        if (r0 < r1)
+            for (int64_t i = 0; i < rows; i++) gated_act(m->ffn_act, s->gate + i * F + r0, s->up + i * F + r0, r1 - r0);
+    }
+    BARRIER(t);
+
+    /* the down inputs quantized: the S expert slots, then the shared expert's rows */
+    int dt = fg_vec_dot_type(L->down_exps.m.type), dts = sh ? fg_vec_dot_type(L->w_down.type) : dt;
+    fg_split_rows(S + (sh ? rows : 0), t->nth, t->ith, 1, &r0, &r1);
+    for (int64_t j = r0; j < r1; j++) {
+        if (j < S)
+            fg_quantize_row(dt, s->hg + j * FE, s->hq + j * xr, FE);
+        else
+            fg_quantize_row(dts, s->gate + (j - S) * F, s->hq + j * xr, F);
+    }
+    BARRIER(t);
+
+    /* down of each selected expert (and the shared one, into tmp), this thread's columns; then the weighted sum
+     * on the same columns (no barrier between): x += residual_scale * (sum_j w_j y_j + g * shared) */
+    fg_split_rows(E, t->nth, t->ith, ROW_ALIGN, &r0, &r1);
+    for (int64_t e = 0; e < NE; e++) {
+        int64_t o = t->off[e], n = t->off[e + 1] - o;
+        if (n == 0) continue;
+        fg_mat d = expert(&L->down_exps, e);
+        matmul(&d, s->hq + o * xr, xr, n, s->ye + o * E, E, r0, r1);
+    }
+    if (sh) matmul(&L->w_down, s->hq + S * xr, xr, rows, s->tmp, E, r0, r1);
+    for (int64_t i = 0; i < rows; i++) {
+        const int32_t *sl = t->slot_of + i * K;
+        const float *w = t->wts + i * K;
+        float g = L->gate_inp_shexp ? t->shg[i] : 1.0f, *x = s->x + i * E;
+        for (int64_t c = r0; c < r1; c++) {
+            float acc = s->ye[sl[0] * E + c] * w[0];
+            for (int64_t j = 1; j < K; j++) acc += s->ye[sl[j] * E + c] * w[j];
+            if (sh) acc += L->gate_inp_shexp ? s->tmp[i * E + c] * g : s->tmp[i * E + c];
+            if (m->residual_scale != 0.0f && m->residual_scale != 1.0f) acc *= m->residual_scale;
+            x[c] += acc;
+        }
+    }
+    BARRIER(t);
+}
+
 static void layer_forward(const team *t, int il, int64_t rows) {
     const fg_model *m = t->m;
     fg_work *s = t->w;
@@ -409,7 +615,7 @@ static void layer_forward(const team *t, int il, int64_t rows) {
 
     const fg_mat *qkv[3] = {&L->wq, &L->wk, &L->wv};
     prep(t, s->x, rows, E, E, L->attn_norm, qkv, 3, xq, &xs);
-    if (rows == 1)
+    if (rows == 1 && !m->qk_norm_full)
         attention_one_row(t, L, il, xq, xs);
     else
         attention_rows(t, L, il, rows, xq, xs);
@@ -419,6 +625,10 @@ static void layer_forward(const team *t, int il, int64_t rows) {
     matmul_residual(t, &L->wo, s->att, rows, QD, QD, L->bo, L->attn_post_norm);
     post_layernorm(t, rows, L->attn_out_norm, L->attn_out_norm_b);
 
+    if (L->gate_inp.data) {
+        moe_ffn(t, L, rows);
+        return;
+    }
     /* x += (act(ffn_norm(x) . Wgate) * (ffn_norm(x) . Wup)) . Wdown; each thread owns the same gate and up rows.
      * Without Wgate (BERT): x += act(x . Wup + b_up) . Wdown + b_down, then x = LayerNorm(x) */
     fg_split_rows(F, t->nth, t->ith, ROW_ALIGN, &r0, &r1);
@@ -503,6 +713,9 @@ static void logits_rows(const team *t, const int32_t *want, int64_t n_out, int c
     matmul(&m->output, xq[0], xs, n_out, logits, m->n_vocab, r0, r1);
     if (m->final_softcap > 0.0f)
         for (int64_t i = 0; i < n_out; i++) fg_softcap(logits + i * m->n_vocab + r0, r1 - r0, m->final_softcap);
+    if (m->logit_scale != 0.0f && m->logit_scale != 1.0f)
+        for (int64_t i = 0; i < n_out; i++)
+            for (int64_t r = r0; r < r1; r++) logits[i * m->n_vocab + r] *= m->logit_scale;
 }
 
 /* Output rows rows (n,) strictly increasing in [0, n_rows) (NULL allowed when n == 0): 0, else -1. */
@@ -577,6 +790,18 @@ static void forward_task(int ith, int nth, void *arg) {
     t.pxn = (float *)p;
     t.pxq = p + round64((size_t)w->n_in * sizeof(float));
     t.scores = (float *)(t.pxq + FG_MAX_SLOTS * w->xq_row);
+    if (m->n_expert > 0) { /* the routing scratch (route_bytes) */
+        size_t pairs = round64((size_t)w->n_batch * m->n_expert_used * 4), ne = round64(((size_t)m->n_expert + 1) * 4);
+        char *r = (char *)t.scores + round64((size_t)score_heads(m) * w->max_ctx * sizeof(float));
+        t.probs = (float *)r;
+        t.sel = (int32_t *)(r += ne);
+        t.wts = (float *)(r += pairs);
+        t.slot_of = (int32_t *)(r += pairs);
+        t.row_of = (int32_t *)(r += pairs);
+        t.off = (int32_t *)(r += pairs);
+        t.fill = (int32_t *)(r += ne);
+        t.shg = (float *)(r + ne);
+    }
     int li = 0, hi = 0; /* next entries of logit_rows and hidden_rows */
 
     /* chunks of up to n_batch rows, in row order (a sequence's later rows see its earlier chunks' cache); for a

@@ -18,6 +18,14 @@ typedef struct {
     int64_t rows, cols;
 } fg_mat;
 
+/* A stack of n_expert matrices of one type (a 3-D GGUF tensor ffn_*_exps): expert e is `m` with data moved by
+ * e * expert_stride bytes. m.data NULL: absent. */
+typedef struct {
+    fg_mat m;
+    size_t expert_stride;
+    int64_t n_expert;
+} fg_mat3;
+
 typedef struct {
     const float *attn_norm;       /* (n_embd,) */
     fg_mat wq, wk, wv;            /* (q_dim, n_embd), (kv_dim, n_embd), (kv_dim, n_embd) */
@@ -36,10 +44,19 @@ typedef struct {
     const float *bo, *b_up, *b_down;  /* biases of wo (n_embd,), w_up (n_ff,), w_down (n_embd,) */
     const float *attn_out_norm, *attn_out_norm_b;   /* x = LayerNorm(x + attention output) (n_embd,) */
     const float *layer_out_norm, *layer_out_norm_b; /* x = LayerNorm(x + FFN output) (n_embd,) */
+    /* mixture of experts (m->n_expert > 0; llama.cpp's build_moe_ffn): router gate_inp (n_expert, n_embd), the
+     * experts' gate/up (n_ff_exp, n_embd) and down (n_embd, n_ff_exp) stacks. w_gate/w_up/w_down then hold the
+     * optional shared expert (n_ff_shexp wide; data NULL: none), scaled per row by sigmoid(gate_inp_shexp . x)
+     * when gate_inp_shexp (n_embd,) is not NULL (qwen2moe) */
+    fg_mat gate_inp;
+    fg_mat3 gate_exps, up_exps, down_exps;
+    const float *gate_inp_shexp;
 } fg_layer;
 
 #define FG_ACT_SILU 0             /* ffn = silu(gate) * up (llama) */
 #define FG_ACT_GELU_TANH 1        /* ffn = gelu_tanh(gate) * up (gemma) */
+#define FG_GATING_SOFTMAX 0       /* expert probabilities = softmax(router logits) */
+#define FG_GATING_SIGMOID 1       /* = sigmoid(router logits) */
 #define FG_MAX_BATCH 256          /* rows per chunk of a forward call at most (the K/V ring's slack, see fg_kv) */
 #define FG_MAX_BATCH_NC 8192      /* the same for a non-causal model (non_causal): a chunk holds whole sequences,
                                    * so it must take the longest input (no sliding-window layers there) */
@@ -73,6 +90,18 @@ typedef struct {
                                    * (bert; data NULL: none); positions >= n_pos are refused */
     const float *type_embd0;      /* optional (n_embd,) token type 0's embedding added to the input, or NULL */
     const float *tok_norm, *tok_norm_b; /* optional (n_embd,): input = LayerNorm(embeddings), or NULL */
+    /* granite: the attention and FFN outputs are multiplied by residual_scale before their residual add, the
+     * logits by logit_scale (0 or 1: none, so a zeroed fg_model is a llama one; as llama.cpp's 0 = unset) */
+    float residual_scale, logit_scale;
+    /* mixture of experts (0 experts: every layer is a dense FFN). Each row's FFN: probabilities p = gating(router
+     * logits); the n_expert_used largest (ties: the lower expert first); weights w = their p, divided by their
+     * sum when moe_norm_w, times moe_w_scale; out = sum_j w_j down_j(act(gate_j x) * up_j x) in that order, plus
+     * the shared expert (fg_layer). moe_act: FG_ACT_SILU (an FG_ACT_* for other gated activations later) */
+    int n_expert, n_expert_used, n_ff_exp, moe_gating, moe_norm_w, moe_act;
+    float moe_w_scale;
+    int qk_norm_full;             /* 1: q_norm/k_norm are (q_dim,)/(kv_dim,) and RMS-normalise the whole q and k
+                                   * vectors, not each head (olmoe); such a model runs every row through the
+                                   * batch attention path, which holds whole rows per thread */
 } fg_model;
 
 #define FG_MAX_SLOTS 3 /* distinct activation types for one input (q, k, v may differ) */
@@ -101,11 +130,19 @@ typedef struct {
     float *q, *att;               /* (n_batch, q_dim) */
     float *tmp;                   /* (n_batch, n_embd) */
     float *gate, *up;             /* (n_batch, n_ff) */
+    /* mixture of experts (NULL without): a chunk's n_batch * n_expert_used (row, expert) pairs are "slots",
+     * grouped by expert (expert ascending, then row) */
+    float *rlogits;               /* (n_batch, n_expert) router logits */
+    char *xe;                     /* (2, slots, xq_row) the quantized FFN inputs gathered into slot order */
+    float *hg, *hu;               /* (slots, n_ff_exp) gate and up outputs, then act(gate) * up in hg */
+    char *hq;                     /* (slots + n_batch, xq_row) hg quantized for down, then the shared expert's */
+    float *ye;                    /* (slots, n_embd) down outputs */
     float *rope;                  /* (n_batch, n_rot) cos/sin pairs; then (n_batch, n_rot) of the sliding-window
                                    * layers when the model has any */
     char *xq;                     /* (FG_MAX_SLOTS, n_batch, xq_row) quantized inputs, batch path */
     size_t xq_row;
-    char *priv;                   /* (max_threads, priv_size): per-thread xn (n_in), slots, scores (n_head, max_ctx) */
+    char *priv;                   /* (max_threads, priv_size): per-thread xn (n_in), slots, scores (n_head, max_ctx),
+                                   * and with experts the routing of a chunk (each thread computes it whole) */
     size_t priv_size;
     struct fg_pool *pool;         /* the team (fg_threads.h): created by the first call with more than one thread */
     int last_threads;             /* threads that ran the last call (fewer than asked if threads could not start) */

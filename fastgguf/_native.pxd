@@ -92,12 +92,18 @@ cdef extern from "fg_forward.h" nogil:
     enum:
         FG_MAX_BATCH
         FG_MAX_BATCH_NC
+        FG_MAX_SLOTS
 
     ctypedef struct fg_mat:
         const void *data
         int type
         size_t stride
         int64_t rows, cols
+
+    ctypedef struct fg_mat3:
+        fg_mat m
+        size_t expert_stride
+        int64_t n_expert
 
     ctypedef struct fg_layer:
         const float *attn_norm
@@ -120,6 +126,9 @@ cdef extern from "fg_forward.h" nogil:
         const float *attn_out_norm_b
         const float *layer_out_norm
         const float *layer_out_norm_b
+        fg_mat gate_inp
+        fg_mat3 gate_exps, up_exps, down_exps
+        const float *gate_inp_shexp
 
     ctypedef struct fg_model:
         int n_embd, n_layer, n_head, n_head_kv, head_dim, n_ff, n_vocab
@@ -143,6 +152,10 @@ cdef extern from "fg_forward.h" nogil:
         const float *type_embd0
         const float *tok_norm
         const float *tok_norm_b
+        float residual_scale, logit_scale
+        int n_expert, n_expert_used, n_ff_exp, moe_gating, moe_norm_w, moe_act
+        float moe_w_scale
+        int qk_norm_full
 
     ctypedef struct fg_kv:
         int n_ctx, n_swa_rows

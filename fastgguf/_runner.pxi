@@ -40,6 +40,45 @@ cdef fg_mat _mat(Weights w, spec, int64_t rows, int64_t cols, str name) except *
     return m
 
 
+cdef fg_mat3 _mat3(Weights w, spec, int64_t n_expert, int64_t rows, int64_t cols, str name) except *:
+    """spec = (array, ggml_type, n_expert, rows, cols): a stack of experts' matrices (a 3-D GGUF tensor), each
+    expert's rows contiguous and evenly spaced; None: absent."""
+    cdef fg_mat3 m
+    memset(&m, 0, sizeof(fg_mat3))
+    if spec is None:
+        return m
+    arr, t, ne, r, c = spec
+    if ne != n_expert or r != rows or c != cols:
+        raise ValueError(f"{name}: expected shape ({n_expert}, {rows}, {cols}), got ({ne}, {r}, {c})")
+    a = np.asarray(arr)
+    if a.ndim != 3 or a.shape[0] != ne or a.shape[1] != r or a.strides[2] != a.itemsize:
+        raise ValueError(f"{name}: expected a 3-D array of {ne} x {r} contiguous rows")
+    m.m = _mat(w, (a[0], t, r, c), rows, cols, name)
+    w._keep.append(a)
+    m.expert_stride = a.strides[0]
+    m.n_expert = ne
+    return m
+
+
+cdef int _experts(Weights w, fg_layer *L, d, int64_t NE, int64_t FE, int64_t E, str p) except -1:
+    """A mixture-of-experts layer's router, expert stacks and shared-expert gate (Weights.__init__)."""
+    L.gate_inp = _mat(w, d["gate_inp"], NE, E, p + "ffn_gate_inp")
+    L.gate_exps = _mat3(w, d["gate_exps"], NE, FE, E, p + "ffn_gate_exps")
+    L.up_exps = _mat3(w, d["up_exps"], NE, FE, E, p + "ffn_up_exps")
+    L.down_exps = _mat3(w, d["down_exps"], NE, E, FE, p + "ffn_down_exps")
+    L.gate_inp_shexp = _vec(w, d.get("gate_inp_shexp"), E, p + "ffn_gate_inp_shexp")
+    shared = [L.w_gate.data != NULL, L.w_up.data != NULL, L.w_down.data != NULL]
+    if any(shared) != all(shared) or (L.gate_inp_shexp != NULL and not all(shared)):
+        raise ValueError(f"{p}: a shared expert needs ffn_gate/up/down_shexp (and its gate vector, them)")
+    dots = {fg_vec_dot_type(L.gate_inp.type), fg_vec_dot_type(L.gate_exps.m.type), fg_vec_dot_type(L.up_exps.m.type)}
+    if all(shared):
+        dots |= {fg_vec_dot_type(L.w_gate.type), fg_vec_dot_type(L.w_up.type)}
+    if len(dots) > FG_MAX_SLOTS:  # the FFN input is quantized once per activation type (csrc prep)
+        raise ValueError(f"{p}: the router and expert matrices need {len(dots)} activation types; at most "
+                         f"{FG_MAX_SLOTS} are supported")
+    return 0
+
+
 cdef class Weights:
     def __cinit__(self):
         self.layers = NULL
@@ -51,10 +90,14 @@ cdef class Weights:
         Encoders (bert, nomic-bert: hp.causal False) may lack output_norm and output (None: no lm_head) and add
         pos_embd (a matrix), type_embd (float32 (n_types, n_embd): row 0 is used), tok_norm, tok_norm_b; their
         layers lack attn_norm, ffn_norm (and w_gate: a plain GELU FFN) and add bo, b_up, b_down, attn_out_norm(_b),
-        layer_out_norm(_b)."""
+        layer_out_norm(_b).
+        Mixtures of experts (hp.n_expert > 0): every layer has gate_inp (a matrix (n_expert, n_embd)), gate_exps,
+        up_exps, down_exps ((array, type, n_expert, rows, cols) stacks) and optionally a shared expert as
+        w_gate/w_up/w_down (hp.n_ff_shexp wide) with an optional gate vector gate_inp_shexp (n_embd,)."""
         cdef int i
         cdef fg_layer *L
-        cdef int64_t E = hp.n_embd, QD = hp.n_head * hp.head_dim, KV = hp.n_head_kv * hp.head_dim, F = hp.n_ff
+        cdef int64_t E = hp.n_embd, QD = hp.n_head * hp.head_dim, KV = hp.n_head_kv * hp.head_dim
+        cdef int64_t F = hp.n_ff_shexp if hp.n_expert > 0 else hp.n_ff  # with experts: the shared expert's width
         cdef int64_t hd = hp.head_dim
         if hp.n_head % hp.n_head_kv != 0:
             raise ValueError(f"head_count {hp.n_head} is not a multiple of head_count_kv {hp.n_head_kv}")
@@ -67,7 +110,7 @@ cdef class Weights:
         self.m.n_head = hp.n_head
         self.m.n_head_kv = hp.n_head_kv
         self.m.head_dim = hp.head_dim
-        self.m.n_ff = hp.n_ff
+        self.m.n_ff = F
         self.m.n_vocab = hp.n_vocab
         self.m.n_rot = hp.n_rot
         self.m.rope_neox = 1 if hp.rope_neox else 0
@@ -117,6 +160,22 @@ cdef class Weights:
         self.m.type_embd0 = _vec(self, te, E, "token_types")
         self.m.tok_norm = _vec(self, tensors.get("tok_norm"), E, "token_embd_norm")
         self.m.tok_norm_b = _vec(self, tensors.get("tok_norm_b"), E, "token_embd_norm.bias")
+        self.m.residual_scale = hp.residual_scale
+        self.m.logit_scale = hp.logit_scale
+        cdef int64_t NE = hp.n_expert, FE = hp.n_ff_exp
+        if NE > 0 and not (1 <= hp.n_expert_used <= NE and FE >= 1):
+            raise ValueError(f"experts: need 1 <= n_expert_used {hp.n_expert_used} <= n_expert {NE} and "
+                             f"n_ff_exp {FE} >= 1")
+        if hp.moe_gating not in ("softmax", "sigmoid"):
+            raise ValueError(f"unknown expert gating {hp.moe_gating!r}")
+        self.m.n_expert = NE
+        self.m.n_expert_used = hp.n_expert_used if NE > 0 else 0
+        self.m.n_ff_exp = FE if NE > 0 else 0
+        self.m.moe_gating = 1 if hp.moe_gating == "sigmoid" else 0
+        self.m.moe_norm_w = 1 if hp.moe_norm_w else 0
+        self.m.moe_act = self.m.ffn_act
+        self.m.moe_w_scale = hp.moe_w_scale
+        self.m.qk_norm_full = 1 if hp.qk_norm_full else 0
         layers = tensors["layers"]
         if len(layers) != hp.n_layer:
             raise ValueError(f"expected {hp.n_layer} layers, got {len(layers)}")
@@ -134,13 +193,15 @@ cdef class Weights:
             L.bq = _vec(self, d.get("bq"), QD, p + "attn_q.bias")
             L.bk = _vec(self, d.get("bk"), KV, p + "attn_k.bias")
             L.bv = _vec(self, d.get("bv"), KV, p + "attn_v.bias")
-            L.q_norm = _vec(self, d.get("q_norm"), hd, p + "attn_q_norm")
-            L.k_norm = _vec(self, d.get("k_norm"), hd, p + "attn_k_norm")
+            L.q_norm = _vec(self, d.get("q_norm"), QD if hp.qk_norm_full else hd, p + "attn_q_norm")
+            L.k_norm = _vec(self, d.get("k_norm"), KV if hp.qk_norm_full else hd, p + "attn_k_norm")
             L.wo = _mat(self, d["wo"], E, QD, p + "attn_output")
             L.ffn_norm = _vec(self, d.get("ffn_norm"), E, p + "ffn_norm")
             L.w_gate = _mat(self, d.get("w_gate"), F, E, p + "ffn_gate")
-            L.w_up = _mat(self, d["w_up"], F, E, p + "ffn_up")
-            L.w_down = _mat(self, d["w_down"], E, F, p + "ffn_down")
+            L.w_up = _mat(self, d.get("w_up") if NE > 0 else d["w_up"], F, E, p + "ffn_up")
+            L.w_down = _mat(self, d.get("w_down") if NE > 0 else d["w_down"], E, F, p + "ffn_down")
+            if NE > 0:  # experts; the dense FFN's fields hold the optional shared expert
+                _experts(self, L, d, NE, FE, E, p)
             L.attn_post_norm = _vec(self, d.get("attn_post_norm"), E, p + "post_attention_norm")
             L.ffn_post_norm = _vec(self, d.get("ffn_post_norm"), E, p + "post_ffw_norm")
             L.swa = 1 if i in swa_layers else 0
@@ -157,6 +218,10 @@ cdef class Weights:
 
     def __dealloc__(self):
         free(self.layers)
+
+    @property
+    def n_expert(self):
+        return self.m.n_expert
 
     @property
     def has_logits(self):

@@ -34,7 +34,20 @@ class Oracle:
         n_ctx_train = md.get(f"{a}.context_length", 0)
         self.n_ctx_orig = md.get(f"{a}.rope.scaling.original_context_length", n_ctx_train) or n_ctx_train
         self.attn_factor = md.get(f"{a}.rope.scaling.attn_factor", 1.0)
-        self.neox = a in ("qwen2", "qwen3", "gemma", "gemma2", "gemma3", "phi3", "nomic-bert")
+        self.neox = a in ("qwen2", "qwen3", "qwen2moe", "qwen3moe", "olmoe", "gemma", "gemma2", "gemma3", "phi3",
+                          "nomic-bert")
+        # granite (llama.cpp's granite.cpp): embeddings * embedding_scale, scores * attention.scale (instead of
+        # 1/sqrt(head_dim)), attention and FFN outputs * residual_scale, logits / logit_scale; 0/absent: none
+        self.embd_scale = md.get(f"{a}.embedding_scale", 0.0) or 1.0
+        self.attn_scale = md.get(f"{a}.attention.scale", 0.0) or None
+        self.residual_scale = md.get(f"{a}.residual_scale", 0.0) or 1.0
+        self.logit_scale = md.get(f"{a}.logit_scale", 0.0) or 1.0
+        # mixture of experts (llama.cpp's build_moe_ffn): softmax of the router logits, the n_used largest (ties:
+        # the lower expert), their probabilities as weights (renormalised to sum 1 except qwen2moe and olmoe),
+        # sum of w_j * expert_j(x), plus the shared expert (qwen2moe: times sigmoid(ffn_gate_inp_shexp . x))
+        self.n_expert = md.get(f"{a}.expert_count", 0)
+        self.n_used = md.get(f"{a}.expert_used_count", 0)
+        self.moe_norm_w = a not in ("qwen2moe", "olmoe")
         # the gemma family (see fastgguf/arch/gemma.py for the facts): embeddings * sqrt(n_embd), GELU (tanh),
         # post-attention/FFN norms, soft-caps (gemma2), sliding-window layers with their own RoPE base (gemma3)
         self.gemma = a.startswith("gemma")
@@ -156,6 +169,36 @@ class Oracle:
             x[..., 0:self.n_rot:2], x[..., 1:self.n_rot:2] = a * c - b * s, a * s + b * c
         return x
 
+    def ffn(self, h, wg, wu, wd):
+        gt, up = h @ wg.T, h @ wu.T
+        if self.gemma:
+            act = 0.5 * gt * (1 + np.tanh(np.sqrt(2 / np.pi) * (gt + 0.044715 * gt ** 3)))
+        else:
+            act = gt / (1 + np.exp(-gt))
+        return (act * up) @ wd.T
+
+    def moe(self, h, p):
+        """The mixture-of-experts FFN of rows h (n, n_embd) of layer prefix p."""
+        W = self.w
+        logits = h @ W[p + "ffn_gate_inp.weight"].T
+        probs = np.exp(logits - logits.max(axis=1, keepdims=True))
+        probs /= probs.sum(axis=1, keepdims=True)
+        out = np.zeros_like(h)
+        for i in range(len(h)):
+            sel = np.argsort(-probs[i], kind="stable")[:self.n_used]
+            self.selected.append(set(int(e) for e in sel))
+            wts = probs[i, sel] / (probs[i, sel].sum() if self.moe_norm_w else 1.0)
+            for e, wt in zip(sel, wts):
+                out[i] += wt * self.ffn(h[i], W[p + "ffn_gate_exps.weight"][e], W[p + "ffn_up_exps.weight"][e],
+                                        W[p + "ffn_down_exps.weight"][e])
+        if p + "ffn_up_shexp.weight" in W:
+            sh = self.ffn(h, W[p + "ffn_gate_shexp.weight"], W[p + "ffn_up_shexp.weight"],
+                          W[p + "ffn_down_shexp.weight"])
+            if p + "ffn_gate_inp_shexp.weight" in W:
+                sh = sh / (1 + np.exp(-(h @ W[p + "ffn_gate_inp_shexp.weight"])))[:, None]
+            out = out + sh
+        return out
+
     def forward(self, ids, kv_f16=False, n_ctx=None):
         """Logits (len(ids), n_vocab) float64 of ids at positions 0.. (causal). kv_f16: round K (after RoPE) and V
         to float16 as an F16 KV cache does (to compare engines exactly on tiny F32 models). n_ctx: the context
@@ -164,7 +207,8 @@ class Oracle:
         ids = np.asarray(ids)
         n, hd, H, KVH = len(ids), self.head_dim, self.n_head, self.n_head_kv
         pos = np.arange(n, dtype=np.float64)
-        x = W["token_embd.weight"][ids]
+        self.selected = []   # mixtures of experts: the set of experts each row picked, per layer
+        x = W["token_embd.weight"][ids] * self.embd_scale
         if self.gemma:
             x = x * np.sqrt(self.n_embd)
         mask = np.triu(np.full((n, n), -np.inf), 1)
@@ -176,7 +220,10 @@ class Oracle:
             k = h @ W[p + "attn_k.weight"].T + W.get(p + "attn_k.bias", 0)
             v = h @ W[p + "attn_v.weight"].T + W.get(p + "attn_v.bias", 0)
             q, k = q.reshape(n, H, hd), k.reshape(n, KVH, hd)
-            if p + "attn_q_norm.weight" in W:      # qwen3: per-head RMS norm before RoPE
+            if self.arch == "olmoe":               # RMS norm of the whole q and k vectors, before the heads
+                q = self.rmsnorm(q.reshape(n, -1), W[p + "attn_q_norm.weight"]).reshape(n, H, hd)
+                k = self.rmsnorm(k.reshape(n, -1), W[p + "attn_k_norm.weight"]).reshape(n, KVH, hd)
+            elif p + "attn_q_norm.weight" in W:    # qwen3: per-head RMS norm before RoPE
                 q = self.rmsnorm(q, W[p + "attn_q_norm.weight"])
                 k = self.rmsnorm(k, W[p + "attn_k_norm.weight"])
             q, k = self.rope(q, pos, self.swa[l], n_ctx or n), self.rope(k, pos, self.swa[l], n_ctx or n)
@@ -187,7 +234,7 @@ class Oracle:
             att = np.empty((n, H, hd))
             for hh in range(H):
                 g = hh // rep
-                s = q[:, hh, :] @ k[:, g, :].T / np.sqrt(hd)
+                s = q[:, hh, :] @ k[:, g, :].T * (self.attn_scale or 1 / np.sqrt(hd))
                 if self.attn_softcap:
                     s = self.attn_softcap * np.tanh(s / self.attn_softcap)
                 s = s + (window if self.swa[l] else mask)
@@ -197,20 +244,17 @@ class Oracle:
             o = att.reshape(n, H * hd) @ W[p + "attn_output.weight"].T
             if p + "post_attention_norm.weight" in W:
                 o = self.rmsnorm(o, W[p + "post_attention_norm.weight"])
-            x = x + o
+            x = x + o * self.residual_scale
             h = self.rmsnorm(x, W[p + "ffn_norm.weight"])
-            gt = h @ W[p + "ffn_gate.weight"].T
-            up = h @ W[p + "ffn_up.weight"].T
-            if self.gemma:
-                act = 0.5 * gt * (1 + np.tanh(np.sqrt(2 / np.pi) * (gt + 0.044715 * gt ** 3)))
+            if self.n_expert:
+                o = self.moe(h, p)
             else:
-                act = gt / (1 + np.exp(-gt))
-            o = (act * up) @ W[p + "ffn_down.weight"].T
+                o = self.ffn(h, W[p + "ffn_gate.weight"], W[p + "ffn_up.weight"], W[p + "ffn_down.weight"])
             if p + "post_ffw_norm.weight" in W:
                 o = self.rmsnorm(o, W[p + "post_ffw_norm.weight"])
-            x = x + o
+            x = x + o * self.residual_scale
         self.last_hidden = self.rmsnorm(x, W["output_norm.weight"])  # final hidden states (len(ids), n_embd)
-        lo = self.last_hidden @ W["output.weight"].T
+        lo = self.last_hidden @ W["output.weight"].T / self.logit_scale
         if self.final_softcap:
             lo = self.final_softcap * np.tanh(lo / self.final_softcap)
         return lo

@@ -59,6 +59,18 @@ class Hparams:
     causal: bool = True
     n_cls_out: int = 1               # scores of rank pooling: len({arch}.classifier.output_labels), else 1
     rank_softmax: bool = False       # rank pooling ends with a softmax over the head's outputs (qwen3 rerankers)
+    # granite: attention and FFN outputs scaled before the residual add, logits multiplied (1: none)
+    residual_scale: float = 1.0
+    logit_scale: float = 1.0
+    # mixture of experts (0: a dense FFN; llama.cpp's build_moe_ffn, csrc/fg_forward.h fg_model says what runs)
+    n_expert: int = 0
+    n_expert_used: int = 0
+    n_ff_exp: int = 0                # an expert's FFN width
+    n_ff_shexp: int = 0              # the shared expert's width (0: none)
+    moe_gating: str = "softmax"      # or "sigmoid": expert probabilities from the router logits
+    moe_norm_w: bool = False         # the chosen experts' weights divided by their sum
+    moe_w_scale: float = 1.0         # and multiplied by this
+    qk_norm_full: bool = False       # q_norm/k_norm over the whole q and k vectors, not per head (olmoe)
 
 
 class Arch:
@@ -85,7 +97,19 @@ class Arch:
         "bv": "attn_v.bias",
     }
     vectors = ("attn_norm", "ffn_norm", "bq", "bk", "bv", "q_norm", "k_norm", "output_norm", "rope_freqs",
-               "rope_freqs_long", "attn_post_norm", "ffn_post_norm")
+               "rope_freqs_long", "attn_post_norm", "ffn_post_norm", "gate_inp_shexp")
+    # mixture of experts (a layer with {arch}.expert_count > 0): the router and the 3-D expert stacks replace the
+    # dense FFN; a shared expert (ffn_*_shexp) fills the dense FFN's roles. As llama.cpp's per-arch build_moe_ffn
+    # call: moe_norm_w is fixed per architecture ({arch}.expert_weights_norm is not read there for these), and
+    # expert_weights_scale is not read (no scaling).
+    expert_tensors = {"gate_inp": "ffn_gate_inp.weight", "gate_exps": "ffn_gate_exps.weight",
+                      "up_exps": "ffn_up_exps.weight", "down_exps": "ffn_down_exps.weight"}
+    shexp_tensors = {"w_gate": "ffn_gate_shexp.weight", "w_up": "ffn_up_shexp.weight",
+                     "w_down": "ffn_down_shexp.weight"}
+    moe_norm_w = True
+    moe_ff_key = False     # True: expert_feed_forward_length (default n_ff / n_expert_used) sets the experts' width;
+                           # False: they are feed_forward_length wide (llama.cpp reads no other key for them)
+    shexp_gate = False     # the shared expert's output scaled by sigmoid(ffn_gate_inp_shexp . x) (qwen2moe)
     # model-level tensors besides token_embd: role -> (name, required); encoders change these
     model_tensors = {"output_norm": ("output_norm.weight", True)}
     has_output = True   # False: no lm_head at all, not even tied (encoders)
@@ -222,6 +246,17 @@ class Arch:
         """The Hparams of the file; subclasses extend base_hparams() (dataclasses.replace)."""
         return self.base_hparams()
 
+    def experts(self, n_ff):
+        """The Hparams fields of a mixture of experts ({} without {arch}.expert_count, or with 0)."""
+        n_expert = self.int_key("expert_count", 0, lo=0, hi=4096)
+        if n_expert == 0:
+            return {}
+        used = self.int_key("expert_used_count", lo=1, hi=n_expert)
+        n_ff_exp = self.int_key("expert_feed_forward_length", max(n_ff // used, 1)) if self.moe_ff_key else n_ff
+        return {"n_expert": n_expert, "n_expert_used": used, "n_ff_exp": n_ff_exp,
+                "n_ff_shexp": self.int_key("expert_shared_feed_forward_length", 0, lo=0),
+                "moe_norm_w": self.moe_norm_w}
+
     def base_hparams(self):
         n_embd = self.int_key("embedding_length")
         n_head = self.int_key("attention.head_count")
@@ -252,6 +287,7 @@ class Arch:
                 raise GGUFError(f"tokenizer.ggml.tokens has {n_tok} tokens but token_embd.weight only {n_vocab} "
                                 f"rows")
         n_ctx_train = self.int_key("context_length", 0, lo=0, hi=(1 << 31) - 1)
+        n_ff = self.int_key("feed_forward_length")
         return Hparams(
             arch=self.name,
             n_embd=n_embd,
@@ -259,7 +295,8 @@ class Arch:
             n_head=n_head,
             n_head_kv=n_head_kv,
             head_dim=head_dim,
-            n_ff=self.int_key("feed_forward_length"),
+            n_ff=n_ff,
+            **self.experts(n_ff),
             n_vocab=n_vocab,
             n_rot=n_rot,
             rope_neox=self.rope_neox,
@@ -309,6 +346,15 @@ class Arch:
             raise GGUFError(f"tensor {name!r}: expected 2 dimensions, got shape {ti.shape}")
         return (self.f.tensor(name), int(ti.type), int(ti.shape[0]), int(ti.shape[1]))
 
+    def matrix3(self, name, shape):
+        """A 3-D stack of matrices (experts), numpy shape `shape` = (n, rows, cols): (array, type, n, rows, cols)."""
+        ti = self.f.tensors[name]
+        if ti.type not in kernels.WEIGHT_TYPES:
+            raise GGUFError(f"tensor {name!r} has type {ti.type.name}, which fastgguf cannot run yet")
+        if tuple(int(d) for d in ti.shape) != tuple(shape):
+            raise GGUFError(f"tensor {name!r} has shape {tuple(ti.shape)}, expected {tuple(shape)}")
+        return (self.f.tensor(name), int(ti.type)) + tuple(shape)
+
     def vector(self, name):
         ti = self.f.tensors[name]
         a = self.f.tensor(name)
@@ -354,8 +400,15 @@ class Arch:
         if out["output"] is None and self.has_output:   # tied embeddings
             out["output"] = out["tok_embd"]
         layers = []
+        dense = self.layer_tensors
+        if hp.n_expert:
+            dense = {r: n for r, n in dense.items() if r not in self.shexp_tensors}
+        E, NE, FE = hp.n_embd, hp.n_expert, hp.n_ff_exp
+        exp_shapes = {"gate_exps": (NE, FE, E), "up_exps": (NE, FE, E), "down_exps": (NE, E, FE)}
         for i in range(hp.n_layer):
-            d = {role: take(role, f"blk.{i}.{n}") for role, n in self.layer_tensors.items()}
+            d = {role: take(role, f"blk.{i}.{n}") for role, n in dense.items()}
+            if hp.n_expert:
+                d.update(self.expert_layer(hp, i, take, exp_shapes, used))
             for role, n in self.optional_layer_tensors.items():
                 d[role] = take(role, f"blk.{i}.{n}", required=False)
             d = self.split_layer(d, hp, i)
@@ -372,6 +425,25 @@ class Arch:
             raise GGUFError(f"architecture {self.name!r}: tensors fastgguf does not know how to use: "
                             f"{', '.join(unused[:5])}{more}")
         return out
+
+    def expert_layer(self, hp, i, take, exp_shapes, used):
+        """Layer i's router, expert stacks and optional shared expert (with its gate when shexp_gate)."""
+        d = {}
+        for role, n in self.expert_tensors.items():
+            name = f"blk.{i}.{n}"
+            if role in exp_shapes:
+                if name not in self.f.tensors:
+                    raise GGUFError(f"{self.f.path}: missing tensor {name!r} for architecture {self.name!r}")
+                used.add(name)
+                d[role] = self.matrix3(name, exp_shapes[role])
+            else:
+                d[role] = take(role, name)
+        if hp.n_ff_shexp:
+            for role, n in self.shexp_tensors.items():
+                d[role] = take(role, f"blk.{i}.{n}")
+            if self.shexp_gate:
+                d["gate_inp_shexp"] = take("gate_inp_shexp", f"blk.{i}.ffn_gate_inp_shexp.weight")
+        return d
 
     def dense(self, name):
         """A weight matrix or vector dequantized to float32 (the classifier head: run in numpy, a few rows)."""
@@ -428,3 +500,23 @@ def get(f):
     if name not in ARCHS:
         raise GGUFError(f"architecture {name!r} is not supported (supported: {', '.join(sorted(ARCHS))})")
     return ARCHS[name](f)
+
+
+def weight_bytes(f, hp):
+    """Where a model's bytes are (f: its GGUFFile, hp: its Hparams), as a dict:
+      file: the file's size; weights: all tensor bytes (mapped, zero-copy);
+      experts: the mixture-of-experts stacks (ffn_*_exps; 0 for a dense model);
+      per_token: the weight bytes one decoded token reads, the physical floor of decoding: every tensor except
+        the expert stacks, of which n_expert_used / n_expert, and except token_embd, of which one row (unless it
+        is also the lm_head: tied embeddings are read whole);
+      active_fraction: per_token / weights."""
+    experts = sum(t.nbytes for n, t in f.tensors.items() if n.endswith("_exps.weight"))
+    weights = sum(t.nbytes for t in f.tensors.values())
+    per_token = weights - experts
+    emb = f.tensors.get("token_embd.weight")
+    if emb is not None and "output.weight" in f.tensors:
+        per_token -= emb.nbytes - emb.nbytes // max(int(emb.shape[0]), 1)
+    if hp.n_expert:
+        per_token += experts * hp.n_expert_used // hp.n_expert
+    return {"file": f.file_size, "weights": weights, "experts": experts, "per_token": per_token,
+            "active_fraction": round(per_token / weights, 4) if weights else 0.0}

@@ -19,3 +19,28 @@ class Qwen3(Arch):
     rank_softmax = True
     optional_layer_tensors = dict(Arch.optional_layer_tensors,
                                   q_norm="attn_q_norm.weight", k_norm="attn_k_norm.weight")
+
+
+@register
+class Qwen2Moe(Qwen2):
+    """qwen2 with experts (softmax, weights not renormalised) and a shared expert gated by
+    sigmoid(ffn_gate_inp_shexp . x); expert_feed_forward_length (default n_ff / n_expert_used) and
+    expert_shared_feed_forward_length (default n_ff) as llama.cpp's qwen2moe."""
+    name = "qwen2moe"
+    moe_norm_w = False
+    moe_ff_key = True
+    shexp_gate = True
+
+    def experts(self, n_ff):
+        d = super().experts(n_ff)
+        if d:
+            d["n_ff_shexp"] = self.int_key("expert_shared_feed_forward_length", n_ff)
+        return d
+
+
+@register
+class Qwen3Moe(Qwen3):
+    """qwen3 (q/k norms per head) with experts: softmax, the top weights renormalised, expert_feed_forward_length."""
+    name = "qwen3moe"
+    rank_softmax = False
+    moe_ff_key = True

@@ -148,6 +148,22 @@ def _print_text(d: dict, show_tensors: bool, out) -> None:
       f" ({tot['bits_per_weight']} bits per weight)\n")
     for name, s in sorted(d["totals"]["by_type"].items(), key=lambda kv: -kv[1]["nbytes"]):
         w(f"  {name:<8} {s['count']:>5} tensors {s['n_elements']:>14,} elements {_fmt_bytes(s['nbytes']):>12}\n")
+    mem = d.get("memory")
+    if mem:
+        if mem["experts"]:
+            w(f"experts: {_fmt_bytes(mem['experts'])} of the weights\n")
+        w(f"read per decoded token: {_fmt_bytes(mem['per_token'])} ({100 * mem['active_fraction']:.1f}% of the "
+          f"weights, mapped zero-copy)\n")
+
+
+def memory(f):
+    """Model.memory()'s byte counts of a file fastgguf can run, else None (info describes any GGUF file)."""
+    from fastgguf import arch
+    from fastgguf.errors import GGUFError
+    try:
+        return arch.base.weight_bytes(f, arch.get(f).hparams())
+    except (GGUFError, KeyError, ValueError):
+        return None
 
 
 def run(args) -> int:
@@ -158,6 +174,7 @@ def run(args) -> int:
     path = hub.resolve(args.file or args.model)
     with GGUFFile(path) as f:
         d = describe(f)
+        d["memory"] = memory(f)
     if args.json:
         json.dump(d, sys.stdout, indent=1)
         sys.stdout.write("\n")

@@ -82,6 +82,12 @@ class Model:
     def metadata(self):
         return self.file.metadata
 
+    def memory(self):
+        """Bytes of the weights: file, weights (all tensors, mapped zero-copy), experts (the mixture-of-experts
+        stacks), per_token (what one decoded token reads: for a 30B-A3B a small fraction), active_fraction
+        (fastgguf.arch.base.weight_bytes says how each is counted)."""
+        return _arch.base.weight_bytes(self.file, self.hparams)
+
     @property
     def n_vocab(self):
         return self.hparams.n_vocab

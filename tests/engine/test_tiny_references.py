@@ -2,8 +2,10 @@
 tools/make_tiny_references.py (llama.cpp through llama-cpp-python's bindings, flash attention on and off) and
 committed in tests/data/tiny-references.json. The files are rebuilt here, byte for byte, from CASES.
 
-Each case: F32 weights (llama-mxfp4: MXFP4 matrices), 2-4 layers, n_embd 64, 4 query heads of 16, vocabulary 100; GQA (2 KV heads) or MHA,
-tied or untied output. Tolerance: llama.cpp's own flash on/off spread on the same file, see test_matches_llama_cpp.
+Each case: F32 weights (llama-mxfp4: MXFP4 matrices), 2-4 layers, n_embd 64, 4 query heads of 16, vocabulary 100;
+GQA (2 KV heads) or MHA, tied or untied output. The mixtures of experts (tests/moe_model.py): experts F32, Q8_0 or
+Q4_K (n_embd 256 there), 8 experts 2 used or 128 used 8. Tolerance: llama.cpp's own flash on/off spread on the same
+file, see test_matches_llama_cpp.
 
 Where llama.cpp is off, it is llama.cpp: both its attention paths round Q to F16 for the products with the F16 K
 cache (ggml's vec_dot_type of F16 is F16; fastgguf keeps Q in F32), and its flash path also sums V in F16. On these
@@ -18,6 +20,7 @@ import pytest
 gguf = pytest.importorskip("gguf")
 
 from fastgguf.engine.model import Model  # noqa: E402
+from moe_model import make_moe, tie_router  # noqa: E402
 from test_model import make_tiny  # noqa: E402
 from test_rope_scaling import llama3_factors, longrope_tensors  # noqa: E402
 
@@ -29,6 +32,8 @@ YARN = {"rope.scaling.type": "yarn", "rope.scaling.factor": 4.0, "rope.scaling.o
 # llama.cpp rounds n_ctx up to a multiple of 256, so the LongRoPE switch is tested at 256 (short) / 512 (long)
 LONGROPE = {"rope.scaling.type": "longrope", "rope.scaling.original_context_length": 256,
             "rope.scaling.attn_factor": 1.19}
+
+GRANITE_SCALES = {"embedding_scale": 2.0, "attention.scale": 0.2, "residual_scale": 0.5, "logit_scale": 3.0}
 
 # name -> (make_tiny options, context sizes)
 CASES = {
@@ -55,11 +60,26 @@ CASES = {
                        "extra": longrope_tensors()}, [256, 512]),
     # every matrix but the token embedding in MXFP4 (gpt-oss's expert format; llama.cpp takes it for any matrix)
     "llama-mxfp4": ({"tied": False, "wtype": gguf.GGMLQuantizationType.MXFP4}, [256]),
+    "granite": ({"arch": "granite", "tied": False, "meta": GRANITE_SCALES}, [256]),
 }
+# mixtures of experts (tests/moe_model.py make_moe options under "moe"): 8 experts, 2 used unless said
+CASES.update({
+    "llama-moe-8x2": ({"moe": {"arch": "llama"}}, [256]),
+    "qwen3moe-8x2": ({"moe": {}}, [256]),
+    "qwen3moe-q8_0": ({"moe": {"wtype": "Q8_0"}}, [256]),
+    "qwen3moe-q4_k": ({"moe": {"wtype": "Q4_K", "n_embd": 256, "n_ff_exp": 256}}, [256]),
+    "qwen3moe-128x8": ({"moe": {"n_expert": 128, "n_used": 8, "n_ff_exp": 16}}, [256]),
+    "qwen3moe-ties": ({"moe": {"router": tie_router, "n_used": 3}}, [256]),
+    "qwen2moe-shared": ({"moe": {"arch": "qwen2moe", "shared": 48}}, [256]),
+    "olmoe-mha": ({"moe": {"arch": "olmoe", "n_head_kv": 4}}, [256]),
+    "granitemoe-shared": ({"moe": {"arch": "granitemoe", "shared": 40, "meta": GRANITE_SCALES}}, [256]),
+})
 
 
 def build(name, path):
     opts, _ = CASES[name]
+    if "moe" in opts:
+        return make_moe(path, seed=11, **opts["moe"])
     return make_tiny(path, no_vocab=True, seed=11, **opts)
 
 

@@ -23,8 +23,10 @@ with _harness.instrumented():
     from fastgguf.gguf import GGUFError, GGUFValueType, GGUFWriter  # noqa: E402
 
 E, H, KVH, HD, F, NV = 32, 2, 1, 16, 32, 16
-ARCHS = ("llama", "qwen2", "qwen3")
-KEYS = ("block_count", "context_length", "embedding_length", "feed_forward_length", "attention.head_count",
+ARCHS = ("llama", "qwen2", "qwen3", "qwen3moe", "granitemoe")
+NE = 4  # experts of the mixture-of-experts archs
+KEYS = ("expert_count", "expert_used_count", "expert_feed_forward_length", "expert_shared_feed_forward_length",
+        "logit_scale", "residual_scale", "embedding_scale", "attention.scale","block_count", "context_length", "embedding_length", "feed_forward_length", "attention.head_count",
         "attention.head_count_kv", "attention.key_length", "attention.value_length", "rope.dimension_count",
         "rope.freq_base", "attention.layer_norm_rms_epsilon", "rope.scaling.type", "rope.scaling.factor",
         "rope.scale_linear")
@@ -45,7 +47,12 @@ _TENSORS = {"token_embd.weight": (NV, E), "output_norm.weight": (E,), "blk.0.att
             "blk.0.attn_v.weight": (KVH * HD, E), "blk.0.attn_output.weight": (E, H * HD),
             "blk.0.ffn_norm.weight": (E,), "blk.0.ffn_gate.weight": (F, E), "blk.0.ffn_up.weight": (F, E),
             "blk.0.ffn_down.weight": (E, F)}
-_DATA = {n: (_RNG.standard_normal(s) * 0.3).astype(np.float32) for n, s in _TENSORS.items()}
+# the mixtures of experts: a router and 3-D expert stacks instead of the dense FFN, and their keys
+_MOE_TENSORS = {n: s for n, s in _TENSORS.items() if not n.startswith("blk.0.ffn_") or n.endswith("norm.weight")}
+_MOE_TENSORS.update({"blk.0.ffn_gate_inp.weight": (NE, E), "blk.0.ffn_gate_exps.weight": (NE, F, E),
+                     "blk.0.ffn_up_exps.weight": (NE, F, E), "blk.0.ffn_down_exps.weight": (NE, E, F)})
+MOE_BASE = {"expert_count": NE, "expert_used_count": 2, "expert_feed_forward_length": F}
+_DATA = {n: (_RNG.standard_normal(s) * 0.3).astype(np.float32) for n, s in {**_TENSORS, **_MOE_TENSORS}.items()}
 _fd, _PATH = tempfile.mkstemp(suffix=".gguf")
 os.close(_fd)
 
@@ -80,7 +87,11 @@ def value(src, vt):
 def build(data):
     src = Bytes(data)
     arch = ARCHS[src.byte() % len(ARCHS)]
-    md = {k: (v, V.FLOAT32 if isinstance(v, float) else V.UINT32) for k, v in BASE.items()}
+    moe = arch in ("qwen3moe", "granitemoe")
+    base = dict(BASE, **MOE_BASE) if moe else dict(BASE)
+    if arch == "granitemoe":
+        base["logit_scale"] = 2.0
+    md = {k: (v, V.FLOAT32 if isinstance(v, float) else V.UINT32) for k, v in base.items()}
     for _ in range(src.byte() % 6):
         key = KEYS[src.byte() % len(KEYS)]
         op = src.byte() % 8
@@ -99,8 +110,8 @@ def build(data):
             w.add_array(f"{arch}.{k}", spec[0], spec[2])
         else:
             w.add_value(f"{arch}.{k}", spec[0], spec[1])
-    for name, a in _DATA.items():
-        w.add_tensor(name, a)
+    for name in (_MOE_TENSORS if moe else _TENSORS):
+        w.add_tensor(name, _DATA[name])
     w.write(_PATH)
 
 

@@ -1,0 +1,119 @@
+"""Mixtures of experts (csrc/fg_forward.c moe_ffn, fastgguf/arch qwen3moe/qwen2moe/granitemoe/llama with
+expert_count): the tiny random files of test_tiny_references against the float64 oracle (tests/oracle.py), the
+routing edge cases (ties, every expert used, one expert, a batch whose rows all pick the same experts, one whose
+rows pick them all), batched == solo bit for bit on 1 and 2 threads, and the hyperparameter checks."""
+import numpy as np
+import pytest
+
+gguf = pytest.importorskip("gguf")
+
+from fastgguf.engine.batch import forward_batch  # noqa: E402
+from fastgguf.engine.model import Model  # noqa: E402
+from fastgguf.errors import GGUFError  # noqa: E402
+from moe_model import make_moe, tie_router  # noqa: E402
+from oracle import Oracle  # noqa: E402
+from test_tiny_references import CASES, IDS, build  # noqa: E402
+
+pytestmark = pytest.mark.filterwarnings("ignore:n_ctx=.*exceeds the model's training context:RuntimeWarning")
+
+# the F32 cases: fastgguf equals the oracle up to float32 sums and Q8_0-free activations (measured <= 1e-4)
+F32_CASES = [n for n, (o, _) in CASES.items() if "moe" in o and "wtype" not in o["moe"]] + ["granite"]
+
+
+# name -> make_moe options of the routing edge cases
+EDGE = {
+    "ties": {"router": tie_router, "n_used": 3},
+    "all-used": {"n_expert": 4, "n_used": 4},
+    "one-expert": {"n_expert": 1, "n_used": 1},
+    "same-experts": {"router": lambda i, r: np.zeros_like(r)},   # all logits 0: every row takes experts 0 and 1
+    "128x8": {"n_expert": 128, "n_used": 8, "n_ff_exp": 16},
+    "olmoe": {"arch": "olmoe", "n_head_kv": 4},   # whole-vector q/k norms: one row takes the batch path too
+}
+
+
+def check_oracle(path, tol=1e-3):
+    o = Oracle(path)
+    want = o.forward(IDS, kv_f16=True)
+    got = Model(path, n_threads=2).context(256).eval(IDS, all_logits=True)
+    assert np.max(np.abs(got - want)) <= tol, np.max(np.abs(got - want))
+    return o
+
+
+@pytest.mark.parametrize("name", F32_CASES)
+def test_tiny_cases_match_the_oracle(tmp_path, name):
+    check_oracle(build(name, tmp_path / f"{name}.gguf"))
+
+
+@pytest.fixture(scope="module")
+def edge_files(tmp_path_factory):
+    d = tmp_path_factory.mktemp("moe")
+    return {n: make_moe(d / f"{n}.gguf", seed=3, **kw) for n, kw in EDGE.items()}
+
+
+@pytest.mark.parametrize("name", sorted(EDGE))
+def test_routing_edge_cases_match_the_oracle(edge_files, name):
+    """The oracle picks the top experts with a stable descending sort (ties to the lower expert, as llama.cpp's
+    std::sort does for <= 16 experts: an insertion sort); a tie broken the other way picks another expert, whose
+    random weights move the logits far past the tolerance."""
+    o = check_oracle(edge_files[name])
+    chosen = set().union(*o.selected)
+    if name == "same-experts":
+        assert chosen == {0, 1}
+    if name in ("ties", "all-used"):   # the batch's rows pick every expert between them
+        assert chosen == set(range(EDGE[name].get("n_expert", 8)))
+
+
+@pytest.mark.parametrize("name", sorted(EDGE))
+def test_batched_equals_solo_on_any_thread_count(edge_files, name):
+    """One 24-row prompt, token-by-token decoding, and a batch of three sequences mixing a prompt chunk with
+    decode steps: every row's logits bit-identical, on 1 and 2 threads."""
+    m2, m1 = Model(edge_files[name], n_threads=2), Model(edge_files[name], n_threads=1)
+    whole = m2.context(64).eval(IDS, all_logits=True)
+    assert np.array_equal(whole, m1.context(64).eval(IDS, all_logits=True))
+    c = m1.context(64)
+    steps = np.array([c.eval([t]) for t in IDS])
+    assert np.array_equal(whole, steps)
+    for m in (m1, m2):
+        a, b, c = m.context(64), m.context(64), m.context(64)
+        a.eval(IDS[:10])
+        got = forward_batch(m, [(a, IDS[10:]), (b, IDS[:5]), (c, IDS[:1])], outputs=["all", "all", "all"])
+        assert np.array_equal(got[0], whole[10:])
+        assert np.array_equal(got[1], whole[:5])
+        assert np.array_equal(got[2], whole[:1])
+
+
+@pytest.mark.parametrize("kw, key", [
+    ({"n_used": 9}, "expert_used_count"), ({"n_used": 0}, "expert_used_count"),
+    ({"meta": {"expert_count": 1 << 20}}, "expert_count"),
+    ({"meta": {"expert_feed_forward_length": 0}}, "expert_feed_forward_length"),
+    ({"meta": {"expert_feed_forward_length": 48}}, "ffn_gate_exps"),   # not the tensors' width
+])
+def test_hostile_expert_hyperparameters_are_gguf_errors(tmp_path, kw, key):
+    p = make_moe(tmp_path / "bad.gguf", **kw)
+    with pytest.raises(GGUFError, match=key):
+        Model(p)
+
+
+def test_memory_counts_expert_bytes_and_the_bytes_a_token_reads(tmp_path):
+    """8 F32 experts of (32 x 64) gate/up/down, 2 used, 2 layers: the stacks are 2 * 3 * 8 * 32 * 64 * 4 bytes, a
+    token reads 2/8 of them plus everything else (the untied output whole, one token_embd row)."""
+    m = Model(make_moe(tmp_path / "m.gguf", arch="llama"))
+    mem = m.memory()
+    experts = 2 * 3 * 8 * 32 * 64 * 4
+    weights = sum(t.nbytes for t in m.file.tensors.values())
+    emb = 100 * 64 * 4
+    assert (mem["experts"], mem["weights"]) == (experts, weights)
+    assert mem["per_token"] == weights - experts + experts * 2 // 8 - emb + emb // 100
+    assert mem["file"] >= weights
+    from fastgguf.cli.info import memory
+    assert memory(m.file) == mem
+
+
+def test_info_prints_the_expert_bytes(tmp_path, capsys):
+    from fastgguf import cli
+    p = make_moe(tmp_path / "m.gguf", arch="llama")
+    assert cli.main(["info", p, "--no-tensors"]) == 0
+    out = capsys.readouterr().out
+    mem = Model(p).memory()
+    assert "experts: 384.0 KiB of the weights" in out   # 2 * 3 * 8 * 32 * 64 * 4 bytes
+    assert f"read per decoded token: {mem['per_token'] / 1024:.1f} KiB" in out
