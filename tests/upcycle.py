@@ -7,24 +7,10 @@ Used by tests/engine/test_upcycle.py, tools/make_moe_references.py and benchmark
 import numpy as np
 
 from fastgguf import kernels
-from fastgguf.gguf import GGUFFile, GGUFValueType, GGUFWriter
+from fastgguf.gguf import GGUFFile, GGUFWriter
+from fastgguf.gguf.quantize import copy_metadata
 
 FFN = ("ffn_gate", "ffn_up", "ffn_down")
-
-
-def _copy_metadata(f, w):
-    for key in f.metadata:
-        if key == "general.alignment":
-            continue
-        vt, et = f.value_type(key)
-        if vt == GGUFValueType.STRING:
-            w.add_value(key, f.metadata_raw(key), vt)
-        elif vt == GGUFValueType.ARRAY and et == GGUFValueType.STRING:
-            w.add_array(key, f.metadata_raw(key), et)
-        elif vt == GGUFValueType.ARRAY:
-            w.add_array(key, np.asarray(f.metadata[key]), et)
-        else:
-            w.add_value(key, f.metadata[key], vt)
 
 
 def upcycle(src, dst, n_expert=4, n_used=2, scales=None, seed=0, router=None):
@@ -36,7 +22,7 @@ def upcycle(src, dst, n_expert=4, n_used=2, scales=None, seed=0, router=None):
     try:
         arch = f.metadata["general.architecture"]
         w = GGUFWriter(alignment=f.alignment)
-        _copy_metadata(f, w)
+        copy_metadata(f, w)
         w.add_uint32(f"{arch}.expert_count", n_expert)
         w.add_uint32(f"{arch}.expert_used_count", n_used)
         n_embd = int(f.metadata[f"{arch}.embedding_length"])

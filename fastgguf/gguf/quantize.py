@@ -223,9 +223,10 @@ def _first_nonfinite(a: np.ndarray):
     return tuple(int(i) for i in np.argwhere(~np.isfinite(a))[0])
 
 
-def _copy_metadata(f: GGUFFile, w: GGUFWriter, file_type: int) -> None:
+def copy_metadata(f: GGUFFile, w: GGUFWriter, skip=("general.alignment",)) -> None:
+    """Every metadata key of f but those in skip, into w, with its own value type (strings as their raw bytes)."""
     for key in f.metadata:
-        if key in ("general.alignment", "general.file_type", "general.quantization_version"):
+        if key in skip:
             continue
         vt, et = f.value_type(key)
         if vt == GGUFValueType.STRING:
@@ -236,8 +237,6 @@ def _copy_metadata(f: GGUFFile, w: GGUFWriter, file_type: int) -> None:
             w.add_array(key, np.asarray(f.metadata[key]), et)
         else:
             w.add_value(key, f.metadata[key], vt)
-    w.add_uint32("general.file_type", file_type)
-    w.add_uint32("general.quantization_version", QUANTIZATION_VERSION)
 
 
 class _Progress:
@@ -281,7 +280,9 @@ def quantize_file(src, dst, qtype="q4_0", *, pure: bool = False, n_threads: int 
                 raise QuantizeError(f"{src}: tensor {name!r} is {ti.type.name}; readable inputs are "
                                     f"{sorted(t.name for t in READABLE)}")
         w = GGUFWriter(alignment=f.alignment)
-        _copy_metadata(f, w, RECIPES[recipe][0] if recipe else FILE_TYPES[qt])
+        copy_metadata(f, w, skip=("general.alignment", "general.file_type", "general.quantization_version"))
+        w.add_uint32("general.file_type", RECIPES[recipe][0] if recipe else FILE_TYPES[qt])
+        w.add_uint32("general.quantization_version", QUANTIZATION_VERSION)
         if recipe:
             llama = llama_plan({n: (tuple(ti.shape), GGMLType(ti.type)) for n, ti in f.tensors.items()},
                                f.metadata, recipe, pure)
