@@ -17,6 +17,7 @@ from fastgguf.engine.reasoning import MODES
 from fastgguf.engine.scheduler import Scheduler
 from fastgguf.server import errors, schemas as S
 from fastgguf.server.limits import Guard
+from fastgguf.server.ollama_api import router as ollama_router
 from fastgguf.server.routes import router
 
 __all__ = ["create_app"]
@@ -61,4 +62,5 @@ def create_app(model, *, parallel=None, n_ctx=None, n_threads=None, api_key=None
     errors.install(app)
     app.include_router(router)
     app.include_router(router, prefix="/v1")
+    app.include_router(ollama_router)  # Ollama's /api/...
     return Guard(app, api_key, max_body_bytes, allowed_hosts=allowed_hosts, body_timeout=body_timeout)
