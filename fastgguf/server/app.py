@@ -16,6 +16,7 @@ from fastgguf.engine.grammar import available as grammar_available, vocabulary
 from fastgguf.engine.reasoning import MODES
 from fastgguf.engine.scheduler import Scheduler
 from fastgguf.server import errors, schemas as S
+from fastgguf.server.cors import Cors
 from fastgguf.server.limits import Guard
 from fastgguf.server.ollama_api import router as ollama_router
 from fastgguf.server.routes import router
@@ -27,14 +28,15 @@ WORKERS = 4  # threads preparing requests at once (tokenizing, templates, gramma
 
 def create_app(model, *, parallel=None, n_ctx=None, n_threads=None, api_key=None, max_queue=64,
                max_body_bytes=8 << 20, ping_interval=5.0, engine=None, reasoning_format="parsed", allowed_hosts=None,
-               body_timeout=60.0):
+               body_timeout=60.0, cors_origins=None):
     """An ASGI app serving `model` (a fastgguf.Model) with OpenAI's API. `parallel` sequences decode together
     (default: 4; 16 for an encoder, engine.scheduler.default_parallel),
     each in a context of `n_ctx` tokens (default: the model's training context, at most 4096); `max_queue` sequences
     (prompts x n) may wait (then 429); `api_key`: required as a Bearer token when given; `reasoning_format`: the
     default of a chat request's reasoning_format ("parsed", "raw" or "none"); `allowed_hosts`: the Host header names
     answered (others: 400; None or "*" in it: any; `fastgguf serve` passes limits.default_hosts); a request body
-    must arrive within `body_timeout` seconds (408)."""
+    must arrive within `body_timeout` seconds (408); `cors_origins`: the pages a browser may call from (None: this
+    machine's http://localhost, 127.0.0.1 and [::1]; a list or comma-separated string; "*": any; server/cors.py)."""
     if reasoning_format not in MODES:
         raise ValueError(f"reasoning_format must be one of {', '.join(MODES)}, got {reasoning_format!r}")
     if n_ctx is None:
@@ -63,4 +65,5 @@ def create_app(model, *, parallel=None, n_ctx=None, n_threads=None, api_key=None
     app.include_router(router)
     app.include_router(router, prefix="/v1")
     app.include_router(ollama_router)  # Ollama's /api/...
-    return Guard(app, api_key, max_body_bytes, allowed_hosts=allowed_hosts, body_timeout=body_timeout)
+    return Guard(app, api_key, max_body_bytes, allowed_hosts=allowed_hosts, body_timeout=body_timeout,
+                 cors=Cors(cors_origins))
