@@ -164,3 +164,18 @@ def test_shaper_tool_calls_and_thinking():
     assert [ln["message"].get("thinking") for ln in lines] == ["hmm", None]
     assert lines[1]["message"]["tool_calls"] == [{"function": {"name": "f", "arguments": {"a": 1}}}]
     assert all(ln["model"] == "model" and ln["done"] is False for ln in lines)
+
+
+@pytest.mark.parametrize("sampling", [{"temperature": 0}, {"temperature": 0.9, "top_k": 20, "top_p": 0.9, "seed": 7}],
+                         ids=["greedy", "seeded"])
+def test_same_request_same_text_through_both_apis(oc, client, model_name, sampling):
+    """The same request through OpenAI's chat completions and Ollama's /api/chat (streamed) gives the same tokens:
+    one prepare_chat, one Scheduler, one Sequence."""
+    msgs = [{"role": "system", "content": "You are terse."}, *HI]
+    oa = client.chat.completions.create(model=model_name, messages=msgs, max_tokens=40,
+                                        extra_body={"top_k": sampling.get("top_k")} if "top_k" in sampling else None,
+                                        **{k: v for k, v in sampling.items() if k != "top_k"})
+    parts = list(oc.chat(model=model_name, messages=msgs, options={"num_predict": 40, **sampling}, stream=True))
+    assert "".join(p.message.content for p in parts) == oa.choices[0].message.content
+    assert parts[-1].eval_count == oa.usage.completion_tokens
+    assert parts[-1].done_reason == oa.choices[0].finish_reason
