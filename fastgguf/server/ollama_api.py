@@ -81,10 +81,18 @@ async def _run(request, prep, shaper, t_received):
             req.cancel()
         return JSONResponse(last(shaper.whole(b.final())))
 
-    # hold the response until the first token, so an error before it is a real status (NDJSON has no ping)
+    # hold the response until the first token, so an error before it is a real status (NDJSON has no ping); a
+    # client that hangs up meanwhile cancels its request
     early = []
-    while all(isinstance(ev, Start) for ev in early):
-        early += await q.get()
+    watch = asyncio.ensure_future(_hang_up(request, req, q))
+    try:
+        while all(isinstance(ev, Start) for ev in early):
+            evs = await q.get()
+            if evs is None:
+                return JSONResponse({}, status_code=499)
+            early += evs
+    finally:
+        watch.cancel()
     try:
         first = shaper.lines(b.chunks(early))
     except Exception:
@@ -205,8 +213,7 @@ async def show(request):
     state = request.app.state
     model = state.model
     O.check_model(await _json(request), model)
-    template = model.metadata.get("tokenizer.chat_template")
-    template = template if isinstance(template, str) else ""
+    template = model.tokenizer.chat_template or ""
     arch = model.hparams.arch
     caps = ["embedding"] if model.is_encoder else ["completion"]
     if not model.is_encoder and "tools" in template:

@@ -179,3 +179,21 @@ def test_same_request_same_text_through_both_apis(oc, client, model_name, sampli
     assert "".join(p.message.content for p in parts) == oa.choices[0].message.content
     assert parts[-1].eval_count == oa.usage.completion_tokens
     assert parts[-1].done_reason == oa.choices[0].finish_reason
+
+
+def test_body_mapping(model, model_name):
+    """Ollama's fields onto the OpenAI body prepare_chat / prepare_completion read."""
+    from fastgguf.engine.scheduler import QueueFull
+    from fastgguf.openai.ollama import chat_body, generate_body
+    from fastgguf.server.ollama_api import _error
+    body, mode = chat_body({"model": model_name + ":latest", "messages": HI, "think": False, "keep_alive": 0,
+                            "options": {"num_predict": -1, "num_ctx": 99999, "top_k": 3, "stop": ["x"]}}, model)
+    assert body == {"stream": True, "top_k": 3, "stop": ["x"], "messages": HI} and mode == "none"
+    assert chat_body({"model": model_name, "messages": HI, "think": "high", "stream": False}, model)[1] == "parsed"
+    kind, body, _ = generate_body({"model": model_name, "prompt": "p", "system": "s", "format": "json"}, model)
+    assert kind == "chat" and body["messages"] == [{"role": "system", "content": "s"}, {"role": "user", "content": "p"}]
+    assert body["response_format"] == {"type": "json_object"}
+    assert generate_body({"model": model_name, "prompt": "p", "raw": True}, model)[:2] == (
+        "completion", {"stream": True, "prompt": "p"})
+    r = _error(QueueFull("busy", retry_after=2))  # Ollama's "server busy"
+    assert r.status_code == 503 and json.loads(r.body) == {"error": "busy"} and r.headers["retry-after"] == "2"
