@@ -8,7 +8,8 @@ removes its application and leaves the cluster running. --threads is per replica
 Ray CPUs (default: this machine's physical cores divided by N, at least 1).
 
 The API key may also come from the FASTGGUF_API_KEY environment variable; without one, no key is required.
-Limits (fastgguf.server.limits and .transport): --allowed-hosts (Host header names, DNS rebinding), --timeout-header,
+Limits (fastgguf.server.limits, .cors and .transport): --allowed-hosts (Host header names, DNS rebinding),
+--cors-origins (browser pages), --timeout-header,
 --timeout-keep-alive, --timeout-body, --max-connections, --max-body, --max-queue.
 """
 
@@ -41,6 +42,15 @@ def register(subparsers) -> None:
     p.add_argument("--allowed-hosts", default=None,
                    help="comma-separated Host header names answered, others get 400 (against DNS rebinding); "
                         "'*': any (default: the --host address, localhost, 127.0.0.1, [::1])")
+    p.add_argument("--cors-origins", default=None,
+                   help="comma-separated origins whose pages may call the server from a browser, with credentials; "
+                        "'*': any page (no credentials); '': none (default: http://localhost, 127.0.0.1 and [::1] "
+                        "on any port, reflected)")
+    p.add_argument("--alias", default=None,
+                   help="the model's id in the API (/v1/models, responses); requests may still name its file "
+                        "(default: the file name without .gguf)")
+    p.add_argument("--slots-show-prompts", action="store_true",
+                   help="GET /slots shows each busy slot's prompt text (default: counts only)")
     p.add_argument("--timeout-header", type=float, default=10.0,
                    help="seconds a client has to send a request's headers, from connecting or from the previous "
                         "response; then the connection is closed (10)")
@@ -96,6 +106,7 @@ def run(args) -> int:
     app = create_app(model, parallel=parallel, n_ctx=args.ctx_size, n_threads=args.threads, api_key=key,
                      max_queue=args.max_queue, max_body_bytes=args.max_body, ping_interval=args.ping_interval,
                      reasoning_format=args.reasoning_format, body_timeout=args.timeout_body,
+                     cors_origins=args.cors_origins, alias=args.alias, slots_show_prompts=args.slots_show_prompts,
                      allowed_hosts=(args.allowed_hosts.split(",") if args.allowed_hosts is not None
                                     else default_hosts(args.host)))
     print(f"fastgguf serve: {os.path.basename(model.path)} on http://{args.host}:{args.port}/v1 "

@@ -295,6 +295,25 @@ class Scheduler:
         with self._cond:
             return sum(1 for s in self._slots if s.seq is not None)
 
+    def slot_states(self):
+        """A snapshot of the `parallel` slots (those not created yet are idle), one dict each: id, state ("idle" or
+        "processing"), n_ctx, n_past (tokens in its KV cache); a processing slot also: id_task (its request's id),
+        n_prompt_tokens, n_decoded (tokens sampled so far) and prompt_ids (its prompt's token ids: the server shows
+        them only when told to)."""
+        with self._cond:
+            slots = list(self._slots)
+        out = []
+        for i in range(self.parallel):
+            slot = slots[i] if i < len(slots) else None
+            seq = slot.seq if slot is not None else None
+            d = {"id": i, "state": "processing" if seq is not None else "idle", "n_ctx": self.n_ctx,
+                 "n_past": slot.ctx.n_past if slot is not None else 0}
+            if seq is not None:
+                d.update(id_task=seq.req.id, n_prompt_tokens=len(seq.prompt), prompt_ids=list(seq.prompt),
+                         n_decoded=seq.sequence.n_sampled if seq.sequence is not None else 0)
+            out.append(d)
+        return out
+
     # -- the thread --------------------------------------------------------------------------------------------
 
     def _run(self):

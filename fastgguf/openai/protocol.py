@@ -23,7 +23,7 @@ from fastgguf.engine.tools import HERMES_CLOSE, HERMES_OPEN, MISTRAL_TAG, ToolEr
 
 __all__ = ["APIError", "prepare_completion", "prepare_chat", "prepare_embedding", "prepare_rerank", "Prepared",
            "EmbeddingPrepared", "RerankPrepared", "rerank_tokens", "MAX_PROMPTS",
-           "sampling_params", "check_model", "model_id", "SAMPLING_FIELDS"]
+           "sampling_params", "check_model", "model_id", "file_id", "SAMPLING_FIELDS"]
 
 MAX_N = 16
 MAX_EMBED_INPUTS = 2048  # as OpenAI
@@ -52,7 +52,12 @@ class APIError(ValueError):
         return {"error": {"message": self.message, "type": self.type, "param": self.param, "code": self.code}}
 
 def model_id(model):
-    """The id the API shows for a model: its file name without .gguf."""
+    """The id the API shows for a model: its `alias` attribute when set (`fastgguf serve --alias`), else file_id."""
+    return getattr(model, "alias", None) or file_id(model)
+
+
+def file_id(model):
+    """A model's file name without .gguf (never its directory: a client must not learn the server's paths)."""
     name = os.path.basename(getattr(model, "path", "") or "model")
     return name[:-5] if name.lower().endswith(".gguf") else name
 
@@ -171,15 +176,16 @@ def _unsupported(body):
 
 
 def check_model(body, model):
-    """APIError 404 unless the body names no model or this one: its id, or the id with .gguf (never its path on
-    the server's disk, which a client must not be able to probe)."""
+    """APIError 404 unless the body names no model or this one: its id (model_id: the alias when set), or its file
+    name with or without .gguf (what clients configured before an alias was given still send); never its path on
+    the server's disk, which a client must not be able to probe."""
     name = body.get("model")
     if name is None:
         return
     if not isinstance(name, str):
         raise APIError("model must be a string", param="model")
     mid = model_id(model)
-    if name not in (mid, mid + ".gguf"):
+    if name not in (mid, file_id(model), file_id(model) + ".gguf"):
         raise APIError(f"The model {name!r} does not exist (this server serves {mid!r})", status=404,
                        param="model", code="model_not_found")
 

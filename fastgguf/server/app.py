@@ -16,7 +16,10 @@ from fastgguf.engine.grammar import available as grammar_available, vocabulary
 from fastgguf.engine.reasoning import MODES
 from fastgguf.engine.scheduler import Scheduler
 from fastgguf.server import errors, schemas as S
+from fastgguf.server.cors import Cors
+from fastgguf.server.llama_api import router as llama_router
 from fastgguf.server.limits import Guard
+from fastgguf.server.ollama_api import router as ollama_router
 from fastgguf.server.routes import router
 
 __all__ = ["create_app"]
@@ -26,18 +29,23 @@ WORKERS = 4  # threads preparing requests at once (tokenizing, templates, gramma
 
 def create_app(model, *, parallel=None, n_ctx=None, n_threads=None, api_key=None, max_queue=64,
                max_body_bytes=8 << 20, ping_interval=5.0, engine=None, reasoning_format="parsed", allowed_hosts=None,
-               body_timeout=60.0):
+               body_timeout=60.0, cors_origins=None, alias=None, slots_show_prompts=False):
     """An ASGI app serving `model` (a fastgguf.Model) with OpenAI's API. `parallel` sequences decode together
     (default: 4; 16 for an encoder, engine.scheduler.default_parallel),
     each in a context of `n_ctx` tokens (default: the model's training context, at most 4096); `max_queue` sequences
     (prompts x n) may wait (then 429); `api_key`: required as a Bearer token when given; `reasoning_format`: the
     default of a chat request's reasoning_format ("parsed", "raw" or "none"); `allowed_hosts`: the Host header names
     answered (others: 400; None or "*" in it: any; `fastgguf serve` passes limits.default_hosts); a request body
-    must arrive within `body_timeout` seconds (408)."""
+    must arrive within `body_timeout` seconds (408); `cors_origins`: the pages a browser may call from (None: this
+    machine's http://localhost, 127.0.0.1 and [::1]; a list or comma-separated string; "*": any; server/cors.py);
+    `alias`: the model's id in the API (set as model.alias; its file name is still accepted in requests);
+    `slots_show_prompts`: /slots shows each busy slot's prompt text."""
     if reasoning_format not in MODES:
         raise ValueError(f"reasoning_format must be one of {', '.join(MODES)}, got {reasoning_format!r}")
     if n_ctx is None:
         n_ctx = min(int(model.n_ctx_train or 4096), 4096)
+    if alias:
+        model.alias = alias
     eng = engine or Scheduler(model, parallel=parallel, n_ctx=n_ctx, n_threads=n_threads, max_queue=max_queue)
 
     @asynccontextmanager
@@ -57,8 +65,12 @@ def create_app(model, *, parallel=None, n_ctx=None, n_threads=None, api_key=None
     app.state.created = int(time.time())
     app.state.ping_interval = ping_interval
     app.state.reasoning_format = reasoning_format
+    app.state.slots_show_prompts = slots_show_prompts
     app.state.workers = anyio.CapacityLimiter(WORKERS)  # routes.in_worker: requests' CPU work, off the event loop
     errors.install(app)
     app.include_router(router)
     app.include_router(router, prefix="/v1")
-    return Guard(app, api_key, max_body_bytes, allowed_hosts=allowed_hosts, body_timeout=body_timeout)
+    app.include_router(ollama_router)  # Ollama's /api/...
+    app.include_router(llama_router)  # llama-server's /props, /slots
+    return Guard(app, api_key, max_body_bytes, allowed_hosts=allowed_hosts, body_timeout=body_timeout,
+                 cors=Cors(cors_origins))

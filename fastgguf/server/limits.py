@@ -1,4 +1,5 @@
-"""Limits applied before any route runs: the Host header, the API key, and the request body's size and time."""
+"""Limits applied before any route runs: the Host header, CORS (server/cors.py), the API key, and the request body's
+size and time."""
 import asyncio
 import hmac
 
@@ -31,10 +32,11 @@ class Guard:
     """ASGI middleware, before any route runs: the Host header (allowed_hosts, None or "*" in it: any; 400), the API
     key (the Authorization header's bytes against the key's UTF-8 bytes, hmac.compare_digest; 401), the body size
     limit (413) and the time to receive the body (body_timeout seconds; 408). The body is read here, counted, and
-    replayed to the app."""
+    replayed to the app. `cors` (a cors.Cors, or None: no CORS headers) runs after the Host check and before the
+    key: a browser's preflight carries no key."""
 
-    def __init__(self, app, api_key, max_body, *, allowed_hosts=None, body_timeout=60.0):
-        self.app, self.max_body, self.body_timeout = app, max_body or float("inf"), body_timeout
+    def __init__(self, app, api_key, max_body, *, allowed_hosts=None, body_timeout=60.0, cors=None):
+        self.app, self.max_body, self.body_timeout, self.cors = app, max_body or float("inf"), body_timeout, cors
         self.key = api_key.encode("utf-8") if api_key else None
         hosts = {_host_name(h) for h in allowed_hosts or ()}
         self.hosts = None if not hosts or "*" in hosts else hosts | {h.strip("[]") for h in hosts}
@@ -49,6 +51,13 @@ class Guard:
                 f"The Host header {host.decode('latin-1')!r} is not one this server answers to (allowed: "
                 f"{', '.join(sorted(self.hosts))}); start it with --allowed-hosts NAME (or '*' for any).",
                 code="invalid_host"))(scope, receive, send)
+        if self.cors is not None:
+            return await self.cors(scope, receive, send, headers, self._checked)
+        return await self._checked(scope, receive, send)
+
+    async def _checked(self, scope, receive, send):
+        """The API key, then the body's limits, then the app."""
+        headers = dict(scope["headers"])
         if self.key and scope["path"] not in OPEN_PATHS:
             auth = headers.get(b"authorization", b"")
             given = auth[7:].strip() if auth[:7].lower() == b"bearer " else b""

@@ -182,8 +182,21 @@ async def tokenize(body: S.TokenizeRequest, request: Request):
 
     def tokens_json():   # encoded here too: a 2 MB prompt's id list takes FastAPI's encoder most of a second
         ids = model.tokenize(body.content, add_special=body.add_special, parse_special=body.parse_special)
+        if body.with_pieces:
+            return json.dumps({"tokens": [{"id": int(t), "piece": _piece(model, t)} for t in ids]},
+                              ensure_ascii=False)
         return json.dumps({"tokens": [int(t) for t in ids]})
     return Response(await in_worker(request, tokens_json), media_type="application/json")
+
+
+def _piece(model, t):
+    """llama-server's piece of a token (special tokens rendered): its text, or its bytes (a list of ints) when they
+    are not valid UTF-8 alone (a part of a character)."""
+    b = model.tokenizer.token_to_piece(int(t), special=True)
+    try:
+        return b.decode("utf-8")
+    except UnicodeDecodeError:
+        return list(b)
 
 
 @router.post("/detokenize", response_model=S.DetokenizeResponse)

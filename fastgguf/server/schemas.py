@@ -83,6 +83,7 @@ class TokenizeRequest(_Request):
     content: str
     add_special: bool = True
     parse_special: bool = False
+    with_pieces: bool = False  # llama-server's: each token as {"id", "piece"}
     model: Optional[str] = None
 
 
@@ -224,8 +225,13 @@ class ModelList(_Loose):
     data: List[ModelCard]
 
 
+class TokenPiece(_Loose):
+    id: int
+    piece: Union[str, List[int]]  # the token's text, or its bytes when they are not valid UTF-8
+
+
 class TokenizeResponse(_Loose):
-    tokens: List[int]
+    tokens: Union[List[int], List[TokenPiece]]
 
 
 class DetokenizeResponse(_Loose):

@@ -15,11 +15,11 @@ def data(obj):
 
 
 class EventStream(StreamingResponse):
-    """A text/event-stream response of the strings `content` yields; runs `on_close` however it ends (client gone
-    included)."""
+    """A text/event-stream response (or `media_type`: Ollama's NDJSON) of the strings `content` yields; runs
+    `on_close` however it ends (client gone included)."""
 
-    def __init__(self, content, on_close, **kw):
-        super().__init__(content, media_type="text/event-stream", **kw)
+    def __init__(self, content, on_close, media_type="text/event-stream", **kw):
+        super().__init__(content, media_type=media_type, **kw)
         self.on_close = on_close
 
     async def __call__(self, scope, receive, send):
