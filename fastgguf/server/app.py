@@ -17,7 +17,7 @@ from fastgguf.engine.reasoning import MODES
 from fastgguf.engine.scheduler import Scheduler
 from fastgguf.server import errors, schemas as S
 from fastgguf.server.limits import Guard
-from fastgguf.server import responses_api
+from fastgguf.server import anthropic_api, responses_api
 from fastgguf.server.routes import router
 
 __all__ = ["create_app"]
@@ -60,7 +60,7 @@ def create_app(model, *, parallel=None, n_ctx=None, n_threads=None, api_key=None
     app.state.reasoning_format = reasoning_format
     app.state.workers = anyio.CapacityLimiter(WORKERS)  # routes.in_worker: requests' CPU work, off the event loop
     errors.install(app)
-    for r in (router, responses_api.router):
+    for r in (router, responses_api.router, anthropic_api.router):
         app.include_router(r)
         app.include_router(r, prefix="/v1")
     return Guard(app, api_key, max_body_bytes, allowed_hosts=allowed_hosts, body_timeout=body_timeout)
