@@ -211,7 +211,9 @@ class ResponsesBuilder:
         prefix = {"reasoning": "rs_", "message": "msg_", "function_call": "fc_"}[kind]
         self.item = dict(id=prefix + uuid.uuid4().hex, type=kind, **item)
         idx = len(self.output)
-        added = dict(self.item, **({"status": "in_progress"} if kind != "reasoning" else {}))
+        added = {k: v for k, v in self.item.items() if k != "text"}  # (text: this builder's own sum so far)
+        if kind != "reasoning":
+            added["status"] = "in_progress"
         if kind == "message":
             added["content"] = []
         out.append(self._ev("response.output_item.added", output_index=idx, item=added))

@@ -52,6 +52,9 @@ def test_stream_events(client, model_name, chat_text):
                                "response.output_text.done", "response.content_part.done",
                                "response.output_item.done", last]
     assert [e.sequence_number for e in events] == list(range(len(events)))
+    assert events[2].item.model_dump(exclude_none=True) == {"id": events[2].item.id, "type": "message",
+                                                            "role": "assistant", "status": "in_progress",
+                                                            "content": []}
     assert "".join(e.delta for e in events if e.type == "response.output_text.delta") == text
     assert events[-1].response.output_text == text and events[-1].response.usage.output_tokens > 0
     # the stream helper accumulates the same events
