@@ -7,7 +7,6 @@ Not supported yet: image and document blocks (a 400), prompt caching (cache_cont
 signature (always ""), and which stop sequence matched: a reply cut by one reports stop_reason "end_turn".
 """
 import json
-import time
 import uuid
 from collections.abc import Mapping
 
@@ -191,7 +190,6 @@ class MessagesBuilder:
         self.id = "msg_" + uuid.uuid4().hex
         self.model_name = model_id(model)
         self.n_prompt = len(prep.prompts[0])
-        self.created = int(time.time())
         self.content = []     # the blocks, the open one last
         self.open = False
         self.stop = None
