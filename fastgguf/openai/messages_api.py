@@ -4,13 +4,14 @@ Anthropic's shapes (MessagesBuilder: message_start ... message_stop, or the mess
 {"type": "error", "error": {"type", "message"}} (error_dict). No web framework is imported here.
 
 Not supported yet: image and document blocks (a 400), prompt caching (cache_control is ignored), a thinking block's
-signature (always ""), and which stop sequence matched: a reply cut by one reports stop_reason "end_turn".
+signature (always "").
 """
 import json
 import uuid
 from collections.abc import Mapping
 
 from fastgguf.openai.protocol import SAMPLING_FIELDS, APIError, UNSUPPORTED, model_id, prepare_chat
+from fastgguf.engine.scheduler import Finish
 from fastgguf.openai.responses import ResponseBuilder, error_body
 
 __all__ = ["PATHS", "to_chat", "prepare_messages", "count_tokens", "MessagesBuilder", "error_dict"]
@@ -185,8 +186,10 @@ class MessagesBuilder:
     opens as the reply's parts arrive (thinking, text, each tool_use) and closes when another starts or the reply
     ends."""
 
-    def __init__(self, model, prep):
+    def __init__(self, model, prep, stop_sequences=()):
         self.chat = ResponseBuilder(model, prep)
+        self.stop_sequences = stop_sequences or ()  # the request's own (the template may add stops of its own)
+        self.stop_sequence = None
         self.id = "msg_" + uuid.uuid4().hex
         self.model_name = model_id(model)
         self.n_prompt = len(prep.prompts[0])
@@ -201,7 +204,8 @@ class MessagesBuilder:
 
     def message(self, stop=None, usage=None):
         return {"id": self.id, "type": "message", "role": "assistant", "model": self.model_name,
-                "content": self.content if stop else [], "stop_reason": stop, "stop_sequence": None,
+                "content": self.content if stop else [], "stop_reason": stop,
+                "stop_sequence": self.stop_sequence if stop else None,
                 "usage": usage or {"input_tokens": self.n_prompt, "output_tokens": 0}}
 
     def _open(self, block, out):
@@ -233,6 +237,9 @@ class MessagesBuilder:
 
     def chunks(self, events):
         out = []
+        for ev in events:
+            if isinstance(ev, Finish) and ev.stop in self.stop_sequences:
+                self.stop_sequence = ev.stop
         for c in self.chat.chunks(events):
             if not c["choices"]:
                 continue
@@ -254,11 +261,12 @@ class MessagesBuilder:
                     out.append({"type": "content_block_delta", "index": len(self.content) - 1,
                                 "delta": {"type": "input_json_delta", "partial_json": args}})
             if ch["finish_reason"] is not None:
-                self.stop = _STOP.get(ch["finish_reason"], "end_turn")
+                self.stop = "stop_sequence" if self.stop_sequence else _STOP.get(ch["finish_reason"], "end_turn")
                 self._close(out)
         if self.usage is not None and not self.completed:
             self.completed = True
-            out.append({"type": "message_delta", "delta": {"stop_reason": self.stop, "stop_sequence": None},
+            out.append({"type": "message_delta", "delta": {"stop_reason": self.stop,
+                                                           "stop_sequence": self.stop_sequence},
                         "usage": {"output_tokens": self.usage["completion_tokens"]}})
             out.append({"type": "message_stop"})
         return out

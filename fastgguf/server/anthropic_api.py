@@ -10,7 +10,6 @@ from fastgguf.server.routes import Dialect, in_worker, respond
 __all__ = ["router"]
 
 router = APIRouter()
-MESSAGES = Dialect(MessagesBuilder, sse.typed, "")
 
 
 @router.post("/messages", responses={200: {"content": {"text/event-stream": {}}}},
@@ -21,7 +20,8 @@ async def messages(request: Request, body: dict = Body(...)):
     state = request.app.state
     prep = await in_worker(request, prepare_messages, state.model, body, state.engine.n_ctx,
                            reasoning_format=state.reasoning_format)
-    return await respond(request, prep, MESSAGES)
+    stops = body.get("stop_sequences")
+    return await respond(request, prep, Dialect(lambda model, p: MessagesBuilder(model, p, stops), sse.typed, ""))
 
 
 @router.post("/messages/count_tokens", description="The tokens of a Messages request's rendered prompt.")

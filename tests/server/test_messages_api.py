@@ -73,6 +73,10 @@ def test_stop_sequences_top_k(claude, model_name):
     m = claude.messages.create(model=model_name, stop_sequences=[stop], **dict(ASK, extra_body={"top_k": 1,
                                                                                               "top_p": 0.5}))
     assert m.content[0].text == full[:full.index(stop)]
+    assert (m.stop_reason, m.stop_sequence) == ("stop_sequence", stop)
+    with claude.messages.stream(model=model_name, stop_sequences=["zzz-never", stop], **ASK) as s:
+        m = s.get_final_message()
+    assert (m.content[0].text, m.stop_reason, m.stop_sequence) == (full[:full.index(stop)], "stop_sequence", stop)
 
 
 def test_tool_use_and_result(claude, model_name):
