@@ -10,15 +10,13 @@ import json
 import uuid
 from collections.abc import Mapping
 
-from fastgguf.openai.protocol import SAMPLING_FIELDS, APIError, UNSUPPORTED, model_id, prepare_chat
+from fastgguf.openai.protocol import PASSED_FIELDS, APIError, UNSUPPORTED, model_id, prepare_chat
 from fastgguf.engine.scheduler import Finish
 from fastgguf.openai.responses import ResponseBuilder, error_body
 
 __all__ = ["PATHS", "to_chat", "prepare_messages", "count_tokens", "MessagesBuilder", "error_dict"]
 
 PATHS = ("/v1/messages", "/messages", "/v1/messages/count_tokens", "/messages/count_tokens")
-# chat fields a Messages body may carry as they are (fastgguf's sampling extensions, as extra_body)
-_PASS = {api for api, _ in SAMPLING_FIELDS} - {"max_tokens", "max_completion_tokens", "stop"} | {"reasoning_format"}
 _PARAMS = {"stop": "stop_sequences", "response_format": "output_config"}
 # HTTP status -> Anthropic's error type (https://docs.anthropic.com/en/api/errors)
 _TYPES = {400: "invalid_request_error", 401: "authentication_error", 403: "permission_error", 404: "not_found_error",
@@ -118,7 +116,7 @@ def to_chat(body, *, count=False):
     max_tokens)."""
     if not isinstance(body, Mapping):
         raise APIError("the request body must be a JSON object")
-    chat = {k: body[k] for k in _PASS if body.get(k) is not None}
+    chat = {k: body[k] for k in PASSED_FIELDS if body.get(k) is not None}
     msgs = []
     if body.get("system") is not None:
         msgs.append({"role": "system", "content": _text(body["system"], "system", "system")})

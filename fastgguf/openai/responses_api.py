@@ -10,13 +10,11 @@ import time
 import uuid
 from collections.abc import Mapping
 
-from fastgguf.openai.protocol import SAMPLING_FIELDS, APIError, UNSUPPORTED, model_id, prepare_chat
+from fastgguf.openai.protocol import PASSED_FIELDS, APIError, UNSUPPORTED, model_id, prepare_chat
 from fastgguf.openai.responses import ResponseBuilder, error_body
 
 __all__ = ["to_chat", "prepare_responses", "ResponsesBuilder"]
 
-# chat fields a Responses body may carry as they are (fastgguf's sampling extensions, as extra_body)
-_PASS = {api for api, _ in SAMPLING_FIELDS} - {"max_tokens", "max_completion_tokens", "stop"} | {"reasoning_format"}
 _REFUSED = ("previous_response_id", "conversation", "prompt", "background")
 # the chat field an error names -> the Responses field it came from
 _PARAMS = {"messages": "input", "max_tokens": "max_output_tokens", "response_format": "text"}
@@ -129,7 +127,7 @@ def to_chat(body):
         if body.get(f) is not None:
             raise APIError(f"{f} is {UNSUPPORTED}: this server keeps no stored responses or conversations; send the "
                            f"whole conversation in input", param=f, code="unsupported_parameter")
-    chat = {k: body[k] for k in _PASS if body.get(k) is not None}
+    chat = {k: body[k] for k in PASSED_FIELDS if body.get(k) is not None}
     chat["messages"] = _messages(body.get("input"), body.get("instructions"))
     for src, dst in (("model", "model"), ("stream", "stream"), ("max_output_tokens", "max_tokens"),
                      ("parallel_tool_calls", "parallel_tool_calls")):
