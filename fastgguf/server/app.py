@@ -15,9 +15,8 @@ import fastgguf
 from fastgguf.engine.grammar import available as grammar_available, vocabulary
 from fastgguf.engine.reasoning import MODES
 from fastgguf.engine.scheduler import Scheduler
-from fastgguf.server import errors, schemas as S
+from fastgguf.server import anthropic_api, errors, responses_api, schemas as S
 from fastgguf.server.limits import Guard
-from fastgguf.server import anthropic_api, responses_api
 from fastgguf.server.routes import router
 
 __all__ = ["create_app"]
