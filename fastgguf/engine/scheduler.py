@@ -25,7 +25,8 @@ Events a request's sink receives (lists of them), in order:
   Start()                                     the request left the queue (its first sequence has a slot)
   Delta(index, text, logprobs)                text of choice `index` (may be ""), logprobs: list of
                                               (token_id, logprob, [(id, logprob), ...]) or None
-  Finish(index, reason)                       choice `index` ended ("stop" or "length")
+  Finish(index, reason, stop)                 choice `index` ended ("stop" or "length"); stop: the stop string
+                                              that ended it, if one did
   PromptLogprobs(index, logprobs)             (echo with logprobs) the prompt tokens of choice `index`: a list
                                               as in Delta, the first token's entry (token_id, None, None)
   Embedding(index, vector)                    (embedding requests) input `index`'s final hidden rows pooled as
@@ -87,6 +88,7 @@ class Delta:
 class Finish:
     index: int
     reason: str
+    stop: Optional[str] = None
 
 
 @dataclass(frozen=True)
@@ -539,7 +541,7 @@ class Scheduler:
         if st.finish is None:
             seq.next_tok = st.token
             return
-        out[req].append(Finish(seq.index, st.finish))
+        out[req].append(Finish(seq.index, st.finish, seq.sequence.stopper.matched))
         self._end(seq, out)
 
     def _end(self, seq, out):

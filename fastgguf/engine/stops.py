@@ -97,16 +97,17 @@ class StopText:
 
         st = StopText(("\\n\\n",))   # or a StopMatcher (SamplingParams.stop_matcher())
         out = st.feed(piece)       # text safe to emit now ('' while held back)
-        if st.stopped: ...         # a stop string was found: out is the text before it; feed no more
+        if st.stopped: ...         # a stop string (st.matched) was found: out is the text before it; feed no more
         out = st.flush(tail)       # at the end: the held-back text (plus a decoder's flushed tail), stop applied
     """
-    __slots__ = ("matcher", "state", "pending", "stopped")
+    __slots__ = ("matcher", "state", "pending", "stopped", "matched")
 
     def __init__(self, stops=()):
         self.matcher = stops if isinstance(stops, StopMatcher) else stop_matcher(tuple(s for s in stops if s))
         self.state = 0
         self.pending = ""
         self.stopped = False
+        self.matched = None  # the stop string found (the shortest of those starting at the cut)
 
     @property
     def stops(self):
@@ -124,6 +125,7 @@ class StopText:
         pending, cut = self._run(text)
         if cut is not None:
             self.pending, self.stopped, self.state = "", True, 0
+            self._found(pending, cut)
             return pending[:cut]
         hold = self.matcher.depth[self.state]  # the longest tail that may still become a stop string
         self.pending = pending[len(pending) - hold:] if hold else ""
@@ -135,5 +137,9 @@ class StopText:
         self.pending, self.state = "", 0
         if cut is not None:
             self.stopped = True
+            self._found(pending, cut)
             return pending[:cut]
         return pending
+
+    def _found(self, text, cut):
+        self.matched = min((s for s in self.stops if text.startswith(s, cut)), key=len, default=None)

@@ -23,7 +23,7 @@ from fastgguf.engine.tools import HERMES_CLOSE, HERMES_OPEN, MISTRAL_TAG, ToolEr
 
 __all__ = ["APIError", "prepare_completion", "prepare_chat", "prepare_embedding", "prepare_rerank", "Prepared",
            "EmbeddingPrepared", "RerankPrepared", "rerank_tokens", "MAX_PROMPTS",
-           "sampling_params", "check_model", "model_id", "file_id", "SAMPLING_FIELDS"]
+           "sampling_params", "check_model", "model_id", "file_id", "SAMPLING_FIELDS", "PASSED_FIELDS"]
 
 MAX_N = 16
 MAX_EMBED_INPUTS = 2048  # as OpenAI
@@ -38,6 +38,11 @@ UNSUPPORTED = "not supported yet"
 SAMPLING_FIELDS = (("repetition_penalty", "repeat_penalty"),
                    *((name, name) for name in SamplingParams.names()),
                    ("max_completion_tokens", "max_tokens"))
+# the chat fields another API's body (Responses, Messages) passes through as they are: fastgguf's sampling
+# extensions (seed, top_k, min_p, logit_bias, ...; clients send them as extra_body) and reasoning_format; the length
+# and stop fields each API names its own way
+PASSED_FIELDS = frozenset({api for api, _ in SAMPLING_FIELDS} - {"max_tokens", "max_completion_tokens", "stop"}
+                          | {"reasoning_format"})
 
 
 class APIError(ValueError):

@@ -279,6 +279,10 @@ class ResponseBuilder:
                 raise ev.error
         return out
 
+    def error_chunk(self, exc):
+        """The stream's last chunk for an exception raised after it began: OpenAI's error dict."""
+        return error_body(exc)[1]
+
     # -- whole response ----------------------------------------------------------------------------------------
 
     def feed(self, events):

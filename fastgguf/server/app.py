@@ -15,11 +15,9 @@ import fastgguf
 from fastgguf.engine.grammar import available as grammar_available, vocabulary
 from fastgguf.engine.reasoning import MODES
 from fastgguf.engine.scheduler import Scheduler
-from fastgguf.server import errors, schemas as S
+from fastgguf.server import anthropic_api, errors, llama_api, ollama_api, responses_api, schemas as S
 from fastgguf.server.cors import Cors
-from fastgguf.server.llama_api import router as llama_router
 from fastgguf.server.limits import Guard
-from fastgguf.server.ollama_api import router as ollama_router
 from fastgguf.server.routes import router
 
 __all__ = ["create_app"]
@@ -68,9 +66,10 @@ def create_app(model, *, parallel=None, n_ctx=None, n_threads=None, api_key=None
     app.state.slots_show_prompts = slots_show_prompts
     app.state.workers = anyio.CapacityLimiter(WORKERS)  # routes.in_worker: requests' CPU work, off the event loop
     errors.install(app)
-    app.include_router(router)
-    app.include_router(router, prefix="/v1")
-    app.include_router(ollama_router)  # Ollama's /api/...
-    app.include_router(llama_router)  # llama-server's /props, /slots
+    for r in (router, responses_api.router, anthropic_api.router):   # each with and without /v1
+        app.include_router(r)
+        app.include_router(r, prefix="/v1")
+    app.include_router(ollama_api.router)  # Ollama's /api/...
+    app.include_router(llama_api.router)  # llama-server's /props, /slots
     return Guard(app, api_key, max_body_bytes, allowed_hosts=allowed_hosts, body_timeout=body_timeout,
                  cors=Cors(cors_origins))

@@ -69,7 +69,7 @@ class Cors:
         if cors is None:
             return await error_response(APIError(
                 f"Cross-origin requests from {origin!r} are not allowed; start the server with --cors-origins "
-                f"{origin} to allow them.", status=403, code="origin_not_allowed"))(scope, receive, send)
+                f"{origin} to allow them.", status=403, code="origin_not_allowed"), scope["path"])(scope, receive, send)
         if scope["method"] == "OPTIONS" and b"access-control-request-method" in headers:
             asked = headers.get(b"access-control-request-headers", b"").decode("latin-1").lower()
             allow = list(HEADERS) + [h for h in (x.strip() for x in asked.split(",")) if h and h not in HEADERS]

@@ -1,19 +1,23 @@
 """Errors over HTTP: every exception becomes OpenAI's {"error": {message, type, param, code}} through the one
-translation, fastgguf.openai.responses.error_body. FastAPI's own 422 validation format is never sent: a body that does
-not fit the schema is a 400 naming the field; an unknown route a 404."""
+translation, fastgguf.openai.responses.error_body (under Anthropic's paths, messages_api.PATHS, its
+{"type": "error", "error": {type, message}} of the same status). FastAPI's own 422 validation format is never sent: a
+body that does not fit the schema is a 400 naming the field; an unknown route a 404."""
 from fastapi.exceptions import RequestValidationError
 from fastapi.responses import JSONResponse
 from starlette.exceptions import HTTPException as StarletteHTTPException
 
+from fastgguf.openai import messages_api
 from fastgguf.openai.protocol import APIError
 from fastgguf.openai.responses import error_body
 
 __all__ = ["error_response", "install"]
 
 
-def error_response(exc):
-    """The JSONResponse (status, OpenAI error dict, headers) of any exception."""
+def error_response(exc, path=""):
+    """The JSONResponse (status, error dict, headers) of any exception, in the shape of the API `path` belongs to."""
     status, body, headers = error_body(exc)
+    if path in messages_api.PATHS:
+        body = messages_api.error_dict(status, body)
     return JSONResponse(body, status_code=status, headers=headers or None)
 
 
@@ -39,13 +43,13 @@ def _from_http(request, exc):
 def install(app):
     """Route every error of `app` through error_response."""
     async def validation(request, exc):
-        return error_response(_from_validation(exc))
+        return error_response(_from_validation(exc), request.url.path)
 
     async def http(request, exc):
-        return error_response(_from_http(request, exc))
+        return error_response(_from_http(request, exc), request.url.path)
 
     async def any_error(request, exc):
-        return error_response(exc)
+        return error_response(exc, request.url.path)
 
     # APIError by its own class too: Starlette gives an `Exception` handler only to its outermost middleware,
     # which answers and then re-raises (a traceback in the log for a plain 4xx)

@@ -30,10 +30,11 @@ def _host_name(value):
 
 class Guard:
     """ASGI middleware, before any route runs: the Host header (allowed_hosts, None or "*" in it: any; 400), the API
-    key (the Authorization header's bytes against the key's UTF-8 bytes, hmac.compare_digest; 401), the body size
-    limit (413) and the time to receive the body (body_timeout seconds; 408). The body is read here, counted, and
-    replayed to the app. `cors` (a cors.Cors, or None: no CORS headers) runs after the Host check and before the
-    key: a browser's preflight carries no key."""
+    key (the Authorization header's Bearer token, else the x-api-key header, against the key's UTF-8 bytes,
+    hmac.compare_digest; 401), the body size limit (413) and the time to receive the body (body_timeout seconds;
+    408). The body is read here, counted, and replayed to the app. `cors` (a cors.Cors, or None: no CORS headers)
+    runs after the Host check and before the key: a browser's preflight carries no key. Errors take the shape of
+    the API the path belongs to (errors.error_response)."""
 
     def __init__(self, app, api_key, max_body, *, allowed_hosts=None, body_timeout=60.0, cors=None):
         self.app, self.max_body, self.body_timeout, self.cors = app, max_body or float("inf"), body_timeout, cors
@@ -44,32 +45,34 @@ class Guard:
     async def __call__(self, scope, receive, send):
         if scope["type"] != "http":
             return await self.app(scope, receive, send)
-        headers = dict(scope["headers"])
+        headers, path = dict(scope["headers"]), scope["path"]
         host = headers.get(b"host")
         if self.hosts is not None and host is not None and _host_name(host.decode("latin-1")) not in self.hosts:
             return await error_response(APIError(
                 f"The Host header {host.decode('latin-1')!r} is not one this server answers to (allowed: "
                 f"{', '.join(sorted(self.hosts))}); start it with --allowed-hosts NAME (or '*' for any).",
-                code="invalid_host"))(scope, receive, send)
+                code="invalid_host"), path)(scope, receive, send)
         if self.cors is not None:
             return await self.cors(scope, receive, send, headers, self._checked)
         return await self._checked(scope, receive, send)
 
     async def _checked(self, scope, receive, send):
         """The API key, then the body's limits, then the app."""
-        headers = dict(scope["headers"])
-        if self.key and scope["path"] not in OPEN_PATHS:
+        headers, path = dict(scope["headers"]), scope["path"]
+        if self.key and path not in OPEN_PATHS:
             auth = headers.get(b"authorization", b"")
-            given = auth[7:].strip() if auth[:7].lower() == b"bearer " else b""
+            # Bearer (OpenAI's clients) or x-api-key (Anthropic's)
+            given = auth[7:].strip() if auth[:7].lower() == b"bearer " else headers.get(b"x-api-key", b"").strip()
             if not hmac.compare_digest(given, self.key):
-                return await error_response(APIError("Invalid API key. Give it as 'Authorization: Bearer KEY'.",
-                                                     status=401, code="invalid_api_key"))(scope, receive, send)
+                return await error_response(APIError(
+                    "Invalid API key. Give it as 'Authorization: Bearer KEY' or 'x-api-key: KEY'.", status=401,
+                    code="invalid_api_key"), path)(scope, receive, send)
         try:
             body = await asyncio.wait_for(self._read_body(scope, receive, send, headers), self.body_timeout)
         except asyncio.TimeoutError:
             return await error_response(APIError(
                 f"The request body was not received within {self.body_timeout:g} s.", status=408,
-                code="request_timeout", headers={"Connection": "close"}))(scope, receive, send)
+                code="request_timeout", headers={"Connection": "close"}), path)(scope, receive, send)
         if body is None:  # answered (413) or the client left
             return None
         if scope["method"] in ("GET", "HEAD"):
@@ -87,7 +90,8 @@ class Guard:
     async def _read_body(self, scope, receive, send, headers):
         """The body (bytes), or None once the 413 is sent or the client has left."""
         too_big = error_response(APIError(f"The request body is larger than the limit of {self.max_body} bytes.",
-                                          status=413, code="request_too_large", headers={"Connection": "close"}))
+                                          status=413, code="request_too_large", headers={"Connection": "close"}),
+                                 scope["path"])
         length = headers.get(b"content-length")
         drain = min(2 * self.max_body, DRAIN_LIMIT)
         if length is not None and length.isdigit() and int(length) > self.max_body:

@@ -6,6 +6,7 @@ Every route exists with and without the /v1 prefix (create_app includes the rout
 import asyncio
 import functools
 import json
+from typing import Callable, NamedTuple
 
 import anyio.to_thread
 from fastapi import APIRouter, Request
@@ -14,7 +15,7 @@ from fastapi.responses import JSONResponse, PlainTextResponse, Response
 from fastgguf.engine.scheduler import Start
 from fastgguf.openai import protocol
 from fastgguf.openai.protocol import APIError
-from fastgguf.openai.responses import builder, error_body
+from fastgguf.openai.responses import builder
 from fastgguf.server import schemas as S
 from fastgguf.server import sse
 from fastgguf.server.errors import error_response
@@ -50,18 +51,31 @@ async def _hang_up(http_req, req, q):
     q.put_nowait(None)
 
 
-async def respond(http_req, prep):
+class Dialect(NamedTuple):
+    """How one API answers a generation: make(model, prep) -> its builder (chunks(events), feed(events) + final(),
+    usage once done, error_chunk(exc)), frame(dict) -> one event of its stream, and `done`, the stream's last
+    words. Errors with a status take the shape of the route's API (errors.error_response, by path)."""
+    make: Callable = builder
+    frame: Callable = sse.data
+    done: str = sse.DONE
+
+
+OPENAI = Dialect()
+
+
+async def respond(http_req, prep, dialect=OPENAI):
     """Submit a prepared request to the app's Scheduler and answer it: a JSON response, or a stream of chunks.
     Errors before the first token are a real HTTP status; after it, an `error` event ends the stream."""
     state = http_req.app.state
     loop = asyncio.get_running_loop()
     q = asyncio.Queue()
     req = prep.request(q.put_nowait, loop)
-    b = builder(state.model, prep)
+    b = dialect.make(state.model, prep)
+    path = http_req.url.path
     try:
         state.engine.submit(req)
     except Exception as e:  # noqa: BLE001 - QueueFull -> 429, a prompt that does not fit -> 400
-        return error_response(e)
+        return error_response(e, path)
 
     if not prep.stream:
         watch = asyncio.ensure_future(_hang_up(http_req, req, q))
@@ -73,7 +87,7 @@ async def respond(http_req, prep):
                 try:
                     b.feed(evs)
                 except Exception as e:  # noqa: BLE001 - nothing was sent yet: a real status
-                    return error_response(e)
+                    return error_response(e, path)
         finally:
             watch.cancel()
             req.cancel()
@@ -95,11 +109,11 @@ async def respond(http_req, prep):
         first_chunks = b.chunks(early)
     except Exception as e:  # noqa: BLE001
         req.cancel()
-        return error_response(e)
+        return error_response(e, path)
 
     async def events():
         for c in first_chunks:
-            yield sse.data(c)
+            yield dialect.frame(c)
         while b.usage is None:
             if req.state == "queued":
                 try:
@@ -112,11 +126,11 @@ async def respond(http_req, prep):
             try:
                 chunks = b.chunks(evs)
             except Exception as e:  # noqa: BLE001 - after the first chunk: an error event
-                yield sse.data(error_body(e)[1])
+                yield dialect.frame(b.error_chunk(e))
                 return
             for c in chunks:
-                yield sse.data(c)
-        yield sse.DONE
+                yield dialect.frame(c)
+        yield dialect.done
     return sse.EventStream(events(), req.cancel)
 
 

@@ -3,7 +3,7 @@ import json
 
 from fastapi.responses import StreamingResponse
 
-__all__ = ["data", "PING", "DONE", "EventStream"]
+__all__ = ["data", "typed", "PING", "DONE", "EventStream"]
 
 PING = ": ping\n\n"       # a comment: keeps a queued request's connection alive, ignored by clients
 DONE = "data: [DONE]\n\n"  # OpenAI's end of a stream
@@ -12,6 +12,11 @@ DONE = "data: [DONE]\n\n"  # OpenAI's end of a stream
 def data(obj):
     """One event carrying obj as JSON (UTF-8 text as is)."""
     return f"data: {json.dumps(obj, ensure_ascii=False)}\n\n"
+
+
+def typed(obj):
+    """One event named by obj's "type" (the Responses and Anthropic streams: `event: <type>` then its data)."""
+    return f"event: {obj['type']}\n{data(obj)}"
 
 
 class EventStream(StreamingResponse):

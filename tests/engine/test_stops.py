@@ -16,10 +16,13 @@ class NaiveStopText:
     is a proper prefix of a stop."""
 
     def __init__(self, stops):
-        self.stops, self.pending, self.stopped = [s for s in stops if s], "", False
+        self.stops, self.pending, self.stopped, self.matched = [s for s in stops if s], "", False, None
 
     def _find(self, text):
-        return min((i for i in (text.find(s) for s in self.stops) if i >= 0), default=-1)
+        cut = min((i for i in (text.find(s) for s in self.stops) if i >= 0), default=-1)
+        if cut >= 0:  # the stop found: the shortest starting there
+            self.matched = min((s for s in self.stops if text.startswith(s, cut)), key=len)
+        return cut
 
     def feed(self, text):
         pending = self.pending + text
@@ -46,9 +49,9 @@ def run(filter_, pieces, tail):
     for p in pieces:
         out.append(filter_.feed(p))
         if filter_.stopped:
-            return out, True
+            return out, True, filter_.matched
     out.append(filter_.flush(tail))
-    return out, filter_.stopped
+    return out, filter_.stopped, filter_.matched
 
 
 small = st.text(alphabet="ab\u00e9c", max_size=6)  # a small alphabet: stops overlap, nest and repeat
@@ -58,15 +61,16 @@ small = st.text(alphabet="ab\u00e9c", max_size=6)  # a small alphabet: stops ove
 @given(stops=st.lists(small, max_size=6), pieces=st.lists(st.text(alphabet="ab\u00e9cd", max_size=5), max_size=12),
        tail=st.text(alphabet="abc", max_size=3))
 def test_automaton_equals_the_naive_reference(stops, pieces, tail):
-    """Same emitted pieces, same stop, for random stops and texts split at random piece boundaries."""
+    """Same emitted pieces, same stop (and the same stop string found), for random stops and texts split at random
+    piece boundaries."""
     assert run(StopText(stops), pieces, tail) == run(NaiveStopText(stops), pieces, tail)
 
 
 def test_earliest_start_wins_within_a_piece():
     """'bc' ends first but 'abcd' starts first: in one piece, the earliest start is cut (as str.find over the
     text gives); split, 'bc' is found before 'abcd' is complete."""
-    assert run(StopText(["abcd", "bc"]), ["xabcd"], "") == (["x"], True)
-    assert run(StopText(["abcd", "bc"]), ["xabc", "d"], "") == (["xa"], True)
+    assert run(StopText(["abcd", "bc"]), ["xabcd"], "") == (["x"], True, "abcd")
+    assert run(StopText(["abcd", "bc"]), ["xabc", "d"], "") == (["xa"], True, "bc")
 
 
 def test_held_back_text_is_the_automatons_depth():

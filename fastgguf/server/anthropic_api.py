@@ -1,0 +1,31 @@
+"""Anthropic's Messages API: POST /v1/messages and /v1/messages/count_tokens (and without /v1). The shaping is
+fastgguf.openai.messages_api; the request runs on the chat completion path (the same Scheduler and limits; errors in
+Anthropic's shape: server/errors.py)."""
+from fastapi import APIRouter, Body, Request
+
+from fastgguf.openai.messages_api import MessagesBuilder, count_tokens, prepare_messages
+from fastgguf.server import sse
+from fastgguf.server.routes import Dialect, in_worker, respond
+
+__all__ = ["router"]
+
+router = APIRouter()
+
+
+@router.post("/messages", responses={200: {"content": {"text/event-stream": {}}}},
+             description="Anthropic's Messages API over the chat path: system, messages (text, tool_use and "
+                         "tool_result blocks; images refused), max_tokens (required), stop_sequences, temperature, "
+                         "top_p, top_k, tools, tool_choice, thinking, stream.")
+async def messages(request: Request, body: dict = Body(...)):
+    state = request.app.state
+    prep = await in_worker(request, prepare_messages, state.model, body, state.engine.n_ctx,
+                           reasoning_format=state.reasoning_format)
+    stops = body.get("stop_sequences")
+    return await respond(request, prep, Dialect(lambda model, p: MessagesBuilder(model, p, stops), sse.typed, ""))
+
+
+@router.post("/messages/count_tokens", description="The tokens of a Messages request's rendered prompt.")
+async def messages_count_tokens(request: Request, body: dict = Body(...)):
+    state = request.app.state
+    return await in_worker(request, count_tokens, state.model, body, state.engine.n_ctx,
+                           reasoning_format=state.reasoning_format)
