@@ -91,7 +91,7 @@ KEY = "clé-ü"  # not ASCII: compared as UTF-8 bytes
 
 @pytest.fixture(scope="module")
 def strict(default_model_path):
-    from tests.server.conftest import Server
+    from conftest import Server
     s = Server(default_model_path, "--parallel", "1", "--ctx-size", "256", "--max-body", "100000",
                "--timeout-header", "1", "--timeout-keep-alive", "1", "--timeout-body", "1", "--max-connections", "6",
                api_key=KEY)
