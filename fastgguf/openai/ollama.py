@@ -17,8 +17,10 @@ from fastgguf.gguf.constants import GGMLType
 from fastgguf.openai.protocol import UNSUPPORTED, APIError, model_id
 from fastgguf.openai.protocol import check_model as check_openai_model
 
-__all__ = ["chat_body", "generate_body", "embed_body", "Shaper", "check_model", "error_dict", "details",
-           "OPTION_FIELDS", "IGNORED_OPTIONS"]
+__all__ = ["chat_body", "generate_body", "embed_body", "Shaper", "check_model", "error_dict", "error_status",
+           "details", "PREFIX", "OPTION_FIELDS", "IGNORED_OPTIONS"]
+
+PREFIX = "/api"  # Ollama's routes: errors under it take Ollama's shape (error_status, error_dict)
 
 # options.<name> -> the OpenAI body field it sets (SamplingParams validates the values)
 OPTION_FIELDS = {"num_predict": "max_tokens", "temperature": "temperature", "top_p": "top_p", "top_k": "top_k",
@@ -175,6 +177,11 @@ def embed_body(body, model, legacy=False):
 def error_dict(exc_body):
     """Ollama's error body {"error": message} of OpenAI's {"error": {"message", ...}}."""
     return {"error": exc_body["error"]["message"]}
+
+
+def error_status(status):
+    """Ollama's HTTP status of an error: OpenAI's, except a full queue (429): 503, Ollama's "server busy"."""
+    return 503 if status == 429 else status
 
 
 def now():

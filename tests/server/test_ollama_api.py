@@ -149,6 +149,14 @@ def test_error_through_the_client_and_api_key(server, oc, model_name):
     assert raw(server, "/api/chat", {"model": model_name, "messages": HI}, key="wrong")[0] == 401
 
 
+def test_errors_before_the_route_in_ollama_shape(server, model_name):
+    """Errors raised before an /api/ route runs (the API key's Guard, an unknown route) are Ollama's too."""
+    got, _, text = raw(server, "/api/chat", {"model": model_name, "messages": HI}, key="wrong")
+    assert got == 401 and isinstance(json.loads(text)["error"], str), (got, text)
+    got, _, text = raw(server, "/api/x", {"model": model_name})
+    assert got == 404 and json.loads(text) == {"error": "Unknown route POST /api/x"}, (got, text)
+
+
 def test_shaper_tool_calls_and_thinking():
     """The OpenAI chunks of a reply with reasoning and a streamed tool call -> Ollama's lines: thinking in
     message.thinking, the call whole (arguments an object) in the line where its choice finishes."""
@@ -185,7 +193,7 @@ def test_body_mapping(model, model_name):
     """Ollama's fields onto the OpenAI body prepare_chat / prepare_completion read."""
     from fastgguf.engine.scheduler import QueueFull
     from fastgguf.openai.ollama import chat_body, generate_body
-    from fastgguf.server.ollama_api import _error
+    from fastgguf.server.errors import error_response
     body, mode = chat_body({"model": model_name + ":latest", "messages": HI, "think": False, "keep_alive": 0,
                             "options": {"num_predict": -1, "num_ctx": 99999, "top_k": 3, "stop": ["x"]}}, model)
     assert body == {"stream": True, "top_k": 3, "stop": ["x"], "messages": HI} and mode == "none"
@@ -195,5 +203,5 @@ def test_body_mapping(model, model_name):
     assert body["response_format"] == {"type": "json_object"}
     assert generate_body({"model": model_name, "prompt": "p", "raw": True}, model)[:2] == (
         "completion", {"stream": True, "prompt": "p"})
-    r = _error(QueueFull("busy", retry_after=2))  # Ollama's "server busy"
+    r = error_response(QueueFull("busy", retry_after=2), "/api/chat")  # Ollama's "server busy"
     assert r.status_code == 503 and json.loads(r.body) == {"error": "busy"} and r.headers["retry-after"] == "2"
