@@ -3,6 +3,7 @@ chunks of responses.ResponseBuilder -> Ollama's NDJSON lines.
 
     body = chat_body(ollama_body)                # an OpenAI chat body: protocol.prepare_chat takes it
     shape = Shaper(model, chat=True, message=True)   # then shape.lines(openai_chunks) ... shape.final(...)
+    Reply(model, prep, shape, t_received)        # the builder the server's routes.respond drives (EmbedReply)
 
 Translating into the OpenAI body (rather than a second prepare_*) keeps one owner per fact: the sampling fields are
 still validated by SamplingParams, the template, tools and reasoning by prepare_chat, so the same greedy request gives
@@ -11,14 +12,17 @@ keep_alive, num_ctx beyond the server's context), or refused with an APIError na
 """
 import datetime
 import json
+import time
 from collections.abc import Mapping
 
+from fastgguf.engine.scheduler import Start
 from fastgguf.gguf.constants import GGMLType
 from fastgguf.openai.protocol import UNSUPPORTED, APIError, model_id
 from fastgguf.openai.protocol import check_model as check_openai_model
+from fastgguf.openai.responses import builder, error_body
 
-__all__ = ["chat_body", "generate_body", "embed_body", "Shaper", "check_model", "error_dict", "error_status",
-           "details", "PREFIX", "OPTION_FIELDS", "IGNORED_OPTIONS"]
+__all__ = ["chat_body", "generate_body", "embed_body", "Shaper", "Reply", "EmbedReply", "check_model", "error_dict",
+           "error_status", "details", "PREFIX", "OPTION_FIELDS", "IGNORED_OPTIONS"]
 
 PREFIX = "/api"  # Ollama's routes: errors under it take Ollama's shape (error_status, error_dict)
 
@@ -289,6 +293,68 @@ class Shaper:
                     prompt_eval_count=usage["prompt_tokens"], prompt_eval_duration=_ns(t_first - t_submit),
                     eval_count=usage["completion_tokens"], eval_duration=_ns(t_done - t_first))
         return line
+
+
+class Reply:
+    """The builder routes.respond drives for /api/chat and /api/generate: the Scheduler's events -> the OpenAI
+    builder's chunks -> the Shaper's lines, the last one (done, done_reason, timings) when the request is done;
+    or feed(events) then final(), the whole reply. Made just before the request is submitted: that is its
+    t_submit; its first token is the first event other than Start; t_received is when the route began."""
+
+    def __init__(self, model, prep, shaper, t_received):
+        self.b, self.shaper, self.t_received = builder(model, prep), shaper, t_received
+        self.t_submit, self.t_first = time.perf_counter(), None
+
+    @property
+    def usage(self):
+        return self.b.usage
+
+    def _arrived(self, events):
+        if self.t_first is None and any(not isinstance(ev, Start) for ev in events):
+            self.t_first = time.perf_counter()
+
+    def _last(self, line=None):
+        return self.shaper.final(self.b.finish[0], self.b.usage, self.t_received, self.t_submit, self.t_first,
+                                 time.perf_counter(), line)
+
+    def chunks(self, events):
+        self._arrived(events)
+        out = self.shaper.lines(self.b.chunks(events))
+        return out + [self._last()] if self.usage is not None else out
+
+    def feed(self, events):
+        self._arrived(events)
+        self.b.feed(events)
+
+    def final(self):
+        return self._last(self.shaper.whole(self.b.final()))
+
+    def error_chunk(self, exc):
+        """The line that ends a stream on an error after it began."""
+        return error_dict(error_body(exc)[1])
+
+
+class EmbedReply:
+    """The builder routes.respond drives for /api/embed (or the legacy /api/embeddings): feed(events), then
+    final(), Ollama's body of the OpenAI embeddings."""
+
+    def __init__(self, model, prep, legacy, t_received):
+        self.b, self.model, self.legacy, self.t_received = builder(model, prep), model, legacy, t_received
+
+    @property
+    def usage(self):
+        return self.b.usage
+
+    def feed(self, events):
+        self.b.feed(events)
+
+    def final(self):
+        vectors = [v["embedding"] for v in self.b.final()["data"]]
+        if self.legacy:
+            return {"embedding": vectors[0]}
+        return {"model": model_id(self.model), "embeddings": vectors,
+                "total_duration": _ns(time.perf_counter() - self.t_received), "load_duration": 0,
+                "prompt_eval_count": self.usage["prompt_tokens"]}
 
 
 def _args(text):

@@ -4,8 +4,9 @@
     app = create_app(fastgguf.Model(path), parallel=4)     # an ASGI app (FastAPI): serve it with uvicorn
 
 HTTP only: app.py builds the app (state: the model and its Scheduler), routes.py the routes (module level;
-responses_api.py and anthropic_api.py: OpenAI's Responses and Anthropic's Messages, on routes.respond),
-sse.py frames streams, errors.py turns every exception into OpenAI's error shape, limits.py checks the Host header,
+responses_api.py, anthropic_api.py and ollama_api.py: OpenAI's Responses, Anthropic's Messages and Ollama's
+/api/..., on routes.respond),
+sse.py frames streams, errors.py turns every exception into its API's error shape, limits.py checks the Host header,
 the API key and the body's size and time, transport.py serves the app with uvicorn plus a header deadline and a
 connection limit (`fastgguf serve`), schemas.py holds the pydantic models of every request and response. The batching thread is
 fastgguf.engine.scheduler; the request/response shaping is fastgguf.openai, which the in-process API

@@ -1,11 +1,11 @@
 """Ollama's API (/api/...): the same Scheduler, limits and API key as the OpenAI routes; the Ollama <-> OpenAI
 shaping is fastgguf.openai.ollama. Streams are newline-delimited JSON (stream defaults to true, as Ollama's);
-errors are Ollama's {"error": message} with the OpenAI routes' status codes, except a full queue: 503, as Ollama.
+errors are Ollama's {"error": message} with the OpenAI routes' status codes, except a full queue: 503, as Ollama
+(errors.error_response, by path: the errors of the Guard, of CORS and of unknown /api/... routes too).
 
     POST /api/chat  /api/generate  /api/embed  /api/embeddings (legacy)  /api/show     GET /api/tags  /api/ps
     GET /api/version
 """
-import asyncio
 import json
 import time
 
@@ -14,26 +14,15 @@ from fastapi.responses import JSONResponse
 
 import fastgguf
 from fastgguf.engine.reasoning import detect_reasoning
-from fastgguf.engine.scheduler import Start
 from fastgguf.openai import ollama as O
 from fastgguf.openai import protocol
 from fastgguf.openai.protocol import APIError
-from fastgguf.openai.responses import builder, error_body
 from fastgguf.server import sse
-from fastgguf.server.routes import _hang_up, in_worker
+from fastgguf.server.routes import Dialect, in_worker, respond
 
 __all__ = ["router"]
 
-router = APIRouter(prefix="/api")
-NDJSON = "application/x-ndjson"
-
-
-def _error(exc):
-    """Ollama's error response of any exception (a full queue: 503, Ollama's "server busy")."""
-    status, body, headers = error_body(exc)
-    if status == 429:
-        status = 503
-    return JSONResponse(O.error_dict(body), status_code=status, headers=headers or None)
+router = APIRouter(prefix=O.PREFIX)
 
 
 async def _json(request):
@@ -43,90 +32,25 @@ async def _json(request):
         raise APIError("The request body is not valid JSON.") from None
 
 
-def ollama_route(method, path):
-    """A route whose every error is Ollama's shape."""
-    def wrap(fn):
-        async def route(request: Request):
-            try:
-                return await fn(request)
-            except Exception as e:  # noqa: BLE001 - before anything was sent: a real status
-                return _error(e)
-        route.__name__ = fn.__name__
-        return router.api_route(path, methods=[method])(route)
-    return wrap
+def _dialect(make):
+    """Ollama's way to answer through routes.respond: NDJSON lines, no pings (the response waits for the first
+    token), no end marker (the reply's builder sends the last line, with done and the timings)."""
+    return Dialect(make, sse.line, "", ping=None, media_type=sse.NDJSON)
 
 
-async def _run(request, prep, shaper, t_received):
-    """Submit prep to the Scheduler; a JSON response, or an NDJSON stream (prep.stream)."""
-    state = request.app.state
-    loop = asyncio.get_running_loop()
-    q = asyncio.Queue()
-    req = prep.request(q.put_nowait, loop)
-    b = builder(state.model, prep)
-    state.engine.submit(req)  # QueueFull -> 503, a prompt that does not fit -> 400
-
-    def last(line=None):
-        return shaper.final(b.finish[0], b.usage, t_received, req.t_submit, req.t_first, time.perf_counter(), line)
-
-    if not prep.stream:
-        watch = asyncio.ensure_future(_hang_up(request, req, q))
-        try:
-            while b.usage is None:
-                evs = await q.get()
-                if evs is None:  # the client hung up: its sequence is cancelled
-                    return JSONResponse({}, status_code=499)
-                b.feed(evs)
-        finally:
-            watch.cancel()
-            req.cancel()
-        return JSONResponse(last(shaper.whole(b.final())))
-
-    # hold the response until the first token, so an error before it is a real status (NDJSON has no ping); a
-    # client that hangs up meanwhile cancels its request
-    early = []
-    watch = asyncio.ensure_future(_hang_up(request, req, q))
-    try:
-        while all(isinstance(ev, Start) for ev in early):
-            evs = await q.get()
-            if evs is None:
-                return JSONResponse({}, status_code=499)
-            early += evs
-    finally:
-        watch.cancel()
-    try:
-        first = shaper.lines(b.chunks(early))
-    except Exception:
-        req.cancel()
-        raise
-
-    async def lines():
-        for line in first:
-            yield json.dumps(line, ensure_ascii=False) + "\n"
-        while b.usage is None:
-            evs = await q.get()
-            try:
-                out = shaper.lines(b.chunks(evs))
-            except Exception as e:  # noqa: BLE001 - after the first line: an error line ends the stream
-                yield json.dumps(O.error_dict(error_body(e)[1]), ensure_ascii=False) + "\n"
-                return
-            for line in out:
-                yield json.dumps(line, ensure_ascii=False) + "\n"
-        yield json.dumps(last(), ensure_ascii=False) + "\n"
-    return sse.EventStream(lines(), req.cancel, media_type=NDJSON)
-
-
-@ollama_route("POST", "/chat")
-async def chat(request):
+@router.post("/chat")
+async def chat(request: Request):
     t0 = time.perf_counter()
     state = request.app.state
     body, mode = O.chat_body(await _json(request), state.model)
     prep = await in_worker(request, protocol.prepare_chat, state.model, body, state.engine.n_ctx,
                            reasoning_format=mode)
-    return await _run(request, prep, O.Shaper(state.model, chat=True, message=True), t0)
+    shaper = O.Shaper(state.model, chat=True, message=True)
+    return await respond(request, prep, _dialect(lambda model, p: O.Reply(model, p, shaper, t0)))
 
 
-@ollama_route("POST", "/generate")
-async def generate(request):
+@router.post("/generate")
+async def generate(request: Request):
     t0 = time.perf_counter()
     state = request.app.state
     kind, body, mode = O.generate_body(await _json(request), state.model)
@@ -140,7 +64,7 @@ async def generate(request):
                                reasoning_format=mode)
     else:
         prep = await in_worker(request, protocol.prepare_completion, state.model, body, state.engine.n_ctx)
-    return await _run(request, prep, shaper, t0)
+    return await respond(request, prep, _dialect(lambda model, p: O.Reply(model, p, shaper, t0)))
 
 
 async def _embed(request, legacy):
@@ -148,35 +72,16 @@ async def _embed(request, legacy):
     state = request.app.state
     body = O.embed_body(await _json(request), state.model, legacy)
     prep = await in_worker(request, protocol.prepare_embedding, state.model, body, state.engine.n_ctx)
-    q = asyncio.Queue()
-    req = prep.request(q.put_nowait, asyncio.get_running_loop())
-    b = builder(state.model, prep)
-    state.engine.submit(req)
-    watch = asyncio.ensure_future(_hang_up(request, req, q))
-    try:
-        while b.usage is None:
-            evs = await q.get()
-            if evs is None:
-                return JSONResponse({}, status_code=499)
-            b.feed(evs)
-    finally:
-        watch.cancel()
-        req.cancel()
-    vectors = [v["embedding"] for v in b.final()["data"]]
-    if legacy:
-        return JSONResponse({"embedding": vectors[0]})
-    return JSONResponse({"model": protocol.model_id(state.model), "embeddings": vectors,
-                         "total_duration": int((time.perf_counter() - t0) * 1e9), "load_duration": 0,
-                         "prompt_eval_count": b.usage["prompt_tokens"]})
+    return await respond(request, prep, _dialect(lambda model, p: O.EmbedReply(model, p, legacy, t0)))
 
 
-@ollama_route("POST", "/embed")
-async def embed(request):
+@router.post("/embed")
+async def embed(request: Request):
     return await _embed(request, legacy=False)
 
 
-@ollama_route("POST", "/embeddings")
-async def embeddings(request):
+@router.post("/embeddings")
+async def embeddings(request: Request):
     return await _embed(request, legacy=True)
 
 
@@ -189,13 +94,13 @@ def _entry(state):
             "details": O.details(model)}
 
 
-@ollama_route("GET", "/tags")
-async def tags(request):
+@router.get("/tags")
+async def tags(request: Request):
     return JSONResponse({"models": [_entry(request.app.state)]})
 
 
-@ollama_route("GET", "/ps")
-async def ps(request):
+@router.get("/ps")
+async def ps(request: Request):
     state = request.app.state
     e = _entry(state)
     e.update(expires_at="9999-12-31T23:59:59Z", size_vram=0, context_length=state.engine.n_ctx)  # never unloaded
@@ -203,13 +108,13 @@ async def ps(request):
     return JSONResponse({"models": [e]})
 
 
-@ollama_route("GET", "/version")
-async def version(request):
+@router.get("/version")
+async def version(request: Request):
     return JSONResponse({"version": fastgguf.__version__})
 
 
-@ollama_route("POST", "/show")
-async def show(request):
+@router.post("/show")
+async def show(request: Request):
     state = request.app.state
     model = state.model
     O.check_model(await _json(request), model)

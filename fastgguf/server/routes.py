@@ -6,7 +6,7 @@ Every route exists with and without the /v1 prefix (create_app includes the rout
 import asyncio
 import functools
 import json
-from typing import Callable, NamedTuple
+from typing import Callable, NamedTuple, Optional
 
 import anyio.to_thread
 from fastapi import APIRouter, Request
@@ -53,11 +53,15 @@ async def _hang_up(http_req, req, q):
 
 class Dialect(NamedTuple):
     """How one API answers a generation: make(model, prep) -> its builder (chunks(events), feed(events) + final(),
-    usage once done, error_chunk(exc)), frame(dict) -> one event of its stream, and `done`, the stream's last
-    words. Errors with a status take the shape of the route's API (errors.error_response, by path)."""
+    usage once done, error_chunk(exc)), frame(dict) -> one event of its stream, `done`, the stream's last words,
+    `ping`, what a queued stream sends while it waits (None: no pings, the response is held until the first token
+    however long it takes), and the stream's media_type. Errors with a status take the shape of the route's API
+    (errors.error_response, by path)."""
     make: Callable = builder
     frame: Callable = sse.data
     done: str = sse.DONE
+    ping: Optional[str] = sse.PING
+    media_type: str = "text/event-stream"
 
 
 OPENAI = Dialect()
@@ -65,7 +69,8 @@ OPENAI = Dialect()
 
 async def respond(http_req, prep, dialect=OPENAI):
     """Submit a prepared request to the app's Scheduler and answer it: a JSON response, or a stream of chunks.
-    Errors before the first token are a real HTTP status; after it, an `error` event ends the stream."""
+    Errors before the first token are a real HTTP status; after it, an error event ends the stream. A client that
+    hangs up before anything was sent: 499, its request cancelled."""
     state = http_req.app.state
     loop = asyncio.get_running_loop()
     q = asyncio.Queue()
@@ -94,17 +99,25 @@ async def respond(http_req, prep, dialect=OPENAI):
         return JSONResponse(b.final())
 
     # hold the response until the first token (an error before it is a real HTTP status), unless the request
-    # waits longer than a ping interval: then the stream starts, with pings while it is queued
-    ping_interval = state.ping_interval
-    early, t_end = [], loop.time() + ping_interval
-    while all(isinstance(ev, Start) for ev in early):
-        left = t_end - loop.time()
-        if left <= 0:
-            break
-        try:
-            early += await asyncio.wait_for(q.get(), left)
-        except asyncio.TimeoutError:
-            break
+    # waits longer than a ping interval (a dialect with pings): then the stream starts, with pings while it is
+    # queued. A client that hangs up meanwhile cancels its request.
+    ping_interval = state.ping_interval if dialect.ping else None
+    early, t_end = [], loop.time() + (ping_interval or 0)
+    watch = asyncio.ensure_future(_hang_up(http_req, req, q))
+    try:
+        while all(isinstance(ev, Start) for ev in early):
+            left = None if ping_interval is None else t_end - loop.time()
+            if left is not None and left <= 0:
+                break
+            try:
+                evs = await asyncio.wait_for(q.get(), left)
+            except asyncio.TimeoutError:
+                break
+            if evs is None:  # the client hung up (its request is cancelled)
+                return JSONResponse({}, status_code=499)
+            early += evs
+    finally:
+        watch.cancel()
     try:
         first_chunks = b.chunks(early)
     except Exception as e:  # noqa: BLE001
@@ -115,14 +128,16 @@ async def respond(http_req, prep, dialect=OPENAI):
         for c in first_chunks:
             yield dialect.frame(c)
         while b.usage is None:
-            if req.state == "queued":
+            if dialect.ping and req.state == "queued":
                 try:
                     evs = await asyncio.wait_for(q.get(), ping_interval)
                 except asyncio.TimeoutError:
-                    yield sse.PING
+                    yield dialect.ping
                     continue
             else:
                 evs = await q.get()
+            if evs is None:  # the hang-up watcher's, as the hold ended: the request is cancelled
+                return
             try:
                 chunks = b.chunks(evs)
             except Exception as e:  # noqa: BLE001 - after the first chunk: an error event
@@ -131,7 +146,7 @@ async def respond(http_req, prep, dialect=OPENAI):
             for c in chunks:
                 yield dialect.frame(c)
         yield dialect.done
-    return sse.EventStream(events(), req.cancel)
+    return sse.EventStream(events(), req.cancel, media_type=dialect.media_type)
 
 
 _STREAMS = {200: {"content": {"text/event-stream": {}}}}

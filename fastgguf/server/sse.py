@@ -1,17 +1,24 @@
-"""Server-sent events: the one place that frames a stream (`data: <json>\n\n`, `: ping` comments, `data: [DONE]`)."""
+"""Server-sent events: the one place that frames a stream (`data: <json>\n\n`, `: ping` comments, `data: [DONE]`;
+Ollama's NDJSON: one JSON object a line)."""
 import json
 
 from fastapi.responses import StreamingResponse
 
-__all__ = ["data", "typed", "PING", "DONE", "EventStream"]
+__all__ = ["data", "typed", "line", "PING", "DONE", "NDJSON", "EventStream"]
 
 PING = ": ping\n\n"       # a comment: keeps a queued request's connection alive, ignored by clients
 DONE = "data: [DONE]\n\n"  # OpenAI's end of a stream
+NDJSON = "application/x-ndjson"
 
 
 def data(obj):
     """One event carrying obj as JSON (UTF-8 text as is)."""
     return f"data: {json.dumps(obj, ensure_ascii=False)}\n\n"
+
+
+def line(obj):
+    """One line of an NDJSON stream carrying obj (UTF-8 text as is)."""
+    return json.dumps(obj, ensure_ascii=False) + "\n"
 
 
 def typed(obj):
