@@ -521,12 +521,12 @@ def get(f):
 def weight_bytes(f, hp):
     """Where a model's bytes are (f: its GGUFFile, hp: its Hparams), as a dict:
       file: the file's size; weights: all tensor bytes (mapped, zero-copy);
-      experts: the mixture-of-experts stacks (ffn_*_exps; 0 for a dense model);
+      experts: the mixture-of-experts stacks (ffn_*_exps, with gpt-oss's per-expert biases; 0 for a dense model);
       per_token: the weight bytes one decoded token reads, the physical floor of decoding: every tensor except
         the expert stacks, of which n_expert_used / n_expert, and except token_embd, of which one row (unless it
         is also the lm_head: tied embeddings are read whole);
       active_fraction: per_token / weights."""
-    experts = sum(t.nbytes for n, t in f.tensors.items() if n.endswith("_exps.weight"))
+    experts = sum(t.nbytes for n, t in f.tensors.items() if n.endswith(("_exps.weight", "_exps.bias")))
     weights = sum(t.nbytes for t in f.tensors.values())
     per_token = weights - experts
     emb = f.tensors.get("token_embd.weight")

@@ -152,3 +152,17 @@ def test_gpt_oss_hyperparameters(tmp_path):
     with pytest.raises(GGUFError, match="expert_count"):
         Model(make_moe(tmp_path / "noexp.gguf", arch="gpt-oss", meta={"expert_count": 0,
                                                                     "attention.sliding_window": 5}))
+
+
+def test_gpt_oss_info(tmp_path, capsys):
+    """fastgguf info on a gpt-oss file with MXFP4 experts: the expert bytes count the expert biases (a token reads
+    the chosen experts' rows of them too)."""
+    from fastgguf import cli
+    p = make_moe(tmp_path / "oss.gguf", wtype="MXFP4", **GPTOSS)
+    assert cli.main(["info", p, "--no-tensors"]) == 0
+    out = capsys.readouterr().out
+    assert "gpt-oss" in out and "MXFP4" in out
+    m = Model(p)
+    stacks = sum(t.nbytes for n, t in m.file.tensors.items() if n.endswith("_exps.weight"))
+    biases = sum(t.nbytes for n, t in m.file.tensors.items() if n.endswith("_exps.bias"))
+    assert biases > 0 and m.memory()["experts"] == stacks + biases
