@@ -41,9 +41,16 @@ def check_oracle(path, tol=1e-3):
     return o
 
 
+# gpt-oss's random files (biases, sinks) amplify the F16 K/V cache's rounding: a 1e-7 relative change of the q/k/v
+# weights (an ISA's other float32 summation order) flips some F16 roundings and moves the oracle's own logits by up
+# to 8.5e-4 on gpt-oss-f32 (qwen3moe-8x2: 4.5e-5); measured fastgguf - oracle: 6e-5 (scalar, AVX-512), 2.2e-3
+# (AVX2). Dropping a sink, a bias or the window moves them by 0.49 to 7.
+GPTOSS_TOL = 5e-3
+
+
 @pytest.mark.parametrize("name", F32_CASES)
 def test_tiny_cases_match_the_oracle(tmp_path, name):
-    check_oracle(build(name, tmp_path / f"{name}.gguf"))
+    check_oracle(build(name, tmp_path / f"{name}.gguf"), GPTOSS_TOL if "gpt-oss" in name else 1e-3)
 
 
 @pytest.fixture(scope="module")
@@ -57,7 +64,7 @@ def test_routing_edge_cases_match_the_oracle(edge_files, name):
     """The oracle picks the top experts with a stable descending sort (ties to the lower expert, as llama.cpp's
     std::sort does for <= 16 experts: an insertion sort); a tie broken the other way picks another expert, whose
     random weights move the logits far past the tolerance."""
-    o = check_oracle(edge_files[name])
+    o = check_oracle(edge_files[name], GPTOSS_TOL if "gpt-oss" in name else 1e-3)
     chosen = set().union(*o.selected)
     if name == "same-experts":
         assert chosen == {0, 1}
@@ -138,7 +145,7 @@ def test_gpt_oss_sliding_window_ring_wraps(tmp_path, wtype):
     assert np.array_equal(np.concatenate(steps), whole)
     if wtype is None:
         want = Oracle(p).forward(ids, kv_f16=True)
-        assert np.max(np.abs(whole - want)) <= 1e-3, np.max(np.abs(whole - want))
+        assert np.max(np.abs(whole - want)) <= GPTOSS_TOL, np.max(np.abs(whole - want))
 
 
 def test_gpt_oss_hyperparameters(tmp_path):
