@@ -72,7 +72,7 @@ void fg_kv_free(fg_kv *kv) {
 int fg_kv_init(fg_kv *kv, const fg_model *m, int n_ctx) {
     memset(kv, 0, sizeof(*kv));
     kv->n_ctx = n_ctx;
-    kv->n_swa_rows = m->n_swa + FG_MAX_BATCH < n_ctx ? m->n_swa + FG_MAX_BATCH : n_ctx;
+    kv->n_swa_rows = (int64_t)m->n_swa + FG_MAX_BATCH < n_ctx ? m->n_swa + FG_MAX_BATCH : n_ctx; /* n_swa < 2^31 */
     kv->layer_row0 = malloc(((size_t)m->n_layer + 1) * sizeof(int64_t));
     if (!kv->layer_row0) return -1;
     kv->layer_row0[0] = 0;

@@ -39,6 +39,8 @@ class GptOss(Arch):
         hp = self.base_hparams()
         if not hp.n_expert:
             raise GGUFError(f"{self.f.path}: gpt-oss needs {self.name}.expert_count >= 1")
+        if hp.n_rot < 1:   # the attention scale is 1/sqrt(n_rot)
+            raise GGUFError(f"{self.name}.rope.dimension_count = 0: gpt-oss needs rotated dimensions")
         n_swa = self.int_key("attention.sliding_window", lo=1, hi=(1 << 31) - 1)
         return dataclasses.replace(
             hp, attn_scale=1.0 / math.sqrt(hp.n_rot), moe_gating="softmax_weight", moe_act="swiglu_oai",
