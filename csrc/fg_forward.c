@@ -435,6 +435,9 @@ static void post_layernorm(const team *t, int64_t rows, const float *w, const fl
     BARRIER(t);
 }
 
+/* Expert e's row of a per-expert (n_expert, n) bias, or NULL without one. */
+static const float *expert_bias(const float *b, int64_t e, int64_t n) { return b ? b + e * n : NULL; }
+
 /* Expert e's matrix of a stack. */
 static fg_mat expert(const fg_mat3 *x, int64_t e) {
     fg_mat w = x->m;
@@ -452,12 +455,13 @@ static void softmax_as_ggml(float *y, const float *x, int64_t n) {
     for (int64_t e = 0; e < n; e++) y[e] *= sc;
 }
 
-/* The routing of the chunk's rows from w->rlogits, as llama.cpp's build_moe_ffn: probabilities (softmax or
- * sigmoid of the router logits); the n_expert_used largest in descending order, ties to the lower expert
- * (ggml_argsort_top_k: std::sort, an insertion sort for <= 16 experts, so stable there); weights = their
- * probabilities, / their sum (clamped to >= 2^-14) when moe_norm_w, * moe_w_scale unless 0 or 1. Then the slots,
- * grouped by expert: off[e] .. off[e+1] are expert e's, its rows ascending. Every thread computes it whole into its
- * private scratch (a few thousand operations): no barrier, and each row's routing is that row's alone. */
+/* The routing of the chunk's rows from w->rlogits (bias added), as llama.cpp's build_moe_ffn: probabilities
+ * (softmax or sigmoid of the router logits; softmax-weight: the logits); the n_expert_used largest in descending
+ * order, ties to the lower expert (ggml_argsort_top_k: std::sort, an insertion sort for <= 16 experts, so stable
+ * there); weights = their probabilities (softmax-weight: their softmax), / their sum (clamped to >= 2^-14) when
+ * moe_norm_w, * moe_w_scale unless 0 or 1. Then the slots, grouped by expert: off[e] .. off[e+1] are expert e's, its
+ * rows ascending. Every thread computes it whole into its private scratch (a few thousand operations): no
+ * barrier, and each row's routing is that row's alone. */
 static void route(const team *t, const fg_layer *L, int64_t rows) {
     const fg_model *m = t->m;
     const fg_work *s = t->w;
@@ -566,8 +570,8 @@ static void moe_ffn(const team *t, const fg_layer *L, int64_t rows) {
         size_t at = rows > 1 ? (size_t)o * xr : 0;
         matmul(&g, in_g + at, xr, n, s->hg + o * FE, FE, r0, r1);
         matmul(&u, in_u + at, xr, n, s->hu + o * FE, FE, r0, r1);
-        add_bias(s->hg + o * FE, FE, n, L->b_gate_exps ? L->b_gate_exps + e * FE : NULL, r0, r1);
-        add_bias(s->hu + o * FE, FE, n, L->b_up_exps ? L->b_up_exps + e * FE : NULL, r0, r1);
+        add_bias(s->hg + o * FE, FE, n, expert_bias(L->b_gate_exps, e, FE), r0, r1);
+        add_bias(s->hu + o * FE, FE, n, expert_bias(L->b_up_exps, e, FE), r0, r1);
         if (r0 < r1)
             for (int64_t j = o; j < o + n; j++)
                 gated_act(m->moe_act, s->hg + j * FE + r0, s->hu + j * FE + r0, r1 - r0);
@@ -600,7 +604,7 @@ static void moe_ffn(const team *t, const fg_layer *L, int64_t rows) {
         if (n == 0) continue;
         fg_mat d = expert(&L->down_exps, e);
         matmul(&d, s->hq + o * xr, xr, n, s->ye + o * E, E, r0, r1);
-        add_bias(s->ye + o * E, E, n, L->b_down_exps ? L->b_down_exps + e * E : NULL, r0, r1);
+        add_bias(s->ye + o * E, E, n, expert_bias(L->b_down_exps, e, E), r0, r1);
     }
     if (sh) matmul(&L->w_down, s->hq + S * xr, xr, rows, s->tmp, E, r0, r1);
     for (int64_t i = 0; i < rows; i++) {

@@ -102,8 +102,8 @@ typedef struct {
     /* mixture of experts (0 experts: every layer is a dense FFN). Each row's FFN: probabilities p = gating(router
      * logits); the n_expert_used largest (ties: the lower expert first); weights w = their p, divided by their
      * sum when moe_norm_w, times moe_w_scale; out = sum_j w_j down_j(act(gate_j x) * up_j x) in that order, plus
-     * the shared expert (fg_layer). FG_GATING_SOFTMAX_WEIGHT: p = the logits, w = softmax of the chosen ones. moe_act:
- * an FG_ACT_* */
+     * the shared expert (fg_layer). FG_GATING_SOFTMAX_WEIGHT: p = the logits, w = softmax of the chosen ones.
+     * moe_act: an FG_ACT_* */
     int n_expert, n_expert_used, n_ff_exp, moe_gating, moe_norm_w, moe_act;
     float moe_w_scale;
     int qk_norm_full;             /* 1: q_norm/k_norm are (q_dim,)/(kv_dim,) and RMS-normalise the whole q and k

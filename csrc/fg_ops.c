@@ -406,7 +406,8 @@ FG_TARGET_AVX512 static void attention_avx512(float *out, const float *q, int n_
                                               int64_t ring, float scale, float softcap, const float *sinks,
                                               float *scores) {
     switch (n_rep) {
-#define CASE(R) case R: attention_512_r(R, out, q, hd, k, v, kv_stride, n, first, ring, scale, softcap, sinks, scores); break;
+#define CASE(R)                                                                                                  \
+    case R: attention_512_r(R, out, q, hd, k, v, kv_stride, n, first, ring, scale, softcap, sinks, scores); break;
         CASE(1) CASE(2) CASE(3) CASE(4) CASE(5) CASE(6) CASE(7) CASE(8)
 #undef CASE
     default: break;
