@@ -139,10 +139,11 @@ def main():
     L = import_llama_cpp()
     L.llama_backend_init()
     from test_tiny_references import CASES, IDS, build
-    cases = {}
+    cases, old = {}, None
     if only:
         with open(out_path) as f:
-            cases = json.load(f)["cases"]
+            old = json.load(f)
+        cases = old["cases"]
     with tempfile.TemporaryDirectory() as tmp:
         for name in only or CASES:
             path = build(name, os.path.join(tmp, f"{name}.gguf"))
@@ -164,6 +165,9 @@ def main():
            "note": "tests/engine/test_tiny_references.py CASES; top-10 logits at every position, flash "
                    "attention on; fa_spread = max |flash on - off| over those ids",
            "ids": IDS, "cases": cases}
+    if old:   # --only: the file's own header stays; its note says which cases came later, from where
+        ref.update(engine=old["engine"], note=f"{old['note']}; the cases {', '.join(only)} were added with --only "
+                                              f"(LLAMA_CPP_LIB_PATH={os.environ.get('LLAMA_CPP_LIB_PATH', '')})")
     with open(out_path, "w") as f:
         json.dump(ref, f, separators=(",", ":"))
 
