@@ -14,6 +14,10 @@ Files (built once, cached under ~/.cache/fastgguf/bench):
                           F32 (1.5 GB in all; a token reads 0.24 GB, 15% of it). Random rows
                           are quantized once into a pool and the experts filled by drawing rows from it (the bytes a
                           kernel reads are as varied; quantizing 2.4 G values would take long).
+  gpt-oss-20b-mini.gguf   random weights shaped like gpt-oss-20b: 2 of its 24 layers (one sliding-window layer of
+                          window 128, one full), each of its shape (n_embd 2880, 32 experts of n_ff_exp 2880, 4
+                          used, 64 q heads x 64 over 8 KV heads, attention sinks, every bias), vocabulary 32000;
+                          experts MXFP4 as the released files (0.85 GB), attention, token_embd and output Q8_0.
   smollm2-upcycled-4x2.gguf  tests/upcycle.py: the default model's FFN as 4 experts, 2 used, random router.
 Measured per engine and thread count: pp512 (one 512-token batch from an empty context) and tg128 (128 decode
 steps; fastgguf: Context.eval one token at a time after an 8-token prompt; llama-bench: tg128, flash attention
@@ -32,19 +36,22 @@ HERE = os.path.dirname(os.path.abspath(__file__))
 sys.path[:0] = [HERE, os.path.join(HERE, "..", "tests"), os.path.join(HERE, "..")]
 
 CACHE = os.path.expanduser("~/.cache/fastgguf/bench")
-# name -> the qwen3moe shape (n_embd, n_ff_exp, n_head, n_head_kv, head_dim, n_layer, n_expert, n_used, n_vocab)
-SHAPES = {"qwen3moe-a3b-mini": (2048, 768, 32, 4, 128, 4, 128, 8, 32000),
-          "qwen3moe-tiny": (256, 256, 4, 2, 64, 2, 16, 4, 1000)}
+# name -> (arch, shape (n_embd, n_ff_exp, n_head, n_head_kv, head_dim, n_layer, n_expert, n_used, n_vocab))
+SHAPES = {"qwen3moe-a3b-mini": ("qwen3moe", (2048, 768, 32, 4, 128, 4, 128, 8, 32000)),
+          "qwen3moe-tiny": ("qwen3moe", (256, 256, 4, 2, 64, 2, 16, 4, 1000)),
+          "gpt-oss-20b-mini": ("gpt-oss", (2880, 2880, 64, 8, 64, 2, 32, 4, 32000)),
+          "gpt-oss-tiny": ("gpt-oss", (256, 256, 4, 2, 64, 2, 8, 2, 1000))}
 
 
-def build_qwen3moe(path, shape, seed=0):
-    """The random qwen3moe file of `shape` (SHAPES) at path (see the module docstring)."""
+def build_moe(path, arch, shape, seed=0):
+    """The random `arch` (qwen3moe or gpt-oss) file of `shape` (SHAPES) at path (see the module docstring)."""
     import numpy as np
     import gguf
     from fastgguf import kernels
     E, FE, H, KVH, HD, L, NE, NU, V = shape
+    oss = arch == "gpt-oss"
     rng = np.random.default_rng(seed)
-    w = gguf.GGUFWriter(path, "qwen3moe")
+    w = gguf.GGUFWriter(path, arch)
     w.add_tokenizer_model("no_vocab")
     w.add_vocab_size(V)
     w.add_block_count(L)
@@ -60,6 +67,11 @@ def build_qwen3moe(path, shape, seed=0):
     w.add_expert_count(NE)
     w.add_expert_used_count(NU)
     w.add_expert_feed_forward_length(FE)
+    if oss:   # gpt-oss-20b's window and YaRN (factor 32 over 4096 positions)
+        w.add_sliding_window(128)
+        w.add_rope_scaling_type(gguf.RopeScalingType.YARN)
+        w.add_rope_scaling_factor(32.0)
+        w.add_rope_scaling_orig_ctx_len(4096)
     pools = {}
 
     def drawn(name, rows, cols, wtype, lead=()):
@@ -74,6 +86,9 @@ def build_qwen3moe(path, shape, seed=0):
     def f32(name, *shape, s=1.0):
         w.add_tensor(name, (1.0 + s * rng.standard_normal(shape) * 0.1).astype(np.float32))
 
+    def bias(name, *shape):
+        w.add_tensor(name, (rng.standard_normal(shape) * 0.02).astype(np.float32))
+
     drawn("token_embd.weight", V, E, "Q8_0")
     f32("output_norm.weight", E)
     drawn("output.weight", V, E, "Q8_0")
@@ -83,14 +98,23 @@ def build_qwen3moe(path, shape, seed=0):
         drawn(p + "attn_q.weight", H * HD, E, "Q8_0")
         drawn(p + "attn_k.weight", KVH * HD, E, "Q8_0")
         drawn(p + "attn_v.weight", KVH * HD, E, "Q8_0")
-        f32(p + "attn_q_norm.weight", HD)
-        f32(p + "attn_k_norm.weight", HD)
         drawn(p + "attn_output.weight", E, H * HD, "Q8_0")
-        f32(p + "ffn_norm.weight", E)
+        if oss:   # biases (about 0), sinks; the FFN's norm is post_attention_norm
+            for name, n in (("attn_q.bias", H * HD), ("attn_k.bias", KVH * HD), ("attn_v.bias", KVH * HD),
+                            ("attn_output.bias", E), ("attn_sinks.weight", H), ("ffn_gate_inp.bias", NE)):
+                bias(p + name, n)
+            for x, n in (("gate", FE), ("up", FE), ("down", E)):
+                bias(p + f"ffn_{x}_exps.bias", NE, n)
+            f32(p + "post_attention_norm.weight", E)
+        else:
+            f32(p + "attn_q_norm.weight", HD)
+            f32(p + "attn_k_norm.weight", HD)
+            f32(p + "ffn_norm.weight", E)
         w.add_tensor(p + "ffn_gate_inp.weight", (rng.standard_normal((NE, E)) / np.sqrt(E)).astype(np.float32))
-        drawn(p + "ffn_gate_exps.weight", FE, E, "Q4_K", (NE,))
-        drawn(p + "ffn_up_exps.weight", FE, E, "Q4_K", (NE,))
-        drawn(p + "ffn_down_exps.weight", E, FE, "Q4_K", (NE,))
+        xt = "MXFP4" if oss else "Q4_K"
+        drawn(p + "ffn_gate_exps.weight", FE, E, xt, (NE,))
+        drawn(p + "ffn_up_exps.weight", FE, E, xt, (NE,))
+        drawn(p + "ffn_down_exps.weight", E, FE, xt, (NE,))
     w.write_header_to_file()
     w.write_kv_data_to_file()
     w.write_tensors_to_file()
@@ -103,11 +127,11 @@ def files(tiny):
     from upcycle import upcycle
     os.makedirs(CACHE, exist_ok=True)
     out = {}
-    name = "qwen3moe-tiny" if tiny else "qwen3moe-a3b-mini"
-    out[name] = os.path.join(CACHE, f"{name}.gguf")
-    if not os.path.exists(out[name]):
-        build_qwen3moe(out[name] + ".part", SHAPES[name])
-        os.replace(out[name] + ".part", out[name])
+    for name in ("qwen3moe-tiny", "gpt-oss-tiny") if tiny else ("qwen3moe-a3b-mini", "gpt-oss-20b-mini"):
+        out[name] = os.path.join(CACHE, f"{name}.gguf")
+        if not os.path.exists(out[name]):
+            build_moe(out[name] + ".part", *SHAPES[name])
+            os.replace(out[name] + ".part", out[name])
     up = os.path.join(CACHE, "smollm2-upcycled-4x2.gguf")
     if not os.path.exists(up):
         upcycle(hub.default_model_path(), up + ".part")

@@ -72,7 +72,7 @@ void fg_kv_free(fg_kv *kv) {
 int fg_kv_init(fg_kv *kv, const fg_model *m, int n_ctx) {
     memset(kv, 0, sizeof(*kv));
     kv->n_ctx = n_ctx;
-    kv->n_swa_rows = m->n_swa + FG_MAX_BATCH < n_ctx ? m->n_swa + FG_MAX_BATCH : n_ctx;
+    kv->n_swa_rows = (int64_t)m->n_swa + FG_MAX_BATCH < n_ctx ? m->n_swa + FG_MAX_BATCH : n_ctx; /* n_swa < 2^31 */
     kv->layer_row0 = malloc(((size_t)m->n_layer + 1) * sizeof(int64_t));
     if (!kv->layer_row0) return -1;
     kv->layer_row0[0] = 0;
@@ -373,8 +373,8 @@ static void attention_one_row(const team *t, const fg_layer *L, int il, const ch
     for (int64_t g = h0 / n_rep; g * n_rep < h1; g++) {
         int64_t a = g * n_rep > h0 ? g * n_rep : h0, b = (g + 1) * n_rep < h1 ? (g + 1) * n_rep : h1;
         fg_attention_group(s->att + a * hd, s->q + a * hd, (int)(b - a), hd, group_cache(m, kv, kv->k_cache, il, g),
-                           group_cache(m, kv, kv->v_cache, il, g), hd, n_keys,
-                           first, ring, m->attn_scale, m->attn_softcap, t->scores);
+                           group_cache(m, kv, kv->v_cache, il, g), hd, n_keys, first, ring, m->attn_scale,
+                           m->attn_softcap, L->attn_sinks ? L->attn_sinks + a : NULL, t->scores);
     }
 }
 
@@ -421,7 +421,7 @@ static void attention_rows(const team *t, const fg_layer *L, int il, int64_t row
             fg_attention_tile(s->att + i0 * QD + g * n_rep * hd, QD, s->q + i0 * QD + g * n_rep * hd, QD, (int)(i1 - i0),
                               n_rep, hd, group_cache(m, kv, kv->k_cache, il, g),
                               group_cache(m, kv, kv->v_cache, il, g), hd, lo, n, ring, m->attn_scale,
-                              m->attn_softcap, t->scores);
+                              m->attn_softcap, L->attn_sinks ? L->attn_sinks + g * n_rep : NULL, t->scores);
         }
     }
 }
@@ -435,6 +435,9 @@ static void post_layernorm(const team *t, int64_t rows, const float *w, const fl
     BARRIER(t);
 }
 
+/* Expert e's row of a per-expert (n_expert, n) bias, or NULL without one. */
+static const float *expert_bias(const float *b, int64_t e, int64_t n) { return b ? b + e * n : NULL; }
+
 /* Expert e's matrix of a stack. */
 static fg_mat expert(const fg_mat3 *x, int64_t e) {
     fg_mat w = x->m;
@@ -442,12 +445,23 @@ static fg_mat expert(const fg_mat3 *x, int64_t e) {
     return w;
 }
 
-/* The routing of the chunk's rows from w->rlogits, as llama.cpp's build_moe_ffn: probabilities (softmax or
- * sigmoid of the router logits); the n_expert_used largest in descending order, ties to the lower expert
- * (ggml_argsort_top_k: std::sort, an insertion sort for <= 16 experts, so stable there); weights = their
- * probabilities, / their sum (clamped to >= 2^-14) when moe_norm_w, * moe_w_scale unless 0 or 1. Then the slots,
- * grouped by expert: off[e] .. off[e+1] are expert e's, its rows ascending. Every thread computes it whole into its
- * private scratch (a few thousand operations): no barrier, and each row's routing is that row's alone. */
+/* y (n,) = softmax(x) as ggml_soft_max: exp(x - max), summed in double, times 1/sum. y may be x. */
+static void softmax_as_ggml(float *y, const float *x, int64_t n) {
+    float mx = x[0];
+    for (int64_t e = 1; e < n; e++) mx = x[e] > mx ? x[e] : mx;
+    double sum = 0.0;
+    for (int64_t e = 0; e < n; e++) sum += (double)(y[e] = expf(x[e] - mx));
+    float sc = (float)(1.0 / sum);
+    for (int64_t e = 0; e < n; e++) y[e] *= sc;
+}
+
+/* The routing of the chunk's rows from w->rlogits (bias added), as llama.cpp's build_moe_ffn: probabilities
+ * (softmax or sigmoid of the router logits; softmax-weight: the logits); the n_expert_used largest in descending
+ * order, ties to the lower expert (ggml_argsort_top_k: std::sort, an insertion sort for <= 16 experts, so stable
+ * there); weights = their probabilities (softmax-weight: their softmax), / their sum (clamped to >= 2^-14) when
+ * moe_norm_w, * moe_w_scale unless 0 or 1. Then the slots, grouped by expert: off[e] .. off[e+1] are expert e's, its
+ * rows ascending. Every thread computes it whole into its private scratch (a few thousand operations): no
+ * barrier, and each row's routing is that row's alone. */
 static void route(const team *t, const fg_layer *L, int64_t rows) {
     const fg_model *m = t->m;
     const fg_work *s = t->w;
@@ -456,16 +470,12 @@ static void route(const team *t, const fg_layer *L, int64_t rows) {
     for (int64_t e = 0; e <= NE; e++) t->off[e] = 0;
     for (int64_t i = 0; i < rows; i++) {
         const float *l = s->rlogits + i * NE;
-        if (m->moe_gating == FG_GATING_SIGMOID) {
+        if (m->moe_gating == FG_GATING_SIGMOID)
             for (int64_t e = 0; e < NE; e++) p[e] = 1.0f / (1.0f + expf(-l[e]));
-        } else { /* ggml_soft_max: exp(l - max), summed in double, times 1/sum */
-            float mx = l[0];
-            for (int64_t e = 1; e < NE; e++) mx = l[e] > mx ? l[e] : mx;
-            double sum = 0.0;
-            for (int64_t e = 0; e < NE; e++) sum += (double)(p[e] = expf(l[e] - mx));
-            float sc = (float)(1.0 / sum);
-            for (int64_t e = 0; e < NE; e++) p[e] *= sc;
-        }
+        else if (m->moe_gating == FG_GATING_SOFTMAX)
+            softmax_as_ggml(p, l, NE);
+        else
+            memcpy(p, l, (size_t)NE * sizeof(float));
         int32_t *sel = t->sel + i * K;
         float *w = t->wts + i * K, wsum = 0.0f;
         for (int64_t j = 0; j < K; j++) {
@@ -474,10 +484,11 @@ static void route(const team *t, const fg_layer *L, int64_t rows) {
                 if (best < 0 || p[e] > p[best]) best = e; /* strict: the lower expert wins a tie */
             sel[j] = (int32_t)best;
             w[j] = p[best];
-            p[best] = -INFINITY; /* taken (probabilities are >= 0) */
+            p[best] = -INFINITY; /* taken (probabilities are >= 0; router logits finite) */
             wsum += w[j];
             t->off[best + 1]++;
         }
+        if (m->moe_gating == FG_GATING_SOFTMAX_WEIGHT) softmax_as_ggml(w, w, K);
         if (m->moe_norm_w) {
             wsum = wsum < 6.103515625e-5f ? 6.103515625e-5f : wsum;
             for (int64_t j = 0; j < K; j++) w[j] /= wsum;
@@ -505,7 +516,9 @@ static void route(const team *t, const fg_layer *L, int64_t rows) {
 
 /* act(gate) * up into gate, n values (the gated activations of m->moe_act / m->ffn_act). */
 static void gated_act(int act, float *gate, const float *up, int64_t n) {
-    if (act == FG_ACT_GELU_TANH)
+    if (act == FG_ACT_SWIGLU_OAI) /* llama.cpp's LLM_FFN_SWIGLU_OAI_MOE constants */
+        fg_swiglu_oai(gate, gate, up, n, 1.702f, 7.0f);
+    else if (act == FG_ACT_GELU_TANH)
         fg_geglu(gate, gate, up, n);
     else
         fg_swiglu(gate, gate, up, n);
@@ -530,6 +543,7 @@ static void moe_ffn(const team *t, const fg_layer *L, int64_t rows) {
 
     fg_split_rows(NE, t->nth, t->ith, ROW_ALIGN, &r0, &r1);
     matmul(&L->gate_inp, xq[0], xs, rows, s->rlogits, NE, r0, r1);
+    add_bias(s->rlogits, NE, rows, L->b_gate_inp, r0, r1);
     BARRIER(t);
     route(t, L, rows);
 
@@ -556,6 +570,8 @@ static void moe_ffn(const team *t, const fg_layer *L, int64_t rows) {
         size_t at = rows > 1 ? (size_t)o * xr : 0;
         matmul(&g, in_g + at, xr, n, s->hg + o * FE, FE, r0, r1);
         matmul(&u, in_u + at, xr, n, s->hu + o * FE, FE, r0, r1);
+        add_bias(s->hg + o * FE, FE, n, expert_bias(L->b_gate_exps, e, FE), r0, r1);
+        add_bias(s->hu + o * FE, FE, n, expert_bias(L->b_up_exps, e, FE), r0, r1);
         if (r0 < r1)
             for (int64_t j = o; j < o + n; j++)
                 gated_act(m->moe_act, s->hg + j * FE + r0, s->hu + j * FE + r0, r1 - r0);
@@ -588,6 +604,7 @@ static void moe_ffn(const team *t, const fg_layer *L, int64_t rows) {
         if (n == 0) continue;
         fg_mat d = expert(&L->down_exps, e);
         matmul(&d, s->hq + o * xr, xr, n, s->ye + o * E, E, r0, r1);
+        add_bias(s->ye + o * E, E, n, expert_bias(L->b_down_exps, e, E), r0, r1);
     }
     if (sh) matmul(&L->w_down, s->hq + S * xr, xr, rows, s->tmp, E, r0, r1);
     for (int64_t i = 0; i < rows; i++) {

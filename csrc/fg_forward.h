@@ -51,12 +51,18 @@ typedef struct {
     fg_mat gate_inp;
     fg_mat3 gate_exps, up_exps, down_exps;
     const float *gate_inp_shexp;
+    /* gpt-oss (all optional, NULL when absent): attention sinks (n_head,), one more logit per head in the attention
+     * softmax with no value; router bias (n_expert,) added to the router logits; expert biases added to each
+     * expert's gate/up (n_expert, n_ff_exp) and down (n_expert, n_embd) outputs */
+    const float *attn_sinks, *b_gate_inp, *b_gate_exps, *b_up_exps, *b_down_exps;
 } fg_layer;
 
 #define FG_ACT_SILU 0             /* ffn = silu(gate) * up (llama) */
 #define FG_ACT_GELU_TANH 1        /* ffn = gelu_tanh(gate) * up (gemma) */
+#define FG_ACT_SWIGLU_OAI 2       /* ffn = swiglu_oai(gate, up), alpha 1.702, limit 7 (gpt-oss experts; fg_ops.h) */
 #define FG_GATING_SOFTMAX 0       /* expert probabilities = softmax(router logits) */
 #define FG_GATING_SIGMOID 1       /* = sigmoid(router logits) */
+#define FG_GATING_SOFTMAX_WEIGHT 2 /* the raw logits choose; weights = softmax of the chosen logits (gpt-oss) */
 #define FG_MAX_BATCH 256          /* rows per chunk of a forward call at most (the K/V ring's slack, see fg_kv) */
 #define FG_MAX_BATCH_NC 8192      /* the same for a non-causal model (non_causal): a chunk holds whole sequences,
                                    * so it must take the longest input (no sliding-window layers there) */
@@ -96,7 +102,8 @@ typedef struct {
     /* mixture of experts (0 experts: every layer is a dense FFN). Each row's FFN: probabilities p = gating(router
      * logits); the n_expert_used largest (ties: the lower expert first); weights w = their p, divided by their
      * sum when moe_norm_w, times moe_w_scale; out = sum_j w_j down_j(act(gate_j x) * up_j x) in that order, plus
-     * the shared expert (fg_layer). moe_act: FG_ACT_SILU (an FG_ACT_* for other gated activations later) */
+     * the shared expert (fg_layer). FG_GATING_SOFTMAX_WEIGHT: p = the logits, w = softmax of the chosen ones.
+     * moe_act: an FG_ACT_* */
     int n_expert, n_expert_used, n_ff_exp, moe_gating, moe_norm_w, moe_act;
     float moe_w_scale;
     int qk_norm_full;             /* 1: q_norm/k_norm are (q_dim,)/(kv_dim,) and RMS-normalise the whole q and k

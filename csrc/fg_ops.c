@@ -67,14 +67,18 @@ void fg_rope(float *x, int n_heads, int head_dim, int n_rot, const float *cs, in
     }
 }
 
-static void softmax_scalar(float *x, int64_t n) {
+/* sink (NULL: none): one more logit in the denominator with no value (gpt-oss's attention sinks), as ggml's
+ * soft_max: the max includes it, exp(sink - max) is added to the sum. */
+static void softmax_scalar(float *x, int64_t n, const float *sink) {
     float mx = x[0];
     for (int64_t i = 1; i < n; i++) mx = x[i] > mx ? x[i] : mx;
+    if (sink && *sink > mx) mx = *sink;
     float sum = 0.0f;
     for (int64_t i = 0; i < n; i++) {
         x[i] = expf(x[i] - mx);
         sum += x[i];
     }
+    if (sink) sum += expf(*sink - mx);
     float inv = 1.0f / sum;
     for (int64_t i = 0; i < n; i++) x[i] *= inv;
 }
@@ -132,7 +136,7 @@ static void softcap_scalar(float *x, int64_t n, float cap) {
 
 static void attention_scalar(float *out, const float *q, int n_rep, int hd, const uint16_t *k, const uint16_t *v,
                              int64_t kv_stride, int64_t n, int64_t first, int64_t ring, float scale, float softcap,
-                             float *scores) {
+                             const float *sinks, float *scores) {
     /* scores (n_rep, n): one pass over K */
     for (int64_t t = 0; t < n; t++) {
         const uint16_t *kt = k + ring_slot(first, t, ring) * kv_stride;
@@ -144,7 +148,7 @@ static void attention_scalar(float *out, const float *q, int n_rep, int hd, cons
         }
     }
     if (softcap > 0.0f) softcap_scalar(scores, (int64_t)n_rep * n, softcap);
-    for (int r = 0; r < n_rep; r++) softmax_scalar(scores + r * n, n);
+    for (int r = 0; r < n_rep; r++) softmax_scalar(scores + r * n, n, sinks ? sinks + r : NULL);
     /* out (n_rep, hd) = P . V, one pass over V */
     memset(out, 0, sizeof(float) * (size_t)n_rep * hd);
     for (int64_t t = 0; t < n; t++) {
@@ -185,12 +189,13 @@ FG_INLINE_AVX2 __m256 exp_avx2(__m256 x) {
     return _mm256_mul_ps(y, _mm256_castsi256_ps(e));
 }
 
-FG_TARGET_AVX2 static void softmax_avx2(float *x, int64_t n) {
+FG_TARGET_AVX2 static void softmax_avx2(float *x, int64_t n, const float *sink) { /* sink: as softmax_scalar */
     int64_t i = 0;
     __m256 m8 = _mm256_set1_ps(x[0]);
     for (; i + 8 <= n; i += 8) m8 = _mm256_max_ps(m8, _mm256_loadu_ps(x + i));
     float mx = fg_hmax_256(m8);
     for (; i < n; i++) mx = x[i] > mx ? x[i] : mx;
+    if (sink && *sink > mx) mx = *sink;
     __m256 vm = _mm256_set1_ps(mx), s8 = _mm256_setzero_ps();
     for (i = 0; i + 8 <= n; i += 8) {
         __m256 e = exp_avx2(_mm256_sub_ps(_mm256_loadu_ps(x + i), vm));
@@ -202,6 +207,7 @@ FG_TARGET_AVX2 static void softmax_avx2(float *x, int64_t n) {
         x[i] = expf(x[i] - mx);
         sum += x[i];
     }
+    if (sink) sum += expf(*sink - mx);
     __m256 inv = _mm256_set1_ps(1.0f / sum);
     for (i = 0; i + 8 <= n; i += 8) _mm256_storeu_ps(x + i, _mm256_mul_ps(_mm256_loadu_ps(x + i), inv));
     for (; i < n; i++) x[i] *= 1.0f / sum;
@@ -309,7 +315,7 @@ FG_INLINE_AVX2 void score8_avx2(float *s, const float *qr, const float *kf, int 
 FG_TARGET_AVX2 static void attention_tile_avx2(float *out, int64_t out_stride, const float *q, int64_t q_stride,
                                                int nq, int n_rep, int hd, const uint16_t *k, const uint16_t *v,
                                                int64_t kv_stride, const int64_t *lo, const int64_t *n, int64_t ring,
-                                               float scale, float softcap, float *scores) {
+                                               float scale, float softcap, const float *sinks, float *scores) {
     float buf[ATT_BUF];                                     /* (8, hd) K rows or (vb, hd) V rows */
     int64_t j0 = lo[0], j1 = lo[0] + n[0], sc[FG_ATT_TILE]; /* sc[i]: query i's (n_rep, n[i]) scores */
     for (int i = 0, off = 0; i < nq; off += n_rep * n[i], i++) {
@@ -334,7 +340,7 @@ FG_TARGET_AVX2 static void attention_tile_avx2(float *out, int64_t out_stride, c
     }
     for (int i = 0; i < nq; i++) {
         if (softcap > 0.0f) softcap_scalar(scores + sc[i], (int64_t)n_rep * n[i], softcap);
-        for (int r = 0; r < n_rep; r++) softmax_avx2(scores + sc[i] + r * n[i], n[i]);
+        for (int r = 0; r < n_rep; r++) softmax_avx2(scores + sc[i] + r * n[i], n[i], sinks ? sinks + r : NULL);
         memset(out + i * out_stride, 0, sizeof(float) * (size_t)n_rep * hd);
     }
     int vb = ATT_BUF / hd;
@@ -372,7 +378,7 @@ FG_TARGET_AVX2 static void attention_tile_avx2(float *out, int64_t out_stride, c
  * (R <= 8 a constant after inlining, head_dim % 16 == 0) ---- */
 FG_INLINE_AVX512 void attention_512_r(const int R, float *out, const float *q, int hd, const uint16_t *k,
                                       const uint16_t *v, int64_t kv_stride, int64_t n, int64_t first, int64_t ring,
-                                      float scale, float softcap, float *scores) {
+                                      float scale, float softcap, const float *sinks, float *scores) {
     __m512 acc[8];
     for (int64_t t = 0; t < n; t++) {
         const uint16_t *kt = k + ring_slot(first, t, ring) * kv_stride;
@@ -384,7 +390,7 @@ FG_INLINE_AVX512 void attention_512_r(const int R, float *out, const float *q, i
         for (int r = 0; r < R; r++) scores[r * n + t] = _mm512_reduce_add_ps(acc[r]) * scale;
     }
     if (softcap > 0.0f) softcap_scalar(scores, (int64_t)R * n, softcap);
-    for (int r = 0; r < R; r++) softmax_avx2(scores + r * n, n);
+    for (int r = 0; r < R; r++) softmax_avx2(scores + r * n, n, sinks ? sinks + r : NULL);
     for (int d = 0; d < hd; d += 16) {  /* out[:, d:d+16] = P . V[:, d:d+16] */
         for (int r = 0; r < R; r++) acc[r] = _mm512_setzero_ps();
         for (int64_t t = 0; t < n; t++) {
@@ -397,9 +403,11 @@ FG_INLINE_AVX512 void attention_512_r(const int R, float *out, const float *q, i
 
 FG_TARGET_AVX512 static void attention_avx512(float *out, const float *q, int n_rep, int hd, const uint16_t *k,
                                               const uint16_t *v, int64_t kv_stride, int64_t n, int64_t first,
-                                              int64_t ring, float scale, float softcap, float *scores) {
+                                              int64_t ring, float scale, float softcap, const float *sinks,
+                                              float *scores) {
     switch (n_rep) {
-#define CASE(R) case R: attention_512_r(R, out, q, hd, k, v, kv_stride, n, first, ring, scale, softcap, scores); break;
+#define CASE(R)                                                                                                  \
+    case R: attention_512_r(R, out, q, hd, k, v, kv_stride, n, first, ring, scale, softcap, sinks, scores); break;
         CASE(1) CASE(2) CASE(3) CASE(4) CASE(5) CASE(6) CASE(7) CASE(8)
 #undef CASE
     default: break;
@@ -410,11 +418,11 @@ FG_TARGET_AVX512 static void attention_avx512(float *out, const float *q, int n_
 void fg_softmax(float *x, int64_t n) {
 #ifdef FG_HAVE_X86
     if (use_avx2(8)) {
-        softmax_avx2(x, n);
+        softmax_avx2(x, n, NULL);
         return;
     }
 #endif
-    softmax_scalar(x, n);
+    softmax_scalar(x, n, NULL);
 }
 
 void fg_swiglu(float *out, const float *gate, const float *up, int64_t n) {
@@ -425,6 +433,14 @@ void fg_swiglu(float *out, const float *gate, const float *up, int64_t n) {
     }
 #endif
     swiglu_scalar(out, gate, up, n);
+}
+
+void fg_swiglu_oai(float *out, const float *gate, const float *up, int64_t n, float alpha, float limit) {
+    /* scalar on every ISA: ggml's CPU op is scalar with expf, and the experts' GEMMs dwarf it */
+    for (int64_t i = 0; i < n; i++) {
+        float x = gate[i] < limit ? gate[i] : limit, y = up[i] < -limit ? -limit : (up[i] > limit ? limit : up[i]);
+        out[i] = x / (1.0f + expf(alpha * -x)) * (y + 1.0f);
+    }
 }
 
 void fg_geglu(float *out, const float *gate, const float *up, int64_t n) {
@@ -449,12 +465,13 @@ void fg_f32_to_f16_row(uint16_t *y, const float *x, int64_t n) {
 
 void fg_attention_tile(float *out, int64_t out_stride, const float *q, int64_t q_stride, int nq, int n_rep,
                        int head_dim, const uint16_t *k, const uint16_t *v, int64_t kv_stride, const int64_t *lo,
-                       const int64_t *n, int64_t ring, float scale, float softcap, float *scores) {
+                       const int64_t *n, int64_t ring, float scale, float softcap, const float *sinks,
+                       float *scores) {
 #ifdef FG_HAVE_X86
     int avx512 = fg_isa_active() == FG_ISA_AVX512 && head_dim % 16 == 0 && n_rep >= 1 && n_rep <= 8;
     if (!avx512 && use_avx2(head_dim) && head_dim <= ATT_BUF / 8) {
         attention_tile_avx2(out, out_stride, q, q_stride, nq, n_rep, head_dim, k, v, kv_stride, lo, n, ring, scale,
-                            softcap, scores);
+                            softcap, sinks, scores);
         return;
     }
 #endif
@@ -464,18 +481,19 @@ void fg_attention_tile(float *out, int64_t out_stride, const float *q, int64_t q
         int64_t first = lo[i] % ring;
 #ifdef FG_HAVE_X86
         if (avx512) {
-            attention_avx512(o, qi, n_rep, head_dim, k, v, kv_stride, n[i], first, ring, scale, softcap, scores);
+            attention_avx512(o, qi, n_rep, head_dim, k, v, kv_stride, n[i], first, ring, scale, softcap, sinks, scores);
             continue;
         }
 #endif
-        attention_scalar(o, qi, n_rep, head_dim, k, v, kv_stride, n[i], first, ring, scale, softcap, scores);
+        attention_scalar(o, qi, n_rep, head_dim, k, v, kv_stride, n[i], first, ring, scale, softcap, sinks, scores);
     }
 }
 
 void fg_attention_group(float *out, const float *q, int n_rep, int head_dim, const uint16_t *k, const uint16_t *v,
                         int64_t kv_stride, int64_t n, int64_t first, int64_t ring, float scale, float softcap,
-                        float *scores) {
-    fg_attention_tile(out, 0, q, 0, 1, n_rep, head_dim, k, v, kv_stride, &first, &n, ring, scale, softcap, scores);
+                        const float *sinks, float *scores) {
+    fg_attention_tile(out, 0, q, 0, 1, n_rep, head_dim, k, v, kv_stride, &first, &n, ring, scale, softcap, sinks,
+                      scores);
 }
 
 void fg_gelu(float *x, int64_t n) { gelu_scalar(x, n); }

@@ -41,6 +41,10 @@ void fg_softmax(float *x, int64_t n);
 /* out (n,) = silu(gate) * up.  out may alias gate. */
 void fg_swiglu(float *out, const float *gate, const float *up, int64_t n);
 
+/* out (n,) = swiglu_oai(gate, up) as ggml's (gpt-oss experts): x = min(gate, limit), y = clamp(up, -limit, limit),
+ * out = x * sigmoid(alpha x) * (y + 1). out may alias gate. */
+void fg_swiglu_oai(float *out, const float *gate, const float *up, int64_t n, float alpha, float limit);
+
 /* out (n,) = gelu(gate) * up, GELU in its tanh form (gemma).  out may alias gate. */
 void fg_geglu(float *out, const float *gate, const float *up, int64_t n);
 
@@ -57,12 +61,13 @@ void fg_f32_to_f16_row(uint16_t *y, const float *x, int64_t n);
  * own position last). q: (n_rep, head_dim) contiguous floats; k, v: F16 rows of a ring of `ring` slots (a
  * full-length cache: ring = n_ctx, first = 0), key t at slot (first + t) mod ring, rows kv_stride elements apart;
  * out: (n_rep, head_dim). Scores are q.k * scale, then soft-capped (softcap > 0: softcap * tanh(s / softcap)).
+ * sinks (n_rep,) or NULL: head r's softmax has one more logit sinks[r] with no value (gpt-oss's attention sinks).
  * Each K and V row is read once for the whole group (it stays in L1 while the group's query heads use it).
  * scores: scratch of n_rep * n floats. AVX-512 when active and head_dim % 16 == 0 and n_rep <= 8; else AVX2
  * (F16C+FMA) on x86 when head_dim % 8 == 0 and head_dim <= 512; else scalar. */
 void fg_attention_group(float *out, const float *q, int n_rep, int head_dim, const uint16_t *k, const uint16_t *v,
                         int64_t kv_stride, int64_t n, int64_t first, int64_t ring, float scale, float softcap,
-                        float *scores);
+                        const float *sinks, float *scores);
 
 
 /* The most queries fg_attention_tile takes at once. */
@@ -75,6 +80,7 @@ void fg_attention_group(float *out, const float *q, int n_rep, int head_dim, con
  * queries one by one). scores: scratch of n_rep * (n[0] + ... + n[nq-1]) floats. */
 void fg_attention_tile(float *out, int64_t out_stride, const float *q, int64_t q_stride, int nq, int n_rep,
                        int head_dim, const uint16_t *k, const uint16_t *v, int64_t kv_stride, const int64_t *lo,
-                       const int64_t *n, int64_t ring, float scale, float softcap, float *scores);
+                       const int64_t *n, int64_t ring, float scale, float softcap, const float *sinks,
+                       float *scores);
 
 #endif

@@ -93,6 +93,7 @@ cdef extern from "fg_forward.h" nogil:
         FG_MAX_BATCH
         FG_MAX_BATCH_NC
         FG_MAX_SLOTS
+        FG_ACT_SWIGLU_OAI
 
     ctypedef struct fg_mat:
         const void *data
@@ -129,6 +130,11 @@ cdef extern from "fg_forward.h" nogil:
         fg_mat gate_inp
         fg_mat3 gate_exps, up_exps, down_exps
         const float *gate_inp_shexp
+        const float *attn_sinks
+        const float *b_gate_inp
+        const float *b_gate_exps
+        const float *b_up_exps
+        const float *b_down_exps
 
     ctypedef struct fg_model:
         int n_embd, n_layer, n_head, n_head_kv, head_dim, n_ff, n_vocab

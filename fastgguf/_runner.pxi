@@ -16,6 +16,15 @@ cdef const float *_vec(Weights w, arr, int64_t n, str name) except? NULL:
     return <const float *>_ptr(a)
 
 
+cdef const float *_vec2(Weights w, arr, int64_t rows, int64_t cols, str name) except? NULL:
+    """A float32 (rows, cols) array (expert biases: one row per expert) as one vector, or NULL for None."""
+    if arr is None:
+        return NULL
+    if np.shape(arr) != (rows, cols):
+        raise ValueError(f"{name}: expected shape ({rows}, {cols}), got {np.shape(arr)}")
+    return _vec(w, np.reshape(_floats(arr), -1), rows * cols, name)
+
+
 cdef fg_mat _mat(Weights w, spec, int64_t rows, int64_t cols, str name) except *:
     """spec = (array, ggml_type, rows, cols): array rows of raw blocks (or floats), each row contiguous; None: an
     absent matrix (data NULL). rows < 0: any number of rows."""
@@ -67,6 +76,10 @@ cdef int _experts(Weights w, fg_layer *L, d, int64_t NE, int64_t FE, int64_t E, 
     L.up_exps = _mat3(w, d["up_exps"], NE, FE, E, p + "ffn_up_exps")
     L.down_exps = _mat3(w, d["down_exps"], NE, E, FE, p + "ffn_down_exps")
     L.gate_inp_shexp = _vec(w, d.get("gate_inp_shexp"), E, p + "ffn_gate_inp_shexp")
+    L.b_gate_inp = _vec(w, d.get("b_gate_inp"), NE, p + "ffn_gate_inp.bias")
+    L.b_gate_exps = _vec2(w, d.get("b_gate_exps"), NE, FE, p + "ffn_gate_exps.bias")
+    L.b_up_exps = _vec2(w, d.get("b_up_exps"), NE, FE, p + "ffn_up_exps.bias")
+    L.b_down_exps = _vec2(w, d.get("b_down_exps"), NE, E, p + "ffn_down_exps.bias")
     shared = [L.w_gate.data != NULL, L.w_up.data != NULL, L.w_down.data != NULL]
     if any(shared) != all(shared) or (L.gate_inp_shexp != NULL and not all(shared)):
         raise ValueError(f"{p}: a shared expert needs ffn_gate/up/down_shexp (and its gate vector, them)")
@@ -166,14 +179,17 @@ cdef class Weights:
         if NE > 0 and not (1 <= hp.n_expert_used <= NE and FE >= 1):
             raise ValueError(f"experts: need 1 <= n_expert_used {hp.n_expert_used} <= n_expert {NE} and "
                              f"n_ff_exp {FE} >= 1")
-        if hp.moe_gating not in ("softmax", "sigmoid"):
+        gatings = ("softmax", "sigmoid", "softmax_weight")  # FG_GATING_* in this order
+        if hp.moe_gating not in gatings:
             raise ValueError(f"unknown expert gating {hp.moe_gating!r}")
+        if hp.moe_act not in ("", "swiglu_oai"):
+            raise ValueError(f"unknown expert activation {hp.moe_act!r}")
         self.m.n_expert = NE
         self.m.n_expert_used = hp.n_expert_used if NE > 0 else 0
         self.m.n_ff_exp = FE if NE > 0 else 0
-        self.m.moe_gating = 1 if hp.moe_gating == "sigmoid" else 0
+        self.m.moe_gating = gatings.index(hp.moe_gating)
         self.m.moe_norm_w = 1 if hp.moe_norm_w else 0
-        self.m.moe_act = self.m.ffn_act
+        self.m.moe_act = FG_ACT_SWIGLU_OAI if hp.moe_act == "swiglu_oai" else self.m.ffn_act
         self.m.moe_w_scale = hp.moe_w_scale
         self.m.qk_norm_full = 1 if hp.qk_norm_full else 0
         layers = tensors["layers"]
@@ -206,6 +222,7 @@ cdef class Weights:
             L.ffn_post_norm = _vec(self, d.get("ffn_post_norm"), E, p + "post_ffw_norm")
             L.swa = 1 if i in swa_layers else 0
             L.bo = _vec(self, d.get("bo"), E, p + "attn_output.bias")
+            L.attn_sinks = _vec(self, d.get("attn_sinks"), hp.n_head, p + "attn_sinks")
             L.b_up = _vec(self, d.get("b_up"), F, p + "ffn_up.bias")
             L.b_down = _vec(self, d.get("b_down"), E, p + "ffn_down.bias")
             L.attn_out_norm = _vec(self, d.get("attn_out_norm"), E, p + "attn_output_norm")

@@ -29,7 +29,8 @@ def make_chat_model(path, vocab, template_name, *, arch="qwen2", seed=0, control
     of the vocabulary are replaced), as Mistral's [TOOL_CALLS] is in tekken. `pooling`: {arch}.pooling_type
     (0..4) written when given; `head`: a rank classifier head, "qwen3" (cls.output.weight of 2 rows, labels
     yes/no and the rerank template, as llama.cpp converts Qwen3-Reranker) or "full" (cls.weight, cls.bias,
-    cls.output.weight of 2 rows, cls.output.bias: a BERT cross-encoder's head, no labels: 1 score). Returns the path."""
+    cls.output.weight of 2 rows, cls.output.bias: a BERT cross-encoder's head, no labels: 1 score). arch "gpt-oss":
+    its layer (biases, sinks, 4 experts 2 used, a sliding window of 8). Returns the path."""
     from fastgguf import GGUFFile, GGUFWriter
     from fastgguf.gguf.constants import GGUFValueType
 
@@ -62,6 +63,11 @@ def make_chat_model(path, vocab, template_name, *, arch="qwen2", seed=0, control
     w.add_float32(f"{arch}.attention.layer_norm_rms_epsilon", 1e-5)
     if pooling is not None:
         w.add_uint32(f"{arch}.pooling_type", pooling)
+    NE, FE = 4, 32
+    if arch == "gpt-oss":
+        for key, v in (("expert_count", NE), ("expert_used_count", 2), ("expert_feed_forward_length", FE),
+                       ("attention.sliding_window", 8)):
+            w.add_uint32(f"{arch}.{key}", v)
     if head == "qwen3":
         w.add_array(f"{arch}.classifier.output_labels", ["yes", "no"])
         w.add_string("tokenizer.chat_template.rerank", QWEN3_RERANK_TEMPLATE)
@@ -76,7 +82,7 @@ def make_chat_model(path, vocab, template_name, *, arch="qwen2", seed=0, control
     t(p + "attn_q.weight", H * hd, E)
     t(p + "attn_k.weight", KVH * hd, E)
     t(p + "attn_v.weight", KVH * hd, E)
-    if arch == "qwen2":
+    if arch in ("qwen2", "gpt-oss"):
         t(p + "attn_q.bias", H * hd)
         t(p + "attn_k.bias", KVH * hd)
         t(p + "attn_v.bias", KVH * hd)
@@ -84,10 +90,20 @@ def make_chat_model(path, vocab, template_name, *, arch="qwen2", seed=0, control
         t(p + "attn_q_norm.weight", hd, s=1.0)
         t(p + "attn_k_norm.weight", hd, s=1.0)
     t(p + "attn_output.weight", E, H * hd)
-    t(p + "ffn_norm.weight", E, s=1.0)
-    t(p + "ffn_gate.weight", F, E)
-    t(p + "ffn_up.weight", F, E)
-    t(p + "ffn_down.weight", E, F)
+    if arch == "gpt-oss":
+        t(p + "attn_output.bias", E)
+        t(p + "attn_sinks.weight", H, s=1.0)
+        t(p + "post_attention_norm.weight", E, s=1.0)
+        t(p + "ffn_gate_inp.weight", NE, E, s=1.0)
+        t(p + "ffn_gate_inp.bias", NE)
+        for x, rows, cols in (("gate", FE, E), ("up", FE, E), ("down", E, FE)):
+            t(p + f"ffn_{x}_exps.weight", NE, rows, cols)
+            t(p + f"ffn_{x}_exps.bias", NE, rows)
+    else:
+        t(p + "ffn_norm.weight", E, s=1.0)
+        t(p + "ffn_gate.weight", F, E)
+        t(p + "ffn_up.weight", F, E)
+        t(p + "ffn_down.weight", E, F)
     if head == "qwen3":
         t("cls.output.weight", 2, E)
     elif head == "full":
@@ -103,10 +119,10 @@ def make_chat_model(path, vocab, template_name, *, arch="qwen2", seed=0, control
 HARMONY_TOKENS = ("<|start|>", "<|channel|>", "<|message|>", "<|end|>", "<|return|>", "<|call|>", "<|constrain|>")
 
 
-def make_harmony_model(path):
-    """A random qwen2 file with gpt-oss's template and harmony's markers as control tokens (rendered as text, <|end|>
-    not end of generation: the tokenizer's harmony rules, as llama.cpp's)."""
-    return make_chat_model(path, "qwen2", "openai-gpt-oss-120b", control=HARMONY_TOKENS)
+def make_harmony_model(path, arch="qwen2"):
+    """A random `arch` (qwen2 or gpt-oss) file with gpt-oss's template and harmony's markers as control tokens
+    (rendered as text, <|end|> not end of generation: the tokenizer's harmony rules, as llama.cpp's)."""
+    return make_chat_model(path, "qwen2", "openai-gpt-oss-120b", arch=arch, control=HARMONY_TOKENS)
 
 
 def harmony_steering(model):

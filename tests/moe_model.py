@@ -1,4 +1,4 @@
-"""Tiny random-weight mixture-of-experts GGUF files (llama/Mixtral layout, qwen2moe, qwen3moe, granitemoe), for
+"""Tiny random-weight mixture-of-experts GGUF files (llama/Mixtral layout, qwen2moe, qwen3moe, granitemoe, gpt-oss), for
 tests/engine/test_moe.py and tools/make_tiny_references.py. Deterministic: seeded weights, the gguf writer."""
 import gguf
 import numpy as np
@@ -17,12 +17,16 @@ def tie_router(i, r):
 
 
 def make_moe(path, *, arch="qwen3moe", n_expert=8, n_used=2, wtype=None, n_embd=64, n_ff_exp=32, n_ff=96,
-             n_layer=2, shared=0, seed=0, meta=None, router=None, no_vocab=True, route_scale=1.0, n_head_kv=2):
+             n_layer=2, shared=0, seed=0, meta=None, router=None, no_vocab=True, route_scale=1.0, n_head_kv=2,
+             bias_scale=0.2):
     """wtype: the experts' (and shared expert's) ggml type name ("Q8_0", "Q4_K"), None: F32 (widths must suit its
     block size); router: a function (layer, (n_expert, n_embd) random router) -> the router written (F32);
     route_scale: the random router's spread; n_head_kv: of 4 query heads.
     shared: the shared expert's width (0: none; qwen2moe always has one, of width shared or n_ff).
-    meta: more {arch}.* metadata (float -> float32, int -> uint32)."""
+    meta: more {arch}.* metadata (float -> float32, int -> uint32; str -> string).
+    gpt-oss: its layout (q/k/v/o biases, attn_sinks, post_attention_norm as the FFN's norm, router and expert
+    biases: bias_scale their spread; a large one drives the experts' gate/up past SWIGLU_OAI's limit of 7); its
+    sliding window comes from meta (attention.sliding_window, required there)."""
     rng = np.random.default_rng(seed)
     E, L, H, KVH, V, hd = n_embd, n_layer, 4, n_head_kv, 100, n_embd // 4
     w = gguf.GGUFWriter(str(path), arch)
@@ -40,13 +44,15 @@ def make_moe(path, *, arch="qwen3moe", n_expert=8, n_used=2, wtype=None, n_embd=
     meta = dict(meta or {})   # its keys override these
     w.add_expert_count(meta.pop("expert_count", n_expert))
     w.add_expert_used_count(n_used)
-    if arch in ("qwen3moe", "qwen2moe"):
+    oss = arch == "gpt-oss"
+    if arch in ("qwen3moe", "qwen2moe", "gpt-oss"):
         w.add_expert_feed_forward_length(meta.pop("expert_feed_forward_length", n_ff_exp))
     if shared:
         w.add_expert_shared_feed_forward_length(shared)
     FS = shared or n_ff
     for k, v in meta.items():
-        (w.add_float32 if isinstance(v, float) else w.add_uint32)(f"{arch}.{k}", v)
+        add = w.add_string if isinstance(v, str) else w.add_float32 if isinstance(v, float) else w.add_uint32
+        add(f"{arch}.{k}", v)
 
     def t(name, *shape, s=0.2, quant=False):
         a = (rng.standard_normal(shape) * s).astype(np.float32)
@@ -66,6 +72,11 @@ def make_moe(path, *, arch="qwen3moe", n_expert=8, n_used=2, wtype=None, n_embd=
         t(p + "attn_q.weight", H * hd, E)
         t(p + "attn_k.weight", KVH * hd, E)
         t(p + "attn_v.weight", KVH * hd, E)
+        if oss:
+            for x, n in (("q", H), ("k", KVH), ("v", KVH)):
+                t(p + f"attn_{x}.bias", n * hd)
+            t(p + "attn_output.bias", E)
+            t(p + "attn_sinks.weight", H, s=1.0)
         if arch == "qwen3moe":
             t(p + "attn_q_norm.weight", hd, s=1.0)
             t(p + "attn_k_norm.weight", hd, s=1.0)
@@ -73,9 +84,14 @@ def make_moe(path, *, arch="qwen3moe", n_expert=8, n_used=2, wtype=None, n_embd=
             t(p + "attn_q_norm.weight", H * hd, s=1.0)
             t(p + "attn_k_norm.weight", KVH * hd, s=1.0)
         t(p + "attn_output.weight", E, H * hd)
-        t(p + "ffn_norm.weight", E, s=1.0)
+        t(p + ("post_attention_norm.weight" if oss else "ffn_norm.weight"), E, s=1.0)
         r = (rng.standard_normal((n_expert, E)) * route_scale).astype(np.float32)
         w.add_tensor(p + "ffn_gate_inp.weight", router(i, r) if router else r)
+        if oss:
+            t(p + "ffn_gate_inp.bias", n_expert)
+            t(p + "ffn_gate_exps.bias", n_expert, n_ff_exp, s=bias_scale)
+            t(p + "ffn_up_exps.bias", n_expert, n_ff_exp, s=bias_scale)
+            t(p + "ffn_down_exps.bias", n_expert, E)
         t(p + "ffn_gate_exps.weight", n_expert, n_ff_exp, E, quant=True)
         t(p + "ffn_up_exps.weight", n_expert, n_ff_exp, E, quant=True)
         t(p + "ffn_down_exps.weight", n_expert, E, n_ff_exp, quant=True)

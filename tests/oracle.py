@@ -35,7 +35,7 @@ class Oracle:
         self.n_ctx_orig = md.get(f"{a}.rope.scaling.original_context_length", n_ctx_train) or n_ctx_train
         self.attn_factor = md.get(f"{a}.rope.scaling.attn_factor", 1.0)
         self.neox = a in ("qwen2", "qwen3", "qwen2moe", "qwen3moe", "olmoe", "gemma", "gemma2", "gemma3", "phi3",
-                          "nomic-bert")
+                          "nomic-bert", "gpt-oss")
         # granite (llama.cpp's granite.cpp): embeddings * embedding_scale, scores * attention.scale (instead of
         # 1/sqrt(head_dim)), attention and FFN outputs * residual_scale, logits / logit_scale; 0/absent: none
         self.embd_scale = md.get(f"{a}.embedding_scale", 0.0) or 1.0
@@ -47,14 +47,19 @@ class Oracle:
         # sum of w_j * expert_j(x), plus the shared expert (qwen2moe: times sigmoid(ffn_gate_inp_shexp . x))
         self.n_expert = md.get(f"{a}.expert_count", 0)
         self.n_used = md.get(f"{a}.expert_used_count", 0)
-        self.moe_norm_w = a not in ("qwen2moe", "olmoe")
+        self.moe_norm_w = a not in ("qwen2moe", "olmoe", "gpt-oss")
+        # gpt-oss (fastgguf/arch/gptoss.py for the facts): the raw router logits (+ bias) choose, the softmax of the
+        # chosen ones weighs; experts with biases and the clamped SwiGLU (alpha 1.702, limit 7); attention sinks;
+        # its FFN norm is post_attention_norm; sliding window on even layers
+        self.oss = a == "gpt-oss"
         # the gemma family (see fastgguf/arch/gemma.py for the facts): embeddings * sqrt(n_embd), GELU (tanh),
         # post-attention/FFN norms, soft-caps (gemma2), sliding-window layers with their own RoPE base (gemma3)
         self.gemma = a.startswith("gemma")
         self.attn_softcap = md.get(f"{a}.attn_logit_softcapping", 50.0 if a == "gemma2" else 0.0)
         self.final_softcap = md.get(f"{a}.final_logit_softcapping", 30.0 if a == "gemma2" else 0.0)
-        self.n_swa = md.get(f"{a}.attention.sliding_window", 4096 if a == "gemma2" else 0) if a in ("gemma2", "gemma3") else 0
-        pattern = md.get(f"{a}.attention.sliding_window_pattern", {"gemma2": 2, "gemma3": 6}.get(a, 0))
+        self.n_swa = md.get(f"{a}.attention.sliding_window", 4096 if a == "gemma2" else 0) \
+            if a in ("gemma2", "gemma3", "gpt-oss") else 0
+        pattern = md.get(f"{a}.attention.sliding_window_pattern", {"gemma2": 2, "gemma3": 6, "gpt-oss": 2}.get(a, 0))
         self.swa = [bool(self.n_swa) and (pattern == 0 or l % pattern < pattern - 1) for l in range(self.n_layer)]
         self.base_swa = md.get(f"{a}.rope.freq_base_swa", 10000.0 if a == "gemma3" else self.base)
         self.types = {t.name: t.tensor_type for t in r.tensors}
@@ -169,8 +174,11 @@ class Oracle:
             x[..., 0:self.n_rot:2], x[..., 1:self.n_rot:2] = a * c - b * s, a * s + b * c
         return x
 
-    def ffn(self, h, wg, wu, wd):
-        gt, up = h @ wg.T, h @ wu.T
+    def ffn(self, h, wg, wu, wd, bg=0, bu=0, bd=0):
+        gt, up = h @ wg.T + bg, h @ wu.T + bu
+        if self.oss:   # ggml's swiglu_oai
+            x, y = np.minimum(gt, 7.0), np.clip(up, -7.0, 7.0)
+            return (x / (1 + np.exp(-1.702 * x)) * (y + 1)) @ wd.T + bd
         if self.gemma:
             act = 0.5 * gt * (1 + np.tanh(np.sqrt(2 / np.pi) * (gt + 0.044715 * gt ** 3)))
         else:
@@ -180,17 +188,21 @@ class Oracle:
     def moe(self, h, p):
         """The mixture-of-experts FFN of rows h (n, n_embd) of layer prefix p."""
         W = self.w
-        logits = h @ W[p + "ffn_gate_inp.weight"].T
+        logits = h @ W[p + "ffn_gate_inp.weight"].T + W.get(p + "ffn_gate_inp.bias", 0)
         probs = np.exp(logits - logits.max(axis=1, keepdims=True))
-        probs /= probs.sum(axis=1, keepdims=True)
+        probs = logits if self.oss else probs / probs.sum(axis=1, keepdims=True)
         out = np.zeros_like(h)
+        bias = {x: W.get(p + f"ffn_{x}_exps.bias") for x in ("gate", "up", "down")}
         for i in range(len(h)):
             sel = np.argsort(-probs[i], kind="stable")[:self.n_used]
             self.selected.append(set(int(e) for e in sel))
             wts = probs[i, sel] / (probs[i, sel].sum() if self.moe_norm_w else 1.0)
+            if self.oss:
+                wts = np.exp(wts - wts.max()) / np.exp(wts - wts.max()).sum()
             for e, wt in zip(sel, wts):
+                b = [0 if bias[x] is None else bias[x][e] for x in ("gate", "up", "down")]
                 out[i] += wt * self.ffn(h[i], W[p + "ffn_gate_exps.weight"][e], W[p + "ffn_up_exps.weight"][e],
-                                        W[p + "ffn_down_exps.weight"][e])
+                                        W[p + "ffn_down_exps.weight"][e], *b)
         if p + "ffn_up_shexp.weight" in W:
             sh = self.ffn(h, W[p + "ffn_gate_shexp.weight"], W[p + "ffn_up_shexp.weight"],
                           W[p + "ffn_down_shexp.weight"])
@@ -238,14 +250,17 @@ class Oracle:
                 if self.attn_softcap:
                     s = self.attn_softcap * np.tanh(s / self.attn_softcap)
                 s = s + (window if self.swa[l] else mask)
-                s = np.exp(s - s.max(axis=1, keepdims=True))
-                s /= s.sum(axis=1, keepdims=True)
+                sink = W.get(p + "attn_sinks.weight")   # gpt-oss: one more logit per head, with no value
+                mx = s.max(axis=1, keepdims=True) if sink is None else np.maximum(s.max(axis=1, keepdims=True),
+                                                                                  sink[hh])
+                s = np.exp(s - mx)
+                s /= s.sum(axis=1, keepdims=True) + (0 if sink is None else np.exp(sink[hh] - mx))
                 att[:, hh, :] = s @ v[:, g, :]
-            o = att.reshape(n, H * hd) @ W[p + "attn_output.weight"].T
-            if p + "post_attention_norm.weight" in W:
+            o = att.reshape(n, H * hd) @ W[p + "attn_output.weight"].T + W.get(p + "attn_output.bias", 0)
+            if p + "post_attention_norm.weight" in W and not self.oss:
                 o = self.rmsnorm(o, W[p + "post_attention_norm.weight"])
             x = x + o * self.residual_scale
-            h = self.rmsnorm(x, W[p + "ffn_norm.weight"])
+            h = self.rmsnorm(x, W[p + ("post_attention_norm.weight" if self.oss else "ffn_norm.weight")])
             if self.n_expert:
                 o = self.moe(h, p)
             else:

@@ -2,7 +2,7 @@
 """Development-only: llama.cpp's logits for the tiny random-weight models of tests/engine/test_tiny_references.py
 (every architecture and RoPE variant fastgguf runs), into tests/data/tiny-references.json.
 
-    LLAMA_CPP_LIB_PATH=/work/ref/llama/build/bin python tools/make_tiny_references.py [OUT.json]
+    LLAMA_CPP_LIB_PATH=/work/ref/llama/build/bin python tools/make_tiny_references.py [--only A,B] [OUT.json]
 
 It builds each case's GGUF with tests' make_tiny (deterministic: seeded weights, the gguf writer), runs it in
 llama.cpp through llama-cpp-python's low-level bindings (the 0.3.36 sdist's llama_cpp package on PYTHONPATH, or
@@ -131,14 +131,21 @@ def main():
     if sys.argv[1:2] == ["--encoders"]:
         return encoders_main(sys.argv[2] if len(sys.argv) > 2 else os.path.join(
             HERE, "..", "tests", "data", "tiny-encoder-references.json"))
-    out_path = sys.argv[1] if len(sys.argv) > 1 else os.path.join(HERE, "..", "tests", "data",
-                                                                  "tiny-references.json")
+    args = sys.argv[1:]
+    only = None   # --only NAME,NAME: run just those cases and merge them into the existing file (others kept as is)
+    if args[:1] == ["--only"]:
+        only, args = args[1].split(","), args[2:]
+    out_path = args[0] if args else os.path.join(HERE, "..", "tests", "data", "tiny-references.json")
     L = import_llama_cpp()
     L.llama_backend_init()
     from test_tiny_references import CASES, IDS, build
-    cases = {}
+    cases, old = {}, None
+    if only:
+        with open(out_path) as f:
+            old = json.load(f)
+        cases = old["cases"]
     with tempfile.TemporaryDirectory() as tmp:
-        for name in CASES:
+        for name in only or CASES:
             path = build(name, os.path.join(tmp, f"{name}.gguf"))
             runs = []
             for n_ctx in CASES[name][1]:
@@ -158,6 +165,9 @@ def main():
            "note": "tests/engine/test_tiny_references.py CASES; top-10 logits at every position, flash "
                    "attention on; fa_spread = max |flash on - off| over those ids",
            "ids": IDS, "cases": cases}
+    if old:   # --only: the file's own header stays; its note says which cases came later, from where
+        ref.update(engine=old["engine"], note=f"{old['note']}; the cases {', '.join(only)} were added with --only "
+                                              f"(LLAMA_CPP_LIB_PATH={os.environ.get('LLAMA_CPP_LIB_PATH', '')})")
     with open(out_path, "w") as f:
         json.dump(ref, f, separators=(",", ":"))
 

@@ -67,7 +67,9 @@ class Hparams:
     n_expert_used: int = 0
     n_ff_exp: int = 0                # an expert's FFN width
     n_ff_shexp: int = 0              # the shared expert's width (0: none)
-    moe_gating: str = "softmax"      # or "sigmoid": expert probabilities from the router logits
+    moe_gating: str = "softmax"      # or "sigmoid": expert probabilities from the router logits; or
+                                     # "softmax_weight": the logits choose, the weights are the chosen ones' softmax
+    moe_act: str = ""                # the experts' gated activation: "" as ffn_act, or "swiglu_oai" (gpt-oss)
     moe_norm_w: bool = False         # the chosen experts' weights divided by their sum
     moe_w_scale: float = 1.0         # and multiplied by this
     qk_norm_full: bool = False       # q_norm/k_norm over the whole q and k vectors, not per head (olmoe)
@@ -241,6 +243,20 @@ class Arch:
         """Whether rope_factors_long/short.weight may appear (LongRoPE; llama.cpp: phi3 always, llama with
         rope.scaling.type longrope)."""
         return False
+
+    swa_pattern = 0        # default pattern of sliding-window layers (swa_layers)
+
+    def swa_layers(self, n_layer):
+        """Indices of the sliding-window layers, as llama.cpp's set_swa_pattern: il % pattern < pattern - 1
+        (attention.sliding_window_pattern, default swa_pattern; 0: all), unless the file lists them (booleans)."""
+        k = f"{self.name}.attention.sliding_window_pattern"
+        v = self.md.get(k, self.swa_pattern)
+        if isinstance(v, np.ndarray):
+            if v.size != n_layer or v.dtype.kind not in "biu":
+                raise GGUFError(f"{k}: expected {n_layer} booleans, got an array of {v.size} {v.dtype}")
+            return tuple(i for i in range(n_layer) if v[i])
+        p = self.int_key("attention.sliding_window_pattern", self.swa_pattern, lo=0, hi=1 << 20)
+        return tuple(i for i in range(n_layer) if p == 0 or i % p < p - 1)
 
     def hparams(self):
         """The Hparams of the file; subclasses extend base_hparams() (dataclasses.replace)."""
@@ -505,12 +521,12 @@ def get(f):
 def weight_bytes(f, hp):
     """Where a model's bytes are (f: its GGUFFile, hp: its Hparams), as a dict:
       file: the file's size; weights: all tensor bytes (mapped, zero-copy);
-      experts: the mixture-of-experts stacks (ffn_*_exps; 0 for a dense model);
+      experts: the mixture-of-experts stacks (ffn_*_exps, with gpt-oss's per-expert biases; 0 for a dense model);
       per_token: the weight bytes one decoded token reads, the physical floor of decoding: every tensor except
         the expert stacks, of which n_expert_used / n_expert, and except token_embd, of which one row (unless it
         is also the lm_head: tied embeddings are read whole);
       active_fraction: per_token / weights."""
-    experts = sum(t.nbytes for n, t in f.tensors.items() if n.endswith("_exps.weight"))
+    experts = sum(t.nbytes for n, t in f.tensors.items() if n.endswith(("_exps.weight", "_exps.bias")))
     weights = sum(t.nbytes for t in f.tensors.values())
     per_token = weights - experts
     emb = f.tensors.get("token_embd.weight")

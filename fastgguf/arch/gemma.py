@@ -15,7 +15,6 @@ import math
 import numpy as np
 
 from fastgguf.arch.base import Arch, register
-from fastgguf.errors import GGUFError
 
 
 @register
@@ -23,7 +22,6 @@ class Gemma(Arch):
     name = "gemma"
     rope_neox = True
     post_norms = False
-    swa_pattern = 0        # default pattern of sliding-window layers (0: none)
     swa_default = 0        # default window when the file has no attention.sliding_window
     n_layer_27b = None     # the layer count of the size whose attention scale is 1/sqrt(n_embd / n_head)
 
@@ -49,16 +47,6 @@ class Gemma(Arch):
         """RoPE of the sliding-window layers."""
         return {"rope_base_swa": self.float_key("rope.freq_base_swa", hp.rope_base),
                 "rope_freq_scale_swa": hp.rope_freq_scale}
-
-    def swa_layers(self, n_layer):
-        k = f"{self.name}.attention.sliding_window_pattern"
-        v = self.md.get(k, self.swa_pattern)
-        if isinstance(v, np.ndarray):
-            if v.size != n_layer or v.dtype.kind not in "biu":
-                raise GGUFError(f"{k}: expected {n_layer} booleans, got an array of {v.size} {v.dtype}")
-            return tuple(i for i in range(n_layer) if v[i])
-        p = self.int_key("attention.sliding_window_pattern", self.swa_pattern, lo=0, hi=1 << 20)
-        return tuple(i for i in range(n_layer) if p == 0 or i % p < p - 1)
 
 
 @register

@@ -1,7 +1,7 @@
 /* fg_attention_tile against fg_attention_group query by query (bit for bit: a row's attention must not depend on
  * whether it is computed alone, in a tile, or beside other sequences) and against a float64 reference, on every
  * available ISA: odd head counts and head sizes, full-length caches and sliding windows over a ring, with and
- * without soft-capping, tiles of consecutive and of scattered positions. The scores scratch is allocated at exactly
+ * without soft-capping, with attention sinks (gpt-oss), tiles of consecutive and of scattered positions. The scores scratch is allocated at exactly
  * the documented size (AddressSanitizer catches any overrun). Built and run by .ci/kernels.sh. */
 #include <math.h>
 #include <stdio.h>
@@ -24,9 +24,11 @@ static float f16_to_f32(uint16_t h) { /* exact, for the reference */
     return h >> 15 ? -x : x;
 }
 
-/* float64 attention of one query (n_rep heads) over keys lo .. lo + n - 1 (slot p mod ring) */
+/* float64 attention of one query (n_rep heads) over keys lo .. lo + n - 1 (slot p mod ring); sinks (n_rep,) or
+ * NULL: one more logit per head in the softmax's denominator */
 static void reference(double *out, const float *q, int n_rep, int hd, const uint16_t *k, const uint16_t *v,
-                      int64_t stride, int64_t lo, int64_t n, int64_t ring, float scale, float softcap) {
+                      int64_t stride, int64_t lo, int64_t n, int64_t ring, float scale, float softcap,
+                      const float *sinks) {
     double *p = malloc(sizeof(double) * (size_t)n);
     for (int r = 0; r < n_rep; r++) {
         double mx = -INFINITY, sum = 0.0;
@@ -39,7 +41,9 @@ static void reference(double *out, const float *q, int n_rep, int hd, const uint
             p[t] = s;
             mx = s > mx ? s : mx;
         }
+        if (sinks && sinks[r] > mx) mx = sinks[r];
         for (int64_t t = 0; t < n; t++) sum += p[t] = exp(p[t] - mx);
+        if (sinks) sum += exp(sinks[r] - mx);
         for (int d = 0; d < hd; d++) {
             double o = 0.0;
             for (int64_t t = 0; t < n; t++) o += p[t] / sum * f16_to_f32(v[((lo + t) % ring) * stride + d]);
@@ -51,7 +55,7 @@ static void reference(double *out, const float *q, int n_rep, int hd, const uint
 
 /* nq queries at positions pos[], each seeing at most `window` keys (0: all up to its own position) */
 static void check_case(const char *isa, int n_rep, int hd, int nq, const int64_t *pos, int64_t window,
-                       float softcap) {
+                       float softcap, const float *sinks) {
     const int groups = 2, g = 1; /* the second KV group of two: rows kv_stride apart, offset g * hd */
     int64_t stride = (int64_t)groups * hd, ring = 0, lo[FG_ATT_TILE], n[FG_ATT_TILE], total = 0;
     for (int i = 0; i < nq; i++) {
@@ -76,23 +80,24 @@ static void check_case(const char *isa, int n_rep, int hd, int nq, const int64_t
     }
     for (int64_t x = 0; x < nq * qd; x++) q[x] = 2.0f * frand();
     fg_attention_tile(out, qd, q, qd, nq, n_rep, hd, k + g * hd, v + g * hd, stride, lo, n, ring, scale, softcap,
-                      scores);
+                      sinks, scores);
     int ok_bits = 1, ok_ref = 1;
     for (int i = 0; i < nq; i++) {
         float *sc1 = malloc(sizeof(float) * (size_t)(n_rep * n[i]));
         fg_attention_group(one, q + i * qd, n_rep, hd, k + g * hd, v + g * hd, stride, n[i], lo[i] % ring, ring, scale,
-                           softcap, sc1);
+                           softcap, sinks, sc1);
         free(sc1);
         if (memcmp(one, out + i * qd, sizeof(float) * (size_t)(n_rep * hd)) != 0) ok_bits = 0;
-        reference(ref, q + i * qd, n_rep, hd, k + g * hd, v + g * hd, stride, lo[i], n[i], ring, scale, softcap);
+        reference(ref, q + i * qd, n_rep, hd, k + g * hd, v + g * hd, stride, lo[i], n[i], ring, scale, softcap,
+                  sinks);
         for (int x = 0; x < n_rep * hd; x++)
             if (fabs(out[i * qd + x] - ref[x]) > 1e-4 * (1.0 + fabs(ref[x]))) ok_ref = 0;
     }
     passed += ok_bits + ok_ref;
     failed += !ok_bits + !ok_ref;
     if (!ok_bits || !ok_ref)
-        printf("FAIL %s n_rep=%d hd=%d nq=%d pos0=%ld window=%ld softcap=%g: %s\n", isa, n_rep, hd, nq, (long)pos[0],
-               (long)window, softcap, !ok_bits ? "tile != one by one" : "off the float64 reference");
+        printf("FAIL %s n_rep=%d hd=%d nq=%d pos0=%ld window=%ld softcap=%g sinks=%d: %s\n", isa, n_rep, hd, nq,
+               (long)pos[0], (long)window, softcap, sinks != NULL, !ok_bits ? "tile != one by one" : "off the float64 reference");
     free(k), free(v), free(row), free(q), free(out), free(one), free(scores), free(ref);
 }
 
@@ -100,6 +105,8 @@ int main(void) {
     fg_init();
     static const int reps[] = {1, 3, 5}, hds[] = {8, 24, 64, 72, 256};
     static const int64_t starts[] = {0, 5, 37, 130}, scattered[] = {3, 40, 4, 9}, windows[] = {0, 13};
+    static const float sink_vals[] = {0.5f, -1.0f, 2.5f, 0.0f, 1.5f}; /* one per head (n_rep <= 5); 2.5 beats most
+                                                                       * scores, so the max comes from the sink */
     for (int isa = 0; isa < FG_ISA_COUNT; isa++) {
         if (!fg_isa_available(isa)) continue;
         fg_set_isa(isa);
@@ -107,15 +114,17 @@ int main(void) {
         for (int a = 0; a < 3; a++)
             for (int b = 0; b < 5; b++)
                 for (int w = 0; w < 2; w++)
-                    for (int cap = 0; cap < 2; cap++) {
-                        float softcap = cap ? 3.0f : 0.0f;
+                    for (int cap = 0; cap < 3; cap++) { /* plain, soft-capped, with sinks */
+                        float softcap = cap == 1 ? 3.0f : 0.0f;
+                        const float *sinks = cap == 2 ? sink_vals : NULL;
                         for (int nq = 1; nq <= FG_ATT_TILE; nq++)
                             for (int s = 0; s < 4; s++) {
                                 int64_t pos[FG_ATT_TILE];
                                 for (int i = 0; i < nq; i++) pos[i] = starts[s] + i;
-                                check_case(fg_isa_name(isa), reps[a], hds[b], nq, pos, windows[w], softcap);
+                                check_case(fg_isa_name(isa), reps[a], hds[b], nq, pos, windows[w], softcap, sinks);
                             }
-                        check_case(fg_isa_name(isa), reps[a], hds[b], FG_ATT_TILE, scattered, windows[w], softcap);
+                        check_case(fg_isa_name(isa), reps[a], hds[b], FG_ATT_TILE, scattered, windows[w], softcap,
+                                   sinks);
                     }
         printf("%s: %s\n", fg_isa_name(isa), failed == before ? "ok" : "FAILED");
     }

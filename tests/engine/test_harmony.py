@@ -1,8 +1,9 @@
 """gpt-oss's harmony channels (fastgguf.engine.reasoning, harmony=True): the analysis channel is reasoning_content,
 the final channel (and commentary preambles) content, messages to a recipient (harmony's own tool calls) neither;
 streamed at every cut point as split whole; the template's history (earlier thoughts dropped, as it does); the
-grammar wrapper that puts a constraint in the final channel; the in-process OpenAI API on a random-weight model
-with a harmony vocabulary (tests/chat_models.py). The same over HTTP: tests/server/test_harmony_api.py."""
+grammar wrapper that puts a constraint in the final channel; the in-process OpenAI API on random-weight models
+(qwen2 and gpt-oss) with a harmony vocabulary (tests/chat_models.py). The same over HTTP:
+tests/server/test_harmony_api.py."""
 import json
 import random
 from pathlib import Path
@@ -128,9 +129,11 @@ SCHEMA = {"type": "object", "properties": {"ok": {"type": "boolean"}}, "required
 MSGS = [{"role": "user", "content": "Weather in Paris?"}]
 
 
-@pytest.fixture(scope="module")
-def harmony_model(tmp_path_factory):
-    return fastgguf.Model(make_harmony_model(tmp_path_factory.mktemp("harmony") / "h.gguf"))
+@pytest.fixture(scope="module", params=["qwen2", "gpt-oss"])
+def harmony_model(tmp_path_factory, request):
+    """The harmony vocabulary and template on a random qwen2 layer, and on a random gpt-oss layer (sinks, a
+    sliding window shorter than the prompt, experts): the channels come apart whatever runs underneath."""
+    return fastgguf.Model(make_harmony_model(tmp_path_factory.mktemp("harmony") / "h.gguf", arch=request.param))
 
 
 def test_in_process_api_splits_the_channels(harmony_model):

@@ -74,6 +74,13 @@ CASES.update({
     "olmoe-mha": ({"moe": {"arch": "olmoe", "n_head_kv": 4}}, [256]),
     "granitemoe-shared": ({"moe": {"arch": "granitemoe", "shared": 40, "meta": GRANITE_SCALES}}, [256]),
 })
+# gpt-oss: 4 experts 2 used, a window of 5 on the even layers (shorter than IDS), YaRN as the real files have
+GPTOSS_META = {"attention.sliding_window": 5, **YARN}
+CASES.update({
+    "gpt-oss-f32": ({"moe": {"arch": "gpt-oss", "n_expert": 4, "meta": GPTOSS_META}}, [256]),
+    "gpt-oss-mxfp4": ({"moe": {"arch": "gpt-oss", "n_expert": 4, "wtype": "MXFP4", "n_layer": 3,
+                               "meta": GPTOSS_META}}, [256]),
+})
 
 
 def build(name, path):

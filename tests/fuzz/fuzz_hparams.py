@@ -23,13 +23,13 @@ with _harness.instrumented():
     from fastgguf.gguf import GGUFError, GGUFValueType, GGUFWriter  # noqa: E402
 
 E, H, KVH, HD, F, NV = 32, 2, 1, 16, 32, 16
-ARCHS = ("llama", "qwen2", "qwen3", "qwen3moe", "granitemoe")
+ARCHS = ("llama", "qwen2", "qwen3", "qwen3moe", "granitemoe", "gpt-oss")
 NE = 4  # experts of the mixture-of-experts archs
 KEYS = ("expert_count", "expert_used_count", "expert_feed_forward_length", "expert_shared_feed_forward_length",
         "logit_scale", "residual_scale", "embedding_scale", "attention.scale","block_count", "context_length", "embedding_length", "feed_forward_length", "attention.head_count",
         "attention.head_count_kv", "attention.key_length", "attention.value_length", "rope.dimension_count",
         "rope.freq_base", "attention.layer_norm_rms_epsilon", "rope.scaling.type", "rope.scaling.factor",
-        "rope.scale_linear")
+        "rope.scale_linear", "attention.sliding_window", "attention.sliding_window_pattern", "rope.freq_base_swa")
 BASE = {"block_count": 1, "context_length": 64, "embedding_length": E, "feed_forward_length": F,
         "attention.head_count": H, "attention.head_count_kv": KVH, "rope.dimension_count": HD,
         "rope.freq_base": 10000.0, "attention.layer_norm_rms_epsilon": 1e-5}
@@ -52,7 +52,15 @@ _MOE_TENSORS = {n: s for n, s in _TENSORS.items() if not n.startswith("blk.0.ffn
 _MOE_TENSORS.update({"blk.0.ffn_gate_inp.weight": (NE, E), "blk.0.ffn_gate_exps.weight": (NE, F, E),
                      "blk.0.ffn_up_exps.weight": (NE, F, E), "blk.0.ffn_down_exps.weight": (NE, E, F)})
 MOE_BASE = {"expert_count": NE, "expert_used_count": 2, "expert_feed_forward_length": F}
-_DATA = {n: (_RNG.standard_normal(s) * 0.3).astype(np.float32) for n, s in {**_TENSORS, **_MOE_TENSORS}.items()}
+# gpt-oss: its FFN norm is post_attention_norm; q/k/v/o biases, sinks, router and expert biases; a window
+_OSS_TENSORS = {n.replace("ffn_norm", "post_attention_norm"): s for n, s in _MOE_TENSORS.items()}
+_OSS_TENSORS.update({"blk.0.attn_q.bias": (H * HD,), "blk.0.attn_k.bias": (KVH * HD,), "blk.0.attn_v.bias": (KVH * HD,),
+                     "blk.0.attn_output.bias": (E,), "blk.0.attn_sinks.weight": (H,), "blk.0.ffn_gate_inp.bias": (NE,),
+                     "blk.0.ffn_gate_exps.bias": (NE, F), "blk.0.ffn_up_exps.bias": (NE, F),
+                     "blk.0.ffn_down_exps.bias": (NE, E)})
+OSS_BASE = dict(MOE_BASE, **{"attention.sliding_window": 4})
+_DATA = {n: (_RNG.standard_normal(s) * 0.3).astype(np.float32)
+         for n, s in {**_TENSORS, **_MOE_TENSORS, **_OSS_TENSORS}.items()}
 _fd, _PATH = tempfile.mkstemp(suffix=".gguf")
 os.close(_fd)
 
@@ -88,7 +96,7 @@ def build(data):
     src = Bytes(data)
     arch = ARCHS[src.byte() % len(ARCHS)]
     moe = arch in ("qwen3moe", "granitemoe")
-    base = dict(BASE, **MOE_BASE) if moe else dict(BASE)
+    base = dict(BASE, **MOE_BASE) if moe else dict(BASE, **OSS_BASE) if arch == "gpt-oss" else dict(BASE)
     if arch == "granitemoe":
         base["logit_scale"] = 2.0
     md = {k: (v, V.FLOAT32 if isinstance(v, float) else V.UINT32) for k, v in base.items()}
@@ -110,7 +118,7 @@ def build(data):
             w.add_array(f"{arch}.{k}", spec[0], spec[2])
         else:
             w.add_value(f"{arch}.{k}", spec[0], spec[1])
-    for name in (_MOE_TENSORS if moe else _TENSORS):
+    for name in (_MOE_TENSORS if moe else _OSS_TENSORS if arch == "gpt-oss" else _TENSORS):
         w.add_tensor(name, _DATA[name])
     w.write(_PATH)
 
