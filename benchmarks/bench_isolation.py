@@ -4,9 +4,10 @@ attacker that sends the most stop strings allowed, on one Scheduler (the engine 
     python benchmarks/bench_isolation.py [--rounds 3] [--tokens 48] [--threads 2] [--naive]
     python benchmarks/bench_isolation.py --naive --stops 10000 --stop-chars 700   # the issue's "before" attack
 
-The attacker: MAX_STOPS stop strings of MAX_STOP_CHARS characters (--stops / --stop-chars lift the limits), all the repetition of one token's text plus a
-different last character, and a logit_bias forcing that token: its text stays held back (a prefix of every stop) for
-as long as it runs, the worst case for a matcher. The victim: a greedy completion of --tokens tokens. Prints the
+The attacker: MAX_STOPS stop strings of MAX_STOP_CHARS characters (--stops / --stop-chars lift the limits): decoys
+that never start to match, then the repetition of one token's text plus another last character, and a logit_bias
+forcing that token: its text stays held back (a prefix of the last stop) for as long as it runs, the worst case for
+a per-stop scan (every length of every decoy tried after each token). The victim: a greedy completion of --tokens tokens. Prints the
 victim's tokens/s alone, beside the same forced request without stops, and beside the attacker; the stops' slowdown
 is the ratio of the last two (the issue's bound: within 1.5x), median over rounds.
 --naive swaps in the per-stop scan that engine/stops.py replaced (the "before" figure). Run on a quiet machine.
@@ -31,11 +32,12 @@ class NaiveStopText:
     """The matcher before issue 24: every stop searched in the held-back text after every piece."""
 
     def __init__(self, matcher):
-        self.stops, self.pending, self.stopped = list(matcher.stops), "", False
+        self.stops, self.pending, self.stopped, self.matched = list(matcher.stops), "", False, None
 
     def feed(self, text):
         pending = self.pending + text
-        cut = min((i for i in (pending.find(s) for s in self.stops) if i >= 0), default=-1)
+        cut, self.matched = min(((i, s) for s, i in ((s, pending.find(s)) for s in self.stops) if i >= 0),
+                                default=(-1, None))
         if cut >= 0:
             self.pending, self.stopped = "", True
             return pending[:cut]
@@ -82,7 +84,10 @@ def main():
     ids = list(model.tokenize("The history of the city"))
     tok = next(t for t in range(1000, model.n_vocab) if model.detokenize([t]).strip())  # a token with visible text
     piece = model.detokenize([tok])
-    stops = [(piece * args.stop_chars)[:args.stop_chars - 1] + chr(0x4E00 + i) for i in range(args.stops)]
+    # decoys first (a letter of their own, repeated: no prefix of them is ever in the text, so a per-stop scan tries
+    # every length of each), then the stop that holds the forced text back
+    stops = [chr(0x4E00 + i) * args.stop_chars for i in range(args.stops - 1)]
+    stops.append((piece * args.stop_chars)[:args.stop_chars - 1] + chr(0x4DFF))
     forced = dict(temperature=0, max_tokens=2000 - len(ids), logit_bias={tok: 100.0})
     rates = {"alone": [], "beside a plain request": [], f"beside {args.stops} stops": []}
     for _ in range(args.rounds):
