@@ -369,12 +369,13 @@ def test_tokenize_roundtrip_and_metrics(server, model):
 
 
 def test_queue_full_is_429_and_pings_while_queued(default_model_path, model_name):
-    s = Server(default_model_path, "--parallel", "1", "--max-queue", "1", "--ctx-size", "256", "--ping-interval",
+    s = Server(default_model_path, "--parallel", "1", "--max-queue", "1", "--ctx-size", "512", "--ping-interval",
                "0.2", api_key=None)
     try:
         import openai
         c = openai.OpenAI(base_url=s.base + "/v1", api_key="none", max_retries=0, timeout=60)
-        running = c.completions.create(model=model_name, prompt="Count: 1, 2,", max_tokens=120, temperature=0,
+        # long enough (seconds) that it still runs when the next request arrives on a loaded machine; closed below
+        running = c.completions.create(model=model_name, prompt="Count: 1, 2,", max_tokens=480, temperature=0,
                                        stream=True)
         body = json.dumps({"prompt": "Count: 1, 2,", "max_tokens": 2, "stream": True}).encode()
         queued = urllib.request.urlopen(urllib.request.Request(
