@@ -35,7 +35,7 @@ def _json_schema_arg(text):
 
 
 # fields whose flag value needs more than a type conversion (SamplingParams validates the result)
-_ARG_PARSERS = {"json_schema": _json_schema_arg, "grammar": _read_text}
+_ARG_PARSERS = {"json_schema": _json_schema_arg, "grammar": _read_text, "speculative": str}
 
 
 MODEL_HELP = ("GGUF file or catalogue name (fastgguf pull --list; default: the default model, downloaded if needed); "
@@ -72,12 +72,16 @@ def add_sampling_args(p, **defaults) -> None:
         else:
             kw["type"] = _ARG_PARSERS.get(name) or _ARG_TYPES[f.type]
         g.add_argument(*md["flags"], **kw)
+    g.add_argument("--draft-model", default=None, metavar="FILE",
+                   help="speculative decoding with this draft model (same vocabulary; a file or catalogue name)")
 
 
 def sampling_params(args) -> SamplingParams:
     """The SamplingParams the flags say."""
     kw = {name: getattr(args, name) for name in _SAMPLING_FIELDS}
     kw["logit_bias"] = dict(_bias_item(x) for x in kw["logit_bias"] or ())
+    if getattr(args, "draft_model", None):
+        kw["speculative"] = load_draft_model(args.draft_model, args.threads)
     return SamplingParams(**kw)
 
 
@@ -89,6 +93,13 @@ def load_model(args):
     if args.threads is not None and args.threads < 1:
         raise ValueError(f"--threads must be >= 1, got {args.threads}")
     return fastgguf.Model(path, n_threads=args.threads)
+
+
+def load_draft_model(name, threads=None):
+    """--draft-model: the engine Model of a file or catalogue name (it drafts tokens; no create_* needed)."""
+    from fastgguf import hub
+    from fastgguf.engine.model import Model
+    return Model(hub.resolve(name), n_threads=threads)
 
 
 def make_context(model, args):

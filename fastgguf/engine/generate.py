@@ -26,6 +26,7 @@ from fastgguf._native import Runner, Sampler, generate_ids
 from fastgguf.engine.grammar import matchers
 from fastgguf.engine.params import SamplingParams, check_token_ids
 from fastgguf.engine.sequence import Sequence
+from fastgguf.engine.speculative import check_draft, draft_budget, make_drafter, rewind_or_replay
 
 __all__ = ["generate", "GenerationResult", "GenerationStream", "Usage", "Timings", "make_sampler",
            "reusable_prefix"]
@@ -71,6 +72,8 @@ class Timings(_DictLike):
     generation_seconds: float = 0.0        # the decode loop, detokenization included, consumer's time excluded
     prompt_tokens_per_second: float = 0.0  # evaluated prompt tokens / prompt_seconds
     generation_tokens_per_second: float = 0.0
+    draft_tokens: int = 0                  # speculative decoding: tokens drafted (proposed) for verification
+    draft_accepted: int = 0                # ... of them accepted (0 and 0 without speculation)
 
 
 @dataclass
@@ -126,6 +129,36 @@ def _python_decode(context, c_eval, seq, max_tokens, logits):
         if tok in seq.eog or n >= max_tokens or context.n_past >= context.n_ctx:
             return
         logits = c_eval([tok])
+
+
+def _speculative_decode(context, c_eval, c_rewind, c_reset, seq, drafter, max_tokens, logits, timings):
+    """The decode loop of a speculative sequence (fastgguf.engine.speculative says why it is exact), with the same
+    contract as generate_ids: it yields sampled ids, the caller advances the Sequence on each, and it stops after an
+    end-of-generation token, max_tokens, or a full context (the last yielded token not evaluated). A step evaluates
+    the next token and its drafts in one forward and yields the tokens sampled from its rows in order while they
+    match the drafts; the rows past the first mismatch are rewound out of the cache."""
+    tok = seq.sample(logits)
+    n = 1
+    yield tok
+    while tok not in seq.eog and n < max_tokens and context.n_past < context.n_ctx:
+        drafter.accept(tok)
+        n_past = context.n_past
+        drafts = drafter.propose(draft_budget(seq.params, n_past, context.n_ctx, n, max_tokens))
+        rows = c_eval([tok] + drafts, all_logits=True)
+        used = accepted = 0
+        for i in range(len(drafts) + 1):
+            tok = seq.sample(rows[i])
+            n += 1
+            used = i + 1
+            yield tok  # the caller's advance() runs before we resume: a stop string closes this generator here
+            if i == len(drafts) or tok != drafts[i] or tok in seq.eog or n >= max_tokens:
+                break
+            accepted += 1
+            drafter.accept(tok)
+        timings.draft_tokens += len(drafts)
+        timings.draft_accepted += accepted
+        if used < len(drafts) + 1:
+            rewind_or_replay(context, n_past + used, c_rewind, c_reset, c_eval)
 
 
 class _NoClaim:
@@ -215,6 +248,7 @@ def generate(model, prompt, params=None, *, stream=False, context=None, add_spec
     grammar = params.constraint()  # json_schema / grammar: every sampled token is masked by it (fails closed)
     constraint = matchers(model, grammar, 1)[0] if grammar is not None else None
     seq = Sequence(model, ids, params, constraint=constraint)  # bad sampling fields fail here, before any context
+    check_draft(model, params)
 
     n_ctx_train = int(getattr(model, "n_ctx_train", 0) or 0)
     if context is None:
@@ -248,7 +282,10 @@ def generate(model, prompt, params=None, *, stream=False, context=None, add_spec
         st.usage = Usage(prompt_tokens=n_prompt, completion_tokens=0, total_tokens=n_prompt, cached_tokens=keep)
 
         # the Cython loop samples with the sequence's sampler (and its constraint); seq.advance does the rest
-        if isinstance(getattr(context, "runner", None), Runner):
+        if params.speculative is not None:
+            drafter = make_drafter(params, ids, context.n_ctx)
+            id_iter = _speculative_decode(context, c_eval, c_rewind, c_reset, seq, drafter, max_tokens, logits, st.timings)
+        elif isinstance(getattr(context, "runner", None), Runner):
             more = {} if seq.constraint is None else {"constraint": seq.constraint}
             id_iter = generate_ids(context.runner, seq.sampler, max_tokens, seq.eog, logits=logits, **more)
         else:

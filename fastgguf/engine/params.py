@@ -30,7 +30,7 @@ import numpy as np
 from fastgguf.engine.grammar import Grammar, GrammarError
 from fastgguf.engine.stops import MAX_STOP_CHARS, MAX_STOPS, stop_matcher
 
-__all__ = ["SamplingParams", "check_logit_bias", "check_stop", "check_token_id", "check_token_ids", "MAX_TOKEN_ID",
+__all__ = ["SamplingParams", "is_draft_model", "check_logit_bias", "check_stop", "check_token_id", "check_token_ids", "MAX_TOKEN_ID",
            "MAX_TOKENS_LIMIT"]
 
 MAX_TOKEN_ID = (1 << 24) - 1     # without a vocabulary size, the largest token id accepted
@@ -144,6 +144,27 @@ def check_stop(stop):
     return tuple(s for s in stops if s)
 
 
+SPECULATIVE_MODES = ("prompt_lookup",)  # besides a draft Model; "none" (and None) mean off
+
+
+def is_draft_model(x):
+    """A fastgguf Model given as `speculative` (duck-typed: the engine's Model is above this module)."""
+    return not isinstance(x, str) and all(hasattr(x, a) for a in ("context", "tokenizer", "n_vocab", "metadata"))
+
+
+def _speculative(value):
+    if value is None or is_draft_model(value):
+        return value
+    if not isinstance(value, str):
+        raise TypeError(f"speculative must be None, 'none', 'prompt_lookup' or a draft Model, got "
+                        f"{type(value).__name__}")
+    if value == "none":
+        return None
+    if value not in SPECULATIVE_MODES:
+        raise ValueError(f"speculative must be 'none', 'prompt_lookup' or a draft Model, got {value!r}")
+    return value
+
+
 def _opt(flags, help, metavar=None):
     """Field metadata: the command-line flags and help text (fastgguf.cli.common generates the flags from it)."""
     return {"flags": flags, "help": help, "metavar": metavar}
@@ -173,6 +194,14 @@ class SamplingParams:
         ("--json-schema",), "output valid under this JSON Schema (a file or JSON text)", metavar="SCHEMA"))
     grammar: Optional[Union[str, Grammar]] = field(default=None, metadata=_opt(
         ("--grammar",), "output matching this GBNF grammar (a file)", metavar="FILE"))
+    # exact speculative decoding (fastgguf.engine.speculative): the same output, fewer forward passes when the
+    # drafts are right; a draft Model is given with --draft-model FILE on the command line
+    speculative: Optional[object] = field(default=None, metadata=_opt(
+        ("--speculative",), "speculative decoding: none or prompt_lookup (or --draft-model FILE)", metavar="MODE"))
+    draft_max: int = field(default=8, metadata=_opt(("--draft-max",), "tokens drafted per step (1..64)"))
+    draft_ngram_max: int = field(default=3, metadata=_opt(
+        ("--draft-ngram-max",), "prompt lookup: longest n-gram looked up (tried first)"))
+    draft_ngram_min: int = field(default=1, metadata=_opt(("--draft-ngram-min",), "prompt lookup: shortest n-gram"))
 
     def __post_init__(self):
         set_ = object.__setattr__
@@ -193,6 +222,10 @@ class SamplingParams:
                 raise TypeError(f"seed must be an int or None, got {type(self.seed).__name__}")
             set_(self, "seed", int(self.seed))
         set_(self, "stop", check_stop(self.stop))
+        set_(self, "speculative", _speculative(self.speculative))
+        set_(self, "draft_max", _int("draft_max", self.draft_max, 1, 64))
+        set_(self, "draft_ngram_max", _int("draft_ngram_max", self.draft_ngram_max, 1, 64))
+        set_(self, "draft_ngram_min", _int("draft_ngram_min", self.draft_ngram_min, 1, self.draft_ngram_max))
         set_(self, "_stops", stop_matcher(self.stop))  # built where the request is made, not on the engine thread
         set_(self, "_constraint", self._compile_constraint())
 

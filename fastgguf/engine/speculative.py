@@ -1,0 +1,154 @@
+"""Exact speculative decoding: drafters that guess the next tokens, and the walk that verifies them.
+
+A decoding step of a speculative sequence evaluates its next token followed by K drafted tokens in ONE forward
+(all rows' logits); `walk` then samples each row in order with the sequence's own Sequence.step, exactly as plain
+decoding would, and stops at the first row whose sampled token differs from the draft that follows it (the rows
+after it saw a token the sequence did not take). The caller rewinds the KV cache past the rows not used.
+
+Why this is exact. Plain decoding samples t_i from p_i (the target's distribution after t_1..t_{i-1}). Row i of the
+batched forward computes p_i bit for bit (rows of one forward equal single steps: the project's batched == solo
+invariant), and it is only used while every earlier draft was accepted, i.e. while the row's context is the
+sequence's real one. The drafts are deterministic: the draft distribution q is a point mass on draft d. The
+standard speculative-sampling rule accepts d with probability min(1, p(d)/q(d)) = p(d) and otherwise samples from
+the normalized (p - q)+, which is p with d removed. "Sample t from p with the sequence's sampler; accept iff t == d,
+else emit t" does exactly that: P(emit d) = p(d), and given t != d, t is distributed as p without d. So sampled
+output has p's distribution, and it even consumes the sampler's random numbers as plain decoding does (one draw per
+emitted token), so a seeded run emits the very same tokens; greedy output is identical token for token. Penalties,
+logit bias, grammar masks and stop strings see the same tokens in the same order, since each row is stepped only
+after the previous token was accepted by the Sequence.
+"""
+import numpy as np
+
+from fastgguf.engine.params import is_draft_model
+
+__all__ = ["PromptLookup", "ModelDraft", "make_drafter", "check_draft", "walk", "rewind_or_replay", "draft_budget"]
+
+
+class PromptLookup:
+    """Drafts by n-gram lookup in the sequence's own tokens (prompt and generated): the last n tokens (n =
+    ngram_max down to ngram_min) are looked up among earlier n-grams, and the tokens that followed their most recent
+    earlier occurrence are proposed. The index (n -> {n-gram: position after it}) grows by one entry per n and
+    token, so a lookup costs O(ngram_max) whatever the prompt's length."""
+
+    def __init__(self, ids, ngram_max=3, ngram_min=1):
+        self.ids = []
+        self.nmin, self.nmax = ngram_min, ngram_max
+        self.index = {n: {} for n in range(ngram_min, ngram_max + 1)}
+        for t in ids:
+            self.accept(t)
+
+    def accept(self, tok):
+        """tok is the sequence's next token: the n-grams that end just before it now have a continuation."""
+        ids, p = self.ids, len(self.ids)
+        for n, idx in self.index.items():
+            if p >= n:
+                idx[tuple(ids[p - n:p])] = p  # overwritten: the most recent occurrence wins
+        ids.append(int(tok))
+
+    def propose(self, k):
+        ids = self.ids
+        for n in range(self.nmax, self.nmin - 1, -1):
+            if len(ids) < n:
+                continue
+            j = self.index[n].get(tuple(ids[len(ids) - n:]))
+            if j is not None:
+                return ids[j:j + k]
+        return []
+
+
+class ModelDraft:
+    """Drafts greedily with a small model of the same vocabulary, in its own Context: before each proposal the
+    context is brought to the sequence's tokens (its common prefix kept, the rejected drafts rewound away, the rest
+    evaluated), then up to k argmax tokens are drafted."""
+
+    def __init__(self, model, ids, ctx):
+        self.model, self.ctx, self.ids = model, ctx, [int(t) for t in ids]
+
+    def accept(self, tok):
+        self.ids.append(int(tok))
+
+    def propose(self, k):
+        ctx, ids = self.ctx, self.ids
+        if k <= 0 or len(ids) + k > ctx.n_ctx:
+            return []
+        cached = ctx.tokens
+        keep, lim = 0, min(len(cached), len(ids) - 1)
+        while keep < lim and cached[keep] == ids[keep]:
+            keep += 1
+        keep = ctx.reusable(keep)
+        if keep == 0:
+            ctx.reset()
+        elif keep < ctx.n_past:
+            ctx.rewind(keep)
+        logits = ctx.eval(ids[keep:])
+        out = []
+        while True:
+            out.append(int(np.argmax(logits)))
+            if len(out) >= k:
+                return out
+            logits = ctx.eval(out[-1:])
+
+
+def check_draft(model, params):
+    """ValueError unless params' draft model (if any) can draft for `model`: the same vocabulary size and the same
+    tokenizer (token texts), since its token ids are proposed to `model` as they are."""
+    draft = params.speculative
+    if not is_draft_model(draft):
+        return
+    if draft is model:
+        return
+    if int(draft.n_vocab) != int(model.n_vocab):
+        raise ValueError(f"speculative: the draft model's vocabulary has {draft.n_vocab} tokens, the model's "
+                         f"{model.n_vocab}: a draft model needs the same vocabulary")
+    key = "tokenizer.ggml.tokens"
+    if draft.metadata.get(key) != model.metadata.get(key):
+        raise ValueError("speculative: the draft model's tokenizer differs from the model's (tokenizer.ggml.tokens): "
+                         "a draft model needs the same tokenizer")
+    draft.check_generative()
+
+
+def make_drafter(params, ids, n_ctx):
+    """The drafter params.speculative asks for (None when off), over the sequence's tokens so far `ids`; a draft
+    model gets a Context of n_ctx tokens (at most its training context)."""
+    spec = params.speculative
+    if spec is None:
+        return None
+    if spec == "prompt_lookup":
+        return PromptLookup(ids, params.draft_ngram_max, params.draft_ngram_min)
+    assert is_draft_model(spec)
+    n = min(n_ctx, int(spec.n_ctx_train or n_ctx))
+    return ModelDraft(spec, ids, spec.context(n_ctx=n))
+
+
+def draft_budget(params, n_past, n_ctx, n_sampled, max_tokens):
+    """How many tokens may be drafted after the next one: at most draft_max, never past the context (the next token
+    and the drafts must fit in n_ctx), never more than max_tokens could still emit."""
+    k = min(params.draft_max, n_ctx - n_past - 1)
+    if max_tokens is not None:
+        k = min(k, max_tokens - n_sampled - 1)
+    return max(k, 0)
+
+
+def rewind_or_replay(ctx, keep, rewind, reset, evaluate):
+    """Drop a context's rejected draft rows: rewind to `keep` tokens, or where sliding-window layers no longer hold
+    the positions before it, evaluate those tokens again from a fresh cache."""
+    reusable = getattr(ctx, "reusable", None)
+    if reusable is None or reusable(keep) == keep:
+        rewind(keep)
+    else:
+        tokens = list(ctx.tokens[:keep])
+        reset()
+        evaluate(tokens)
+
+
+def walk(rows, drafts, step):
+    """Verify drafts against rows (len(drafts) + 1 logits: row i follows draft i - 1; row 0 follows the next token):
+    `step(i, logits)` steps the sequence on row i and returns its Step. Stops at the first Step that finishes the
+    sequence or whose token is not the draft that row i + 1 assumed. Returns (rows used, drafts accepted): the KV cache
+    keeps the next token and the first `rows used - 1` drafts."""
+    for i in range(len(drafts) + 1):
+        st = step(i, rows[i])
+        hit = i < len(drafts) and st.token == drafts[i]
+        if st.finish is not None or not hit:
+            return i + 1, i + hit
+    raise AssertionError("unreachable")  # the last row has no draft after it: `hit` is False there
