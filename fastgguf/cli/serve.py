@@ -18,7 +18,7 @@ from __future__ import annotations
 import os
 import sys
 
-from fastgguf.cli.common import MODEL_HELP, load_model
+from fastgguf.cli.common import MODEL_HELP, load_draft_model, load_model
 from fastgguf.errors import FastGGUFError
 
 
@@ -66,6 +66,12 @@ def register(subparsers) -> None:
                    help="a thinking model's <think> block: 'parsed' into message.reasoning_content, 'raw' left in "
                         "content, 'none' dropped (and not asked for where the template allows); a request's "
                         "reasoning_format overrides it (parsed)")
+    p.add_argument("--speculative", default=None, choices=("none", "prompt_lookup"),
+                   help="speculative decoding for requests that do not say (their `speculative` field): exact, the "
+                        "same text in fewer forward passes when the drafts are right (none)")
+    p.add_argument("--draft-max", type=int, default=None, help="tokens drafted per step (8)")
+    p.add_argument("--draft-model", default=None, metavar="FILE",
+                   help="speculative decoding with this draft model (same vocabulary) for requests that do not say")
     p.add_argument("--log-level", default="warning", help="uvicorn log level (warning)")
     g = p.add_argument_group("scale-out with Ray Serve (pip install \"fastgguf[ray]\"; docs/scale-out.md)")
     g.add_argument("--ray", action="store_true", help="serve with Ray Serve replicas instead of one process")
@@ -102,11 +108,19 @@ def run(args) -> int:
     from fastgguf.server.limits import default_hosts
     from fastgguf.server.transport import serve
     model = load_model(args)
+    defaults = {}
+    if args.draft_model:
+        defaults["speculative"] = load_draft_model(args.draft_model, args.threads)
+    elif args.speculative:
+        defaults["speculative"] = args.speculative
+    if args.draft_max is not None:
+        defaults["draft_max"] = args.draft_max
     parallel = args.parallel or default_parallel(model)
     app = create_app(model, parallel=parallel, n_ctx=args.ctx_size, n_threads=args.threads, api_key=key,
                      max_queue=args.max_queue, max_body_bytes=args.max_body, ping_interval=args.ping_interval,
                      reasoning_format=args.reasoning_format, body_timeout=args.timeout_body,
                      cors_origins=args.cors_origins, alias=args.alias, slots_show_prompts=args.slots_show_prompts,
+                     sampling_defaults=defaults,
                      allowed_hosts=(args.allowed_hosts.split(",") if args.allowed_hosts is not None
                                     else default_hosts(args.host)))
     print(f"fastgguf serve: {os.path.basename(model.path)} on http://{args.host}:{args.port}/v1 "

@@ -54,6 +54,7 @@ from fastgguf.engine import pooling as _pooling
 from fastgguf.engine.generate import Usage, reusable_prefix
 from fastgguf.engine.params import SamplingParams
 from fastgguf.engine.sequence import Sequence
+from fastgguf.engine.speculative import check_draft, draft_budget, make_drafter, rewind_or_replay, walk
 
 __all__ = ["Scheduler", "Engine", "default_parallel", "Request", "QueueFull", "Start", "Delta", "Finish",
            "PromptLogprobs", "Embedding", "Done", "Error"]
@@ -161,7 +162,7 @@ class _Seq:
     """One choice of a request, in a slot: its place in the batch; `sequence` (a Sequence, from its placement on) does
     the sampling, detokenizing and stopping."""
     __slots__ = ("req", "index", "prompt", "sequence", "slot", "pos", "next_tok", "leader", "home", "first_logits",
-                 "pending", "rows", "prompt_lps")
+                 "pending", "rows", "prompt_lps", "drafter", "drafts")
 
     def __init__(self, req, index, prompt, leader=None):
         self.req, self.index, self.prompt = req, index, prompt
@@ -175,6 +176,8 @@ class _Seq:
         self.slot = None
         self.pos = 0        # prompt tokens in the slot's KV cache
         self.next_tok = -1  # sampled, not yet evaluated
+        self.drafter = None  # speculative decoding (fastgguf.engine.speculative): proposes drafts after next_tok
+        self.drafts = []     # this step's drafts, evaluated after next_tok
 
 
 class _Slot:
@@ -231,7 +234,8 @@ class Scheduler:
         self._stopping = False
         # metrics (read without the lock: plain ints and floats)
         self.m = dict(prompt_tokens=0, prompt_tokens_evaluated=0, prompt_tokens_copied=0, completion_tokens=0,
-                      requests=0, steps=0, batch_tokens=0, batch_seqs=0, ttft_sum=0.0, ttft_count=0, errors=0)
+                      requests=0, steps=0, batch_tokens=0, batch_seqs=0, ttft_sum=0.0, ttft_count=0, errors=0,
+                      draft_tokens=0, draft_accepted=0)
 
     # -- public ------------------------------------------------------------------------------------------------
 
@@ -260,6 +264,7 @@ class Scheduler:
         for p in req.prompts:
             if not 1 <= len(p) <= limit:
                 raise ValueError(f"a prompt of {len(p)} tokens does not fit a context of {limit} tokens")
+        check_draft(self.model, req.params)
         if req.n_choices > self.max_queue:
             raise ValueError(f"this request has {req.n_choices} sequences (prompts x n); at most {self.max_queue} "
                              f"may be queued (max_queue)")
@@ -436,6 +441,7 @@ class Scheduler:
         seq.sequence = Sequence(self.model, ids, req.params, choice=seq.index % req.n,
                                 constraint=req.constraints[seq.index] if req.constraints is not None else None,
                                 parser=req.parser() if req.parser is not None else None)
+        seq.drafter = make_drafter(req.params, ids, self.n_ctx)
 
     def _step(self, out):
         self._admit(out)
@@ -460,9 +466,13 @@ class Scheduler:
                 n = self.chunk if self.model.hparams.causal else len(seq.prompt)
                 chunk = seq.prompt[seq.pos:seq.pos + n]
                 outputs.append("hidden" if seq.req.embed else "all" if seq.req.prompt_logprobs else "last")
-            else:
-                chunk = [seq.next_tok]
-                outputs.append("last")
+            else:  # a speculative sequence brings its drafts too, and gets every row's logits to verify them
+                sq = seq.sequence
+                k = 0 if seq.drafter is None else draft_budget(sq.params, slot.ctx.n_past, self.n_ctx, sq.n_sampled,
+                                                               sq.max_tokens)
+                seq.drafts = seq.drafter.propose(k) if k > 0 else []
+                chunk = [seq.next_tok] + seq.drafts
+                outputs.append("all" if seq.drafts else "last")
             items.append((slot.ctx, chunk))
             seqs.append(seq)
         if not items:
@@ -479,6 +489,9 @@ class Scheduler:
 
     def _took(self, seq, n, res, out):
         """seq's share of a batched forward over n of its tokens: res, its rows (prompt rows) or last logits."""
+        if seq.drafts:
+            self._verify(seq, res, out)
+            return
         lg = res
         if seq.pos < len(seq.prompt):
             self.m["prompt_tokens_evaluated"] += n
@@ -521,10 +534,24 @@ class Scheduler:
         except Exception as e:  # noqa: BLE001 - e.g. every token banned: this request fails, not the others
             self._fail(seq.req, e, out)
 
-    def _advance(self, seq, lg, out):
-        """Step seq's Sequence on lg (n_vocab,), the logits of its last row, and turn what it did into events."""
+    def _verify(self, seq, rows, out):
+        """A speculative step's rows (the next token's, then each draft's): stepped in order while the sampled
+        tokens match the drafts (fastgguf.engine.speculative.walk: why this is exact); the rows after the first
+        mismatch are rewound out of the slot's cache."""
+        ctx, drafts = seq.slot.ctx, seq.drafts
+        n_past = ctx.n_past - len(drafts) - 1  # before this step
+        used, accepted = walk(rows, drafts, lambda i, lg: self._advance(seq, lg, out, n_past + i + 1 >= self.n_ctx))
+        seq.drafts = []
+        self.m["draft_tokens"] += len(drafts)
+        self.m["draft_accepted"] += accepted
+        if used < len(drafts) + 1:
+            rewind_or_replay(ctx, n_past + used, ctx.rewind, ctx.reset, ctx.eval)
+
+    def _advance(self, seq, lg, out, full=None):
+        """Step seq's Sequence on lg (n_vocab,), the logits of its last row, and turn what it did into events;
+        returns the Step. `full`: no room for another token (default: the slot's cache is full)."""
         req = seq.req
-        st = seq.sequence.step(lg, full=seq.slot.ctx.n_past >= self.n_ctx)
+        st = seq.sequence.step(lg, full=seq.slot.ctx.n_past >= self.n_ctx if full is None else full)
         lps = None
         if st.token is not None:
             if req.t_first is None:
@@ -540,9 +567,12 @@ class Scheduler:
             out[req].append(Delta(seq.index, st.text, lps, st.parsed))
         if st.finish is None:
             seq.next_tok = st.token
-            return
+            if seq.drafter is not None:
+                seq.drafter.accept(st.token)
+            return st
         out[req].append(Finish(seq.index, st.finish, seq.sequence.stopper.matched))
         self._end(seq, out)
+        return st
 
     def _end(self, seq, out):
         """seq is done: free its slot; the request's Done once all its choices are."""

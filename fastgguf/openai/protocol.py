@@ -106,11 +106,12 @@ def _response_format(body):
     return {"json_schema": schema}
 
 
-def sampling_params(body, n_vocab):
-    """SamplingParams from an OpenAI request body (absent or null fields keep SamplingParams' defaults).
+def sampling_params(body, n_vocab, defaults=None):
+    """SamplingParams from an OpenAI request body (absent or null fields keep `defaults`' values where it names them
+    (the server's: `fastgguf serve --speculative`), else SamplingParams' defaults).
     response_format, and llama.cpp's top-level `json_schema` and `grammar` (GBNF), constrain the output: one of
     them at a time; any grammar that cannot be enforced is an APIError naming the field, before anything runs."""
-    kw, given = {}, {}  # given: SamplingParams field -> the request field its value came from
+    kw, given = dict(defaults or {}), {}  # given: SamplingParams field -> the request field its value came from
     for api, name in SAMPLING_FIELDS:
         v = body.get(api)
         if v is not None:
@@ -259,7 +260,7 @@ def _common(model, body, kind):
     stream = _bool_field(body, "stream")
     include_usage = _stream_options(body, stream)
     n = _int_field(body, "n", 1, 1, MAX_N)
-    params = sampling_params(body, model.n_vocab)
+    params = sampling_params(body, model.n_vocab, getattr(model, "sampling_defaults", None))
     return stream, include_usage, n, params
 
 

@@ -13,6 +13,7 @@ from starlette.concurrency import run_in_threadpool
 
 import fastgguf
 from fastgguf.engine.grammar import available as grammar_available, vocabulary
+from fastgguf.engine.params import SamplingParams
 from fastgguf.engine.reasoning import MODES
 from fastgguf.engine.scheduler import Scheduler
 from fastgguf.server import anthropic_api, errors, llama_api, ollama_api, responses_api, schemas as S
@@ -27,7 +28,7 @@ WORKERS = 4  # threads preparing requests at once (tokenizing, templates, gramma
 
 def create_app(model, *, parallel=None, n_ctx=None, n_threads=None, api_key=None, max_queue=64,
                max_body_bytes=8 << 20, ping_interval=5.0, engine=None, reasoning_format="parsed", allowed_hosts=None,
-               body_timeout=60.0, cors_origins=None, alias=None, slots_show_prompts=False):
+               body_timeout=60.0, cors_origins=None, alias=None, slots_show_prompts=False, sampling_defaults=None):
     """An ASGI app serving `model` (a fastgguf.Model) with OpenAI's API. `parallel` sequences decode together
     (default: 4; 16 for an encoder, engine.scheduler.default_parallel),
     each in a context of `n_ctx` tokens (default: the model's training context, at most 4096); `max_queue` sequences
@@ -37,13 +38,18 @@ def create_app(model, *, parallel=None, n_ctx=None, n_threads=None, api_key=None
     must arrive within `body_timeout` seconds (408); `cors_origins`: the pages a browser may call from (None: this
     machine's http://localhost, 127.0.0.1 and [::1]; a list or comma-separated string; "*": any; server/cors.py);
     `alias`: the model's id in the API (set as model.alias; its file name is still accepted in requests);
-    `slots_show_prompts`: /slots shows each busy slot's prompt text."""
+    `slots_show_prompts`: /slots shows each busy slot's prompt text; `sampling_defaults`: SamplingParams fields for
+    requests that do not give them (`fastgguf serve --speculative`: {"speculative": ..., "draft_max": ...}; set as
+    model.sampling_defaults)."""
     if reasoning_format not in MODES:
         raise ValueError(f"reasoning_format must be one of {', '.join(MODES)}, got {reasoning_format!r}")
     if n_ctx is None:
         n_ctx = min(int(model.n_ctx_train or 4096), 4096)
     if alias:
         model.alias = alias
+    if sampling_defaults:
+        SamplingParams(**sampling_defaults)  # bad defaults fail here, not in every request
+        model.sampling_defaults = dict(sampling_defaults)
     eng = engine or Scheduler(model, parallel=parallel, n_ctx=n_ctx, n_threads=n_threads, max_queue=max_queue)
 
     @asynccontextmanager

@@ -39,6 +39,8 @@ class _Sampling(_Request):
     user: Optional[str] = None  # ignored
     json_schema: Optional[Dict[str, Any]] = None  # llama.cpp's extra: the output matches this JSON Schema
     grammar: Optional[str] = None  # llama.cpp's extra: the output matches this GBNF grammar
+    speculative: Optional[str] = None  # fastgguf's extra: "prompt_lookup" or "none" (exact speculative decoding)
+    draft_max: Optional[int] = None  # tokens drafted per step
 
 
 class ChatCompletionRequest(_Sampling):
