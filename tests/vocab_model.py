@@ -16,13 +16,15 @@ from vocab_files import unpack_vocab
 E, L, H, KVH, HD, F, N_CTX = 64, 2, 4, 2, 16, 128, 256
 
 
-def vocab_model(path, name, seed=0, nan_embd=(), nan_logits=()):
+def vocab_model(path, name, seed=0, nan_embd=(), nan_logits=(), tokenizer_from=None):
     """Write the model to path (str returned). token_embd is tied to the output; the output norm's small weight
     keeps the logits' spread around 2 (at temperature 1 many tokens compete, not one). A broken model for the NaN
     contracts: nan_embd (token ids whose embedding rows are NaN: a sequence holding one goes NaN) and nan_logits
-    (ids whose logit is always NaN) untie the output (a copy of token_embd, same logits otherwise)."""
+    (ids whose logit is always NaN) untie the output (a copy of token_embd, same logits otherwise).
+    tokenizer_from: a GGUF file whose tokenizer is used instead of the vocabulary `name` (a random-weight model with
+    a real model's vocabulary: a draft model that is mostly wrong)."""
     path = str(path)
-    raw = unpack_vocab(name, path + ".vocab")
+    raw = unpack_vocab(name, path + ".vocab") if tokenizer_from is None else str(tokenizer_from)
     rng = np.random.default_rng(seed)
     w = GGUFWriter()
     w.add_string("general.architecture", "llama")
@@ -43,7 +45,8 @@ def vocab_model(path, name, seed=0, nan_embd=(), nan_logits=()):
             else:
                 w.add_value(key, f.metadata_raw(key) if vt == V.STRING else f.metadata[key], vt)
         n_vocab = f.metadata.array_len("tokenizer.ggml.tokens")
-    os.remove(raw)
+    if tokenizer_from is None:
+        os.remove(raw)
 
     def t(name, *shape, s=0.2, center=0.0):
         a = (center + rng.standard_normal(shape) * s).astype(np.float32)

@@ -145,18 +145,17 @@ def _speculative_decode(context, c_eval, c_rewind, c_reset, seq, drafter, max_to
         n_past = context.n_past
         drafts = drafter.propose(draft_budget(seq.params, n_past, context.n_ctx, n, max_tokens))
         rows = c_eval([tok] + drafts, all_logits=True)
-        used = accepted = 0
+        timings.draft_tokens += len(drafts)
         for i in range(len(drafts) + 1):
             tok = seq.sample(rows[i])
             n += 1
             used = i + 1
-            yield tok  # the caller's advance() runs before we resume: a stop string closes this generator here
-            if i == len(drafts) or tok != drafts[i] or tok in seq.eog or n >= max_tokens:
+            hit = i < len(drafts) and tok == drafts[i]
+            timings.draft_accepted += hit  # counted before the yield: the caller may stop here (a stop string)
+            yield tok
+            if not hit or tok in seq.eog or n >= max_tokens:
                 break
-            accepted += 1
             drafter.accept(tok)
-        timings.draft_tokens += len(drafts)
-        timings.draft_accepted += accepted
         if used < len(drafts) + 1:
             rewind_or_replay(context, n_past + used, c_rewind, c_reset, c_eval)
 
