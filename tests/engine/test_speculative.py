@@ -144,6 +144,7 @@ def test_verified_row_follows_the_target_softmax(noise_draft):
     ctx = m.context(n_ctx=64)
     for a, c in ((1000 + i, 2000 + i) for i in range(50)):
         prompt = [5, 6, 300, a, c, 8, 9, 300]
+        ctx.reset()
         lg = ctx.eval(prompt)
         if lg[a] > lg[c] + 5:
             break
@@ -151,8 +152,11 @@ def test_verified_row_follows_the_target_softmax(noise_draft):
     p = np.exp(p - p.max())
     p /= p.sum()
     n, n_bins = 1000, 10
-    # the vocabulary in n_bins groups of about equal probability (by token id order): the softmax is flat here
-    bin_of = np.minimum((np.cumsum(p) - p / 2) * n_bins, n_bins - 1).astype(int)
+    # the vocabulary in n_bins groups of about equal probability, likeliest tokens first (the softmax is flat here:
+    # no single token has enough of it for a bin of its own)
+    order = np.argsort(-p, kind="stable")
+    bin_of = np.empty(len(p), dtype=int)
+    bin_of[order] = np.minimum((np.cumsum(p[order]) - p[order] / 2) * n_bins, n_bins - 1).astype(int)
     mass = np.bincount(bin_of, weights=p, minlength=n_bins)
     counts = np.zeros(n_bins)
     kw = dict(temperature=1.0, top_k=0, top_p=1.0, min_p=0.0, max_tokens=3, logit_bias={a: 30.0, c: 30.0},
