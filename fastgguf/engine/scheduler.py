@@ -52,9 +52,10 @@ from fastgguf._native import check_logits
 from fastgguf.engine import batch as _batch
 from fastgguf.engine import pooling as _pooling
 from fastgguf.engine.generate import Usage, reusable_prefix
-from fastgguf.engine.params import SamplingParams
+from fastgguf.engine.params import SamplingParams, is_draft_model
 from fastgguf.engine.sequence import Sequence
-from fastgguf.engine.speculative import check_draft, draft_budget, make_drafter, rewind_or_replay, walk
+from fastgguf.engine.speculative import check_draft, draft_budget, draft_context, make_drafter, rewind_or_replay, \
+    walk
 
 __all__ = ["Scheduler", "Engine", "default_parallel", "Request", "QueueFull", "Start", "Delta", "Finish",
            "PromptLogprobs", "Embedding", "Done", "Error"]
@@ -181,10 +182,20 @@ class _Seq:
 
 
 class _Slot:
-    __slots__ = ("ctx", "seq")
+    __slots__ = ("ctx", "seq", "draft")
 
     def __init__(self, ctx):
         self.ctx, self.seq = ctx, None
+        self.draft = None  # (draft model, its Context): kept for the slot's next sequences drafting with that model
+
+    def draft_context(self, params, n_ctx):
+        """The slot's Context of params' draft model (None without one); its cached prefix serves later requests."""
+        draft = params.speculative
+        if not is_draft_model(draft):
+            return None
+        if self.draft is None or self.draft[0] is not draft:
+            self.draft = (draft, draft_context(draft, n_ctx))
+        return self.draft[1]
 
 
 def _logprobs(logits, tok, k):
@@ -441,7 +452,7 @@ class Scheduler:
         seq.sequence = Sequence(self.model, ids, req.params, choice=seq.index % req.n,
                                 constraint=req.constraints[seq.index] if req.constraints is not None else None,
                                 parser=req.parser() if req.parser is not None else None)
-        seq.drafter = make_drafter(req.params, ids, self.n_ctx)
+        seq.drafter = make_drafter(req.params, ids, self.n_ctx, best.draft_context(req.params, self.n_ctx))
 
     def _step(self, out):
         self._admit(out)

@@ -21,7 +21,7 @@ import numpy as np
 
 from fastgguf.engine.params import is_draft_model
 
-__all__ = ["PromptLookup", "ModelDraft", "make_drafter", "check_draft", "walk", "rewind_or_replay", "draft_budget"]
+__all__ = ["PromptLookup", "ModelDraft", "make_drafter", "check_draft", "draft_context", "walk", "rewind_or_replay", "draft_budget"]
 
 
 class PromptLookup:
@@ -107,17 +107,21 @@ def check_draft(model, params):
     draft.check_generative()
 
 
-def make_drafter(params, ids, n_ctx):
+def draft_context(draft, n_ctx):
+    """A Context of the draft model for a target context of n_ctx tokens (at most its training context)."""
+    return draft.context(n_ctx=min(n_ctx, int(draft.n_ctx_train or n_ctx)))
+
+
+def make_drafter(params, ids, n_ctx, ctx=None):
     """The drafter params.speculative asks for (None when off), over the sequence's tokens so far `ids`; a draft
-    model gets a Context of n_ctx tokens (at most its training context)."""
+    model drafts in `ctx` (default: a new draft_context; a kept one keeps its cached prefix)."""
     spec = params.speculative
     if spec is None:
         return None
     if spec == "prompt_lookup":
         return PromptLookup(ids, params.draft_ngram_max, params.draft_ngram_min)
     assert is_draft_model(spec)
-    n = min(n_ctx, int(spec.n_ctx_train or n_ctx))
-    return ModelDraft(spec, ids, spec.context(n_ctx=n))
+    return ModelDraft(spec, ids, ctx if ctx is not None else draft_context(spec, n_ctx))
 
 
 def draft_budget(params, n_past, n_ctx, n_sampled, max_tokens):
