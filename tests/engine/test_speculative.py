@@ -127,6 +127,18 @@ def test_seeded_sampling_equals_plain(model):
     assert r.token_ids == ref.token_ids and r.timings.draft_accepted > 0
 
 
+def test_grammar_and_penalties_equal_plain(model):
+    """A grammar masks each row after the tokens before it were accepted; penalties count the accepted tokens only."""
+    pytest.importorskip("llguidance")
+    schema = {"type": "object", "properties": {"fruits": {"type": "array", "items": {"type": "string"}}},
+              "required": ["fruits"]}
+    prompt = REPEAT + ' As JSON: {"fruits": ["apple", "banana", "cherry", "date", "'
+    for kw in (dict(json_schema=schema), dict(repeat_penalty=1.3, presence_penalty=0.5, logit_bias={28: -2.0})):
+        ref = model.generate(prompt, temperature=0, max_tokens=30, **kw)
+        r = model.generate(prompt, temperature=0, max_tokens=30, speculative="prompt_lookup", draft_max=8, **kw)
+        assert r.token_ids == ref.token_ids and r.finish_reason == ref.finish_reason, kw
+
+
 def _chi2_critical_999(df):
     """The 0.999 quantile of chi-square with df degrees of freedom (Wilson-Hilferty; within 1% for df >= 5)."""
     z = 3.0902
@@ -174,13 +186,15 @@ def test_verified_row_follows_the_target_softmax(noise_draft):
     assert chi2 < _chi2_critical_999(n_bins - 1), (chi2, counts, expect)
 
 
-def _collect(sch, prompt_ids, params):
+def _collect(sch, prompt_ids, params, logprobs=None, lps=None):
     done, text, fin = threading.Event(), [], []
 
     def sink(events):
         for e in events:
             if isinstance(e, Delta):
                 text.append(e.text)
+                if lps is not None:
+                    lps.extend(e.logprobs or ())
             elif isinstance(e, Finish):
                 fin.append(e.reason)
             elif isinstance(e, Error):
@@ -188,7 +202,7 @@ def _collect(sch, prompt_ids, params):
                 done.set()
             elif isinstance(e, Done):
                 done.set()
-    sch.submit(Request([prompt_ids], params, sink))
+    sch.submit(Request([prompt_ids], params, sink, logprobs=logprobs))
     return lambda: (done.wait(120), "".join(text), fin)[1:]
 
 
@@ -224,3 +238,19 @@ def test_scheduler_full_slot(model):
             sch.stop()
         assert sch._slots[0].ctx.n_past <= len(ids) + 6
     assert outs[0] == outs[1] and outs[0][1] == ["length"]
+
+
+def test_scheduler_logprobs(model):
+    """Each verified row gives its token's logprobs, as the plain step does."""
+    ids = list(model.tokenize(REPEAT))
+    got = []
+    sch = Scheduler(model, parallel=2, n_ctx=256, n_threads=2).start()
+    try:
+        for spec in (None, "prompt_lookup"):
+            lps = []
+            text = _collect(sch, ids, dict(temperature=0, max_tokens=12, speculative=spec), logprobs=2, lps=lps)()
+            got.append((text, lps))
+        assert sch.m["draft_accepted"] > 0
+    finally:
+        sch.stop()
+    assert got[0] == got[1] and len(got[0][1]) == 12
