@@ -12,6 +12,9 @@ of a stop string is held back until it is known not to be one.
 finish_reason: "stop" (an end-of-generation token or a stop string), "length" (max_tokens reached, or the context is
 full). Usage counts prompt tokens and completion tokens (sampled tokens, without the end-of-generation token).
 
+Speculative decoding (`speculative="prompt_lookup"` or a draft Model; fastgguf.engine.speculative) replaces the
+Cython loop by `_speculative_decode`: several tokens per forward where the drafts are right, the same tokens.
+
 Context reuse: with `context=` given, the tokens it already holds from an earlier generate() call on it are kept when
 they are a prefix of the new prompt (only the rest is evaluated; see usage.cached_tokens), otherwise it is reset.
 """
@@ -283,7 +286,8 @@ def generate(model, prompt, params=None, *, stream=False, context=None, add_spec
         # the Cython loop samples with the sequence's sampler (and its constraint); seq.advance does the rest
         if params.speculative is not None:
             drafter = make_drafter(params, ids, context.n_ctx)
-            id_iter = _speculative_decode(context, c_eval, c_rewind, c_reset, seq, drafter, max_tokens, logits, st.timings)
+            id_iter = _speculative_decode(context, c_eval, c_rewind, c_reset, seq, drafter, max_tokens, logits,
+                                          st.timings)
         elif isinstance(getattr(context, "runner", None), Runner):
             more = {} if seq.constraint is None else {"constraint": seq.constraint}
             id_iter = generate_ids(context.runner, seq.sampler, max_tokens, seq.eog, logits=logits, **more)

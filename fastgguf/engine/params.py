@@ -30,7 +30,8 @@ import numpy as np
 from fastgguf.engine.grammar import Grammar, GrammarError
 from fastgguf.engine.stops import MAX_STOP_CHARS, MAX_STOPS, stop_matcher
 
-__all__ = ["SamplingParams", "is_draft_model", "check_logit_bias", "check_stop", "check_token_id", "check_token_ids", "MAX_TOKEN_ID",
+__all__ = ["SamplingParams", "is_draft_model", "check_logit_bias", "check_stop", "check_token_id", "check_token_ids",
+           "MAX_TOKEN_ID",
            "MAX_TOKENS_LIMIT"]
 
 MAX_TOKEN_ID = (1 << 24) - 1     # without a vocabulary size, the largest token id accepted

@@ -9,11 +9,13 @@ Each step it:
      (Context.copy_prefix) and sample their first token from its logits: the prompt is evaluated once,
   2. drops cancelled requests (a client that went away frees its slots within one step),
   3. gives every sequence its next tokens: a chunk of at most `chunk` prompt tokens while prefilling (a long prompt
-     never stalls the others for more than one chunk), else its last sampled token,
+     never stalls the others for more than one chunk), else its last sampled token (with speculative decoding,
+     followed by its drafts: fastgguf.engine.speculative),
   4. runs ONE `forward_batch` for all of them (an embedding input asks for its rows' hidden states and pays no
      lm_head; a completion with echo and logprobs asks for every prompt row's logits),
   5. steps each decoding sequence (fastgguf.engine.sequence.Sequence, as generate() does): its own Sampler (its own
-     SamplingParams and seed), streaming decoder and held-back stop strings,
+     SamplingParams and seed), streaming decoder and held-back stop strings; a speculative one on each of its rows
+     while they match its drafts (the rows after are rewound out of its cache),
   6. hands the step's events to their consumers: one `loop.call_soon_threadsafe` per asyncio loop, or a direct call
      of the request's sink when it has no loop (the in-process API).
 
@@ -481,7 +483,10 @@ class Scheduler:
                 sq = seq.sequence
                 k = 0 if seq.drafter is None else draft_budget(sq.params, slot.ctx.n_past, self.n_ctx, sq.n_sampled,
                                                                sq.max_tokens)
-                seq.drafts = seq.drafter.propose(k) if k > 0 else []
+                try:
+                    seq.drafts = seq.drafter.propose(k) if k > 0 else []
+                except Exception:  # noqa: BLE001 - e.g. NaN in a broken draft model: drafts only save time, the
+                    seq.drafter, seq.drafts = None, []  # sequence goes on without them (its output is the same)
                 chunk = [seq.next_tok] + seq.drafts
                 outputs.append("all" if seq.drafts else "last")
             items.append((slot.ctx, chunk))

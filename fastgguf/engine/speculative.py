@@ -16,12 +16,16 @@ output has p's distribution, and it even consumes the sampler's random numbers a
 emitted token), so a seeded run emits the very same tokens; greedy output is identical token for token. Penalties,
 logit bias, grammar masks and stop strings see the same tokens in the same order, since each row is stepped only
 after the previous token was accepted by the Sequence.
+
+The rule is written twice, in the two decode loops: `walk` (the Scheduler's) and generate()'s _speculative_decode,
+a generator that yields each token to its caller (which stops it at a stop string) before it looks at the next row.
 """
 import numpy as np
 
 from fastgguf.engine.params import is_draft_model
 
-__all__ = ["PromptLookup", "ModelDraft", "make_drafter", "check_draft", "draft_context", "walk", "rewind_or_replay", "draft_budget"]
+__all__ = ["PromptLookup", "ModelDraft", "make_drafter", "check_draft", "draft_context", "walk", "rewind_or_replay",
+           "draft_budget"]
 
 
 class PromptLookup:
