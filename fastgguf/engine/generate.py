@@ -159,6 +159,7 @@ def _speculative_decode(context, c_eval, c_rewind, c_reset, seq, drafter, max_to
             if not hit or tok in seq.eog or n >= max_tokens:
                 break
             drafter.accept(tok)
+        drafter.verified(len(drafts), used - 1)
         if used < len(drafts) + 1:
             rewind_or_replay(context, n_past + used, c_rewind, c_reset, c_eval)
 

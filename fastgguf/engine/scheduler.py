@@ -558,6 +558,8 @@ class Scheduler:
         n_past = ctx.n_past - len(drafts) - 1  # before this step
         used, accepted = walk(rows, drafts, lambda i, lg: self._advance(seq, lg, out, n_past + i + 1 >= self.n_ctx))
         seq.drafts = []
+        if seq.drafter is not None:
+            seq.drafter.verified(len(drafts), used - 1)
         self.m["draft_tokens"] += len(drafts)
         self.m["draft_accepted"] += accepted
         if used < len(drafts) + 1:

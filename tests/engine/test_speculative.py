@@ -212,18 +212,20 @@ def test_scheduler_mixed_batch_equals_plain(model, noise_draft):
     cases = [(rep, dict(speculative="prompt_lookup", draft_max=16)), (rnd, dict(speculative="prompt_lookup")),
              (rep, {}), (rep, dict(speculative=model, draft_max=4)), (rep, dict(speculative=noise_draft)),
              (rep, dict(speculative="prompt_lookup", draft_max=4, max_tokens=5)),
+             (rep, dict(speculative="prompt_lookup", draft_max=16, stop=[" grape"])),
              (rep, dict(speculative="prompt_lookup", temperature=0.9, seed=2))]
     sch = Scheduler(model, parallel=4, n_ctx=256, n_threads=2).start()
     try:
-        waits = [_collect(sch, ids, dict(dict(temperature=0, max_tokens=20), **kw)) for ids, kw in cases]
+        waits = [_collect(sch, ids, dict(dict(temperature=0, max_tokens=14), **kw)) for ids, kw in cases]
         got = [w() for w in waits]
         assert sch.m["draft_accepted"] > 0 and sch.m["draft_tokens"] > sch.m["draft_accepted"]
     finally:
         sch.stop()
     for (ids, kw), (text, fin) in zip(cases, got):
-        ref = model.generate(ids, **dict(dict(temperature=0, max_tokens=20), **{k: v for k, v in kw.items()
+        ref = model.generate(ids, **dict(dict(temperature=0, max_tokens=14), **{k: v for k, v in kw.items()
                                                                                  if k not in ("speculative",)}))
         assert (text, fin) == (ref.text, [ref.finish_reason]), kw
+        assert ref.finish_reason == ("stop" if "stop" in kw else "length")
 
 
 def test_scheduler_full_slot(model):
