@@ -102,6 +102,8 @@ def run(args) -> int:
         raise ValueError("--ctx-size must be >= 2")
     key = args.api_key or os.environ.get("FASTGGUF_API_KEY") or None
     if args.ray:
+        if args.speculative or args.draft_model or args.draft_max is not None:
+            raise ValueError("--speculative, --draft-max and --draft-model are not supported with --ray yet")
         return run_ray(args, key)
     from fastgguf.engine.scheduler import default_parallel
     from fastgguf.server import create_app

@@ -53,3 +53,20 @@ def test_serve_defaults():
     assert sampling_params({"draft_max": 2}, 1000, defaults).draft_max == 2
     with pytest.raises(APIError):
         sampling_params({"draft_max": 0}, 1000, defaults)
+
+
+def test_create_app_sets_the_default(default_model_path):
+    """create_app(sampling_defaults=) (what serve's flags build) reaches every request of that model."""
+    import fastgguf
+    from fastgguf.openai.protocol import prepare_completion
+    from fastgguf.server import create_app
+    m = fastgguf.Model(default_model_path)  # its own: the default is set on the model
+    create_app(m, n_ctx=256, sampling_defaults={"speculative": "prompt_lookup", "draft_max": 4})
+    p = prepare_completion(m, {"prompt": "Hi", "max_tokens": 4}, 256).params
+    assert (p.speculative, p.draft_max) == ("prompt_lookup", 4)
+    assert prepare_completion(m, {"prompt": "Hi", "speculative": None, "max_tokens": 4}, 256).params.speculative \
+        == "prompt_lookup"  # null: not said
+    assert prepare_completion(m, {"prompt": "Hi", "speculative": "none", "max_tokens": 4}, 256).params.speculative \
+        is None
+    with pytest.raises(ValueError, match="draft_max"):
+        create_app(fastgguf.Model(default_model_path), sampling_defaults={"draft_max": 100})
