@@ -120,6 +120,7 @@ def written_line(path, plan) -> str:
 def speed_line(stream) -> str:
     u, t = stream.usage, stream.timings
     cached = f" ({u.cached_tokens} cached)" if u.cached_tokens else ""
+    drafts = f" | drafts: {t.draft_accepted}/{t.draft_tokens} accepted" if t.draft_tokens else ""
     return (f"prompt: {u.prompt_tokens} tokens{cached}, {t.prompt_tokens_per_second:.1f} tok/s | "
             f"generation: {u.completion_tokens} tokens, {t.generation_tokens_per_second:.1f} tok/s | "
-            f"finish: {stream.finish_reason}")
+            f"finish: {stream.finish_reason}{drafts}")

@@ -31,6 +31,20 @@ def test_run_stop_and_seed(model_args, capsys):
     assert capsys.readouterr().out == " Pa\n"
 
 
+def test_run_speculative(model_args, default_model_path, capsys):
+    """--speculative prompt_lookup and --draft-model give plain decoding's text and report the drafts."""
+    prompt = "Copy: a b c d e f g h. Copy again: a b c"
+    outs = []
+    for extra in ([], ["--speculative", "prompt_lookup", "--draft-max", "4"], ["--draft-model", default_model_path]):
+        assert main(["run", *model_args, "--temp", "0", "-n", "8", *extra, prompt]) == 0
+        out, err = capsys.readouterr()
+        outs.append(out)
+        assert ("drafts:" in err) == bool(extra)
+    assert outs[0] == outs[1] == outs[2]
+    assert main(["run", *model_args, "--speculative", "ngram", "hi"]) == 2
+    assert "speculative" in capsys.readouterr().err
+
+
 def test_run_bad_arguments(model_args, capsys):
     assert main(["run", *model_args, "--top-p", "0", "hi"]) == 2
     assert "top_p" in capsys.readouterr().err
