@@ -34,7 +34,7 @@ _plain = {}
 
 
 def plain(model, prompt, **kw):
-    key = (prompt, tuple(sorted(kw.items())))
+    key = (prompt, repr(sorted(kw.items())))
     if key not in _plain:
         _plain[key] = model.generate(prompt, **kw)
     return _plain[key]
@@ -72,7 +72,7 @@ def test_params():
 
 
 def test_draft_model_vocabulary_mismatch(model, tmp_path):
-    other = fastgguf.Model(vocab_model(tmp_path / "other.gguf", "llama-bpe"), n_threads=1)
+    other = fastgguf.Model(vocab_model(tmp_path / "other.gguf", "llama-spm"), n_threads=1)
     with pytest.raises(ValueError, match="vocabulary"):
         model.generate("Hi", speculative=other, max_tokens=2)
 
@@ -80,8 +80,8 @@ def test_draft_model_vocabulary_mismatch(model, tmp_path):
 @pytest.mark.parametrize("prompt", [REPEAT, RANDOM])
 @pytest.mark.parametrize("k", [1, 4, 16])
 def test_greedy_prompt_lookup_equals_plain(model, prompt, k):
-    ref = plain(model, prompt, temperature=0, max_tokens=24)
-    r = model.generate(prompt, temperature=0, max_tokens=24, speculative="prompt_lookup", draft_max=k)
+    ref = plain(model, prompt, temperature=0, max_tokens=16)
+    r = model.generate(prompt, temperature=0, max_tokens=16, speculative="prompt_lookup", draft_max=k)
     assert r.token_ids == ref.token_ids and r.text == ref.text and r.finish_reason == ref.finish_reason
     assert r.timings.draft_tokens >= r.timings.draft_accepted
     if prompt is REPEAT:
@@ -208,22 +208,22 @@ def _collect(sch, prompt_ids, params, logprobs=None, lps=None):
 
 def test_scheduler_mixed_batch_equals_plain(model, noise_draft):
     """Speculative and plain sequences in the same batched steps: each gives its plain generate() text."""
-    rep, rnd = list(model.tokenize(REPEAT)), list(model.tokenize(RANDOM))
-    cases = [(rep, dict(speculative="prompt_lookup", draft_max=16)), (rnd, dict(speculative="prompt_lookup")),
-             (rep, {}), (rep, dict(speculative=model, draft_max=4)), (rep, dict(speculative=noise_draft)),
+    rep, rnd = REPEAT, RANDOM
+    cases = [(rep, dict(speculative="prompt_lookup", draft_max=16)), (rnd, {}), (rep, {}), (rep, dict(speculative=model, draft_max=4)), (rep, dict(speculative=noise_draft)),
              (rep, dict(speculative="prompt_lookup", draft_max=4, max_tokens=5)),
              (rep, dict(speculative="prompt_lookup", draft_max=16, stop=[" grape"])),
              (rep, dict(speculative="prompt_lookup", temperature=0.9, seed=2))]
     sch = Scheduler(model, parallel=4, n_ctx=256, n_threads=2).start()
     try:
-        waits = [_collect(sch, ids, dict(dict(temperature=0, max_tokens=14), **kw)) for ids, kw in cases]
+        waits = [_collect(sch, list(model.tokenize(p)), dict(dict(temperature=0, max_tokens=12), **kw))
+                 for p, kw in cases]
         got = [w() for w in waits]
         assert sch.m["draft_accepted"] > 0 and sch.m["draft_tokens"] > sch.m["draft_accepted"]
     finally:
         sch.stop()
-    for (ids, kw), (text, fin) in zip(cases, got):
-        ref = model.generate(ids, **dict(dict(temperature=0, max_tokens=14), **{k: v for k, v in kw.items()
-                                                                                 if k not in ("speculative",)}))
+    for (prompt, kw), (text, fin) in zip(cases, got):
+        ref = plain(model, prompt, **dict(dict(temperature=0, max_tokens=12),
+                                          **{k: v for k, v in kw.items() if k not in ("speculative", "draft_max")}))
         assert (text, fin) == (ref.text, [ref.finish_reason]), kw
         assert ref.finish_reason == ("stop" if "stop" in kw else "length")
 
