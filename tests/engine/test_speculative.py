@@ -40,6 +40,19 @@ def plain(model, prompt, **kw):
     return _plain[key]
 
 
+def test_rows_of_one_forward_equal_single_steps(model):
+    """What greedy equality rests on: the rows of a verification forward (1 + draft_max tokens, all rows' logits)
+    are bit-identical to evaluating the tokens one step at a time."""
+    prompt = model.tokenize(REPEAT)
+    toks = model.tokenize(" elderberry, fig, grape, honeydew, kiwi, lemon, mango", add_special=False)[:17]
+    solo, batch = model.context(n_ctx=256), model.context(n_ctx=256)
+    solo.eval(prompt)
+    batch.eval(prompt)
+    rows = batch.eval(toks, all_logits=True)
+    for t, row in zip(toks, rows):
+        assert np.array_equal(solo.eval([t]), row)
+
+
 def test_prompt_lookup_matches_a_scan():
     """The incremental index proposes what a scan for the most recent earlier occurrence of the longest suffix
     n-gram proposes."""
