@@ -28,6 +28,11 @@ order between rounds and the medians are reported.
                  --spec-ngram-mod-n-max K --spec-ngram-mod-n-min max(1, 3K/4) (its defaults 64/48 keep that
                  ratio), ngram-cache (its draft length is fixed at 8: run once); --spec-draft-n-max K as well.
                  Acceptance from the response's timings (draft_n, draft_n_accepted).
+Also printed: the plain texts of the two engines compared (they may differ at a near tie). llama.cpp's speculative
+text can differ from its plain one (its batched verification is not bit-exact: seen with gemma3-270m); fastgguf's
+must not. Cost: 15 configurations per round and thread count (with the defaults), each a server start, a ~3.8k-token
+prompt and up to ~4k decoded tokens: with --rounds 3 --threads 1 2 over an hour; --max-tokens 1024 cuts it to a
+fraction.
 Targets (issue 23): fastgguf's best speculative decode >= 2x fastgguf plain and >= 1.5x llama.cpp's best mode.
 JSON: only with --out (benchmarks/results/bench-speculative-<date>.json, or the path given)."""
 import argparse
