@@ -64,9 +64,9 @@ def vm_hwm_mb(pid):
 
 
 class Server:
-    """A server subprocess on a free port, up once /health answers 200."""
+    """A server subprocess on a free port, up once /health answers 200; extra: more command-line arguments."""
 
-    def __init__(self, engine, model, slots, ctx_per_slot, threads, llama_server):
+    def __init__(self, engine, model, slots, ctx_per_slot, threads, llama_server, extra=()):
         self.port = free_port()
         self.base = f"http://127.0.0.1:{self.port}"
         if engine == "fastgguf":
@@ -75,6 +75,7 @@ class Server:
         else:
             cmd = [llama_server, "-m", model, "--port", str(self.port), "--parallel", str(slots), "-c",
                    str(slots * ctx_per_slot), "-t", str(threads), "-tb", str(threads), "--no-webui"]
+        cmd += list(extra)
         self.log = tempfile.NamedTemporaryFile("w+b", prefix="bench_server_", suffix=".log", delete=False)
         env = dict(os.environ, PYTHONPATH=os.path.dirname(HERE) + os.pathsep + os.environ.get("PYTHONPATH", ""))
         self.proc = subprocess.Popen(cmd, stdout=self.log, stderr=subprocess.STDOUT, env=env)

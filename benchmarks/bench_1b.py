@@ -1,0 +1,207 @@
+#!/usr/bin/env python3
+"""A 1B-shaped model at memory speed (issue 23): fastgguf against native llama-bench on the same files, 1 and 2
+threads, alternating rounds, medians and ratios; decode as a fraction of the read bandwidth measured in the same run.
+
+    python benchmarks/bench_1b.py --rounds 3 --threads 1 2 --out       # the integrator's run (quiet machine)
+    python benchmarks/bench_1b.py --tiny                               # a smoke run: 2 layers, seconds
+
+Files (built once, cached under ~/.cache/fastgguf/bench):
+  llama3.2-1b-shaped.F16.gguf  random weights shaped like Llama 3.2 1B: 16 layers, n_embd 2048, FFN 8192, 32 query
+                               heads of 64 over 8 KV heads, vocabulary 128256 ("no_vocab": token ids only, as
+                               bench_moe.py; both engines load it), tied embeddings, rope theta 500000. Written
+                               tensor by tensor (one tensor in memory at a time): 2.47 GB.
+  llama3.2-1b-shaped.{Q4_0,Q4_K_M,Q8_0}.gguf  that file through fastgguf's own quantizer (quantize_file: q4_0 and
+                               q8_0 keep the tied token embedding at Q8_0, q4_k_m makes it Q6_K as llama-quantize):
+                               0.83, 0.80 and 1.31 GB, each read whole by a decoded token (the tied embedding is
+                               the output matrix). llama-bench names it "llama 1B", 1,235,814,400 parameters.
+  Building all four took 3 minutes (F16 44 s, Q4_0 15 s, Q4_K_M 111 s, Q8_0 12 s) on the 2-vCPU EPYC under nice
+  while other work shared it; peak RSS 3.8 GB (the quantizer holds one output file's tensors); --build-only.
+Measured per file and thread count (fresh subprocesses, engines in alternating order each round): pp512 (one
+512-token batch from an empty context) and tg128 (128 greedy steps after an 8-token prompt; fastgguf: Context.eval
+one token at a time, bench_moe.py's worker; llama-bench: -p 512 -n 128, flash attention off and on, the better
+kept). Decode's share of the bandwidth: Model.memory()['per_token'] (the tied embedding counted whole: it is the
+output matrix) x tokens/s / the read bandwidth at that thread count (compare.bandwidth), measured before the files.
+Targets (issue 23): decode >= 1.3x llama.cpp and >= 80% of the read bandwidth; pp512 >= 1.2x.
+JSON: only with --out (benchmarks/results/bench-1b-<date>.json, or the path given)."""
+import argparse
+import datetime
+import json
+import os
+import statistics
+import sys
+import time
+
+HERE = os.path.dirname(os.path.abspath(__file__))
+sys.path[:0] = [HERE, os.path.join(HERE, "..")]
+
+from bench_moe import CACHE, run_fastgguf, run_llama_bench  # noqa: E402
+from compare import _cpu_model, bandwidth  # noqa: E402
+
+# name -> (n_embd, n_ff, n_head, n_head_kv, head_dim, n_layer, n_vocab)
+SHAPES = {"llama3.2-1b-shaped": (2048, 8192, 32, 8, 64, 16, 128256),
+          "llama-1b-tiny": (256, 512, 4, 2, 64, 2, 2048)}
+QUANTS = ("q4_0", "q4_k_m", "q8_0")
+TARGETS = {"ratio_tg": 1.3, "decode_fraction": 0.8, "ratio_pp": 1.2}
+
+
+def build_f16(path, shape, seed=0):
+    """The random llama of `shape` (SHAPES) at path, F16 matrices and F32 norms, one tensor in memory at a time:
+    tensor infos first, then each tensor drawn and written in the same order."""
+    import numpy as np
+    import gguf
+    E, F, H, KVH, HD, L, V = shape
+    rng = np.random.default_rng(seed)
+    w = gguf.GGUFWriter(path, "llama")
+    w.add_tokenizer_model("no_vocab")
+    w.add_vocab_size(V)
+    w.add_block_count(L)
+    w.add_context_length(131072)
+    w.add_embedding_length(E)
+    w.add_feed_forward_length(F)
+    w.add_head_count(H)
+    w.add_head_count_kv(KVH)
+    w.add_rope_dimension_count(HD)
+    w.add_rope_freq_base(500000.0)
+    w.add_layer_norm_rms_eps(1e-5)
+    w.add_file_type(1)
+    # (name, shape in numpy order); no output.weight: tied embeddings
+    tensors = [("token_embd.weight", (V, E)), ("output_norm.weight", (E,))]
+    for i in range(L):
+        p = f"blk.{i}."
+        tensors += [(p + "attn_norm.weight", (E,)), (p + "attn_q.weight", (H * HD, E)),
+                    (p + "attn_k.weight", (KVH * HD, E)), (p + "attn_v.weight", (KVH * HD, E)),
+                    (p + "attn_output.weight", (E, H * HD)), (p + "ffn_norm.weight", (E,)),
+                    (p + "ffn_gate.weight", (F, E)), (p + "ffn_up.weight", (F, E)), (p + "ffn_down.weight", (E, F))]
+    for name, shp in tensors:
+        dt = np.float32 if len(shp) == 1 else np.float16
+        w.add_tensor_info(name, shp, np.dtype(dt), int(np.prod(shp)) * np.dtype(dt).itemsize)
+    w.write_header_to_file()
+    w.write_kv_data_to_file()
+    w.write_ti_data_to_file()
+    for name, shp in tensors:
+        if len(shp) == 1:   # a norm: about 1
+            w.write_tensor_data((1.0 + 0.1 * rng.standard_normal(shp)).astype(np.float32))
+            continue
+        a = np.empty(shp, np.float16)
+        step = max(1, (1 << 24) // shp[1])   # 16 M values of float32 in flight
+        for r in range(0, shp[0], step):     # rows of scale 1/sqrt(cols): activations stay of order 1
+            a[r:r + step] = rng.standard_normal((min(step, shp[0] - r), shp[1]), dtype=np.float32) / np.sqrt(shp[1])
+        w.write_tensor_data(a)
+        del a
+    w.close()
+
+
+def files(tiny, quants):
+    """quant -> path of the benchmark files, built if missing; and what building them took."""
+    from fastgguf.gguf.quantize import quantize_file
+    os.makedirs(CACHE, exist_ok=True)
+    name = "llama-1b-tiny" if tiny else "llama3.2-1b-shaped"
+    src = os.path.join(CACHE, f"{name}.F16.gguf")
+    built = {}
+    if not os.path.exists(src):
+        t = time.perf_counter()
+        build_f16(src + ".part", SHAPES[name])
+        os.replace(src + ".part", src)
+        built["F16"] = time.perf_counter() - t
+    out = {}
+    for q in quants:
+        out[q] = os.path.join(CACHE, f"{name}.{q.upper()}.gguf")
+        if not os.path.exists(out[q]):
+            t = time.perf_counter()
+            quantize_file(src, out[q] + ".part", q)
+            os.replace(out[q] + ".part", out[q])
+            built[q] = time.perf_counter() - t
+    for label, s in built.items():
+        p = src if label == "F16" else out[label]
+        print(f"built {os.path.basename(p)}: {os.path.getsize(p) / 1e9:.2f} GB in {s:.0f} s", file=sys.stderr)
+    return out, built
+
+
+def main(argv=None):
+    ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    ap.add_argument("--threads", type=int, nargs="+", default=[1, 2])
+    ap.add_argument("--quants", nargs="+", default=list(QUANTS), choices=QUANTS)
+    ap.add_argument("--prompt", type=int, default=512)
+    ap.add_argument("--gen", type=int, default=128)
+    ap.add_argument("--rounds", type=int, default=3)
+    ap.add_argument("--tiny", action="store_true", help="a smoke run: the 2-layer file, pp32 tg8, one round")
+    ap.add_argument("--build-only", action="store_true", help="build the files and stop")
+    ap.add_argument("--llama-bench", default=os.environ.get(
+        "LLAMA_BENCH", os.path.expanduser("~/.cache/llama-ref/build/bin/llama-bench")))
+    ap.add_argument("--out", nargs="?", const="", default=None,
+                    help="write the JSON (default path benchmarks/results/bench-1b-<date>.json)")
+    a = ap.parse_args(argv)
+    if a.tiny:
+        a.prompt, a.gen, a.rounds = 32, 8, 1
+    paths, built = files(a.tiny, a.quants)
+    if a.build_only:
+        return 0
+    bench = a.llama_bench if os.access(a.llama_bench, os.X_OK) else None
+    if bench is None:
+        print(f"llama-bench not found at {a.llama_bench}: fastgguf alone", file=sys.stderr)
+    from fastgguf import kernels
+    bws = {th: bandwidth(th, 1 << 26 if a.tiny else 1 << 28) for th in a.threads}
+    results = {"date": datetime.datetime.now().isoformat(timespec="seconds"), "cpu": _cpu_model(),
+               "isa": kernels.active(), "load_average": os.getloadavg()[0], "prompt": a.prompt, "gen": a.gen,
+               "rounds": a.rounds, "llama_bench": bench, "read_bandwidth_gbs": bws, "build_seconds": built,
+               "targets": TARGETS, "rows": []}
+    engines = ["fastgguf"] + (["llama.cpp"] if bench else [])
+    for q, path in paths.items():
+        for th in a.threads:
+            runs = {e: [] for e in engines}
+            for r in range(a.rounds):   # alternating order: drift and warm caches hit both engines alike
+                for e in engines if r % 2 == 0 else engines[::-1]:
+                    runs[e].append(run_fastgguf(path, th, a.prompt, a.gen) if e == "fastgguf"
+                                   else run_llama_bench(bench, path, th, a.prompt, a.gen))
+            mem = runs["fastgguf"][0]["memory"]
+            row = {"quant": q, "threads": th, "path": path, "file_bytes": os.path.getsize(path), "memory": mem,
+                   "runs": runs}
+            for e in engines:
+                for k in ("pp_tps", "tg_tps"):
+                    row[f"{e}_{k}"] = statistics.median(x[k] for x in runs[e])
+            row["decode_gbps"] = mem["per_token"] * row["fastgguf_tg_tps"] / 1e9
+            row["decode_fraction"] = row["decode_gbps"] / bws[th]
+            if bench:
+                row["ratio_pp"] = row["fastgguf_pp_tps"] / row["llama.cpp_pp_tps"]
+                row["ratio_tg"] = row["fastgguf_tg_tps"] / row["llama.cpp_tg_tps"]
+                row["llama.cpp_decode_fraction"] = mem["per_token"] * row["llama.cpp_tg_tps"] / 1e9 / bws[th]
+            results["rows"].append(row)
+            print(f"  {q} t{th}: fastgguf pp{a.prompt} {row['fastgguf_pp_tps']:.1f} tg{a.gen} "
+                  f"{row['fastgguf_tg_tps']:.2f}" + (f"; llama.cpp pp {row['llama.cpp_pp_tps']:.1f} tg "
+                                                     f"{row['llama.cpp_tg_tps']:.2f}" if bench else ""),
+                  file=sys.stderr)
+    report(results, bench is not None)
+    if a.out is not None:
+        out = a.out or os.path.join(HERE, "results", f"bench-1b-{datetime.date.today()}.json")
+        with open(out, "w") as f:
+            json.dump(results, f, indent=1)
+        print("wrote", out)
+    return 0
+
+
+def report(results, with_llama):
+    def mark(v, target):
+        return f"{v:.2f}x {'met' if v >= target else 'NOT met'}"
+
+    print(f"\n1B-shaped llama ({results['cpu']}, ISA {results['isa']}, load average {results['load_average']:.2f}), "
+          f"medians of {results['rounds']} alternating rounds; read bandwidth "
+          + ", ".join(f"{bw:.1f} GB/s at {th} thr" for th, bw in results["read_bandwidth_gbs"].items()))
+    print(f"targets: decode >= {TARGETS['ratio_tg']}x llama.cpp and >= {TARGETS['decode_fraction']:.0%} of the read "
+          f"bandwidth; pp{results['prompt']} >= {TARGETS['ratio_pp']}x")
+    print(f"| file | thr | MB/token | tg{results['gen']} fastgguf | tg llama.cpp | tg ratio | fastgguf % of bandwidth "
+          f"(llama.cpp) | pp{results['prompt']} fastgguf | pp llama.cpp | pp ratio |")
+    print("|---" * 10 + "|")
+    for r in results["rows"]:
+        frac = f"{r['decode_fraction']:.0%} {'met' if r['decode_fraction'] >= TARGETS['decode_fraction'] else 'NOT met'}"
+        if with_llama:
+            frac += f" ({r['llama.cpp_decode_fraction']:.0%})"
+        cells = [r["quant"], str(r["threads"]), f"{r['memory']['per_token'] / 1e6:.0f}", f"{r['fastgguf_tg_tps']:.2f}",
+                 f"{r['llama.cpp_tg_tps']:.2f}" if with_llama else "-",
+                 mark(r["ratio_tg"], TARGETS["ratio_tg"]) if with_llama else "-", frac,
+                 f"{r['fastgguf_pp_tps']:.1f}", f"{r['llama.cpp_pp_tps']:.1f}" if with_llama else "-",
+                 mark(r["ratio_pp"], TARGETS["ratio_pp"]) if with_llama else "-"]
+        print("| " + " | ".join(cells) + " |")
+
+
+if __name__ == "__main__":
+    sys.exit(main())
