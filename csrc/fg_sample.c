@@ -227,8 +227,8 @@ int32_t fg_argmax(const float *x, int32_t n) {
 #ifdef FG_HAVE_X86
     const __m128 mv = _mm_set1_ps(m);
     for (; i + 16 <= n; i += 16) { /* skip blocks of 16 without it */
-        __m128 e = _mm_or_ps(_mm_or_ps(_mm_cmpeq_ps(_mm_loadu_ps(x + i), mv), _mm_cmpeq_ps(_mm_loadu_ps(x + i + 4), mv)),
-                             _mm_or_ps(_mm_cmpeq_ps(_mm_loadu_ps(x + i + 8), mv), _mm_cmpeq_ps(_mm_loadu_ps(x + i + 12), mv)));
+        __m128 e = _mm_cmpeq_ps(_mm_loadu_ps(x + i), mv);
+        for (int j = 4; j < 16; j += 4) e = _mm_or_ps(e, _mm_cmpeq_ps(_mm_loadu_ps(x + i + j), mv));
         if (_mm_movemask_ps(e)) break;
     }
 #endif
