@@ -194,6 +194,7 @@ typedef struct {
     fg_kv *const *seqs;  /* the call's caches */
     const int32_t *seq;  /* (rows,) of the current chunk: index into seqs of each row */
     const int32_t *pos;  /* (rows,) of the current chunk: position of each row */
+    int one_tile;        /* every sequence's rows of the chunk make one attention tile (see one_tile_each) */
     int ith, nth;
     float *pxn;          /* private (n_in,) */
     char *pxq;           /* private FG_MAX_SLOTS * xq_row */
@@ -397,13 +398,19 @@ static void attention_rows(const team *t, const fg_layer *L, int il, int64_t row
     matmul(&L->wv, xq[2], xs, rows, s->vcur, KV, r0, r1);
     add_bias(s->vcur, KV, rows, L->bv, r0, r1);
     BARRIER(t);
-    fg_split_rows(rows, t->nth, t->ith, 1, &r0, &r1);
-    for (int64_t i = r0; i < r1; i++) {
-        const fg_kv *kv = t->seqs[t->seq[i]];
-        rope_row(t, L, s->q + i * QD, s->kcur + i * KV, s->rope + i * m->n_rot, 0, m->n_head, 0, G);
-        store_kv(m, kv, il, t->pos[i], s->kcur + i * KV, s->vcur + i * KV, 0, G);
+    /* With one tile per sequence (a batched decode step) each (tile, KV group) unit ropes and stores its own rows'
+     * heads of its group just before it attends: the only keys of this chunk it reads are its own, so no barrier
+     * in between. Else every row is roped and stored first: a sequence's later tiles read its earlier tiles' keys. */
+    int fused = t->one_tile && !m->qk_norm_full && !m->non_causal;
+    if (!fused) {
+        fg_split_rows(rows, t->nth, t->ith, 1, &r0, &r1);
+        for (int64_t i = r0; i < r1; i++) {
+            const fg_kv *kv = t->seqs[t->seq[i]];
+            rope_row(t, L, s->q + i * QD, s->kcur + i * KV, s->rope + i * m->n_rot, 0, m->n_head, 0, G);
+            store_kv(m, kv, il, t->pos[i], s->kcur + i * KV, s->vcur + i * KV, 0, G);
+        }
+        BARRIER(t);
     }
-    BARRIER(t);
     /* tiles of up to FG_ATT_TILE consecutive rows of one sequence; units (tile, KV group) dealt round-robin */
     int64_t u = 0;
     for (int64_t i0 = 0, i1; i0 < rows; i0 = i1) {
@@ -418,6 +425,11 @@ static void attention_rows(const team *t, const fg_layer *L, int il, int64_t row
         }
         for (int g = 0; g < G; g++, u++) {
             if (u % t->nth != t->ith) continue;
+            for (int64_t i = i0; fused && i < i1; i++) {
+                rope_row(t, L, s->q + i * QD, s->kcur + i * KV, s->rope + i * m->n_rot, g * n_rep, (g + 1) * n_rep, g,
+                         g + 1);
+                store_kv(m, kv, il, t->pos[i], s->kcur + i * KV, s->vcur + i * KV, g, g + 1);
+            }
             fg_attention_tile(s->att + i0 * QD + g * n_rep * hd, QD, s->q + i0 * QD + g * n_rep * hd, QD, (int)(i1 - i0),
                               n_rep, hd, group_cache(m, kv, kv->k_cache, il, g),
                               group_cache(m, kv, kv->v_cache, il, g), hd, lo, n, ring, m->attn_scale,
@@ -783,6 +795,18 @@ static int check_rows(const fg_model *m, const fg_work *w, fg_kv *const *seqs, i
     return check_out_rows(logit_rows, n_logit_rows, n_rows) || check_out_rows(hidden_rows, n_hidden_rows, n_rows);
 }
 
+/* 1 when each sequence's rows of the chunk (seq (rows,)) are one run of at most FG_ATT_TILE rows, so that
+ * attention_rows makes one tile of them, else 0. */
+static int one_tile_each(const int32_t *seq, int64_t rows) {
+    for (int64_t i0 = 0, i1; i0 < rows; i0 = i1) {
+        for (i1 = i0 + 1; i1 < rows && seq[i1] == seq[i0]; i1++) {}
+        if (i1 - i0 > FG_ATT_TILE) return 0;
+        for (int64_t j = 0; j < i0; j++)
+            if (seq[j] == seq[i0]) return 0;
+    }
+    return 1;
+}
+
 /* One fg_forward_multi call, as every thread of its team sees it. */
 typedef struct {
     const fg_model *m;
@@ -829,6 +853,7 @@ static void forward_task(int ith, int nth, void *arg) {
             while (a->pos_of_row[c + rows] != 0) rows--;
         t.seq = a->seq_of_row + c;
         t.pos = a->pos_of_row + c;
+        t.one_tile = one_tile_each(t.seq, rows);
         embed_rows(&t, a->tokens + c, rows);
         BARRIER(&t);
 

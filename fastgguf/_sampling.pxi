@@ -166,7 +166,8 @@ cdef int _has_nan(const float *x, int n) noexcept nogil:
 def check_logits(logits):
     """logits itself; FloatingPointError when any entry is NaN. NaN logits are a broken model, never something to
     sample from or score (the Sampler alone ignores NaN entries: a low-level tool; the engine refuses them)."""
-    if np.isnan(logits).any():
+    a = np.asarray(logits)
+    if a.size and np.isnan(a.max()):  # max propagates NaN: no (n_vocab,) bool temporary per sampled token
         raise FloatingPointError(NAN_LOGITS)
     return logits
 

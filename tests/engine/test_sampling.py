@@ -34,6 +34,26 @@ def test_argmax_and_top_k_building_blocks():
     assert argmax(np.array([NEG_INF, np.nan], dtype=np.float32)) == -1
 
 
+def test_argmax_long_vectors_ties_nan_and_inf():
+    """The SIMD blocks of 16 (x86): NaN ignored in every lane, the first of tied maxima wherever the blocks split
+    them, -1 when nothing is above -inf, +0 and -0 equal."""
+    rng = np.random.default_rng(2)
+    for n in (16, 17, 31, 48, 100, 49152):
+        for _ in range(20):
+            x = rng.integers(-3, 4, n).astype(np.float32)  # many ties
+            x[rng.random(n) < 0.2] = np.nan
+            x[rng.random(n) < 0.2] = NEG_INF
+            finite = np.where(np.isnan(x), NEG_INF, x)
+            want = int(np.argmax(finite)) if finite.max() > NEG_INF else -1
+            assert argmax(x) == want
+        x = np.full(n, np.nan, dtype=np.float32)
+        x[::3] = NEG_INF
+        assert argmax(x) == -1
+        x = np.full(n, -1.0, dtype=np.float32)
+        x[n - 1], x[n // 2] = 0.0, -0.0
+        assert argmax(x) == n // 2
+
+
 def test_greedy_is_argmax_and_top_k_1_is_greedy():
     rng = np.random.default_rng(1)
     g = Sampler(temperature=0.0, seed=0)
