@@ -60,6 +60,14 @@ static const long k_sizes[] = {256, 512, 768, 2304, 4352}; /* super-block types 
 static const long odd_float_sizes[] = {1, 7, 13, 33, 100, 577};
 static const long row_counts[] = {1, 2, 3, 4, 5, 7, 9, 17};
 
+/* The row-lane tiles that take the scalar reference's float step per block (no FMA) equal the scalar vec_dot bit for
+ * bit, in vec_dot, gemv and gemm. tests/test_kernels.py checks AVX2's; it cannot run on aarch64, so NEON's are
+ * checked here (the dotprod tiles: base NEON has none). */
+static int tile_equals_scalar(int isa, int type) {
+    if (isa != FG_ISA_NEON || !fg_ext_enabled() || !fg_isa_ext_available(isa)) return 0;
+    return type == FG_TYPE_Q4_1 || type == FG_TYPE_IQ4_NL || type == FG_TYPE_MXFP4;
+}
+
 static void test_type(int isa, const char *name, int type, long n) {
     const fg_type_kernels *ref = fg_kernels_of(FG_ISA_SCALAR, type), *k = fg_kernels_of(isa, type);
     const int xtype = fg_vec_dot_type(type);
@@ -105,6 +113,7 @@ static void test_type(int isa, const char *name, int type, long n) {
             for (long r = 0; r < maxr; r++) {
                 float d = k->vec_dot(n, w + r * stride, xq);
                 check(fabs((double)d - yref[r]) <= DOT_RTOL * mag[r], "vec_dot", name, type, n, r);
+                if (tile_equals_scalar(isa, type)) check(d == yref[r], "vec_dot-exact", name, type, n, r);
             }
         }
         if (k->gemv) {
@@ -116,6 +125,11 @@ static void test_type(int isa, const char *name, int type, long n) {
                 for (long r = 0; r < nr; r++) ok &= fabs((double)y[r] - yref[r]) <= DOT_RTOL * mag[r];
                 for (long r = nr; r < maxr; r++) ok &= isnan(y[r]); /* nothing written past the rows */
                 check(ok, "gemv", name, type, n, nr);
+                if (tile_equals_scalar(isa, type)) {
+                    ok = 1;
+                    for (long r = 0; r < nr; r++) ok &= y[r] == yref[r];
+                    check(ok, "gemv-exact", name, type, n, nr);
+                }
             }
         }
         if (k->gemm && k->gemv) {
