@@ -618,8 +618,37 @@ FG_INLINE_NEON void fg_q8_1_aux_neon(const char *x, int kc, fg_xaux *aux) {
     }
 }
 
-/* The formats of 32-element blocks with 32 int8 weights per block after unpacking, against q8_0 (q8_1 for Q4_1). */
-enum { FG_B32_Q4_0, FG_B32_Q4_1, FG_B32_Q8_0, FG_B32_IQ4_NL, FG_B32_MXFP4 };
+/* The formats of 32-element blocks with 32 int8 weights per block after unpacking, against q8_0 (q8_1: Q4_1, Q5_1). */
+enum { FG_B32_Q4_0, FG_B32_Q4_1, FG_B32_Q8_0, FG_B32_IQ4_NL, FG_B32_MXFP4, FG_B32_Q5_0, FG_B32_Q5_1 };
+
+/* Bytes per block, and the offsets of the quants and (Q5_0, Q5_1) of the 32 fifth bits. */
+FG_INLINE_NEON size_t fg_b32_size(const int fmt) {
+    return fmt == FG_B32_Q4_1 ? sizeof(block_q4_1) : fmt == FG_B32_Q8_0 ? sizeof(block_q8_0)
+         : fmt == FG_B32_MXFP4 ? sizeof(block_mxfp4) : fmt == FG_B32_Q5_0 ? sizeof(block_q5_0)
+         : fmt == FG_B32_Q5_1 ? sizeof(block_q5_1) : sizeof(block_q4_0);
+}
+FG_INLINE_NEON size_t fg_b32_qs(const int fmt) {
+    return fmt == FG_B32_Q4_1 ? offsetof(block_q4_1, qs) : fmt == FG_B32_MXFP4 ? offsetof(block_mxfp4, qs)
+         : fmt == FG_B32_Q5_0 ? offsetof(block_q5_0, qs) : fmt == FG_B32_Q5_1 ? offsetof(block_q5_1, qs)
+         : offsetof(block_q4_0, qs);
+}
+FG_INLINE_NEON size_t fg_b32_qh(const int fmt) {
+    return fmt == FG_B32_Q5_1 ? offsetof(block_q5_1, qh) : offsetof(block_q5_0, qh);
+}
+
+/* Nibbles l (elements e), u (e + 16) and, for Q5_*, their fifth bits as 0x10 bytes (hl, hu) -> int8 weights. */
+FG_INLINE_NEON void fg_b32_levels_neon(const int fmt, const int8x16_t levels, uint8x16_t l, uint8x16_t u, uint8x16_t hl,
+                                       uint8x16_t hu, int8x16_t *lo, int8x16_t *hi) {
+    if (fmt == FG_B32_Q5_0 || fmt == FG_B32_Q5_1) l = vorrq_u8(l, hl), u = vorrq_u8(u, hu);
+    if (fmt == FG_B32_IQ4_NL || fmt == FG_B32_MXFP4) {
+        *lo = vqtbl1q_s8(levels, l), *hi = vqtbl1q_s8(levels, u);
+    } else if (fmt == FG_B32_Q4_0 || fmt == FG_B32_Q5_0) {
+        const int8x16_t off = vdupq_n_s8(fmt == FG_B32_Q4_0 ? 8 : 16);
+        *lo = vsubq_s8(vreinterpretq_s8_u8(l), off), *hi = vsubq_s8(vreinterpretq_s8_u8(u), off);
+    } else {
+        *lo = vreinterpretq_s8_u8(l), *hi = vreinterpretq_s8_u8(u);
+    }
+}
 
 /* One row's block at b -> its 32 weights as int8: lo = elements 0..15, hi = 16..31. */
 FG_INLINE_NEON void fg_b32_row_neon(const char *b, const int fmt, const int8x16_t levels, int8x16_t *lo, int8x16_t *hi) {
@@ -628,19 +657,19 @@ FG_INLINE_NEON void fg_b32_row_neon(const char *b, const int fmt, const int8x16_
         *hi = vld1q_s8((const int8_t *)b + offsetof(block_q8_0, qs) + 16);
         return;
     }
-    const size_t qs = fmt == FG_B32_Q4_1 ? offsetof(block_q4_1, qs) : fmt == FG_B32_MXFP4 ? offsetof(block_mxfp4, qs)
-                                                                                          : offsetof(block_q4_0, qs);
-    const uint8x16_t q = vld1q_u8((const uint8_t *)b + qs), l = vandq_u8(q, vdupq_n_u8(0x0f)), h = vshrq_n_u8(q, 4);
-    if (fmt == FG_B32_IQ4_NL || fmt == FG_B32_MXFP4) {
-        *lo = vqtbl1q_s8(levels, l), *hi = vqtbl1q_s8(levels, h);
-    } else if (fmt == FG_B32_Q4_0) {
-        *lo = vsubq_s8(vreinterpretq_s8_u8(l), vdupq_n_s8(8)), *hi = vsubq_s8(vreinterpretq_s8_u8(h), vdupq_n_s8(8));
-    } else {
-        *lo = vreinterpretq_s8_u8(l), *hi = vreinterpretq_s8_u8(h);
+    const uint8x16_t q = vld1q_u8((const uint8_t *)b + fg_b32_qs(fmt)), m4 = vdupq_n_u8(0x0f), m10 = vdupq_n_u8(0x10);
+    uint8x16_t hl = m10, hu = m10;
+    if (fmt == FG_B32_Q5_0 || fmt == FG_B32_Q5_1) {
+        uint32_t h;
+        memcpy(&h, b + fg_b32_qh(fmt), 4);
+        hl = vandq_u8(fg_bits_to_bytes_neon(h & 0xffff), m10), hu = vandq_u8(fg_bits_to_bytes_neon(h >> 16), m10);
     }
+    fg_b32_levels_neon(fmt, levels, vandq_u8(q, m4), vshrq_n_u8(q, 4), hl, hu, lo, hi);
 }
 
-/* Rows 0..R-1 (R <= 4) of the block at b -> k[g] = elements 4g..4g+3 of row i in lane i (g < 8), transposed once. */
+/* Rows 0..R-1 (R <= 4) of the block at b -> k[g] = elements 4g..4g+3 of row i in lane i (g < 8), transposed once.
+ * Q5_*: the fifth bits of elements 4g..4g+3 are bits 4g..4g+3 of each row's 32-bit qh, in byte g / 2: that byte of
+ * every lane is copied to the lane's 4 bytes and each byte tests its own bit. */
 FG_INLINE_NEON void fg_b32_rows4_neon(const char *b, size_t stride, int R, const int fmt, const int8x16_t levels,
                                       int8x16_t k[8]) {
     if (fmt == FG_B32_Q8_0) {
@@ -648,19 +677,28 @@ FG_INLINE_NEON void fg_b32_rows4_neon(const char *b, size_t stride, int R, const
         fg_rows4_dwords_neon(b + offsetof(block_q8_0, qs) + 16, stride, R, k + 4);
         return;
     }
-    const size_t qs = fmt == FG_B32_Q4_1 ? offsetof(block_q4_1, qs) : fmt == FG_B32_MXFP4 ? offsetof(block_mxfp4, qs)
-                                                                                          : offsetof(block_q4_0, qs);
+    const uint8x16_t m4 = vdupq_n_u8(0x0f), m10 = vdupq_n_u8(0x10);
     int8x16_t t[4];
-    fg_rows4_dwords_neon(b + qs, stride, R, t);
+    fg_rows4_dwords_neon(b + fg_b32_qs(fmt), stride, R, t);
+    uint8x16_t qh = vdupq_n_u8(0);
+    if (fmt == FG_B32_Q5_0 || fmt == FG_B32_Q5_1) {
+        uint32_t h[4] = {0, 0, 0, 0};
+        for (int r = 0; r < R; r++) memcpy(&h[r], b + r * stride + fg_b32_qh(fmt), 4);
+        qh = vreinterpretq_u8_u32(vld1q_u32(h));
+    }
+    static const uint8_t bit_lo[16] = {1, 2, 4, 8, 1, 2, 4, 8, 1, 2, 4, 8, 1, 2, 4, 8};
+    static const uint8_t bit_hi[16] = {16, 32, 64, 128, 16, 32, 64, 128, 16, 32, 64, 128, 16, 32, 64, 128};
+    static const uint8_t lane_base[16] = {0, 0, 0, 0, 4, 4, 4, 4, 8, 8, 8, 8, 12, 12, 12, 12}; /* lane i's byte 0 */
     for (int j = 0; j < 4; j++) {
-        const uint8x16_t q = vreinterpretq_u8_s8(t[j]), l = vandq_u8(q, vdupq_n_u8(0x0f)), h = vshrq_n_u8(q, 4);
-        if (fmt == FG_B32_IQ4_NL || fmt == FG_B32_MXFP4) {
-            k[j] = vqtbl1q_s8(levels, l), k[4 + j] = vqtbl1q_s8(levels, h);
-        } else if (fmt == FG_B32_Q4_0) {
-            k[j] = vsubq_s8(vreinterpretq_s8_u8(l), vdupq_n_s8(8)), k[4 + j] = vsubq_s8(vreinterpretq_s8_u8(h), vdupq_n_s8(8));
-        } else {
-            k[j] = vreinterpretq_s8_u8(l), k[4 + j] = vreinterpretq_s8_u8(h);
+        const uint8x16_t q = vreinterpretq_u8_s8(t[j]);
+        uint8x16_t hl = m10, hu = m10;
+        if (fmt == FG_B32_Q5_0 || fmt == FG_B32_Q5_1) { /* elements 4j.. in byte j / 2, 16 + 4j.. in byte 2 + j / 2 */
+            const uint8x16_t bits = vld1q_u8(j % 2 ? bit_hi : bit_lo);
+            const uint8x16_t il = vaddq_u8(vld1q_u8(lane_base), vdupq_n_u8((uint8_t)(j / 2)));
+            hl = vandq_u8(vtstq_u8(vqtbl1q_u8(qh, il), bits), m10);
+            hu = vandq_u8(vtstq_u8(vqtbl1q_u8(qh, vaddq_u8(il, vdupq_n_u8(2))), bits), m10);
         }
+        fg_b32_levels_neon(fmt, levels, vandq_u8(q, m4), vshrq_n_u8(q, 4), hl, hu, &k[j], &k[4 + j]);
     }
 }
 
@@ -679,16 +717,17 @@ FG_INLINE_NEON float32x4_t fg_b32_scale4_neon(const char *b, size_t stride, int 
  * rows) and dotted by vdotq_laneq_s32 with each activation's 4-byte groups. M = 1 (the gemv) dots each row in element
  * order and reduces the rows' partial sums into lanes instead: nothing would share a transpose. The integer block sums
  * are exact either way, so the float step decides the result: Q4_0 and Q8_0 take the AVX2 tile's
- * acc = fma((float)sumi, dw * dx, acc); Q4_1, IQ4_NL and MXFP4 the scalar reference's
- * acc += (float)sumi * (dw * dx) (+ mw * sx for Q4_1), no FMA, so every path equals the scalar vec_dot bit for bit. */
+ * acc = fma((float)sumi, dw * dx, acc); Q4_1, Q5_0, Q5_1, IQ4_NL and MXFP4 the scalar reference's
+ * acc += (float)sumi * (dw * dx) (+ mw * sx for Q4_1, Q5_1), no FMA, so every path equals the scalar vec_dot bit for
+ * bit. */
 FG_INLINE_NEON FG_TARGET_DOTPROD void fg_b32_tile8_neondp(const int R, const int M, int first, int kc, const char *w,
                                                           size_t stride, const char *x, size_t xs,
                                                           const fg_xaux (*aux)[FG_KC], float *y, int64_t ldy,
                                                           const int fmt, const int8_t *levels) {
-    const size_t bs = fmt == FG_B32_Q4_1 ? sizeof(block_q4_1) : fmt == FG_B32_Q8_0 ? sizeof(block_q8_0)
-                    : fmt == FG_B32_MXFP4 ? sizeof(block_mxfp4) : sizeof(block_q4_0);
-    const size_t xbs = fmt == FG_B32_Q4_1 ? sizeof(block_q8_1) : sizeof(block_q8_0);
-    const size_t xqs = fmt == FG_B32_Q4_1 ? offsetof(block_q8_1, qs) : offsetof(block_q8_0, qs);
+    const int offset = fmt == FG_B32_Q4_1 || fmt == FG_B32_Q5_1; /* x = d q + m, against q8_1 */
+    const size_t bs = fg_b32_size(fmt);
+    const size_t xbs = offset ? sizeof(block_q8_1) : sizeof(block_q8_0);
+    const size_t xqs = offset ? offsetof(block_q8_1, qs) : offsetof(block_q8_0, qs);
     const int8x16_t table = levels ? vld1q_s8(levels) : vdupq_n_s8(0);
     const int H = R > 4 ? 2 : 1; /* halves holding rows */
     float32x4_t acc[8][2];      /* [a][h]: rows 4h..4h+3 */
@@ -700,7 +739,7 @@ FG_INLINE_NEON FG_TARGET_DOTPROD void fg_b32_tile8_neondp(const int R, const int
             const char *wh = wb + 4 * h * stride;
             const int Rh = R - 4 * h > 4 ? 4 : R - 4 * h;
             const float32x4_t dw = fg_b32_scale4_neon(wh, stride, Rh, fmt);
-            const float32x4_t mw = fmt == FG_B32_Q4_1 ? fg_rows4_f16_neon(wh + offsetof(block_q4_1, m), stride, Rh) : dw;
+            const float32x4_t mw = offset ? fg_rows4_f16_neon(wh + 2, stride, Rh) : dw; /* m: the fp16 after d */
             int32x4_t dot[8];
             if (M == 1) {
                 const int8_t *xq = (const int8_t *)x + i * xbs + xqs;
@@ -734,7 +773,7 @@ FG_INLINE_NEON FG_TARGET_DOTPROD void fg_b32_tile8_neondp(const int R, const int
                 const float32x4_t sf = vcvtq_f32_s32(dot[a]), d = vmulq_n_f32(dw, aux[a][i].d);
                 if (fmt == FG_B32_Q4_0 || fmt == FG_B32_Q8_0) {
                     acc[a][h] = vfmaq_f32(acc[a][h], sf, d);
-                } else if (fmt == FG_B32_Q4_1) {
+                } else if (offset) {
                     acc[a][h] = vaddq_f32(acc[a][h], vaddq_f32(vmulq_f32(sf, d), vmulq_n_f32(mw, aux[a][i].s)));
                 } else {
                     acc[a][h] = vaddq_f32(acc[a][h], vmulq_f32(sf, d));

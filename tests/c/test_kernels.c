@@ -65,8 +65,8 @@ static const long row_counts[] = {1, 2, 3, 4, 5, 7, 9, 17};
  * checked here (the dotprod tiles: base NEON has none). */
 static int tile_equals_scalar(int isa, int type) {
     if (isa != FG_ISA_NEON || !fg_ext_enabled() || !fg_isa_ext_available(isa)) return 0;
-    return type == FG_TYPE_Q4_1 || type == FG_TYPE_IQ4_NL || type == FG_TYPE_MXFP4 || type == FG_TYPE_Q4_K ||
-           type == FG_TYPE_Q5_K || type == FG_TYPE_Q6_K;
+    return type == FG_TYPE_Q4_1 || type == FG_TYPE_Q5_0 || type == FG_TYPE_Q5_1 || type == FG_TYPE_IQ4_NL ||
+           type == FG_TYPE_MXFP4 || type == FG_TYPE_Q4_K || type == FG_TYPE_Q5_K || type == FG_TYPE_Q6_K;
 }
 
 static void test_type(int isa, const char *name, int type, long n) {
