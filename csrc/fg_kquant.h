@@ -778,14 +778,17 @@ FG_INLINE_NEON FG_TARGET_DOTPROD void fg_kq_rows4_neondp(const int fmt, const in
                 fg_rows4_dwords_neon(b + offsetof(block_q6_K, qh) + 32 * h + 16 * v, stride, R, qh);
                 for (int g = 0; g < 4; g++) {
                     int8x16_t t[4];
-                    fg_k6_split_neon(vreinterpretq_u8_s8(la[g]), vreinterpretq_u8_s8(lb[g]), vreinterpretq_u8_s8(qh[g]), t);
+                    fg_k6_split_neon(vreinterpretq_u8_s8(la[g]), vreinterpretq_u8_s8(lb[g]),
+                                     vreinterpretq_u8_s8(qh[g]), t);
                     for (int j = 0; j < 4; j++) u[j][g] = t[j];
                 }
                 for (int j = 0; j < 4; j++) {
                     const int s = 8 * h + 2 * j + v;
                     const int32x4_t scale = fg_lane_byte_s(sc[s / 4], s % 4);
-                    for (int a = 0; a < M; a++)
-                        is[a] = vmlaq_s32(is[a], fg_dot4_lanes_neondp(u[j], vld1q_s8(xb[a]->qs + 128 * h + 32 * j + 16 * v)), scale);
+                    for (int a = 0; a < M; a++) {
+                        const int8x16_t xq = vld1q_s8(xb[a]->qs + 128 * h + 32 * j + 16 * v);
+                        is[a] = vmlaq_s32(is[a], fg_dot4_lanes_neondp(u[j], xq), scale);
+                    }
                 }
             }
         return;
@@ -804,12 +807,16 @@ FG_INLINE_NEON FG_TARGET_DOTPROD void fg_kq_rows4_neondp(const int fmt, const in
         int8x16_t t[8], lo[8], hi[8]; /* [g]: bytes (elements) 4g..4g+3 of the 32 */
         fg_rows4_dwords_neon(b + qs + 32 * k, stride, R, t);
         fg_rows4_dwords_neon(b + qs + 32 * k + 16, stride, R, t + 4);
-        for (int g = 0; g < 8; g++) fg_k4_split_neon(fmt, vreinterpretq_u8_s8(t[g]), vreinterpretq_u8_s8(hq[g]), k, &lo[g], &hi[g]);
-        const int32x4_t s0 = fg_lane_byte_u(sc[(2 * k) / 4], (2 * k) % 4), s1 = fg_lane_byte_u(sc[(2 * k + 1) / 4], (2 * k + 1) % 4);
+        for (int g = 0; g < 8; g++)
+            fg_k4_split_neon(fmt, vreinterpretq_u8_s8(t[g]), vreinterpretq_u8_s8(hq[g]), k, &lo[g], &hi[g]);
+        const int32x4_t s0 = fg_lane_byte_u(sc[(2 * k) / 4], (2 * k) % 4);
+        const int32x4_t s1 = fg_lane_byte_u(sc[(2 * k + 1) / 4], (2 * k + 1) % 4);
         for (int a = 0; a < M; a++) {
             const int8_t *xq = xb[a]->qs + 64 * k;
-            const int32x4_t p0 = vaddq_s32(fg_dot4_lanes_neondp(lo, vld1q_s8(xq)), fg_dot4_lanes_neondp(lo + 4, vld1q_s8(xq + 16)));
-            const int32x4_t p1 = vaddq_s32(fg_dot4_lanes_neondp(hi, vld1q_s8(xq + 32)), fg_dot4_lanes_neondp(hi + 4, vld1q_s8(xq + 48)));
+            const int32x4_t p0 = vaddq_s32(fg_dot4_lanes_neondp(lo, vld1q_s8(xq)),
+                                           fg_dot4_lanes_neondp(lo + 4, vld1q_s8(xq + 16)));
+            const int32x4_t p1 = vaddq_s32(fg_dot4_lanes_neondp(hi, vld1q_s8(xq + 32)),
+                                           fg_dot4_lanes_neondp(hi + 4, vld1q_s8(xq + 48)));
             is[a] = vmlaq_s32(vmlaq_s32(is[a], p0, s0), p1, s1);
         }
     }
@@ -834,7 +841,9 @@ FG_INLINE_NEON FG_TARGET_DOTPROD void fg_kq_tile8_neondp(const int R, const int 
                                                         size_t stride, const char *x, size_t xs,
                                                         const fg_xaux (*aux)[FG_KC], float *y, int64_t ldy,
                                                         const int fmt) {
-    const size_t bs = fmt == FG_KQ_Q6_K ? sizeof(block_q6_K) : fmt == FG_KQ_Q5_K ? sizeof(block_q5_K) : sizeof(block_q4_K);
+    const size_t bs = fmt == FG_KQ_Q6_K   ? sizeof(block_q6_K)
+                    : fmt == FG_KQ_Q5_K ? sizeof(block_q5_K)
+                                        : sizeof(block_q4_K);
     const size_t d_off = fmt == FG_KQ_Q6_K ? offsetof(block_q6_K, d) : offsetof(block_q4_K, d);
     const int H = R > 4 ? 2 : 1;
     float32x4_t acc[8][2];
@@ -853,14 +862,17 @@ FG_INLINE_NEON FG_TARGET_DOTPROD void fg_kq_tile8_neondp(const int R, const int 
                 int32x4_t vi[4], vm[4];
                 for (int r = 0; r < 4; r++) {
                     vi[r] = vm[r] = vdupq_n_s32(0);
-                    if (r < Rh) fg_kq_row_neondp(fmt, (const uint8_t *)wh + r * stride, (const block_q8_K *)x + i, &vi[r], &vm[r]);
+                    if (r < Rh)
+                        fg_kq_row_neondp(fmt, (const uint8_t *)wh + r * stride, (const block_q8_K *)x + i, &vi[r],
+                                         &vm[r]);
                 }
                 is[0] = fg_hsum4_s32_neon(vi), ms[0] = fg_hsum4_s32_neon(vm);
             } else {
                 fg_kq_rows4_neondp(fmt, M, wh, stride, Rh, x, xs, i, is, ms);
             }
             const float32x4_t d = fg_rows4_f16_neon(wh + d_off, stride, Rh);
-            const float32x4_t dmin = fmt == FG_KQ_Q6_K ? d : fg_rows4_f16_neon(wh + offsetof(block_q4_K, dmin), stride, Rh);
+            const float32x4_t dmin =
+                fmt == FG_KQ_Q6_K ? d : fg_rows4_f16_neon(wh + offsetof(block_q4_K, dmin), stride, Rh);
             for (int a = 0; a < M; a++) {
                 const float32x4_t t0 = vmulq_f32(vmulq_n_f32(d, aux[a][i].d), vcvtq_f32_s32(is[a]));
                 if (fmt == FG_KQ_Q6_K) {

@@ -538,7 +538,8 @@ static inline int32x4_t fg_dot_s8_emul(int32x4_t acc, int8x16_t a, int8x16_t b) 
             const char *p_ = (const char *)(w) + 8 * (stride) + 4096 + (size_t)(i) * 8 * (bs);               \
             for (size_t l_ = 0; l_ < 8 * (bs); l_ += 64) fg_prefetch_line(p_ + l_);                         \
         } else {                                                                                             \
-            for (int r_ = 0; r_ < (R); r_++) fg_prefetch_line((const char *)(w) + (size_t)(i) * (bs) + (size_t)(r_ + 8) * (stride)); \
+            for (int r_ = 0; r_ < (R); r_++)                                                                \
+                fg_prefetch_line((const char *)(w) + (size_t)(i) * (bs) + (size_t)(r_ + 8) * (stride));      \
         }                                                                                                    \
     } while (0)
 #endif
@@ -547,7 +548,8 @@ static inline int32x4_t fg_dot_s8_emul(int32x4_t acc, int8x16_t a, int8x16_t b) 
  * lane i: a 4x4 transpose of 32-bit lanes. */
 FG_INLINE_NEON void fg_rows4_dwords_neon(const char *p, size_t stride, int R, int8x16_t t[4]) {
     uint32x4_t v[4];
-    for (int k = 0; k < 4; k++) v[k] = k < R ? vreinterpretq_u32_u8(vld1q_u8((const uint8_t *)p + k * stride)) : vdupq_n_u32(0);
+    for (int k = 0; k < 4; k++)
+        v[k] = k < R ? vreinterpretq_u32_u8(vld1q_u8((const uint8_t *)p + k * stride)) : vdupq_n_u32(0);
     const uint64x2_t a = vreinterpretq_u64_u32(vtrn1q_u32(v[0], v[1])); /* r0 r1 bytes 0..3 | 8..11 */
     const uint64x2_t b = vreinterpretq_u64_u32(vtrn2q_u32(v[0], v[1])); /* 4..7 | 12..15 */
     const uint64x2_t c = vreinterpretq_u64_u32(vtrn1q_u32(v[2], v[3]));
@@ -651,7 +653,8 @@ FG_INLINE_NEON void fg_b32_levels_neon(const int fmt, const int8x16_t levels, ui
 }
 
 /* One row's block at b -> its 32 weights as int8: lo = elements 0..15, hi = 16..31. */
-FG_INLINE_NEON void fg_b32_row_neon(const char *b, const int fmt, const int8x16_t levels, int8x16_t *lo, int8x16_t *hi) {
+FG_INLINE_NEON void fg_b32_row_neon(const char *b, const int fmt, const int8x16_t levels, int8x16_t *lo,
+                                    int8x16_t *hi) {
     if (fmt == FG_B32_Q8_0) {
         *lo = vld1q_s8((const int8_t *)b + offsetof(block_q8_0, qs));
         *hi = vld1q_s8((const int8_t *)b + offsetof(block_q8_0, qs) + 16);
@@ -706,7 +709,8 @@ FG_INLINE_NEON void fg_b32_rows4_neon(const char *b, size_t stride, int R, const
 FG_INLINE_NEON float32x4_t fg_b32_scale4_neon(const char *b, size_t stride, int R, const int fmt) {
     if (fmt != FG_B32_MXFP4) return fg_rows4_f16_neon(b, stride, R);
     float32x4_t v = vdupq_n_f32(0.0f);
-#define FG_ROW_E8_NEON(i) if ((i) < R) v = vsetq_lane_f32(fg_e8m0_to_fp32_half(*(const uint8_t *)(b + (i) * stride)), v, i);
+#define FG_ROW_E8_NEON(i) \
+    if ((i) < R) v = vsetq_lane_f32(fg_e8m0_to_fp32_half(*(const uint8_t *)(b + (i) * stride)), v, i);
     FG_ROW_E8_NEON(0) FG_ROW_E8_NEON(1) FG_ROW_E8_NEON(2) FG_ROW_E8_NEON(3)
 #undef FG_ROW_E8_NEON
     return v;
