@@ -77,11 +77,15 @@ FG_KERNELS_FROM_TILE8(vec_dot_iq4_nl_q8_0_avx2, gemv_iq4_nl_q8_0_avx2, gemm_iq4_
 #define IQ4_NL_SCALE(b) fg_fp16_to_fp32((b)->d)
 #define FG_NO_TARGET
 FG_LUT4_ROWS_NEON(iq4_nl_rows_neon, FG_NO_TARGET, fg_dot_s8_emul, block_iq4_nl, fg_kvalues_iq4nl, IQ4_NL_SCALE)
-FG_LUT4_ROWS_NEON(iq4_nl_rows_neondp, FG_TARGET_DOTPROD, vdotq_s32, block_iq4_nl, fg_kvalues_iq4nl, IQ4_NL_SCALE)
 FG_DOT_FROM_ROWS(vec_dot_iq4_nl_q8_0_neon, FG_NO_TARGET, iq4_nl_rows_neon, QK4_NL)
 FG_GEMV_FROM_ROWS(gemv_iq4_nl_q8_0_neon, FG_NO_TARGET, iq4_nl_rows_neon, QK4_NL)
-FG_DOT_FROM_ROWS(vec_dot_iq4_nl_q8_0_neondp, FG_TARGET_DOTPROD, iq4_nl_rows_neondp, QK4_NL)
-FG_GEMV_FROM_ROWS(gemv_iq4_nl_q8_0_neondp, FG_TARGET_DOTPROD, iq4_nl_rows_neondp, QK4_NL)
+FG_INLINE_NEON FG_TARGET_DOTPROD void iq4_nl_tile8_neondp(const int R, const int M, int first, int kc, const char *w,
+                                                    size_t stride, const char *x, size_t xs,
+                                                    const fg_xaux (*aux)[FG_KC], float *y, int64_t ldy) {
+    fg_b32_tile8_neondp(R, M, first, kc, w, stride, x, xs, aux, y, ldy, FG_B32_IQ4_NL, fg_kvalues_iq4nl);
+}
+FG_KERNELS_FROM_TILE8(vec_dot_iq4_nl_q8_0_neondp, gemv_iq4_nl_q8_0_neondp, gemm_iq4_nl_q8_0_neondp, FG_TARGET_DOTPROD,
+                      iq4_nl_tile8_neondp, fg_q8_0_aux_neon, sizeof(block_iq4_nl), sizeof(block_q8_0), QK4_NL, 8)
 #endif /* FG_HAVE_NEON */
 
 const fg_type_kernels fg_iq4_nl_kernels[FG_ISA_COUNT] = {
@@ -101,6 +105,7 @@ const fg_type_kernels fg_iq4_nl_kernels[FG_ISA_COUNT] = {
 const fg_type_kernels fg_iq4_nl_kernels_ext[FG_ISA_COUNT] = {
     [FG_ISA_SCALAR] = {0}, /* never used: keeps the initializer non-empty off NEON */
 #if FG_HAVE_NEON
-    [FG_ISA_NEON] = {NULL, NULL, vec_dot_iq4_nl_q8_0_neondp, gemv_iq4_nl_q8_0_neondp},
+    [FG_ISA_NEON] = {NULL, NULL, vec_dot_iq4_nl_q8_0_neondp, gemv_iq4_nl_q8_0_neondp,
+                     gemm_iq4_nl_q8_0_neondp},
 #endif
 };

@@ -88,11 +88,15 @@ FG_KERNELS_FROM_TILE8(vec_dot_mxfp4_q8_0_avx2, gemv_mxfp4_q8_0_avx2, gemm_mxfp4_
 #define MXFP4_SCALE(b) fg_e8m0_to_fp32_half((b)->e)
 #define FG_NO_TARGET
 FG_LUT4_ROWS_NEON(mxfp4_rows_neon, FG_NO_TARGET, fg_dot_s8_emul, block_mxfp4, fg_kvalues_mxfp4, MXFP4_SCALE)
-FG_LUT4_ROWS_NEON(mxfp4_rows_neondp, FG_TARGET_DOTPROD, vdotq_s32, block_mxfp4, fg_kvalues_mxfp4, MXFP4_SCALE)
 FG_DOT_FROM_ROWS(vec_dot_mxfp4_q8_0_neon, FG_NO_TARGET, mxfp4_rows_neon, QK_MXFP4)
 FG_GEMV_FROM_ROWS(gemv_mxfp4_q8_0_neon, FG_NO_TARGET, mxfp4_rows_neon, QK_MXFP4)
-FG_DOT_FROM_ROWS(vec_dot_mxfp4_q8_0_neondp, FG_TARGET_DOTPROD, mxfp4_rows_neondp, QK_MXFP4)
-FG_GEMV_FROM_ROWS(gemv_mxfp4_q8_0_neondp, FG_TARGET_DOTPROD, mxfp4_rows_neondp, QK_MXFP4)
+FG_INLINE_NEON FG_TARGET_DOTPROD void mxfp4_tile8_neondp(const int R, const int M, int first, int kc, const char *w,
+                                                    size_t stride, const char *x, size_t xs,
+                                                    const fg_xaux (*aux)[FG_KC], float *y, int64_t ldy) {
+    fg_b32_tile8_neondp(R, M, first, kc, w, stride, x, xs, aux, y, ldy, FG_B32_MXFP4, fg_kvalues_mxfp4);
+}
+FG_KERNELS_FROM_TILE8(vec_dot_mxfp4_q8_0_neondp, gemv_mxfp4_q8_0_neondp, gemm_mxfp4_q8_0_neondp, FG_TARGET_DOTPROD,
+                      mxfp4_tile8_neondp, fg_q8_0_aux_neon, sizeof(block_mxfp4), sizeof(block_q8_0), QK_MXFP4, 8)
 #endif /* FG_HAVE_NEON */
 
 const fg_type_kernels fg_mxfp4_kernels[FG_ISA_COUNT] = {
@@ -112,6 +116,7 @@ const fg_type_kernels fg_mxfp4_kernels[FG_ISA_COUNT] = {
 const fg_type_kernels fg_mxfp4_kernels_ext[FG_ISA_COUNT] = {
     [FG_ISA_SCALAR] = {0}, /* never used: keeps the initializer non-empty off NEON */
 #if FG_HAVE_NEON
-    [FG_ISA_NEON] = {NULL, NULL, vec_dot_mxfp4_q8_0_neondp, gemv_mxfp4_q8_0_neondp},
+    [FG_ISA_NEON] = {NULL, NULL, vec_dot_mxfp4_q8_0_neondp, gemv_mxfp4_q8_0_neondp,
+                     gemm_mxfp4_q8_0_neondp},
 #endif
 };

@@ -217,11 +217,15 @@ FG_GEMV_FROM_ROWS(gemv_q4_1_q8_1_avx512vnni, FG_TARGET_AVX512_VNNI, q4_1_rows_av
     }
 #define FG_NO_TARGET
 Q4_1_ROWS_NEON(q4_1_rows_neon, FG_NO_TARGET, fg_dot_s8_emul)
-Q4_1_ROWS_NEON(q4_1_rows_neondp, FG_TARGET_DOTPROD, vdotq_s32)
 FG_DOT_FROM_ROWS(vec_dot_q4_1_q8_1_neon, FG_NO_TARGET, q4_1_rows_neon, QK4_1)
 FG_GEMV_FROM_ROWS(gemv_q4_1_q8_1_neon, FG_NO_TARGET, q4_1_rows_neon, QK4_1)
-FG_DOT_FROM_ROWS(vec_dot_q4_1_q8_1_neondp, FG_TARGET_DOTPROD, q4_1_rows_neondp, QK4_1)
-FG_GEMV_FROM_ROWS(gemv_q4_1_q8_1_neondp, FG_TARGET_DOTPROD, q4_1_rows_neondp, QK4_1)
+FG_INLINE_NEON FG_TARGET_DOTPROD void q4_1_tile8_neondp(const int R, const int M, int first, int kc, const char *w,
+                                                    size_t stride, const char *x, size_t xs,
+                                                    const fg_xaux (*aux)[FG_KC], float *y, int64_t ldy) {
+    fg_b32_tile8_neondp(R, M, first, kc, w, stride, x, xs, aux, y, ldy, FG_B32_Q4_1, NULL);
+}
+FG_KERNELS_FROM_TILE8(vec_dot_q4_1_q8_1_neondp, gemv_q4_1_q8_1_neondp, gemm_q4_1_q8_1_neondp, FG_TARGET_DOTPROD,
+                      q4_1_tile8_neondp, fg_q8_1_aux_neon, sizeof(block_q4_1), sizeof(block_q8_1), QK4_1, 8)
 #endif /* FG_HAVE_NEON */
 
 const fg_type_kernels fg_q4_1_kernels[FG_ISA_COUNT] = {
@@ -241,6 +245,7 @@ const fg_type_kernels fg_q4_1_kernels_ext[FG_ISA_COUNT] = {
     [FG_ISA_AVX512] = {NULL, NULL, vec_dot_q4_1_q8_1_avx512vnni, gemv_q4_1_q8_1_avx512vnni},
 #endif
 #if FG_HAVE_NEON
-    [FG_ISA_NEON] = {NULL, NULL, vec_dot_q4_1_q8_1_neondp, gemv_q4_1_q8_1_neondp},
+    [FG_ISA_NEON] = {NULL, NULL, vec_dot_q4_1_q8_1_neondp, gemv_q4_1_q8_1_neondp,
+                     gemm_q4_1_q8_1_neondp},
 #endif
 };

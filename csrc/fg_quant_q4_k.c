@@ -149,11 +149,15 @@ FG_KQ_KERNELS_AVX2(vec_dot_q4_k_q8_k_avx2, gemv_q4_k_q8_k_avx2, gemm_q4_k_q8_k_a
     }
 #define FG_NO_TARGET
 Q4_K_ROWS_NEON(q4_k_rows_neon, FG_NO_TARGET, fg_dot_s8_emul)
-Q4_K_ROWS_NEON(q4_k_rows_neondp, FG_TARGET_DOTPROD, vdotq_s32)
 FG_DOT_FROM_ROWS(vec_dot_q4_k_q8_k_neon, FG_NO_TARGET, q4_k_rows_neon, QK_K)
 FG_GEMV_FROM_ROWS(gemv_q4_k_q8_k_neon, FG_NO_TARGET, q4_k_rows_neon, QK_K)
-FG_DOT_FROM_ROWS(vec_dot_q4_k_q8_k_neondp, FG_TARGET_DOTPROD, q4_k_rows_neondp, QK_K)
-FG_GEMV_FROM_ROWS(gemv_q4_k_q8_k_neondp, FG_TARGET_DOTPROD, q4_k_rows_neondp, QK_K)
+FG_INLINE_NEON FG_TARGET_DOTPROD void q4_k_tile8_neondp(const int R, const int M, int first, int kc, const char *w,
+                                                    size_t stride, const char *x, size_t xs,
+                                                    const fg_xaux (*aux)[FG_KC], float *y, int64_t ldy) {
+    fg_kq_tile8_neondp(R, M, first, kc, w, stride, x, xs, aux, y, ldy, FG_KQ_Q4_K);
+}
+FG_KERNELS_FROM_TILE8(vec_dot_q4_k_q8_k_neondp, gemv_q4_k_q8_k_neondp, gemm_q4_k_q8_k_neondp, FG_TARGET_DOTPROD,
+                      q4_k_tile8_neondp, fg_q8_k_aux_neon, sizeof(block_q4_K), sizeof(block_q8_K), QK_K, 8)
 #endif /* FG_HAVE_NEON */
 
 const fg_type_kernels fg_q4_k_kernels[FG_ISA_COUNT] = {
@@ -173,6 +177,7 @@ const fg_type_kernels fg_q4_k_kernels[FG_ISA_COUNT] = {
 const fg_type_kernels fg_q4_k_kernels_ext[FG_ISA_COUNT] = {
     [FG_ISA_SCALAR] = {0}, /* never used: keeps the initializer non-empty off NEON */
 #if FG_HAVE_NEON
-    [FG_ISA_NEON] = {NULL, NULL, vec_dot_q4_k_q8_k_neondp, gemv_q4_k_q8_k_neondp},
+    [FG_ISA_NEON] = {NULL, NULL, vec_dot_q4_k_q8_k_neondp, gemv_q4_k_q8_k_neondp,
+                     gemm_q4_k_q8_k_neondp},
 #endif
 };

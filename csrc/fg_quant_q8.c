@@ -310,11 +310,15 @@ static void quantize_row_q8_1_neon(const float *x, void *vy, int64_t n) {
     }
 #define FG_NO_TARGET
 Q8_0_ROWS_NEON(q8_0_rows_neon, FG_NO_TARGET, fg_dot_s8_emul)
-Q8_0_ROWS_NEON(q8_0_rows_neondp, FG_TARGET_DOTPROD, vdotq_s32)
 FG_DOT_FROM_ROWS(vec_dot_q8_0_q8_0_neon, FG_NO_TARGET, q8_0_rows_neon, QK8_0)
 FG_GEMV_FROM_ROWS(gemv_q8_0_q8_0_neon, FG_NO_TARGET, q8_0_rows_neon, QK8_0)
-FG_DOT_FROM_ROWS(vec_dot_q8_0_q8_0_neondp, FG_TARGET_DOTPROD, q8_0_rows_neondp, QK8_0)
-FG_GEMV_FROM_ROWS(gemv_q8_0_q8_0_neondp, FG_TARGET_DOTPROD, q8_0_rows_neondp, QK8_0)
+FG_INLINE_NEON FG_TARGET_DOTPROD void q8_0_tile8_neondp(const int R, const int M, int first, int kc, const char *w,
+                                                    size_t stride, const char *x, size_t xs,
+                                                    const fg_xaux (*aux)[FG_KC], float *y, int64_t ldy) {
+    fg_b32_tile8_neondp(R, M, first, kc, w, stride, x, xs, aux, y, ldy, FG_B32_Q8_0, NULL);
+}
+FG_KERNELS_FROM_TILE8(vec_dot_q8_0_q8_0_neondp, gemv_q8_0_q8_0_neondp, gemm_q8_0_q8_0_neondp, FG_TARGET_DOTPROD,
+                      q8_0_tile8_neondp, fg_q8_0_aux_neon, sizeof(block_q8_0), sizeof(block_q8_0), QK8_0, 8)
 #endif /* FG_HAVE_NEON */
 
 const fg_type_kernels fg_q8_0_kernels[FG_ISA_COUNT] = {
@@ -338,7 +342,8 @@ const fg_type_kernels fg_q8_0_kernels_ext[FG_ISA_COUNT] = {
                        gemm_q8_0_q8_0_avx512vnni},
 #endif
 #if FG_HAVE_NEON
-    [FG_ISA_NEON] = {NULL, NULL, vec_dot_q8_0_q8_0_neondp, gemv_q8_0_q8_0_neondp},
+    [FG_ISA_NEON] = {NULL, NULL, vec_dot_q8_0_q8_0_neondp, gemv_q8_0_q8_0_neondp,
+                     gemm_q8_0_q8_0_neondp},
 #endif
 };
 

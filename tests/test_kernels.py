@@ -223,14 +223,23 @@ def test_q8_0_weights_at_minus_128(isa):
         kernels.set_isa(prev)
 
 
-@pytest.mark.parametrize("t", ["Q4_1", "Q5_1", "IQ4_NL", "MXFP4"])
-def test_row_lane_kernels_equal_scalar_exactly(t):
-    """The AVX2 row-lane kernels take the scalar reference's float step per (row, activation) pair, block by block
-    (Q4_1, Q5_1: sum += (float)sumi * (dw * dx) + mw * sx; IQ4_NL, MXFP4: without the m term), so gemm, gemv and vec_dot all equal the scalar vec_dot bit for
+# The row-lane tiles that take the scalar reference's float step: AVX2's, and NEON's with dotprod (base NEON has none;
+# tests/c/test_kernels.c checks the NEON tiles too, under qemu in .ci/kernels.sh)
+ROW_LANE_EXACT = [("avx2", "Q4_1"), ("avx2", "Q5_1"), ("avx2", "IQ4_NL"), ("avx2", "MXFP4")] + [
+    ("neon", t) for t in ("Q4_1", "Q5_0", "Q5_1", "IQ4_NL", "MXFP4")]
+
+
+@pytest.mark.parametrize("tile_isa,t", ROW_LANE_EXACT)
+def test_row_lane_kernels_equal_scalar_exactly(tile_isa, t):
+    """The row-lane kernels take the scalar reference's float step per (row, activation) pair, block by block
+    (Q4_1, Q5_1: sum += (float)sumi * (dw * dx) + mw * sx; Q5_0, IQ4_NL, MXFP4: without the m term), so gemm, gemv and vec_dot all equal the scalar vec_dot bit for
     bit; n past 128 blocks crosses the tiles' chunk of activation scales, m = 1..9 every activation tile size."""
-    if "avx2" not in ISAS:
-        pytest.skip("no AVX2")
-    prev = kernels.set_isa("avx2")
+    if tile_isa not in ISAS:
+        pytest.skip(f"no {tile_isa}")
+    prev = kernels.set_isa(tile_isa)
+    if tile_isa == "neon" and kernels.active_ext() != "dotprod":
+        kernels.set_isa(prev)
+        pytest.skip("NEON without dotprod has no row-lane tiles")
     try:
         for n, rows in ((64, 9), (4096 + 96, 11)):
             w = kernels.quantize(_data((rows, n), n + rows), t)

@@ -60,6 +60,15 @@ static const long k_sizes[] = {256, 512, 768, 2304, 4352}; /* super-block types 
 static const long odd_float_sizes[] = {1, 7, 13, 33, 100, 577};
 static const long row_counts[] = {1, 2, 3, 4, 5, 7, 9, 17};
 
+/* The row-lane tiles that take the scalar reference's float step per block (no FMA) equal the scalar vec_dot bit for
+ * bit, in vec_dot, gemv and gemm. tests/test_kernels.py checks AVX2's; it cannot run on aarch64, so NEON's are
+ * checked here (the dotprod tiles: base NEON has none). */
+static int tile_equals_scalar(int isa, int type) {
+    if (isa != FG_ISA_NEON || !fg_ext_enabled() || !fg_isa_ext_available(isa)) return 0;
+    return type == FG_TYPE_Q4_1 || type == FG_TYPE_Q5_0 || type == FG_TYPE_Q5_1 || type == FG_TYPE_IQ4_NL ||
+           type == FG_TYPE_MXFP4 || type == FG_TYPE_Q4_K || type == FG_TYPE_Q5_K || type == FG_TYPE_Q6_K;
+}
+
 static void test_type(int isa, const char *name, int type, long n) {
     const fg_type_kernels *ref = fg_kernels_of(FG_ISA_SCALAR, type), *k = fg_kernels_of(isa, type);
     const int xtype = fg_vec_dot_type(type);
@@ -105,6 +114,7 @@ static void test_type(int isa, const char *name, int type, long n) {
             for (long r = 0; r < maxr; r++) {
                 float d = k->vec_dot(n, w + r * stride, xq);
                 check(fabs((double)d - yref[r]) <= DOT_RTOL * mag[r], "vec_dot", name, type, n, r);
+                if (tile_equals_scalar(isa, type)) check(d == yref[r], "vec_dot-exact", name, type, n, r);
             }
         }
         if (k->gemv) {
@@ -116,6 +126,11 @@ static void test_type(int isa, const char *name, int type, long n) {
                 for (long r = 0; r < nr; r++) ok &= fabs((double)y[r] - yref[r]) <= DOT_RTOL * mag[r];
                 for (long r = nr; r < maxr; r++) ok &= isnan(y[r]); /* nothing written past the rows */
                 check(ok, "gemv", name, type, n, nr);
+                if (tile_equals_scalar(isa, type)) {
+                    ok = 1;
+                    for (long r = 0; r < nr; r++) ok &= y[r] == yref[r];
+                    check(ok, "gemv-exact", name, type, n, nr);
+                }
             }
         }
         if (k->gemm && k->gemv) {
@@ -208,8 +223,34 @@ static void test_nonfinite(int isa, const char *name) {
     }
 }
 
+/* Tiles built by FG_KERNELS_FROM_TILE8 restart their accumulators' load every FG_KC = 128 blocks: the sizes above
+ * cross that for blocks of 32 (4128) but not for super-blocks, so the exact tiles of the K-quants get one size past
+ * 128 super-blocks here (9 rows, 3 activations: every pair equals the scalar vec_dot, so gemm == gemv too). */
+static void test_kq_chunks(int isa, const char *name) {
+    static const int ktypes[] = {FG_TYPE_Q4_K, FG_TYPE_Q5_K, FG_TYPE_Q6_K};
+    const long n = 129 * 256, R = 9, M = 3;
+    for (size_t t = 0; t < sizeof(ktypes) / sizeof(ktypes[0]); t++) {
+        const int type = ktypes[t], xtype = fg_vec_dot_type(type);
+        const fg_type_kernels *ref = fg_kernels_of(FG_ISA_SCALAR, type), *k = fg_kernels_of(isa, type);
+        if (!tile_equals_scalar(isa, type) || !k->gemm) continue;
+        const size_t rs = fg_row_size(type, n), xs = fg_row_size(xtype, n);
+        float *f = malloc(n * sizeof(float)), *y = malloc(M * R * sizeof(float));
+        unsigned char *w = malloc(rs * R), *x = malloc(xs * M);
+        for (long r = 0; r < R; r++) fill(f, n, (int)(r + 3)), ref->quantize(f, w + r * rs, n);
+        for (long a = 0; a < M; a++)
+            fill(f, n, (int)(a + 11)), fg_kernels_of(FG_ISA_SCALAR, xtype)->quantize(f, x + a * xs, n);
+        k->gemm(n, w, rs, x, xs, M, y, R, R);
+        int ok = 1;
+        for (long a = 0; a < M; a++)
+            for (long r = 0; r < R; r++) ok &= y[a * R + r] == ref->vec_dot(n, w + r * rs, x + a * xs);
+        check(ok, "gemm-exact-chunks", name, type, n, 0);
+        free(f), free(y), free(w), free(x);
+    }
+}
+
 static void test_isa(int isa, const char *name) {
     test_nonfinite(isa, name);
+    test_kq_chunks(isa, name);
     for (size_t t = 0; t < sizeof(types) / sizeof(types[0]); t++) {
         if (fg_blck_size(types[t]) == 256)
             for (size_t s = 0; s < sizeof(k_sizes) / sizeof(k_sizes[0]); s++) test_type(isa, name, types[t], k_sizes[s]);
