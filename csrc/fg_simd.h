@@ -138,6 +138,8 @@ typedef struct {
 #define FG_TARGET_AVX512_VNNI __attribute__((target("avx2,fma,f16c,avx512f,avx512bw,avx512vl,avx512vnni")))
 #define FG_INLINE_AVX2 static inline __attribute__((always_inline, target("avx2,fma,f16c")))
 #define FG_INLINE_AVX512 static inline __attribute__((always_inline, target("avx2,fma,f16c,avx512f,avx512bw,avx512vl")))
+#define FG_INLINE_AVX512_VNNI \
+    static inline __attribute__((always_inline, target("avx2,fma,f16c,avx512f,avx512bw,avx512vl,avx512vnni")))
 
 /* Weight rows stream from memory. A kernel working on 4 rows asks, at each step, for the same bytes 4 rows
  * further on (the next group of rows, as the rows are usually contiguous): measured on 33-56 MB matrices it
@@ -268,6 +270,10 @@ FG_INLINE_AVX2 __m256 fg_spread2_256(__m128 v) {
 #define FG_DOT2_U8S8_256(lo, xlo, hi, xhi) \
     _mm256_madd_epi16(_mm256_add_epi16(_mm256_maddubs_epi16((lo), (xlo)), _mm256_maddubs_epi16((hi), (xhi))), _mm256_set1_epi16(1))
 
+/* u1.s1 + u2.s2 per 4-byte group in one VNNI instruction each (u8 x s8 summed into int32: nothing saturates). */
+#define FG_DOT2_U8S8_256_VNNI(u1, s1, u2, s2) \
+    _mm256_dpbusd_epi32(_mm256_dpbusd_epi32(_mm256_setzero_si256(), (u1), (s1)), (u2), (s2))
+
 /* ---- row-lane tiles (FG_KERNELS_FROM_TILE8): 8 weight rows, row i in 32-bit lane i ---- */
 
 /* 16 bytes at p of rows 0..R-1 (`stride` bytes apart; rows >= R read as zero) -> t[j] = bytes 4j..4j+3 of row i in
@@ -330,6 +336,25 @@ FG_INLINE_AVX2 __m256i fg_bcast32(const void *p) {
     int32_t v;
     memcpy(&v, p, 4);
     return _mm256_set1_epi32(v);
+}
+
+/* One block of 32 nibbles of 8 row lanes (lo[j]: elements 4j..4j+3 of every row, hi[j]: 16 + 4j.., as from
+ * fg_rows8_nibbles) . the 32 int8 of one activation block at xq, broadcast 4 bytes at a time -> every row's exact
+ * int32 block dot. AVX2: 8 maddubs summed in int16 (|pair| <= 2 * 15 * 127, 8 of them < 32767), one madd widens;
+ * VNNI: 8 dpbusd in two chains (lo, hi) so they overlap. Both exact, so the float step after sees the same value. */
+FG_INLINE_AVX2 __m256i fg_nib8_dot_avx2(const __m256i lo[4], const __m256i hi[4], const int8_t *xq) {
+    __m256i s = _mm256_maddubs_epi16(lo[0], fg_bcast32(xq));
+    for (int j = 1; j < 4; j++) s = _mm256_add_epi16(s, _mm256_maddubs_epi16(lo[j], fg_bcast32(xq + 4 * j)));
+    for (int j = 0; j < 4; j++) s = _mm256_add_epi16(s, _mm256_maddubs_epi16(hi[j], fg_bcast32(xq + 16 + 4 * j)));
+    return _mm256_madd_epi16(s, _mm256_set1_epi16(1));
+}
+FG_INLINE_AVX512_VNNI __m256i fg_nib8_dot_vnni(const __m256i lo[4], const __m256i hi[4], const int8_t *xq) {
+    __m256i a = _mm256_setzero_si256(), b = _mm256_setzero_si256();
+    for (int j = 0; j < 4; j++) {
+        a = _mm256_dpbusd_epi32(a, lo[j], fg_bcast32(xq + 4 * j));
+        b = _mm256_dpbusd_epi32(b, hi[j], fg_bcast32(xq + 16 + 4 * j));
+    }
+    return _mm256_add_epi32(a, b);
 }
 
 /* Row-lane accumulators in: acc[a] lane r <- 0 (first) or y[a * ldy + r] for r < R. */

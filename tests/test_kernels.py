@@ -224,13 +224,14 @@ def test_q8_0_weights_at_minus_128(isa):
 
 
 @pytest.mark.parametrize("t", ["Q4_1", "Q5_1", "IQ4_NL", "MXFP4"])
-def test_row_lane_kernels_equal_scalar_exactly(t):
-    """The AVX2 row-lane kernels take the scalar reference's float step per (row, activation) pair, block by block
-    (Q4_1, Q5_1: sum += (float)sumi * (dw * dx) + mw * sx; IQ4_NL, MXFP4: without the m term), so gemm, gemv and vec_dot all equal the scalar vec_dot bit for
-    bit; n past 128 blocks crosses the tiles' chunk of activation scales, m = 1..9 every activation tile size."""
-    if "avx2" not in ISAS:
-        pytest.skip("no AVX2")
-    prev = kernels.set_isa("avx2")
+def test_row_lane_kernels_equal_scalar_exactly(isa, t):
+    """The x86 row-lane kernels (AVX2, and their AVX-512 / VNNI twins) take the scalar reference's float step per
+    (row, activation) pair, block by block (Q4_1, Q5_1: sum += (float)sumi * (dw * dx) + mw * sx; IQ4_NL, MXFP4:
+    without the m term), so gemm, gemv and vec_dot all equal the scalar vec_dot bit for bit; n past 128 blocks
+    crosses the tiles' chunk of activation scales, m = 1..9 every activation tile size."""
+    if isa not in ("avx2", "avx512"):
+        pytest.skip("row-lane tiles are x86")
+    prev = kernels.set_isa(isa)
     try:
         for n, rows in ((64, 9), (4096 + 96, 11)):
             w = kernels.quantize(_data((rows, n), n + rows), t)
