@@ -102,10 +102,33 @@ FG_INLINE_AVX2 void q4_0_aux(const char *x, int kc, fg_xaux *aux) {
 Q4_0_TILE8(q4_0_tile8_avx2, FG_INLINE_AVX2, fg_nib8_dot_avx2)
 FG_KERNELS_FROM_TILE8(vec_dot_q4_0_q8_0_avx2, gemv_q4_0_q8_0_avx2, gemm_q4_0_q8_0_avx2, FG_TARGET_AVX2, q4_0_tile8_avx2,
                       q4_0_aux, sizeof(block_q4_0), sizeof(block_q8_0), QK4_0, 8)
-/* AVX-512 + VNNI: the same tile with dpbusd (256-bit, AVX512VL). Without VNNI the AVX-512 table takes the AVX2 one. */
+/* AVX-512 + VNNI: the same tile with dpbusd (256-bit, AVX512VL) for the gemv, and its 16-row zmm twin for more
+ * activations (as in fg_quant_q4_1.c). Without VNNI the AVX-512 table takes the AVX2 kernels. */
 Q4_0_TILE8(q4_0_tile8_vnni, FG_INLINE_AVX512_VNNI, fg_nib8_dot_vnni)
-FG_KERNELS_FROM_TILE8(vec_dot_q4_0_q8_0_vnni, gemv_q4_0_q8_0_vnni, gemm_q4_0_q8_0_vnni, FG_TARGET_AVX512_VNNI,
-                      q4_0_tile8_vnni, q4_0_aux, sizeof(block_q4_0), sizeof(block_q8_0), QK4_0, 8)
+FG_INLINE_AVX512_VNNI void q4_0_tile16_vnni(const int R, const int M, int first, int kc, const char *w, size_t stride,
+                                            const char *x, size_t xs, const fg_xaux (*aux)[FG_KC], float *y, int64_t ldy) {
+    if (M == 1) {
+        FG_TILE16_GEMV(q4_0_tile8_vnni, R, first, kc, w, stride, x, xs, aux, y, ldy);
+        return;
+    }
+    __m512 acc[8]; /* [a]: 16 rows */
+    fg_load_rows16(R, M, first, acc, y, ldy);
+    for (int i = 0; i < kc; i++) {
+        const char *wb = w + i * sizeof(block_q4_0);
+        fg_prefetch_tile16(w, stride, R, i, kc, sizeof(block_q4_0));
+        __m512i lo[4], hi[4];
+        fg_rows16_nibbles(wb + offsetof(block_q4_0, qs), stride, R, lo, hi);
+        const __m512 dw = fg_rows16_f16(wb + offsetof(block_q4_0, d), stride, R);
+        for (int a = 0; a < M; a++) {
+            const int8_t *xq = ((const block_q8_0 *)(x + a * xs) + i)->qs;
+            const __m512i dot = _mm512_sub_epi32(fg_nib16_dot_vnni(lo, hi, xq), _mm512_set1_epi32(aux[a][i].c));
+            acc[a] = _mm512_fmadd_ps(_mm512_cvtepi32_ps(dot), _mm512_mul_ps(dw, _mm512_set1_ps(aux[a][i].d)), acc[a]);
+        }
+    }
+    fg_store_rows16(R, M, acc, y, ldy);
+}
+FG_KERNELS_FROM_TILE16(vec_dot_q4_0_q8_0_vnni, gemv_q4_0_q8_0_vnni, gemm_q4_0_q8_0_vnni, FG_TARGET_AVX512_VNNI,
+                       q4_0_tile16_vnni, q4_0_aux, sizeof(block_q4_0), sizeof(block_q8_0), QK4_0, 8)
 #endif /* FG_HAVE_X86 */
 
 #if FG_HAVE_NEON

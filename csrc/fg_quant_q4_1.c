@@ -127,10 +127,34 @@ FG_TARGET_AVX2 static void dequantize_row_q4_1_avx2(const void *vx, float *y, in
 Q4_1_TILE8(q4_1_tile8_avx2, FG_INLINE_AVX2, FG_DOT2_U8S8_256, fg_nib8_dot_avx2)
 FG_KERNELS_FROM_TILE8(vec_dot_q4_1_q8_1_avx2, gemv_q4_1_q8_1_avx2, gemm_q4_1_q8_1_avx2, FG_TARGET_AVX2, q4_1_tile8_avx2,
                       fg_q8_1_aux, sizeof(block_q4_1), sizeof(block_q8_1), QK4_1, 8)
-/* AVX-512 + VNNI: the same tile with dpbusd (256-bit, AVX512VL). Without VNNI the AVX-512 table takes the AVX2 one. */
+/* AVX-512 + VNNI: the same tile with dpbusd (256-bit, AVX512VL) for the gemv, and its 16-row zmm twin for more
+ * activations (fg_rows16_*: rows in the 16 lanes, one broadcast + dpbusd and one float step per 16 pairs). Without
+ * VNNI the AVX-512 table takes the AVX2 kernels. */
 Q4_1_TILE8(q4_1_tile8_vnni, FG_INLINE_AVX512_VNNI, FG_DOT2_U8S8_256_VNNI, fg_nib8_dot_vnni)
-FG_KERNELS_FROM_TILE8(vec_dot_q4_1_q8_1_vnni, gemv_q4_1_q8_1_vnni, gemm_q4_1_q8_1_vnni, FG_TARGET_AVX512_VNNI,
-                      q4_1_tile8_vnni, fg_q8_1_aux, sizeof(block_q4_1), sizeof(block_q8_1), QK4_1, 8)
+FG_INLINE_AVX512_VNNI void q4_1_tile16_vnni(const int R, const int M, int first, int kc, const char *w, size_t stride,
+                                            const char *x, size_t xs, const fg_xaux (*aux)[FG_KC], float *y, int64_t ldy) {
+    if (M == 1) {
+        FG_TILE16_GEMV(q4_1_tile8_vnni, R, first, kc, w, stride, x, xs, aux, y, ldy);
+        return;
+    }
+    __m512 acc[8]; /* [a]: 16 rows */
+    fg_load_rows16(R, M, first, acc, y, ldy);
+    for (int i = 0; i < kc; i++) {
+        const char *wb = w + i * sizeof(block_q4_1);
+        fg_prefetch_tile16(w, stride, R, i, kc, sizeof(block_q4_1));
+        __m512i lo[4], hi[4];
+        fg_rows16_nibbles(wb + offsetof(block_q4_1, qs), stride, R, lo, hi);
+        __m512 dw, mw;
+        fg_rows16_f16x2(wb, stride, R, &dw, &mw);
+        for (int a = 0; a < M; a++) {
+            const int8_t *xq = ((const block_q8_1 *)(x + a * xs) + i)->qs;
+            acc[a] = fg_q8_1_step16(acc[a], fg_nib16_dot_vnni(lo, hi, xq), dw, mw, &aux[a][i]);
+        }
+    }
+    fg_store_rows16(R, M, acc, y, ldy);
+}
+FG_KERNELS_FROM_TILE16(vec_dot_q4_1_q8_1_vnni, gemv_q4_1_q8_1_vnni, gemm_q4_1_q8_1_vnni, FG_TARGET_AVX512_VNNI,
+                       q4_1_tile16_vnni, fg_q8_1_aux, sizeof(block_q4_1), sizeof(block_q8_1), QK4_1, 8)
 #endif /* FG_HAVE_X86 */
 
 #if FG_HAVE_NEON

@@ -194,10 +194,54 @@ FG_TARGET_AVX2 static void dequantize_row_q8_1_avx2(const void *x, float *y, int
 Q8_0_TILE8(q8_0_tile8_avx2, FG_INLINE_AVX2, Q8_0_DOT_AVX2)
 FG_KERNELS_FROM_TILE8(vec_dot_q8_0_q8_0_avx2, gemv_q8_0_q8_0_avx2, gemm_q8_0_q8_0_avx2, FG_TARGET_AVX2, q8_0_tile8_avx2,
                       fg_q8_0_aux, sizeof(block_q8_0), sizeof(block_q8_0), QK8_0, 8)
-/* AVX-512 + VNNI: the same tile with dpbusd (256-bit, AVX512VL). Without VNNI the AVX-512 table takes the AVX2 one. */
+/* AVX-512 + VNNI: the same tile with dpbusd (256-bit, AVX512VL) for the gemv, and a 16-row zmm twin for more
+ * activations (as in fg_quant_q4_1.c) that needs no sign trick: u = w + 128 (w ^ 0x80) is unsigned, so one dpbusd
+ * per group gives dot(u, x) = dot(w, x) + 128 * sum(x) exactly (|sum| < 2^23), and aux.c = 128 * sum(x) takes the
+ * offset back. Same exact sums, same float step: bit-identical to the 8-row tiles. Without VNNI the AVX-512 table
+ * takes the AVX2 kernels. */
 Q8_0_TILE8(q8_0_tile8_vnni, FG_INLINE_AVX512_VNNI, Q8_0_DOT_VNNI)
-FG_KERNELS_FROM_TILE8(vec_dot_q8_0_q8_0_vnni, gemv_q8_0_q8_0_vnni, gemm_q8_0_q8_0_vnni, FG_TARGET_AVX512_VNNI,
-                      q8_0_tile8_vnni, fg_q8_0_aux, sizeof(block_q8_0), sizeof(block_q8_0), QK8_0, 8)
+
+/* Per q8_0 activation block, for the 16-row tile: its scale and 128 * sum(q) (the 8-row tile reads only the scale). */
+FG_INLINE_AVX2 void q8_0_aux128(const char *x, int kc, fg_xaux *aux) {
+    const block_q8_0 *xb = (const block_q8_0 *)x;
+    for (int i = 0; i < kc; i++) {
+        aux[i].d = fg_f16(xb[i].d);
+        aux[i].c = 128 * fg_hsum_256i(fg_dot_u8s8_256(_mm256_set1_epi8(1), _mm256_loadu_si256((const __m256i *)xb[i].qs)));
+    }
+}
+
+FG_INLINE_AVX512_VNNI void q8_0_tile16_vnni(const int R, const int M, int first, int kc, const char *w, size_t stride,
+                                            const char *x, size_t xs, const fg_xaux (*aux)[FG_KC], float *y, int64_t ldy) {
+    if (M == 1) {
+        FG_TILE16_GEMV(q8_0_tile8_vnni, R, first, kc, w, stride, x, xs, aux, y, ldy);
+        return;
+    }
+    const __m512i flip = _mm512_set1_epi8((char)0x80), zero = _mm512_setzero_si512();
+    __m512 acc[8]; /* [a]: 16 rows */
+    fg_load_rows16(R, M, first, acc, y, ldy);
+    for (int i = 0; i < kc; i++) {
+        const char *wb = w + i * sizeof(block_q8_0);
+        fg_prefetch_tile16(w, stride, R, i, kc, sizeof(block_q8_0));
+        __m512i u[8]; /* [j]: elements 4j..4j+3 of every row, + 128 */
+        fg_rows16_dwords(wb + offsetof(block_q8_0, qs), stride, R, u);
+        fg_rows16_dwords(wb + offsetof(block_q8_0, qs) + 16, stride, R, u + 4);
+        for (int j = 0; j < 8; j++) u[j] = _mm512_xor_si512(u[j], flip);
+        const __m512 dw = fg_rows16_f16(wb + offsetof(block_q8_0, d), stride, R);
+        for (int a = 0; a < M; a++) {
+            const int8_t *xq = ((const block_q8_0 *)(x + a * xs) + i)->qs;
+            __m512i d0 = zero, d1 = zero;
+            for (int j = 0; j < 8; j += 2) {
+                d0 = _mm512_dpbusd_epi32(d0, u[j], fg_bcast32_512(xq + 4 * j));
+                d1 = _mm512_dpbusd_epi32(d1, u[j + 1], fg_bcast32_512(xq + 4 * j + 4));
+            }
+            const __m512i dot = _mm512_sub_epi32(_mm512_add_epi32(d0, d1), _mm512_set1_epi32(aux[a][i].c));
+            acc[a] = _mm512_fmadd_ps(_mm512_cvtepi32_ps(dot), _mm512_mul_ps(dw, _mm512_set1_ps(aux[a][i].d)), acc[a]);
+        }
+    }
+    fg_store_rows16(R, M, acc, y, ldy);
+}
+FG_KERNELS_FROM_TILE16(vec_dot_q8_0_q8_0_vnni, gemv_q8_0_q8_0_vnni, gemm_q8_0_q8_0_vnni, FG_TARGET_AVX512_VNNI,
+                       q8_0_tile16_vnni, q8_0_aux128, sizeof(block_q8_0), sizeof(block_q8_0), QK8_0, 8)
 #endif /* FG_HAVE_X86 */
 
 #if FG_HAVE_NEON
