@@ -121,7 +121,7 @@ FG_INLINE_AVX512_VNNI void q4_0_tile16_vnni(const int R, const int M, int first,
         const __m512 dw = fg_rows16_f16(wb + offsetof(block_q4_0, d), stride, R);
         for (int a = 0; a < M; a++) {
             const int8_t *xq = ((const block_q8_0 *)(x + a * xs) + i)->qs;
-            const __m512i dot = _mm512_sub_epi32(fg_nib16_dot_vnni(lo, hi, xq), _mm512_set1_epi32(aux[a][i].c));
+            const __m512i dot = fg_nib16_dot_vnni(_mm512_set1_epi32(-aux[a][i].c), lo, hi, xq);
             acc[a] = _mm512_fmadd_ps(_mm512_cvtepi32_ps(dot), _mm512_mul_ps(dw, _mm512_set1_ps(aux[a][i].d)), acc[a]);
         }
     }

@@ -148,7 +148,7 @@ FG_INLINE_AVX512_VNNI void q4_1_tile16_vnni(const int R, const int M, int first,
         fg_rows16_f16x2(wb, stride, R, &dw, &mw);
         for (int a = 0; a < M; a++) {
             const int8_t *xq = ((const block_q8_1 *)(x + a * xs) + i)->qs;
-            acc[a] = fg_q8_1_step16(acc[a], fg_nib16_dot_vnni(lo, hi, xq), dw, mw, &aux[a][i]);
+            acc[a] = fg_q8_1_step16(acc[a], fg_nib16_dot_vnni(_mm512_setzero_si512(), lo, hi, xq), dw, mw, &aux[a][i]);
         }
     }
     fg_store_rows16(R, M, acc, y, ldy);

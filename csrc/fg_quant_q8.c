@@ -216,7 +216,7 @@ FG_INLINE_AVX512_VNNI void q8_0_tile16_vnni(const int R, const int M, int first,
         FG_TILE16_GEMV(q8_0_tile8_vnni, R, first, kc, w, stride, x, xs, aux, y, ldy);
         return;
     }
-    const __m512i flip = _mm512_set1_epi8((char)0x80), zero = _mm512_setzero_si512();
+    const __m512i flip = _mm512_set1_epi8((char)0x80);
     __m512 acc[8]; /* [a]: 16 rows */
     fg_load_rows16(R, M, first, acc, y, ldy);
     for (int i = 0; i < kc; i++) {
@@ -229,12 +229,8 @@ FG_INLINE_AVX512_VNNI void q8_0_tile16_vnni(const int R, const int M, int first,
         const __m512 dw = fg_rows16_f16(wb + offsetof(block_q8_0, d), stride, R);
         for (int a = 0; a < M; a++) {
             const int8_t *xq = ((const block_q8_0 *)(x + a * xs) + i)->qs;
-            __m512i d0 = zero, d1 = zero;
-            for (int j = 0; j < 8; j += 2) {
-                d0 = _mm512_dpbusd_epi32(d0, u[j], fg_bcast32_512(xq + 4 * j));
-                d1 = _mm512_dpbusd_epi32(d1, u[j + 1], fg_bcast32_512(xq + 4 * j + 4));
-            }
-            const __m512i dot = _mm512_sub_epi32(_mm512_add_epi32(d0, d1), _mm512_set1_epi32(aux[a][i].c));
+            __m512i dot = _mm512_set1_epi32(-aux[a][i].c); /* one chain: the activations' chains overlap */
+            for (int j = 0; j < 8; j++) dot = _mm512_dpbusd_epi32(dot, u[j], fg_bcast32_512(xq + 4 * j));
             acc[a] = _mm512_fmadd_ps(_mm512_cvtepi32_ps(dot), _mm512_mul_ps(dw, _mm512_set1_ps(aux[a][i].d)), acc[a]);
         }
     }

@@ -566,14 +566,12 @@ FG_INLINE_AVX512 __m512i fg_bcast32_512(const void *p) {
     return _mm512_set1_epi32(v);
 }
 
-/* fg_nib8_dot_vnni for 16 row lanes. */
-FG_INLINE_AVX512_VNNI __m512i fg_nib16_dot_vnni(const __m512i lo[4], const __m512i hi[4], const int8_t *xq) {
-    __m512i a = _mm512_setzero_si512(), b = _mm512_setzero_si512();
-    for (int j = 0; j < 4; j++) {
-        a = _mm512_dpbusd_epi32(a, lo[j], fg_bcast32_512(xq + 4 * j));
-        b = _mm512_dpbusd_epi32(b, hi[j], fg_bcast32_512(xq + 16 + 4 * j));
-    }
-    return _mm512_add_epi32(a, b);
+/* fg_nib8_dot_vnni for 16 row lanes, added to acc (a tile's integer correction, or zero): one chain, as the gemm
+ * tiles run it for several activations whose chains overlap. */
+FG_INLINE_AVX512_VNNI __m512i fg_nib16_dot_vnni(__m512i acc, const __m512i lo[4], const __m512i hi[4], const int8_t *xq) {
+    for (int j = 0; j < 4; j++) acc = _mm512_dpbusd_epi32(acc, lo[j], fg_bcast32_512(xq + 4 * j));
+    for (int j = 0; j < 4; j++) acc = _mm512_dpbusd_epi32(acc, hi[j], fg_bcast32_512(xq + 16 + 4 * j));
+    return acc;
 }
 
 /* fg_q8_1_step8 for 16 rows: the same ops in the same order. */
