@@ -142,66 +142,57 @@ FG_TARGET_AVX2 static void dequantize_row_q8_1_avx2(const void *x, float *y, int
     dequantize_q8_avx2(x, sizeof(block_q8_1), offsetof(block_q8_1, qs), y, n / QK8_1);
 }
 
-/* acc + the u8.s8 dot of u and s per 4-byte group: AVX2 maddubs + madd (each group widened by its own madd: a q8_0
- * pair reaches 32512), or one VNNI dpbusd; both exact. */
-#define Q8_0_DOT_AVX2(acc, u, s) _mm256_add_epi32((acc), fg_dot_u8s8_256((u), (s)))
-#define Q8_0_DOT_VNNI(acc, u, s) _mm256_dpbusd_epi32((acc), (u), (s))
-
 /* R <= 8 rows x M <= 8 activations of q8_0 . q8_0, row r in lane r (see FG_KERNELS_FROM_TILE8). Per block the rows'
  * bytes are transposed once for all M activations (t[j] holds elements 4j..4j+3 of every row); each activation's
  * 4-byte groups are broadcast and multiplied by the sign trick (|w| as u8, x with w's sign: right for w = -128, and
- * q8_0 activations stay within +-127), DOT (Q8_0_DOT_*) in two chains. The AVX2 and VNNI twins take the same float
- * step on the same exact sums, so they agree bit for bit. */
-#define Q8_0_TILE8(NAME, INLINE, DOT)                                                                       \
-    INLINE void NAME(const int R, const int M, int first, int kc, const char *w, size_t stride, const char *x, \
-                     size_t xs, const fg_xaux (*aux)[FG_KC], float *y, int64_t ldy) {                       \
-        const __m256i zero = _mm256_setzero_si256();                                                        \
-        __m256 acc[8]; /* [a]: 8 rows */                                                                    \
-        fg_load_rows8(R, M, first, acc, y, ldy);                                                            \
-        for (int i = 0; i < kc; i++) {                                                                      \
-            const char *wb = w + i * sizeof(block_q8_0);                                                    \
-            fg_prefetch_tile8(w, stride, R, i, kc, sizeof(block_q8_0));                                     \
-            const __m256 dw = fg_rows8_f16(wb + offsetof(block_q8_0, d), stride, R);                        \
-            if (M == 1) { /* one activation: nothing to share a transpose with; reduce the rows' sums instead */ \
-                const __m256i xq = _mm256_loadu_si256((const __m256i *)((const block_q8_0 *)x + i)->qs);    \
-                __m256i v[8]; /* [r]: 8 int32 partial sums of row r, by the same sign trick (w = -128 too) */ \
-                for (int r = 0; r < 8; r++) {                                                               \
-                    const __m256i wq = r < R ? _mm256_loadu_si256((const __m256i *)(wb + r * stride + offsetof(block_q8_0, qs))) \
-                                             : zero;                                                        \
-                    v[r] = DOT(zero, _mm256_sign_epi8(wq, wq), _mm256_sign_epi8(xq, wq));                   \
-                }                                                                                           \
-                const __m256i dot = fg_hsum8_epi32(v);                                                      \
-                acc[0] = _mm256_fmadd_ps(_mm256_cvtepi32_ps(dot), _mm256_mul_ps(dw, _mm256_set1_ps(aux[0][i].d)), acc[0]); \
-                continue;                                                                                   \
-            }                                                                                               \
-            __m256i t[8], aw[8];                                                                            \
-            fg_rows8_dwords(wb + offsetof(block_q8_0, qs), stride, R, t);                                   \
-            fg_rows8_dwords(wb + offsetof(block_q8_0, qs) + 16, stride, R, t + 4);                          \
-            for (int j = 0; j < 8; j++) aw[j] = _mm256_sign_epi8(t[j], t[j]);                               \
-            for (int a = 0; a < M; a++) {                                                                   \
-                const int8_t *xq = ((const block_q8_0 *)(x + a * xs) + i)->qs;                              \
-                __m256i d0 = zero, d1 = zero;                                                               \
-                for (int j = 0; j < 8; j += 2) {                                                            \
-                    d0 = DOT(d0, aw[j], _mm256_sign_epi8(fg_bcast32(xq + 4 * j), t[j]));                    \
-                    d1 = DOT(d1, aw[j + 1], _mm256_sign_epi8(fg_bcast32(xq + 4 * j + 4), t[j + 1]));        \
-                }                                                                                           \
-                const __m256i dot = _mm256_add_epi32(d0, d1);                                               \
-                acc[a] = _mm256_fmadd_ps(_mm256_cvtepi32_ps(dot), _mm256_mul_ps(dw, _mm256_set1_ps(aux[a][i].d)), acc[a]); \
-            }                                                                                               \
-        }                                                                                                   \
-        fg_store_rows8(R, M, acc, y, ldy);                                                                  \
+ * q8_0 activations stay within +-127; a pair reaches 32512, so each group is widened by its own madd), in two chains. */
+FG_INLINE_AVX2 void q8_0_tile8_avx2(const int R, const int M, int first, int kc, const char *w, size_t stride,
+                                    const char *x, size_t xs, const fg_xaux (*aux)[FG_KC], float *y, int64_t ldy) {
+    const __m256i zero = _mm256_setzero_si256();
+    __m256 acc[8]; /* [a]: 8 rows */
+    fg_load_rows8(R, M, first, acc, y, ldy);
+    for (int i = 0; i < kc; i++) {
+        const char *wb = w + i * sizeof(block_q8_0);
+        fg_prefetch_tile8(w, stride, R, i, kc, sizeof(block_q8_0));
+        const __m256 dw = fg_rows8_f16(wb + offsetof(block_q8_0, d), stride, R);
+        if (M == 1) { /* one activation: nothing to share a transpose with; reduce the rows' sums instead */
+            const __m256i xq = _mm256_loadu_si256((const __m256i *)((const block_q8_0 *)x + i)->qs);
+            __m256i v[8]; /* [r]: 8 int32 partial sums of row r, by the same sign trick (w = -128 too) */
+            for (int r = 0; r < 8; r++) {
+                const __m256i wq = r < R ? _mm256_loadu_si256((const __m256i *)(wb + r * stride + offsetof(block_q8_0, qs)))
+                                         : zero;
+                v[r] = fg_dot_u8s8_256(_mm256_sign_epi8(wq, wq), _mm256_sign_epi8(xq, wq));
+            }
+            const __m256i dot = fg_hsum8_epi32(v);
+            acc[0] = _mm256_fmadd_ps(_mm256_cvtepi32_ps(dot), _mm256_mul_ps(dw, _mm256_set1_ps(aux[0][i].d)), acc[0]);
+            continue;
+        }
+        __m256i t[8], aw[8];
+        fg_rows8_dwords(wb + offsetof(block_q8_0, qs), stride, R, t);
+        fg_rows8_dwords(wb + offsetof(block_q8_0, qs) + 16, stride, R, t + 4);
+        for (int j = 0; j < 8; j++) aw[j] = _mm256_sign_epi8(t[j], t[j]);
+        for (int a = 0; a < M; a++) {
+            const int8_t *xq = ((const block_q8_0 *)(x + a * xs) + i)->qs;
+            __m256i d0 = zero, d1 = zero;
+            for (int j = 0; j < 8; j += 2) {
+                d0 = _mm256_add_epi32(d0, fg_dot_u8s8_256(aw[j], _mm256_sign_epi8(fg_bcast32(xq + 4 * j), t[j])));
+                d1 = _mm256_add_epi32(d1, fg_dot_u8s8_256(aw[j + 1], _mm256_sign_epi8(fg_bcast32(xq + 4 * j + 4), t[j + 1])));
+            }
+            const __m256i dot = _mm256_add_epi32(d0, d1);
+            acc[a] = _mm256_fmadd_ps(_mm256_cvtepi32_ps(dot), _mm256_mul_ps(dw, _mm256_set1_ps(aux[a][i].d)), acc[a]);
+        }
     }
-Q8_0_TILE8(q8_0_tile8_avx2, FG_INLINE_AVX2, Q8_0_DOT_AVX2)
+    fg_store_rows8(R, M, acc, y, ldy);
+}
 FG_KERNELS_FROM_TILE8(vec_dot_q8_0_q8_0_avx2, gemv_q8_0_q8_0_avx2, gemm_q8_0_q8_0_avx2, FG_TARGET_AVX2, q8_0_tile8_avx2,
                       fg_q8_0_aux, sizeof(block_q8_0), sizeof(block_q8_0), QK8_0, 8)
-/* AVX-512 + VNNI: the same tile with dpbusd (256-bit, AVX512VL) for the gemv, and a 16-row zmm twin for more
- * activations (as in fg_quant_q4_1.c) that needs no sign trick: u = w + 128 (w ^ 0x80) is unsigned, so one dpbusd
+/* AVX-512 + VNNI: twins of that tile, 8 rows for the gemv and 16-row zmm tiles for more activations (as in
+ * fg_quant_q4_1.c), with dpbusd and no sign trick: u = w + 128 (w ^ 0x80) is unsigned, so one dpbusd
  * per group gives dot(u, x) = dot(w, x) + 128 * sum(x) exactly (|sum| < 2^23), and aux.c = 128 * sum(x) takes the
- * offset back. Same exact sums, same float step: bit-identical to the 8-row tiles. Without VNNI the AVX-512 table
+ * offset back. Same exact sums, same float step: bit-identical to the AVX2 tile. Without VNNI the AVX-512 table
  * takes the AVX2 kernels. */
-Q8_0_TILE8(q8_0_tile8_vnni, FG_INLINE_AVX512_VNNI, Q8_0_DOT_VNNI)
 
-/* Per q8_0 activation block, for the 16-row tile: its scale and 128 * sum(q) (the 8-row tile reads only the scale). */
+/* Per q8_0 activation block, for the VNNI tiles: its scale and 128 * sum(q). */
 FG_INLINE_AVX2 void q8_0_aux128(const char *x, int kc, fg_xaux *aux) {
     const block_q8_0 *xb = (const block_q8_0 *)x;
     for (int i = 0; i < kc; i++) {
@@ -210,10 +201,36 @@ FG_INLINE_AVX2 void q8_0_aux128(const char *x, int kc, fg_xaux *aux) {
     }
 }
 
+/* The 16-row tile's one-activation case (the gemv), 8 rows at a time by the 8-row tiles' row reduction, with
+ * u = w ^ 0x80 (w + 128) as below: one xor and one dpbusd per row and block, where the sign trick takes three ops.
+ * The same exact sums and float step as the 8-row tiles. */
+FG_INLINE_AVX512_VNNI void q8_0_gemv8_vnni(const int R, int first, int kc, const char *w, size_t stride, const char *x,
+                                           const fg_xaux (*aux)[FG_KC], float *y) {
+    const __m256i flip = _mm256_set1_epi8((char)0x80), zero = _mm256_setzero_si256();
+    __m256 acc;
+    fg_load_rows8(R, 1, first, &acc, y, 0);
+    for (int i = 0; i < kc; i++) {
+        const char *wb = w + i * sizeof(block_q8_0);
+        fg_prefetch_tile8(w, stride, R, i, kc, sizeof(block_q8_0));
+        const __m256 dw = fg_rows8_f16(wb + offsetof(block_q8_0, d), stride, R);
+        const __m256i xq = _mm256_loadu_si256((const __m256i *)((const block_q8_0 *)x + i)->qs);
+        __m256i v[8]; /* [r]: 8 int32 partial sums of row r (rows >= R: 128 * sum(x), in lanes left unused) */
+        for (int r = 0; r < 8; r++) {
+            const __m256i wq =
+                r < R ? _mm256_loadu_si256((const __m256i *)(wb + r * stride + offsetof(block_q8_0, qs))) : zero;
+            v[r] = _mm256_dpbusd_epi32(zero, _mm256_xor_si256(wq, flip), xq);
+        }
+        const __m256i dot = _mm256_sub_epi32(fg_hsum8_epi32(v), _mm256_set1_epi32(aux[0][i].c));
+        acc = _mm256_fmadd_ps(_mm256_cvtepi32_ps(dot), _mm256_mul_ps(dw, _mm256_set1_ps(aux[0][i].d)), acc);
+    }
+    fg_store_rows8(R, 1, &acc, y, 0);
+}
+
 FG_INLINE_AVX512_VNNI void q8_0_tile16_vnni(const int R, const int M, int first, int kc, const char *w, size_t stride,
                                             const char *x, size_t xs, const fg_xaux (*aux)[FG_KC], float *y, int64_t ldy) {
     if (M == 1) {
-        FG_TILE16_GEMV(q8_0_tile8_vnni, R, first, kc, w, stride, x, xs, aux, y, ldy);
+        q8_0_gemv8_vnni(R < 8 ? R : 8, first, kc, w, stride, x, aux, y);
+        if (R > 8) q8_0_gemv8_vnni(R - 8, first, kc, w + 8 * stride, stride, x, aux, y + 8);
         return;
     }
     const __m512i flip = _mm512_set1_epi8((char)0x80);
