@@ -248,10 +248,10 @@ FG_INLINE_AVX512_VNNI __m256i q5_0_stepsum_vnni(const q5_0_rows8 *u, const block
         }                                                                                                            \
     }
 Q5_0_KERNELS(avx2, FG_INLINE_AVX2, FG_TARGET_AVX2, q5_0_stepsum_avx2, Q5_0_XPRE_AVX2, Q5_0_DOT_AVX2, 16)
-/* AVX-512 + VNNI: the same kernels with dpbusd (256-bit, AVX512VL); same sums, same float steps: bit-identical. Its
- * cheaper sums leave the transposes' share larger, so the gemm takes them from 4 activations (m = 8: 1.40x AVX2 so,
- * 1.26x by the few path; m = 4: even; an interleaved A/B under load). */
-Q5_0_KERNELS(vnni, FG_INLINE_AVX512_VNNI, FG_TARGET_AVX512_VNNI, q5_0_stepsum_vnni, Q5_0_XPRE_VNNI, Q5_0_DOT_VNNI, 4)
+/* AVX-512 + VNNI: the same kernels with dpbusd (256-bit, AVX512VL); same sums, same float steps: bit-identical. The
+ * transposed gemm from 16 activations as on AVX2: from 4, a kernel A/B on in-cache matrices gained at m = 8, but the
+ * model's batched step of 8 (weights streaming from memory) lost a quarter. */
+Q5_0_KERNELS(vnni, FG_INLINE_AVX512_VNNI, FG_TARGET_AVX512_VNNI, q5_0_stepsum_vnni, Q5_0_XPRE_VNNI, Q5_0_DOT_VNNI, 16)
 #endif /* FG_HAVE_X86 */
 
 #if FG_HAVE_NEON
