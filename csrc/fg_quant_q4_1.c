@@ -70,125 +70,91 @@ FG_TARGET_AVX2 static void dequantize_row_q4_1_avx2(const void *vx, float *y, in
     }
 }
 
-/* One activation, two blocks: each row's exact block sums with elements in lanes (the two blocks' nibbles in one
- * ymm, low nibbles against the activation's first 16 bytes of each block, high against the last 16), then the 8
- * rows' sums into lanes, block by block (fg_hsum8x2_epi32). No transpose where nothing would share it. */
-FG_INLINE_AVX2 __m256 q4_1_rows8_pair_avx2(const int R, const char *wb, size_t stride, const block_q8_1 *xb,
-                                           const fg_xaux *aux, __m256 acc) {
-    const __m256i m4 = _mm256_set1_epi8(0x0f);
-    const __m256i xlo = fg_load_2x128(xb->qs, sizeof(block_q8_1), 2), xhi = fg_load_2x128(xb->qs + 16, sizeof(block_q8_1), 2);
-    __m256i v[8], s[2]; /* v[r]: row r's partial sums, block 0 | block 1; s[b]: block b's sums, row r in lane r */
-    for (int r = 0; r < 8; r++) {
-        v[r] = _mm256_setzero_si256();
-        if (r >= R) continue;
-        const char *b = wb + r * stride;
-        const __m256i q = fg_load_2x128(b + offsetof(block_q4_1, qs), sizeof(block_q4_1), 2);
-        v[r] = FG_DOT2_U8S8_256(_mm256_and_si256(q, m4), xlo, _mm256_and_si256(_mm256_srli_epi16(q, 4), m4), xhi);
-    }
-    fg_hsum8x2_epi32(v, &s[0], &s[1]);
-    for (int k = 0; k < 2; k++) {
-        __m256 dw, mw;
-        fg_rows8_f16x2(wb + k * sizeof(block_q4_1), stride, R, &dw, &mw);
-        acc = fg_q8_1_step8(acc, s[k], dw, mw, aux + k);
-    }
-    return acc;
-}
-
 /* R <= 8 rows x M <= 8 activations of q4_1 . q8_1, row r in lane r (see FG_KERNELS_FROM_TILE8). Per block the rows'
- * nibbles are transposed once for all M activations (fg_rows8_dwords: lo[j] holds elements 4j..4j+3 of every row,
- * hi[j] elements 16+4j..); each activation's 4-byte groups are broadcast, 8 maddubs summed in int16 (|pair| <=
- * 2 * 15 * 127, 8 of them < 32767) and one madd give every row's exact block sum. M = 1 (the gemv) reduces rows
- * instead, two blocks at a time. sum_j (d q_j + m) dx x_j = d dx sum(q x) + m s: fg_q8_1_step8. */
-FG_INLINE_AVX2 void q4_1_tile8_avx2(const int R, const int M, int first, int kc, const char *w, size_t stride,
-                                    const char *x, size_t xs, const fg_xaux (*aux)[FG_KC], float *y, int64_t ldy) {
-    const __m256i ones = _mm256_set1_epi16(1);
-    __m256 acc[8]; /* [a]: 8 rows */
-    fg_load_rows8(R, M, first, acc, y, ldy);
-    int i = 0;
-    if (M == 1)
-        for (; i + 2 <= kc; i += 2) {
-            fg_prefetch_tile8(w, stride, R, i, kc, sizeof(block_q4_1));
-            fg_prefetch_tile8(w, stride, R, i + 1, kc, sizeof(block_q4_1));
-            acc[0] = q4_1_rows8_pair_avx2(R, w + i * sizeof(block_q4_1), stride, (const block_q8_1 *)x + i, aux[0] + i, acc[0]);
-        }
-    for (; i < kc; i++) {
-        const char *wb = w + i * sizeof(block_q4_1);
-        fg_prefetch_tile8(w, stride, R, i, kc, sizeof(block_q4_1));
-        __m256i lo[4], hi[4];
-        fg_rows8_nibbles(wb + offsetof(block_q4_1, qs), stride, R, lo, hi);
-        __m256 dw, mw;
-        fg_rows8_f16x2(wb, stride, R, &dw, &mw);
-        for (int a = 0; a < M; a++) {
-            const int8_t *xq = ((const block_q8_1 *)(x + a * xs) + i)->qs;
-            __m256i s = _mm256_maddubs_epi16(lo[0], fg_bcast32(xq));
-            for (int j = 1; j < 4; j++) s = _mm256_add_epi16(s, _mm256_maddubs_epi16(lo[j], fg_bcast32(xq + 4 * j)));
-            for (int j = 0; j < 4; j++) s = _mm256_add_epi16(s, _mm256_maddubs_epi16(hi[j], fg_bcast32(xq + 16 + 4 * j)));
-            acc[a] = fg_q8_1_step8(acc[a], _mm256_madd_epi16(s, ones), dw, mw, &aux[a][i]);
-        }
+ * nibbles are transposed once for all M activations (fg_rows8_nibbles: lo[j] holds elements 4j..4j+3 of every row,
+ * hi[j] elements 16+4j..); each activation's 4-byte groups are broadcast and NIBDOT (fg_nib8_dot_*) gives every row's
+ * exact block sum. M = 1 (the gemv) reduces rows instead, two blocks at a time (NAME##_pair: each row's two blocks'
+ * nibbles in one ymm, low nibbles against the activation's first 16 bytes of each block, high against the last 16,
+ * DOT2 the u8.s8 dot, then fg_hsum8x2_epi32 puts the 8 rows' sums into lanes; no transpose where nothing would share
+ * it). sum_j (d q_j + m) dx x_j = d dx sum(q x) + m s: fg_q8_1_step8, the scalar reference's float step, so every
+ * path of every twin (AVX2: maddubs; AVX-512: the same tile with VNNI dpbusd) equals the scalar vec_dot bit for bit. */
+#define Q4_1_TILE8(NAME, INLINE, DOT2, NIBDOT)                                                              \
+    INLINE __m256 NAME##_pair(const int R, const char *wb, size_t stride, const block_q8_1 *xb,             \
+                              const fg_xaux *aux, __m256 acc) {                                             \
+        const __m256i m4 = _mm256_set1_epi8(0x0f);                                                          \
+        const __m256i xlo = fg_load_2x128(xb->qs, sizeof(block_q8_1), 2);                                   \
+        const __m256i xhi = fg_load_2x128(xb->qs + 16, sizeof(block_q8_1), 2);                              \
+        __m256i v[8], s[2]; /* v[r]: row r's partial sums, block 0 | block 1; s[b]: block b's, row r in lane r */ \
+        for (int r = 0; r < 8; r++) {                                                                       \
+            v[r] = _mm256_setzero_si256();                                                                  \
+            if (r >= R) continue;                                                                           \
+            const __m256i q = fg_load_2x128(wb + r * stride + offsetof(block_q4_1, qs), sizeof(block_q4_1), 2); \
+            v[r] = DOT2(_mm256_and_si256(q, m4), xlo, _mm256_and_si256(_mm256_srli_epi16(q, 4), m4), xhi);  \
+        }                                                                                                   \
+        fg_hsum8x2_epi32(v, &s[0], &s[1]);                                                                  \
+        for (int k = 0; k < 2; k++) {                                                                       \
+            __m256 dw, mw;                                                                                  \
+            fg_rows8_f16x2(wb + k * sizeof(block_q4_1), stride, R, &dw, &mw);                               \
+            acc = fg_q8_1_step8(acc, s[k], dw, mw, aux + k);                                                \
+        }                                                                                                   \
+        return acc;                                                                                         \
+    }                                                                                                       \
+    INLINE void NAME(const int R, const int M, int first, int kc, const char *w, size_t stride, const char *x, \
+                     size_t xs, const fg_xaux (*aux)[FG_KC], float *y, int64_t ldy) {                       \
+        __m256 acc[8]; /* [a]: 8 rows */                                                                    \
+        fg_load_rows8(R, M, first, acc, y, ldy);                                                            \
+        int i = 0;                                                                                          \
+        if (M == 1)                                                                                         \
+            for (; i + 2 <= kc; i += 2) {                                                                   \
+                fg_prefetch_tile8(w, stride, R, i, kc, sizeof(block_q4_1));                                 \
+                fg_prefetch_tile8(w, stride, R, i + 1, kc, sizeof(block_q4_1));                             \
+                acc[0] = NAME##_pair(R, w + i * sizeof(block_q4_1), stride, (const block_q8_1 *)x + i, aux[0] + i, acc[0]); \
+            }                                                                                               \
+        for (; i < kc; i++) {                                                                               \
+            const char *wb = w + i * sizeof(block_q4_1);                                                    \
+            fg_prefetch_tile8(w, stride, R, i, kc, sizeof(block_q4_1));                                     \
+            __m256i lo[4], hi[4];                                                                           \
+            fg_rows8_nibbles(wb + offsetof(block_q4_1, qs), stride, R, lo, hi);                             \
+            __m256 dw, mw;                                                                                  \
+            fg_rows8_f16x2(wb, stride, R, &dw, &mw);                                                        \
+            for (int a = 0; a < M; a++) {                                                                   \
+                const int8_t *xq = ((const block_q8_1 *)(x + a * xs) + i)->qs;                              \
+                acc[a] = fg_q8_1_step8(acc[a], NIBDOT(lo, hi, xq), dw, mw, &aux[a][i]);                     \
+            }                                                                                               \
+        }                                                                                                   \
+        fg_store_rows8(R, M, acc, y, ldy);                                                                  \
     }
-    fg_store_rows8(R, M, acc, y, ldy);
-}
-
+Q4_1_TILE8(q4_1_tile8_avx2, FG_INLINE_AVX2, FG_DOT2_U8S8_256, fg_nib8_dot_avx2)
 FG_KERNELS_FROM_TILE8(vec_dot_q4_1_q8_1_avx2, gemv_q4_1_q8_1_avx2, gemm_q4_1_q8_1_avx2, FG_TARGET_AVX2, q4_1_tile8_avx2,
                       fg_q8_1_aux, sizeof(block_q4_1), sizeof(block_q8_1), QK4_1, 8)
-
-/* ---- AVX-512: four blocks per step: the low nibbles of the 4 in one zmm, the high nibbles in another, the
- * activation arranged the same way once per step for all rows. ---- */
-
-/* Four q4_1 blocks are 80 contiguous bytes whose fields sit on 4-byte boundaries: one 64-byte load plus one
- * 16-byte load, then a two-source dword permute gathers the 4 x 16 quant bytes and a one-source permute the
- * 4 (d, m) pairs. A last step of 1..3 blocks loads them one by one (fg_load_4x128 reads nothing beyond). */
-FG_INLINE_AVX512 void q4_1_load4_512(const block_q4_1 *b, int nblk, __m512i *qs, __m256 *dm) {
-    if (nblk == 4) {
-        const __m512i a = _mm512_loadu_si512((const void *)b);                              /* bytes 0..63 */
-        const __m512i c = _mm512_castsi128_si512(_mm_loadu_si128((const __m128i *)((const char *)b + 64)));
-        const __m512i qidx = _mm512_setr_epi32(1, 2, 3, 4, 6, 7, 8, 9, 11, 12, 13, 14, 16, 17, 18, 19);
-        *qs = _mm512_permutex2var_epi32(a, qidx, c);
-        const __m512i didx = _mm512_setr_epi32(0, 5, 10, 15, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0);
-        *dm = _mm256_cvtph_ps(_mm512_castsi512_si128(_mm512_permutexvar_epi32(didx, a)));
-    } else {
-        *qs = fg_load_4x128(b->qs, sizeof(block_q4_1), nblk);
-        *dm = fg_f16_pairs4(&b->d, sizeof(block_q4_1), nblk);
+/* AVX-512 + VNNI: the same tile with dpbusd (256-bit, AVX512VL) for the gemv, and its 16-row zmm twin for more
+ * activations (fg_rows16_*: rows in the 16 lanes, one broadcast + dpbusd and one float step per 16 pairs). Without
+ * VNNI the AVX-512 table takes the AVX2 kernels. */
+Q4_1_TILE8(q4_1_tile8_vnni, FG_INLINE_AVX512_VNNI, FG_DOT2_U8S8_256_VNNI, fg_nib8_dot_vnni)
+FG_INLINE_AVX512_VNNI void q4_1_tile16_vnni(const int R, const int M, int first, int kc, const char *w, size_t stride,
+                                            const char *x, size_t xs, const fg_xaux (*aux)[FG_KC], float *y, int64_t ldy) {
+    if (M == 1) {
+        FG_TILE16_GEMV(q4_1_tile8_vnni, R, first, kc, w, stride, x, xs, aux, y, ldy);
+        return;
     }
+    __m512 acc[8]; /* [a]: 16 rows */
+    fg_load_rows16(R, M, first, acc, y, ldy);
+    for (int i = 0; i < kc; i++) {
+        const char *wb = w + i * sizeof(block_q4_1);
+        fg_prefetch_tile16(w, stride, R, i, kc, sizeof(block_q4_1));
+        __m512i lo[4], hi[4];
+        fg_rows16_nibbles(wb + offsetof(block_q4_1, qs), stride, R, lo, hi);
+        __m512 dw, mw;
+        fg_rows16_f16x2(wb, stride, R, &dw, &mw);
+        for (int a = 0; a < M; a++) {
+            const int8_t *xq = ((const block_q8_1 *)(x + a * xs) + i)->qs;
+            acc[a] = fg_q8_1_step16(acc[a], fg_nib16_dot_vnni(_mm512_setzero_si512(), lo, hi, xq), dw, mw, &aux[a][i]);
+        }
+    }
+    fg_store_rows16(R, M, acc, y, ldy);
 }
-
-#define Q4_1_ROWS_512(NAME, TARGET, DOT2)                                                                   \
-    static inline __attribute__((always_inline)) TARGET void NAME##_step(                                   \
-        const int R, const int nblk, const char *w, size_t stride, const block_q8_1 *x, __m512 *acc, __m256 *accm) { \
-        const __m512i xlo = fg_load_4x128(x->qs, sizeof(block_q8_1), nblk);                                 \
-        const __m512i xhi = fg_load_4x128(x->qs + 16, sizeof(block_q8_1), nblk);                            \
-        const __m256 xds = fg_f16_pairs4(&x->d, sizeof(block_q8_1), nblk); /* [dx0 sx0 dx1 sx1 ...] */       \
-        for (int r = 0; r < R; r++) {                                                                       \
-            const block_q4_1 *b = (const block_q4_1 *)(w + r * stride);                                     \
-            __m512i q;                                                                                      \
-            __m256 dm;                                                                                      \
-            fg_prefetch(b, stride);                                                                         \
-            q4_1_load4_512(b, nblk, &q, &dm);                                                               \
-            const __m512i lo = _mm512_and_si512(q, _mm512_set1_epi8(0x0f));                                 \
-            const __m512i hi = _mm512_and_si512(_mm512_srli_epi16(q, 4), _mm512_set1_epi8(0x0f));           \
-            const __m256 ds = _mm256_mul_ps(dm, xds);                                                       \
-            acc[r] = _mm512_fmadd_ps(_mm512_cvtepi32_ps(DOT2(lo, xlo, hi, xhi)), fg_spread4_512(ds), acc[r]); \
-            accm[r] = _mm256_add_ps(accm[r], ds); /* odd lanes: m * s */                                    \
-        }                                                                                                   \
-    }                                                                                                       \
-    static inline __attribute__((always_inline)) TARGET void NAME(const int R, int64_t nb, const char *w,    \
-                                                                  size_t stride, const void *vx, float *y) { \
-        const block_q8_1 *x = vx;                                                                           \
-        __m512 acc[4];                                                                                      \
-        __m256 accm[4];                                                                                     \
-        for (int r = 0; r < R; r++) acc[r] = _mm512_setzero_ps(), accm[r] = _mm256_setzero_ps();           \
-        int64_t i = 0;                                                                                      \
-        for (; i + 4 <= nb; i += 4)                                                                         \
-            NAME##_step(R, 4, w + i * sizeof(block_q4_1), stride, x + i, acc, accm);                        \
-        if (i < nb) NAME##_step(R, (int)(nb - i), w + i * sizeof(block_q4_1), stride, x + i, acc, accm);    \
-        for (int r = 0; r < R; r++) y[r] = fg_hsum_512(acc[r]) + fg_hsum_odd_256(accm[r]);                  \
-    }
-Q4_1_ROWS_512(q4_1_rows_avx512, FG_TARGET_AVX512, FG_DOT2_U8S8_512_BW)
-Q4_1_ROWS_512(q4_1_rows_avx512vnni, FG_TARGET_AVX512_VNNI, FG_DOT2_U8S8_512_VNNI)
-FG_DOT_FROM_ROWS(vec_dot_q4_1_q8_1_avx512, FG_TARGET_AVX512, q4_1_rows_avx512, QK4_1)
-FG_GEMV_FROM_ROWS(gemv_q4_1_q8_1_avx512, FG_TARGET_AVX512, q4_1_rows_avx512, QK4_1)
-FG_DOT_FROM_ROWS(vec_dot_q4_1_q8_1_avx512vnni, FG_TARGET_AVX512_VNNI, q4_1_rows_avx512vnni, QK4_1)
-FG_GEMV_FROM_ROWS(gemv_q4_1_q8_1_avx512vnni, FG_TARGET_AVX512_VNNI, q4_1_rows_avx512vnni, QK4_1)
+FG_KERNELS_FROM_TILE16(vec_dot_q4_1_q8_1_vnni, gemv_q4_1_q8_1_vnni, gemm_q4_1_q8_1_vnni, FG_TARGET_AVX512_VNNI,
+                       q4_1_tile16_vnni, fg_q8_1_aux, sizeof(block_q4_1), sizeof(block_q8_1), QK4_1, 8)
 #endif /* FG_HAVE_X86 */
 
 #if FG_HAVE_NEON
@@ -232,7 +198,7 @@ const fg_type_kernels fg_q4_1_kernels[FG_ISA_COUNT] = {
     [FG_ISA_SCALAR] = {quantize_row_q4_1_scalar, dequantize_row_q4_1_scalar, vec_dot_q4_1_q8_1_scalar, NULL},
 #if FG_HAVE_X86
     [FG_ISA_AVX2] = {NULL, dequantize_row_q4_1_avx2, vec_dot_q4_1_q8_1_avx2, gemv_q4_1_q8_1_avx2, gemm_q4_1_q8_1_avx2},
-    [FG_ISA_AVX512] = {NULL, dequantize_row_q4_1_avx2, vec_dot_q4_1_q8_1_avx512, gemv_q4_1_q8_1_avx512},
+    [FG_ISA_AVX512] = {NULL, dequantize_row_q4_1_avx2, vec_dot_q4_1_q8_1_avx2, gemv_q4_1_q8_1_avx2, gemm_q4_1_q8_1_avx2},
 #endif
 #if FG_HAVE_NEON
     [FG_ISA_NEON] = {NULL, NULL, vec_dot_q4_1_q8_1_neon, gemv_q4_1_q8_1_neon},
@@ -242,7 +208,7 @@ const fg_type_kernels fg_q4_1_kernels[FG_ISA_COUNT] = {
 const fg_type_kernels fg_q4_1_kernels_ext[FG_ISA_COUNT] = {
     [FG_ISA_SCALAR] = {0}, /* never used: keeps the initializer non-empty without SIMD (MSVC rejects {}) */
 #if FG_HAVE_X86
-    [FG_ISA_AVX512] = {NULL, NULL, vec_dot_q4_1_q8_1_avx512vnni, gemv_q4_1_q8_1_avx512vnni},
+    [FG_ISA_AVX512] = {NULL, NULL, vec_dot_q4_1_q8_1_vnni, gemv_q4_1_q8_1_vnni, gemm_q4_1_q8_1_vnni},
 #endif
 #if FG_HAVE_NEON
     [FG_ISA_NEON] = {NULL, NULL, vec_dot_q4_1_q8_1_neondp, gemv_q4_1_q8_1_neondp,

@@ -118,8 +118,14 @@ FG_INLINE_AVX2 void q5_0_rows8_avx2(int R, const char *w, size_t stride, int64_t
     u->d = _mm256_cvtph_ps(_mm_loadu_si128((const __m128i *)dh));
 }
 
-/* The float step of one activation block for the 8 rows of u: (float)sumi * (dw * dx). */
-FG_INLINE_AVX2 __m256 q5_0_rows8_step(const q5_0_rows8 *u, const block_q8_0 *xb) {
+FG_INLINE_AVX2 __m256i q5_0_lane_mask(int R) {
+    return _mm256_cmpgt_epi32(_mm256_set1_epi32(R), _mm256_setr_epi32(0, 1, 2, 3, 4, 5, 6, 7));
+}
+
+/* The exact int32 sums of the twins. AVX2: the step's maddubs of x + 128 (unsigned) with s, 4 groups summed in int16
+ * (4 * 2 * 255 * 16 < 32768), minus 128 sum s; the few path's maddubs(q, x) - 16 sum x per pair, widened by madd.
+ * VNNI: one dpbusd per group into an accumulator that starts at the correction (-bias, -16 sum x). */
+FG_INLINE_AVX2 __m256i q5_0_stepsum_avx2(const q5_0_rows8 *u, const block_q8_0 *xb) {
     __m256i t[2];
     for (int h = 0; h < 2; h++) {
         t[h] = _mm256_setzero_si256();
@@ -131,104 +137,121 @@ FG_INLINE_AVX2 __m256 q5_0_rows8_step(const q5_0_rows8 *u, const block_q8_0 *xb)
         }
     }
     const __m256i ones = _mm256_set1_epi16(1);
-    const __m256i sumi = _mm256_sub_epi32(_mm256_add_epi32(_mm256_madd_epi16(t[0], ones), _mm256_madd_epi16(t[1], ones)), u->bias);
-    return _mm256_mul_ps(_mm256_cvtepi32_ps(sumi), _mm256_mul_ps(u->d, _mm256_set1_ps(fg_f16(xb->d))));
+    return _mm256_sub_epi32(_mm256_add_epi32(_mm256_madd_epi16(t[0], ones), _mm256_madd_epi16(t[1], ones)), u->bias);
 }
-
-FG_INLINE_AVX2 __m256i q5_0_lane_mask(int R) {
-    return _mm256_cmpgt_epi32(_mm256_set1_epi32(R), _mm256_setr_epi32(0, 1, 2, 3, 4, 5, 6, 7));
-}
-
-/* Few activations (A <= 4): each row's exact block sums sumi = q . x - 16 sum x as usual (elements in lanes, each
- * weight block unpacked once for the A), 8 rows' sums gathered into lanes, then the same float step as the gemm's;
- * no transposes where little shares them. y[a * ldy + r]. */
-FG_INLINE_AVX2 void q5_0_rows8_few_avx2(const int R, const int A, int64_t nb, const char *w, size_t stride,
-                                        const char *x, size_t xs, float *y, int64_t ldy) {
-    __m256 acc[4];
-    for (int a = 0; a < A; a++) acc[a] = _mm256_setzero_ps();
-    for (int64_t i = 0; i < nb; i++) {
-        __m256i xq[4], x16[4], s[4][8];
-        for (int a = 0; a < A; a++) {
-            xq[a] = _mm256_loadu_si256((const __m256i *)((const block_q8_0 *)(x + a * xs) + i)->qs);
-            x16[a] = _mm256_maddubs_epi16(_mm256_set1_epi8(16), xq[a]);
-        }
-        fg_prefetch_tile8(w, stride, R, i, nb, sizeof(block_q5_0)); /* the next 8 rows */
-        __m128i dh = _mm_setzero_si128(); /* the rows' fp16 scales, shifted in from the top: row k ends in k */
-        for (int k = 0; k < 8; k++) {
-            uint16_t d = 0;
-            for (int a = 0; a < A; a++) s[a][k] = _mm256_setzero_si256();
-            if (k < R) {
-                const block_q5_0 *b = (const block_q5_0 *)(w + k * stride) + i;
-                const __m256i q = q5_bytes_avx2(b->qs, b->qh);
-                for (int a = 0; a < A; a++)
-                    s[a][k] = _mm256_madd_epi16(_mm256_sub_epi16(_mm256_maddubs_epi16(q, xq[a]), x16[a]), _mm256_set1_epi16(1));
-                d = b->d;
-            }
-            dh = _mm_alignr_epi8(_mm_cvtsi32_si128(d), dh, 2);
-        }
-        const __m256 dw = _mm256_cvtph_ps(dh);
-        for (int a = 0; a < A; a++) {
-            const __m256 dx = _mm256_set1_ps(fg_f16(((const block_q8_0 *)(x + a * xs))[i].d));
-            acc[a] = _mm256_add_ps(acc[a], _mm256_mul_ps(_mm256_cvtepi32_ps(fg_hsum8_epi32(s[a])), _mm256_mul_ps(dw, dx)));
-        }
+FG_INLINE_AVX512_VNNI __m256i q5_0_stepsum_vnni(const q5_0_rows8 *u, const block_q8_0 *xb) {
+    __m256i t = _mm256_sub_epi32(_mm256_setzero_si256(), u->bias);
+    for (int g = 0; g < 8; g++) {
+        int32_t x4;
+        memcpy(&x4, xb->qs + 4 * g, 4);
+        t = _mm256_dpbusd_epi32(t, _mm256_xor_si256(_mm256_set1_epi32(x4), _mm256_set1_epi8((char)0x80)), u->s[g]);
     }
-    for (int a = 0; a < A; a++) _mm256_maskstore_ps(y + a * ldy, q5_0_lane_mask(R), acc[a]);
+    return t;
 }
+#define Q5_0_XPRE_AVX2(xq) _mm256_maddubs_epi16(_mm256_set1_epi8(16), (xq))
+#define Q5_0_DOT_AVX2(q, xq, pre) \
+    _mm256_madd_epi16(_mm256_sub_epi16(_mm256_maddubs_epi16((q), (xq)), (pre)), _mm256_set1_epi16(1))
+#define Q5_0_XPRE_VNNI(xq) \
+    _mm256_sub_epi32(_mm256_setzero_si256(), _mm256_dpbusd_epi32(_mm256_setzero_si256(), _mm256_set1_epi8(16), (xq)))
+#define Q5_0_DOT_VNNI(q, xq, pre) _mm256_dpbusd_epi32((pre), (q), (xq))
 
-/* Rows 8 at a time (the tail masked) for A activations. */
-FG_INLINE_AVX2 void q5_0_few_avx2(const int A, int64_t n, const char *w, size_t stride, const char *x, size_t xs,
-                                  float *y, int64_t ldy, int64_t nrows) {
-    int64_t r = 0;
-    for (; r + 8 <= nrows; r += 8) q5_0_rows8_few_avx2(8, A, n / QK5_0, w + r * stride, stride, x, xs, y + r, ldy);
-    if (r < nrows) q5_0_rows8_few_avx2((int)(nrows - r), A, n / QK5_0, w + r * stride, stride, x, xs, y + r, ldy);
-}
-
-FG_TARGET_AVX2 static void gemv_q5_0_q8_0_avx2(int64_t n, const void *w, size_t stride, const void *x, float *y,
-                                               int64_t nrows) {
-    q5_0_few_avx2(1, n, w, stride, x, 0, y, 0, nrows);
-}
-
-FG_TARGET_AVX2 static float vec_dot_q5_0_q8_0_avx2(int64_t n, const void *w, const void *x) {
-    float y;
-    gemv_q5_0_q8_0_avx2(n, w, 0, x, &y, 1);
-    return y;
-}
-
-/* Many activations: per block, 16 rows unpacked once, then every activation; the sums accumulate in y block by
- * block (the same float steps, in the same order, as the gemv's register). */
-FG_TARGET_AVX2 static void gemm_q5_0_q8_0_avx2(int64_t n, const void *w, size_t stride, const void *xq, size_t xs,
-                                               int64_t m, float *y, int64_t ldy, int64_t nrows) {
-    if (m < 16) { /* below this the transposes cost more than they save */
-        const char *x = xq;
-        int64_t a = 0;
-        for (; a + 4 <= m; a += 4) q5_0_few_avx2(4, n, w, stride, x + a * xs, xs, y + a * ldy, ldy, nrows);
-        switch (m - a) {
-        case 3: q5_0_few_avx2(3, n, w, stride, x + a * xs, xs, y + a * ldy, ldy, nrows); break;
-        case 2: q5_0_few_avx2(2, n, w, stride, x + a * xs, xs, y + a * ldy, ldy, nrows); break;
-        case 1: q5_0_few_avx2(1, n, w, stride, x + a * xs, xs, y + a * ldy, ldy, nrows); break;
-        default: break;
-        }
-        return;
+/* The kernels of a twin (STEPSUM, XPRE, DOT: its exact sums above). q5_0_rows8_step_*: the float step of one
+ * activation block for the 8 rows of u, (float)sumi * (dw * dx). q5_0_rows8_few_*: few activations (A <= 4): each
+ * row's exact block sums sumi = q . x - 16 sum x as usual (elements in lanes, each weight block unpacked once for the
+ * A), 8 rows' sums gathered into lanes, then the same float step as the gemm's; no transposes where little shares
+ * them; y[a * ldy + r]. q5_0_few_*: rows 8 at a time (the tail masked) for A activations. gemm_*: many activations:
+ * per block, 16 rows unpacked once, then every activation; the sums accumulate in y block by block (the same float
+ * steps, in the same order, as the gemv's register), from FEW activations on. */
+#define Q5_0_KERNELS(SFX, INLINE, TARGET, STEPSUM, XPRE, DOT, FEW)                                                        \
+    INLINE __m256 q5_0_rows8_step_##SFX(const q5_0_rows8 *u, const block_q8_0 *xb) {                                 \
+        const __m256i sumi = STEPSUM(u, xb);                                                                         \
+        return _mm256_mul_ps(_mm256_cvtepi32_ps(sumi), _mm256_mul_ps(u->d, _mm256_set1_ps(fg_f16(xb->d))));          \
+    }                                                                                                                \
+    INLINE void q5_0_rows8_few_##SFX(const int R, const int A, int64_t nb, const char *w, size_t stride,             \
+                                            const char *x, size_t xs, float *y, int64_t ldy) {                       \
+        __m256 acc[4];                                                                                               \
+        for (int a = 0; a < A; a++) acc[a] = _mm256_setzero_ps();                                                    \
+        for (int64_t i = 0; i < nb; i++) {                                                                           \
+            __m256i xq[4], x16[4], s[4][8];                                                                          \
+            for (int a = 0; a < A; a++) {                                                                            \
+                xq[a] = _mm256_loadu_si256((const __m256i *)((const block_q8_0 *)(x + a * xs) + i)->qs);             \
+                x16[a] = XPRE(xq[a]);                                                                                \
+            }                                                                                                        \
+            fg_prefetch_tile8(w, stride, R, i, nb, sizeof(block_q5_0)); /* the next 8 rows */                        \
+            __m128i dh = _mm_setzero_si128(); /* the rows' fp16 scales, shifted in from the top: row k ends in k */  \
+            for (int k = 0; k < 8; k++) {                                                                            \
+                uint16_t d = 0;                                                                                      \
+                for (int a = 0; a < A; a++) s[a][k] = _mm256_setzero_si256();                                        \
+                if (k < R) {                                                                                         \
+                    const block_q5_0 *b = (const block_q5_0 *)(w + k * stride) + i;                                  \
+                    const __m256i q = q5_bytes_avx2(b->qs, b->qh);                                                   \
+                    for (int a = 0; a < A; a++)                                                                      \
+                        s[a][k] = DOT(q, xq[a], x16[a]);                                                             \
+                    d = b->d;                                                                                        \
+                }                                                                                                    \
+                dh = _mm_alignr_epi8(_mm_cvtsi32_si128(d), dh, 2);                                                   \
+            }                                                                                                        \
+            const __m256 dw = _mm256_cvtph_ps(dh);                                                                   \
+            for (int a = 0; a < A; a++) {                                                                            \
+                const __m256 dx = _mm256_set1_ps(fg_f16(((const block_q8_0 *)(x + a * xs))[i].d));                   \
+                acc[a] = _mm256_add_ps(acc[a], _mm256_mul_ps(_mm256_cvtepi32_ps(fg_hsum8_epi32(s[a])), _mm256_mul_ps(dw, dx))); \
+            }                                                                                                        \
+        }                                                                                                            \
+        for (int a = 0; a < A; a++) _mm256_maskstore_ps(y + a * ldy, q5_0_lane_mask(R), acc[a]);                     \
+    }                                                                                                                \
+    INLINE void q5_0_few_##SFX(const int A, int64_t n, const char *w, size_t stride, const char *x, size_t xs,       \
+                                      float *y, int64_t ldy, int64_t nrows) {                                        \
+        int64_t r = 0;                                                                                               \
+        for (; r + 8 <= nrows; r += 8) q5_0_rows8_few_##SFX(8, A, n / QK5_0, w + r * stride, stride, x, xs, y + r, ldy); \
+        if (r < nrows) q5_0_rows8_few_##SFX((int)(nrows - r), A, n / QK5_0, w + r * stride, stride, x, xs, y + r, ldy); \
+    }                                                                                                                \
+    TARGET static void gemv_q5_0_q8_0_##SFX(int64_t n, const void *w, size_t stride, const void *x, float *y,        \
+                                                   int64_t nrows) {                                                  \
+        q5_0_few_##SFX(1, n, w, stride, x, 0, y, 0, nrows);                                                          \
+    }                                                                                                                \
+    TARGET static float vec_dot_q5_0_q8_0_##SFX(int64_t n, const void *w, const void *x) {                           \
+        float y;                                                                                                     \
+        gemv_q5_0_q8_0_##SFX(n, w, 0, x, &y, 1);                                                                     \
+        return y;                                                                                                    \
+    }                                                                                                                \
+    TARGET static void gemm_q5_0_q8_0_##SFX(int64_t n, const void *w, size_t stride, const void *xq, size_t xs,      \
+                                                   int64_t m, float *y, int64_t ldy, int64_t nrows) {                \
+        if (m < (FEW)) { /* below this the transposes cost more than they save */                                       \
+            const char *x = xq;                                                                                      \
+            int64_t a = 0;                                                                                           \
+            for (; a + 4 <= m; a += 4) q5_0_few_##SFX(4, n, w, stride, x + a * xs, xs, y + a * ldy, ldy, nrows);     \
+            switch (m - a) {                                                                                         \
+            case 3: q5_0_few_##SFX(3, n, w, stride, x + a * xs, xs, y + a * ldy, ldy, nrows); break;                 \
+            case 2: q5_0_few_##SFX(2, n, w, stride, x + a * xs, xs, y + a * ldy, ldy, nrows); break;                 \
+            case 1: q5_0_few_##SFX(1, n, w, stride, x + a * xs, xs, y + a * ldy, ldy, nrows); break;                 \
+            default: break;                                                                                          \
+            }                                                                                                        \
+            return;                                                                                                  \
+        }                                                                                                            \
+        q5_0_rows8 u[2];                                                                                             \
+        for (int64_t rb = 0; rb < nrows; rb += 16) {                                                                 \
+            const int G = nrows - rb > 8 ? 2 : 1;                                                                    \
+            int R[2];                                                                                                \
+            for (int g = 0; g < G; g++) R[g] = nrows - rb - 8 * g < 8 ? (int)(nrows - rb - 8 * g) : 8;               \
+            for (int64_t i = 0; i < n / QK5_0; i++) {                                                                \
+                for (int g = 0; g < G; g++) q5_0_rows8_avx2(R[g], (const char *)w + (rb + 8 * g) * stride, stride, i, &u[g]); \
+                for (int g = 0; g < G; g++) {                                                                        \
+                    const __m256i mask = q5_0_lane_mask(R[g]);                                                       \
+                    for (int64_t a = 0; a < m; a++) {                                                                \
+                        const block_q8_0 *xb = (const block_q8_0 *)((const char *)xq + a * xs) + i;                  \
+                        float *ya = y + a * ldy + rb + 8 * g;                                                        \
+                        const __m256 prev = i ? _mm256_maskload_ps(ya, mask) : _mm256_setzero_ps();                  \
+                        _mm256_maskstore_ps(ya, mask, _mm256_add_ps(prev, q5_0_rows8_step_##SFX(&u[g], xb)));        \
+                    }                                                                                                \
+                }                                                                                                    \
+            }                                                                                                        \
+        }                                                                                                            \
     }
-    q5_0_rows8 u[2];
-    for (int64_t rb = 0; rb < nrows; rb += 16) {
-        const int G = nrows - rb > 8 ? 2 : 1;
-        int R[2];
-        for (int g = 0; g < G; g++) R[g] = nrows - rb - 8 * g < 8 ? (int)(nrows - rb - 8 * g) : 8;
-        for (int64_t i = 0; i < n / QK5_0; i++) {
-            for (int g = 0; g < G; g++) q5_0_rows8_avx2(R[g], (const char *)w + (rb + 8 * g) * stride, stride, i, &u[g]);
-            for (int g = 0; g < G; g++) {
-                const __m256i mask = q5_0_lane_mask(R[g]);
-                for (int64_t a = 0; a < m; a++) {
-                    const block_q8_0 *xb = (const block_q8_0 *)((const char *)xq + a * xs) + i;
-                    float *ya = y + a * ldy + rb + 8 * g;
-                    const __m256 prev = i ? _mm256_maskload_ps(ya, mask) : _mm256_setzero_ps();
-                    _mm256_maskstore_ps(ya, mask, _mm256_add_ps(prev, q5_0_rows8_step(&u[g], xb)));
-                }
-            }
-        }
-    }
-}
+Q5_0_KERNELS(avx2, FG_INLINE_AVX2, FG_TARGET_AVX2, q5_0_stepsum_avx2, Q5_0_XPRE_AVX2, Q5_0_DOT_AVX2, 16)
+/* AVX-512 + VNNI: the same kernels with dpbusd (256-bit, AVX512VL); same sums, same float steps: bit-identical. The
+ * transposed gemm from 16 activations as on AVX2: from 4, a kernel A/B on in-cache matrices gained at m = 8, but the
+ * model's batched step of 8 (weights streaming from memory) lost a quarter. */
+Q5_0_KERNELS(vnni, FG_INLINE_AVX512_VNNI, FG_TARGET_AVX512_VNNI, q5_0_stepsum_vnni, Q5_0_XPRE_VNNI, Q5_0_DOT_VNNI, 16)
 #endif /* FG_HAVE_X86 */
 
 #if FG_HAVE_NEON
@@ -283,7 +306,10 @@ const fg_type_kernels fg_q5_0_kernels[FG_ISA_COUNT] = {
 };
 
 const fg_type_kernels fg_q5_0_kernels_ext[FG_ISA_COUNT] = {
-    [FG_ISA_SCALAR] = {0}, /* never used: keeps the initializer non-empty off NEON */
+    [FG_ISA_SCALAR] = {0}, /* never used: keeps the initializer non-empty without SIMD (MSVC rejects {}) */
+#if FG_HAVE_X86
+    [FG_ISA_AVX512] = {NULL, NULL, vec_dot_q5_0_q8_0_vnni, gemv_q5_0_q8_0_vnni, gemm_q5_0_q8_0_vnni},
+#endif
 #if FG_HAVE_NEON
     [FG_ISA_NEON] = {NULL, NULL, vec_dot_q5_0_q8_0_neondp, gemv_q5_0_q8_0_neondp,
                      gemm_q5_0_q8_0_neondp},

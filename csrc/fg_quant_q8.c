@@ -145,22 +145,22 @@ FG_TARGET_AVX2 static void dequantize_row_q8_1_avx2(const void *x, float *y, int
 /* R <= 8 rows x M <= 8 activations of q8_0 . q8_0, row r in lane r (see FG_KERNELS_FROM_TILE8). Per block the rows'
  * bytes are transposed once for all M activations (t[j] holds elements 4j..4j+3 of every row); each activation's
  * 4-byte groups are broadcast and multiplied by the sign trick (|w| as u8, x with w's sign: right for w = -128, and
- * q8_0 activations stay within +-127; a pair reaches 32512, so each group is widened by its own madd). */
+ * q8_0 activations stay within +-127; a pair reaches 32512, so each group is widened by its own madd), in two chains. */
 FG_INLINE_AVX2 void q8_0_tile8_avx2(const int R, const int M, int first, int kc, const char *w, size_t stride,
                                     const char *x, size_t xs, const fg_xaux (*aux)[FG_KC], float *y, int64_t ldy) {
-    const __m256i ones = _mm256_set1_epi16(1);
+    const __m256i zero = _mm256_setzero_si256();
     __m256 acc[8]; /* [a]: 8 rows */
     fg_load_rows8(R, M, first, acc, y, ldy);
     for (int i = 0; i < kc; i++) {
         const char *wb = w + i * sizeof(block_q8_0);
         fg_prefetch_tile8(w, stride, R, i, kc, sizeof(block_q8_0));
         const __m256 dw = fg_rows8_f16(wb + offsetof(block_q8_0, d), stride, R);
-        if (M == 1) { /* one activation: nothing to share a transpose with; reduce the rows' partial sums instead */
+        if (M == 1) { /* one activation: nothing to share a transpose with; reduce the rows' sums instead */
             const __m256i xq = _mm256_loadu_si256((const __m256i *)((const block_q8_0 *)x + i)->qs);
-            __m256i v[8]; /* [r]: 8 int32 partial sums of row r, by the same sign trick as below (w = -128 too) */
+            __m256i v[8]; /* [r]: 8 int32 partial sums of row r, by the same sign trick (w = -128 too) */
             for (int r = 0; r < 8; r++) {
                 const __m256i wq = r < R ? _mm256_loadu_si256((const __m256i *)(wb + r * stride + offsetof(block_q8_0, qs)))
-                                         : _mm256_setzero_si256();
+                                         : zero;
                 v[r] = fg_dot_u8s8_256(_mm256_sign_epi8(wq, wq), _mm256_sign_epi8(xq, wq));
             }
             const __m256i dot = fg_hsum8_epi32(v);
@@ -173,74 +173,88 @@ FG_INLINE_AVX2 void q8_0_tile8_avx2(const int R, const int M, int first, int kc,
         for (int j = 0; j < 8; j++) aw[j] = _mm256_sign_epi8(t[j], t[j]);
         for (int a = 0; a < M; a++) {
             const int8_t *xq = ((const block_q8_0 *)(x + a * xs) + i)->qs;
-            __m256i dot = _mm256_madd_epi16(_mm256_maddubs_epi16(aw[0], _mm256_sign_epi8(fg_bcast32(xq), t[0])), ones);
-            for (int j = 1; j < 8; j++) {
-                const __m256i p = _mm256_maddubs_epi16(aw[j], _mm256_sign_epi8(fg_bcast32(xq + 4 * j), t[j]));
-                dot = _mm256_add_epi32(dot, _mm256_madd_epi16(p, ones));
+            __m256i d0 = zero, d1 = zero;
+            for (int j = 0; j < 8; j += 2) {
+                d0 = _mm256_add_epi32(d0, fg_dot_u8s8_256(aw[j], _mm256_sign_epi8(fg_bcast32(xq + 4 * j), t[j])));
+                d1 = _mm256_add_epi32(d1, fg_dot_u8s8_256(aw[j + 1], _mm256_sign_epi8(fg_bcast32(xq + 4 * j + 4), t[j + 1])));
             }
+            const __m256i dot = _mm256_add_epi32(d0, d1);
             acc[a] = _mm256_fmadd_ps(_mm256_cvtepi32_ps(dot), _mm256_mul_ps(dw, _mm256_set1_ps(aux[a][i].d)), acc[a]);
         }
     }
     fg_store_rows8(R, M, acc, y, ldy);
 }
-
 FG_KERNELS_FROM_TILE8(vec_dot_q8_0_q8_0_avx2, gemv_q8_0_q8_0_avx2, gemm_q8_0_q8_0_avx2, FG_TARGET_AVX2, q8_0_tile8_avx2,
                       fg_q8_0_aux, sizeof(block_q8_0), sizeof(block_q8_0), QK8_0, 8)
+/* AVX-512 + VNNI: twins of that tile, 8 rows for the gemv and 16-row zmm tiles for more activations (as in
+ * fg_quant_q4_1.c), with dpbusd and no sign trick: u = w + 128 (w ^ 0x80) is unsigned, so one dpbusd
+ * per group gives dot(u, x) = dot(w, x) + 128 * sum(x) exactly (|sum| < 2^23), and aux.c = 128 * sum(x) takes the
+ * offset back. Same exact sums, same float step: bit-identical to the AVX2 tile. Without VNNI the AVX-512 table
+ * takes the AVX2 kernels. */
 
-/* ---- AVX-512: two blocks per zmm; the u8.s8 dot is maddubs+madd, or one dpbusd with VNNI ---- */
-/* Tiles of R <= 4 weight rows x M <= 4 activation rows: each (r, a) pair takes the same ops in the same order
- * whatever R and M, so the gemm (tiles), gemv (M = 1) and vec_dot (R = M = 1) agree bit for bit; a weight pair of
- * blocks is loaded, its sign mask and |w| made, once per tile instead of once per activation row. */
-#define Q8_0_TILE_512(NAME, TARGET, DOT)                                                                    \
-    static inline __attribute__((always_inline)) TARGET void NAME(const int R, const int M, int64_t nb,      \
-                                                                  const char *w, size_t stride,             \
-                                                                  const void *vx, size_t xs, float *y,      \
-                                                                  int64_t ldy) {                            \
-        __m512 acc[4][4];                                                                                   \
-        for (int r = 0; r < R; r++)                                                                         \
-            for (int a = 0; a < M; a++) acc[r][a] = _mm512_setzero_ps();                                    \
-        int64_t i = 0;                                                                                      \
-        for (; i + 2 <= nb; i += 2) {                                                                       \
-            __m512i xq[4];                                                                                  \
-            __m128 dx[4];                                                                                   \
-            for (int a = 0; a < M; a++) {                                                                   \
-                const block_q8_0 *x = (const block_q8_0 *)((const char *)vx + a * xs);                      \
-                xq[a] = fg_load_2x256(x[i].qs, x[i + 1].qs);                                                \
-                dx[a] = fg_f16_pairs(&x[i].d, &x[i + 1].d);                                                 \
-            }                                                                                               \
-            for (int r = 0; r < R; r++) {                                                                   \
-                const block_q8_0 *b = (const block_q8_0 *)(w + r * stride) + i;                             \
-                fg_prefetch(b, stride);                                                                     \
-                const __m512i wq = fg_load_2x256(b[0].qs, b[1].qs), aw = _mm512_abs_epi8(wq);               \
-                const __mmask64 neg = _mm512_movepi8_mask(wq); /* |w| . (x with w's sign): w = -128 too */  \
-                const __m128 dw = fg_f16_pairs(&b[0].d, &b[1].d);                                           \
-                for (int a = 0; a < M; a++) {                                                               \
-                    const __m512i sx = _mm512_mask_sub_epi8(xq[a], neg, _mm512_setzero_si512(), xq[a]);     \
-                    const __m512 d = fg_spread2_512(_mm_mul_ps(dw, dx[a]));                                 \
-                    acc[r][a] = _mm512_fmadd_ps(_mm512_cvtepi32_ps(DOT(aw, sx)), d, acc[r][a]);             \
-                }                                                                                           \
-            }                                                                                               \
-        }                                                                                                   \
-        for (int r = 0; r < R; r++)                                                                         \
-            for (int a = 0; a < M; a++) {                                                                   \
-                const block_q8_0 *x = (const block_q8_0 *)((const char *)vx + a * xs);                     \
-                float s = fg_hsum_512(acc[r][a]);                                                           \
-                if (i < nb) s += vec_dot_q8_0_q8_0_scalar(QK8_0, (const block_q8_0 *)(w + r * stride) + i, x + i); \
-                y[a * ldy + r] = s;                                                                         \
-            }                                                                                               \
+/* Per q8_0 activation block, for the VNNI tiles: its scale and 128 * sum(q). */
+FG_INLINE_AVX2 void q8_0_aux128(const char *x, int kc, fg_xaux *aux) {
+    const block_q8_0 *xb = (const block_q8_0 *)x;
+    for (int i = 0; i < kc; i++) {
+        aux[i].d = fg_f16(xb[i].d);
+        aux[i].c = 128 * fg_hsum_256i(fg_dot_u8s8_256(_mm256_set1_epi8(1), _mm256_loadu_si256((const __m256i *)xb[i].qs)));
     }
-#define Q8_0_KERNELS_512(SFX, TARGET, DOT)                                                                  \
-    Q8_0_TILE_512(q8_0_tile_##SFX, TARGET, DOT)                                                             \
-    static inline __attribute__((always_inline)) TARGET void q8_0_rows_##SFX(const int R, int64_t nb,       \
-                                                                             const char *w, size_t stride,  \
-                                                                             const void *x, float *y) {     \
-        q8_0_tile_##SFX(R, 1, nb, w, stride, x, 0, y, 0);                                                   \
-    }                                                                                                       \
-    FG_DOT_FROM_ROWS(vec_dot_q8_0_q8_0_##SFX, TARGET, q8_0_rows_##SFX, QK8_0)                               \
-    FG_GEMV_FROM_ROWS(gemv_q8_0_q8_0_##SFX, TARGET, q8_0_rows_##SFX, QK8_0)                                 \
-    FG_GEMM_FROM_TILE(gemm_q8_0_q8_0_##SFX, TARGET, q8_0_tile_##SFX, QK8_0, 4, 4)
-Q8_0_KERNELS_512(avx512, FG_TARGET_AVX512, FG_DOT_U8S8_512_BW)
-Q8_0_KERNELS_512(avx512vnni, FG_TARGET_AVX512_VNNI, FG_DOT_U8S8_512_VNNI)
+}
+
+/* The 16-row tile's one-activation case (the gemv), 8 rows at a time by the 8-row tiles' row reduction, with
+ * u = w ^ 0x80 (w + 128) as below: one xor and one dpbusd per row and block, where the sign trick takes three ops.
+ * The same exact sums and float step as the 8-row tiles. */
+FG_INLINE_AVX512_VNNI void q8_0_gemv8_vnni(const int R, int first, int kc, const char *w, size_t stride, const char *x,
+                                           const fg_xaux (*aux)[FG_KC], float *y) {
+    const __m256i flip = _mm256_set1_epi8((char)0x80), zero = _mm256_setzero_si256();
+    __m256 acc;
+    fg_load_rows8(R, 1, first, &acc, y, 0);
+    for (int i = 0; i < kc; i++) {
+        const char *wb = w + i * sizeof(block_q8_0);
+        fg_prefetch_tile8(w, stride, R, i, kc, sizeof(block_q8_0));
+        const __m256 dw = fg_rows8_f16(wb + offsetof(block_q8_0, d), stride, R);
+        const __m256i xq = _mm256_loadu_si256((const __m256i *)((const block_q8_0 *)x + i)->qs);
+        __m256i v[8]; /* [r]: 8 int32 partial sums of row r (rows >= R: 128 * sum(x), in lanes left unused) */
+        for (int r = 0; r < 8; r++) {
+            const __m256i wq =
+                r < R ? _mm256_loadu_si256((const __m256i *)(wb + r * stride + offsetof(block_q8_0, qs))) : zero;
+            v[r] = _mm256_dpbusd_epi32(zero, _mm256_xor_si256(wq, flip), xq);
+        }
+        const __m256i dot = _mm256_sub_epi32(fg_hsum8_epi32(v), _mm256_set1_epi32(aux[0][i].c));
+        acc = _mm256_fmadd_ps(_mm256_cvtepi32_ps(dot), _mm256_mul_ps(dw, _mm256_set1_ps(aux[0][i].d)), acc);
+    }
+    fg_store_rows8(R, 1, &acc, y, 0);
+}
+
+FG_INLINE_AVX512_VNNI void q8_0_tile16_vnni(const int R, const int M, int first, int kc, const char *w, size_t stride,
+                                            const char *x, size_t xs, const fg_xaux (*aux)[FG_KC], float *y, int64_t ldy) {
+    if (M == 1) {
+        q8_0_gemv8_vnni(R < 8 ? R : 8, first, kc, w, stride, x, aux, y);
+        if (R > 8) q8_0_gemv8_vnni(R - 8, first, kc, w + 8 * stride, stride, x, aux, y + 8);
+        return;
+    }
+    const __m512i flip = _mm512_set1_epi8((char)0x80);
+    __m512 acc[8]; /* [a]: 16 rows */
+    fg_load_rows16(R, M, first, acc, y, ldy);
+    for (int i = 0; i < kc; i++) {
+        const char *wb = w + i * sizeof(block_q8_0);
+        fg_prefetch_tile16(w, stride, R, i, kc, sizeof(block_q8_0));
+        __m512i u[8]; /* [j]: elements 4j..4j+3 of every row, + 128 */
+        fg_rows16_dwords(wb + offsetof(block_q8_0, qs), stride, R, u);
+        fg_rows16_dwords(wb + offsetof(block_q8_0, qs) + 16, stride, R, u + 4);
+        for (int j = 0; j < 8; j++) u[j] = _mm512_xor_si512(u[j], flip);
+        const __m512 dw = fg_rows16_f16(wb + offsetof(block_q8_0, d), stride, R);
+        for (int a = 0; a < M; a++) {
+            const int8_t *xq = ((const block_q8_0 *)(x + a * xs) + i)->qs;
+            __m512i dot = _mm512_set1_epi32(-aux[a][i].c); /* one chain: the activations' chains overlap */
+            for (int j = 0; j < 8; j++) dot = _mm512_dpbusd_epi32(dot, u[j], fg_bcast32_512(xq + 4 * j));
+            acc[a] = _mm512_fmadd_ps(_mm512_cvtepi32_ps(dot), _mm512_mul_ps(dw, _mm512_set1_ps(aux[a][i].d)), acc[a]);
+        }
+    }
+    fg_store_rows16(R, M, acc, y, ldy);
+}
+FG_KERNELS_FROM_TILE16(vec_dot_q8_0_q8_0_vnni, gemv_q8_0_q8_0_vnni, gemm_q8_0_q8_0_vnni, FG_TARGET_AVX512_VNNI,
+                       q8_0_tile16_vnni, q8_0_aux128, sizeof(block_q8_0), sizeof(block_q8_0), QK8_0, 8)
 #endif /* FG_HAVE_X86 */
 
 #if FG_HAVE_NEON
@@ -326,8 +340,8 @@ const fg_type_kernels fg_q8_0_kernels[FG_ISA_COUNT] = {
 #if FG_HAVE_X86
     [FG_ISA_AVX2] = {quantize_row_q8_0_avx2, dequantize_row_q8_0_avx2, vec_dot_q8_0_q8_0_avx2, gemv_q8_0_q8_0_avx2,
                      gemm_q8_0_q8_0_avx2},
-    [FG_ISA_AVX512] = {quantize_row_q8_0_avx2, dequantize_row_q8_0_avx2, vec_dot_q8_0_q8_0_avx512,
-                       gemv_q8_0_q8_0_avx512, gemm_q8_0_q8_0_avx512},
+    [FG_ISA_AVX512] = {quantize_row_q8_0_avx2, dequantize_row_q8_0_avx2, vec_dot_q8_0_q8_0_avx2, gemv_q8_0_q8_0_avx2,
+                       gemm_q8_0_q8_0_avx2},
 #endif
 #if FG_HAVE_NEON
     [FG_ISA_NEON] = {quantize_row_q8_0_neon, NULL, vec_dot_q8_0_q8_0_neon, gemv_q8_0_q8_0_neon},
@@ -338,8 +352,7 @@ const fg_type_kernels fg_q8_0_kernels[FG_ISA_COUNT] = {
 const fg_type_kernels fg_q8_0_kernels_ext[FG_ISA_COUNT] = {
     [FG_ISA_SCALAR] = {0}, /* never used: keeps the initializer non-empty without SIMD (MSVC rejects {}) */
 #if FG_HAVE_X86
-    [FG_ISA_AVX512] = {NULL, NULL, vec_dot_q8_0_q8_0_avx512vnni, gemv_q8_0_q8_0_avx512vnni,
-                       gemm_q8_0_q8_0_avx512vnni},
+    [FG_ISA_AVX512] = {NULL, NULL, vec_dot_q8_0_q8_0_vnni, gemv_q8_0_q8_0_vnni, gemm_q8_0_q8_0_vnni},
 #endif
 #if FG_HAVE_NEON
     [FG_ISA_NEON] = {NULL, NULL, vec_dot_q8_0_q8_0_neondp, gemv_q8_0_q8_0_neondp,

@@ -66,7 +66,7 @@ int fg_cpu_has_dotprod(void);
         }                                                                                                    \
     }
 
-/* Row-lane tiles: TILE(R, M, first, kc, w, stride, x, xs, aux, y, ldy) computes R <= 8 consecutive weight rows
+/* Row-lane tiles: TILE(R, M, first, kc, w, stride, x, xs, aux, y, ldy) computes R <= 8 (or 16) consecutive weight rows
  * (`stride` bytes apart) x M <= 8 activation rows (`xs` apart) over kc <= FG_KC blocks, row r in float lane r, so
  * every (r, a) pair has ONE float accumulator: it starts at 0 (first) or at y[a * ldy + r] and runs block by block,
  * in order, acc = fma((float)int_dot, dw * dx, acc). What a block needs of the activation alone (its scale, a
@@ -93,7 +93,12 @@ typedef struct {
     case 2: if ((MT) >= 2) { TILE(R, 2, __VA_ARGS__); break; } /* fallthrough */                             \
     default: TILE(R, 1, __VA_ARGS__); break;                                                                 \
     }
-#define FG_KERNELS_FROM_TILE8(DOT, GEMV, GEMM, TARGET, TILE, AUX, WBLK, XBLK, BLK, MT)                      \
+/* FG_KERNELS_FROM_TILE8 for tiles of RT rows (8: ymm row lanes; 16: the AVX-512 zmm tiles, FG_KERNELS_FROM_TILE16). */
+#define FG_KERNELS_FROM_TILE8(DOT, GEMV, GEMM, TARGET, TILE, AUX, WBLK, XBLK, BLK, MT) \
+    FG_KERNELS_FROM_TILE(DOT, GEMV, GEMM, TARGET, TILE, AUX, WBLK, XBLK, BLK, MT, 8)
+#define FG_KERNELS_FROM_TILE16(DOT, GEMV, GEMM, TARGET, TILE, AUX, WBLK, XBLK, BLK, MT) \
+    FG_KERNELS_FROM_TILE(DOT, GEMV, GEMM, TARGET, TILE, AUX, WBLK, XBLK, BLK, MT, 16)
+#define FG_KERNELS_FROM_TILE(DOT, GEMV, GEMM, TARGET, TILE, AUX, WBLK, XBLK, BLK, MT, RT)                   \
     TARGET static void GEMM(int64_t n, const void *w, size_t stride, const void *xq, size_t xs, int64_t m,   \
                             float *y, int64_t ldy, int64_t nrows) {                                          \
         const int64_t nb = n / (BLK);                                                                        \
@@ -108,8 +113,8 @@ typedef struct {
                 /* tiles take aux as const; before C23 that conversion of an array pointer needs a cast */   \
                 const fg_xaux(*caux)[FG_KC] = (const fg_xaux(*)[FG_KC])aux;                                  \
                 int64_t r = 0;                                                                               \
-                for (; r + 8 <= nrows; r += 8)                                                               \
-                    FG_TILE8_M(TILE, 8, M, MT, first, kc, wk + r * stride, stride, xk, xs, caux, ya + r, ldy) \
+                for (; r + (RT) <= nrows; r += (RT))                                                         \
+                    FG_TILE8_M(TILE, RT, M, MT, first, kc, wk + r * stride, stride, xk, xs, caux, ya + r, ldy) \
                 if (r < nrows) {                                                                             \
                     const int R = (int)(nrows - r);                                                          \
                     FG_TILE8_M(TILE, R, M, MT, first, kc, wk + r * stride, stride, xk, xs, caux, ya + r, ldy) \
@@ -138,6 +143,8 @@ typedef struct {
 #define FG_TARGET_AVX512_VNNI __attribute__((target("avx2,fma,f16c,avx512f,avx512bw,avx512vl,avx512vnni")))
 #define FG_INLINE_AVX2 static inline __attribute__((always_inline, target("avx2,fma,f16c")))
 #define FG_INLINE_AVX512 static inline __attribute__((always_inline, target("avx2,fma,f16c,avx512f,avx512bw,avx512vl")))
+#define FG_INLINE_AVX512_VNNI \
+    static inline __attribute__((always_inline, target("avx2,fma,f16c,avx512f,avx512bw,avx512vl,avx512vnni")))
 
 /* Weight rows stream from memory. A kernel working on 4 rows asks, at each step, for the same bytes 4 rows
  * further on (the next group of rows, as the rows are usually contiguous): measured on 33-56 MB matrices it
@@ -268,6 +275,10 @@ FG_INLINE_AVX2 __m256 fg_spread2_256(__m128 v) {
 #define FG_DOT2_U8S8_256(lo, xlo, hi, xhi) \
     _mm256_madd_epi16(_mm256_add_epi16(_mm256_maddubs_epi16((lo), (xlo)), _mm256_maddubs_epi16((hi), (xhi))), _mm256_set1_epi16(1))
 
+/* u1.s1 + u2.s2 per 4-byte group in one VNNI instruction each (u8 x s8 summed into int32: nothing saturates). */
+#define FG_DOT2_U8S8_256_VNNI(u1, s1, u2, s2) \
+    _mm256_dpbusd_epi32(_mm256_dpbusd_epi32(_mm256_setzero_si256(), (u1), (s1)), (u2), (s2))
+
 /* ---- row-lane tiles (FG_KERNELS_FROM_TILE8): 8 weight rows, row i in 32-bit lane i ---- */
 
 /* 16 bytes at p of rows 0..R-1 (`stride` bytes apart; rows >= R read as zero) -> t[j] = bytes 4j..4j+3 of row i in
@@ -330,6 +341,25 @@ FG_INLINE_AVX2 __m256i fg_bcast32(const void *p) {
     int32_t v;
     memcpy(&v, p, 4);
     return _mm256_set1_epi32(v);
+}
+
+/* One block of 32 nibbles of 8 row lanes (lo[j]: elements 4j..4j+3 of every row, hi[j]: 16 + 4j.., as from
+ * fg_rows8_nibbles) . the 32 int8 of one activation block at xq, broadcast 4 bytes at a time -> every row's exact
+ * int32 block dot. AVX2: 8 maddubs summed in int16 (|pair| <= 2 * 15 * 127, 8 of them < 32767), one madd widens;
+ * VNNI: 8 dpbusd in two chains (lo, hi) so they overlap. Both exact, so the float step after sees the same value. */
+FG_INLINE_AVX2 __m256i fg_nib8_dot_avx2(const __m256i lo[4], const __m256i hi[4], const int8_t *xq) {
+    __m256i s = _mm256_maddubs_epi16(lo[0], fg_bcast32(xq));
+    for (int j = 1; j < 4; j++) s = _mm256_add_epi16(s, _mm256_maddubs_epi16(lo[j], fg_bcast32(xq + 4 * j)));
+    for (int j = 0; j < 4; j++) s = _mm256_add_epi16(s, _mm256_maddubs_epi16(hi[j], fg_bcast32(xq + 16 + 4 * j)));
+    return _mm256_madd_epi16(s, _mm256_set1_epi16(1));
+}
+FG_INLINE_AVX512_VNNI __m256i fg_nib8_dot_vnni(const __m256i lo[4], const __m256i hi[4], const int8_t *xq) {
+    __m256i a = _mm256_setzero_si256(), b = _mm256_setzero_si256();
+    for (int j = 0; j < 4; j++) {
+        a = _mm256_dpbusd_epi32(a, lo[j], fg_bcast32(xq + 4 * j));
+        b = _mm256_dpbusd_epi32(b, hi[j], fg_bcast32(xq + 16 + 4 * j));
+    }
+    return _mm256_add_epi32(a, b);
 }
 
 /* Row-lane accumulators in: acc[a] lane r <- 0 (first) or y[a * ldy + r] for r < R. */
@@ -462,6 +492,101 @@ FG_INLINE_AVX2 __m128 fg_f16_pairs(const void *p0, const void *p1) {
     _mm512_madd_epi16(_mm512_add_epi16(_mm512_maddubs_epi16((u1), (s1)), _mm512_maddubs_epi16((u2), (s2))), _mm512_set1_epi16(1))
 #define FG_DOT2_U8S8_512_VNNI(u1, s1, u2, s2) \
     _mm512_dpbusd_epi32(_mm512_dpbusd_epi32(_mm512_setzero_si512(), (u1), (s1)), (u2), (s2))
+
+/* ---- 16-row zmm tiles (FG_KERNELS_FROM_TILE16, AVX-512 + VNNI): the row-lane design of the ymm tiles with row i in
+ * 32-bit lane i of a zmm, so one broadcast + dpbusd serves 16 rows and the float step covers 16 pairs per op. Each
+ * lane takes exactly the ymm tile's float ops, so a 16-row gemm equals an 8-row gemv bit for bit. ---- */
+
+/* fg_rows8_dwords for 16 rows: rows k, k+4, k+8, k+12 share a zmm, then the 4x4 dword transpose per 128-bit lane. */
+FG_INLINE_AVX512 void fg_rows16_dwords(const char *p, size_t stride, int R, __m512i t[4]) {
+    __m512i v[4];
+    for (int k = 0; k < 4; k++) {
+        __m128i q[4]; /* rows k + 4l */
+        for (int l = 0; l < 4; l++)
+            q[l] = k + 4 * l < R ? _mm_loadu_si128((const __m128i *)(p + (k + 4 * l) * stride)) : _mm_setzero_si128();
+        v[k] = _mm512_inserti64x4(_mm512_castsi256_si512(_mm256_set_m128i(q[1], q[0])), _mm256_set_m128i(q[3], q[2]), 1);
+    }
+    const __m512i l01 = _mm512_unpacklo_epi32(v[0], v[1]), h01 = _mm512_unpackhi_epi32(v[0], v[1]);
+    const __m512i l23 = _mm512_unpacklo_epi32(v[2], v[3]), h23 = _mm512_unpackhi_epi32(v[2], v[3]);
+    t[0] = _mm512_unpacklo_epi64(l01, l23);
+    t[1] = _mm512_unpackhi_epi64(l01, l23);
+    t[2] = _mm512_unpacklo_epi64(h01, h23);
+    t[3] = _mm512_unpackhi_epi64(h01, h23);
+}
+
+/* fg_rows8_nibbles for 16 rows. */
+FG_INLINE_AVX512 void fg_rows16_nibbles(const char *p, size_t stride, int R, __m512i lo[4], __m512i hi[4]) {
+    const __m512i m4 = _mm512_set1_epi8(0x0f);
+    __m512i t[4];
+    fg_rows16_dwords(p, stride, R, t);
+    for (int j = 0; j < 4; j++) {
+        lo[j] = _mm512_and_si512(t[j], m4);
+        hi[j] = _mm512_and_si512(_mm512_srli_epi16(t[j], 4), m4);
+    }
+}
+
+/* Two 8-row halves -> one zmm (rows 0..7 low, 8..15 high). */
+FG_INLINE_AVX512 __m512 fg_join16(__m256 lo, __m256 hi) {
+    return _mm512_castpd_ps(_mm512_insertf64x4(_mm512_castps_pd(_mm512_castps256_ps512(lo)), _mm256_castps_pd(hi), 1));
+}
+
+/* fg_rows8_f16 / fg_rows8_f16x2 for 16 rows (lanes >= R zero). */
+FG_INLINE_AVX512 __m512 fg_rows16_f16(const char *p, size_t stride, int R) {
+    return fg_join16(fg_rows8_f16(p, stride, R < 8 ? R : 8), fg_rows8_f16(p + 8 * stride, stride, R - 8));
+}
+FG_INLINE_AVX512 void fg_rows16_f16x2(const char *p, size_t stride, int R, __m512 *a, __m512 *b) {
+    __m256 a0, b0, a1, b1;
+    fg_rows8_f16x2(p, stride, R < 8 ? R : 8, &a0, &b0);
+    fg_rows8_f16x2(p + 8 * stride, stride, R - 8, &a1, &b1);
+    *a = fg_join16(a0, a1);
+    *b = fg_join16(b0, b1);
+}
+
+/* Row-lane accumulators in and out (fg_load_rows8, fg_store_rows8): lanes r < R, by mask. */
+FG_INLINE_AVX512 void fg_load_rows16(const int R, const int M, int first, __m512 *acc, const float *y, int64_t ldy) {
+    const __mmask16 k = (__mmask16)((1u << R) - 1);
+    for (int a = 0; a < M; a++) acc[a] = first ? _mm512_setzero_ps() : _mm512_maskz_loadu_ps(k, y + a * ldy);
+}
+FG_INLINE_AVX512 void fg_store_rows16(const int R, const int M, const __m512 *acc, float *y, int64_t ldy) {
+    const __mmask16 k = (__mmask16)((1u << R) - 1);
+    for (int a = 0; a < M; a++) _mm512_mask_storeu_ps(y + a * ldy, k, acc[a]);
+}
+
+/* fg_prefetch_tile8 for the 16 rows at w: both halves. */
+#define fg_prefetch_tile16(w, stride, R, i, kc, bs)                                                         \
+    do {                                                                                                     \
+        fg_prefetch_tile8(w, stride, (R) < 8 ? (R) : 8, i, kc, bs);                                          \
+        fg_prefetch_tile8((const char *)(w) + 8 * (stride), stride, (R) - 8, i, kc, bs);                     \
+    } while (0)
+
+/* The 4 bytes at p in every 32-bit lane of a zmm. */
+FG_INLINE_AVX512 __m512i fg_bcast32_512(const void *p) {
+    int32_t v;
+    memcpy(&v, p, 4);
+    return _mm512_set1_epi32(v);
+}
+
+/* fg_nib8_dot_vnni for 16 row lanes, added to acc (a tile's integer correction, or zero): one chain, as the gemm
+ * tiles run it for several activations whose chains overlap. */
+FG_INLINE_AVX512_VNNI __m512i fg_nib16_dot_vnni(__m512i acc, const __m512i lo[4], const __m512i hi[4], const int8_t *xq) {
+    for (int j = 0; j < 4; j++) acc = _mm512_dpbusd_epi32(acc, lo[j], fg_bcast32_512(xq + 4 * j));
+    for (int j = 0; j < 4; j++) acc = _mm512_dpbusd_epi32(acc, hi[j], fg_bcast32_512(xq + 16 + 4 * j));
+    return acc;
+}
+
+/* fg_q8_1_step8 for 16 rows: the same ops in the same order. */
+FG_INLINE_AVX512 __m512 fg_q8_1_step16(__m512 acc, __m512i sumi, __m512 dw, __m512 mw, const fg_xaux *aux) {
+    const __m512 p = _mm512_mul_ps(_mm512_cvtepi32_ps(sumi), _mm512_mul_ps(dw, _mm512_set1_ps(aux->d)));
+    return _mm512_add_ps(acc, _mm512_add_ps(p, _mm512_mul_ps(mw, _mm512_set1_ps(aux->s))));
+}
+
+/* A 16-row tile's one-activation case (the gemv): the 8-row tile TILE8 on each half (its row reduction needs no
+ * transpose; per lane the same float ops, so the gemm's 16-row tiles still equal it bit for bit). */
+#define FG_TILE16_GEMV(TILE8, R, first, kc, w, stride, x, xs, aux, y, ldy)                                  \
+    do {                                                                                                     \
+        TILE8((R) < 8 ? (R) : 8, 1, first, kc, w, stride, x, xs, aux, y, ldy);                               \
+        if ((R) > 8) TILE8((R) - 8, 1, first, kc, (w) + 8 * (stride), stride, x, xs, aux, (y) + 8, ldy);     \
+    } while (0)
 #endif /* x86 */
 
 #if !defined(FG_NO_SIMD) && (defined(__aarch64__) || defined(_M_ARM64)) && (defined(__GNUC__) || defined(__clang__))

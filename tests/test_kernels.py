@@ -190,7 +190,7 @@ def test_matmul_many_rows_equals_gemv_per_row(isa, t):
         for n in (32, 160, 576) + ((37, 45) if float_type else ()):  # 1, 5, 18 blocks; float rows of odd length
             if float_type and n > 160:
                 continue
-            for rows in (1, 3, 17, 33):
+            for rows in (1, 3, 17, 43):  # 43: 16-row tiles and a remainder of 11 (both 8-row halves)
                 w = kernels.quantize(_data((rows, n), n + rows), t)
                 for m in (1, 2, 3, 4, 5, 9, 17):
                     x = _data((m, n), n + 100 * m + rows)
@@ -223,21 +223,22 @@ def test_q8_0_weights_at_minus_128(isa):
         kernels.set_isa(prev)
 
 
-# The row-lane tiles that take the scalar reference's float step: AVX2's, and NEON's with dotprod (base NEON has none;
-# tests/c/test_kernels.c checks the NEON tiles too, under qemu in .ci/kernels.sh)
-ROW_LANE_EXACT = [("avx2", "Q4_1"), ("avx2", "Q5_1"), ("avx2", "IQ4_NL"), ("avx2", "MXFP4")] + [
-    ("neon", t) for t in ("Q4_1", "Q5_0", "Q5_1", "IQ4_NL", "MXFP4")]
+# The row-lane tiles that take the scalar reference's float step: x86's (AVX2, and its AVX-512 / VNNI twins) and NEON's
+# with dotprod (base NEON has none; tests/c/test_kernels.c checks the NEON tiles too, under qemu in .ci/kernels.sh)
+_X86_EXACT = ("Q4_1", "Q5_1", "IQ4_NL", "MXFP4")
+ROW_LANE_EXACT = {"avx2": _X86_EXACT, "avx512": _X86_EXACT, "neon": ("Q4_1", "Q5_0", "Q5_1", "IQ4_NL", "MXFP4")}
 
 
-@pytest.mark.parametrize("tile_isa,t", ROW_LANE_EXACT)
-def test_row_lane_kernels_equal_scalar_exactly(tile_isa, t):
+@pytest.mark.parametrize("t", ["Q4_1", "Q5_0", "Q5_1", "IQ4_NL", "MXFP4"])
+def test_row_lane_kernels_equal_scalar_exactly(isa, t):
     """The row-lane kernels take the scalar reference's float step per (row, activation) pair, block by block
-    (Q4_1, Q5_1: sum += (float)sumi * (dw * dx) + mw * sx; Q5_0, IQ4_NL, MXFP4: without the m term), so gemm, gemv and vec_dot all equal the scalar vec_dot bit for
-    bit; n past 128 blocks crosses the tiles' chunk of activation scales, m = 1..9 every activation tile size."""
-    if tile_isa not in ISAS:
-        pytest.skip(f"no {tile_isa}")
-    prev = kernels.set_isa(tile_isa)
-    if tile_isa == "neon" and kernels.active_ext() != "dotprod":
+    (Q4_1, Q5_1: sum += (float)sumi * (dw * dx) + mw * sx; Q5_0, IQ4_NL, MXFP4: without the m term), so gemm, gemv
+    and vec_dot all equal the scalar vec_dot bit for bit; n past 128 blocks crosses the tiles' chunk of activation
+    scales, m = 1..9 every activation tile size."""
+    if t not in ROW_LANE_EXACT.get(isa, ()):
+        pytest.skip(f"no exact row-lane {t} tile on {isa}")
+    prev = kernels.set_isa(isa)
+    if isa == "neon" and kernels.active_ext() != "dotprod":
         kernels.set_isa(prev)
         pytest.skip("NEON without dotprod has no row-lane tiles")
     try:

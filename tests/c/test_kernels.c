@@ -58,7 +58,7 @@ static const int types[] = {FG_TYPE_F32, FG_TYPE_F16, FG_TYPE_BF16, FG_TYPE_Q4_0
 static const long sizes[] = {32, 64, 96, 544, 576, 608, 1536, 4128};
 static const long k_sizes[] = {256, 512, 768, 2304, 4352}; /* super-block types (QK_K = 256) */
 static const long odd_float_sizes[] = {1, 7, 13, 33, 100, 577};
-static const long row_counts[] = {1, 2, 3, 4, 5, 7, 9, 17};
+static const long row_counts[] = {1, 2, 3, 4, 5, 7, 9, 17, 27}; /* 27: a 16-row tile and 11 more (both halves) */
 
 /* The row-lane tiles that take the scalar reference's float step per block (no FMA) equal the scalar vec_dot bit for
  * bit, in vec_dot, gemv and gemm. tests/test_kernels.py checks AVX2's; it cannot run on aarch64, so NEON's are
@@ -73,7 +73,7 @@ static void test_type(int isa, const char *name, int type, long n) {
     const fg_type_kernels *ref = fg_kernels_of(FG_ISA_SCALAR, type), *k = fg_kernels_of(isa, type);
     const int xtype = fg_vec_dot_type(type);
     const size_t rs = fg_row_size(type, n), pad = 64, stride = rs + pad; /* rows apart by more than a row */
-    const long maxr = 17;
+    const long maxr = 27;
     float *x = malloc(n * sizeof(float)), *a = malloc(n * sizeof(float)), *b = malloc(n * sizeof(float));
     float *wf = malloc(n * maxr * sizeof(float)), *y = malloc(maxr * sizeof(float));
     unsigned char *q1 = malloc(rs + 1), *q2 = malloc(rs + 1), *w = malloc(stride * maxr);
