@@ -139,15 +139,6 @@ FG_INLINE_AVX2 __m256i q5_0_stepsum_avx2(const q5_0_rows8 *u, const block_q8_0 *
     const __m256i ones = _mm256_set1_epi16(1);
     return _mm256_sub_epi32(_mm256_add_epi32(_mm256_madd_epi16(t[0], ones), _mm256_madd_epi16(t[1], ones)), u->bias);
 }
-FG_INLINE_AVX512_VNNI __m256i q5_0_stepsum_vnni(const q5_0_rows8 *u, const block_q8_0 *xb) {
-    __m256i t = _mm256_sub_epi32(_mm256_setzero_si256(), u->bias);
-    for (int g = 0; g < 8; g++) {
-        int32_t x4;
-        memcpy(&x4, xb->qs + 4 * g, 4);
-        t = _mm256_dpbusd_epi32(t, _mm256_xor_si256(_mm256_set1_epi32(x4), _mm256_set1_epi8((char)0x80)), u->s[g]);
-    }
-    return t;
-}
 #define Q5_0_XPRE_AVX2(xq) _mm256_maddubs_epi16(_mm256_set1_epi8(16), (xq))
 #define Q5_0_DOT_AVX2(q, xq, pre) \
     _mm256_madd_epi16(_mm256_sub_epi16(_mm256_maddubs_epi16((q), (xq)), (pre)), _mm256_set1_epi16(1))
@@ -250,8 +241,9 @@ FG_INLINE_AVX512_VNNI __m256i q5_0_stepsum_vnni(const q5_0_rows8 *u, const block
 Q5_0_KERNELS(avx2, FG_INLINE_AVX2, FG_TARGET_AVX2, q5_0_stepsum_avx2, Q5_0_XPRE_AVX2, Q5_0_DOT_AVX2, 16)
 /* AVX-512 + VNNI: the same kernels with dpbusd (256-bit, AVX512VL); same sums, same float steps: bit-identical. The
  * transposed gemm from 16 activations as on AVX2: from 4, a kernel A/B on in-cache matrices gained at m = 8, but the
- * model's batched step of 8 (weights streaming from memory) lost a quarter. */
-Q5_0_KERNELS(vnni, FG_INLINE_AVX512_VNNI, FG_TARGET_AVX512_VNNI, q5_0_stepsum_vnni, Q5_0_XPRE_VNNI, Q5_0_DOT_VNNI, 16)
+ * model's batched step of 8 (weights streaming from memory) lost a quarter. Its block sums stay AVX2's: a dpbusd
+ * version (each activation's 4-byte groups broadcast and flipped to unsigned) made Gemma 3's pp512 1.5x slower. */
+Q5_0_KERNELS(vnni, FG_INLINE_AVX512_VNNI, FG_TARGET_AVX512_VNNI, q5_0_stepsum_avx2, Q5_0_XPRE_VNNI, Q5_0_DOT_VNNI, 16)
 #endif /* FG_HAVE_X86 */
 
 #if FG_HAVE_NEON
