@@ -5,7 +5,7 @@ RuntimeError), so existing handlers keep working. Bad arguments to the API stay 
 The command line maps these to exit codes in one table: fastgguf.cli.EXIT_CODES."""
 
 __all__ = ["FastGGUFError", "GGUFError", "TokenizerError", "ChatTemplateError", "QuantizeError", "HubError",
-           "GrammarError", "ConvertError"]
+           "GrammarError", "ConvertError", "QueueFull"]
 
 
 class FastGGUFError(Exception):
@@ -38,3 +38,11 @@ class ConvertError(FastGGUFError, ValueError):
 
 class GrammarError(FastGGUFError, ValueError):
     """A JSON schema or grammar that structured output cannot enforce exactly (the message is llguidance's)."""
+
+
+class QueueFull(RuntimeError):
+    """The engine's queue (or the grammar compiler's) is full; retry after `retry_after` seconds (HTTP 429)."""
+
+    def __init__(self, message, retry_after=1):
+        super().__init__(message)
+        self.retry_after = retry_after

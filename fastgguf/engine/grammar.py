@@ -29,17 +29,22 @@ Departures from JSON Schema (llguidance's, kept; the output is still valid under
   which no validator accepts (Python's datetime.date, jsonschema's format checker);
 - an "x-guidance" key in a schema is replaced by these options.
 """
+import collections
+import hashlib
 import importlib
 import json
 import os
 import re
 import threading
+import time
 from collections.abc import Mapping
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass
 
 import numpy as np
 
+from fastgguf.engine import sandbox
+from fastgguf.engine.grammar_limits import MAX_SCHEMA_BYTES, check_schema, check_text, gbnf_to_lark
 from fastgguf.errors import GrammarError
 
 __all__ = ["Grammar", "GrammarError", "Matcher", "Vocabulary", "vocabulary", "matchers", "require_llguidance",
@@ -82,7 +87,7 @@ def require_llguidance():
 
 def _message(text):
     """llguidance's error without its location prefix and its listing of the grammar source."""
-    text = text.split("\n   1 | ", 1)[0]
+    text = text.split("\n   1 | ", 1)[0].split("<backtrace>", 1)[0].split("\n<state>", 1)[0]
     text = re.sub(r"^at \d+\(\d+\): ", "", text)
     return text.replace("failed to compile JSON schema: ", "", 1).strip()
 
@@ -120,10 +125,118 @@ def _json_lark(schema, lenient):
     return f"start: json_value | JSON_LEAD json_value\nJSON_LEAD: /{JSON_LEAD}/\njson_value: %json {body}\n"
 
 
+def limits():
+    """llguidance's parser limits for every compile and matcher: its defaults, without the parser state and grammar
+    source in error messages (a request's error must not carry them)."""
+    return require_llguidance().LLParserLimits(verbose_errors=False)
+
+
+def build(kind, source, lenient=False):
+    """Lark text that llguidance accepts, from a json_schema (its JSON text), gbnf, lark or regex source, after the
+    limits of grammar_limits; GrammarError otherwise. Runs in the compile sandbox (see compile_source): besides
+    validating, it compiles the grammar over a byte vocabulary and takes its first mask, the work a model's
+    matcher repeats in the server, and refuses a grammar whose compile takes over MATCHER_CPU_SECONDS."""
+    llg = require_llguidance()
+    if kind == "json_schema":
+        check_schema(json.loads(source))
+        text = _json_lark(json.loads(source), lenient)
+    elif kind == "gbnf":
+        text = gbnf_to_lark(source)
+    else:
+        check_text(kind, source)
+        text = llg.LLMatcher.grammar_from_regex(source) if kind == "regex" else source
+    err = llg.LLMatcher.validate_grammar(text, limits=limits())
+    if err:
+        raise GrammarError(f"{kind}: {_message(err)}")
+    t = time.process_time()
+    m = llg.LLMatcher(_byte_tokenizer(), text, log_level=0, limits=limits())
+    if not m.is_error():
+        m.compute_bitmask()
+    if m.is_error():
+        raise GrammarError(f"{kind}: {_message(m.get_error())}")
+    spent = time.process_time() - t
+    if spent > MATCHER_CPU_SECONDS:
+        raise GrammarError(f"{kind}: compiling it takes {spent:.1f} CPU-s, over the budget of "
+                           f"{MATCHER_CPU_SECONDS:g} s")
+    return text
+
+
+MATCHER_CPU_SECONDS = 2.0   # a grammar's compile over a byte vocabulary, in the sandbox; the server repeats it
+
+
+class _Bytes:
+    """A vocabulary of the 256 bytes and an end token (the sandbox's stand-in for a model's)."""
+    is_tokenizer_wrapper = True
+    special_token_ids = ()
+    tokens = [bytes([i]) for i in range(256)] + [b"\xff<eos>"]
+    eos_token_id = 256
+    bos_token_id = None
+
+    def __call__(self, text):
+        return list(text.encode("utf-8"))
+
+
+_BYTE_TOKENIZER = []
+
+
+def _byte_tokenizer():
+    if not _BYTE_TOKENIZER:
+        _BYTE_TOKENIZER.append(require_llguidance().LLTokenizer(_Bytes()))
+    return _BYTE_TOKENIZER[0]
+
+
+_CACHE = collections.OrderedDict()      # sha256 of (kind, lenient, source) -> Lark text, or the GrammarError's text
+_CACHE_BYTES = [0]
+_CACHE_LIMIT = 64 << 20                 # bytes of cached sources and results
+_CACHE_LOCK = threading.Lock()
+
+
+def _key(kind, source, lenient):
+    return hashlib.sha256(f"{kind}\0{int(bool(lenient))}\0".encode() + source.encode("utf-8", "surrogatepass"))\
+        .digest()
+
+
+def _remember(key, value):
+    with _CACHE_LOCK:
+        if key not in _CACHE:
+            _CACHE[key] = value
+            _CACHE_BYTES[0] += len(value)
+        _CACHE.move_to_end(key)
+        while _CACHE_BYTES[0] > _CACHE_LIMIT and len(_CACHE) > 1:
+            _, old = _CACHE.popitem(last=False)
+            _CACHE_BYTES[0] -= len(old)
+
+
+def compile_source(kind, source, lenient=False):
+    """build(kind, source) in the compile sandbox (a worker process under a CPU, memory and stack limit:
+    fastgguf.engine.sandbox), cached by the source's hash: the same schema or grammar is compiled once, and a
+    refused one refused again at no cost. The Lark text, or GrammarError."""
+    require_llguidance()        # ImportError naming the extra, even where the cache knows the answer
+    key = _key(kind, source, lenient)
+    with _CACHE_LOCK:
+        hit = _CACHE.get(key)
+        if hit is not None:
+            _CACHE.move_to_end(key)
+    if hit is None:
+        try:
+            hit = sandbox.run("fastgguf.engine.grammar:build", [kind, source, bool(lenient)])
+        except sandbox.SandboxError as e:
+            raise GrammarError(f"{kind}: {e}") from None     # not cached: a loaded machine may pass next time
+        except GrammarError as e:
+            hit = "\0" + str(e)
+        _remember(key, hit)
+        if not hit.startswith("\0"):
+            _remember(_key("lark", hit, False), hit)          # Grammar(kind, text) checks this text: known good
+    if hit.startswith("\0"):
+        raise GrammarError(hit[1:])
+    return hit
+
+
 @dataclass(frozen=True)
 class Grammar:
-    """A grammar llguidance accepts (`text`: Lark, or llguidance's JSON form), checked on creation. Immutable and
-    hashable; equal when (kind, text) are. Make one with the classmethods."""
+    """A grammar llguidance accepts (`text`: Lark, or llguidance's JSON form), checked on creation (in the compile
+    sandbox, cached: compile_source). Immutable and hashable; equal when (kind, text) are. Make one with the
+    classmethods."""
     kind: str     # one of KINDS: what it was made from
     text: str     # the llguidance grammar string LLMatcher takes
 
@@ -132,44 +245,45 @@ class Grammar:
             raise ValueError(f"Grammar kind must be one of {', '.join(KINDS)}, got {self.kind!r}")
         if not isinstance(self.text, str):
             raise TypeError(f"Grammar text must be a str, got {type(self.text).__name__}")
-        err = require_llguidance().LLMatcher.validate_grammar(self.text)
-        if err:
-            raise GrammarError(f"{self.kind}: {_message(err)}")
+        try:
+            compile_source("lark", self.text)
+        except GrammarError as e:
+            raise GrammarError(f"{self.kind}: {str(e).removeprefix('lark: ')}") from None
 
     @classmethod
     def json_schema(cls, schema, lenient=False):
         """Output valid under a JSON Schema (a dict, or its JSON text). lenient=True ignores keywords llguidance
         does not implement instead of refusing the schema: the output may then break them."""
         if isinstance(schema, str):
+            if len(schema) > MAX_SCHEMA_BYTES:
+                raise GrammarError(f"json_schema: the schema is over the limit of {MAX_SCHEMA_BYTES} bytes")
             try:
                 schema = json.loads(schema)
-            except ValueError as e:
+            except (ValueError, RecursionError) as e:
                 raise GrammarError(f"json_schema is not valid JSON: {e}") from None
         if not isinstance(schema, Mapping):
             raise TypeError(f"json_schema must be a dict, got {type(schema).__name__}")
         try:
-            text = _json_lark(schema, lenient)
-        except (TypeError, ValueError) as e:
+            source = json.dumps(schema, ensure_ascii=False, allow_nan=False)
+        except (TypeError, ValueError, RecursionError) as e:
             raise GrammarError(f"json_schema is not JSON: {e}") from None
-        return cls("json_schema", text)
+        if len(source) > MAX_SCHEMA_BYTES:
+            raise GrammarError(f"json_schema: the schema is {len(source)} characters, over the limit of "
+                               f"{MAX_SCHEMA_BYTES} bytes")
+        return cls("json_schema", compile_source("json_schema", source, lenient))
 
     @classmethod
     def json_object(cls):
         """Any JSON object (OpenAI's response_format {"type": "json_object"})."""
-        return cls("json_object", _json_lark({"type": "object"}, False))
+        return cls.json_schema({"type": "object"})
 
     @classmethod
     def gbnf(cls, text):
         """A llama.cpp GBNF grammar (root rule `root`)."""
         if not isinstance(text, str):
             raise TypeError(f"a GBNF grammar must be a str, got {type(text).__name__}")
-        require_llguidance()
-        convert = importlib.import_module("llguidance.gbnf_to_lark").gbnf_to_lark
-        try:
-            lark = convert(text)
-        except Exception as e:    # noqa: B902 - the converter raises several kinds for a bad grammar
-            raise GrammarError(f"gbnf: {e}") from None
-        return cls("gbnf", lark)
+        check_text("gbnf", text)
+        return cls("gbnf", compile_source("gbnf", text))
 
     @classmethod
     def lark(cls, text):
@@ -183,7 +297,8 @@ class Grammar:
         """Output matching a regular expression as a whole (Rust regex syntax; no look-around)."""
         if not isinstance(text, str):
             raise TypeError(f"a regex must be a str, got {type(text).__name__}")
-        return cls("regex", require_llguidance().LLMatcher.grammar_from_regex(text))
+        check_text("regex", text)
+        return cls("regex", compile_source("regex", text))
 
 
 class _Bridge:
@@ -228,9 +343,43 @@ class Vocabulary:
         self.eos_id = tokenizer.eos_id if tokenizer.eos_id in self.eog_ids else eog[0]
         self._eog_bits = [(i >> 5, np.uint32(1 << (i & 31))) for i in eog]     # (word, bit) of each EOG id
         self.lltokenizer = llg.LLTokenizer(_Bridge(tokenizer, tokens, self.eos_id))
+        self._protos = collections.OrderedDict()      # Grammar.text -> compiled LLMatcher at its start
+        self._lock = threading.Lock()
 
     def __repr__(self):
         return f"<Vocabulary n_vocab={self.n_vocab} eog={sorted(self.eog_ids)}>"
+
+    def compiled(self, grammar):
+        """The LLMatcher of grammar over this vocabulary at its start (copy it: deep_copy), compiled once and kept
+        (PROTOTYPES, least recently used first out). Compiled in a thread of sandbox.BIG_STACK, after the grammar's
+        text passed the sandbox (a Grammar is checked when made); GrammarError if its first mask fails or allows
+        nothing but the end, i.e. the grammar cannot produce any text."""
+        with self._lock:
+            m = self._protos.get(grammar.text)
+            if m is not None:
+                self._protos.move_to_end(grammar.text)
+                return m
+        m = sandbox.big_stack(self._compile, grammar)
+        with self._lock:
+            self._protos[grammar.text] = m
+            while len(self._protos) > PROTOTYPES:
+                self._protos.popitem(last=False)
+        return m
+
+    def _compile(self, grammar):
+        m = require_llguidance().LLMatcher(self.lltokenizer, grammar.text, log_level=0, limits=limits())
+        first = m if m.is_error() else m.deep_copy()
+        if not first.is_error():
+            mask = np.zeros(self.n_words, np.uint32)
+            first.unsafe_compute_mask_ptr(mask.ctypes.data, mask.nbytes)
+            if not first.is_error() and not mask.any():
+                raise GrammarError(f"{grammar.kind}: no token of the vocabulary can start the output")
+        if first.is_error():
+            raise GrammarError(f"{grammar.kind}: {_message(first.get_error())}")
+        return m
+
+
+PROTOTYPES = 64     # compiled grammars kept per Vocabulary
 
 
 _VOCAB_LOCK = threading.Lock()
@@ -266,9 +415,7 @@ class Matcher:
         if not isinstance(grammar, Grammar):
             raise TypeError(f"grammar must be a Grammar, got {type(grammar).__name__}")
         self.vocab, self.grammar = vocab, grammar
-        self._m = _matcher or require_llguidance().LLMatcher(vocab.lltokenizer, grammar.text, log_level=0)
-        if self._m.is_error():
-            raise GrammarError(f"{grammar.kind}: {_message(self._m.get_error())}")
+        self._m = _matcher or vocab.compiled(grammar).deep_copy()
         self.mask = np.zeros(vocab.n_words, np.uint32)     # (n_words,) bit i % 32 of word i // 32: token i allowed
         self._pending = None    # the next mask, being computed in the background (a Future), see consume()
 
@@ -334,7 +481,8 @@ class Matcher:
 
 
 def matchers(model, grammar, n):
-    """n fresh Matchers of grammar over model's vocabulary (one per choice of a request): compiled once, copied.
+    """n fresh Matchers of grammar over model's vocabulary (one per choice of a request): copies of its compiled
+    prototype (Vocabulary.compiled: a grammar sent again is not compiled again).
     Built where a request is prepared (the caller's thread, a server's worker thread), never on the engine thread."""
-    first = Matcher(vocabulary(model), grammar)
-    return [first] + [first.copy() for _ in range(n - 1)]
+    vocab = vocabulary(model)
+    return [Matcher(vocab, grammar) for _ in range(n)]

@@ -58,19 +58,12 @@ from fastgguf.engine.params import SamplingParams, is_draft_model
 from fastgguf.engine.sequence import Sequence
 from fastgguf.engine.speculative import check_draft, draft_budget, draft_context, make_drafter, rewind_or_replay, \
     walk
+from fastgguf.errors import QueueFull
 
 __all__ = ["Scheduler", "Engine", "default_parallel", "Request", "QueueFull", "Start", "Delta", "Finish",
            "PromptLogprobs", "Embedding", "Done", "Error"]
 
 CHUNK = 64  # prompt tokens per sequence per step
-
-
-class QueueFull(RuntimeError):
-    """The engine's queue is full; retry after `retry_after` seconds."""
-
-    def __init__(self, message, retry_after=1):
-        super().__init__(message)
-        self.retry_after = retry_after
 
 
 # -- events (see the module docstring) ---------------------------------------------------------------------------

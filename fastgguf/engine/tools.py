@@ -28,7 +28,9 @@ import uuid
 from collections.abc import Mapping
 from dataclasses import dataclass
 
-from fastgguf.engine.grammar import exact_formats, json_options
+from fastgguf.engine.grammar import compile_source, exact_formats, json_options
+from fastgguf.engine.grammar_limits import check_schema
+from fastgguf.errors import GrammarError
 
 __all__ = ["ToolError", "ToolConfig", "FORMATS", "validate_tools", "detect_format", "tool_grammar",
            "generic_system_prompt", "prepare_tool_history", "parse", "ToolCallStream", "new_call_id"]
@@ -267,18 +269,18 @@ def _call_schema(fmt, functions):
     return {"$defs": defs, "anyOf": variants}
 
 
-def _validate(lark, what):
-    import llguidance   # an optional dependency (the structured-output extra); only grammar building needs it
-    err = llguidance.LLMatcher.validate_grammar(lark)
-    if err:
-        raise ToolError(f"{what} cannot be used as a constraint: {err.strip()}")
-
-
 def _check_functions(fmt, functions):
-    """Each tool's schema alone, so the error names the tool llguidance refuses."""
+    """Each tool's schema alone, within the grammar limits and compiled in the sandbox (grammar.compile_source),
+    so the error names the tool llguidance refuses."""
     for f in functions:
-        _validate("start: j\nj: %json " + json.dumps(_call_schema(fmt, [f])),
-                  f"tools: function {f['name']!r}'s parameters")
+        what = f"tools: function {f['name']!r}'s parameters"
+        try:
+            schema = _call_schema(fmt, [f])
+            check_schema(schema)
+            compile_source("lark", "start: j\nj: %json " + json.dumps(schema))
+        except GrammarError as e:
+            msg = re.sub(r"^(lark|json_schema): ", "", str(e))
+            raise ToolError(f"{what} cannot be used as a constraint: {msg}") from None
 
 
 def _lit(s):
@@ -362,7 +364,10 @@ def tool_grammar(config, fmt, special_ids=None):
         else:
             lark = f"start: TEXT | call{more}\nTEXT: /([^{{ \\t\\n](.|\\n)*)?/\n"
         lark += f"call: %json {call}\n"
-    _validate(lark, "tools")
+    try:
+        compile_source("lark", lark)
+    except GrammarError as e:
+        raise ToolError(f"tools cannot be used as a constraint: {str(e).removeprefix('lark: ')}") from None
     return lark
 
 

@@ -14,6 +14,7 @@ import uuid
 
 import numpy as np
 
+from fastgguf.engine.sandbox import Cancelled
 from fastgguf.engine.scheduler import Delta, Done, Embedding, Error, Finish, PromptLogprobs, QueueFull, Start
 from fastgguf.openai.protocol import APIError, EmbeddingPrepared, RerankPrepared, model_id
 
@@ -23,8 +24,11 @@ __all__ = ["ResponseBuilder", "EmbeddingCollector", "RerankCollector", "builder"
 
 def error_body(exc):
     """(HTTP status, OpenAI error dict, headers) of any exception: the one translation, for every route, handler and
-    stream (an APIError keeps its own; QueueFull is 429 with Retry-After; ValueError / TypeError 400; else 500)."""
-    if isinstance(exc, QueueFull):
+    stream (an APIError keeps its own; QueueFull is 429 with Retry-After; ValueError / TypeError 400; a compile
+    cancelled because the client left 499; else 500)."""
+    if isinstance(exc, Cancelled):
+        exc = APIError("the client closed the request", status=499, type="invalid_request_error")
+    elif isinstance(exc, QueueFull):
         exc = APIError(str(exc), status=429, type="rate_limit_error", code="rate_limit_exceeded",
                        headers={"Retry-After": str(exc.retry_after)})
     elif not isinstance(exc, APIError):

@@ -6,12 +6,14 @@ Every route exists with and without the /v1 prefix (create_app includes the rout
 import asyncio
 import functools
 import json
+import threading
 from typing import Callable, NamedTuple, Optional
 
 import anyio.to_thread
 from fastapi import APIRouter, Request
 from fastapi.responses import JSONResponse, PlainTextResponse, Response
 
+from fastgguf.engine import sandbox
 from fastgguf.engine.scheduler import Start
 from fastgguf.openai import protocol
 from fastgguf.openai.protocol import APIError
@@ -30,8 +32,28 @@ router = APIRouter()
 async def in_worker(http_req, fn, *args, **kw):
     """fn(*args, **kw) in a worker thread, at most app.state.workers (a CapacityLimiter) at once: a request's CPU
     work (the template, tokenizing a long prompt, compiling a grammar, detokenizing: milliseconds to seconds) never
-    stalls the event loop, and N costly requests wait for each other, not take every thread of the pool."""
-    return await anyio.to_thread.run_sync(functools.partial(fn, *args, **kw), limiter=http_req.app.state.workers)
+    stalls the event loop, and N costly requests wait for each other, not take every thread of the pool. A client
+    that hangs up meanwhile cancels what runs in the compile sandbox for it (sandbox.cancel_on: the grammar
+    compile's worker process is killed)."""
+    cancel = threading.Event()
+    watch = asyncio.ensure_future(_disconnected(http_req, cancel))
+    try:
+        return await anyio.to_thread.run_sync(functools.partial(_cancellable, cancel, fn, *args, **kw),
+                                              limiter=http_req.app.state.workers)
+    finally:
+        watch.cancel()
+
+
+def _cancellable(cancel, fn, *args, **kw):
+    with sandbox.cancel_on(cancel):
+        return fn(*args, **kw)
+
+
+async def _disconnected(http_req, event):
+    """Set event when the client disconnects (the body was read already)."""
+    while (await http_req.receive())["type"] != "http.disconnect":
+        await asyncio.sleep(0.05)
+    event.set()
 
 
 async def prepare(http_req, prepare_fn, body, **kw):
