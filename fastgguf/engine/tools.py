@@ -103,6 +103,10 @@ def validate_tools(tools, tool_choice=None, parallel_tool_calls=None):
         params = fn.get("parameters", {"type": "object", "properties": {}})
         if not isinstance(params, Mapping):
             raise ToolError(f"tools[{i}].function.parameters must be a JSON schema object")
+        try:
+            check_schema(params)        # the grammar limits, before a template renders it into the prompt
+        except GrammarError as e:
+            raise ToolError(f"tools[{i}].function.parameters: {str(e).removeprefix('json_schema: ')}") from None
         f = {"name": name}
         if desc is not None:
             f["description"] = desc

@@ -151,3 +151,67 @@ def test_without_llguidance_a_constrained_request_is_400_naming_the_extra(defaul
         assert status == 200, resp
     finally:
         s.stop()
+
+
+# -- issue 32: hostile grammars against the real server -------------------------------------------------------------
+
+def _chain(n):
+    defs = {f"a{i}": {"type": "object", "properties": {"x": {"$ref": f"#/$defs/a{i + 1}"}}} for i in range(n)}
+    defs[f"a{n}"] = {"type": "string"}
+    return {"$ref": "#/$defs/a0", "$defs": defs}
+
+
+def _hostile_bodies(schema):
+    """(path, body, how its error names the field) for the five ways a schema reaches the server."""
+    msgs = [{"role": "user", "content": "hi"}]
+    tool = {"type": "function", "function": {"name": "f", "parameters": schema}}
+    return [
+        ("/v1/chat/completions", {"messages": msgs, "max_tokens": 4, "response_format": {
+            "type": "json_schema", "json_schema": {"name": "x", "schema": schema}}}, "response_format"),
+        ("/v1/chat/completions", {"messages": msgs, "max_tokens": 4, "tools": [tool], "tool_choice": "required"},
+         "tools"),
+        ("/v1/messages", {"model": "x", "max_tokens": 4, "messages": msgs,
+                          "output_config": {"format": {"type": "json_schema", "schema": schema}}}, None),
+        ("/v1/responses", {"input": "hi", "max_output_tokens": 16, "text": {"format": {
+            "type": "json_schema", "name": "x", "schema": schema}}}, None),
+        ("/api/chat", {"model": "x", "messages": msgs, "stream": False, "format": schema,
+                       "options": {"num_predict": 4}}, None),
+    ]
+
+
+@pytest.mark.parametrize("i", range(5), ids=["response_format", "tools", "messages", "responses", "ollama"])
+def test_a_75_kB_ref_chain_is_400_and_the_server_lives(server, model_name, i):
+    """Issue 32's crash: a 1,000-link $ref chain segfaulted the server inside llguidance; now a 400 in the
+    dialect's shape naming the depth limit, and the server answers the next request."""
+    path, body, param = _hostile_bodies(_chain(1000))[i]
+    body["model"] = model_name
+    status, resp, _ = http(server, "POST", path, body)
+    assert status == 400, resp
+    text = json.dumps(resp)
+    assert "limit of 500" in text and "nest" in text, resp
+    assert "<backtrace>" not in text and "<state>" not in text
+    if param:
+        assert resp["error"]["param"] == param, resp
+    assert http(server, "GET", "/health", key=None)[0] == 200
+
+
+@pytest.mark.parametrize("schema", [{"$ref": "#/$defs/a", "$defs": {"a": {"$ref": "#/$defs/a"}}},
+                                    {"$ref": "#/$defs/a", "$defs": {"a": {"$ref": "#/$defs/b"},
+                                                                    "b": {"$ref": "#/$defs/a"}}}],
+                         ids=["self", "a-b-a"])
+def test_a_schema_nothing_matches_is_400_not_a_matcher_500(server, schema):
+    status, resp, _ = http(server, "POST", "/v1/chat/completions", {"messages": MSGS, "max_tokens": 8,
+                                                                    "json_schema": schema})
+    assert status == 400 and resp["error"]["param"] == "json_schema", resp
+    assert "no document can match" in resp["error"]["message"]
+
+
+@pytest.mark.parametrize("grammar,word", [('root ::= "a"{1000000}', "100000 symbols"),
+                                          ("root ::= r0\n" + "".join(f'r{i} ::= "a" r{i + 1} | "b"\n'
+                                                                     for i in range(10_000)) + 'r10000 ::= "c"',
+                                           "rules"),
+                                          ("root ::= a\na ::= root", "cannot produce")],
+                         ids=["repeat", "10k-rules", "unproductive"])
+def test_hostile_gbnf_is_400_naming_the_limit(server, grammar, word):
+    status, resp, _ = http(server, "POST", "/v1/completions", {"prompt": "x", "max_tokens": 4, "grammar": grammar})
+    assert status == 400 and resp["error"]["param"] == "grammar" and word in resp["error"]["message"], resp
