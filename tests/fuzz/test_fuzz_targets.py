@@ -9,7 +9,7 @@ import pytest
 FUZZ = os.path.dirname(os.path.abspath(__file__))
 
 
-@pytest.mark.parametrize("target", ["gguf", "tokenizer", "chat_template", "hparams"])
+@pytest.mark.parametrize("target", ["gguf", "tokenizer", "chat_template", "hparams", "grammar"])
 def test_fuzz_target_runs_clean(target, tmp_path):
     env = dict(os.environ, FUZZ_NO_ATHERIS="1")
     p = subprocess.run([sys.executable, os.path.join(FUZZ, f"fuzz_{target}.py"), "-runs=300", "-max_total_time=60",
