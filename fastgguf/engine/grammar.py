@@ -134,8 +134,8 @@ def limits():
 def build(kind, source, lenient=False):
     """Lark text that llguidance accepts, from a json_schema (its JSON text), gbnf, lark or regex source, after the
     limits of grammar_limits; GrammarError otherwise. Runs in the compile sandbox (see compile_source): besides
-    validating, it compiles the grammar over a byte vocabulary and takes its first mask, the work a model's
-    matcher repeats in the server, and refuses a grammar whose compile takes over MATCHER_CPU_SECONDS."""
+    validating, it compiles the grammar over a byte vocabulary, takes its first mask and one step, the work a
+    model's matcher repeats in the server, and refuses a grammar whose compile takes over MATCHER_CPU_SECONDS."""
     llg = require_llguidance()
     if kind == "json_schema":
         check_schema(json.loads(source))
@@ -151,7 +151,9 @@ def build(kind, source, lenient=False):
     t = time.process_time()
     m = llg.LLMatcher(_byte_tokenizer(), text, log_level=0, limits=limits())
     if not m.is_error():
-        m.compute_bitmask()
+        first = np.flatnonzero(np.unpackbits(np.frombuffer(m.compute_bitmask(), np.uint8), bitorder="little"))
+        if len(first) and first[0] < 256:
+            m.consume_token(int(first[0]))      # the first step's forced tokens: where a long repetition fails
     if m.is_error():
         raise GrammarError(f"{kind}: {_message(m.get_error())}")
     spent = time.process_time() - t

@@ -11,7 +11,7 @@ quadratic in the rule count (2,500 chained rules: 4 CPU-s). So, before compiling
 | MAX_GRAMMAR_BYTES: GBNF / Lark / regex text | 1 MiB | |
 | MAX_DEPTH: subschemas nested, `$ref`s followed (JSON); rule references (GBNF, Lark rules) | 500 | crash from 900 links (schema) / 2,500-5,000 rules (Lark) on 8 MiB; the compile runs with 256 MiB |
 | MAX_RULES: GBNF rules | 10,000 | |
-| MAX_EXPANDED: GBNF symbols after expanding `x{n,m}` | 100,000 | `"a"{1000000}` compiles, then fails mid-generation ("Too many items") |
+| MAX_EXPANDED: GBNF symbols after expanding `x{n,m}` | 40,000 | `"a"{60000}` compiles, then fails at its first token (llguidance's 50,000 Earley items per step) |
 
 A grammar that can produce no text at all (a `$ref` cycle that never reaches a value, `a -> b -> a`; a GBNF root
 whose every alternative recurses forever) is refused too: llguidance would compile it and fail at the first tokens.
@@ -30,7 +30,7 @@ MAX_SCHEMA_BYTES = 4 << 20
 MAX_GRAMMAR_BYTES = 1 << 20
 MAX_DEPTH = 500
 MAX_RULES = 10_000
-MAX_EXPANDED = 100_000
+MAX_EXPANDED = 40_000
 _CAMEL = re.compile(r"([a-z])([A-Z])")    # gbnf_to_lark's fooBar -> foo_bar
 
 # keywords whose value is a subschema, a list of them, or a dict name -> subschema

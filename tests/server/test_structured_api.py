@@ -206,7 +206,7 @@ def test_a_schema_nothing_matches_is_400_not_a_matcher_500(server, schema):
     assert "no document can match" in resp["error"]["message"]
 
 
-@pytest.mark.parametrize("grammar,word", [('root ::= "a"{1000000}', "100000 symbols"),
+@pytest.mark.parametrize("grammar,word", [('root ::= "a"{1000000}', "40000 symbols"),
                                           ("root ::= r0\n" + "".join(f'r{i} ::= "a" r{i + 1} | "b"\n'
                                                                      for i in range(10_000)) + 'r10000 ::= "c"',
                                            "rules"),
