@@ -5,7 +5,11 @@ r"""Structured output that fails closed: grammars compiled by llguidance, and th
     mask = m.fill_mask()                      # uint32 (n_words,): bit i of word i // 32 = token i allowed
     m.consume(token)                          # RuntimeError if the grammar refuses it
 
-A `Grammar` is checked when it is made (no model needed): anything llguidance cannot enforce exactly raises
+A `Grammar` is checked when it is made (no model needed), in two steps: the static limits of grammar_limits (size,
+depth through $ref, GBNF rules and repetitions, a grammar that can produce nothing), then llguidance's compile in
+the sandbox's worker process (engine/sandbox.py: a CPU budget, a memory limit, a small stack; cancellable), cached
+by the source's hash (compile_source). The in-process compile over a model's vocabulary (Vocabulary.compiled) runs
+after that, in a thread with a 16x larger stack, once per grammar. Anything llguidance cannot enforce exactly raises
 `GrammarError` with llguidance's message (`Unimplemented keys: ["uniqueItems"]`, `Unknown format: ...`, an
 unsupported regex, a remote `$ref`, a `oneOf` whose branches may overlap, a broken GBNF grammar). Nothing is
 dropped or approximated unless `lenient=True` is asked for. llguidance is an optional dependency
@@ -44,7 +48,8 @@ from dataclasses import dataclass
 import numpy as np
 
 from fastgguf.engine import sandbox
-from fastgguf.engine.grammar_limits import MAX_SCHEMA_BYTES, check_schema, check_text, gbnf_to_lark
+from fastgguf.engine.grammar_limits import MAX_SCHEMA_BYTES, SUB, SUB_DICT, SUB_LIST, check_schema, check_text, \
+    gbnf_to_lark
 from fastgguf.errors import GrammarError
 
 __all__ = ["Grammar", "GrammarError", "Matcher", "Vocabulary", "vocabulary", "matchers", "require_llguidance",
@@ -61,11 +66,6 @@ _YEAR = r"(?:[0-9]{3}[1-9]|[0-9]{2}[1-9][0-9]|[0-9][1-9][0-9]{2}|[1-9][0-9]{3})"
 _LEAP = r"(?:[0-9]{2}(?:0[48]|[2468][048]|[13579][26])|(?:0[48]|[2468][048]|[13579][26])00)"
 DATE = (rf"^(?:{_YEAR}-(?:(?:0[13578]|1[02])-(?:0[1-9]|[12][0-9]|3[01])|(?:0[469]|11)-(?:0[1-9]|[12][0-9]|30)"
         rf"|02-(?:0[1-9]|1[0-9]|2[0-8]))|{_LEAP}-02-29)$")
-# keywords whose value is a subschema, a list of them, or a dict name -> subschema (where a "format" may hide)
-_SUB = ("items", "additionalProperties", "not", "contains", "propertyNames", "additionalItems", "unevaluatedItems",
-        "unevaluatedProperties", "if", "then", "else")
-_SUB_LIST = ("anyOf", "allOf", "oneOf", "prefixItems", "items")
-_SUB_DICT = ("properties", "patternProperties", "$defs", "definitions", "dependentSchemas")
 
 
 def available():
@@ -104,13 +104,13 @@ def exact_formats(schema):
     if not isinstance(schema, Mapping):
         return schema
     out = dict(schema)
-    for k in _SUB:
+    for k in SUB:
         if isinstance(out.get(k), Mapping):
             out[k] = exact_formats(out[k])
-    for k in _SUB_LIST:
+    for k in SUB_LIST:
         if isinstance(out.get(k), list):
             out[k] = [exact_formats(s) for s in out[k]]
-    for k in _SUB_DICT:
+    for k in SUB_DICT:
         if isinstance(out.get(k), Mapping):
             out[k] = {name: exact_formats(s) for name, s in out[k].items()}
     if out.get("format") == "date":

@@ -7,11 +7,13 @@ quadratic in the rule count (2,500 chained rules: 4 CPU-s). So, before compiling
 
 | limit | value | measured wall (the margin) |
 |---|---|---|
-| MAX_SCHEMA_BYTES: a JSON schema's text | 4 MiB | the largest of JSONSchemaBench's 9,557 real schemas is 1.3 MB |
-| MAX_GRAMMAR_BYTES: GBNF / Lark / regex text | 1 MiB | |
-| MAX_DEPTH: subschemas nested, `$ref`s followed (JSON); rule references (GBNF, Lark rules) | 500 | crash from 900 links (schema) / 2,500-5,000 rules (Lark) on 8 MiB; the compile runs with 256 MiB |
+| MAX_SCHEMA_BYTES: a schema's JSON | 4 MiB | JSONSchemaBench's largest real schema: 1.3 MB |
+| MAX_GRAMMAR_BYTES: GBNF / Lark / regex | 1 MiB | |
+| MAX_DEPTH: subschemas nested, `$ref`s followed; | 500 | real schemas: at most 41; a crash from ~1,800 (900 |
+|   GBNF rule references | | links) / 5,000 rules on 8 MiB; the worker's job stack is 16 MiB, the compile's 256 |
 | MAX_RULES: GBNF rules | 10,000 | |
-| MAX_EXPANDED: GBNF symbols after expanding `x{n,m}` | 40,000 | `"a"{60000}` compiles, then fails at its first token (llguidance's 50,000 Earley items per step) |
+| MAX_EXPANDED: GBNF symbols, `x{n,m}` expanded | 40,000 | `"a"{60000}` fails at its first token (llguidance's |
+|   | | 50,000 Earley items per step) |
 
 A grammar that can produce no text at all (a `$ref` cycle that never reaches a value, `a -> b -> a`; a GBNF root
 whose every alternative recurses forever) is refused too: llguidance would compile it and fail at the first tokens.
@@ -23,8 +25,8 @@ from collections.abc import Mapping
 
 from fastgguf.errors import GrammarError
 
-__all__ = ["MAX_SCHEMA_BYTES", "MAX_GRAMMAR_BYTES", "MAX_DEPTH", "MAX_RULES", "MAX_EXPANDED", "check_schema",
-           "check_text", "gbnf_to_lark"]
+__all__ = ["SUB", "SUB_LIST", "SUB_DICT", "MAX_SCHEMA_BYTES", "MAX_GRAMMAR_BYTES", "MAX_DEPTH", "MAX_RULES",
+           "MAX_EXPANDED", "check_schema", "check_text", "gbnf_to_lark"]
 
 MAX_SCHEMA_BYTES = 4 << 20
 MAX_GRAMMAR_BYTES = 1 << 20
@@ -34,10 +36,10 @@ MAX_EXPANDED = 40_000
 _CAMEL = re.compile(r"([a-z])([A-Z])")    # gbnf_to_lark's fooBar -> foo_bar
 
 # keywords whose value is a subschema, a list of them, or a dict name -> subschema
-_SUB = ("items", "additionalProperties", "not", "contains", "propertyNames", "additionalItems", "unevaluatedItems",
-        "unevaluatedProperties", "if", "then", "else")
-_SUB_LIST = ("anyOf", "allOf", "oneOf", "prefixItems", "items")
-_SUB_DICT = ("properties", "patternProperties", "$defs", "definitions", "dependentSchemas")
+SUB = ("items", "additionalProperties", "not", "contains", "propertyNames", "additionalItems", "unevaluatedItems",
+       "unevaluatedProperties", "if", "then", "else")
+SUB_LIST = ("anyOf", "allOf", "oneOf", "prefixItems", "items")
+SUB_DICT = ("properties", "patternProperties", "$defs", "definitions", "dependentSchemas")
 
 
 def check_text(kind, text):
@@ -67,15 +69,15 @@ def _pointer(root, ref):
 
 def _children(node):
     """The direct subschemas of a schema dict (a $ref's target is followed separately)."""
-    for k in _SUB:
+    for k in SUB:
         v = node.get(k)
         if isinstance(v, (Mapping, bool)):
             yield v
-    for k in _SUB_LIST:
+    for k in SUB_LIST:
         v = node.get(k)
         if isinstance(v, list):
             yield from (s for s in v if isinstance(s, (Mapping, bool)))
-    for k in _SUB_DICT:
+    for k in SUB_DICT:
         v = node.get(k)
         if isinstance(v, Mapping):
             yield from (s for s in v.values() if isinstance(s, (Mapping, bool)))
