@@ -149,7 +149,7 @@ def build(kind, source, lenient=False):
     if err:
         raise GrammarError(f"{kind}: {_message(err)}")
     t = time.process_time()
-    m = llg.LLMatcher(_byte_tokenizer(), text, log_level=0, limits=limits())
+    m = llg.LLMatcher(_byte_tokenizer(text), text, log_level=0, limits=limits())
     if not m.is_error():
         first = np.flatnonzero(np.unpackbits(np.frombuffer(m.compute_bitmask(), np.uint8), bitorder="little"))
         if len(first) and first[0] < 256:
@@ -167,24 +167,33 @@ MATCHER_CPU_SECONDS = 2.0   # a grammar's compile over a byte vocabulary, in the
 
 
 class _Bytes:
-    """A vocabulary of the 256 bytes and an end token (the sandbox's stand-in for a model's)."""
+    """A vocabulary of the 256 bytes, an end token and n - 257 empty tokens (so a grammar may name token ids up to
+    n - 1, as tool grammars name a model's special tokens: <[id]>): the sandbox's stand-in for a model's."""
     is_tokenizer_wrapper = True
     special_token_ids = ()
-    tokens = [bytes([i]) for i in range(256)] + [b"\xff<eos>"]
     eos_token_id = 256
     bos_token_id = None
+
+    def __init__(self, n):
+        self.tokens = [bytes([i]) for i in range(256)] + [b"\xff<eos>"] + [b""] * (n - 257)
 
     def __call__(self, text):
         return list(text.encode("utf-8"))
 
 
-_BYTE_TOKENIZER = []
+_BYTE_TOKENIZERS = {}
+_TOKEN_IDS = re.compile(r"<\[([0-9][0-9,\s-]*)\]>")
 
 
-def _byte_tokenizer():
-    if not _BYTE_TOKENIZER:
-        _BYTE_TOKENIZER.append(require_llguidance().LLTokenizer(_Bytes()))
-    return _BYTE_TOKENIZER[0]
+def _byte_tokenizer(text=""):
+    """The byte vocabulary, as wide as the largest token id text names (a power of two, at most 2^21)."""
+    ids = [int(x) for group in _TOKEN_IDS.findall(text) for x in re.findall(r"[0-9]+", group)]
+    n = 512
+    while ids and n <= max(ids) and n < (1 << 21):
+        n *= 2
+    if n not in _BYTE_TOKENIZERS:
+        _BYTE_TOKENIZERS[n] = require_llguidance().LLTokenizer(_Bytes(n))
+    return _BYTE_TOKENIZERS[n]
 
 
 _CACHE = collections.OrderedDict()      # sha256 of (kind, lenient, source) -> Lark text, or the GrammarError's text
@@ -381,7 +390,7 @@ class Vocabulary:
         return m
 
 
-PROTOTYPES = 64     # compiled grammars kept per Vocabulary
+PROTOTYPES = 32     # compiled grammars kept per Vocabulary (each holds its lexer states: MBs for a big one)
 
 
 _VOCAB_LOCK = threading.Lock()

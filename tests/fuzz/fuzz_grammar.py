@@ -84,9 +84,9 @@ def schema_from(data):
     return root
 
 
-def _walk(matcher, data):
+def _walk(matcher, n_vocab, data):
     """First mask and up to 8 allowed tokens (chosen by the input's bytes) over the byte vocabulary."""
-    mask = np.zeros((257 + 31) // 32, np.uint32)
+    mask = np.zeros((n_vocab + 31) // 32, np.uint32)
     for step in range(8):
         matcher.unsafe_compute_mask_ptr(mask.ctypes.data, mask.nbytes)
         if matcher.is_error():
@@ -120,7 +120,8 @@ def test_one_input(data):
     except GrammarError:
         return
     llg = G.require_llguidance()
-    _walk(llg.LLMatcher(G._byte_tokenizer(), g.text, log_level=0, limits=G.limits()), data)
+    tok = G._byte_tokenizer(g.text)
+    _walk(llg.LLMatcher(tok, g.text, log_level=0, limits=G.limits()), tok.vocab_size, data)
 
 
 if __name__ == "__main__":
