@@ -135,8 +135,11 @@ def to_chat(body, *, count=False):
         chat["model"] = body["model"]
     if body.get("stream") is not None:
         chat["stream"] = body["stream"]
-    if body.get("stop_sequences") is not None:
-        chat["stop"] = body["stop_sequences"]
+    stops = body.get("stop_sequences")
+    if stops is not None:  # a list of strings (a string is not one: OpenAI's `stop` takes either, Anthropic's not)
+        if not isinstance(stops, list) or not all(isinstance(s, str) for s in stops):
+            raise APIError("stop_sequences must be a list of strings", param="stop_sequences")
+        chat["stop"] = stops
     tools = _tools(body.get("tools"))
     if tools is not None:
         chat["tools"] = tools

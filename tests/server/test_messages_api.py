@@ -97,6 +97,19 @@ def test_tool_use_and_result(claude, model_name):
     assert [b.type for b in follow.content] == ["text"]
 
 
+@pytest.mark.parametrize("stops", ["abc", {"a": 1}, ["ok", 3], [None]], ids=["string", "object", "number", "null"])
+def test_stop_sequences_must_be_a_list_of_strings(server, model_name, stops):
+    """stop_sequences that are not a list of strings are a 400 in Anthropic's shape naming the field, streamed or
+    not, before anything is generated (a string ran, then came back as a TypeError's text; an object's keys became
+    stops)."""
+    for stream in (False, True):
+        status, body, _ = http(server, "POST", "/v1/messages", {
+            "model": model_name, "max_tokens": 4, "stream": stream, "stop_sequences": stops,
+            "messages": [{"role": "user", "content": "hi"}]})
+        assert status == 400 and body == {"type": "error", "error": {
+            "type": "invalid_request_error", "message": "stop_sequences must be a list of strings"}}, (stream, body)
+
+
 def test_output_config_json_schema(claude, model_name):
     pytest.importorskip("llguidance")
     m = claude.messages.create(model=model_name, max_tokens=40, messages=[
