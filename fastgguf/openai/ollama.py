@@ -39,10 +39,18 @@ IGNORED_OPTIONS = frozenset({"num_ctx", "num_batch", "num_gpu", "main_gpu", "low
                              "penalize_newline"})
 
 
+def _object(body):
+    """The request body, which must be a JSON object (a Mapping)."""
+    if not isinstance(body, Mapping):
+        raise APIError("the request body must be a JSON object")
+    return body
+
+
 def check_model(body, model):
-    """The Ollama body's `model` must name this one: its id, the id with .gguf, or either with Ollama's default
-    tag ":latest" (what Ollama adds to a name without a tag). Missing: Ollama refuses, so does this."""
-    name = body.get("model")
+    """The Ollama body (a JSON object) must name this model in `model`: its id, the id with .gguf, or either with
+    Ollama's default tag ":latest" (what Ollama adds to a name without a tag). Missing: Ollama refuses, so does
+    this."""
+    name = _object(body).get("model")
     if not isinstance(name, str) or not name:
         raise APIError("model is required", param="model")
     base = name[:-len(":latest")] if name.endswith(":latest") else name
@@ -90,8 +98,6 @@ def _think(body):
 
 
 def _common(body, model):
-    if not isinstance(body, Mapping):
-        raise APIError("the request body must be a JSON object")
     check_model(body, model)
     stream = body.get("stream", True)  # Ollama streams unless told not to
     if not isinstance(stream, bool):
@@ -163,8 +169,6 @@ def embed_body(body, model, legacy=False):
     """/api/embed (input: a string or a list of strings) or the legacy /api/embeddings (prompt: a string) -> an
     OpenAI embeddings body. A too-long input is refused (truncate is not done: truncate=true is accepted and
     ignored, like a too-long input under truncate=false)."""
-    if not isinstance(body, Mapping):
-        raise APIError("the request body must be a JSON object")
     check_model(body, model)
     _options(body)  # checked; none of them applies to an embedding
     inp = body.get("prompt") if legacy else body.get("input")
