@@ -1,7 +1,8 @@
 """Ollama's API over the same engine: Ollama request bodies -> OpenAI bodies (then protocol.prepare_*), and the OpenAI
 chunks of responses.ResponseBuilder -> Ollama's NDJSON lines.
 
-    body = chat_body(ollama_body)                # an OpenAI chat body: protocol.prepare_chat takes it
+    body, mode = chat_body(ollama_body, model)   # an OpenAI chat body: protocol.prepare_chat takes it
+    prep = prepare_chat(model, ollama_body, n_ctx)   # both steps (prepare_generate, prepare_embed)
     shape = Shaper(model, chat=True, message=True)   # then shape.lines(openai_chunks) ... shape.final(...)
     Reply(model, prep, shape, t_received)        # the builder the server's routes.respond drives (EmbedReply)
 
@@ -17,12 +18,14 @@ from collections.abc import Mapping
 
 from fastgguf.engine.scheduler import Start
 from fastgguf.gguf.constants import GGMLType
+from fastgguf.openai import protocol
 from fastgguf.openai.protocol import UNSUPPORTED, APIError, model_id
 from fastgguf.openai.protocol import check_model as check_openai_model
 from fastgguf.openai.responses import builder, error_body
 
-__all__ = ["chat_body", "generate_body", "embed_body", "Shaper", "Reply", "EmbedReply", "check_model", "error_dict",
-           "error_status", "details", "PREFIX", "OPTION_FIELDS", "IGNORED_OPTIONS"]
+__all__ = ["chat_body", "generate_body", "embed_body", "prepare_chat", "prepare_generate", "prepare_embed", "Shaper",
+           "Reply", "EmbedReply", "check_model", "error_dict", "error_status", "details", "PREFIX", "OPTION_FIELDS",
+           "IGNORED_OPTIONS"]
 
 PREFIX = "/api"  # Ollama's routes: errors under it take Ollama's shape (error_status, error_dict)
 
@@ -68,8 +71,8 @@ def _options(body):
     for k, v in opts.items():
         if k in OPTION_FIELDS:
             if k == "num_predict" and isinstance(v, int) and not isinstance(v, bool) and v < 0:
-                continue  # -1: no limit, -2: fill the context (the context is the limit either way)
-            out[OPTION_FIELDS[k]] = v
+                v = None  # -1: no limit, -2: fill the context: both until end of generation or a full context
+            out[OPTION_FIELDS[k]] = v  # (there is no context shift), as _defaults tells prepare_*
         elif k not in IGNORED_OPTIONS:
             raise APIError(f"options.{k} is {UNSUPPORTED}", param="options")
     return out
@@ -180,6 +183,34 @@ def embed_body(body, model, legacy=False):
     if body.get("dimensions") is not None:
         out["dimensions"] = body["dimensions"]
     return out
+
+
+def _defaults(out):
+    """protocol.prepare_*'s `defaults` for an OpenAI body made here: its max_tokens None (a negative num_predict) is
+    no limit, where an OpenAI body's null means the server's default (SamplingParams': 256 tokens)."""
+    return {"max_tokens": None} if "max_tokens" in out and out["max_tokens"] is None else None
+
+
+def prepare_chat(model, body, n_ctx):
+    """/api/chat's body -> protocol.prepare_chat's Prepared."""
+    out, mode = chat_body(body, model)
+    return protocol.prepare_chat(model, out, n_ctx, reasoning_format=mode, defaults=_defaults(out))
+
+
+def prepare_generate(model, body, n_ctx):
+    """/api/generate's body -> (kind, Prepared): kind "chat" (the prompt through the template), "completion" (raw)
+    or "load" (no prompt: Prepared None)."""
+    kind, out, mode = generate_body(body, model)
+    if kind == "chat":
+        return kind, protocol.prepare_chat(model, out, n_ctx, reasoning_format=mode, defaults=_defaults(out))
+    if kind == "completion":
+        return kind, protocol.prepare_completion(model, out, n_ctx, defaults=_defaults(out))
+    return kind, None
+
+
+def prepare_embed(model, body, n_ctx, legacy=False):
+    """/api/embed's body (legacy: /api/embeddings') -> protocol.prepare_embedding's EmbeddingPrepared."""
+    return protocol.prepare_embedding(model, embed_body(body, model, legacy), n_ctx)
 
 
 def error_dict(exc_body):

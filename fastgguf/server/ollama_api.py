@@ -42,9 +42,7 @@ def _dialect(make):
 async def chat(request: Request):
     t0 = time.perf_counter()
     state = request.app.state
-    body, mode = O.chat_body(await _json(request), state.model)
-    prep = await in_worker(request, protocol.prepare_chat, state.model, body, state.engine.n_ctx,
-                           reasoning_format=mode)
+    prep = await in_worker(request, O.prepare_chat, state.model, await _json(request), state.engine.n_ctx)
     shaper = O.Shaper(state.model, chat=True, message=True)
     return await respond(request, prep, _dialect(lambda model, p: O.Reply(model, p, shaper, t0)))
 
@@ -53,25 +51,19 @@ async def chat(request: Request):
 async def generate(request: Request):
     t0 = time.perf_counter()
     state = request.app.state
-    kind, body, mode = O.generate_body(await _json(request), state.model)
+    kind, prep = await in_worker(request, O.prepare_generate, state.model, await _json(request), state.engine.n_ctx)
     shaper = O.Shaper(state.model, chat=kind == "chat", message=False)
     if kind == "load":  # Ollama's way to load a model: it is loaded
         line = shaper._line(done=True)
         line["done_reason"] = "load"
         return JSONResponse(line)
-    if kind == "chat":
-        prep = await in_worker(request, protocol.prepare_chat, state.model, body, state.engine.n_ctx,
-                               reasoning_format=mode)
-    else:
-        prep = await in_worker(request, protocol.prepare_completion, state.model, body, state.engine.n_ctx)
     return await respond(request, prep, _dialect(lambda model, p: O.Reply(model, p, shaper, t0)))
 
 
 async def _embed(request, legacy):
     t0 = time.perf_counter()
     state = request.app.state
-    body = O.embed_body(await _json(request), state.model, legacy)
-    prep = await in_worker(request, protocol.prepare_embedding, state.model, body, state.engine.n_ctx)
+    prep = await in_worker(request, O.prepare_embed, state.model, await _json(request), state.engine.n_ctx, legacy)
     return await respond(request, prep, _dialect(lambda model, p: O.EmbedReply(model, p, legacy, t0)))
 
 

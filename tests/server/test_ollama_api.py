@@ -87,6 +87,20 @@ def test_stream_is_the_default_ndjson(server, model_name):
     assert len(lines) >= 2 and lines[-1]["done"] and not lines[0]["done"] and lines[-1]["eval_count"] == 3
 
 
+@pytest.mark.parametrize("num_predict,stream", [(-1, False), (-2, True)])
+def test_negative_num_predict_runs_to_the_context(server, oc, model_name, num_predict, stream):
+    """num_predict -1 (no limit) and -2 (fill the context) generate until end of generation or a full context (the
+    server's 512 tokens), not SamplingParams' default of 256: a counting prompt that does not stop early ends with
+    done_reason "length" when prompt and reply fill the context (its last token, sampled from the full cache, is
+    the one more)."""
+    prompt = "1, 2, 3, 4, 5, 6, 7, 8,"
+    opts = {"num_predict": num_predict, "temperature": 0}
+    r = oc.generate(model=model_name, prompt=prompt, raw=True, options=opts, stream=stream)
+    last = list(r)[-1] if stream else r
+    assert last.done_reason == "length" and last.eval_count > 256, last
+    assert last.prompt_eval_count + last.eval_count == 512 + 1, last
+
+
 def test_format_is_structured_output(oc, client, model_name):
     """format (a JSON Schema, or "json") constrains the reply exactly as response_format does: the same text."""
     schema = {"type": "object", "properties": {"n": {"type": "integer"}}, "required": ["n"],
@@ -196,7 +210,7 @@ def test_body_mapping(model, model_name):
     from fastgguf.server.errors import error_response
     body, mode = chat_body({"model": model_name + ":latest", "messages": HI, "think": False, "keep_alive": 0,
                             "options": {"num_predict": -1, "num_ctx": 99999, "top_k": 3, "stop": ["x"]}}, model)
-    assert body == {"stream": True, "top_k": 3, "stop": ["x"], "messages": HI} and mode == "none"
+    assert body == {"stream": True, "max_tokens": None, "top_k": 3, "stop": ["x"], "messages": HI} and mode == "none"
     assert chat_body({"model": model_name, "messages": HI, "think": "high", "stream": False}, model)[1] == "parsed"
     kind, body, _ = generate_body({"model": model_name, "prompt": "p", "system": "s", "format": "json"}, model)
     assert kind == "chat" and body["messages"] == [{"role": "system", "content": "s"}, {"role": "user", "content": "p"}]
