@@ -171,6 +171,42 @@ def test_errors_before_the_route_in_ollama_shape(server, model_name):
     assert got == 404 and json.loads(text) == {"error": "Unknown route POST /api/x"}, (got, text)
 
 
+def test_bodies_are_parsed_and_shaped_off_the_event_loop(model, model_name, monkeypatch):
+    """Every Ollama POST route parses its JSON and maps its fields in a worker thread, as the other routes prepare
+    theirs (0.4 did both on the event loop: a 6.8 MB /api/chat stalled /health for most of a second). Checked where
+    it runs, not by timing: the app in-process, json.loads and the mapping's model check recording whether an
+    event loop runs in their thread."""
+    import asyncio
+    from fastapi.testclient import TestClient
+    from fastgguf.openai import ollama as O
+    from fastgguf.server import create_app
+    calls = []
+
+    def spy(fn, name):
+        def wrapped(*a, **kw):
+            try:
+                asyncio.get_running_loop()
+                calls.append((name, "event loop"))
+            except RuntimeError:
+                calls.append((name, "worker"))
+            return fn(*a, **kw)
+        return wrapped
+    monkeypatch.setattr(json, "loads", spy(json.loads, "json.loads"))
+    monkeypatch.setattr(O, "check_model", spy(O.check_model, "check_model"))
+    http = TestClient(create_app(model))  # (no lifespan: nothing here reaches the engine)
+    bad = {"temperature": -1}  # refused by prepare_*, after the body was parsed and mapped
+    for path, body in (("/api/chat", {"messages": HI, "options": bad}),
+                       ("/api/generate", {"prompt": "x", "options": bad}),
+                       ("/api/embed", {"input": "x", "dimensions": 7}),
+                       ("/api/embeddings", {"prompt": "x", "dimensions": 7}), ("/api/show", {})):
+        calls.clear()
+        r = http.post(path, content=json.dumps(dict(body, model=model_name)),
+                      headers={"Content-Type": "application/json"})
+        assert r.status_code == (200 if path == "/api/show" else 400), (path, r.text)
+        assert {name for name, _ in calls} == {"json.loads", "check_model"}, (path, calls)
+        assert all(where == "worker" for _, where in calls), (path, calls)
+
+
 def test_shaper_tool_calls_and_thinking():
     """The OpenAI chunks of a reply with reasoning and a streamed tool call -> Ollama's lines: thinking in
     message.thinking, the call whole (arguments an object) in the line where its choice finishes."""
