@@ -24,8 +24,8 @@ from fastgguf.openai.protocol import check_model as check_openai_model
 from fastgguf.openai.responses import builder, error_body
 
 __all__ = ["chat_body", "generate_body", "embed_body", "prepare_chat", "prepare_generate", "prepare_embed", "Shaper",
-           "Reply", "EmbedReply", "check_model", "error_dict", "error_status", "details", "PREFIX", "OPTION_FIELDS",
-           "IGNORED_OPTIONS"]
+           "Reply", "EmbedReply", "check_model", "check_show", "error_dict", "error_status", "details", "PREFIX",
+           "OPTION_FIELDS", "IGNORED_OPTIONS"]
 
 PREFIX = "/api"  # Ollama's routes: errors under it take Ollama's shape (error_status, error_dict)
 
@@ -61,6 +61,15 @@ def check_model(body, model):
         check_openai_model({"model": base}, model)
     except APIError:
         raise APIError(f"model '{name}' not found", status=404, param="model") from None
+
+
+def check_show(body, model):
+    """/api/show's body must name this model (check_model) in `model`, or in `name`: older clients' field, which
+    Ollama still takes when `model` is empty."""
+    body = _object(body)
+    if not body.get("model") and body.get("name") is not None:
+        body = {"model": body["name"]}
+    check_model(body, model)
 
 
 def _options(body):
@@ -159,10 +168,15 @@ def generate_body(body, model):
         raise APIError("prompt must be a string", param="prompt")
     if not prompt:
         return "load", out, None
-    if body.get("raw"):
+    raw = body.get("raw")
+    if raw is not None and not isinstance(raw, bool):
+        raise APIError("raw must be a boolean", param="raw")
+    if raw:
         out["prompt"] = prompt
         return "completion", out, None
     system = body.get("system")
+    if system is not None and not isinstance(system, str):
+        raise APIError("system must be a string", param="system")
     out["messages"] = ([{"role": "system", "content": system}] if system else []) + \
         [{"role": "user", "content": prompt}]
     return "chat", out, _think(body)
@@ -176,7 +190,8 @@ def embed_body(body, model, legacy=False):
     _options(body)  # checked; none of them applies to an embedding
     inp = body.get("prompt") if legacy else body.get("input")
     field = "prompt" if legacy else "input"
-    if not (isinstance(inp, str) or (isinstance(inp, list) and inp and all(isinstance(s, str) for s in inp))):
+    if not (isinstance(inp, str) or (not legacy and isinstance(inp, list) and inp
+                                     and all(isinstance(s, str) for s in inp))):
         raise APIError(f"{field} must be a string" + ("" if legacy else " or a non-empty list of strings"),
                        param=field)
     out = {"input": inp}

@@ -120,7 +120,7 @@ async def show(request: Request):
 
 def _show(model, body, n_ctx, created):
     """/api/show's answer: the template, details, model_info and capabilities of the model the body names."""
-    O.check_model(body, model)
+    O.check_show(body, model)
     template = model.tokenizer.chat_template or ""
     arch = model.hparams.arch
     caps = ["embedding"] if model.is_encoder else ["completion"]

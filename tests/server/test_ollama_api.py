@@ -42,6 +42,8 @@ def test_list_show_ps_version(server, oc, model_name):
     d = models[0].details
     assert d.format == "gguf" and d.family == "llama" and d.parameter_size == "135M" and d.quantization_level
     sh = oc.show(model_name + ":latest")  # Ollama's default tag is accepted
+    status, _, by_name = raw(server, "/api/show", {"name": model_name})  # older clients' field
+    assert status == 200 and json.loads(by_name)["template"] == sh.template
     assert sh.modelinfo["general.architecture"] == "llama" and sh.modelinfo["llama.context_length"] > 0
     assert "completion" in sh.capabilities and "im_start" in sh.template
     ps = oc.ps().models
@@ -145,6 +147,11 @@ def test_embed_and_legacy_embeddings(oc, client, model_name):
      "images"),
     ("/api/generate", {"model": "M", "prompt": "x", "suffix": "y"}, 400, "suffix"),
     ("/api/embed", {"model": "M", "input": 3}, 400, "input"),
+    ("/api/embeddings", {"model": "M", "prompt": ["a", "b"]}, 400, "prompt must be a string"),  # (only a's was sent)
+    ("/api/generate", {"model": "M", "prompt": "x", "raw": "false"}, 400, "raw must be a boolean"),  # (was raw)
+    ("/api/generate", {"model": "M", "prompt": "x", "system": 5}, 400, "system must be a string"),
+    ("/api/show", {"name": "nope"}, 404, "model 'nope' not found"),
+    ("/api/show", {}, 400, "model is required"),
     ("/api/chat", b"{not json", 400, "not valid JSON"),
 ])
 def test_errors_in_ollama_shape(server, model_name, path, body, status, says):
