@@ -325,8 +325,9 @@ def test_bad_requests(server, path, body, status, param, code):
 
 def test_every_json_route_refuses_a_body_that_is_not_an_object(server, model):
     """Every POST route of the app (enumerated from create_app's routes through its OpenAPI schema: OpenAI's,
-    Anthropic's, Ollama's, the extras, with and without /v1) answers a JSON body that is not an object (an array, a string, a number, null, a bool) with a 400 in
-    its dialect's error shape saying so, never a 5xx or a Python exception's text (/api/show: 500 AttributeError)."""
+    Anthropic's, Ollama's, the extras, with and without /v1) answers a JSON body that is not an object (an array,
+    a string, a number, null, a bool) with a 400 in its dialect's error shape saying so, never a 5xx or a Python
+    exception's text (/api/show: 500 AttributeError)."""
     from fastgguf.openai import messages_api
     from fastgguf.server import create_app
     paths = sorted(p for p, ops in create_app(model).app.openapi()["paths"].items() if "post" in ops)
