@@ -296,6 +296,30 @@ def test_bad_arguments():
         kernels.quantize(x, "Q8_0", isa="bogus")
 
 
+@pytest.mark.parametrize("t, value", [("Q4_0", 6e5), ("Q4_1", 1e6), ("Q8_0", 1e7), ("Q5_0", 1e7), ("IQ4_NL", 1e7),
+                                      ("Q2_K", 1e7), ("Q3_K", 1e7), ("Q4_K", 1e8), ("Q6_K", 1e9), ("IQ4_XS", 1e9),
+                                      ("F16", 7e4)])
+def test_quantize_refuses_a_block_its_format_cannot_hold(t, value):
+    """A finite weight too large for the format's scale (0.4 wrote an inf scale, silently) or a NaN: QuantizeError
+    naming the row and block, from quantize() on every ISA and quantize_as_llama_file() alike (the check
+    fastgguf.gguf.quantize makes: kernels.first_unfit_block); one a tenth as large is written."""
+    from fastgguf.errors import QuantizeError
+    blk = kernels.block_size(t)
+    n = 2 * max(blk, 32)
+    x = _data((3, n), n, scale=1.0)
+    col = blk + 3 if blk > 1 else 5  # in block 1 of row 2
+    block = col // blk
+    for bad, says in ((value, "overflows"), (np.nan, "not finite")):
+        x[2, col] = bad
+        for quantize in [lambda a: kernels.quantize_as_llama_file(a, t)] + [
+                lambda a, isa=isa: kernels.quantize(a, t, isa=isa) for isa in ISAS]:
+            with pytest.raises(QuantizeError, match=rf"^row 2, block {block} \(.*{t}.*{says}"):
+                quantize(x)
+    x[2, col] = value / 10
+    raw = kernels.quantize(x, t)
+    assert kernels.first_unfit_block(x, raw, t) is None and np.isfinite(kernels.dequantize(raw, t, n)).all()
+
+
 def _run_env(env_extra, code):
     """Run code in a fresh interpreter that imports the same fastgguf as this test run (installed or in place)."""
     import fastgguf

@@ -183,9 +183,9 @@ def _convert_rows(src: np.ndarray, stype: GGMLType, dtype_out: GGMLType, n: int,
                   where: tuple = ("?", 0)) -> np.ndarray:
     """Rows of one tensor (raw view, numpy-typed for float types) -> raw rows of dtype_out. where: (tensor name,
     index of the first row) for the errors: QuantizeError before anything is written when a source weight is NaN
-    or inf, or when a written row does not dequantize to finite values (a weight too large for the format: one of
-    6e5 overflows a Q4_0 block's fp16 scale; llama-quantize refuses those as 'quantized data validation
-    failed')."""
+    or inf, or when a written row does not dequantize to finite values (kernels.quantize's check, named here by
+    tensor: a weight too large for the format: one of 6e5 overflows a Q4_0 block's fp16 scale; llama-quantize
+    refuses those as 'quantized data validation failed')."""
     if stype in (GGMLType.F32, GGMLType.F16):
         f = np.asarray(src, dtype=np.float32)
     else:  # BF16 (uint16 view) and the block types: the kernels dequantize them
@@ -193,19 +193,14 @@ def _convert_rows(src: np.ndarray, stype: GGMLType, dtype_out: GGMLType, n: int,
     _check_source(f, *where)
     if dtype_out == GGMLType.F32:
         return np.ascontiguousarray(f, dtype=np.float32).view(np.uint8)
-    if llama:  # llama-quantize's row quantizers (IQ4_NL: with its trial-scale search)
-        out = kernels.quantize_as_llama_file(f, int(dtype_out))
-    else:
-        out = kernels.quantize(f, int(dtype_out))
-    bad = _first_nonfinite(kernels.dequantize(out, int(dtype_out), n).reshape(f.shape))
-    if bad:
-        r, c = bad
-        blk = GGML_TYPE_INFO[dtype_out][0]
-        c0 = c - c % blk
-        big = f[r, c0:c0 + blk][np.argmax(np.abs(f[r, c0:c0 + blk]))]
-        raise QuantizeError(f"tensor {where[0]!r}: row {where[1] + r}, block {c // blk} (columns {c0}-{c0 + blk - 1}) "
-                            f"does not fit {dtype_out.name}: its weight {big:g} overflows the format's scale")
-    return out
+    try:  # llama-quantize's row quantizers (IQ4_NL: with its trial-scale search), or fastgguf's
+        quantizer = kernels.quantize_as_llama_file if llama else kernels.quantize
+        return quantizer(f, int(dtype_out))
+    except QuantizeError as e:  # kernels.first_unfit_block's: named here by tensor and row in the file
+        bad = getattr(e, "unfit", None)
+        if bad is None:
+            raise
+        raise QuantizeError(f"tensor {where[0]!r}: {bad.message(where[1])}") from None
 
 
 def _check_source(a: np.ndarray, name: str, r0: int) -> None:

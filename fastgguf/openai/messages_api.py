@@ -107,8 +107,11 @@ def _tool_choice(choice, chat):
     kind = choice["type"]
     chat["tool_choice"] = ({"type": "function", "function": {"name": choice.get("name")}} if kind == "tool" else
                            {"any": "required"}.get(kind, kind))
-    if choice.get("disable_parallel_tool_use") is not None:
-        chat["parallel_tool_calls"] = not choice["disable_parallel_tool_use"]
+    no_parallel = choice.get("disable_parallel_tool_use")
+    if no_parallel is not None:
+        if not isinstance(no_parallel, bool):
+            raise APIError("tool_choice.disable_parallel_tool_use must be a boolean", param="tool_choice")
+        chat["parallel_tool_calls"] = not no_parallel
 
 
 def to_chat(body, *, count=False):
@@ -135,13 +138,20 @@ def to_chat(body, *, count=False):
         chat["model"] = body["model"]
     if body.get("stream") is not None:
         chat["stream"] = body["stream"]
-    if body.get("stop_sequences") is not None:
-        chat["stop"] = body["stop_sequences"]
+    stops = body.get("stop_sequences")
+    if stops is not None:  # a list of strings (a string is not one: OpenAI's `stop` takes either, Anthropic's not)
+        if not isinstance(stops, list) or not all(isinstance(s, str) for s in stops):
+            raise APIError("stop_sequences must be a list of strings", param="stop_sequences")
+        chat["stop"] = stops
     tools = _tools(body.get("tools"))
     if tools is not None:
         chat["tools"] = tools
     _tool_choice(body.get("tool_choice"), chat)
-    fmt = body.get("output_config", {}).get("format") if isinstance(body.get("output_config"), Mapping) else None
+    config = body.get("output_config")
+    if config is not None and not isinstance(config, Mapping):
+        raise APIError("output_config must be an object such as {'format': {'type': 'json_schema', ...}}",
+                       param="output_config")
+    fmt = (config or {}).get("format")
     if fmt is not None:  # structured output: {"type": "json_schema", "schema": {...}}
         if not isinstance(fmt, Mapping) or fmt.get("type") != "json_schema":
             raise APIError("output_config.format must be {'type': 'json_schema', 'schema': {...}}",

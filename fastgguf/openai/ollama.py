@@ -1,7 +1,8 @@
 """Ollama's API over the same engine: Ollama request bodies -> OpenAI bodies (then protocol.prepare_*), and the OpenAI
 chunks of responses.ResponseBuilder -> Ollama's NDJSON lines.
 
-    body = chat_body(ollama_body)                # an OpenAI chat body: protocol.prepare_chat takes it
+    body, mode = chat_body(ollama_body, model)   # an OpenAI chat body: protocol.prepare_chat takes it
+    prep = prepare_chat(model, ollama_body, n_ctx)   # both steps (prepare_generate, prepare_embed)
     shape = Shaper(model, chat=True, message=True)   # then shape.lines(openai_chunks) ... shape.final(...)
     Reply(model, prep, shape, t_received)        # the builder the server's routes.respond drives (EmbedReply)
 
@@ -17,12 +18,14 @@ from collections.abc import Mapping
 
 from fastgguf.engine.scheduler import Start
 from fastgguf.gguf.constants import GGMLType
+from fastgguf.openai import protocol
 from fastgguf.openai.protocol import UNSUPPORTED, APIError, model_id
 from fastgguf.openai.protocol import check_model as check_openai_model
 from fastgguf.openai.responses import builder, error_body
 
-__all__ = ["chat_body", "generate_body", "embed_body", "Shaper", "Reply", "EmbedReply", "check_model", "error_dict",
-           "error_status", "details", "PREFIX", "OPTION_FIELDS", "IGNORED_OPTIONS"]
+__all__ = ["chat_body", "generate_body", "embed_body", "prepare_chat", "prepare_generate", "prepare_embed", "Shaper",
+           "Reply", "EmbedReply", "check_model", "check_show", "error_dict", "error_status", "details", "PREFIX",
+           "OPTION_FIELDS", "IGNORED_OPTIONS"]
 
 PREFIX = "/api"  # Ollama's routes: errors under it take Ollama's shape (error_status, error_dict)
 
@@ -39,10 +42,18 @@ IGNORED_OPTIONS = frozenset({"num_ctx", "num_batch", "num_gpu", "main_gpu", "low
                              "penalize_newline"})
 
 
+def _object(body):
+    """The request body, which must be a JSON object (a Mapping)."""
+    if not isinstance(body, Mapping):
+        raise APIError("the request body must be a JSON object")
+    return body
+
+
 def check_model(body, model):
-    """The Ollama body's `model` must name this one: its id, the id with .gguf, or either with Ollama's default
-    tag ":latest" (what Ollama adds to a name without a tag). Missing: Ollama refuses, so does this."""
-    name = body.get("model")
+    """The Ollama body (a JSON object) must name this model in `model`: its id, the id with .gguf, or either with
+    Ollama's default tag ":latest" (what Ollama adds to a name without a tag). Missing: Ollama refuses, so does
+    this."""
+    name = _object(body).get("model")
     if not isinstance(name, str) or not name:
         raise APIError("model is required", param="model")
     base = name[:-len(":latest")] if name.endswith(":latest") else name
@@ -50,6 +61,15 @@ def check_model(body, model):
         check_openai_model({"model": base}, model)
     except APIError:
         raise APIError(f"model '{name}' not found", status=404, param="model") from None
+
+
+def check_show(body, model):
+    """/api/show's body must name this model (check_model) in `model`, or in `name`: older clients' field, which
+    Ollama still takes when `model` is empty."""
+    body = _object(body)
+    if not body.get("model") and body.get("name") is not None:
+        body = {"model": body["name"]}
+    check_model(body, model)
 
 
 def _options(body):
@@ -60,8 +80,8 @@ def _options(body):
     for k, v in opts.items():
         if k in OPTION_FIELDS:
             if k == "num_predict" and isinstance(v, int) and not isinstance(v, bool) and v < 0:
-                continue  # -1: no limit, -2: fill the context (the context is the limit either way)
-            out[OPTION_FIELDS[k]] = v
+                v = None  # -1: no limit, -2: fill the context: both until end of generation or a full context
+            out[OPTION_FIELDS[k]] = v  # (there is no context shift), as _defaults tells prepare_*
         elif k not in IGNORED_OPTIONS:
             raise APIError(f"options.{k} is {UNSUPPORTED}", param="options")
     return out
@@ -90,8 +110,6 @@ def _think(body):
 
 
 def _common(body, model):
-    if not isinstance(body, Mapping):
-        raise APIError("the request body must be a JSON object")
     check_model(body, model)
     stream = body.get("stream", True)  # Ollama streams unless told not to
     if not isinstance(stream, bool):
@@ -150,10 +168,15 @@ def generate_body(body, model):
         raise APIError("prompt must be a string", param="prompt")
     if not prompt:
         return "load", out, None
-    if body.get("raw"):
+    raw = body.get("raw")
+    if raw is not None and not isinstance(raw, bool):
+        raise APIError("raw must be a boolean", param="raw")
+    if raw:
         out["prompt"] = prompt
         return "completion", out, None
     system = body.get("system")
+    if system is not None and not isinstance(system, str):
+        raise APIError("system must be a string", param="system")
     out["messages"] = ([{"role": "system", "content": system}] if system else []) + \
         [{"role": "user", "content": prompt}]
     return "chat", out, _think(body)
@@ -163,19 +186,46 @@ def embed_body(body, model, legacy=False):
     """/api/embed (input: a string or a list of strings) or the legacy /api/embeddings (prompt: a string) -> an
     OpenAI embeddings body. A too-long input is refused (truncate is not done: truncate=true is accepted and
     ignored, like a too-long input under truncate=false)."""
-    if not isinstance(body, Mapping):
-        raise APIError("the request body must be a JSON object")
     check_model(body, model)
     _options(body)  # checked; none of them applies to an embedding
     inp = body.get("prompt") if legacy else body.get("input")
     field = "prompt" if legacy else "input"
-    if not (isinstance(inp, str) or (isinstance(inp, list) and inp and all(isinstance(s, str) for s in inp))):
+    if not (isinstance(inp, str) or (not legacy and isinstance(inp, list) and inp
+                                     and all(isinstance(s, str) for s in inp))):
         raise APIError(f"{field} must be a string" + ("" if legacy else " or a non-empty list of strings"),
                        param=field)
     out = {"input": inp}
     if body.get("dimensions") is not None:
         out["dimensions"] = body["dimensions"]
     return out
+
+
+def _defaults(out):
+    """protocol.prepare_*'s `defaults` for an OpenAI body made here: its max_tokens None (a negative num_predict) is
+    no limit, where an OpenAI body's null means the server's default (SamplingParams': 256 tokens)."""
+    return {"max_tokens": None} if "max_tokens" in out and out["max_tokens"] is None else None
+
+
+def prepare_chat(model, body, n_ctx):
+    """/api/chat's body -> protocol.prepare_chat's Prepared."""
+    out, mode = chat_body(body, model)
+    return protocol.prepare_chat(model, out, n_ctx, reasoning_format=mode, defaults=_defaults(out))
+
+
+def prepare_generate(model, body, n_ctx):
+    """/api/generate's body -> (kind, Prepared): kind "chat" (the prompt through the template), "completion" (raw)
+    or "load" (no prompt: Prepared None)."""
+    kind, out, mode = generate_body(body, model)
+    if kind == "chat":
+        return kind, protocol.prepare_chat(model, out, n_ctx, reasoning_format=mode, defaults=_defaults(out))
+    if kind == "completion":
+        return kind, protocol.prepare_completion(model, out, n_ctx, defaults=_defaults(out))
+    return kind, None
+
+
+def prepare_embed(model, body, n_ctx, legacy=False):
+    """/api/embed's body (legacy: /api/embeddings') -> protocol.prepare_embedding's EmbeddingPrepared."""
+    return protocol.prepare_embedding(model, embed_body(body, model, legacy), n_ctx)
 
 
 def error_dict(exc_body):

@@ -252,7 +252,9 @@ class Prepared:
                        prompt_logprobs=self.prompt_logprobs, constraints=self.constraints, parser=self.parser)
 
 
-def _common(model, body, kind):
+def _common(model, body, kind, defaults=None):
+    """(stream, include_usage, n, SamplingParams) of a generation body; `defaults`: SamplingParams fields for those
+    the body does not give, over the server's (model.sampling_defaults)."""
     if not isinstance(body, Mapping):
         raise APIError("the request body must be a JSON object")
     check_model(body, model)
@@ -260,7 +262,8 @@ def _common(model, body, kind):
     stream = _bool_field(body, "stream")
     include_usage = _stream_options(body, stream)
     n = _int_field(body, "n", 1, 1, MAX_N)
-    params = sampling_params(body, model.n_vocab, getattr(model, "sampling_defaults", None))
+    params = sampling_params(body, model.n_vocab, {**(getattr(model, "sampling_defaults", None) or {}),
+                                                    **(defaults or {})})
     return stream, include_usage, n, params
 
 
@@ -300,8 +303,10 @@ def is_token_id(x):
     return isinstance(x, int) and not isinstance(x, bool)
 
 
-def prepare_completion(model, body, n_ctx):
-    stream, include_usage, n, params = _common(model, body, "completion")
+def prepare_completion(model, body, n_ctx, *, defaults=None):
+    """A /v1/completions body -> Prepared. defaults: SamplingParams fields for those the body does not give (Ollama's
+    negative num_predict: {"max_tokens": None}, no limit but the context)."""
+    stream, include_usage, n, params = _common(model, body, "completion", defaults)
     for field in ("tools", "tool_choice"):
         if body.get(field) is not None:
             raise APIError(f"{field} is only for chat completions", param=field)
@@ -504,11 +509,11 @@ def _check_tool_calls(calls, i, role):
                            f"a string, \"arguments\": JSON text}}}}", param="messages")
 
 
-def prepare_chat(model, body, n_ctx, *, reasoning_format="parsed"):
+def prepare_chat(model, body, n_ctx, *, reasoning_format="parsed", defaults=None):
     """A /v1/chat/completions body -> Prepared. reasoning_format: the default of the body's `reasoning_format`
     (how a thinking model's <think> block is returned: "parsed" into reasoning_content, "raw" in content, "none"
-    dropped; the server's --reasoning-format)."""
-    stream, include_usage, n, params = _common(model, body, "chat.completion")
+    dropped; the server's --reasoning-format); defaults: as prepare_completion's."""
+    stream, include_usage, n, params = _common(model, body, "chat.completion", defaults)
     msgs = _messages(body.get("messages"))
     lp = body.get("logprobs")
     if lp is not None and not isinstance(lp, bool):

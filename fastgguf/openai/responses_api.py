@@ -63,8 +63,10 @@ def _messages(inp, instructions):
                                param="input")
             msgs.append({"role": item["role"], "content": _text_of(item.get("content"), where)})
         elif kind == "function_call":
-            if not isinstance(item.get("name"), str) or not isinstance(item.get("arguments"), str):
-                raise APIError(f"{where}: a function_call item needs name and arguments (strings)", param="input")
+            if not all(isinstance(item.get(k), str) for k in ("name", "arguments")) or \
+                    not all(isinstance(item.get(k), (str, type(None))) for k in ("call_id", "id")):
+                raise APIError(f"{where}: a function_call item needs name and arguments (strings; call_id and id "
+                               f"strings when given)", param="input")
             call = {"id": item.get("call_id") or item.get("id") or "", "type": "function",
                     "function": {"name": item["name"], "arguments": item["arguments"]}}
             if msgs and msgs[-1]["role"] == "assistant":  # one assistant turn: its text and its (parallel) calls
@@ -73,7 +75,10 @@ def _messages(inp, instructions):
                 msgs.append({"role": "assistant", "content": None, "tool_calls": [call]})
         elif kind == "function_call_output":
             out = item.get("output")
-            msgs.append({"role": "tool", "tool_call_id": item.get("call_id", ""),
+            if not isinstance(item.get("call_id"), str):
+                raise APIError(f"{where}: a function_call_output item needs call_id (a string: its call's)",
+                               param="input")
+            msgs.append({"role": "tool", "tool_call_id": item["call_id"],
                          "content": out if isinstance(out, str) else _text_of(out, where)})
         elif kind == "reasoning":
             continue  # earlier thoughts: chat templates drop them from history too
@@ -109,7 +114,9 @@ def _format(text):
     """text.format -> the chat body's response_format."""
     if text is None:
         return None
-    fmt = text.get("format") if isinstance(text, Mapping) else None
+    if not isinstance(text, Mapping):
+        raise APIError("text must be an object such as {\"format\": {\"type\": \"json_schema\", ...}}", param="text")
+    fmt = text.get("format")
     if fmt is None:
         return None
     if not isinstance(fmt, Mapping):

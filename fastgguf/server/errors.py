@@ -32,6 +32,8 @@ def _from_validation(exc):
     msg = e.get("msg", "invalid request")
     if e.get("type") == "json_invalid":
         msg, param = "The request body is not valid JSON.", None
+    elif not loc:  # the body as a whole: JSON that is not an object (an array, a string, a number, null, a bool)
+        msg = "the request body must be a JSON object"
     elif param:
         msg = f"{param}: {msg}"
     return APIError(msg, param=param.split(".")[0] if param else None)

@@ -2,11 +2,13 @@
 size and time."""
 import asyncio
 import hmac
+import ipaddress
+import re
 
 from fastgguf.openai.protocol import APIError
 from fastgguf.server.errors import error_response
 
-__all__ = ["Guard", "OPEN_PATHS", "default_hosts"]
+__all__ = ["Guard", "OPEN_PATHS", "default_hosts", "host_name"]
 
 OPEN_PATHS = ("/health", "/v1/health")  # answered without the API key
 DRAIN_LIMIT = 64 << 20  # a body over the limit is read and dropped up to twice the limit, at most this, before the
@@ -20,16 +22,55 @@ def default_hosts(bound):
     return [bound, "localhost", "127.0.0.1", "[::1]"]
 
 
-def _host_name(value):
-    """A Host header's name without its port, lower case ('[::1]:8080' -> '[::1]')."""
-    value = value.strip().lower()
-    if value.startswith("["):
-        return value[:value.find("]") + 1]
-    return value.rsplit(":", 1)[0] if value.count(":") == 1 else value
+# an authority (RFC 3986) as a Host header gives it: a bracketed IPv6 literal, or a host name or IPv4 address (no
+# percent-encoding or sub-delimiters: no client needs them), each then only an optional :port
+_AUTHORITY = re.compile(r"(?:\[(?P<v6>[0-9a-f:.]+)\]|(?P<name>[a-z0-9._~-]+))(?::[0-9]{1,5})?")
+
+
+def host_name(value):
+    """A Host header's name, lower case, without its port ('[::1]:8080' -> '[::1]', 'LocalHost:80' -> 'localhost'),
+    or None when the value is not an authority ('[::1].evil.example', 'localhost:x', '::1', '')."""
+    m = _AUTHORITY.fullmatch(value.strip().lower())
+    if m is None:
+        return None
+    if m["v6"] is None:
+        return m["name"]
+    try:
+        return f"[{ipaddress.IPv6Address(m['v6']).compressed}]"
+    except ValueError:
+        return None
+
+
+def _allowed_name(value):
+    """An --allowed-hosts entry's name as host_name gives it (an IPv6 address may come bare: --host ::1)."""
+    v = value.strip()
+    if v.count(":") > 1 and not v.startswith("["):
+        v = f"[{v}]"
+    name = host_name(v)
+    if name is None:
+        raise ValueError(f"allowed host {value!r} is not a host name, an IPv4 address or an [IPv6] address")
+    return name
+
+
+def _on_loopback(scope):
+    """Whether the request's connection arrived on a loopback address or a Unix socket (from this machine):
+    scope["server"], the server's end of the connection."""
+    server = scope.get("server")
+    if not server:
+        return False
+    if server[1] is None:  # a Unix socket
+        return True
+    try:
+        a = ipaddress.ip_address(str(server[0]).split("%", 1)[0])
+    except ValueError:
+        return False
+    return a.is_loopback or (a.version == 6 and a.ipv4_mapped is not None and a.ipv4_mapped.is_loopback)
 
 
 class Guard:
-    """ASGI middleware, before any route runs: the Host header (allowed_hosts, None or "*" in it: any; 400), the API
+    """ASGI middleware, before any route runs: the Host header (allowed_hosts, None or "*" in it: any; 400: a Host
+    that is not an allowed name (host_name: an authority, parsed), more than one Host header, or none on a
+    connection that did not arrive on a loopback address: an HTTP/1.0 client on this machine may omit it), the API
     key (the Authorization header's Bearer token, else the x-api-key header, against the key's UTF-8 bytes,
     hmac.compare_digest; 401), the body size limit (413) and the time to receive the body (body_timeout seconds;
     408). The body is read here, counted, and replayed to the app. `cors` (a cors.Cors, or None: no CORS headers)
@@ -39,22 +80,33 @@ class Guard:
     def __init__(self, app, api_key, max_body, *, allowed_hosts=None, body_timeout=60.0, cors=None):
         self.app, self.max_body, self.body_timeout, self.cors = app, max_body or float("inf"), body_timeout, cors
         self.key = api_key.encode("utf-8") if api_key else None
-        hosts = {_host_name(h) for h in allowed_hosts or ()}
-        self.hosts = None if not hosts or "*" in hosts else hosts | {h.strip("[]") for h in hosts}
+        hosts = [h.strip() for h in allowed_hosts or ()]
+        self.hosts = None if not hosts or "*" in hosts else {_allowed_name(h) for h in hosts}
 
     async def __call__(self, scope, receive, send):
         if scope["type"] != "http":
             return await self.app(scope, receive, send)
         headers, path = dict(scope["headers"]), scope["path"]
-        host = headers.get(b"host")
-        if self.hosts is not None and host is not None and _host_name(host.decode("latin-1")) not in self.hosts:
-            return await error_response(APIError(
-                f"The Host header {host.decode('latin-1')!r} is not one this server answers to (allowed: "
-                f"{', '.join(sorted(self.hosts))}); start it with --allowed-hosts NAME (or '*' for any).",
-                code="invalid_host"), path)(scope, receive, send)
+        refused = self._host_error(scope) if self.hosts is not None else None
+        if refused is not None:
+            return await error_response(refused, path)(scope, receive, send)
         if self.cors is not None:
             return await self.cors(scope, receive, send, headers, self._checked)
         return await self._checked(scope, receive, send)
+
+    def _host_error(self, scope):
+        """None when the request's Host header is answered, else the APIError (400) that refuses it."""
+        given = [v.decode("latin-1") for k, v in scope["headers"] if k == b"host"]
+        if len(given) > 1:
+            return APIError(f"The request has {len(given)} Host headers; HTTP allows one.", code="invalid_host")
+        if not given and _on_loopback(scope):
+            return None  # an HTTP/1.0 client on this machine (not a DNS-rebinding page: browsers always send Host)
+        if given and host_name(given[0]) in self.hosts:
+            return None
+        why = (f"The Host header {given[0]!r} is not one this server answers to" if given else
+               "The request has no Host header, which a server listening on an address other than loopback needs")
+        return APIError(f"{why} (allowed: {', '.join(sorted(self.hosts))}); start it with --allowed-hosts NAME (or "
+                        f"'*' for any).", code="invalid_host")
 
     async def _checked(self, scope, receive, send):
         """The API key, then the body's limits, then the app."""

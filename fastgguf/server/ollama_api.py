@@ -25,11 +25,20 @@ __all__ = ["router"]
 router = APIRouter(prefix=O.PREFIX)
 
 
-async def _json(request):
+def _load(raw):
+    """A request body's JSON (bytes; empty: {})."""
     try:
-        return json.loads(await request.body() or b"{}")
+        return json.loads(raw or b"{}")
     except ValueError:
         raise APIError("The request body is not valid JSON.") from None
+
+
+async def _prepare(request, fn, *args):
+    """fn(model, body, n_ctx, *args) of the request's body in a worker thread (routes.in_worker): its JSON is parsed
+    and shaped there, not on the event loop (megabytes of messages take a while)."""
+    state = request.app.state
+    raw = await request.body()
+    return await in_worker(request, lambda: fn(state.model, _load(raw), state.engine.n_ctx, *args))
 
 
 def _dialect(make):
@@ -42,9 +51,7 @@ def _dialect(make):
 async def chat(request: Request):
     t0 = time.perf_counter()
     state = request.app.state
-    body, mode = O.chat_body(await _json(request), state.model)
-    prep = await in_worker(request, protocol.prepare_chat, state.model, body, state.engine.n_ctx,
-                           reasoning_format=mode)
+    prep = await _prepare(request, O.prepare_chat)
     shaper = O.Shaper(state.model, chat=True, message=True)
     return await respond(request, prep, _dialect(lambda model, p: O.Reply(model, p, shaper, t0)))
 
@@ -53,25 +60,18 @@ async def chat(request: Request):
 async def generate(request: Request):
     t0 = time.perf_counter()
     state = request.app.state
-    kind, body, mode = O.generate_body(await _json(request), state.model)
+    kind, prep = await _prepare(request, O.prepare_generate)
     shaper = O.Shaper(state.model, chat=kind == "chat", message=False)
     if kind == "load":  # Ollama's way to load a model: it is loaded
         line = shaper._line(done=True)
         line["done_reason"] = "load"
         return JSONResponse(line)
-    if kind == "chat":
-        prep = await in_worker(request, protocol.prepare_chat, state.model, body, state.engine.n_ctx,
-                               reasoning_format=mode)
-    else:
-        prep = await in_worker(request, protocol.prepare_completion, state.model, body, state.engine.n_ctx)
     return await respond(request, prep, _dialect(lambda model, p: O.Reply(model, p, shaper, t0)))
 
 
 async def _embed(request, legacy):
     t0 = time.perf_counter()
-    state = request.app.state
-    body = O.embed_body(await _json(request), state.model, legacy)
-    prep = await in_worker(request, protocol.prepare_embedding, state.model, body, state.engine.n_ctx)
+    prep = await _prepare(request, O.prepare_embed, legacy)
     return await respond(request, prep, _dialect(lambda model, p: O.EmbedReply(model, p, legacy, t0)))
 
 
@@ -115,9 +115,12 @@ async def version(request: Request):
 
 @router.post("/show")
 async def show(request: Request):
-    state = request.app.state
-    model = state.model
-    O.check_model(await _json(request), model)
+    return JSONResponse(await _prepare(request, _show, request.app.state.created))
+
+
+def _show(model, body, n_ctx, created):
+    """/api/show's answer: the template, details, model_info and capabilities of the model the body names."""
+    O.check_show(body, model)
     template = model.tokenizer.chat_template or ""
     arch = model.hparams.arch
     caps = ["embedding"] if model.is_encoder else ["completion"]
@@ -128,6 +131,6 @@ async def show(request: Request):
     info = {"general.architecture": arch, f"{arch}.context_length": model.n_ctx_train,
             f"{arch}.embedding_length": model.n_embd, f"{arch}.block_count": model.hparams.n_layer,
             "general.parameter_count": sum(t.n_elements for t in model.file.tensors.values())}
-    return JSONResponse({"modelfile": "", "parameters": "", "template": template, "details": O.details(model),
-                         "model_info": info, "capabilities": caps,
-                         "modified_at": time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime(state.created))})
+    return {"modelfile": "", "parameters": "", "template": template, "details": O.details(model),
+            "model_info": info, "capabilities": caps,
+            "modified_at": time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime(created))}

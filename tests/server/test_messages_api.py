@@ -97,6 +97,35 @@ def test_tool_use_and_result(claude, model_name):
     assert [b.type for b in follow.content] == ["text"]
 
 
+@pytest.mark.parametrize("stops", ["abc", {"a": 1}, ["ok", 3], [None]], ids=["string", "object", "number", "null"])
+def test_stop_sequences_must_be_a_list_of_strings(server, model_name, stops):
+    """stop_sequences that are not a list of strings are a 400 in Anthropic's shape naming the field, streamed or
+    not, before anything is generated (a string ran, then came back as a TypeError's text; an object's keys became
+    stops)."""
+    for stream in (False, True):
+        status, body, _ = http(server, "POST", "/v1/messages", {
+            "model": model_name, "max_tokens": 4, "stream": stream, "stop_sequences": stops,
+            "messages": [{"role": "user", "content": "hi"}]})
+        assert status == 400 and body == {"type": "error", "error": {
+            "type": "invalid_request_error", "message": "stop_sequences must be a list of strings"}}, (stream, body)
+
+
+@pytest.mark.parametrize("field, extra", [
+    ("disable_parallel_tool_use", {"tools": [TOOL], "tool_choice": {"type": "auto",
+                                                                    "disable_parallel_tool_use": "no"}}),
+    ("disable_parallel_tool_use", {"tools": [TOOL], "tool_choice": {"type": "any", "disable_parallel_tool_use": 0}}),
+    ("output_config", {"output_config": "x"}),
+    ("output_config", {"output_config": ["format"]}),
+])
+def test_lax_types_are_refused(server, model_name, field, extra):
+    """A non-boolean disable_parallel_tool_use ("no" was taken as true by its truthiness) and a non-object
+    output_config (ignored) are a 400 in Anthropic's shape naming the field."""
+    status, body, _ = http(server, "POST", "/v1/messages", {
+        "model": model_name, "max_tokens": 4, "messages": [{"role": "user", "content": "hi"}], **extra})
+    assert status == 400 and body["type"] == "error" and body["error"]["type"] == "invalid_request_error", body
+    assert field in body["error"]["message"], body
+
+
 def test_output_config_json_schema(claude, model_name):
     pytest.importorskip("llguidance")
     m = claude.messages.create(model=model_name, max_tokens=40, messages=[

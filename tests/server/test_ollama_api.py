@@ -42,6 +42,8 @@ def test_list_show_ps_version(server, oc, model_name):
     d = models[0].details
     assert d.format == "gguf" and d.family == "llama" and d.parameter_size == "135M" and d.quantization_level
     sh = oc.show(model_name + ":latest")  # Ollama's default tag is accepted
+    status, _, by_name = raw(server, "/api/show", {"name": model_name})  # older clients' field
+    assert status == 200 and json.loads(by_name)["template"] == sh.template
     assert sh.modelinfo["general.architecture"] == "llama" and sh.modelinfo["llama.context_length"] > 0
     assert "completion" in sh.capabilities and "im_start" in sh.template
     ps = oc.ps().models
@@ -85,6 +87,20 @@ def test_stream_is_the_default_ndjson(server, model_name):
     assert status == 200 and ctype.startswith("application/x-ndjson")
     lines = [json.loads(x) for x in body.decode().splitlines()]
     assert len(lines) >= 2 and lines[-1]["done"] and not lines[0]["done"] and lines[-1]["eval_count"] == 3
+
+
+@pytest.mark.parametrize("num_predict,stream", [(-1, False), (-2, True)])
+def test_negative_num_predict_runs_to_the_context(server, oc, model_name, num_predict, stream):
+    """num_predict -1 (no limit) and -2 (fill the context) generate until end of generation or a full context (the
+    server's 512 tokens), not SamplingParams' default of 256: a counting prompt that does not stop early ends with
+    done_reason "length" when prompt and reply fill the context (its last token, sampled from the full cache, is
+    the one more)."""
+    prompt = "1, 2, 3, 4, 5, 6, 7, 8,"
+    opts = {"num_predict": num_predict, "temperature": 0}
+    r = oc.generate(model=model_name, prompt=prompt, raw=True, options=opts, stream=stream)
+    last = list(r)[-1] if stream else r
+    assert last.done_reason == "length" and last.eval_count > 256, last
+    assert last.prompt_eval_count + last.eval_count == 512 + 1, last
 
 
 def test_format_is_structured_output(oc, client, model_name):
@@ -131,6 +147,11 @@ def test_embed_and_legacy_embeddings(oc, client, model_name):
      "images"),
     ("/api/generate", {"model": "M", "prompt": "x", "suffix": "y"}, 400, "suffix"),
     ("/api/embed", {"model": "M", "input": 3}, 400, "input"),
+    ("/api/embeddings", {"model": "M", "prompt": ["a", "b"]}, 400, "prompt must be a string"),  # (only a's was sent)
+    ("/api/generate", {"model": "M", "prompt": "x", "raw": "false"}, 400, "raw must be a boolean"),  # (was raw)
+    ("/api/generate", {"model": "M", "prompt": "x", "system": 5}, 400, "system must be a string"),
+    ("/api/show", {"name": "nope"}, 404, "model 'nope' not found"),
+    ("/api/show", {}, 400, "model is required"),
     ("/api/chat", b"{not json", 400, "not valid JSON"),
 ])
 def test_errors_in_ollama_shape(server, model_name, path, body, status, says):
@@ -155,6 +176,42 @@ def test_errors_before_the_route_in_ollama_shape(server, model_name):
     assert got == 401 and isinstance(json.loads(text)["error"], str), (got, text)
     got, _, text = raw(server, "/api/x", {"model": model_name})
     assert got == 404 and json.loads(text) == {"error": "Unknown route POST /api/x"}, (got, text)
+
+
+def test_bodies_are_parsed_and_shaped_off_the_event_loop(model, model_name, monkeypatch):
+    """Every Ollama POST route parses its JSON and maps its fields in a worker thread, as the other routes prepare
+    theirs (0.4 did both on the event loop: a 6.8 MB /api/chat stalled /health for most of a second). Checked where
+    it runs, not by timing: the app in-process, json.loads and the mapping's model check recording whether an
+    event loop runs in their thread."""
+    import asyncio
+    from fastapi.testclient import TestClient
+    from fastgguf.openai import ollama as O
+    from fastgguf.server import create_app
+    calls = []
+
+    def spy(fn, name):
+        def wrapped(*a, **kw):
+            try:
+                asyncio.get_running_loop()
+                calls.append((name, "event loop"))
+            except RuntimeError:
+                calls.append((name, "worker"))
+            return fn(*a, **kw)
+        return wrapped
+    monkeypatch.setattr(json, "loads", spy(json.loads, "json.loads"))
+    monkeypatch.setattr(O, "check_model", spy(O.check_model, "check_model"))
+    http = TestClient(create_app(model))  # (no lifespan: nothing here reaches the engine)
+    bad = {"temperature": -1}  # refused by prepare_*, after the body was parsed and mapped
+    for path, body in (("/api/chat", {"messages": HI, "options": bad}),
+                       ("/api/generate", {"prompt": "x", "options": bad}),
+                       ("/api/embed", {"input": "x", "dimensions": 7}),
+                       ("/api/embeddings", {"prompt": "x", "dimensions": 7}), ("/api/show", {})):
+        calls.clear()
+        r = http.post(path, content=json.dumps(dict(body, model=model_name)),
+                      headers={"Content-Type": "application/json"})
+        assert r.status_code == (200 if path == "/api/show" else 400), (path, r.text)
+        assert {name for name, _ in calls} == {"json.loads", "check_model"}, (path, calls)
+        assert all(where == "worker" for _, where in calls), (path, calls)
 
 
 def test_shaper_tool_calls_and_thinking():
@@ -196,7 +253,7 @@ def test_body_mapping(model, model_name):
     from fastgguf.server.errors import error_response
     body, mode = chat_body({"model": model_name + ":latest", "messages": HI, "think": False, "keep_alive": 0,
                             "options": {"num_predict": -1, "num_ctx": 99999, "top_k": 3, "stop": ["x"]}}, model)
-    assert body == {"stream": True, "top_k": 3, "stop": ["x"], "messages": HI} and mode == "none"
+    assert body == {"stream": True, "max_tokens": None, "top_k": 3, "stop": ["x"], "messages": HI} and mode == "none"
     assert chat_body({"model": model_name, "messages": HI, "think": "high", "stream": False}, model)[1] == "parsed"
     kind, body, _ = generate_body({"model": model_name, "prompt": "p", "system": "s", "format": "json"}, model)
     assert kind == "chat" and body["messages"] == [{"role": "system", "content": "s"}, {"role": "user", "content": "p"}]

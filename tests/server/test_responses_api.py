@@ -99,6 +99,22 @@ def test_text_format_json_schema(client, model_name):
     jsonschema.validate(json.loads(r.output_text), WEATHER)
 
 
+@pytest.mark.parametrize("body, param, says", [
+    ({"input": [{"type": "function_call", "call_id": "c1", "name": "f", "arguments": "{}"},
+                {"type": "function_call_output", "call_id": 5, "output": "ok"}]}, "input", "call_id"),
+    ({"input": [{"type": "function_call", "call_id": "c1", "name": "f", "arguments": "{}"},
+                {"type": "function_call_output", "output": "ok"}]}, "input", "call_id"),
+    ({"input": [{"type": "function_call", "call_id": ["c1"], "name": "f", "arguments": "{}"}]}, "input", "call_id"),
+    ({"input": "hi", "text": "x"}, "text", "text must be an object"),
+    ({"input": "hi", "text": ["format"]}, "text", "text must be an object"),
+])
+def test_lax_types_are_refused(server, model_name, body, param, says):
+    """A function_call_output's call_id must be a string (5 ran; a missing one became ""), and `text` an object
+    (a string was ignored): a 400 naming the field."""
+    status, resp, _ = http(server, "POST", "/v1/responses", {"model": model_name, "max_output_tokens": 2, **body})
+    assert status == 400 and resp["error"]["param"] == param and says in resp["error"]["message"], resp
+
+
 def test_refused_fields(server, client, model_name):
     with pytest.raises(openai.BadRequestError) as e:
         client.responses.create(model=model_name, input="hi", previous_response_id="resp_123")

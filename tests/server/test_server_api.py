@@ -323,6 +323,31 @@ def test_bad_requests(server, path, body, status, param, code):
     assert err["param"] == param and err["code"] == code
 
 
+def test_every_json_route_refuses_a_body_that_is_not_an_object(server, model):
+    """Every POST route of the app (enumerated from create_app's routes through its OpenAPI schema: OpenAI's,
+    Anthropic's, Ollama's, the extras, with and without /v1) answers a JSON body that is not an object (an array,
+    a string, a number, null, a bool) with a 400 in its dialect's error shape saying so, never a 5xx or a Python
+    exception's text (/api/show: 500 AttributeError)."""
+    from fastgguf.openai import messages_api
+    from fastgguf.server import create_app
+    paths = sorted(p for p, ops in create_app(model).app.openapi()["paths"].items() if "post" in ops)
+    assert {"/v1/chat/completions", "/v1/messages", "/v1/responses", "/api/chat", "/api/show"} <= set(paths)
+    for path in paths:
+        for raw in (b"[1, 2]", b'"x"', b"3", b"null", b"true"):
+            status, body, _ = http(server, "POST", path, raw=raw)
+            assert status == 400, (path, raw, status, body)
+            if path in messages_api.PATHS:
+                assert body["type"] == "error" and body["error"]["type"] == "invalid_request_error", (path, body)
+                message = body["error"]["message"]
+            elif path.startswith("/api/"):
+                assert set(body) == {"error"} and isinstance(body["error"], str), (path, body)
+                message = body["error"]
+            else:
+                assert set(body["error"]) == {"message", "type", "param", "code"}, (path, body)
+                message = body["error"]["message"]
+            assert message == "the request body must be a JSON object", (path, raw, message)
+
+
 def test_bad_json_and_body_limit_and_openai_client_errors(server, client, model_name):
     import openai
     status, resp, _ = http(server, "POST", "/v1/chat/completions", raw=b"{not json")
