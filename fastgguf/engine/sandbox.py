@@ -35,7 +35,7 @@ import warnings
 
 from fastgguf import errors
 
-__all__ = ["run", "big_stack", "cancel_on", "SandboxError", "Cancelled", "Busy", "CPU_SECONDS", "MAX_WORKERS",
+__all__ = ["run", "prestart", "big_stack", "cancel_on", "SandboxError", "Cancelled", "Busy", "CPU_SECONDS", "MAX_WORKERS",
            "MAX_WAITING"]
 
 CPU_SECONDS = float(os.environ.get("FASTGGUF_SANDBOX_CPU_SECONDS", "5"))
@@ -212,6 +212,22 @@ def _raise(err):
     if kind in ("ValueError", "TypeError"):
         raise {"ValueError": ValueError, "TypeError": TypeError}[kind](message)
     raise SandboxError(f"the compile failed: {kind}: {message}")
+
+
+def prestart():
+    """Start one idle worker now (a server at start-up), so the first compile does not wait for it."""
+    pool = _pool()
+    if pool.inprocess:
+        return
+    with pool.lock:
+        if pool.idle:
+            return
+    try:
+        w = _Worker()
+    except OSError:
+        return
+    with pool.lock:
+        pool.idle.append(w)
 
 
 def run(target, args):
