@@ -57,44 +57,14 @@ from fastgguf.errors import TokenizerError
 from fastgguf.tokenizer import unicode_classes as _unicode_classes
 from fastgguf.tokenizer.merge import merge_ranked, merge_scored
 from fastgguf.tokenizer.pretokenizer import char_class, compiled_pre, pre_split
+from fastgguf.tokenizer.vocab import (ATTR_BYTE, ATTR_CONTROL, ATTR_LSTRIP, ATTR_NORMAL, ATTR_RSTRIP, ATTR_UNKNOWN,
+                                      ATTR_UNUSED, ATTR_USER_DEFINED, SPM_SPACE, Vocab, md_bool, short_repr)
 
 __all__ = ["Tokenizer", "TokenizerError", "StreamingDecoder"]
 
 
-# ---------------------------------------------------------------------------------------------------------------
-# Token attributes (llama.cpp llama_token_attr) and GGUF token types
-# ---------------------------------------------------------------------------------------------------------------
-
-ATTR_UNDEFINED, ATTR_UNKNOWN, ATTR_UNUSED, ATTR_NORMAL = 0, 1 << 0, 1 << 1, 1 << 2
-ATTR_CONTROL, ATTR_USER_DEFINED, ATTR_BYTE = 1 << 3, 1 << 4, 1 << 5
-ATTR_LSTRIP, ATTR_RSTRIP = 1 << 7, 1 << 8
-# GGUF tokenizer.ggml.token_type value -> attribute (0 undefined, 1 normal, 2 unknown, 3 control, 4 user-defined,
-# 5 unused, 6 byte; anything else undefined)
-_TYPE_TO_ATTR = {1: ATTR_NORMAL, 2: ATTR_UNKNOWN, 3: ATTR_CONTROL, 4: ATTR_USER_DEFINED, 5: ATTR_UNUSED,
-                 6: ATTR_BYTE}
-
 _ASCII_SPACE = " \t\n\v\f\r"          # C isspace(): what llama.cpp strips around LSTRIP/RSTRIP special tokens
-_SPM_SPACE = "\u2581"                  # "▁"
-
-# texts that make a token end generation (llama.cpp llama_vocab::impl::load, "special_eog_ids")
-_EOG_TEXTS = frozenset([
-    "<|eot_id|>", "<|im_end|>", "<|end|>", "<|return|>", "<|call|>", "<|flush|>", "<|calls|>", "<end_of_turn>",
-    "<|endoftext|>", "</s>", "<|eom_id|>", "<EOT>", "_<EOT>", "[EOT]", "[EOS]", "<|end_of_text|>",
-    "<end_of_utterance>", "<eos>", "<turn|>", "<|tool_response>", "<｜end▁of▁sentence｜>", "[e~[",
-])
-_EOT_TEXTS = ("<|eot_id|>", "<|im_end|>", "<|end|>", "<end_of_turn>", "<|endoftext|>", "<|end_of_text|>", "<EOT>",
-              "_<EOT>", "[EOT]", "<｜end▁of▁sentence｜>", "<end_of_utterance>")
-_FIM_TEXTS = {   # metadata key suffix -> texts that identify the token when the key is absent
-    "fim_pre": ("<|fim_prefix|>", "<fim-prefix>", "<fim_prefix>", "<｜fim▁begin｜>", "<PRE>", "▁<PRE>",
-                "<|code_prefix|>", "<|prefix|>"),
-    "fim_suf": ("<|fim_suffix|>", "<fim-suffix>", "<fim_suffix>", "<｜fim▁hole｜>", "<SUF>", "▁<SUF>",
-                "<|code_suffix|>", "<|suffix|>"),
-    "fim_mid": ("<|fim_middle|>", "<fim-middle>", "<fim_middle>", "<｜fim▁end｜>", "<MID>", "▁<MID>",
-                "<|code_middle|>", "<|middle|>"),
-    "fim_pad": ("<|fim_pad|>", "<fim-pad>", "<fim_pad>", "<PAD>", "[PAD]"),
-    "fim_rep": ("<|fim_repo|>", "<|repo_name|>", "<fim-repo>", "<REPO>", "<reponame>"),
-    "fim_sep": ("<|file_sep|>",),
-}
+_SPM_SPACE = SPM_SPACE
 
 _UNSUPPORTED_MODELS = {"rwkv": "RWKV",
                        "plamo2": "PLaMo-2", "no_vocab": "no vocabulary", "none": "no vocabulary",
@@ -326,62 +296,6 @@ class _Charsmap:
 # Tokenizer
 # ---------------------------------------------------------------------------------------------------------------
 
-def _md_int(md, key):
-    v = md.get(key)
-    if v is None or isinstance(v, bool):
-        return None
-    if not isinstance(v, (int, np.integer)):  # a float id (1.5) is a wrong type too, never truncated
-        raise TokenizerError(f"metadata {key} should be an integer, got {_short_repr(v)}")
-    return int(v)
-
-
-def _short_repr(v, n=80):
-    r = repr(v.tolist() if isinstance(v, np.ndarray) else v)
-    return r if len(r) <= n else r[:n] + "..."
-
-
-def _md_bool(md, key):
-    v = md.get(key)
-    if v is None:
-        return None
-    if isinstance(v, (bool, int)):
-        return bool(v)
-    raise TokenizerError(f"metadata {key} should be a bool, got {v!r}")
-
-
-def _token_attrs(token_types, n):
-    """tokenizer.ggml.token_type -> list of llama.cpp attribute bits (all NORMAL without the key)."""
-    if token_types is None:
-        return [ATTR_NORMAL] * n
-    if len(token_types) < n:
-        raise TokenizerError(f"tokenizer.ggml.token_type has {len(token_types)} entries for {n} tokens")
-    lut = np.zeros(8, np.int64)
-    for t, a in _TYPE_TO_ATTR.items():
-        lut[t] = a
-    tt = np.asarray(token_types, np.int64)[:n]
-    return np.where((tt >= 0) & (tt < 8), lut[np.clip(tt, 0, 7)], ATTR_UNDEFINED).tolist()
-
-
-_SPECIAL_KEYS = [("bos", "bos"), ("eos", "eos"), ("eot", "eot"), ("eom", "eom"), ("unk", "unknown"),
-                 ("sep", "seperator"), ("pad", "padding"), ("mask", "mask"), ("fim_pre", "fim_pre"),
-                 ("fim_suf", "fim_suf"), ("fim_mid", "fim_mid"), ("fim_pad", "fim_pad"), ("fim_rep", "fim_rep"),
-                 ("fim_sep", "fim_sep"), ("fim_pre", "prefix"), ("fim_suf", "suffix"), ("fim_mid", "middle")]
-
-
-def _special_token_ids(md, n, bos, eos, unk, **defaults):
-    """Special token ids: type defaults (dropped when out of range), then tokenizer.ggml.<key>_token_id.
-    (llama.cpp never reads tokenizer.ggml.cls_token_id: a BERT [CLS] is the BOS, 101 unless bos_token_id says.)"""
-    special = dict.fromkeys(name for name, _ in _SPECIAL_KEYS)
-    special.update(bos=bos, eos=eos, unk=unk, **defaults)
-    for name, key in _SPECIAL_KEYS:
-        if special[name] is not None and special[name] >= n:
-            special[name] = None
-        v = _md_int(md, f"tokenizer.ggml.{key}_token_id")
-        if v is not None and 0 <= v < n:
-            special[name] = v
-    return special
-
-
 def _space_cut_regex(texts):
     """Regex cutting SPM text before each U+2581 that no token (of texts) spans: the characters c for which
     some text holds c + U+2581 must stay glued to what follows."""
@@ -423,18 +337,18 @@ class Tokenizer:
         for key in ("tokenizer.ggml.model", "tokenizer.ggml.pre"):
             v = md.get(key)
             if v is not None and not isinstance(v, str):
-                raise TokenizerError(f"metadata {key} should be a string, got {type(v).__name__} {_short_repr(v)}")
+                raise TokenizerError(f"metadata {key} should be a string, got {type(v).__name__} {short_repr(v)}")
         for key in ("tokenizer.ggml.tokens", "tokenizer.ggml.merges"):
             v = md.get(key)
             if v is not None and (not isinstance(v, (list, tuple)) or not all(isinstance(t, str) for t in v)):
                 raise TokenizerError(f"metadata {key} should be an array of strings, got {type(v).__name__} "
-                                     f"{_short_repr(v)}")
+                                     f"{short_repr(v)}")
         for key in ("tokenizer.ggml.scores", "tokenizer.ggml.token_type"):
             v = md.get(key)
             if v is not None and not (isinstance(v, np.ndarray) and v.dtype.kind in "biuf" or isinstance(
                     v, (list, tuple)) and all(isinstance(x, (int, float)) for x in v)):
                 raise TokenizerError(f"metadata {key} should be a numeric array, got {type(v).__name__} "
-                                     f"{_short_repr(v)}")
+                                     f"{short_repr(v)}")
         model = md.get("tokenizer.ggml.model")
         if model is None:
             raise TokenizerError("metadata has no tokenizer.ggml.model")
@@ -470,9 +384,9 @@ class Tokenizer:
             defaults = dict(sep=102, pad=0, mask=103)
             self.add_bos, self.add_eos, self.add_space_prefix, self.add_sep = True, False, False, True
             self._escape_spaces, self._byte_encode = False, False
-            lowercase = _md_bool(md, "tokenizer.ggml.normalizer.lowercase")
+            lowercase = md_bool(md, "tokenizer.ggml.normalizer.lowercase")
             lowercase = True if lowercase is None else lowercase
-            strip = _md_bool(md, "tokenizer.ggml.normalizer.strip_accents")
+            strip = md_bool(md, "tokenizer.ggml.normalizer.strip_accents")
             self._wpm_table = _wpm_table(lowercase, lowercase if strip is None else strip)
         elif self.ugm:
             bos, eos, unk = None, 1, 2
@@ -489,7 +403,7 @@ class Tokenizer:
                     raise TokenizerError("metadata tokenizer.ggml.precompiled_charsmap should be an int8/uint8 array")
                 cm = _Charsmap(bytes(cm)) if len(cm) else None
             self._charsmap = cm
-            v = _md_bool(md, "tokenizer.ggml.remove_extra_whitespaces")
+            v = md_bool(md, "tokenizer.ggml.remove_extra_whitespaces")
             self._merge_spaces = bool(v)
         else:
             if model == "gemma4":
@@ -518,46 +432,32 @@ class Tokenizer:
             self._ranks = dict(zip(reversed(merges), range(len(merges) - 1, -1, -1)))
         self._ignore_merges = bool(settings.get("ignore_merges"))
         self._newline_runs = bool(settings.get("newline_runs"))
-        v = _md_bool(md, "tokenizer.ggml.add_space_prefix")
+        v = md_bool(md, "tokenizer.ggml.add_space_prefix")
         if v is not None:
             self.add_space_prefix = v
 
         # vocabulary
-        texts = tokens
-        if "" in texts:
-            texts = [t if t else f"[EMPTY_{i}]" for i, t in enumerate(tokens)]
-        self._texts = texts
-        self._max_token_chars = max(map(len, texts), default=0)     # WPM's longest match; max_chars
-        self._vocab = dict(zip(texts, range(n)))
-        if len(self._vocab) != n:
-            raise TokenizerError("tokenizer.ggml.tokens holds duplicate token texts")
-        scores = md.get("tokenizer.ggml.scores")
-        if scores is not None:
-            if len(scores) < n:
-                raise TokenizerError(f"tokenizer.ggml.scores has {len(scores)} entries for {n} tokens")
-            scores = np.asarray(scores, np.float32)[:n].tolist() if self.spm or self.ugm else None
-        elif self.spm or self.ugm:
-            scores = [0.0] * n
-        self._scores = scores                     # (n,) SPM merge scores / UGM log probabilities, None for BPE
-        self._attrs = attrs = _token_attrs(md.get("tokenizer.ggml.token_type"), n)    # (n,) attribute bits
+        vocab = Vocab(tokens, md, scored=self.spm or self.ugm)
+        texts, scores, attrs = vocab.texts, vocab.scores, vocab.attrs
+        self._texts, self._vocab, self._scores, self._attrs = texts, vocab.ids, scores, attrs
+        self._max_token_chars = vocab.max_token_chars
         if self.ugm:                              # llama.cpp builds its token tries before the attribute fixes
             self._ugm_tables(texts, scores, attrs)
-        special = _special_token_ids(md, n, bos, eos, unk, **defaults)
+        vocab.find_specials(md, dict(bos=bos, eos=eos, unk=unk, **defaults))
+        special = vocab.special_ids
 
-        v = _md_bool(md, "tokenizer.ggml.add_bos_token")
+        v = md_bool(md, "tokenizer.ggml.add_bos_token")
         if v is not None:
             self.add_bos = v
-        v = _md_bool(md, "tokenizer.ggml.add_eos_token")
+        v = md_bool(md, "tokenizer.ggml.add_eos_token")
         if v is not None:
             self.add_eos = v
-        v = _md_bool(md, "tokenizer.ggml.add_sep_token")
+        v = md_bool(md, "tokenizer.ggml.add_sep_token")
         if v is not None:
             self.add_sep = v      # read by whoever joins two texts (rerank); tokenize() itself does not use it
         if settings.get("force_bos"):
             self.add_bos = True
 
-        self._find_eog(special)
-        self._per_model_attrs(md)
         special_ids = np.flatnonzero(np.asarray(attrs) & (ATTR_CONTROL | ATTR_USER_DEFINED | ATTR_UNKNOWN)).tolist()
 
         # special tokens cut out of the text, longest first
@@ -569,6 +469,7 @@ class Tokenizer:
         self.chat_template = ct if isinstance(ct, str) else None     # a non-string template counts as none
         self.n_vocab = n
         self.special_ids = special                # {"bos", "eos", "eot", "eom", "unk", "sep", "pad", "mask", "fim_*"}
+        self.eog_ids = vocab.eog_ids
         self.bos_id = special["bos"]
         self.eos_id = special["eos"]
         self.eot_id = special["eot"]
@@ -614,69 +515,6 @@ class Tokenizer:
                     self._word_cache_bytes += cost
             return ids
         return word_ids
-
-    def _find_eog(self, special):
-        """End-of-generation ids, and the attribute fixes llama.cpp makes on the way (llama_vocab::impl::load)."""
-        texts, attrs, vocab = self._texts, self._attrs, self._vocab
-        # tokens recognised by their text (llama.cpp: "auto-detect special tokens by text"), in id order
-        for name, cands in [("eot", _EOT_TEXTS), ("eom", ("<|eom_id|>",))] + list(_FIM_TEXTS.items()):
-            if special[name] is None:
-                for t in cands:
-                    i = vocab.get(t)
-                    if i is not None:
-                        special[name] = i
-                        attrs[i] |= ATTR_CONTROL
-                        break
-        for i in np.flatnonzero(np.asarray(attrs) & ATTR_CONTROL).tolist():
-            if "unused" in texts[i]:
-                attrs[i] |= ATTR_UNUSED
-
-        eog = {special[k] for k in ("fim_pad", "fim_rep", "fim_sep") if special[k] is not None}
-        for t in _EOG_TEXTS:
-            i = vocab.get(t)
-            if i is not None:
-                eog.add(i)
-                attrs[i] |= ATTR_CONTROL
-        for t in ("<|channel|>", "<|message|>", "<|start|>", "<|constrain|>"):     # gpt-oss: always rendered
-            i = vocab.get(t)
-            if i is not None:
-                attrs[i] = ATTR_USER_DEFINED
-        for k in ("eos", "eot", "eom"):
-            if special[k] is not None:
-                eog.add(special[k])
-        eog_texts = {texts[i] for i in eog}
-        end = vocab.get("<|end|>")
-        if end in eog and ("<|call|>" in eog_texts or "<|calls|>" in eog_texts) and (
-                "<|return|>" in eog_texts or "<|flush|>" in eog_texts):
-            eog.discard(end)                      # harmony / solar-open: <|end|> ends a message, not generation
-            attrs[end] = ATTR_USER_DEFINED
-        s = vocab.get("</s>")
-        if s in eog and ("<|tool_response>" in eog_texts or "<|plamo:eos|>" in eog_texts):
-            eog.discard(s)                        # gemma4 / plamo: </s> is a normal token
-            attrs[s] = ATTR_NORMAL
-        self.eog_ids = frozenset(eog)
-
-    def _per_model_attrs(self, md):
-        """llama.cpp "Handle per token attributes": LSTRIP/RSTRIP by model name."""
-        attrs, vocab = self._attrs, self._vocab
-        name = md.get("general.name")
-        name = name.lower() if isinstance(name, str) else ""
-        arch = md.get("general.architecture")
-        arch = arch if isinstance(arch, str) else ""
-        pre_name = str(md.get("tokenizer.ggml.pre") or "")
-        if any(s in pre_name for s in ("jina-v2-de", "jina-v2-es", "jina-v2-code")) or any(
-                s in arch for s in ("nomic-bert-moe", "jina-bert-v3")):
-            if "<mask>" in vocab:
-                attrs[vocab["<mask>"]] |= ATTR_LSTRIP
-        elif "phi-3" in name or "phi3" in name:
-            for i in np.flatnonzero(np.asarray(attrs) & (ATTR_CONTROL | ATTR_USER_DEFINED | ATTR_UNKNOWN)).tolist():
-                attrs[i] |= ATTR_RSTRIP
-            for t, on in (("</s>", True), ("<unk>", False), ("<s>", False), ("<|endoftext|>", False)):
-                i = vocab.get(t)
-                if i is not None:
-                    attrs[i] = attrs[i] | ATTR_RSTRIP if on else attrs[i] & ~ATTR_RSTRIP
-        elif "modern-bert" in name and "[MASK]" in vocab:
-            attrs[vocab["[MASK]"]] |= ATTR_LSTRIP
 
     def _piece(self, i):
         """(piece rendered without specials, piece rendered with specials): llama.cpp token_to_piece."""
