@@ -217,3 +217,55 @@ class Vocab:
                     attrs[i] = attrs[i] | ATTR_RSTRIP if on else attrs[i] & ~ATTR_RSTRIP
         elif "modern-bert" in name and "[MASK]" in vocab:
             attrs[vocab["[MASK]"]] |= ATTR_LSTRIP
+
+
+# ---------------------------------------------------------------------------------------------------------------
+# What the Tokenizer asks of an algorithm module
+# ---------------------------------------------------------------------------------------------------------------
+
+# tokenizer.ggml.pre types whose add_sep defaults to true (a separator between two joined texts, as for rerank)
+_SEP_PRES = ("jina-v1-en", "jina-v2-code", "roberta-bpe")
+
+
+def spaced_piece(text):
+    """The bytes of a token text with U+2581 written as a space."""
+    return text.replace(SPM_SPACE, " ").encode("utf-8", "surrogateescape")
+
+
+class Algorithm:
+    """One tokenizer algorithm: bpe.BPE, spm.SPM, wpm.WPM or ugm.UGM. Made in two steps, as llama.cpp makes it:
+
+    - ``Algorithm(md)`` reads and checks the algorithm's own metadata and sets the defaults below
+      (llama_vocab::impl::load).
+    - ``build(vocab, cache)`` makes its tables over the tokens (init_tokenizer), before ``vocab.find_specials``;
+      ``cache(fn)`` wraps a word -> tuple of ids function in the Tokenizer's bounded word cache.
+
+    Then ``encode(text, space_prefix)`` gives the ids of a text fragment that special-token partitioning left, and
+    ``piece(text)`` the bytes of a NORMAL token.
+    """
+
+    kind = ""                   # how repr(Tokenizer) names the algorithm
+    scored = False              # keeps tokenizer.ggml.scores (Vocab.scores)
+    special_defaults = {}       # special token ids unless tokenizer.ggml.<key>_token_id says: {"bos": 1, ...}
+    add_bos = add_eos = add_space_prefix = False      # unless tokenizer.ggml.add_bos_token, ... say
+    force_bos = False           # BOS added whatever tokenizer.ggml.add_bos_token says
+    bounds = None               # (name, name): special ids around every text whatever add_bos/add_eos say (WPM)
+    lead_space = False          # puts a space before the first word itself (detokenize drops it)
+    normalizes = False          # the text is normalized: characters can be dropped (max_chars has no bound)
+
+    def __init__(self, md):
+        self.add_sep = md.get("tokenizer.ggml.pre") in _SEP_PRES      # unless tokenizer.ggml.add_sep_token says
+
+    def build(self, vocab, cache):
+        raise NotImplementedError
+
+    def check(self, vocab):
+        """Refuse a vocabulary whose special ids (vocab.special_ids, found by now) the algorithm cannot work with."""
+
+    def encode(self, text, space_prefix):
+        """Ids (an iterable) of a non-empty text fragment; space_prefix: SentencePiece's space before it."""
+        raise NotImplementedError
+
+    def piece(self, text):
+        """The bytes a NORMAL token's text stands for (llama_token_to_piece)."""
+        return spaced_piece(text)

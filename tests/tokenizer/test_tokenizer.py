@@ -267,18 +267,17 @@ def test_compiled_merge_matches_python_reference(vocab_tokenizer):
     for _ in range(3000):
         word = "".join(rng.choice(letters) for _ in range(rng.randint(1, 24)))
         w = word.replace(" ", "Ġ")
-        assert T.merge_ranked(list(w), bpe._ranks) == T.merge_ranked_py(list(w), bpe._ranks)
+        assert T.merge_ranked(list(w), bpe._algo.ranks) == T.merge_ranked_py(list(w), bpe._algo.ranks)
         w = word.replace(" ", "▁").replace("Ġ", "▁")
-        assert T.merge_scored(list(w), spm._vocab, spm._scores) == \
-            T.merge_scored_py(list(w), spm._vocab, spm._scores)
+        assert T.merge_scored(list(w), spm._vocab.ids, spm._vocab.scores) == \
+            T.merge_scored_py(list(w), spm._vocab.ids, spm._vocab.scores)
 
 
 @pytest.mark.parametrize("name", ["qwen2", "llama-spm"])
 def test_python_merge_fallback_gives_same_ids(name, vocab_path, monkeypatch):
-    from fastgguf.tokenizer import core as T
-    from fastgguf.tokenizer import merge
-    monkeypatch.setattr(T, "merge_ranked", merge.merge_ranked_py)
-    monkeypatch.setattr(T, "merge_scored", merge.merge_scored_py)
+    from fastgguf.tokenizer import bpe, merge, spm
+    monkeypatch.setattr(bpe, "merge_ranked", merge.merge_ranked_py)
+    monkeypatch.setattr(spm, "merge_scored", merge.merge_scored_py)
     tok = Tokenizer(vocab_path(name))
     for text, expected in read_cases(name):
         assert tok.tokenize(text, add_special=False) == expected
@@ -419,12 +418,12 @@ def test_cutting_spm_text_at_spaces_changes_nothing(name, vocab_tokenizer):
     for _ in range(300):
         text = "".join(rng.choice(words) + ("▁" if rng.random() < 0.5 else "") for _ in range(rng.randint(1, 12)))
         if tok.spm:
-            whole = list(tok._spm_chunk(text))
-            cut = [i for c in tok._spm_cut.split(text) if c for i in tok._spm_chunk(c)]
+            whole = list(tok._algo.word(text))
+            cut = [i for c in tok._algo.cut.split(text) if c for i in tok._algo.word(c)]
         else:
             text = text.replace("\n", "")
-            whole = list(tok._bpe_word(text))
-            cut = [i for c in tok._spm_cut.split(text) if c for i in tok._bpe_word(c)]
+            whole = list(tok._algo.word(text))
+            cut = [i for c in tok._algo.cut.split(text) if c for i in tok._algo.word(c)]
         assert cut == whole, repr(text)
 
 
