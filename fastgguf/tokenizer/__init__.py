@@ -1,6 +1,8 @@
-"""Tokenizers as llama.cpp runs them (byte-level BPE and SentencePiece), built from a GGUF's vocabulary: the
-Tokenizer (fastgguf.tokenizer.core), its pre-tokenizer table and special-token rules, the Unicode classes the
-pre-tokenizers see (unicode_classes), and the compiled merge loop (_bpe, with a Python reference in core)."""
+"""Tokenizers as llama.cpp runs them, built from a GGUF's vocabulary: the Tokenizer (core: special tokens,
+detokenizing), the Vocab every algorithm shares (vocab), one module per algorithm (bpe: byte-level and
+SentencePiece-style BPE, spm: SentencePiece, wpm: WordPiece, ugm: Unigram), BPE's pre-tokenizer regexes and the
+Unicode classes they see (pretokenizer, unicode_classes), and the compiled merge loop (_bpe, with a Python reference
+in merge)."""
 from fastgguf.errors import TokenizerError
 from fastgguf.tokenizer.core import StreamingDecoder, Tokenizer
 

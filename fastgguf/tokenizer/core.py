@@ -1,40 +1,22 @@
-"""Tokenizers built from GGUF ``tokenizer.*`` metadata, giving exactly llama.cpp's token ids.
+"""Tokenizers built from GGUF ``tokenizer.*`` metadata, giving exactly llama.cpp's token ids: :class:`Tokenizer`.
 
-Supported vocabularies (``tokenizer.ggml.model``):
+Supported vocabularies (``tokenizer.ggml.model``), one module per algorithm:
 
-- ``gpt2``: byte-level BPE (GPT-2, Llama 3, Qwen2, SmolLM, DeepSeek, Falcon, StarCoder, ...). The text is cut into
-  words by the pre-tokenizer regexes that ``tokenizer.ggml.pre`` selects, each word is byte-encoded through the
-  GPT-2 byte<->unicode table and merged by rank (lowest rank first, leftmost first).
-- ``llama``: SentencePiece BPE (Llama 2, TinyLlama, Mistral, Phi-3): spaces become U+2581, a space is prefixed
-  (``add_space_prefix``), symbols merge by score (highest first, leftmost first), unknown characters fall back
-  to ``<0xXX>`` byte tokens.
-- ``gemma4``: SentencePiece-style BPE on raw UTF-8 (U+2581 for spaces, ``<0xXX>`` byte fallback).
-- ``bert``: WordPiece (WPM; BERT, bge, MiniLM). llama.cpp's normalizer (its own NFD-first-code-point and lowercase
-  tables, accent marks and \\p{C} dropped, punctuation, ASCII symbols and CJK ideographs as words of their own),
-  then greedy longest match over U+2581 + word; a word with an unmatched position is one [UNK].
-  ``tokenize(add_special=True)`` gives [CLS] ... [SEP] (llama.cpp adds both whatever add_bos/add_sep say).
-- ``t5``: Unigram (UGM; T5, XLM-R, bge-m3, nomic-embed-v2). The precompiled charsmap (SentencePiece's XCDA,
-  tokenizer.ggml.precompiled_charsmap) normalizes, spaces become U+2581 (one before the text with
-  add_space_prefix; with remove_extra_whitespaces one before every word and runs dropped; llama.cpp has no key for
-  treat_whitespace_as_suffix, so it is off), then a Viterbi over the token scores picks the best sum, unknown code
-  points costing the lowest score - 10 as [UNK]. Defaults: EOS </s>=1 added, no BOS, unless the metadata says.
+- ``gpt2``: byte-level BPE, and ``gemma4``: SentencePiece-style BPE (bpe.py; its words cut by pretokenizer.py).
+- ``llama``: SentencePiece BPE (SPM; spm.py).
+- ``bert``: WordPiece (WPM; wpm.py).
+- ``t5``: Unigram (UGM; ugm.py).
 
-Other types (rwkv, plamo2, ...) raise :class:`TokenizerError` at construction.
+Other types (rwkv, plamo2, ...) raise :class:`TokenizerError` at construction. What the algorithms share (token
+texts, scores, attributes, special and end-of-generation ids) is vocab.py's Vocab. The Tokenizer picks the
+algorithm once, at load, and does what is common to all of them; as llama.cpp's src/llama-vocab.cpp:
 
-Facts (regexes, defaults, special-token rules) follow llama.cpp's src/llama-vocab.cpp and src/unicode.cpp:
-
-- Pre-tokenizer regexes run in sequence; each one splits every piece from the previous one into its matches and
-  the text between them. As in llama.cpp, a code point outside ASCII is seen by the regex only through its
-  class (letter, number, punctuation, mark, symbol, whitespace, other: Unicode 15.1, see _unicode_classes.py),
-  so the results do not depend on the Python or ``regex`` Unicode version.
 - Special tokens (CONTROL / USER_DEFINED / UNKNOWN types) are cut out of the text before tokenization, longest
-  first. With ``parse_special=False`` only USER_DEFINED tokens are recognised (llama.cpp and HF do the same).
-- ``eog_ids``: as llama.cpp collects them: EOS, EOT, EOM, FIM pad/repo/sep, and every token whose text is one of
-  <|eot_id|>, <|im_end|>, <|end|>, <end_of_turn>, <|endoftext|>, </s>, <|return|>, ... (with llama.cpp's
-  exceptions for gpt-oss' <|end|> and Gemma 4's </s>).
+  first. With ``parse_special=False`` only USER_DEFINED tokens are recognised (llama.cpp and HF do the same). The
+  algorithm encodes each fragment of text left between them.
 - ``token_to_piece(id, special=False)``: llama_token_to_piece: CONTROL and UNKNOWN tokens give b"" unless
-  ``special``; USER_DEFINED tokens give their text; BPE pieces map back through the GPT-2 byte table; SPM pieces
-  turn U+2581 into spaces and <0xXX> into the byte.
+  ``special``; USER_DEFINED tokens give their text; NORMAL pieces are the algorithm's (BPE pieces map back through
+  the GPT-2 byte table, the others turn U+2581 into spaces); BYTE tokens <0xXX> give the byte.
 - ``detokenize(ids, skip_special=True)`` (alias ``decode``): the concatenated pieces (``special = not skip_special``) decoded as UTF-8
   with replacement characters. When the vocabulary adds a space prefix (SPM), the leading space of the first
   rendered piece is dropped, also after a BOS, so ``detokenize(tokenize(s)) == s`` (llama_detokenize keeps it after a
@@ -45,644 +27,67 @@ Facts (regexes, defaults, special-token rules) follow llama.cpp's src/llama-voca
 """
 from __future__ import annotations
 
-import bisect
 import codecs
-import functools
-import heapq
-import itertools
 import re
 
 import numpy as np
 
 from fastgguf.errors import TokenizerError
-from fastgguf.tokenizer import unicode_classes as _unicode_classes
+from fastgguf.tokenizer.bpe import BPE
+from fastgguf.tokenizer.spm import SPM
+from fastgguf.tokenizer.ugm import UGM
+from fastgguf.tokenizer.vocab import (ATTR_BYTE, ATTR_CONTROL, ATTR_LSTRIP, ATTR_NORMAL, ATTR_RSTRIP, ATTR_UNKNOWN,
+                                      ATTR_USER_DEFINED, Vocab, md_bool, short_repr)
+from fastgguf.tokenizer.wpm import WPM
 
 __all__ = ["Tokenizer", "TokenizerError", "StreamingDecoder"]
 
 
-# ---------------------------------------------------------------------------------------------------------------
-# Token attributes (llama.cpp llama_token_attr) and GGUF token types
-# ---------------------------------------------------------------------------------------------------------------
-
-ATTR_UNDEFINED, ATTR_UNKNOWN, ATTR_UNUSED, ATTR_NORMAL = 0, 1 << 0, 1 << 1, 1 << 2
-ATTR_CONTROL, ATTR_USER_DEFINED, ATTR_BYTE = 1 << 3, 1 << 4, 1 << 5
-ATTR_LSTRIP, ATTR_RSTRIP = 1 << 7, 1 << 8
-# GGUF tokenizer.ggml.token_type value -> attribute (0 undefined, 1 normal, 2 unknown, 3 control, 4 user-defined,
-# 5 unused, 6 byte; anything else undefined)
-_TYPE_TO_ATTR = {1: ATTR_NORMAL, 2: ATTR_UNKNOWN, 3: ATTR_CONTROL, 4: ATTR_USER_DEFINED, 5: ATTR_UNUSED,
-                 6: ATTR_BYTE}
-
 _ASCII_SPACE = " \t\n\v\f\r"          # C isspace(): what llama.cpp strips around LSTRIP/RSTRIP special tokens
-_SPM_SPACE = "\u2581"                  # "▁"
 
-# texts that make a token end generation (llama.cpp llama_vocab::impl::load, "special_eog_ids")
-_EOG_TEXTS = frozenset([
-    "<|eot_id|>", "<|im_end|>", "<|end|>", "<|return|>", "<|call|>", "<|flush|>", "<|calls|>", "<end_of_turn>",
-    "<|endoftext|>", "</s>", "<|eom_id|>", "<EOT>", "_<EOT>", "[EOT]", "[EOS]", "<|end_of_text|>",
-    "<end_of_utterance>", "<eos>", "<turn|>", "<|tool_response>", "<｜end▁of▁sentence｜>", "[e~[",
-])
-_EOT_TEXTS = ("<|eot_id|>", "<|im_end|>", "<|end|>", "<end_of_turn>", "<|endoftext|>", "<|end_of_text|>", "<EOT>",
-              "_<EOT>", "[EOT]", "<｜end▁of▁sentence｜>", "<end_of_utterance>")
-_FIM_TEXTS = {   # metadata key suffix -> texts that identify the token when the key is absent
-    "fim_pre": ("<|fim_prefix|>", "<fim-prefix>", "<fim_prefix>", "<｜fim▁begin｜>", "<PRE>", "▁<PRE>",
-                "<|code_prefix|>", "<|prefix|>"),
-    "fim_suf": ("<|fim_suffix|>", "<fim-suffix>", "<fim_suffix>", "<｜fim▁hole｜>", "<SUF>", "▁<SUF>",
-                "<|code_suffix|>", "<|suffix|>"),
-    "fim_mid": ("<|fim_middle|>", "<fim-middle>", "<fim_middle>", "<｜fim▁end｜>", "<MID>", "▁<MID>",
-                "<|code_middle|>", "<|middle|>"),
-    "fim_pad": ("<|fim_pad|>", "<fim-pad>", "<fim_pad>", "<PAD>", "[PAD]"),
-    "fim_rep": ("<|fim_repo|>", "<|repo_name|>", "<fim-repo>", "<REPO>", "<reponame>"),
-    "fim_sep": ("<|file_sep|>",),
-}
-
+_ALGORITHMS = {"gpt2": BPE, "gemma4": BPE, "llama": SPM, "bert": WPM, "t5": UGM}     # by tokenizer.ggml.model
 _UNSUPPORTED_MODELS = {"rwkv": "RWKV",
                        "plamo2": "PLaMo-2", "no_vocab": "no vocabulary", "none": "no vocabulary",
                        "hybriddna": "hybrid DNA BPE", "whitespace": "whitespace BPE", "test": "test"}
 
 
-# ---------------------------------------------------------------------------------------------------------------
-# GPT-2 byte <-> unicode table
-# ---------------------------------------------------------------------------------------------------------------
-
-def _gpt2_byte_table():
-    """Byte b -> the printable character GPT-2 uses for it."""
-    keep = list(range(0x21, 0x7F)) + list(range(0xA1, 0xAD)) + list(range(0xAE, 0x100))
-    table, n = {}, 0
-    for b in range(256):
-        if b in keep:
-            table[b] = chr(b)
-        else:
-            table[b] = chr(256 + n)
-            n += 1
-    return table
-
-
-_BYTE_TO_CHAR = _gpt2_byte_table()                                  # {byte: char}
-_CHAR_TO_BYTE = {c: b for b, c in _BYTE_TO_CHAR.items()}           # {char: byte}
-_BYTE_ENCODE = {b: c for b, c in _BYTE_TO_CHAR.items()}            # str.translate table over latin-1 text
-_BYTE_DECODE = {ord(c): b for b, c in _BYTE_TO_CHAR.items()}       # str.translate table back to latin-1 text
-
-
-def _byte_encode(word):
-    """UTF-8 bytes of word, each written as its GPT-2 character."""
-    return word.encode("utf-8", "surrogateescape").decode("latin-1").translate(_BYTE_ENCODE)
-
-
-def _byte_decode(text):
-    """Inverse of _byte_encode; characters outside the table stand for their own UTF-8 bytes (llama.cpp renders
-    them as "[UNK_BYTE_0x...]" text instead: some Command-R tokens hold such characters)."""
-    try:
-        return text.translate(_BYTE_DECODE).encode("latin-1")
-    except UnicodeEncodeError:
-        pass
-    out = bytearray()
-    for c in text:
-        b = _CHAR_TO_BYTE.get(c)
-        if b is None:
-            out += c.encode("utf-8", "surrogateescape")
-        else:
-            out.append(b)
-    return bytes(out)
-
-
-# ---------------------------------------------------------------------------------------------------------------
-# Unicode classes as llama.cpp's pre-tokenizer sees them
-# ---------------------------------------------------------------------------------------------------------------
-# llama.cpp runs its regexes on a "collapsed" copy of the text: ASCII stays as is, every other code point becomes
-# one stand-in character for its class. We do the same, so ASCII-range regex classes plus these stand-ins express
-# \p{L}, \p{N}, ... exactly.
-
-_STAND_IN = {"O": "\xd0", "N": "\xd1", "L": "\xd2", "P": "\xd3", "M": "\xd4", "S": "\xd5", "W": "\x0b"}
-# \p{X} -> stand-in + the ASCII members of the class (llama.cpp k_ucat_map)
-_UCAT = {
-    "N": "\xd1" + "0-9",
-    "L": "\xd2" + "A-Za-z",
-    "P": "\xd3" + r"!-#%-*,-/:-;?-@\[-\]_\{\}",
-    "M": "\xd4",
-    "S": "\xd5" + r"\$\+<->\^`\|~",
-}
-_UCAT_NAMES = {"N": "N", "L": "L", "P": "P", "M": "M", "S": "S", "Lu": "L", "Ll": "L", "Lt": "L", "Lm": "L",
-               "Lo": "L"}
-
-
-def _load_runs():
-    starts, classes = [], []
-    for run in _unicode_classes.RUNS.split():
-        starts.append(int(run[:-1], 16))
-        classes.append(run[-1])
-    return starts, classes
-
-
-_RUN_STARTS, _RUN_CLASSES = _load_runs()
-
-
-def _char_class(cp):
-    return _RUN_CLASSES[bisect.bisect_right(_RUN_STARTS, cp) - 1]
-
-
-class _CollapseTable(dict):
-    """str.translate table: non-ASCII code point -> stand-in of its class (filled on first sight)."""
-
-    def __missing__(self, cp):
-        v = _STAND_IN[_char_class(cp)] if cp >= 0x80 else cp
-        self[cp] = v
-        return v
-
-
-class _SpaceTable(dict):
-    """str.translate table: non-ASCII whitespace -> \\v (llama.cpp's view for regexes without \\p{..})."""
-
-    def __missing__(self, cp):
-        v = "\x0b" if cp >= 0x80 and _char_class(cp) == "W" else cp
-        self[cp] = v
-        return v
-
-
-_COLLAPSE = _CollapseTable()
-_SPACES = _SpaceTable()
-
-# ---------------------------------------------------------------------------------------------------------------
-# Pre-tokenizers (llama.cpp llm_tokenizer_bpe: regex lists per LLAMA_VOCAB_PRE_TYPE)
-# ---------------------------------------------------------------------------------------------------------------
-
-_R_GPT2 = r"'s|'t|'re|'ve|'m|'ll|'d| ?\p{L}+| ?\p{N}+| ?[^\s\p{L}\p{N}]+|\s+(?!\S)"
-_R_LLAMA3 = (r"(?:'[sS]|'[tT]|'[rR][eE]|'[vV][eE]|'[mM]|'[lL][lL]|'[dD])|[^\r\n\p{L}\p{N}]?\p{L}+|\p{N}{1,3}|"
-             r" ?[^\s\p{L}\p{N}]+[\r\n]*|\s*[\r\n]+|\s+(?!\S)|\s+")
-_R_QWEN2 = (r"(?:'[sS]|'[tT]|'[rR][eE]|'[vV][eE]|'[mM]|'[lL][lL]|'[dD])|[^\r\n\p{L}\p{N}]?\p{L}+|\p{N}|"
-            r" ?[^\s\p{L}\p{N}]+[\r\n]*|\s*[\r\n]+|\s+(?!\S)|\s+")
-_R_QWEN35 = (r"(?:'[sS]|'[tT]|'[rR][eE]|'[vV][eE]|'[mM]|'[lL][lL]|'[dD])|[^\r\n\p{L}\p{N}]?[\p{L}\p{M}]+|\p{N}|"
-             r" ?[^\s\p{L}\p{M}\p{N}]+[\r\n]*|\s*[\r\n]+|\s+(?!\S)|\s+")
-_R_DEEPSEEK3 = (r"[!\"#$%&'()*+,\-./:;<=>?@\[\\\]^_`{|}~][A-Za-z]+|[^\r\n\p{L}\p{P}\p{S}]?[\p{L}\p{M}]+|"
-                r" ?[\p{P}\p{S}]+[\r\n]*|\s*[\r\n]+|\s+(?!\S)|\s+")
-_R_GPT4O = (r"[^\r\n\p{L}\p{N}]?((?=[\p{L}])([^a-z]))*((?=[\p{L}])([^A-Z]))+"
-            r"(?:'[sS]|'[tT]|'[rR][eE]|'[vV][eE]|'[mM]|'[lL][lL]|'[dD])?|"
-            r"[^\r\n\p{L}\p{N}]?((?=[\p{L}])([^a-z]))+((?=[\p{L}])([^A-Z]))*"
-            r"(?:'[sS]|'[tT]|'[rR][eE]|'[vV][eE]|'[mM]|'[lL][lL]|'[dD])?|"
-            r"\p{N}{1,3}| ?[^\s\p{L}\p{N}]+[\r\n/]*|\s*[\r\n]+|\s+(?!\S)|\s+")
-_R_BLOOM = " ?[^(\\s|.,!?\u2026\u3002\uff0c\u3001\u0964\u06d4\u060c)]+"
-_R_CJK = "[\u4e00-\u9fa5\u0800-\u4e00\uac00-\ud7ff]+"
-_R_CJK_KANA = "[\u4e00-\u9fa5\u3040-\u309f\u30a0-\u30ff]+"
-_R_NEWLINES = r"[^\n]+|[\n]+"
-
-_PRE_REGEXES = {
-    "default": [r"[\p{P}\$\+<=>\^~\|]+", _R_GPT2, r"\p{N}+", r"[0-9][0-9][0-9]"],
-    "llama3": [_R_LLAMA3],
-    "jais2": [r"(?:'[sS]|'[tT]|'[rR][eE]|'[vV][eE]|'[mM]|'[lL][lL]|'[dD])|[^\r\n\p{L}\p{N}]?\p{L}+|\p{N}{1,3}|"
-              r" ?[^\s\p{L}\p{N}]+[\r\n]*|\s*[\r\n]+|\s{512}(?!\S)|\s{256}(?!\S)|\s{128}(?!\S)|\s{64}(?!\S)|"
-              r"\s{32}(?!\S)|\s{16}(?!\S)|\s{8}(?!\S)|\s{4}(?!\S)|\s{1,2}(?!\S)|\s{1}"],
-    "deepseek-llm": [
-        "[\r\n]",
-        "\\s?[A-Za-z\u00b5\u00c0-\u00d6\u00d8-\u00f6\u00f8-\u01ba\u01bc-\u01bf\u01c4-\u0293\u0295-\u02af"
-        "\u0370-\u0373\u0376\u0377\u037b-\u037d\u037f\u0386\u0388-\u038a\u038c\u038e-\u03a1\u03a3-\u03f5"
-        "\u03f7-\u0481\u048a-\u052f\u0531-\u0556\u10a0-\u10c5\u13a0-\u13f5\u13f8-\u13fd\u1c90-\u1cba"
-        "\u1cbd-\u1cbf\u1d00-\u1d2b\u1d6b-\u1d77\u1d79-\u1d9a\u1e00-\u1f15\u1f18-\u1f1d\u1f20-\u1f45"
-        "\u1f48-\u1f4d\u1f50-\u1f57\u1f59\u1f5b\u1f5d\u1f5f-\u1f7d\u1f80-\u1fb4\u1fb6-\u1fbc\u1fbe"
-        "\u1fc2-\u1fc4\u1fc6-\u1fcc\u1fd0-\u1fd3\u1fd6-\u1fdb\u1fe0-\u1fec\u1ff2-\u1ff4\u1ff6-\u1ffc\u2102"
-        "\u2107\u210a-\u2113\u2115\u2119-\u211d\u2124\u2126\u2128\u212a-\u212d\u212f-\u2134\u2139"
-        "\u213c-\u213f\u2145-\u2149\u214e\u2183\u2184\u2c00-\u2c7b\u2c7e-\u2ce4\u2ceb-\u2cee\u2cf2\u2cf3"
-        "\ua640-\ua66d\ua680-\ua69b\ua722-\ua76f\ua771-\ua787\ua78b-\ua78e\uab70-\uabbf\ufb00-\ufb06"
-        "\ufb13-\ufb17\uff21-\uff3a\uff41-\uff5a\U00010400-\U0001044f\U000104b0-\U000104d3"
-        "\U000104d8-\U000104fb\U00010c80-\U00010cb2\U00010cc0-\U00010cf2\U000118a0-\U000118df"
-        "\U0001e900-\U0001e943]+",
-        "\\s?[!-/:-~\uff01-\uff0f\uff1a-\uff5e\u2018-\u201f\u3000-\u3002]+",
-        "\\s+$",
-        _R_CJK,
-        r"\p{N}+",
-    ],
-    "deepseek3": [r"\p{N}{1,3}", _R_CJK_KANA, _R_DEEPSEEK3],
-    "spark2_5": [r"\p{N}{1,3}", _R_CJK_KANA,
-                 r"[!\"#$%&'()*+,\-./:;<=>?@\[\\\]^_`{|}~][A-Za-z]+|[^\r\n\p{L}\p{P}\p{S}]?[\p{L}\p{M}]+|"
-                 r" ?[\p{P}\p{S}]+|[\r\n]|\s+(?!\S)|\s+", r"\p{N}"],
-    "deepseek-coder": ["[\r\n]", r"\s?\p{L}+", r"\s?\p{P}+", _R_CJK, r"\p{N}"],
-    "falcon": [r"[\p{P}\$\+<=>\^~\|`]+", _R_GPT2, r"[0-9][0-9][0-9]"],
-    # llama.cpp: [r"\p{N}", _R_GPT2]. The same cut in one pass: each number character alone, and whitespace before
-    # a number counts as ending its piece (the number was cut off first, so \s+(?!\S) saw the end there).
-    "starcoder": [r"\p{N}|'s|'t|'re|'ve|'m|'ll|'d| ?\p{L}+| ?[^\s\p{L}\p{N}]+|\s+(?![^\s\p{N}])|\s+"],
-    "starcoder-2pass": [r"\p{N}", _R_GPT2],
-    "gpt2": [_R_GPT2],
-    "qwen2": [_R_QWEN2],
-    "qwen35": [_R_QWEN35],
-    "bloom": [_R_BLOOM],
-    "chatglm4": [_R_LLAMA3],
-    "viking": [_R_BLOOM, r"\p{N}"],
-    "tekken": [r"[^\r\n\p{L}\p{N}]?((?=[\p{L}])([^a-z]))*((?=[\p{L}])([^A-Z]))+|"
-               r"[^\r\n\p{L}\p{N}]?((?=[\p{L}])([^a-z]))+((?=[\p{L}])([^A-Z]))*|"
-               r"\p{N}| ?[^\s\p{L}\p{N}]+[\r\n/]*|\s*[\r\n]+|\s+(?!\S)|\s+"],
-    "chameleon": ["<sentinel:[0-9]+>", "(IMGIMG)((A|B|C|D|E|F|G|H|I){1,4})Z", "([\\t\\n]|    |  )", r"\p{N}",
-                  r"[\p{P}!-/:-@\[-`{-~]", _R_GPT2],
-    "gpt4o": [_R_GPT4O],
-    "granite-emb-multi": [
-        r"[^\r\n\p{L}\p{N}]?((?=[\p{L}\p{M}])([^a-z]))*((?=[\p{L}\p{M}])([^A-Z]))+"
-        r"(?:'[sS]|'[tT]|'[rR][eE]|'[vV][eE]|'[mM]|'[lL][lL]|'[dD])?|"
-        r"[^\r\n\p{L}\p{N}]?((?=[\p{L}\p{M}])([^a-z]))+((?=[\p{L}\p{M}])([^A-Z]))*"
-        r"(?:'[sS]|'[tT]|'[rR][eE]|'[vV][eE]|'[mM]|'[lL][lL]|'[dD])?|"
-        r"\p{N}{1,3}| ?[^\s\p{L}\p{N}]+[\r\n/]*|\s*[\r\n]+|\s+(?!\S)|\s+"],
-    "bailingmoe": [r"'(?:[sSdDmMtT]|[lL][lL]|[vV][eE]|[rR][eE])|[^\r\n\p{L}\p{N}]?\p{L}+|\p{N}|"
-                   r" ?[^\s\p{L}\p{N}]+[\r\n]*|\s*[\r\n]|\s+(?!\S)|\s+"],
-    "seed-coder": [r"(?:'[sS]|'[tT]|'[rR][eE]|'[vV][eE]|'[mM]|'[lL][lL]|'[dD])|[^\r\n\p{L}\p{N}]?\p{L}+|\p{N}{1}|"
-                   r" ?[^\s\p{L}\p{N}\r\n]+|\s*[\r\n]+|\s+(?!\S)|\s+"],
-    "ufakzeka": [r"[^\r\n\p{L}\p{N}]?\p{L}+|\p{N}| ?[^\s\p{L}\p{N}]+[\r\n]*|\s*[\r\n]+|\s+(?!\S)|\s+"],
-    "laguna": [_R_NEWLINES, _R_QWEN2],
-    "exaone-moe": [r"(?:'[sS]|'[tT]|'[rR][eE]|'[vV][eE]|'[mM]|'[lL][lL]|'[dD])|"
-                   r"[^\r\n\p{L}\p{N}]?(?:\p{L}\p{M}*(?: \p{L}\p{M}*)*)+|\p{N}| ?[^\s\p{L}\p{N}]+[\r\n/]?|"
-                   r"\s*[\r\n]|\s+(?!\S)|\s+"],
-    "youtu": ["[\uac00-\ud7a3\u3131-\u318e]+|[\uff01\u2026\u201c\u201d\u2018\u2019\u2014\uff1a\uff1b\uff0c"
-              "\u3001-\u303f\ufe30-\ufe4f]+|[\u3105-\u312f]+|[\u4e00-\u9fa5\u3040-\u309f\u30a0-\u30ff]+",
-              r"[^\r\n\p{L}\p{N}]?[\p{Lu}\p{Lt}\p{Lm}\p{Lo}\p{M}]*[\p{Ll}\p{Lm}\p{Lo}\p{M}]+"
-              r"(?:'[sS]|'[tT]|'[rR][eE]|'[vV][eE]|'[mM]|'[lL][lL]|'[dD])?|"
-              r"[^\r\n\p{L}\p{N}]?[\p{Lu}\p{Lt}\p{Lm}\p{Lo}\p{M}]+[\p{Ll}\p{Lm}\p{Lo}\p{M}]*"
-              r"(?:'[sS]|'[tT]|'[rR][eE]|'[vV][eE]|'[mM]|'[lL][lL]|'[dD])?|"
-              r"\p{N}| ?[^\s\p{L}\p{N}]+[\r\n/]*|\s*[\r\n]+|\s+(?!\S)|\s+"],
-    "minicpm5": [r"\p{N}{1,3}",
-                 r"(?:'[sS]|'[tT]|'[rR][eE]|'[vV][eE]|'[mM]|'[lL][lL]|'[dD])|[^\r\n\p{L}\p{N}]?\p{L}+|\p{N}+|"
-                 r" ?[^\s\p{L}\p{N}]+[\r\n]*|\s*[\r\n]+|\s+(?!\S)|\s+"],
-    "newlines": [_R_NEWLINES],
-}
-
-# tokenizer.ggml.pre -> (regex list, settings). Settings: ignore_merges (a word that is itself a token is not
-# merged), add_bos (default when the metadata has no add_bos_token), no_bos (no default BOS id), spm_style
-# (raw UTF-8 with U+2581 for spaces and <0xXX> byte tokens, as Gemma 4).
-_PRE_TYPES = {}
-
-
-def _pre(names, regexes, **settings):
-    for name in names.split():
-        _PRE_TYPES[name] = (regexes, settings)
-
-
-_pre("default", "default")
-_pre("llama3 llama-v3 llama-bpe falcon3 falcon-h1 pixtral midm-2.0 lfm2 jina-v5-nano", "llama3",
-     ignore_merges=True, add_bos=True)
-_pre("dbrx smaug-bpe", "llama3")
-_pre("deepseek-llm", "deepseek-llm")
-_pre("deepseek-coder", "deepseek-coder")
-_pre("deepseek-v3 hunyuan-dense hy_v4 joyai-llm", "deepseek3")
-_pre("spark2_5", "spark2_5")
-_pre("youtu", "youtu", ignore_merges=True)
-_pre("falcon", "falcon")
-_pre("mpt olmo jais trillion granite-docling exaone4 gpt-2 phi-2 jina-es jina-de gigachat jina-v2-es jina-v2-de "
-     "a.x-4.0 mellum modern-bert jina-v1-en jina-v2-code roberta-bpe", "gpt2")
-_pre("jais-2", "jais2")
-_pre("starcoder refact command-r smollm codeshell exaone minerva-7b mellum2", "starcoder")
-_pre("qwen2 deepseek-r1-qwen kormo f2llmv2 megrez stablelm2 hunyuan solar-open grok-2", "qwen2")
-_pre("qwen35", "qwen35")
-_pre("poro-chat bloom gpt3-finnish", "bloom")
-_pre("chatglm-bpe", "chatglm4", no_bos=True)
-_pre("glm4 glm5", "chatglm4", no_bos=True, ignore_merges=True)
-_pre("viking", "viking")
-_pre("tekken", "tekken", ignore_merges=True, add_bos=True)
-_pre("chameleon", "chameleon", add_bos=True)
-_pre("gpt-4o llama4 kanana2 talkie minimax-m2", "gpt4o")
-_pre("granite-embed-multi-97m", "granite-emb-multi", ignore_merges=True)
-_pre("bailingmoe bailingmoe2 llada-moe", "bailingmoe")
-_pre("seed-coder", "seed-coder")
-_pre("ufakzeka", "ufakzeka")
-_pre("laguna", "laguna")
-_pre("exaone-moe", "exaone-moe")
-_pre("minicpm5", "minicpm5", ignore_merges=True)
-_pre("gemma4 granite-embed-multi-311m", "newlines", spm_style=True, add_bos=True, force_bos=True, newline_runs=True)
-_pre("sarvam-moe", "newlines", spm_style=True)
-
-_UCAT_RE = re.compile(r"\\p\{(\w+)\}")
-
-
-def _compile_pre_regex(expr):
-    """A llama.cpp pre-tokenizer regex -> (compiled Python regex, view) where view is "collapsed" (text with
-    non-ASCII code points replaced by class stand-ins, for regexes using \\p{..}) or "spaces" (text with non-ASCII
-    whitespace replaced by \\v). ECMAScript semantics: \\s, \\d are ASCII (re.ASCII) and $ is end of input."""
-    collapsed = bool(_UCAT_RE.search(expr))
-    out, inside, i = [], False, 0
-    while i < len(expr):
-        c = expr[i]
-        if c == "\\":
-            m = _UCAT_RE.match(expr, i)
-            if collapsed and m and m.group(1) in _UCAT_NAMES:
-                cls = _UCAT[_UCAT_NAMES[m.group(1)]]
-                out.append(cls if inside else "[" + cls + "]")
-                i = m.end()
-            else:
-                out.append(expr[i:i + 2])
-                i += 2
-            continue
-        if c == "[" and not inside:
-            inside = True
-        elif c == "]" and inside:
-            inside = False
-        elif c == "$" and not inside:
-            c = "\\Z"
-        elif c == "(" and not inside and not expr.startswith("?", i + 1):
-            c = "(?:"                                  # groups only group: findall() must return whole matches
-        out.append(c)
-        i += 1
-    return re.compile("".join(out), re.ASCII), ("collapsed" if collapsed else "spaces")
-
-
-@functools.lru_cache(maxsize=None)
-def _compiled_pre(key):
-    return tuple(_compile_pre_regex(e) for e in _PRE_REGEXES[key])
-
-
-def _pre_split(text, compiled):
-    """Cut text into words with the regex sequence (llama.cpp unicode_regex_split, without byte encoding)."""
-    n = len(text)
-    if text.isascii():
-        views = {"collapsed": text, "spaces": text}
-    else:
-        views = {}
-    if len(compiled) == 1:
-        pattern, view_name = compiled[0]
-        view = views.get(view_name)
-        if view is None:
-            view = views[view_name] = text.translate(_COLLAPSE if view_name == "collapsed" else _SPACES)
-        words = pattern.findall(view)
-        if sum(map(len, words)) == n:                    # the regex covered every character: no gaps to add
-            if view is text:
-                return words
-            ends = list(itertools.accumulate(map(len, words)))
-            return [text[e - len(w):e] for w, e in zip(words, ends)]
-    spans = [(0, n)]
-    for pattern, view_name in compiled:
-        view = views.get(view_name)
-        if view is None:
-            view = views[view_name] = text.translate(_COLLAPSE if view_name == "collapsed" else _SPACES)
-        out = []
-        finditer = pattern.finditer
-        for s, e in spans:
-            pos = s
-            for m in finditer(view, s, e):
-                a, b = m.span()
-                if a > pos:
-                    out.append((pos, a))
-                if b > a:
-                    out.append((a, b))
-                pos = b
-            if pos < e:
-                out.append((pos, e))
-        spans = out
-    return [text[s:e] for s, e in spans]
-
-
-# ---------------------------------------------------------------------------------------------------------------
-# Merging: repeatedly merge the adjacent pair with the best priority, leftmost first (llama.cpp's priority queues)
-# ---------------------------------------------------------------------------------------------------------------
-
-def _merge(syms, priority):
-    """syms: list of symbol strings (modified). priority(a, b) -> number (lower merges first) or None."""
-    n = len(syms)
-    if n < 2:
-        return syms
-    heap = []
-    for i in range(n - 1):
-        p = priority(syms[i], syms[i + 1])
-        if p is not None:
-            heap.append((p, i, i + 1, len(syms[i]) + len(syms[i + 1])))
-    if not heap:
-        return syms
-    heapq.heapify(heap)
-    nxt = list(range(1, n + 1))                  # (n,) next live symbol, n = none
-    prv = list(range(-1, n - 1))                 # (n,) previous live symbol, -1 = none
-    lens = [len(s) for s in syms]                # (n,) 0 once merged away
-    pop, push = heapq.heappop, heapq.heappush
-    while heap:
-        p, i, j, size = pop(heap)
-        if lens[i] == 0 or lens[j] == 0 or lens[i] + lens[j] != size:
-            continue                              # outdated: one side changed since the pair was queued
-        merged = syms[i] + syms[j]
-        syms[i] = merged
-        lens[i] = size
-        lens[j] = 0
-        k = nxt[j]
-        nxt[i] = k
-        if k < n:
-            prv[k] = i
-        h = prv[i]
-        if h >= 0:
-            q = priority(syms[h], merged)
-            if q is not None:
-                push(heap, (q, h, i, lens[h] + size))
-        if k < n:
-            q = priority(merged, syms[k])
-            if q is not None:
-                push(heap, (q, i, k, size + lens[k]))
-    out = []
-    i = 0
-    while i < n:
-        out.append(syms[i])
-        i = nxt[i]
-    return out
-
-
-def _merge_ranked_py(syms, ranks):
-    return _merge(syms, lambda a, b: ranks.get(a + " " + b))
-
-
-def _merge_scored_py(syms, vocab, scores):
-    def priority(a, b):
-        i = vocab.get(a + b)
-        return None if i is None else -scores[i]
-    return _merge(syms, priority)
-
-
-try:                                    # the same loop compiled (fastgguf/_bpe.pyx); the Python one is the reference
-    from fastgguf.tokenizer._bpe import merge_ranked, merge_scored
-except ImportError:                     # pragma: no cover - source checkout without a build
-    merge_ranked, merge_scored = _merge_ranked_py, _merge_scored_py
-
-
-# ---------------------------------------------------------------------------------------------------------------
-# WordPiece (WPM, tokenizer.ggml.model "bert"): llama.cpp llm_tokenizer_wpm_session
-# ---------------------------------------------------------------------------------------------------------------
-# llama.cpp's BERT normalizer works per code point with its own Unicode tables (not Python's unicodedata, whose
-# version follows the interpreter): its "NFD" keeps only the first code point of a decomposition, its lowercase
-# maps one code point to one. unicode_classes.py holds those tables, generated from the same unicode-data.cpp.
-
-def _load_pair_runs(text):
-    """unicode_classes "<first>:<count>:<step>:<value>:<value step>" runs -> {code point: code point}."""
-    out = {}
-    for run in text.split():
-        first, count, step, value, vstep = (int(x, 16) for x in run.split(":"))
-        for k in range(count):
-            out[first + k * step] = value + k * vstep
-    return out
-
-
-@functools.lru_cache(maxsize=None)
-def _wpm_unicode():
-    """(lowercase map, NFD map, sorted CONTROL run starts, their ends), built on first use of a WPM vocabulary."""
-    starts, ends = [], []
-    for run in _unicode_classes.CONTROL.split():
-        a, b = run.split("-")
-        starts.append(int(a, 16))
-        ends.append(int(b, 16))
-    return _load_pair_runs(_unicode_classes.LOWER), _load_pair_runs(_unicode_classes.NFD), starts, ends
-
-
-def _wpm_is_chinese(cp):
-    """llm_tokenizer_wpm_session::is_chinese_char (with llama.cpp's 0x2B920 lower bound, as HF's Rust code)."""
-    return (0x4E00 <= cp <= 0x9FFF or 0x3400 <= cp <= 0x4DBF or 0x20000 <= cp <= 0x2A6DF
-            or 0x2A700 <= cp <= 0x2B73F or 0x2B740 <= cp <= 0x2B81F or 0x2B920 <= cp <= 0x2CEAF
-            or 0xF900 <= cp <= 0xFAFF or 0x2F800 <= cp <= 0x2FA1F)
-
-
-class _WpmTable(dict):
-    """str.translate table doing llm_tokenizer_wpm_session::preprocess per code point: whitespace -> " ",
-    dropped code points (NUL, U+FFFD, \\p{C}, and \\p{M} when stripping accents) -> "", punctuation, ASCII
-    symbols and CJK ideographs -> " c " (a word of their own), anything else -> itself (lowercased).
-    The text is then cut at spaces."""
-
-    def __init__(self, lowercase, strip_accents):
-        super().__init__()
-        self._lower, self._strip = lowercase, strip_accents
-
-    def __missing__(self, cp):
-        lower, nfd, cstarts, cends = _wpm_unicode()
-        c = nfd.get(cp, cp) if self._strip else cp      # flags are those of the normalized code point
-        cls = _char_class(c)
-        k = bisect.bisect_right(cstarts, c) - 1
-        if cls == "W":
-            v = " "
-        elif c == 0 or c == 0xFFFD or (k >= 0 and c <= cends[k]) or (self._strip and cls == "M"):
-            v = ""
-        else:
-            v = chr(lower.get(c, c) if self._lower else c)
-            if cls == "P" or (c < 0x7F and cls == "S") or _wpm_is_chinese(c):
-                v = " " + v + " "
-        self[cp] = v
-        return v
-
-
-@functools.lru_cache(maxsize=None)
-def _wpm_table(lowercase, strip_accents):
-    return _WpmTable(lowercase, strip_accents)
-
-
-# ---------------------------------------------------------------------------------------------------------------
-# Unigram (UGM, tokenizer.ggml.model "t5"): llama.cpp llm_tokenizer_ugm
-# ---------------------------------------------------------------------------------------------------------------
-
-class _Charsmap:
-    """SentencePiece's precompiled_charsmap (tokenizer.ggml.precompiled_charsmap), read as llama.cpp does:
-    uint32 size of an XOR-compressed compact double array (XCDA, little-endian uint32 entries), the array, then
-    NUL-terminated replacement strings. longest(data, pos) walks the XCDA over the UTF-8 bytes of data from pos
-    and gives (matched length, replacement bytes) of the longest prefix it holds, or (0, None)."""
-
-    def __init__(self, blob):
-        if len(blob) < 4:
-            raise TokenizerError("tokenizer.ggml.precompiled_charsmap too small for its xcda_blob_size header")
-        size = int.from_bytes(blob[:4], "little")
-        if size + 4 >= len(blob):
-            raise TokenizerError("tokenizer.ggml.precompiled_charsmap: XCDA size past the end of the blob")
-        self._xcda = np.frombuffer(blob, "<u4", size // 4, 4).tolist()
-        self._repl = blob[4 + size:]
-        self._root = self._base(0)
-        self._starts = {}                  # first byte -> can a match start with it (most bytes: no)
-
-    def _node(self, i):
-        if i >= len(self._xcda):
-            raise TokenizerError("precompiled_charsmap: index out of the XCDA array")
-        return self._xcda[i]
-
-    def _base(self, i):
-        p = self._node(i)
-        return (p >> 10) << ((p & (1 << 9)) >> 6)
-
-    def can_start(self, c):
-        ok = self._starts.get(c)
-        if ok is None:
-            ok = self._starts[c] = c != 0 and self._node(self._root ^ c) & 0x800000ff == c
-        return ok
-
-    def longest(self, data, pos):
-        node, best, best_off = self._root, 0, 0
-        for p in range(pos, len(data)):
-            c = data[p]
-            if c == 0:
-                break
-            node ^= c
-            packed = self._node(node)
-            if packed & 0x800000ff != c:          # LCHECK: not a child of the previous node
-                break
-            leaf = (packed >> 8) & 1
-            node ^= self._base(node)
-            if leaf:                              # BASE points at the node holding the replacement's offset
-                best, best_off = p - pos + 1, self._node(node) & 0x7fffffff
-        if not best:
-            return 0, None
-        if best_off >= len(self._repl):
-            raise TokenizerError("precompiled_charsmap: replacement offset past the end")
-        end = self._repl.find(b"\0", best_off)
-        if end < 0:
-            raise TokenizerError("precompiled_charsmap: unterminated replacement string")
-        return best, self._repl[best_off:end]
-
-
-# ---------------------------------------------------------------------------------------------------------------
-# Tokenizer
-# ---------------------------------------------------------------------------------------------------------------
-
-def _md_int(md, key):
-    v = md.get(key)
-    if v is None or isinstance(v, bool):
-        return None
-    if not isinstance(v, (int, np.integer)):  # a float id (1.5) is a wrong type too, never truncated
-        raise TokenizerError(f"metadata {key} should be an integer, got {_short_repr(v)}")
-    return int(v)
-
-
-def _short_repr(v, n=80):
-    r = repr(v.tolist() if isinstance(v, np.ndarray) else v)
-    return r if len(r) <= n else r[:n] + "..."
-
-
-def _md_bool(md, key):
-    v = md.get(key)
-    if v is None:
-        return None
-    if isinstance(v, (bool, int)):
-        return bool(v)
-    raise TokenizerError(f"metadata {key} should be a bool, got {v!r}")
-
-
-def _token_attrs(token_types, n):
-    """tokenizer.ggml.token_type -> list of llama.cpp attribute bits (all NORMAL without the key)."""
-    if token_types is None:
-        return [ATTR_NORMAL] * n
-    if len(token_types) < n:
-        raise TokenizerError(f"tokenizer.ggml.token_type has {len(token_types)} entries for {n} tokens")
-    lut = np.zeros(8, np.int64)
-    for t, a in _TYPE_TO_ATTR.items():
-        lut[t] = a
-    tt = np.asarray(token_types, np.int64)[:n]
-    return np.where((tt >= 0) & (tt < 8), lut[np.clip(tt, 0, 7)], ATTR_UNDEFINED).tolist()
-
-
-_SPECIAL_KEYS = [("bos", "bos"), ("eos", "eos"), ("eot", "eot"), ("eom", "eom"), ("unk", "unknown"),
-                 ("sep", "seperator"), ("pad", "padding"), ("mask", "mask"), ("fim_pre", "fim_pre"),
-                 ("fim_suf", "fim_suf"), ("fim_mid", "fim_mid"), ("fim_pad", "fim_pad"), ("fim_rep", "fim_rep"),
-                 ("fim_sep", "fim_sep"), ("fim_pre", "prefix"), ("fim_suf", "suffix"), ("fim_mid", "middle")]
-
-
-def _special_token_ids(md, n, bos, eos, unk, **defaults):
-    """Special token ids: type defaults (dropped when out of range), then tokenizer.ggml.<key>_token_id.
-    (llama.cpp never reads tokenizer.ggml.cls_token_id: a BERT [CLS] is the BOS, 101 unless bos_token_id says.)"""
-    special = dict.fromkeys(name for name, _ in _SPECIAL_KEYS)
-    special.update(bos=bos, eos=eos, unk=unk, **defaults)
-    for name, key in _SPECIAL_KEYS:
-        if special[name] is not None and special[name] >= n:
-            special[name] = None
-        v = _md_int(md, f"tokenizer.ggml.{key}_token_id")
-        if v is not None and 0 <= v < n:
-            special[name] = v
-    return special
-
-
-def _space_cut_regex(texts):
-    """Regex cutting SPM text before each U+2581 that no token (of texts) spans: the characters c for which
-    some text holds c + U+2581 must stay glued to what follows."""
-    glue = set(re.findall(f"([^\x00])(?={_SPM_SPACE})", "\x00".join(texts)))
-    if not glue:
-        return re.compile(f"(?={_SPM_SPACE})")
-    return re.compile(f"(?<![{''.join(re.escape(c) for c in sorted(glue))}])(?={_SPM_SPACE})")
+def _check_types(md):
+    """A GGUF file may hold any value type under any key: a wrong one is a TokenizerError, not a crash later."""
+    for key in ("tokenizer.ggml.model", "tokenizer.ggml.pre"):
+        v = md.get(key)
+        if v is not None and not isinstance(v, str):
+            raise TokenizerError(f"metadata {key} should be a string, got {type(v).__name__} {short_repr(v)}")
+    for key in ("tokenizer.ggml.tokens", "tokenizer.ggml.merges"):
+        v = md.get(key)
+        if v is not None and (not isinstance(v, (list, tuple)) or not all(isinstance(t, str) for t in v)):
+            raise TokenizerError(f"metadata {key} should be an array of strings, got {type(v).__name__} "
+                                 f"{short_repr(v)}")
+    for key in ("tokenizer.ggml.scores", "tokenizer.ggml.token_type"):
+        v = md.get(key)
+        if v is not None and not (isinstance(v, np.ndarray) and v.dtype.kind in "biuf" or isinstance(
+                v, (list, tuple)) and all(isinstance(x, (int, float)) for x in v)):
+            raise TokenizerError(f"metadata {key} should be a numeric array, got {type(v).__name__} "
+                                 f"{short_repr(v)}")
+
+
+def _model_and_tokens(md):
+    """tokenizer.ggml.model (a supported one) and the token texts (a non-empty list)."""
+    model = md.get("tokenizer.ggml.model")
+    if model is None:
+        raise TokenizerError("metadata has no tokenizer.ggml.model")
+    if model in _UNSUPPORTED_MODELS:
+        raise TokenizerError(f"unsupported tokenizer type: tokenizer.ggml.model = {model!r} "
+                             f"({_UNSUPPORTED_MODELS[model]}); supported: 'gpt2' (BPE), 'llama' (SPM), 'gemma4', "
+                             f"'bert' (WPM), 't5' (UGM)")
+    if model not in _ALGORITHMS:
+        raise TokenizerError(f"unknown tokenizer type: tokenizer.ggml.model = {model!r}")
+    tokens = md.get("tokenizer.ggml.tokens")
+    if tokens is None:
+        raise TokenizerError("metadata has no tokenizer.ggml.tokens")
+    tokens = list(tokens)
+    if not tokens:
+        raise TokenizerError("tokenizer.ggml.tokens is empty")
+    return model, tokens
 
 
 class Tokenizer:
@@ -713,179 +118,62 @@ class Tokenizer:
     # -- loading ------------------------------------------------------------------------------------------------
 
     def _load(self, md):
-        # a GGUF file may hold any value type under any key: a wrong one is a TokenizerError, not a crash later
-        for key in ("tokenizer.ggml.model", "tokenizer.ggml.pre"):
-            v = md.get(key)
-            if v is not None and not isinstance(v, str):
-                raise TokenizerError(f"metadata {key} should be a string, got {type(v).__name__} {_short_repr(v)}")
-        for key in ("tokenizer.ggml.tokens", "tokenizer.ggml.merges"):
-            v = md.get(key)
-            if v is not None and (not isinstance(v, (list, tuple)) or not all(isinstance(t, str) for t in v)):
-                raise TokenizerError(f"metadata {key} should be an array of strings, got {type(v).__name__} "
-                                     f"{_short_repr(v)}")
-        for key in ("tokenizer.ggml.scores", "tokenizer.ggml.token_type"):
-            v = md.get(key)
-            if v is not None and not (isinstance(v, np.ndarray) and v.dtype.kind in "biuf" or isinstance(
-                    v, (list, tuple)) and all(isinstance(x, (int, float)) for x in v)):
-                raise TokenizerError(f"metadata {key} should be a numeric array, got {type(v).__name__} "
-                                     f"{_short_repr(v)}")
-        model = md.get("tokenizer.ggml.model")
-        if model is None:
-            raise TokenizerError("metadata has no tokenizer.ggml.model")
-        if model in _UNSUPPORTED_MODELS:
-            raise TokenizerError(f"unsupported tokenizer type: tokenizer.ggml.model = {model!r} "
-                                 f"({_UNSUPPORTED_MODELS[model]}); supported: 'gpt2' (BPE), 'llama' (SPM), 'gemma4', "
-                                 f"'bert' (WPM), 't5' (UGM)")
-        if model not in ("gpt2", "llama", "gemma4", "bert", "t5"):
-            raise TokenizerError(f"unknown tokenizer type: tokenizer.ggml.model = {model!r}")
-        tokens = md.get("tokenizer.ggml.tokens")
-        if tokens is None:
-            raise TokenizerError("metadata has no tokenizer.ggml.tokens")
-        tokens = list(tokens)
-        n = len(tokens)
-        if n == 0:
-            raise TokenizerError("tokenizer.ggml.tokens is empty")
+        _check_types(md)
+        model, tokens = _model_and_tokens(md)
         self.model = model
-        self.spm = model == "llama"
-        self.wpm = model == "bert"
-        self.ugm = model == "t5"
-        pre = md.get("tokenizer.ggml.pre")
-        self.pre = pre
+        self.pre = md.get("tokenizer.ggml.pre")
+        self.spm, self.wpm, self.ugm = model == "llama", model == "bert", model == "t5"
 
-        # defaults per type (llama_vocab::impl::load)
-        settings, merges, defaults = {}, None, {}
-        self.add_sep = pre in ("jina-v1-en", "jina-v2-code", "roberta-bpe")
-        if self.spm:
-            bos, eos, unk = 1, 2, 0
-            self.add_bos, self.add_eos, self.add_space_prefix = True, False, True
-            self._escape_spaces, self._byte_encode = True, False
-        elif self.wpm:
-            bos, eos, unk = 101, None, 100
-            defaults = dict(sep=102, pad=0, mask=103)
-            self.add_bos, self.add_eos, self.add_space_prefix, self.add_sep = True, False, False, True
-            self._escape_spaces, self._byte_encode = False, False
-            lowercase = _md_bool(md, "tokenizer.ggml.normalizer.lowercase")
-            lowercase = True if lowercase is None else lowercase
-            strip = _md_bool(md, "tokenizer.ggml.normalizer.strip_accents")
-            self._wpm_table = _wpm_table(lowercase, lowercase if strip is None else strip)
-        elif self.ugm:
-            bos, eos, unk = None, 1, 2
-            defaults = dict(pad=0)
-            self.add_bos, self.add_eos, self.add_space_prefix = False, True, False
-            self._escape_spaces, self._byte_encode = False, False
-            cm = md.get("tokenizer.ggml.precompiled_charsmap")
-            if cm is not None:
-                if isinstance(cm, np.ndarray) and cm.dtype.kind in "iu" and cm.dtype.itemsize == 1:
-                    cm = cm.tobytes()
-                elif isinstance(cm, (list, tuple)) and all(type(x) is int and -128 <= x < 256 for x in cm):
-                    cm = bytes(x & 0xFF for x in cm)
-                elif not isinstance(cm, (bytes, bytearray)):
-                    raise TokenizerError("metadata tokenizer.ggml.precompiled_charsmap should be an int8/uint8 array")
-                cm = _Charsmap(bytes(cm)) if len(cm) else None
-            self._charsmap = cm
-            v = _md_bool(md, "tokenizer.ggml.remove_extra_whitespaces")
-            self._merge_spaces = bool(v)
-        else:
-            if model == "gemma4":
-                pre = "gemma4"
-                bos = eos = unk = None
-            else:
-                bos, eos, unk = 11, 11, None
-                if pre is None:
-                    pre = "default"
-            if pre not in _PRE_TYPES:
-                raise TokenizerError(f"unknown pre-tokenizer type: tokenizer.ggml.pre = {pre!r}")
-            regex_key, settings = _PRE_TYPES[pre]
-            self._pre_regexes = _compiled_pre(regex_key)
-            self.add_bos = bool(settings.get("add_bos", False))
-            self.add_eos = False
-            self.add_space_prefix = False
-            spm_style = bool(settings.get("spm_style"))
-            self._escape_spaces, self._byte_encode = spm_style, not spm_style
-            if settings.get("no_bos"):
-                bos = None
-            merges = md.get("tokenizer.ggml.merges")
-            if merges is None:
-                raise TokenizerError("BPE vocabulary without tokenizer.ggml.merges")
-            # rank of "left right" (first occurrence wins). Symbols never hold a plain space (byte-encoded, or
-            # spaces escaped as U+2581), so looking up left + " " + right is llama.cpp's split at the first space.
-            self._ranks = dict(zip(reversed(merges), range(len(merges) - 1, -1, -1)))
-        self._ignore_merges = bool(settings.get("ignore_merges"))
-        self._newline_runs = bool(settings.get("newline_runs"))
-        v = _md_bool(md, "tokenizer.ggml.add_space_prefix")
-        if v is not None:
-            self.add_space_prefix = v
-
-        # vocabulary
-        texts = tokens
-        if "" in texts:
-            texts = [t if t else f"[EMPTY_{i}]" for i, t in enumerate(tokens)]
-        self._texts = texts
-        self._max_token_chars = max(map(len, texts), default=0)     # WPM's longest match; max_chars
-        self._vocab = dict(zip(texts, range(n)))
-        if len(self._vocab) != n:
-            raise TokenizerError("tokenizer.ggml.tokens holds duplicate token texts")
-        scores = md.get("tokenizer.ggml.scores")
-        if scores is not None:
-            if len(scores) < n:
-                raise TokenizerError(f"tokenizer.ggml.scores has {len(scores)} entries for {n} tokens")
-            scores = np.asarray(scores, np.float32)[:n].tolist() if self.spm or self.ugm else None
-        elif self.spm or self.ugm:
-            scores = [0.0] * n
-        self._scores = scores                     # (n,) SPM merge scores / UGM log probabilities, None for BPE
-        self._attrs = attrs = _token_attrs(md.get("tokenizer.ggml.token_type"), n)    # (n,) attribute bits
-        if self.ugm:                              # llama.cpp builds its token tries before the attribute fixes
-            self._ugm_tables(texts, scores, attrs)
-        special = _special_token_ids(md, n, bos, eos, unk, **defaults)
-
-        v = _md_bool(md, "tokenizer.ggml.add_bos_token")
-        if v is not None:
-            self.add_bos = v
-        v = _md_bool(md, "tokenizer.ggml.add_eos_token")
-        if v is not None:
-            self.add_eos = v
-        v = _md_bool(md, "tokenizer.ggml.add_sep_token")
-        if v is not None:
-            self.add_sep = v      # read by whoever joins two texts (rerank); tokenize() itself does not use it
-        if settings.get("force_bos"):
-            self.add_bos = True
-
-        self._find_eog(special)
-        self._per_model_attrs(md)
-        special_ids = np.flatnonzero(np.asarray(attrs) & (ATTR_CONTROL | ATTR_USER_DEFINED | ATTR_UNKNOWN)).tolist()
+        # the algorithm reads its own keys and defaults (llama_vocab::impl::load), then builds its tables over the
+        # tokens before the vocabulary's special tokens are found (llama.cpp: before its attribute fixes)
+        algo = self._algo = _ALGORITHMS[model](md)
+        v = md_bool(md, "tokenizer.ggml.add_space_prefix")
+        self.add_space_prefix = algo.add_space_prefix if v is None else v
+        vocab = self._vocab = Vocab(tokens, md, algo.scored)
+        algo.build(vocab, self._bounded_word_cache)
+        vocab.find_specials(md, algo.special_defaults)
+        self._read_add_flags(md, algo)
 
         # special tokens cut out of the text, longest first
+        texts, attrs = vocab.texts, vocab.attrs
+        special_ids = np.flatnonzero(np.asarray(attrs) & (ATTR_CONTROL | ATTR_USER_DEFINED | ATTR_UNKNOWN)).tolist()
         self._special_all = sorted(special_ids, key=lambda i: (-len(texts[i].encode("utf-8", "surrogateescape")),
                                                                 i))
         self._special_user = [i for i in self._special_all if not attrs[i] & (ATTR_CONTROL | ATTR_UNKNOWN)]
 
         ct = md.get("tokenizer.chat_template")
         self.chat_template = ct if isinstance(ct, str) else None     # a non-string template counts as none
-        self.n_vocab = n
-        self.special_ids = special                # {"bos", "eos", "eot", "eom", "unk", "sep", "pad", "mask", "fim_*"}
+        self.n_vocab = vocab.n
+        special = self.special_ids = vocab.special_ids     # {"bos", "eos", "eot", "eom", "unk", "sep", "pad", ...}
         self.bos_id = special["bos"]
         self.eos_id = special["eos"]
         self.eot_id = special["eot"]
         self.unk_id = special["unk"]
         self.pad_id = special["pad"]
         self.sep_id = special["sep"]
-        if self.wpm and (self.bos_id is None or self.sep_id is None):
-            raise TokenizerError("a WPM (bert) vocabulary needs a [CLS] (BOS) and a [SEP] token id")
+        self.eog_ids = vocab.eog_ids
+        algo.check(vocab)
         if self.add_bos and self.bos_id is None:
             raise TokenizerError("tokenizer.ggml.add_bos_token is true, but there is no BOS token id")
         if self.add_eos and self.eos_id is None:
             raise TokenizerError("tokenizer.ggml.add_eos_token is true, but there is no EOS token id")
 
         # pieces for decoding: (bytes without specials, bytes with specials), made on first use
-        self._pieces = [None] * n
-        if self.spm or self._escape_spaces:
-            self._spm_cut = _space_cut_regex(texts if self.spm else [m.replace(" ", "", 1) for m in merges])
+        self._pieces = [None] * vocab.n
         # the leading space detokenize drops: the one the tokenizer itself put before the first word
-        self._strip_lead = self.add_space_prefix or self.wpm or (self.ugm and self._merge_spaces)
-        if self.wpm:
-            self._word_ids = self._bounded_word_cache(self._wpm_word)
-        elif not self.ugm:                        # UGM runs its Viterbi over a whole fragment: no words to cache
-            self._word_ids = self._bounded_word_cache(self._spm_chunk if self.spm else self._bpe_word)
+        self._strip_lead = self.add_space_prefix or algo.lead_space
+
+    def _read_add_flags(self, md, algo):
+        """add_bos, add_eos, add_sep: the algorithm's defaults unless tokenizer.ggml.add_*_token say."""
+        v = md_bool(md, "tokenizer.ggml.add_bos_token")
+        self.add_bos = algo.add_bos if v is None else v
+        v = md_bool(md, "tokenizer.ggml.add_eos_token")
+        self.add_eos = algo.add_eos if v is None else v
+        v = md_bool(md, "tokenizer.ggml.add_sep_token")
+        # read by whoever joins two texts (rerank); tokenize() itself does not use it
+        self.add_sep = algo.add_sep if v is None else v
+        if algo.force_bos:
+            self.add_bos = True
 
     def _bounded_word_cache(self, fn):
         """fn (word -> tuple of ids) with a cache of at most WORD_CACHE_BYTES (estimated: key, value, entry),
@@ -909,69 +197,6 @@ class Tokenizer:
             return ids
         return word_ids
 
-    def _find_eog(self, special):
-        """End-of-generation ids, and the attribute fixes llama.cpp makes on the way (llama_vocab::impl::load)."""
-        texts, attrs, vocab = self._texts, self._attrs, self._vocab
-        # tokens recognised by their text (llama.cpp: "auto-detect special tokens by text"), in id order
-        for name, cands in [("eot", _EOT_TEXTS), ("eom", ("<|eom_id|>",))] + list(_FIM_TEXTS.items()):
-            if special[name] is None:
-                for t in cands:
-                    i = vocab.get(t)
-                    if i is not None:
-                        special[name] = i
-                        attrs[i] |= ATTR_CONTROL
-                        break
-        for i in np.flatnonzero(np.asarray(attrs) & ATTR_CONTROL).tolist():
-            if "unused" in texts[i]:
-                attrs[i] |= ATTR_UNUSED
-
-        eog = {special[k] for k in ("fim_pad", "fim_rep", "fim_sep") if special[k] is not None}
-        for t in _EOG_TEXTS:
-            i = vocab.get(t)
-            if i is not None:
-                eog.add(i)
-                attrs[i] |= ATTR_CONTROL
-        for t in ("<|channel|>", "<|message|>", "<|start|>", "<|constrain|>"):     # gpt-oss: always rendered
-            i = vocab.get(t)
-            if i is not None:
-                attrs[i] = ATTR_USER_DEFINED
-        for k in ("eos", "eot", "eom"):
-            if special[k] is not None:
-                eog.add(special[k])
-        eog_texts = {texts[i] for i in eog}
-        end = vocab.get("<|end|>")
-        if end in eog and ("<|call|>" in eog_texts or "<|calls|>" in eog_texts) and (
-                "<|return|>" in eog_texts or "<|flush|>" in eog_texts):
-            eog.discard(end)                      # harmony / solar-open: <|end|> ends a message, not generation
-            attrs[end] = ATTR_USER_DEFINED
-        s = vocab.get("</s>")
-        if s in eog and ("<|tool_response>" in eog_texts or "<|plamo:eos|>" in eog_texts):
-            eog.discard(s)                        # gemma4 / plamo: </s> is a normal token
-            attrs[s] = ATTR_NORMAL
-        self.eog_ids = frozenset(eog)
-
-    def _per_model_attrs(self, md):
-        """llama.cpp "Handle per token attributes": LSTRIP/RSTRIP by model name."""
-        attrs, vocab = self._attrs, self._vocab
-        name = md.get("general.name")
-        name = name.lower() if isinstance(name, str) else ""
-        arch = md.get("general.architecture")
-        arch = arch if isinstance(arch, str) else ""
-        pre_name = str(md.get("tokenizer.ggml.pre") or "")
-        if any(s in pre_name for s in ("jina-v2-de", "jina-v2-es", "jina-v2-code")) or any(
-                s in arch for s in ("nomic-bert-moe", "jina-bert-v3")):
-            if "<mask>" in vocab:
-                attrs[vocab["<mask>"]] |= ATTR_LSTRIP
-        elif "phi-3" in name or "phi3" in name:
-            for i in np.flatnonzero(np.asarray(attrs) & (ATTR_CONTROL | ATTR_USER_DEFINED | ATTR_UNKNOWN)).tolist():
-                attrs[i] |= ATTR_RSTRIP
-            for t, on in (("</s>", True), ("<unk>", False), ("<s>", False), ("<|endoftext|>", False)):
-                i = vocab.get(t)
-                if i is not None:
-                    attrs[i] = attrs[i] | ATTR_RSTRIP if on else attrs[i] & ~ATTR_RSTRIP
-        elif "modern-bert" in name and "[MASK]" in vocab:
-            attrs[vocab["[MASK]"]] |= ATTR_LSTRIP
-
     def _piece(self, i):
         """(piece rendered without specials, piece rendered with specials): llama.cpp token_to_piece."""
         p = self._pieces[i]
@@ -980,17 +205,14 @@ class Tokenizer:
         return p
 
     def _make_piece(self, i):
-        attr, text = self._attrs[i], self._texts[i]
+        attr, text = self._vocab.attrs[i], self._vocab.texts[i]
         raw = text.encode("utf-8", "surrogateescape")
         if attr & (ATTR_UNKNOWN | ATTR_CONTROL):
             return (b"", raw)
         if attr & ATTR_USER_DEFINED:
             return (raw, raw)
         if attr & ATTR_NORMAL:
-            if self.spm or self.wpm or self.ugm or self._escape_spaces:
-                p = text.replace(_SPM_SPACE, " ").encode("utf-8", "surrogateescape")
-            else:
-                p = _byte_decode(text)
+            p = self._algo.piece(text)
             return (p, p)
         if attr & ATTR_BYTE:
             try:
@@ -1021,54 +243,29 @@ class Tokenizer:
             text.encode("utf-8")
         except UnicodeEncodeError:                # lone surrogates: llama.cpp sees invalid UTF-8 -> U+FFFD
             text = re.sub("[\ud800-\udfff]", "\ufffd", text)
-        out = []
-        frags = self._partition(text, parse_special) if text else []
-        if self.wpm:                             # llama.cpp: [CLS] and [SEP] whatever add_bos/add_sep say
-            if add_special:
-                out.append(self.bos_id)
-            for f in frags:
-                if type(f) is str:
-                    self._encode_wpm(f, out)
-                else:
-                    out.append(f)
-            if add_special:
-                out.append(self.sep_id)
-            return out
-        if add_special and self.add_bos:
-            out.append(self.bos_id)
-        if self.ugm:
-            for f in frags:
-                if type(f) is str:
-                    self._encode_ugm(f, out, space_prefix)
-                else:
-                    out.append(f)
-        elif self.spm:
-            prev_special = True
-            for f in frags:
-                if type(f) is str:
-                    if space_prefix and prev_special:
-                        f = " " + f
-                    self._encode_spm(f.replace(" ", _SPM_SPACE), out)
-                    prev_special = False
-                else:
-                    out.append(f)
-                    prev_special = True
-        else:
-            for f in frags:
-                if type(f) is str:
-                    if self._escape_spaces:
-                        f = f.replace(" ", _SPM_SPACE)
-                    self._encode_bpe(f, out)
-                else:
-                    out.append(f)
-        if add_special and self.add_eos:
-            out.append(self.eos_id)
+        head, tail = self._added_ids() if add_special else ((), ())
+        out = list(head)
+        encode = self._algo.encode
+        for f in self._partition(text, parse_special) if text else ():
+            if type(f) is str:
+                out.extend(encode(f, space_prefix))
+            else:
+                out.append(f)
+        out.extend(tail)
         return out
 
+    def _added_ids(self):
+        """(ids before, ids after) the text when tokenize() adds special tokens."""
+        if self._algo.bounds:                    # WPM: llama.cpp adds [CLS] and [SEP] whatever add_bos/add_sep say
+            first, last = self._algo.bounds
+            return (self.special_ids[first],), (self.special_ids[last],)
+        return (self.bos_id,) if self.add_bos else (), (self.eos_id,) if self.add_eos else ()
+
     def _partition(self, text, parse_special):
-        """Cut special tokens out of text: list of str fragments and int token ids (tokenizer_st_partition)."""
+        """Cut special tokens out of text: list of str fragments and int token ids (tokenizer_st_partition).
+        A str fragment is never empty, and two are never adjacent: a special token stands between them."""
         frags = [text]
-        texts, attrs = self._texts, self._attrs
+        texts, attrs = self._vocab.texts, self._vocab.attrs
         order = self._special_all if parse_special else self._special_user
         for tid in [i for i in order if texts[i] in text]:    # only tokens present in the text can be cut
             tok = texts[tid]
@@ -1099,192 +296,6 @@ class Tokenizer:
                     out.append(f[pos:])
             frags = out
         return frags
-
-    def _encode_bpe(self, text, out):
-        word_ids = self._word_ids
-        if self._escape_spaces:                  # SPM-style BPE: words are whole lines, cut them where no merge spans
-            cut = self._spm_cut.split
-            for word in _pre_split(text, self._pre_regexes):
-                for chunk in cut(word):
-                    if chunk:
-                        out.extend(word_ids(chunk))
-            return
-        out.extend(itertools.chain.from_iterable(map(word_ids, _pre_split(text, self._pre_regexes))))
-
-    def _bpe_word(self, word):
-        """ids of one pre-tokenized word (llm_tokenizer_bpe_session::tokenize)."""
-        vocab = self._vocab
-        if self._byte_encode:
-            word = _byte_encode(word)
-        if self._ignore_merges:
-            i = vocab.get(word)
-            if i is not None:
-                return (i,)
-        elif self._newline_runs and word.strip("\n") == "":      # gemma4: a run of newlines as one token
-            i = vocab.get(word)
-            if i is not None:
-                return (i,)
-        syms = merge_ranked(list(word), self._ranks)
-        ids = []
-        for s in syms:
-            i = vocab.get(s)
-            if i is not None:
-                ids.append(i)
-            elif self._byte_encode:
-                for c in s:                      # llama.cpp looks up each UTF-8 byte on its own: ASCII only
-                    i = vocab.get(c) if c < "\x80" else None
-                    if i is not None:
-                        ids.append(i)
-            else:
-                for b in s.encode("utf-8", "surrogateescape"):
-                    i = vocab.get(f"<0x{b:02X}>")
-                    if i is not None:
-                        ids.append(i)
-        return tuple(ids)
-
-    def _encode_wpm(self, text, out):
-        out.extend(itertools.chain.from_iterable(map(self._word_ids, filter(None, text.translate(
-            self._wpm_table).split(" ")))))
-
-    def _wpm_word(self, word):
-        """ids of one normalized word (llm_tokenizer_wpm_session::tokenize): greedy longest match from the left
-        over the word with a U+2581 prefix (the GGUF vocabulary marks word starts with it and writes "##" pieces
-        bare); if some position matches no token, the whole word is [UNK]."""
-        vocab, longest = self._vocab, self._max_token_chars
-        word = _SPM_SPACE + word
-        n = len(word)
-        ids, i = [], 0
-        while i < n:
-            for j in range(min(n, i + longest), i, -1):
-                t = vocab.get(word[i:j])
-                if t is not None:
-                    ids.append(t)
-                    i = j
-                    break
-            else:
-                return (self.unk_id,) if self.unk_id is not None else ()
-        return tuple(ids)
-
-    def _ugm_tables(self, texts, scores, attrs):
-        """llm_tokenizer_ugm: the tokens the Viterbi may use (NORMAL, USER_DEFINED, UNUSED) with their longest
-        length per first character, USER_DEFINED tokens (kept whole by the normalizer), the [UNK] score."""
-        usable = ATTR_NORMAL | ATTR_USER_DEFINED | ATTR_UNUSED
-        self._ugm_vocab = {t: i for i, t in enumerate(texts) if attrs[i] & usable}
-        longest = {}
-        for t in self._ugm_vocab:
-            if len(t) > longest.get(t[0], 0):
-                longest[t[0]] = len(t)
-        self._ugm_longest = longest
-        user = [texts[i].encode("utf-8", "surrogateescape") for i in range(len(texts)) if attrs[i] & ATTR_USER_DEFINED]
-        self._ugm_user = sorted(set(user), key=len, reverse=True)
-        self._ugm_user_first = {u[0] for u in user if u}
-        normal = [scores[i] for i in range(len(texts)) if attrs[i] & ATTR_NORMAL]
-        min_score = np.float32(min(normal)) if normal else np.float32(np.finfo(np.float32).max)
-        self._ugm_unk_score = float(min_score - np.float32(10.0))      # float arithmetic, as llama.cpp
-
-    def _ugm_normalize(self, text, space_prefix):
-        """llm_tokenizer_ugm_session::normalize: charsmap replacements (USER_DEFINED tokens kept whole), then
-        spaces escaped as U+2581: one before the text (add_space_prefix), or before every word with runs of
-        spaces dropped (remove_extra_whitespaces)."""
-        data = text.encode("utf-8", "surrogateescape")
-        cm, user, user_first = self._charsmap, self._ugm_user, self._ugm_user_first
-        space = _SPM_SPACE.encode()
-        prepend, merge = space_prefix, self._merge_spaces
-        out = bytearray()
-        prepended = in_word = False
-        pos, n = 0, len(data)
-        while pos < n:
-            c = data[pos]
-            piece = None
-            if c in user_first:
-                for u in user:
-                    if data.startswith(u, pos):
-                        piece, used = u, len(u)
-                        break
-            if piece is None and cm is not None and cm.can_start(c):
-                used, piece = cm.longest(data, pos)          # the replacement may be empty: text dropped
-            if piece is None:
-                used = 1 if c < 0x80 else 2 if c < 0xE0 else 3 if c < 0xF0 else 4   # one UTF-8 character
-                piece = data[pos:pos + used]
-            for b in piece:
-                if b != 0x20:
-                    if not in_word:
-                        in_word = True
-                        if (prepend and not prepended) or merge:
-                            out += space
-                            prepended = True
-                    out.append(b)
-                else:
-                    in_word = False
-                    if not merge:
-                        out += space
-            pos += used
-        return out.decode("utf-8", "replace")
-
-    def _encode_ugm(self, text, out, space_prefix):
-        """llm_tokenizer_ugm_session::tokenize: Viterbi over the normalized text, one code point at a time: the
-        best (highest) sum of token scores (USER_DEFINED tokens score 0), a code point no one-character token
-        covers costs [UNK] at the lowest score - 10; runs of [UNK] come out as one."""
-        norm = self._ugm_normalize(text, space_prefix)
-        n = len(norm)
-        if not n:
-            return
-        vocab, longest, scores, attrs = self._ugm_vocab, self._ugm_longest, self._scores, self._attrs
-        unk, unk_score = self.unk_id, self._ugm_unk_score
-        best_tok = [unk] * (n + 1)
-        best_from = [0] * (n + 1)
-        best_score = [-float("inf")] * (n + 1)
-        best_score[0] = 0.0
-        get = vocab.get
-        for i in range(n):
-            cur = best_score[i]
-            single = False
-            for j in range(i + 1, min(n, i + longest.get(norm[i], 0)) + 1):
-                t = get(norm[i:j])
-                if t is not None:
-                    if j == i + 1:
-                        single = True
-                    score = cur + (0.0 if attrs[t] & ATTR_USER_DEFINED else scores[t])
-                    if score > best_score[j]:
-                        best_tok[j], best_from[j], best_score[j] = t, i, score
-            if not single:
-                score = cur + unk_score
-                if score > best_score[i + 1]:
-                    best_tok[i + 1], best_from[i + 1], best_score[i + 1] = unk, i, score
-        ids, pos, prev_unk = [], n, False
-        while True:
-            t = best_tok[pos]
-            is_unk = t == unk
-            if not (prev_unk and is_unk):
-                ids.append(t)
-            if best_from[pos] == 0:
-                break
-            prev_unk = is_unk
-            pos = best_from[pos]
-        out.extend(t for t in reversed(ids) if t is not None)     # no [UNK] id: unknown text is dropped
-
-    def _encode_spm(self, text, out):
-        out.extend(itertools.chain.from_iterable(map(self._word_ids, filter(None, self._spm_cut.split(text)))))
-
-    def _spm_chunk(self, text):
-        """ids of an escaped SPM text chunk (llm_tokenizer_spm_session::tokenize)."""
-        vocab = self._vocab
-        ids = []
-        for s in merge_scored(list(text), vocab, self._scores):
-            i = vocab.get(s)
-            if i is not None:
-                ids.append(i)
-                continue
-            for b in s.encode("utf-8", "surrogateescape"):            # byte fallback
-                i = vocab.get(f"<0x{b:02X}>")
-                if i is None:
-                    i = vocab.get(chr(b)) if b < 0x80 else None
-                if i is None:
-                    i = self.unk_id
-                if i is not None:
-                    ids.append(i)
-        return tuple(ids)
-
     # -- decoding -----------------------------------------------------------------------------------------------
 
     def _check_id(self, i):
@@ -1334,22 +345,21 @@ class Tokenizer:
         """The most characters a text of n_tokens tokens can have (no token spells more characters than its
         vocabulary text has), or None where the normalizer drops characters (WPM, UGM: whitespace). A longer text
         cannot fit n_tokens whatever it holds: a server refuses it before the tokenization it would cost."""
-        return None if self.wpm or self.ugm else n_tokens * self._max_token_chars
+        return None if self._algo.normalizes else n_tokens * self._vocab.max_token_chars
 
     def token_text(self, token_id):
         """The raw vocabulary text of a token."""
-        return self._texts[self._check_id(token_id)]
+        return self._vocab.texts[self._check_id(token_id)]
 
     def token_attr(self, token_id):
-        """llama.cpp token attribute bits (ATTR_* constants of this module)."""
-        return self._attrs[self._check_id(token_id)]
+        """llama.cpp token attribute bits (the ATTR_* constants of fastgguf.tokenizer.vocab)."""
+        return self._vocab.attrs[self._check_id(token_id)]
 
     def __len__(self):
         return self.n_vocab
 
     def __repr__(self):
-        kind = "SPM" if self.spm else "WPM" if self.wpm else "UGM" if self.ugm else f"BPE pre={self.pre!r}"
-        return f"<Tokenizer {kind} n_vocab={self.n_vocab} bos={self.bos_id} eos={self.eos_id}>"
+        return f"<Tokenizer {self._algo.kind} n_vocab={self.n_vocab} bos={self.bos_id} eos={self.eos_id}>"
 
 
 class StreamingDecoder:

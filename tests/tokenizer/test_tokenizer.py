@@ -260,24 +260,24 @@ def test_encode_argument_checks():
 def test_compiled_merge_matches_python_reference(vocab_tokenizer):
     import random
 
-    from fastgguf.tokenizer import core as T
+    from fastgguf.tokenizer import merge as T
     bpe, spm = vocab_tokenizer("gpt-2"), vocab_tokenizer("llama-spm")
     rng = random.Random(0)
     letters = "aeinorstlhd Ġ▁'.,0123456789\u00e9"
     for _ in range(3000):
         word = "".join(rng.choice(letters) for _ in range(rng.randint(1, 24)))
         w = word.replace(" ", "Ġ")
-        assert T.merge_ranked(list(w), bpe._ranks) == T._merge_ranked_py(list(w), bpe._ranks)
+        assert T.merge_ranked(list(w), bpe._algo.ranks) == T.merge_ranked_py(list(w), bpe._algo.ranks)
         w = word.replace(" ", "▁").replace("Ġ", "▁")
-        assert T.merge_scored(list(w), spm._vocab, spm._scores) == \
-            T._merge_scored_py(list(w), spm._vocab, spm._scores)
+        assert T.merge_scored(list(w), spm._vocab.ids, spm._vocab.scores) == \
+            T.merge_scored_py(list(w), spm._vocab.ids, spm._vocab.scores)
 
 
 @pytest.mark.parametrize("name", ["qwen2", "llama-spm"])
 def test_python_merge_fallback_gives_same_ids(name, vocab_path, monkeypatch):
-    from fastgguf.tokenizer import core as T
-    monkeypatch.setattr(T, "merge_ranked", T._merge_ranked_py)
-    monkeypatch.setattr(T, "merge_scored", T._merge_scored_py)
+    from fastgguf.tokenizer import bpe, merge, spm
+    monkeypatch.setattr(bpe, "merge_ranked", merge.merge_ranked_py)
+    monkeypatch.setattr(spm, "merge_scored", merge.merge_scored_py)
     tok = Tokenizer(vocab_path(name))
     for text, expected in read_cases(name):
         assert tok.tokenize(text, add_special=False) == expected
@@ -287,13 +287,13 @@ def test_pre_tokenizer_one_pass_starcoder_equals_two_passes():
     """The one-regex form of the starcoder/smollm pre-tokenizer cuts exactly like llama.cpp's two regexes."""
     import random
 
-    from fastgguf.tokenizer import core as T
-    one, two = T._compiled_pre("starcoder"), T._compiled_pre("starcoder-2pass")
+    from fastgguf.tokenizer import pretokenizer as T
+    one, two = T.compiled_pre("starcoder"), T.compiled_pre("starcoder-2pass")
     rng = random.Random(1)
     alphabet = list(" \t\n\r'sdtmlvre0123456789abcXYZ,.!?-_()\u00a0\u3000\u0660\u00e9\u0301日🦙\x1c\x0b") + ["'s", "  "]
     for _ in range(20000):
         s = "".join(rng.choice(alphabet) for _ in range(rng.randint(0, 14)))
-        assert T._pre_split(s, one) == T._pre_split(s, two), repr(s)
+        assert T.pre_split(s, one) == T.pre_split(s, two), repr(s)
 
 
 # -- regex pre-tokenizers against llama.cpp's hand-written splitters (unicode.cpp *_custom_gpt2/llama3/qwen2) -------
@@ -301,11 +301,11 @@ def test_pre_tokenizer_one_pass_starcoder_equals_two_passes():
 def _custom_split(text, kind):
     """A direct Python transcription of llama.cpp's custom splitters (the code it runs instead of these regexes):
     kind "gpt2", "llama3" (numbers by 3) or "qwen2" (numbers by 1)."""
-    from fastgguf.tokenizer.core import _char_class
+    from fastgguf.tokenizer.pretokenizer import char_class
     n = len(text)
 
     def cls(p):
-        return _char_class(ord(text[p])) if 0 <= p < n else None       # None: outside the text
+        return char_class(ord(text[p])) if 0 <= p < n else None       # None: outside the text
 
     def letter(p):
         return cls(p) == "L"
@@ -395,14 +395,14 @@ def _custom_split(text, kind):
 def test_pre_tokenizer_regex_equals_llama_cpp_custom_splitter(kind):
     import random
 
-    from fastgguf.tokenizer import core as T
-    compiled = T._compiled_pre(kind)
+    from fastgguf.tokenizer import pretokenizer as T
+    compiled = T.compiled_pre(kind)
     rng = random.Random(2)
     alphabet = list(" \t\n\r'sSdtTmlLvVrReE0123456789abcXYZ,.!?-_()") + ["'s", "'LL", "'Re", "  ", "   ", "\r\n"] \
         + list("\u00a0\u3000\u2028\u0660\u00e9\u0301\u0378日本🦙\x1c\x0b\x85")   # NBSP..., numbers, marks, unassigned
     for _ in range(20000):
         s = "".join(rng.choice(alphabet) for _ in range(rng.randint(0, 12)))
-        assert T._pre_split(s, compiled) == _custom_split(s, kind), repr(s)
+        assert T.pre_split(s, compiled) == _custom_split(s, kind), repr(s)
 
 
 @pytest.mark.parametrize("name", ["llama-spm", "gemma-4"])
@@ -418,12 +418,12 @@ def test_cutting_spm_text_at_spaces_changes_nothing(name, vocab_tokenizer):
     for _ in range(300):
         text = "".join(rng.choice(words) + ("▁" if rng.random() < 0.5 else "") for _ in range(rng.randint(1, 12)))
         if tok.spm:
-            whole = list(tok._spm_chunk(text))
-            cut = [i for c in tok._spm_cut.split(text) if c for i in tok._spm_chunk(c)]
+            whole = list(tok._algo.word(text))
+            cut = [i for c in tok._algo.cut.split(text) if c for i in tok._algo.word(c)]
         else:
             text = text.replace("\n", "")
-            whole = list(tok._bpe_word(text))
-            cut = [i for c in tok._spm_cut.split(text) if c for i in tok._bpe_word(c)]
+            whole = list(tok._algo.word(text))
+            cut = [i for c in tok._algo.cut.split(text) if c for i in tok._algo.word(c)]
         assert cut == whole, repr(text)
 
 
