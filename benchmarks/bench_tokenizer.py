@@ -59,7 +59,7 @@ def tok(request, tmp_path_factory):
 
 def test_encode_100k_cold(benchmark, tok):
     def run():
-        tok._word_ids.cache_clear()
+        tok._word_cache.clear()
         return tok.tokenize(TEXT)
     ids = benchmark.pedantic(run, rounds=5, iterations=1)
     assert tok.detokenize(ids) == TEXT
