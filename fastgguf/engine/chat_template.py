@@ -26,8 +26,12 @@ from datetime import datetime
 from functools import lru_cache, wraps
 
 import jinja2
-from jinja2.sandbox import SecurityError
+import jinja2.ext
+from jinja2 import nodes
+from jinja2.filters import make_attrgetter
+from jinja2.sandbox import ImmutableSandboxedEnvironment, SandboxedFormatter, SecurityError
 from jinja2.utils import Namespace
+from jinja2.visitor import NodeTransformer
 
 from fastgguf.errors import ChatTemplateError
 
@@ -278,112 +282,99 @@ def _strftime_now(fmt):
     return datetime.now().strftime(fmt)
 
 
-@lru_cache(maxsize=16)
-def compile_template(template):
-    """The jinja2 Template of a template source, in a new sandbox environment; a syntax error, or any error while
-    compiling (RecursionError on deep nesting, ...), is a ChatTemplateError."""
-    import jinja2
-    from jinja2 import nodes
-    from jinja2.ext import Extension
-    from jinja2.sandbox import ImmutableSandboxedEnvironment, SecurityError
+class _GenerationBlock(jinja2.ext.Extension):
+    """transformers' {% generation %}...{% endgeneration %} (marks assistant text): rendered as its body."""
+    tags = {"generation"}
 
-    class GenerationBlock(Extension):
-        """transformers' {% generation %}...{% endgeneration %} (marks assistant text): rendered as its body."""
-        tags = {"generation"}
+    def parse(self, parser):
+        lineno = next(parser.stream).lineno
+        body = parser.parse_statements(("name:endgeneration",), drop_needle=True)
+        return nodes.CallBlock(self.call_method("_body"), [], [], body).set_lineno(lineno)
 
-        def parse(self, parser):
-            lineno = next(parser.stream).lineno
-            body = parser.parse_statements(("name:endgeneration",), drop_needle=True)
-            return nodes.CallBlock(self.call_method("_body"), [], [], body).set_lineno(lineno)
+    def _body(self, caller):
+        return caller()
 
-        def _body(self, caller):
-            return caller()
 
-    from jinja2.filters import make_attrgetter
-    from jinja2.sandbox import SandboxedFormatter
-    from jinja2.visitor import NodeTransformer
+class _BudgetTransformer(NodeTransformer):
+    """Every for-loop iterates through _fg_iter (deadline per item); every `~` goes through _fg_concat (size)."""
 
-    class BudgetTransformer(NodeTransformer):
-        """Every for-loop iterates through _fg_iter (deadline per item); every `~` goes through _fg_concat (size)."""
+    def visit_For(self, node):
+        self.generic_visit(node)
+        node.iter = nodes.Filter(node.iter, "_fg_iter", [], [], None, None, lineno=node.lineno)
+        return node
 
-        def visit_For(self, node):
-            self.generic_visit(node)
-            node.iter = nodes.Filter(node.iter, "_fg_iter", [], [], None, None, lineno=node.lineno)
-            return node
+    def visit_Concat(self, node):
+        self.generic_visit(node)
+        return nodes.Filter(nodes.List(node.nodes, lineno=node.lineno), "_fg_concat", [], [], None, None,
+                            lineno=node.lineno)
 
-        def visit_Concat(self, node):
-            self.generic_visit(node)
-            return nodes.Filter(nodes.List(node.nodes, lineno=node.lineno), "_fg_concat", [], [], None, None,
-                                lineno=node.lineno)
 
-    class BoundedFormatter(SandboxedFormatter):
-        """str.format in the sandbox, with field widths and the total length bounded."""
+class _BoundedFormatter(SandboxedFormatter):
+    """str.format in the sandbox, with field widths and the total length bounded."""
 
-        def vformat(self, format_string, args, kwargs):
-            self._fg_total = len(format_string)
-            return super().vformat(format_string, args, kwargs)
+    def vformat(self, format_string, args, kwargs):
+        self._fg_total = len(format_string)
+        return super().vformat(format_string, args, kwargs)
 
-        def format_field(self, value, format_spec):
-            _tick()
-            widest = max((int(d) for d in re.findall(r"\d+", format_spec)), default=0)
-            _check_est(widest, "formatted field")
-            _check_est(_deep_len(value), "formatted field")
-            out = super().format_field(value, format_spec)
-            self._fg_total += len(out)
-            _check_est(self._fg_total, "formatted string")
-            return out
+    def format_field(self, value, format_spec):
+        _tick()
+        widest = max((int(d) for d in re.findall(r"\d+", format_spec)), default=0)
+        _check_est(widest, "formatted field")
+        _check_est(_deep_len(value), "formatted field")
+        out = super().format_field(value, format_spec)
+        self._fg_total += len(out)
+        _check_est(self._fg_total, "formatted string")
+        return out
 
-    class StrictSandbox(ImmutableSandboxedEnvironment):
-        """Any unsafe attribute access raises at once (jinja2 would print it as an empty string). Operators, calls,
-        attribute lookups and loop iterations check the render's time and size budgets."""
-        intercepted_binops = frozenset(["+", "*", "**", "%"])
 
-        def unsafe_undefined(self, obj, attribute):
-            raise SecurityError(f"access to attribute {attribute!r} of {type(obj).__name__!r} object is unsafe.")
+class _StrictSandbox(ImmutableSandboxedEnvironment):
+    """Any unsafe attribute access raises at once (jinja2 would print it as an empty string). Operators, calls,
+    attribute lookups and loop iterations check the render's time and size budgets."""
+    intercepted_binops = frozenset(["+", "*", "**", "%"])
 
-        def _parse(self, source, name, filename):
-            tree = BudgetTransformer().visit(super()._parse(source, name, filename))
-            tree.set_environment(self)
-            return tree
+    def unsafe_undefined(self, obj, attribute):
+        raise SecurityError(f"access to attribute {attribute!r} of {type(obj).__name__!r} object is unsafe.")
 
-        def call_binop(self, context, operator, left, right):
-            return _checked_binop(operator, self.binop_table[operator], left, right)
+    def _parse(self, source, name, filename):
+        tree = _BudgetTransformer().visit(super()._parse(source, name, filename))
+        tree.set_environment(self)
+        return tree
 
-        def getattr(self, obj, attribute):
-            _tick()
-            return super().getattr(obj, attribute)
+    def call_binop(self, context, operator, left, right):
+        return _checked_binop(operator, self.binop_table[operator], left, right)
 
-        def getitem(self, obj, argument):
-            _tick()
-            return super().getitem(obj, argument)
+    def getattr(self, obj, attribute):
+        _tick()
+        return super().getattr(obj, attribute)
 
-        def wrap_str_format(self, value):
-            wrapper = super().wrap_str_format(value)
-            if wrapper is None or type(value.__self__) is not str:
-                return wrapper
-            f_self, is_map = value.__self__, value.__name__ == "format_map"
+    def getitem(self, obj, argument):
+        _tick()
+        return super().getitem(obj, argument)
 
-            def bounded(*args, **kwargs):
-                if is_map:
-                    if kwargs or len(args) != 1:
-                        raise TypeError("format_map() takes exactly one positional argument")
-                    args, kwargs = (), args[0]
-                return BoundedFormatter(self).vformat(f_self, args, kwargs)
-            return bounded
+    def wrap_str_format(self, value):
+        wrapper = super().wrap_str_format(value)
+        if wrapper is None or type(value.__self__) is not str:
+            return wrapper
+        f_self, is_map = value.__self__, value.__name__ == "format_map"
 
-        def call(__self, __context, __obj, *args, **kwargs):  # noqa: N805 (jinja2's signature)
-            _tick()
-            if (getattr(__obj, "__name__", None) in _GROWING_METHODS
-                    and isinstance(getattr(__obj, "__self__", None), (str, bytes))):
-                args = _check_str_method(__obj, args, kwargs)
-            return _check_size(super().call(__context, __obj, *args, **kwargs))
+        def bounded(*args, **kwargs):
+            if is_map:
+                if kwargs or len(args) != 1:
+                    raise TypeError("format_map() takes exactly one positional argument")
+                args, kwargs = (), args[0]
+            return _BoundedFormatter(self).vformat(f_self, args, kwargs)
+        return bounded
 
-    env = StrictSandbox(trim_blocks=True, lstrip_blocks=True, extensions=[GenerationBlock, jinja2.ext.loopcontrols])
-    env.concat = _bounded_concat
-    env.finalize = _finalize
-    env.globals["range"] = _bounded_range
-    lipsum = env.globals["lipsum"]
+    def call(__self, __context, __obj, *args, **kwargs):  # noqa: N805 (jinja2's signature)
+        _tick()
+        if (getattr(__obj, "__name__", None) in _GROWING_METHODS
+                and isinstance(getattr(__obj, "__self__", None), (str, bytes))):
+            args = _check_str_method(__obj, args, kwargs)
+        return _check_size(super().call(__context, __obj, *args, **kwargs))
 
+
+def _bounded_lipsum(lipsum):
+    """jinja2's lipsum() global with the deadline and its arguments and result bounded."""
     @wraps(lipsum)
     def bounded_lipsum(n=5, html=True, min=20, max=100):  # noqa: A002 (jinja2's names)
         _tick()
@@ -392,63 +383,81 @@ def compile_template(template):
                 raise ChatTemplateError(f"chat template: lipsum() arguments must be integers up to {MAX_RANGE}")
         _check_est(n * max * 16, "lorem ipsum")
         return lipsum(n, html, min, max)
-    env.globals["lipsum"] = bounded_lipsum
+    return bounded_lipsum
 
-    stringifying = {"string", "pprint", "e", "escape", "forceescape", "upper", "lower", "title", "capitalize", "trim",
-                    "striptags", "wordcount", "center", "indent", "wordwrap", "replace", "truncate", "urlize",
-                    "format", "xmlattr", "safe", "list", "reverse", "unique", "int", "float"}
 
-    def bounded(f, pre=None, stringify=False):
-        """A filter with the deadline, an optional pre-check of its arguments, and a size check of its result;
-        a filter that turns its arguments into text first bounds their printed size."""
-        @wraps(f)
-        def g(*args, **kwargs):
-            _tick()
-            if stringify:
-                for a in args:
-                    if not isinstance(a, (str, int, float, bool, type(None))):
-                        _check_est(_deep_len(a), "value turned into text")
-            if pre is not None:
-                pre(*args, **kwargs)
-            return _check_size(f(*args, **kwargs))
-        return g
+# filters that turn their arguments into text: the arguments' printed size is bounded first
+_STRINGIFYING = {"string", "pprint", "e", "escape", "forceescape", "upper", "lower", "title", "capitalize", "trim",
+                 "striptags", "wordcount", "center", "indent", "wordwrap", "replace", "truncate", "urlize",
+                 "format", "xmlattr", "safe", "list", "reverse", "unique", "int", "float"}
 
-    def arg(args, kwargs, i, name, default):
-        return args[i] if len(args) > i else kwargs.get(name, default)
 
-    def pre_ints(*args, **kwargs):  # center(width), batch(linecount), slice(slices), ...: no huge counts
-        for v in list(args[1:]) + list(kwargs.values()):
-            if isinstance(v, int) and not isinstance(v, bool):
-                _check_est(v, "padded or batched value")
+def _bounded_filter(f, pre=None, stringify=False):
+    """A filter with the deadline, an optional pre-check of its arguments, and a size check of its result;
+    a filter that turns its arguments into text first bounds their printed size."""
+    @wraps(f)
+    def g(*args, **kwargs):
+        _tick()
+        if stringify:
+            for a in args:
+                if not isinstance(a, (str, int, float, bool, type(None))):
+                    _check_est(_deep_len(a), "value turned into text")
+        if pre is not None:
+            pre(*args, **kwargs)
+        return _check_size(f(*args, **kwargs))
+    return g
 
-    def pre_indent(s, *args, **kwargs):
-        w = arg(args, kwargs, 0, "width", 4)
-        w = len(w) if isinstance(w, str) else w if isinstance(w, int) else 0
-        _check_est(len(str(s)) + (str(s).count("\n") + 1) * max(w, 0), "indented string")
 
-    def pre_wordwrap(environment, s, *args, **kwargs):
-        width = arg(args, kwargs, 0, "width", 79)
-        wrap = arg(args, kwargs, 2, "wrapstring", None) or "\n"
-        n = len(str(s))
-        _check_est(n + (2 * n // max(width if isinstance(width, int) else 1, 1) + 2) * len(str(wrap)),
-                   "wrapped string")
+def _arg(args, kwargs, i, name, default):
+    return args[i] if len(args) > i else kwargs.get(name, default)
 
-    def pre_replace(eval_ctx, s, old, new, count=None):
-        s, old, new = str(s), str(old), str(new)
-        n = s.count(old) if old else len(s) + 1
-        if isinstance(count, int) and count >= 0:
-            n = min(n, count)
-        _check_est(len(s) + n * max(0, len(new) - len(old)), "replaced string")
 
-    def pre_format(value, *args, **kwargs):
-        _check_percent(str(value), kwargs or args)
+def _pre_ints(*args, **kwargs):  # center(width), batch(linecount), slice(slices), ...: no huge counts
+    for v in list(args[1:]) + list(kwargs.values()):
+        if isinstance(v, int) and not isinstance(v, bool):
+            _check_est(v, "padded or batched value")
 
-    def pre_urlize(eval_ctx, value, *args, **kwargs):
-        extra = sum(len(str(v)) for v in list(args) + list(kwargs.values()) if isinstance(v, str))
-        n = len(str(value))
-        _check_est(n + (n // 4 + 1) * (64 + extra), "urlized string")
 
-    filters = env.filters
+def _pre_indent(s, *args, **kwargs):
+    w = _arg(args, kwargs, 0, "width", 4)
+    w = len(w) if isinstance(w, str) else w if isinstance(w, int) else 0
+    _check_est(len(str(s)) + (str(s).count("\n") + 1) * max(w, 0), "indented string")
+
+
+def _pre_wordwrap(environment, s, *args, **kwargs):
+    width = _arg(args, kwargs, 0, "width", 79)
+    wrap = _arg(args, kwargs, 2, "wrapstring", None) or "\n"
+    n = len(str(s))
+    _check_est(n + (2 * n // max(width if isinstance(width, int) else 1, 1) + 2) * len(str(wrap)),
+               "wrapped string")
+
+
+def _pre_replace(eval_ctx, s, old, new, count=None):
+    s, old, new = str(s), str(old), str(new)
+    n = s.count(old) if old else len(s) + 1
+    if isinstance(count, int) and count >= 0:
+        n = min(n, count)
+    _check_est(len(s) + n * max(0, len(new) - len(old)), "replaced string")
+
+
+def _pre_format(value, *args, **kwargs):
+    _check_percent(str(value), kwargs or args)
+
+
+def _pre_urlize(eval_ctx, value, *args, **kwargs):
+    extra = sum(len(str(v)) for v in list(args) + list(kwargs.values()) if isinstance(v, str))
+    n = len(str(value))
+    _check_est(n + (n // 4 + 1) * (64 + extra), "urlized string")
+
+
+_PRE_CHECKS = (("center", _pre_ints), ("batch", _pre_ints), ("slice", _pre_ints), ("truncate", _pre_ints),
+               ("indent", _pre_indent), ("wordwrap", _pre_wordwrap), ("replace", _pre_replace),
+               ("format", _pre_format), ("urlize", _pre_urlize))
+
+
+def _bound_filters(filters):
+    """Wrap every filter of a new environment in place (_bounded_filter); those that can grow their result get a
+    pre-check of their arguments, join and sum are rewritten to bound each step, tojson is _tojson."""
     orig_join, orig_sum = filters["join"], filters["sum"]
 
     @wraps(orig_join)
@@ -470,27 +479,44 @@ def compile_template(template):
         return total
 
     for name, f in list(filters.items()):
-        filters[name] = bounded(f, stringify=name in stringifying)
-    for name, pre in (("center", pre_ints), ("batch", pre_ints), ("slice", pre_ints), ("truncate", pre_ints),
-                      ("indent", pre_indent), ("wordwrap", pre_wordwrap), ("replace", pre_replace),
-                      ("format", pre_format), ("urlize", pre_urlize)):
-        filters[name] = bounded(filters[name].__wrapped__, pre, stringify=True)
+        filters[name] = _bounded_filter(f, stringify=name in _STRINGIFYING)
+    for name, pre in _PRE_CHECKS:
+        filters[name] = _bounded_filter(filters[name].__wrapped__, pre, stringify=True)
     filters["join"], filters["sum"] = join, sum_
-    filters["tojson"] = bounded(_tojson, stringify=True)
+    filters["tojson"] = _bounded_filter(_tojson, stringify=True)
 
-    @jinja2.pass_context  # not folded at compile time
-    def fg_iter(context, iterable):
-        for x in iterable:
-            _tick()
-            yield x
 
-    @jinja2.pass_context
-    def fg_concat(context, parts):
-        return "".join(map(str, _checked_join("", parts)))
+@jinja2.pass_context  # not folded at compile time
+def _fg_iter(context, iterable):
+    for x in iterable:
+        _tick()
+        yield x
 
-    filters["_fg_iter"], filters["_fg_concat"] = fg_iter, fg_concat
+
+@jinja2.pass_context
+def _fg_concat(context, parts):
+    return "".join(map(str, _checked_join("", parts)))
+
+
+def _environment():
+    """A new _StrictSandbox as transformers sets up its environment, with every output, global and filter bounded."""
+    env = _StrictSandbox(trim_blocks=True, lstrip_blocks=True, extensions=[_GenerationBlock, jinja2.ext.loopcontrols])
+    env.concat = _bounded_concat
+    env.finalize = _finalize
+    env.globals["range"] = _bounded_range
+    env.globals["lipsum"] = _bounded_lipsum(env.globals["lipsum"])
+    _bound_filters(env.filters)
+    env.filters["_fg_iter"], env.filters["_fg_concat"] = _fg_iter, _fg_concat
     env.globals["raise_exception"] = _raise_exception
     env.globals["strftime_now"] = _strftime_now
+    return env
+
+
+@lru_cache(maxsize=16)
+def compile_template(template):
+    """The jinja2 Template of a template source, in a new sandbox environment; a syntax error, or any error while
+    compiling (RecursionError on deep nesting, ...), is a ChatTemplateError."""
+    env = _environment()
     try:
         return env.from_string(template)
     except jinja2.TemplateSyntaxError as e:
