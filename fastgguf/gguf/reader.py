@@ -408,9 +408,24 @@ class GGUFFile:
 
     # ---------------------------------------------------------------- parsing
     def _parse(self, mm) -> None:
+        """Header, metadata, alignment, tensor descriptors, then the tensors' places in the data section; sets
+        file_size, version, metadata (and _types), alignment, data_offset and tensors, in that order."""
         size = len(mm)
         self.file_size = size
         c = _Cursor(mm, 0, size)
+        n_tensors, n_kv = self._read_header(c)
+        self._read_metadata(c, n_kv)
+        self.alignment = self._read_alignment()
+        infos = self._read_tensor_infos(c, n_tensors)
+        self.data_offset = _align(c.pos, self.alignment)
+        if self.data_offset > size and infos:  # (metadata-only files, e.g. vocab files, may skip the padding)
+            raise GGUFError(f"data section: starts at {self.data_offset}, past the end of the file ({size})")
+        self.tensors = self._place_tensors(infos)
+
+    def _read_header(self, c: _Cursor) -> tuple:
+        """Magic and version (sets self.version); (tensor count, metadata key count), each checked against the
+        bytes left in the file."""
+        mm, size = c.buf, c.end
         c.need(4, "magic")
         magic = mm[0:4]
         if magic != GGUF_MAGIC:
@@ -434,8 +449,10 @@ class GGUFFile:
             raise GGUFError(f"metadata key count {n_kv} is larger than the file can hold")
         if n_tensors > (size - c.pos) // 24:
             raise GGUFError(f"tensor count {n_tensors} is larger than the file can hold")
+        return n_tensors, n_kv
 
-        # ---- metadata
+    def _read_metadata(self, c: _Cursor, n_kv: int) -> None:
+        """The n_kv key-value pairs (keys non-empty and unique): sets self.metadata and self._types."""
         metadata = Metadata()
         types = {}      # key -> (value type, element type or None, value offset, count[, header positions])
         for i in range(n_kv):
@@ -449,6 +466,9 @@ class GGUFFile:
         self.metadata = metadata
         self._types = types
 
+    def _read_alignment(self) -> int:
+        """general.alignment (a uint32, a power of two, at most MAX_ALIGNMENT), else the default."""
+        metadata, types = self.metadata, self._types
         alignment = GGUF_DEFAULT_ALIGNMENT
         if "general.alignment" in metadata:
             if types["general.alignment"][0] != _V.UINT32:
@@ -459,9 +479,12 @@ class GGUFFile:
                 raise GGUFError(f"general.alignment: {alignment} is not a power of two")
             if alignment > MAX_ALIGNMENT:
                 raise GGUFError(f"general.alignment: {alignment} is absurdly large (max {MAX_ALIGNMENT})")
-        self.alignment = alignment
+        return alignment
 
-        # ---- tensor descriptors
+    def _read_tensor_infos(self, c: _Cursor, n_tensors: int) -> list:
+        """The n_tensors tensor descriptors, [(name, ne, type, relative offset)]: names (1..63 bytes of UTF-8,
+        unique), n_dims and types checked; leaves c after the last one."""
+        mm, size = c.buf, c.end
         infos = []      # (name, ne, type, relative offset)
         pos = c.pos
         u64, u32, tail = _U64.unpack_from, _U32.unpack_from, _TI_TAIL.unpack_from
@@ -500,11 +523,12 @@ class GGUFFile:
                 if t[0] in seen:
                     raise GGUFError(f"tensor {t[0]!r}: duplicate tensor name")
                 seen.add(t[0])
+        return infos
 
-        self.data_offset = _align(c.pos, alignment)
-        if self.data_offset > size and infos:  # (metadata-only files, e.g. vocab files, may skip the padding)
-            raise GGUFError(f"data section: starts at {self.data_offset}, past the end of the file ({size})")
-
+    def _place_tensors(self, infos: list) -> dict:
+        """{name: TensorInfo} from the descriptors: shapes, element and byte counts, block multiples, and data
+        offsets (aligned, in order, disjoint, inside the file) checked against the data section at data_offset."""
+        size, alignment = self.file_size, self.alignment
         tensors = {}
         prev_end, prev_name = 0, None
         for name, ne, ttype, offset in infos:
@@ -533,7 +557,7 @@ class GGUFFile:
                                 f"{self.data_offset} runs past the end of the file ({size} bytes)")
             prev_end, prev_name = offset + nbytes, name
             tensors[name] = TensorInfo(name, tuple(reversed(ne)), ttype, self.data_offset + offset, nbytes, n)
-        self.tensors = tensors
+        return tensors
 
     def _read_value(self, c: _Cursor, key: str, vtype: int):
         what = f"metadata {key!r}"

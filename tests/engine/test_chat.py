@@ -1,6 +1,5 @@
-"""Chat templates (fastgguf.engine.chat): HF-compatible rendering in a jinja2 sandbox, BOS handling, fallback, chat()."""
-import json
-
+"""Chat templates (fastgguf.engine.chat): HF-compatible rendering of conversations, BOS handling, fallback, chat().
+The sandbox itself (its environment, refusals and budgets) is tested in test_chat_template.py."""
 import pytest
 
 from fastgguf.engine.chat import (CHATML_TEMPLATE, ChatTemplateError, apply_chat_template, chat, chat_prompt_ids,
@@ -30,38 +29,20 @@ def test_smollm2_template_renders_as_expected(smol_template):
         "<|im_start|>assistant\n4<|im_end|>\n<|im_start|>user\nand 3+3?<|im_end|>\n<|im_start|>assistant\n")
 
 
-@pytest.mark.parametrize("template", [
-    "{{ ''.__class__.__mro__[1].__subclasses__() }}",
-    "{{ cycler.__init__.__globals__.os.popen('echo pwned').read() }}",
-    "{{ joiner.__init__.__globals__ }}",
-    "{{ messages.__class__ }}",
-    "{% for m in messages %}{{ m.__class__.__base__ }}{% endfor %}",
-    "{{ messages.append({'role': 'x'}) }}",        # immutable sandbox: inputs cannot be mutated
-    "{{ messages[0].update({'role': 'x'}) }}",
-    "{{ (lipsum.__globals__)['os'] }}",
-])
-def test_sandbox_escape_raises(template):
-    with pytest.raises(ChatTemplateError, match="sandbox"):
-        render_template(template, [{"role": "user", "content": "hi"}])
-
-
-def test_hf_environment_features():
+def test_template_variables_and_the_sandbox():
+    """render_template passes the conversation's variables and renders in the sandbox (test_chat_template.py)."""
     msgs = [{"role": "user", "content": "héllo"}]
-    assert render_template("{{ messages | tojson }}", msgs) == '[{"role": "user", "content": "héllo"}]'
-    assert render_template("{{ messages[0] | tojson(indent=2) }}", msgs) == json.dumps(msgs[0], indent=2,
-                                                                                       ensure_ascii=False)
-    with pytest.raises(ChatTemplateError, match="only user roles"):
-        render_template("{{ raise_exception('only user roles') }}", msgs)
-    assert len(render_template("{{ strftime_now('%Y-%m-%d') }}", msgs)) == 10
-    # trim_blocks + lstrip_blocks as transformers: block tags leave no stray newlines/indent
-    t = "{% for m in messages %}\n    {% if m.role == 'user' %}\n[{{ m.content }}]\n    {% endif %}\n{% endfor %}\n"
-    assert render_template(t, msgs) == "[héllo]\n"
-    assert render_template("{% for m in messages %}{% break %}{% endfor %}ok", msgs) == "ok"  # loopcontrols
-    assert render_template("{% generation %}{{ messages[0].content }}{% endgeneration %}", msgs) == "héllo"
     assert render_template("{{ bos_token }}|{{ eos_token }}|{{ foo }}", msgs, bos_token="<s>", eos_token="</s>",
                            foo="bar") == "<s>|</s>|bar"
+    with pytest.raises(ChatTemplateError, match="sandbox"):
+        render_template("{{ messages.__class__ }}", msgs)
     with pytest.raises(ChatTemplateError, match="syntax"):
         render_template("{% if %}", msgs)
+
+
+def test_long_conversation_is_not_limited_by_the_output_budget():
+    long = [{"role": "user", "content": "x" * 3_000_000}]
+    assert len(render_template(CHATML_TEMPLATE, long)) > 3_000_000
 
 
 @pytest.mark.parametrize("messages,exc", [

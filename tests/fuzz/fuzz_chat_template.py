@@ -2,9 +2,10 @@
 
 Each input becomes a template: either its raw text, or (first byte even) a sequence of template fragments picked
 by the input bytes (loops, big ranges, *, **, ~, %, format, filters, macros, recursion, sandbox escapes, ...).
-Rendering may only raise ChatTemplateError; each render ends within fastgguf.engine.chat.RENDER_TIME_LIMIT_S plus a
-small slack, and the process stays under a memory ceiling. The time budget is lowered to 0.25 s here so that a
-run spends its time on many templates rather than on a few that loop until the deadline.
+Rendering may only raise ChatTemplateError; each render ends within
+fastgguf.engine.chat_template.RENDER_TIME_LIMIT_S plus a small slack, and the process stays under a memory ceiling.
+The time budget is lowered to 0.25 s here so that a run spends its time on many templates rather than on a few that
+loop until the deadline.
 
     python tests/fuzz/fuzz_chat_template.py -max_total_time=60 tests/fuzz/corpus/chat_template
 """
@@ -18,10 +19,10 @@ import _harness  # noqa: E402
 
 with _harness.instrumented():
     _harness.import_fastgguf()
-    from fastgguf.engine import chat  # noqa: E402
+    from fastgguf.engine import chat_template  # noqa: E402
     from fastgguf.engine.chat import ChatTemplateError, render_template  # noqa: E402
 
-chat.RENDER_TIME_LIMIT_S = 0.25
+chat_template.RENDER_TIME_LIMIT_S = 0.25
 SLACK_S = 0.75                     # the deadline is checked between operations; one bounded operation may overrun
 MAX_RSS_KB = 1_500_000             # ~1.5 GB for the whole fuzzing process
 MESSAGES = [{"role": "system", "content": "Be brief."}, {"role": "user", "content": "Hi there"},
@@ -58,7 +59,7 @@ def test_one_input(data):
     template = template_from(data)
     t0 = time.monotonic()
     try:
-        chat._compile(template)
+        chat_template.compile_template(template)
     except ChatTemplateError:
         return
     t1 = time.monotonic()
@@ -68,7 +69,7 @@ def test_one_input(data):
     except ChatTemplateError:
         pass
     elapsed = time.monotonic() - t1
-    assert elapsed < chat.RENDER_TIME_LIMIT_S + SLACK_S, f"render took {elapsed:.2f} s: {template!r}"
+    assert elapsed < chat_template.RENDER_TIME_LIMIT_S + SLACK_S, f"render took {elapsed:.2f} s: {template!r}"
     rss = _rss_kb()
     assert rss < MAX_RSS_KB, f"RSS {rss} kB after {template!r}"
 

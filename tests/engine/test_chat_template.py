@@ -1,13 +1,25 @@
-"""Chat templates are untrusted code: every render is bounded in time and memory, and every failure is a
-ChatTemplateError (fastgguf.engine.chat.render_template's budgets)."""
+"""The chat template sandbox (fastgguf.engine.chat_template): templates are untrusted code, so unsafe constructs are
+refused, every render is bounded in time and memory, and every failure is a ChatTemplateError; transformers'
+environment (filters, globals, extensions) is there for the templates that need it."""
+import json
 import time
 import tracemalloc
 
 import pytest
 
-from fastgguf.engine.chat import CHATML_TEMPLATE, ChatTemplateError, render_template
+from fastgguf.engine import chat_template
+from fastgguf.errors import ChatTemplateError
 
 MSGS = [{"role": "user", "content": "hi"}]
+
+
+def render(template, messages=MSGS, **variables):
+    """compile_template + render with the variables fastgguf.engine.chat passes, without an input allowance."""
+    return chat_template.render(chat_template.compile_template(template),
+                                dict(messages=messages, add_generation_prompt=True, bos_token="", eos_token="",
+                                     **variables))
+
+
 BIG = "{% set s = 'a' * 900000 %}"
 
 HOSTILE = {
@@ -76,13 +88,49 @@ for _name, _use in {"print": "{{ d }}", "tojson": "{{ d | tojson }}", "tilde": "
     HOSTILE[f"nested_refs_{_name}"] = NESTED + _use
 
 
+@pytest.mark.parametrize("template", [
+    "{{ ''.__class__.__mro__[1].__subclasses__() }}",
+    "{{ cycler.__init__.__globals__.os.popen('echo pwned').read() }}",
+    "{{ joiner.__init__.__globals__ }}",
+    "{{ messages.__class__ }}",
+    "{% for m in messages %}{{ m.__class__.__base__ }}{% endfor %}",
+    "{{ messages.append({'role': 'x'}) }}",        # immutable sandbox: inputs cannot be mutated
+    "{{ messages[0].update({'role': 'x'}) }}",
+    "{{ (lipsum.__globals__)['os'] }}",
+])
+def test_sandbox_escape_raises(template):
+    with pytest.raises(ChatTemplateError, match="sandbox"):
+        render(template, [{"role": "user", "content": "hi"}])
+
+
+def test_hf_environment_features():
+    msgs = [{"role": "user", "content": "héllo"}]
+    assert render("{{ messages | tojson }}", msgs) == '[{"role": "user", "content": "héllo"}]'
+    assert render("{{ messages[0] | tojson(indent=2) }}", msgs) == json.dumps(msgs[0], indent=2, ensure_ascii=False)
+    with pytest.raises(ChatTemplateError, match="only user roles"):
+        render("{{ raise_exception('only user roles') }}", msgs)
+    assert len(render("{{ strftime_now('%Y-%m-%d') }}", msgs)) == 10
+    # trim_blocks + lstrip_blocks as transformers: block tags leave no stray newlines/indent
+    t = "{% for m in messages %}\n    {% if m.role == 'user' %}\n[{{ m.content }}]\n    {% endif %}\n{% endfor %}\n"
+    assert render(t, msgs) == "[héllo]\n"
+    assert render("{% for m in messages %}{% break %}{% endfor %}ok", msgs) == "ok"  # loopcontrols
+    assert render("{% generation %}{{ messages[0].content }}{% endgeneration %}", msgs) == "héllo"
+
+
+def test_compile_errors_and_cache():
+    with pytest.raises(ChatTemplateError, match="syntax"):
+        chat_template.compile_template("{% if %}")
+    t = "{{ messages[0].content }}"
+    assert chat_template.compile_template(t) is chat_template.compile_template(t)
+
+
 @pytest.mark.parametrize("name", sorted(HOSTILE))
 def test_hostile_template_fails_fast_with_bounded_memory(name):
     tracemalloc.start()
     t0 = time.monotonic()
     try:
         with pytest.raises(ChatTemplateError):
-            render_template(HOSTILE[name], MSGS)
+            render(HOSTILE[name])
         elapsed = time.monotonic() - t0
         _, peak = tracemalloc.get_traced_memory()
     finally:
@@ -93,32 +141,45 @@ def test_hostile_template_fails_fast_with_bounded_memory(name):
 
 def test_budget_errors_are_value_errors_with_a_clear_message():
     with pytest.raises(ValueError, match="time budget"):
-        render_template(HOSTILE["nested_range"], MSGS)
+        render(HOSTILE["nested_range"])
     with pytest.raises(ChatTemplateError, match="limit"):
-        render_template(HOSTILE["str_times_huge"], MSGS)
+        render(HOSTILE["str_times_huge"])
     with pytest.raises(ChatTemplateError, match="output exceeds"):
-        render_template(HOSTILE["output_loop"], MSGS)
+        render(HOSTILE["output_loop"])
     with pytest.raises(ChatTemplateError, match="RecursionError"):
-        render_template(HOSTILE["recursion"], MSGS)
+        render(HOSTILE["recursion"])
     with pytest.raises(ChatTemplateError, match="range"):
-        render_template(HOSTILE["range_overflow"], MSGS)
+        render(HOSTILE["range_overflow"])
 
 
 def test_benign_templates_still_render():
-    assert render_template("{{ 'ab' * 3 }}{{ 2 ** 10 }}{{ '%05d|%s' % (42, 'x') }}{{ '{:>4}'.format(7) }}", MSGS) \
+    assert render("{{ 'ab' * 3 }}{{ 2 ** 10 }}{{ '%05d|%s' % (42, 'x') }}{{ '{:>4}'.format(7) }}") \
         == "ababab102400042|x   7"
-    assert render_template("{{ range(3) | join(',') }}|{{ [[1], [2]] | sum(start=[]) }}|{{ 'a' ~ 1 ~ 'b' }}", MSGS) \
+    assert render("{{ range(3) | join(',') }}|{{ [[1], [2]] | sum(start=[]) }}|{{ 'a' ~ 1 ~ 'b' }}") \
         == "0,1,2|[1, 2]|a1b"
-    assert render_template("{% for m in messages %}{{ loop.index }}/{{ loop.length }}{{ '!' if loop.last }}"
-                           "{% else %}none{% endfor %}", MSGS) == "1/1!"
-    assert render_template("{% for m in [] %}x{% else %}none{% endfor %}", MSGS) == "none"
-    assert render_template("{{ messages | tojson(indent=2) }}", MSGS) == '[\n  {\n    "role": "user",\n' \
+    assert render("{% for m in messages %}{{ loop.index }}/{{ loop.length }}{{ '!' if loop.last }}"
+                  "{% else %}none{% endfor %}") == "1/1!"
+    assert render("{% for m in [] %}x{% else %}none{% endfor %}") == "none"
+    assert render("{{ messages | tojson(indent=2) }}") == '[\n  {\n    "role": "user",\n' \
         '    "content": "hi"\n  }\n]'
-    assert len(render_template("{{ lipsum(2) }}", MSGS)) > 0
-    assert render_template("{{ 'a-b' | replace('-', '+') }}{{ 'x' | center(5) }}{{ 'a b' | wordwrap(1) }}", MSGS) \
+    assert len(render("{{ lipsum(2) }}")) > 0
+    assert render("{{ 'a-b' | replace('-', '+') }}{{ 'x' | center(5) }}{{ 'a b' | wordwrap(1) }}") \
         == "a+b  x  a\nb"
 
 
-def test_long_conversation_is_not_limited_by_the_output_budget():
-    long = [{"role": "user", "content": "x" * 3_000_000}]
-    assert len(render_template(CHATML_TEMPLATE, long)) > 3_000_000
+def test_the_size_limit_grows_with_the_callers_input():
+    t = chat_template.compile_template("{{ 'x' * n }}")
+    n = chat_template.MAX_TEMPLATE_CHARS + 10
+    with pytest.raises(ChatTemplateError, match="limit"):
+        chat_template.render(t, {"n": n})
+    assert len(chat_template.render(t, {"n": n}, input_chars=5)) == n     # twice the input's characters
+    assert chat_template.input_size([{"role": "user", "content": "hi"}]) == len("role" "user" "content" "hi")
+
+
+def test_the_time_budget_is_read_at_each_render(monkeypatch):
+    """The fuzz target lowers RENDER_TIME_LIMIT_S to spend its time on many templates."""
+    monkeypatch.setattr(chat_template, "RENDER_TIME_LIMIT_S", 0.05)
+    t0 = time.monotonic()
+    with pytest.raises(ChatTemplateError, match=r"time budget \(0.05 s\)"):
+        render(HOSTILE["nested_range"])
+    assert time.monotonic() - t0 < 0.9
