@@ -5,10 +5,12 @@ r"""Structured output that fails closed: grammars compiled by llguidance, and th
     mask = m.fill_mask()                      # uint32 (n_words,): bit i of word i // 32 = token i allowed
     m.consume(token)                          # RuntimeError if the grammar refuses it
 
-A `Grammar` is checked when it is made (no model needed): anything llguidance cannot enforce exactly raises
-`GrammarError` with llguidance's message (`Unimplemented keys: ["uniqueItems"]`, `Unknown format: ...`, an
-unsupported regex, a remote `$ref`, a `oneOf` whose branches may overlap, a broken GBNF grammar). Nothing is
-dropped or approximated unless `lenient=True` is asked for. llguidance is an optional dependency
+A `Grammar` is checked when it is made (no model needed). A JSON schema is first rewritten into an equivalent one
+llguidance compiles (fastgguf.engine.schema_rewrite: `oneOf` with disjoint branches, `not`, `if`/`then`/`else`,
+`dependencies`, some `uniqueItems`, unknown `format` annotations dropped); what neither can enforce exactly raises
+`GrammarError` naming it (`oneOf at #/a: branches 0 and 1 may both match ...`, llguidance's `Unimplemented keys:
+["uniqueItems"]`, an unsupported regex, a remote `$ref`, a broken GBNF grammar). Nothing is dropped or approximated
+unless `lenient=True` is asked for. llguidance is an optional dependency
 (`pip install 'fastgguf[structured]'`), imported on first use.
 
 The vocabulary bridge (`vocabulary(model)`, as llama.cpp's common/llguidance.cpp): token i is the bytes of its piece;
@@ -40,6 +42,7 @@ from dataclasses import dataclass
 
 import numpy as np
 
+from fastgguf.engine.schema_rewrite import rewrite
 from fastgguf.errors import GrammarError
 
 __all__ = ["Grammar", "GrammarError", "Matcher", "Vocabulary", "vocabulary", "matchers", "require_llguidance",
@@ -147,6 +150,10 @@ class Grammar:
                 raise GrammarError(f"json_schema is not valid JSON: {e}") from None
         if not isinstance(schema, Mapping):
             raise TypeError(f"json_schema must be a dict, got {type(schema).__name__}")
+        try:
+            schema = rewrite(schema, lenient)      # what llguidance cannot compile as it is, rewritten exactly
+        except GrammarError as e:
+            raise GrammarError(f"json_schema: {e}") from None
         try:
             text = _json_lark(schema, lenient)
         except (TypeError, ValueError) as e:

@@ -399,3 +399,20 @@ def test_malformed_schemas_raise_only_grammar_errors(schema):
         rewrite(schema)
     except GrammarError:
         pass
+
+
+# -- wired in: Grammar.json_schema and tool calls -------------------------------------------------------------------
+
+WIRED = {"type": "object", "properties": {"when": {"type": "string", "format": "partial-date"},
+                                          "x": {"oneOf": [{"type": "integer"}, {"type": "null"}]},
+                                          "y": {"not": {"enum": ["a", "b"]}}}, "required": ["x"],
+         "dependentRequired": {"x": ["y"]}}
+
+
+def test_grammar_json_schema_rewrites():
+    pytest.importorskip("llguidance")
+    from fastgguf.engine.grammar import Grammar
+    assert Grammar.json_schema(WIRED).kind == "json_schema"
+    with pytest.raises(GrammarError, match=r"^json_schema: oneOf at #: branches 0 and 1"):
+        Grammar.json_schema({"oneOf": [{"type": "integer"}, {"type": "number"}]})
+    assert Grammar.json_schema({"oneOf": [{"type": "integer"}, {"type": "number"}]}, lenient=True)
