@@ -29,6 +29,8 @@ from collections.abc import Mapping
 from dataclasses import dataclass
 
 from fastgguf.engine.grammar import exact_formats, json_options
+from fastgguf.engine.schema_rewrite import rewrite
+from fastgguf.errors import GrammarError
 
 __all__ = ["ToolError", "ToolConfig", "FORMATS", "validate_tools", "detect_format", "tool_grammar",
            "generic_system_prompt", "prepare_tool_history", "parse", "ToolCallStream", "new_call_id"]
@@ -252,7 +254,7 @@ def _call_schema(fmt, functions):
     defs, variants = {}, []
     for i, f in enumerate(functions):
         key = f"fg_tool_{i}"
-        defs[key] = _rebase_refs(f["parameters"], f"#/$defs/{key}")
+        defs[key] = _rebase_refs(rewrite(f["parameters"]), f"#/$defs/{key}")    # made compilable, exactly
         props = {}
         if fmt == "llama3":
             props["type"] = {"const": "function"}
@@ -277,8 +279,12 @@ def _validate(lark, what):
 def _check_functions(fmt, functions):
     """Each tool's schema alone, so the error names the tool llguidance refuses."""
     for f in functions:
-        _validate("start: j\nj: %json " + json.dumps(_call_schema(fmt, [f])),
-                  f"tools: function {f['name']!r}'s parameters")
+        what = f"tools: function {f['name']!r}'s parameters"
+        try:
+            schema = _call_schema(fmt, [f])
+        except GrammarError as e:
+            raise ToolError(f"{what} cannot be used as a constraint: {e}") from None
+        _validate("start: j\nj: %json " + json.dumps(schema), what)
 
 
 def _lit(s):

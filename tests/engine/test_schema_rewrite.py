@@ -416,3 +416,19 @@ def test_grammar_json_schema_rewrites():
     with pytest.raises(GrammarError, match=r"^json_schema: oneOf at #: branches 0 and 1"):
         Grammar.json_schema({"oneOf": [{"type": "integer"}, {"type": "number"}]})
     assert Grammar.json_schema({"oneOf": [{"type": "integer"}, {"type": "number"}]}, lenient=True)
+
+
+def test_tool_grammars_rewrite_parameters():
+    pytest.importorskip("llguidance")
+    from fastgguf.engine.tools import ToolError, tool_grammar, validate_tools
+
+    def tools(params):
+        return validate_tools([{"type": "function", "function": {"name": "f", "parameters": params}}], "required")
+    assert tool_grammar(tools(WIRED), "hermes")
+    refs = {"type": "object", "$defs": {"n": {"oneOf": [{"type": "integer"}, {"type": "string"}]}},
+            "properties": {"n": {"$ref": "#/$defs/n"}}}
+    assert tool_grammar(tools(refs), "generic")          # its $refs rebased below the call schema's $defs
+    with pytest.raises(ToolError, match="'f'.*oneOf at #/properties/n: branches 0 and 1") as e:
+        tool_grammar(tools({"type": "object", "properties": {
+            "n": {"oneOf": [{"type": "integer"}, {"type": "number"}]}}}), "hermes")
+    assert e.value.param == "tools"
