@@ -143,8 +143,10 @@ class _Doc:
         self.anchors = {}       # (absolute URI, name) -> path
         self.bases = {}         # path of each subschema -> the base URI of its $refs
         self.steps = _STEPS     # what the evaluator (_check) may still spend on this document
+        self._refs = []         # ($ref, base) of every $ref in the document
         self._index(root, (), _DEFAULT_BASE)
         self.resources.setdefault(_DEFAULT_BASE, ())
+        self.targets = {t.path for t in (self.resolve(r, b) for r, b in self._refs) if t is not None}
 
     def active(self, key):
         """Whether validators of this draft apply keyword `key` (an assertion or applicator of this draft)."""
@@ -163,6 +165,8 @@ class _Doc:
             return
         base = self.rebase(node, base)
         self.bases[path] = base
+        if "$ref" in node:
+            self._refs.append((node["$ref"], base))
         uri = urldefrag(base)[0]
         self.resources.setdefault(uri, path)
         i, anchor = node.get(self.id_key), node.get("$anchor")
@@ -889,6 +893,7 @@ class _Rewriter:
         self.placed = {}     # path of a rewritten subschema in the input -> its path in the output
         self.refs = []       # (output dict holding a $ref, path of the input subschema it came from)
         self.todo = []       # paths of $ref targets still to rewrite
+        self.inlined = set() # paths of $ref targets rewritten where they are named instead (_inline)
         self.handlers = {"format": self._format, "oneOf": self._one_of, "not": self._not, "if": self._if,
                          "then": self._skip, "else": self._skip, "dependencies": self._dependent,
                          "dependentRequired": self._dependent, "dependentSchemas": self._dependent,
@@ -904,27 +909,54 @@ class _Rewriter:
             parent = _get(out, dst[:-1])
             if path in self.placed or not dst or _step(parent, dst[-1]) is _MISSING:
                 continue
-            new = self.node(_get(self.doc.root, path), path, dst)
+            saved = len(self.refs), dict(self.placed)
+            try:
+                new = self.node(_get(self.doc.root, path), path, dst)
+            except GrammarError as e:
+                del self.refs[saved[0]:]
+                self.placed = saved[1]
+                self._inline(path, e)
+                continue
             parent[dst[-1] if isinstance(parent, dict) else int(dst[-1])] = new
         self._fix_refs(out)
         return out
 
-    def node(self, schema, src, dst):
+    def _inline(self, path, error):
+        """A $ref target that cannot be rewritten alone (a oneOf proved disjoint only with what holds where it is
+        named, as llguidance would check it): rewritten at each $ref naming it, with that place's context, in an
+        allOf beside the $ref's other keywords; else the error stands."""
+        sites = [(holder, ctx) for holder, src, ctx in self.refs if "$ref" in holder
+                 and getattr(self.doc.resolve(holder["$ref"], self.doc.base_at(src)), "path", None) == path]
+        if self.lenient or path in self.inlined or not sites or not all(ctx for _, ctx in sites):
+            raise error
+        self.inlined.add(path)
+        for holder, ctx in sites:
+            try:
+                new = self.node(_get(self.doc.root, path), path, None, ctx, inline=True)
+            except GrammarError:
+                raise error from None
+            del holder["$ref"]
+            holder.setdefault("allOf", []).append(new)
+
+    def node(self, schema, src, dst, ctx=(), inline=False):
         """The rewrite of the input subschema at path src, to be placed at path dst of the output (None: a copy no
-        $ref can name)."""
+        $ref can name). ctx: (subschema, base) pairs that hold wherever this one is read (the other members of an
+        allOf it is in, the keywords beside it); the rewrite is exact where they hold. None for a $ref's target,
+        which must be exact wherever it is named (but where inline: a copy for one place)."""
         if dst is not None:
             self.placed[src] = dst
         if not isinstance(schema, dict):
             return copy.deepcopy(schema)
+        ctx = () if src in self.doc.targets and not inline else ctx
         out = {}
         for key, value in schema.items():
             handler = self.handlers.get(key)
             if handler is None or not (self.doc.active(key) or key == "dependencies"):
-                self._copy(key, value, out, src, dst)
+                self._copy(schema, key, value, out, src, dst, ctx)
                 continue
             saved, saved_all = dict(out), list(out.get("allOf", ()))
             try:
-                handler(schema, key, value, out, src, dst)
+                handler(schema, key, value, out, src, dst, ctx)
             except GrammarError:
                 if not self.lenient:
                     raise
@@ -934,19 +966,31 @@ class _Rewriter:
                             (k == key or key == "if")})
         return out
 
-    def _copy(self, key, value, out, src, dst):
+    def _copy(self, schema, key, value, out, src, dst, ctx):
         """A keyword kept: its subschemas rewritten where its draft applies it (llguidance ignores the others)."""
         walk = self.doc.active(key) or key == "additionalItems"
+        if key == "additionalItems" and not isinstance(schema.get("items"), list):
+            walk = False                          # read by nobody without a list of items
         if walk and (key in _ONE or (key == "items" and not isinstance(value, list))):
             out[key] = self.node(value, src + (key,), _join(dst, key))
         elif walk and (key in _MANY or key == "items") and isinstance(value, list):
             lst = out.setdefault(key, [])         # allOf may hold conjuncts added by a rewrite already
             for i, v in enumerate(value):
-                lst.append(self.node(v, src + (key, str(i)), _join(dst, key, str(len(lst)))))
+                inner = ()                        # an allOf member holds with the rest; an anyOf's with its siblings
+                if key in ("allOf", "anyOf"):
+                    inner = self._beside(schema, src, ctx, key, [] if key == "anyOf" else value[:i] + value[i + 1:])
+                lst.append(self.node(v, src + (key, str(i)), _join(dst, key, str(len(lst))), inner))
         elif walk and key in _NAMED and isinstance(value, dict):
             out[key] = {k: self.node(v, src + (key, k), _join(dst, key, k)) for k, v in value.items()}
         else:
             out[key] = copy.deepcopy(value)
+
+    def _beside(self, schema, src, ctx, key, more=()):
+        """The context of a subschema of schema's keyword `key` read at the same instance: ctx, schema's other
+        keywords, and `more` subschemas of schema."""
+        base = self.doc.base_at(src)
+        rest = {k: v for k, v in schema.items() if k not in (key, "then", "else", "$id", "id")}
+        return ctx + ((rest, base),) + tuple((m, base) for m in more)
 
     def _slot(self, schema, out):
         """Where a new anyOf conjunct goes: the subschema's anyOf where it has none, else a new allOf member.
@@ -974,16 +1018,18 @@ class _Rewriter:
                 return self.placed[path[:i]] + path[i:]
         return path
 
-    def _ref(self, schema, key, value, out, src, dst):
+    def _ref(self, schema, key, value, out, src, dst, ctx):
         out[key] = value
-        self.refs.append((out, src))
+        self.refs.append((out, src, self._beside(schema, src, ctx, key)))
         t = self.doc.resolve(value, self.doc.base_at(src))
         if t is not None and t.path not in self.placed:
             self.todo.append(t.path)
 
     def _fix_refs(self, out):
         """Point each $ref at its target's place in the output; refuse one whose target was rewritten away."""
-        for holder, src in self.refs:
+        for holder, src, _ in self.refs:
+            if "$ref" not in holder:
+                continue                          # inlined
             ref, base = holder["$ref"], self.doc.base_at(src)
             t = self.doc.resolve(ref, base)
             if t is None:
@@ -1088,39 +1134,37 @@ class _Rewriter:
             return False
         return all(not self.doc.active(k) or k == "format" and v not in KNOWN_FORMATS for k, v in schema.items())
 
-    def _all_disjoint(self, branches, src, context=None):
-        """Every two of the branches (at input path src) proved disjoint under the context subschema."""
-        return all(not self._overlap([a, b], src, context) for i, a in enumerate(branches) for b in branches[i + 1:])
+    def _all_disjoint(self, branches, src, ctx=()):
+        """Every two of the branches (at input path src) proved disjoint where the context holds."""
+        return all(not self._overlap([a, b], src, ctx) for i, a in enumerate(branches) for b in branches[i + 1:])
 
-    def _overlap(self, pair, src, context=None):
-        """The kinds of instance where the two branches (at input path src) may both hold, under the context."""
+    def _overlap(self, pair, src, ctx=()):
+        """The kinds of instance where the two branches (at input path src) may both hold, where ctx holds."""
         base = self.doc.base_at(src[:-1])
-        ctx = [(context, base)] if context else []
-        return self.prover.overlap(ctx + [(pair[0], base)], ctx + [(pair[1], base)])
+        return self.prover.overlap(list(ctx) + [(pair[0], base)], list(ctx) + [(pair[1], base)])
 
     # -- the keywords
 
-    def _format(self, schema, key, value, out, src, dst):
+    def _format(self, schema, key, value, out, src, dst, ctx):
         if not isinstance(value, str) or value in KNOWN_FORMATS:
             out[key] = value                      # else an annotation llguidance does not know: dropped
 
-    def _skip(self, schema, key, value, out, src, dst):
+    def _skip(self, schema, key, value, out, src, dst, ctx):
         """then / else: rewritten with their if (without one they do nothing)."""
 
-    def _one_of(self, schema, key, value, out, src, dst):
+    def _one_of(self, schema, key, value, out, src, dst, ctx):
         if not isinstance(value, list) or not value:
             out[key] = copy.deepcopy(value)       # malformed: llguidance says so
             return
-        context = {k: v for k, v in schema.items() if k not in ("oneOf", "$id", "id")}
-        here = src + (key,)
+        here, beside = src + (key,), self._beside(schema, src, ctx, key)
         rivals = {}          # branch -> [(a branch it was not proved disjoint from, the kinds where they may meet)]
         for i in range(len(value)):
             for j in range(i + 1, len(value)):
-                kinds = _widen(self._overlap([value[i], value[j]], here, context))
+                kinds = _widen(self._overlap([value[i], value[j]], here, beside))
                 if kinds:
                     rivals.setdefault(i, []).append((j, kinds))
                     rivals.setdefault(j, []).append((i, kinds))
-        allowed = self.prover.facts([(context, self.doc.base_at(src))]).kinds     # what the context lets through
+        allowed = self.prover.facts(list(beside)).kinds     # what the context lets through
         negated = {}         # (j, kinds) -> not branch j among those kinds, anything among the others
         for i, js in sorted(rivals.items()):
             for j, kinds in js:
@@ -1137,18 +1181,18 @@ class _Rewriter:
         for i, branch in enumerate(value):
             at = _join(dst, *slot, str(i))
             if i in rivals:                       # exactly one: this branch and none it may overlap
-                lst.append({"allOf": [self.node(branch, here + (str(i),), _join(at, "allOf", "0"))]
+                lst.append({"allOf": [self.node(branch, here + (str(i),), _join(at, "allOf", "0"), beside)]
                             + [negated[j, kinds] for j, kinds in rivals[i]]})
             else:
-                lst.append(self.node(branch, here + (str(i),), at))
+                lst.append(self.node(branch, here + (str(i),), at, beside))
 
-    def _not(self, schema, key, value, out, src, dst):
+    def _not(self, schema, key, value, out, src, dst, ctx):
         try:
             self._conjoin(schema, out, self.complement(value, src + (key,)))
         except _Inexpressible as e:
             raise _refuse(key, src, str(e)) from None
 
-    def _if(self, schema, key, value, out, src, dst):
+    def _if(self, schema, key, value, out, src, dst, ctx):
         then, other = schema.get("then", _MISSING), schema.get("else", _MISSING)
         if then is _MISSING and other is _MISSING:
             return                                # no constraint
@@ -1160,8 +1204,11 @@ class _Rewriter:
                 raise _refuse(key, src, f"the complement of the if schema cannot be written ({e})") from None
         slot, lst = self._slot(schema, out)
 
-        def sub(k, *at):
-            return self.node(schema[k], src + (k,), _join(dst, *slot, *at))
+        beside = self._beside(schema, src, ctx, key)
+
+        def sub(k, *at):                          # then holds with if, and both with the keywords beside them
+            more = () if k != "then" else ((value, self.doc.base_at(src)),)
+            return self.node(schema[k], src + (k,), _join(dst, *slot, *at), beside + more)
         if then is _MISSING:                      # I or (not I and E) == I or E
             lst += [sub("if", "0"), sub("else", "1")]
         elif other is _MISSING:                   # (I and T) or not I == not I or T
@@ -1170,7 +1217,7 @@ class _Rewriter:
             lst += [{"allOf": [sub("if", "0", "allOf", "0"), sub("then", "0", "allOf", "1")]},
                     {"allOf": [negated, sub("else", "1", "allOf", "1")]}]
 
-    def _dependent(self, schema, key, value, out, src, dst):
+    def _dependent(self, schema, key, value, out, src, dst, ctx):
         """dependencies / dependentRequired / dependentSchemas, one anyOf per property named."""
         if not isinstance(value, dict):
             raise _refuse(key, src, "is not an object")
@@ -1184,8 +1231,9 @@ class _Rewriter:
             elif isinstance(dep, (dict, bool)) and key != "dependentRequired":
                 if not self._trivial(dep):
                     slot, lst = self._slot(schema, out)
+                    beside = self._beside(schema, src, ctx, key, [{"required": [name]}])
                     lst += [absent, {"allOf": [{"required": [name]}, self.node(
-                        dep, src + (key, name), _join(dst, *slot, "1", "allOf", "1"))]}]
+                        dep, src + (key, name), _join(dst, *slot, "1", "allOf", "1"), beside)]}]
             else:
                 raise _refuse(key, src + (key,), f"{name}: neither a list of property names nor a schema")
 
@@ -1200,7 +1248,7 @@ class _Rewriter:
             f.values = [v for v in (None, False, True) if _kind(v, self.doc.draft) in f.kinds]
         return list({_canon(v): v for v in f.values}.values())
 
-    def _unique(self, schema, key, value, out, src, dst):
+    def _unique(self, schema, key, value, out, src, dst, ctx):
         if value is not True:
             if value is not False:
                 out[key] = value                  # malformed: llguidance says so
@@ -1229,7 +1277,7 @@ class _Rewriter:
         arrays = [list(p) for n in sizes for p in itertools.permutations(values, n)]
         self._conjoin(schema, out, {"enum": arrays} if arrays else False)
 
-    def _count(self, schema, key, value, out, src, dst):
+    def _count(self, schema, key, value, out, src, dst, ctx):
         """minProperties / maxProperties: dropped where the other keywords already force them."""
         required = schema.get("required") if isinstance(schema.get("required"), list) else []
         required = {k for k in required if isinstance(k, str)}
@@ -1245,7 +1293,7 @@ class _Rewriter:
         else:
             out[key] = value
 
-    def _names(self, schema, key, value, out, src, dst):
+    def _names(self, schema, key, value, out, src, dst, ctx):
         """propertyNames, where the names an object may have are known now."""
         at = src + (key,)
         base = self.doc.base_at(at)
@@ -1290,7 +1338,7 @@ class _Rewriter:
                 return False
         return True
 
-    def _contains(self, schema, key, value, out, src, dst):
+    def _contains(self, schema, key, value, out, src, dst, ctx):
         """contains S: minItems 1 where every item the array can hold satisfies S."""
         prefix, rest = _item_schemas(self.doc, schema)
         always = not {"minContains", "maxContains"} & set(schema) and self._any_value(value)

@@ -124,10 +124,10 @@ def simple(draw, draft, depth=1, refs=False):
     return {"$ref": "#/definitions/d0"}
 
 
-def document(draft, root, defs=None):
+def document(draft, root, defs=None, **more):
     out = {"$schema": DRAFTS[draft], **root}
     if defs is not None:
-        out["definitions"] = {"d0": defs}
+        out["definitions"] = {"d0": defs, **more}
     return out
 
 
@@ -140,7 +140,12 @@ def test_one_of(data, draft, instances):
     context = data.draw(st.sampled_from([{}, {"type": "object"}, {"required": ["a"]},
                                          {"properties": {"a": {"enum": ["a", "b"]}}, "required": ["a"]}]))
     defs = data.draw(simple(draft))
-    check(document(draft, {**context, "oneOf": branches}, defs), instances, must_rewrite=False)
+    where = data.draw(st.sampled_from(["beside", "allOf", "named"]))     # where the context holds
+    if where == "beside":
+        root = {**context, "oneOf": branches}
+    else:
+        root = {"allOf": [context, {"oneOf": branches} if where == "allOf" else {"$ref": "#/definitions/one"}]}
+    check(document(draft, root, defs, one={"oneOf": branches}), instances, must_rewrite=False)
 
 
 def test_one_of_rewrites():
@@ -163,6 +168,26 @@ def test_one_of_rewrites():
     loose = rewrite({"oneOf": [{"required": ["k"], "properties": {"k": {"const": 1}, "n": {"type": "integer"}}},
                                {"required": ["k"], "properties": {"k": {"const": 2}, "n": {"type": "integer"}}}]})
     assert loose["anyOf"][0]["allOf"][1] == {"type": "object"}
+
+
+def test_one_of_reads_what_holds_beside_it():
+    """As llguidance reads a oneOf: with the other members of an allOf it is in, and, for a definition that cannot be
+    rewritten alone, with what holds where it is named (a copy rewritten there)."""
+    branches = [{"properties": {"kind": {"const": k}, "n": {"type": "integer"}}} for k in "ab"]
+    alone = {"oneOf": branches}
+    with pytest.raises(GrammarError, match="oneOf at #: branches 0 and 1"):    # {"n": 1.5} matches both
+        rewrite(alone)
+    members = {"allOf": [{"type": "object", "required": ["kind"]}, alone]}
+    assert rewrite(members)["allOf"][1] == {"anyOf": branches}
+    named = {"$defs": {"op": alone}, "type": "array",
+             "items": {"allOf": [{"type": "object", "required": ["kind"]}, {"$ref": "#/$defs/op"}]}}
+    out = rewrite(named)
+    assert out["items"]["allOf"][1] == {"allOf": [{"anyOf": branches}]} and out["$defs"] == named["$defs"]
+    check(named, [[{"kind": "a"}], [{"kind": "c"}], [{"kind": "a", "n": 1.5}], [{}], [5], []])
+    with pytest.raises(GrammarError, match=r"oneOf at #/\$defs/op: branches 0 and 1"):     # named once without
+        rewrite({**named, "properties": {"x": {"$ref": "#/$defs/op"}}})
+    ignored = {"type": "array", "additionalItems": alone}        # no list of items: nobody reads additionalItems
+    assert rewrite(ignored) == ignored
 
 
 @SETTINGS
