@@ -12,8 +12,10 @@ The rules ("==": accepts the same instances):
 
 - format is an annotation unless the format-assertion vocabulary is in use (2020-12; earlier drafts leave it to the
   implementation): one llguidance does not implement is dropped; one it does (KNOWN_FORMATS) is kept, enforced.
-- oneOf [B0..Bn] == anyOf [B0..Bn] when every two branches are disjoint (no instance matches both) given the
-  keywords beside the oneOf: then exactly one matches iff at least one does. Disjointness is proved from what each
+- oneOf [B0..Bn] == anyOf [B0..Bn] when every two branches are disjoint (no instance matches both) where its
+  context holds (the keywords beside it, the other members of an allOf it is in; as llguidance checks a oneOf):
+  then exactly one matches iff at least one does. A definition whose oneOf is proved only with what holds where it
+  is named is rewritten at each $ref naming it, with that place's context. Disjointness is proved from what each
   side forces (_Facts: $refs followed, allOf merged, cycles cut): types (integer within number), finite value sets
   (enum/const) refuted by the other side (a three-valued evaluator, _check), numeric, length, item-count and
   property-count ranges, array positions both sides have and keys both must have whose schemas are disjoint (a key
@@ -35,7 +37,10 @@ The rules ("==": accepts the same instances):
   patternProperties, uniqueItems, if/then/else, dependencies, propertyNames, a recursive $ref, arrays or objects
   in enum.
 - if I then T else E == anyOf [allOf [I, T], allOf [not I, E]]; without else == anyOf [not I, T]; without then ==
-  anyOf [I, E] (no complement needed); neither: no constraint. Refused when not I cannot be written.
+  anyOf [I, E] (no complement needed); neither: no constraint. Refused when not I cannot be written. Several allOf
+  members that are if/then/else on one property's value (the discriminator form) become one anyOf over the cases
+  (a non-object, no such key, each set of values the same ifs accept, any other value: in each case every if's
+  verdict is known) instead of an anyOf each, which llguidance would multiply out; cases the context excludes go.
 - dependentRequired {a: [b..]} == anyOf [{properties: {a: false}}, {required: [a, b..]}]; dependentSchemas {a: S}
   == anyOf [{properties: {a: false}}, allOf [{required: [a]}, S]]; dependencies likewise. A non-object passes both
   sides, as it passes the keyword. dependencies is enforced in every draft: llguidance refuses it in every draft,
@@ -974,8 +979,11 @@ class _Rewriter:
         if walk and (key in _ONE or (key == "items" and not isinstance(value, list))):
             out[key] = self.node(value, src + (key,), _join(dst, key))
         elif walk and (key in _MANY or key == "items") and isinstance(value, list):
+            done = self._switch(schema, value, out, src, dst, ctx) if key == "allOf" and self.doc.draft >= 7 else ()
             lst = out.setdefault(key, [])         # allOf may hold conjuncts added by a rewrite already
             for i, v in enumerate(value):
+                if i in done:
+                    continue
                 inner = ()                        # an allOf member holds with the rest; an anyOf's with its siblings
                 if key in ("allOf", "anyOf"):
                     inner = self._beside(schema, src, ctx, key, [] if key == "anyOf" else value[:i] + value[i + 1:])
@@ -984,6 +992,75 @@ class _Rewriter:
             out[key] = {k: self.node(v, src + (key, k), _join(dst, key, k)) for k, v in value.items()}
         else:
             out[key] = copy.deepcopy(value)
+
+    def _switch(self, schema, members, out, src, dst, ctx):
+        """allOf members that are if/then/else testing one property's value (the usual discriminator: if
+        {properties: {kind: {const: "a"}}} then ...), rewritten as one anyOf over the cases instead of an anyOf each
+        (whose intersection llguidance would multiply out): a non-object, an object without the property, one for
+        each set of values the same ifs accept, and any other value. In each case every if's verdict is known, so the
+        case's branch is its then or its else. Returns the members it rewrote (none where fewer than two qualify)."""
+        tests = {}
+        for i, m in enumerate(members):
+            t = self._value_test(m)
+            if t is not None:
+                tests.setdefault(t[0], {})[i] = t[1:]
+        name, group = max(tests.items(), key=lambda kv: len(kv[1]), default=(None, {}))
+        if len(group) < 2:
+            return ()
+        values = {_canon(v): v for _, _, vals in group.values() for v in vals}
+        try:
+            other = _values_complement(list(values.values()), self.doc.draft, _ALL_KINDS)
+        except _Inexpressible:
+            return ()
+        cases = [({"type": [t for t in _TYPES if t != "object"]}, {i: not obj for i, (obj, _, _) in group.items()}),
+                 ({"type": "object", "properties": {name: False}}, {i: not req for i, (_, req, _) in group.items()})]
+        signatures = {}
+        for key, v in values.items():
+            sig = tuple(i for i, (_, _, vals) in group.items() if key in {_canon(x) for x in vals})
+            signatures.setdefault(sig, []).append(v)
+        for sig, vals in signatures.items():
+            cases.append(({"type": "object", "required": [name], "properties": {name: {"enum": vals}}},
+                          {i: i in sig for i in group}))
+        cases.append(({"type": "object", "required": [name], "properties": {name: other}}, dict.fromkeys(group, False)))
+        beside, base = self._beside(schema, src, ctx, "allOf"), self.doc.base_at(src)
+        cases = [c for c in cases if not self.prover.disjoint(list(beside), [(c[0], base)])]   # what can happen here
+        slot, lst = self._slot(schema, out)
+        for n, (test, verdicts) in enumerate(cases):
+            parts = [test]
+            for i, holds in verdicts.items():
+                k = "then" if holds else "else"
+                if k in members[i]:
+                    at = src + ("allOf", str(i), k)
+                    here = None if at in self.placed else _join(dst, *slot, str(n), "allOf", str(len(parts)))
+                    parts.append(self.node(members[i][k], at, here, beside))
+            lst.append({"allOf": parts})
+        return set(group)
+
+    def _value_test(self, member):
+        """(property, needs an object, needs the property, the values it accepts there) of an allOf member that is
+        only if/then/else whose if only tests one property's value among finitely many; else None."""
+        if not isinstance(member, dict) or "if" not in member or not {"then", "else"} & set(member):
+            return None
+        active = {k for k in member if self.doc.active(k) or k in ("$id", "id")}
+        test = member["if"]
+        if active - {"if", "then", "else"} or not isinstance(test, dict):
+            return None
+        keys = {k for k in test if self.doc.active(k) or k in ("$id", "id")}
+        props = test.get("properties")
+        if keys - {"type", "required", "properties"} or not isinstance(props, dict) or len(props) != 1:
+            return None
+        (name, value), = props.items()
+        if test.get("type", "object") not in ("object", ["object"]) or test.get("required", [name]) != [name]:
+            return None
+        if not isinstance(value, dict) or {k for k in value if self.doc.active(k)} - {"enum", "const", "type"}:
+            return None
+        values = self._candidates(value, ())
+        if values is None or any(isinstance(v, (list, dict)) for v in values):
+            return None
+        verdicts = [(_check(self.doc, value, self.doc.base_at(()), v), v) for v in values]
+        if any(ok is None for ok, _ in verdicts):
+            return None
+        return name, "type" in test, "required" in test, [v for ok, v in verdicts if ok]
 
     def _beside(self, schema, src, ctx, key, more=()):
         """The context of a subschema of schema's keyword `key` read at the same instance: ctx, schema's other

@@ -222,6 +222,27 @@ def test_if_then_else(data, draft, instances):
     check(document(draft, schema, data.draw(simple(draft))), instances, must_rewrite=False)
 
 
+@SETTINGS
+@given(st.data(), st.sampled_from([7, 2020]), INSTANCES)
+def test_if_then_on_one_property_in_an_allof(data, draft, instances):
+    """The discriminator form (an allOf of if {properties: {p: {const}}} then ...) becomes one anyOf of cases."""
+    members = []
+    for _ in range(data.draw(st.integers(2, 4))):
+        values = data.draw(st.lists(st.sampled_from(["a", "b", 1, None, True]), min_size=1, max_size=2, unique=True))
+        test = {"properties": {"a": {"const": values[0]} if len(values) == 1 else {"enum": values}}}
+        if data.draw(st.booleans()):
+            test["required"] = ["a"]
+        if data.draw(st.booleans()):
+            test["type"] = "object"
+        member = {"if": test}
+        for key in data.draw(st.sampled_from([["then"], ["else"], ["then", "else"]])):
+            member[key] = data.draw(simple(draft, 0))
+        members.append(member)
+    schema = document(draft, {"allOf": members + data.draw(st.lists(simple(draft, 0), max_size=1))})
+    out = check(schema, instances)
+    assert "anyOf" in out and len(out.get("allOf", ())) <= 1
+
+
 def test_if_without_then_needs_no_complement():
     out = rewrite({"if": {"pattern": "^a"}, "else": {"minLength": 3}})     # (I or E): no complement of a pattern
     assert out == {"anyOf": [{"pattern": "^a"}, {"minLength": 3}]}
