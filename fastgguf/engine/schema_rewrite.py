@@ -65,6 +65,7 @@ unknown never proves anything.
 """
 import copy
 import itertools
+import json
 import math
 import re
 from urllib.parse import unquote, urldefrag, urljoin
@@ -110,6 +111,10 @@ def rewrite(schema, lenient=False):
     instead (llguidance's lenient mode then ignores it). The input is not modified."""
     if not isinstance(schema, dict):
         return schema
+    try:
+        json.dumps(schema, allow_nan=False)
+    except (TypeError, ValueError, RecursionError):
+        return schema                             # not JSON: the caller says so
     try:
         return _Rewriter(_Doc(schema), lenient).run()
     except RecursionError:

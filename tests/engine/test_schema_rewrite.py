@@ -435,6 +435,14 @@ JUNK = st.recursive(
         inner, max_size=4)), max_leaves=12)
 
 
+def test_what_is_not_json_is_left_to_the_caller():
+    for odd in ({"enum": [{1, 2}]}, {"const": float("nan"), "oneOf": [True]}):
+        assert rewrite(odd) is odd
+    with pytest.raises(GrammarError, match="not JSON"):
+        from fastgguf.engine.grammar import Grammar
+        Grammar.json_schema({"enum": [{1, 2}], "not": {"type": "null"}})
+
+
 @settings(max_examples=100, deadline=None, derandomize=True)
 @given(st.dictionaries(st.sampled_from(["oneOf", "not", "if", "then", "uniqueItems", "items", "dependencies",
                                         "propertyNames", "contains", "$ref", "$defs", "maxProperties", "required",
