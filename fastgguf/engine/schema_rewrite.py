@@ -167,7 +167,7 @@ class _Doc:
         """The base URI inside node (its $id, or draft 4's id, applied to the enclosing base)."""
         i = node.get(self.id_key) if isinstance(node, dict) else None
         if isinstance(i, str) and not i.startswith("#"):
-            return urljoin(base, i)
+            return _join_uri(base, i)
         return base
 
     def _index(self, node, path, base):
@@ -181,7 +181,7 @@ class _Doc:
         self.resources.setdefault(uri, path)
         i, anchor = node.get(self.id_key), node.get("$anchor")
         if isinstance(i, str) and "#" in i and self.draft <= 7:     # draft 4-7's plain-name fragment: an anchor
-            anchor = urldefrag(urljoin(base, i))[1]
+            anchor = urldefrag(_join_uri(base, i))[1]
         if isinstance(anchor, str) and anchor and not anchor.startswith("/"):
             self.anchors.setdefault((uri, anchor), path)
         for key, child, sub in _children(node, defs=True):
@@ -203,7 +203,7 @@ class _Doc:
         """The _Target of a $ref, or None where it is not in this document (remote, or no such place)."""
         if not isinstance(ref, str):
             return None
-        uri, frag = urldefrag(urljoin(base, ref))
+        uri, frag = urldefrag(_join_uri(base, ref))
         if uri not in self.resources:
             return None
         path = self.resources[uri]
@@ -215,6 +215,12 @@ class _Doc:
         if node is _MISSING:
             return None
         return _Target(path, node, self.base_at(path))
+
+
+def _join_uri(base, ref):
+    """ref resolved against base (urljoin, but a bare fragment also against a base whose scheme urljoin does not
+    resolve against, such as urn: or classpath:)."""
+    return urldefrag(base)[0] + ref if ref.startswith("#") else urljoin(base, ref)
 
 
 def _step(node, key):
@@ -1117,7 +1123,7 @@ class _Rewriter:
             if t is None:
                 continue                          # not in this document: llguidance resolves or refuses it
             new = self._map(t.path)
-            resource = self._map(self.doc.resources[urldefrag(urljoin(base, ref))[0]])
+            resource = self._map(self.doc.resources[urldefrag(_join_uri(base, ref))[0]])
             if new[:len(resource)] != resource or _get(out, new) is _MISSING:
                 if self.lenient:
                     continue

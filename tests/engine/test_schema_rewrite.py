@@ -424,6 +424,9 @@ def test_ids_and_anchors_resolve():
     out = rewrite(schema)
     assert "anyOf" in out["properties"]["a"] and "anyOf" in out["properties"]["b"]
     check(schema, [{"a": 1}, {"a": 2}, {"a": "s"}, {"b": 1}, {"b": "s"}, {"b": None}])
+    urn = {"$id": "urn:example:root", "$defs": {"s": {"type": "string"}},
+           "oneOf": [{"$ref": "#/$defs/s"}, {"type": "integer"}]}        # a base urljoin does not resolve against
+    assert rewrite(urn)["anyOf"] == urn["oneOf"]
 
 
 JUNK = st.recursive(
