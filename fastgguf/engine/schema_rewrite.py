@@ -320,6 +320,11 @@ def _search(pattern, s):
     return None if rx is None else rx.search(s) is not None
 
 
+def _unknown_format(f):
+    """A format llguidance does not implement: an annotation, dropped (a malformed one is llguidance's to report)."""
+    return isinstance(f, str) and f not in KNOWN_FORMATS
+
+
 def _and3(results):
     """Three-valued and: False if any is False, None if any is unknown, else True."""
     out = True
@@ -419,7 +424,7 @@ def _check_string(doc, node, base, v, kind, depth):
         out.append(len(v) <= node["maxLength"] if _num(node["maxLength"]) else None)
     if "pattern" in node:
         out.append(_search(node["pattern"], v))
-    if node.get("format") in KNOWN_FORMATS:
+    if "format" in node and not _unknown_format(node["format"]):
         out.append(None)
     return _and3(out)
 
@@ -496,7 +501,8 @@ def _check_object(doc, node, base, v, kind, depth):
         if "propertyNames" in node and doc.active("propertyNames"):
             out.append(_check(doc, node["propertyNames"], base, k, depth))
     if isinstance(node.get("required"), list):
-        out.append(all(k in v for k in node["required"]))
+        req = node["required"]
+        out.append(all(k in v for k in req) if all(isinstance(k, str) for k in req) else None)
     for key, ok in (("minProperties", lambda n: len(v) >= n), ("maxProperties", lambda n: len(v) <= n)):
         if key in node:
             out.append(ok(node[key]) if _num(node[key]) else None)
@@ -506,7 +512,8 @@ def _check_object(doc, node, base, v, kind, depth):
             deps.update(node[key])
     for k, d in deps.items():
         if k in v:
-            out.append(all(x in v for x in d) if isinstance(d, list) else _check(doc, d, base, v, depth))
+            out.append((all(x in v for x in d) if all(isinstance(x, str) for x in d) else None)
+                       if isinstance(d, list) else _check(doc, d, base, v, depth))
     return _and3(out)
 
 
@@ -952,7 +959,7 @@ class _Rewriter:
             except GrammarError:
                 raise error from None
             del holder["$ref"]
-            holder.setdefault("allOf", []).append(new)
+            self._all_of(holder).append(new)
 
     def node(self, schema, src, dst, ctx=(), inline=False):
         """The rewrite of the input subschema at path src, to be placed at path dst of the output (None: a copy no
@@ -970,7 +977,8 @@ class _Rewriter:
             if handler is None or not (self.doc.active(key) or key == "dependencies"):
                 self._copy(schema, key, value, out, src, dst, ctx)
                 continue
-            saved, saved_all = dict(out), list(out.get("allOf", ()))
+            saved, saved_all = dict(out), out.get("allOf")
+            saved_all = list(saved_all) if isinstance(saved_all, list) else saved_all
             try:
                 handler(schema, key, value, out, src, dst, ctx)
             except GrammarError:
@@ -989,9 +997,11 @@ class _Rewriter:
             walk = False                          # read by nobody without a list of items
         if walk and (key in _ONE or (key == "items" and not isinstance(value, list))):
             out[key] = self.node(value, src + (key,), _join(dst, key))
+        elif walk and key in ("allOf", "anyOf", "oneOf") and not isinstance(value, list):
+            raise _refuse(key, src, "is not a list of schemas")
         elif walk and (key in _MANY or key == "items") and isinstance(value, list):
             done = self._switch(schema, value, out, src, dst, ctx) if key == "allOf" and self.doc.draft >= 7 else ()
-            lst = out.setdefault(key, [])         # allOf may hold conjuncts added by a rewrite already
+            lst = self._all_of(out, src) if key == "allOf" else out.setdefault(key, [])   # may hold conjuncts
             for i, v in enumerate(value):
                 if i in done:
                     continue
@@ -1086,8 +1096,16 @@ class _Rewriter:
         if "anyOf" not in schema and "anyOf" not in out:
             out["anyOf"] = []
             return ("anyOf",), out["anyOf"]
-        out.setdefault("allOf", []).append({"anyOf": []})
-        return ("allOf", str(len(out["allOf"]) - 1), "anyOf"), out["allOf"][-1]["anyOf"]
+        lst = self._all_of(out)
+        lst.append({"anyOf": []})
+        return ("allOf", str(len(lst) - 1), "anyOf"), lst[-1]["anyOf"]
+
+    def _all_of(self, out, src=()):
+        """out's allOf list (made where there is none yet)."""
+        lst = out.setdefault("allOf", [])
+        if not isinstance(lst, list):
+            raise _refuse("allOf", src, "is not a list of schemas")
+        return lst
 
     def _conjoin(self, schema, out, extra):
         """Add a conjunct: its keywords beside the others where none of them is there already nor reads another
@@ -1097,7 +1115,7 @@ class _Rewriter:
         if isinstance(extra, dict) and not set(extra) & (set(schema) | set(out) | _INTERACTING):
             out.update(extra)
         else:
-            out.setdefault("allOf", []).append(extra)
+            self._all_of(out).append(extra)
 
     def _map(self, path):
         """Where the input's path is in the output (its nearest rewritten ancestor moved, the rest as it was)."""
@@ -1167,8 +1185,10 @@ class _Rewriter:
             return [_restrict(_type_complement(arg, kinds), kinds)]
         if key in ("enum", "const"):
             return [_restrict(_values_complement([arg] if key == "const" else arg, self.doc.draft, kinds), kinds)]
-        if key == "required" and isinstance(arg, list):
+        if key == "required" and isinstance(arg, list) and all(isinstance(k, str) for k in arg):
             return [{"type": "object", "properties": {k: False}} for k in dict.fromkeys(arg)]
+        if key in ("then", "else") and "if" not in schema:
+            return []                             # without an if they say nothing
         if key in _BOUND_FLIPS and isinstance(arg, int) and not isinstance(arg, bool):
             kind, flip, step = _BOUND_FLIPS[key]
             return [] if arg + step < 0 else [{"type": kind, flip: arg + step}]
@@ -1185,7 +1205,7 @@ class _Rewriter:
             return []
         if key == "patternProperties" and isinstance(arg, dict) and all(map(self._trivial, arg.values())):
             return []
-        if key == "format" and arg not in KNOWN_FORMATS:
+        if key == "format" and _unknown_format(arg):
             return []
         if key == "contains" and not {"minContains", "maxContains"} & set(schema):
             return [{"type": "array", "items": sub(arg, within=_ALL_KINDS)}]
@@ -1220,7 +1240,7 @@ class _Rewriter:
             return True
         if not isinstance(schema, dict):
             return False
-        return all(not self.doc.active(k) or k == "format" and v not in KNOWN_FORMATS for k, v in schema.items())
+        return all(not self.doc.active(k) or k == "format" and _unknown_format(v) for k, v in schema.items())
 
     def _all_disjoint(self, branches, src, ctx=()):
         """Every two of the branches (at input path src) proved disjoint where the context holds."""
@@ -1421,7 +1441,7 @@ class _Rewriter:
             elif k == "allOf" and isinstance(v, list):
                 if not all(self._any_string(s, src + (k, str(i)), seen) for i, s in enumerate(v)):
                     return False
-            elif self.doc.active(k) and not (k == "format" and v not in KNOWN_FORMATS) and not (
+            elif self.doc.active(k) and not (k == "format" and _unknown_format(v)) and not (
                     k == "minLength" and v == 0):
                 return False
         return True

@@ -208,6 +208,7 @@ def test_not(data, draft, instances):
     ({"anyOf": [{"type": "null"}, {"minItems": 1}]}, [None, [], [1], 0]),
     ({"not": {"type": "array"}}, [[], 1]),
     ({"contains": {"const": 1}}, [[], [1], [2, 1], [2], "x"]),
+    ({"then": {"type": "null"}}, [None, 1]),
 ])
 def test_not_examples(negated, instances):
     check({"not": negated}, instances)
@@ -447,7 +448,7 @@ def test_what_is_not_json_is_left_to_the_caller():
 
 
 @settings(max_examples=100, deadline=None, derandomize=True)
-@given(st.dictionaries(st.sampled_from(["oneOf", "not", "if", "then", "uniqueItems", "items", "dependencies",
+@given(st.dictionaries(st.sampled_from(["oneOf", "not", "if", "then", "uniqueItems", "items", "dependencies", "enum",
                                         "propertyNames", "contains", "$ref", "$defs", "maxProperties", "required",
                                         "minProperties", "properties", "additionalProperties"]),
                        JUNK, max_size=4))
