@@ -5,14 +5,16 @@ r"""Structured output that fails closed: grammars compiled by llguidance, and th
     mask = m.fill_mask()                      # uint32 (n_words,): bit i of word i // 32 = token i allowed
     m.consume(token)                          # RuntimeError if the grammar refuses it
 
-A `Grammar` is checked when it is made (no model needed), in two steps: the static limits of grammar_limits (size,
-depth through $ref, GBNF rules and repetitions, a grammar that can produce nothing), then llguidance's compile in
-the sandbox's worker process (engine/sandbox.py: a CPU budget, a memory limit, a small stack; cancellable), cached
-by the source's hash (compile_source). The in-process compile over a model's vocabulary (Vocabulary.compiled) runs
-after that, in a thread with a 16x larger stack, once per grammar. Anything llguidance cannot enforce exactly raises
-`GrammarError` with llguidance's message (`Unimplemented keys: ["uniqueItems"]`, `Unknown format: ...`, an
-unsupported regex, a remote `$ref`, a `oneOf` whose branches may overlap, a broken GBNF grammar). Nothing is
-dropped or approximated unless `lenient=True` is asked for. llguidance is an optional dependency
+A `Grammar` is checked when it is made (no model needed), in steps: the static limits of grammar_limits (size,
+depth through $ref, GBNF rules and repetitions, a grammar that can produce nothing); a JSON schema rewritten into an
+equivalent one llguidance compiles (fastgguf.engine.schema_rewrite: `oneOf` with disjoint branches, `not`,
+`if`/`then`/`else`, `dependencies`, some `uniqueItems`, unknown `format` annotations dropped); then llguidance's
+compile. Those run in the sandbox's worker process (engine/sandbox.py: a CPU budget, a memory limit, a small stack;
+cancellable), cached by the source's hash (compile_source). The in-process compile over a model's vocabulary
+(Vocabulary.compiled) runs after that, in a thread with a 16x larger stack, once per grammar. What cannot be
+enforced exactly raises `GrammarError` naming it (`oneOf at #/a: branches 0 and 1 may both match ...`,
+llguidance's `Unimplemented keys: ["uniqueItems"]`, an unsupported regex, a remote `$ref`, a broken GBNF grammar,
+a limit). Nothing is dropped or approximated unless `lenient=True` is asked for. llguidance is an optional dependency
 (`pip install 'fastgguf[structured]'`), imported on first use.
 
 The vocabulary bridge (`vocabulary(model)`, as llama.cpp's common/llguidance.cpp): token i is the bytes of its piece;
@@ -50,6 +52,7 @@ import numpy as np
 from fastgguf.engine import sandbox
 from fastgguf.engine.grammar_limits import MAX_SCHEMA_BYTES, SUB, SUB_DICT, SUB_LIST, check_schema, check_text, \
     gbnf_to_lark
+from fastgguf.engine.schema_rewrite import rewrite
 from fastgguf.errors import GrammarError
 
 __all__ = ["Grammar", "GrammarError", "Matcher", "Vocabulary", "vocabulary", "matchers", "require_llguidance",
@@ -138,8 +141,14 @@ def build(kind, source, lenient=False):
     model's matcher repeats in the server, and refuses a grammar whose compile takes over MATCHER_CPU_SECONDS."""
     llg = require_llguidance()
     if kind == "json_schema":
-        check_schema(json.loads(source))
-        text = _json_lark(json.loads(source), lenient)
+        schema = json.loads(source)
+        check_schema(schema)
+        try:
+            schema = rewrite(schema, lenient)      # what llguidance cannot compile as it is, rewritten exactly
+        except GrammarError as e:
+            raise GrammarError(f"json_schema: {e}") from None
+        check_schema(schema)                       # a rewrite may grow it (complements, listed unique arrays)
+        text = _json_lark(schema, lenient)
     elif kind == "gbnf":
         text = gbnf_to_lark(source)
     else:

@@ -30,6 +30,7 @@ from dataclasses import dataclass
 
 from fastgguf.engine.grammar import compile_source, exact_formats, json_options
 from fastgguf.engine.grammar_limits import check_schema
+from fastgguf.engine.schema_rewrite import rewrite
 from fastgguf.errors import GrammarError
 
 __all__ = ["ToolError", "ToolConfig", "FORMATS", "validate_tools", "detect_format", "tool_grammar",
@@ -258,7 +259,7 @@ def _call_schema(fmt, functions):
     defs, variants = {}, []
     for i, f in enumerate(functions):
         key = f"fg_tool_{i}"
-        defs[key] = _rebase_refs(f["parameters"], f"#/$defs/{key}")
+        defs[key] = _rebase_refs(rewrite(f["parameters"]), f"#/$defs/{key}")    # made compilable, exactly
         props = {}
         if fmt == "llama3":
             props["type"] = {"const": "function"}

@@ -90,17 +90,15 @@ def test_openai_parse_with_a_pydantic_model(client, model_name):
         client.chat.completions.parse(model=model_name, messages=MSGS, response_format=City, max_tokens=3)
 
 
-FAIL_CLOSED = [  # (schema, a word the message must name)
+FAIL_CLOSED = [  # (schema, a word the message must name); what schema_rewrite makes exact compiles (its tests)
     ({"type": "array", "uniqueItems": True}, "uniqueItems"),
-    ({"not": {"type": "string"}}, "not"),
-    ({"if": {"type": "string"}, "then": {"maxLength": 3}}, "if"),
+    ({"not": {"type": "string", "pattern": "^a"}}, "not"),
+    ({"if": {"type": "string", "pattern": "^a"}, "then": {"maxLength": 3}}, "if"),
     ({"type": "array", "contains": {"type": "integer"}}, "contains"),
-    ({"type": "object", "dependentRequired": {"a": ["b"]}}, "dependentRequired"),
     ({"type": "object", "propertyNames": {"maxLength": 3}}, "propertyNames"),
     ({"type": "string", "pattern": "(?=a)b"}, "regex"),
-    ({"type": "string", "format": "credit-card"}, "format"),
     ({"$ref": "https://example.com/schema.json"}, "https://example.com/schema.json"),  # a remote $ref
-    ({"oneOf": [{"type": "string"}, {"type": "string", "maxLength": 3}]}, "oneOf"),
+    ({"oneOf": [{"type": "integer"}, {"type": "number"}]}, "oneOf"),   # (a number that is not an integer)
 ]
 
 

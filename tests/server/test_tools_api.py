@@ -117,7 +117,7 @@ def test_second_turn_with_the_tool_result(create):
 
 @pytest.mark.parametrize("extra,param", [
     ({"tools": [{"type": "function", "function": {"name": "f", "parameters": {
-        "type": "object", "properties": {"x": {"type": "string", "format": "not-a-format"}}}}}],
+        "type": "object", "properties": {"x": {"type": "array", "uniqueItems": True}}}}}],
       "tool_choice": "required"}, "tools"),
     ({"tools": TOOLS, "tool_choice": "required", "stop": ["\n"]}, "stop"),
     ({"tools": TOOLS, "tool_choice": "sometimes"}, "tool_choice"),

@@ -1,0 +1,1463 @@
+r"""Rewrites that let llguidance enforce more of a JSON Schema, exactly (used by fastgguf.engine.grammar and tools).
+
+    rewrite(schema) -> a schema accepting the same JSON instances, in what llguidance compiles
+
+A pure function (no llguidance here). Where an exact rewrite cannot be proved it raises GrammarError naming the
+keyword and the JSON pointer where it sits ("oneOf at #/properties/shape: branches 0 and 2 may both match ...").
+Nothing is loosened. The schema is read under its own draft ($schema; 2020-12 without one): a keyword its draft does
+not define is left alone, as llguidance and validators leave it. Only what the root reaches (subschemas, local
+$refs) is rewritten: llguidance compiles nothing else, so an unused definition is never refused.
+
+The rules ("==": accepts the same instances):
+
+- format is an annotation unless the format-assertion vocabulary is in use (2020-12; earlier drafts leave it to the
+  implementation): one llguidance does not implement is dropped; one it does (KNOWN_FORMATS) is kept, enforced.
+- oneOf [B0..Bn] == anyOf [B0..Bn] when every two branches are disjoint (no instance matches both) where its
+  context holds (the keywords beside it, the other members of an allOf it is in; as llguidance checks a oneOf):
+  then exactly one matches iff at least one does. A definition whose oneOf is proved only with what holds where it
+  is named is rewritten at each $ref naming it, with that place's context. Disjointness is proved from what each
+  side forces (_Facts: $refs followed, allOf merged, cycles cut): types (integer within number), finite value sets
+  (enum/const) refuted by the other side (a three-valued evaluator, _check), numeric, length, item-count and
+  property-count ranges, array positions both sides have and keys both must have whose schemas are disjoint (a key
+  one side requires and the other forbids, e.g. by additionalProperties: false, counts), not {type}, and each
+  alternative of an anyOf/oneOf inside a side. The proof is per kind of instance (null, boolean, integer, other
+  number, string, array, object): two branches not proved disjoint on kinds K become Bi -> allOf [Bi, Ci] with Ci
+  == not Bj on K and anything on the other kinds, which is exactly oneOf's "not both" (e.g. two object shapes that
+  both accept every non-object get Ci == {type: object}). Where not Bj on K cannot be written: GrammarError naming
+  the two branches.
+- not S == the complement of S, keyword by keyword (not (A and B) == not A or not B), each within the kinds it
+  constrains: type -> the other types (refused where integer is excluded but number is not: "a number that is not
+  an integer" has no type); enum/const -> the other types, the other boolean, the open intervals around the
+  numbers, the strings of other lengths or leaving the set at some position (a pattern anchored at the start, its
+  length pinned by minLength = maxLength: no end anchor, whose meaning differs between regex dialects); required
+  [k] -> objects without k (properties {k: false}); properties {k: S} -> objects with k whose value is in not S;
+  min/max length, items, properties, minimum/maximum and the exclusive bounds -> the opposite bound within the
+  type; contains S -> arrays whose items are all in not S; allOf/anyOf by de Morgan, not not S == S, a disjoint
+  oneOf as anyOf, $ref followed. Refused: pattern, known formats, multipleOf, items, additionalProperties,
+  patternProperties, uniqueItems, if/then/else, dependencies, propertyNames, a recursive $ref, arrays or objects
+  in enum.
+- if I then T else E == anyOf [allOf [I, T], allOf [not I, E]]; without else == anyOf [not I, T]; without then ==
+  anyOf [I, E] (no complement needed); neither: no constraint. Refused when not I cannot be written. Several allOf
+  members that are if/then/else on one property's value (the discriminator form) become one anyOf over the cases
+  (a non-object, no such key, each set of values the same ifs accept, any other value: in each case every if's
+  verdict is known) instead of an anyOf each, which llguidance would multiply out; cases the context excludes go.
+- dependentRequired {a: [b..]} == anyOf [{properties: {a: false}}, {required: [a, b..]}]; dependentSchemas {a: S}
+  == anyOf [{properties: {a: false}}, allOf [{required: [a]}, S]]; dependencies likewise. A non-object passes both
+  sides, as it passes the keyword. dependencies is enforced in every draft: llguidance refuses it in every draft,
+  and a 2019-09 or later validator ignores it, so there the output keeps what the author meant (valid either way).
+- uniqueItems: false, or maxItems <= 1 -> dropped; a tuple (no items after prefixItems) whose positions are
+  pairwise disjoint -> dropped; items from a finite set of values (enum, const, boolean, null) -> allOf the arrays
+  of distinct values (an enum), at most MAX_ARRAYS of them; else refused.
+- minProperties <= the number of required keys, or maxProperties >= the number of keys an object can have (all in
+  properties: additionalProperties false, no patternProperties) -> dropped; maxProperties 0 -> additionalProperties
+  false beside them (no key at all); else left to llguidance (it enforces them where every listed key is required).
+- propertyNames: one every string satisfies -> dropped; a finite set of names (enum/const) -> allOf {properties:
+  {each name it accepts: true}, additionalProperties: false}; where every name is listed (additionalProperties
+  false, no patternProperties) each is checked now and one it rejects gets properties {name: false}. Else left to
+  llguidance (refused).
+- contains S, where S accepts everything or every value the items allow (a finite set) -> minItems 1. Else left to
+  llguidance (refused).
+
+A $ref to a subschema that moved (oneOf renamed anyOf, then/else placed in an anyOf) is pointed at its new place;
+one to a part that no longer exists (inside a not) is refused. Regexes run here (names, enum strings against
+pattern) only where Python's re and ECMA-262 agree and cannot take long; elsewhere the answer is "unknown", and an
+unknown never proves anything.
+"""
+import copy
+import itertools
+import json
+import math
+import re
+from urllib.parse import unquote, urldefrag, urljoin
+
+from fastgguf.errors import GrammarError
+
+__all__ = ["rewrite", "KNOWN_FORMATS", "MAX_ARRAYS"]
+
+# the formats llguidance 1.9 implements (each name compiled alone; any other is "Unknown format")
+KNOWN_FORMATS = frozenset(("date-time", "time", "date", "duration", "email", "hostname", "ipv4", "ipv6", "uuid",
+                           "uri"))
+MAX_ARRAYS = 256        # at most this many arrays enumerated for a uniqueItems
+_BUDGET = 20000         # disjointness steps per rewrite: a proof that needs more is not found (refused)
+_STEPS = 500000         # subschemas the evaluator may visit per rewrite: past it every answer is "unknown"
+_DEPTH = 6              # nesting of properties / items / alternatives a disjointness proof looks into
+_DEFAULT_BASE = "https://fastgguf.invalid/schema.json"
+_DRAFTS = {"http://json-schema.org/draft-04/schema": 4, "http://json-schema.org/draft-06/schema": 6,
+           "http://json-schema.org/draft-07/schema": 7, "https://json-schema.org/draft/2019-09/schema": 2019,
+           "https://json-schema.org/draft/2020-12/schema": 2020}
+# the assertion keywords, with the drafts in which validators apply them (first, last): any other key is ignored
+_VOCAB = {k: (4, 2020) for k in (
+    "type", "enum", "minLength", "maxLength", "pattern", "format", "minimum", "maximum", "exclusiveMinimum",
+    "exclusiveMaximum", "multipleOf", "items", "minItems", "maxItems", "uniqueItems", "properties",
+    "patternProperties", "additionalProperties", "required", "minProperties", "maxProperties", "allOf", "anyOf",
+    "oneOf", "not", "$ref")}
+_VOCAB.update({"const": (6, 2020), "contains": (6, 2020), "propertyNames": (6, 2020), "if": (7, 2020),
+               "then": (7, 2020), "else": (7, 2020), "dependencies": (4, 7), "additionalItems": (4, 2019),
+               "dependentRequired": (2019, 2020), "dependentSchemas": (2019, 2020), "minContains": (2019, 2020),
+               "maxContains": (2019, 2020), "unevaluatedItems": (2019, 2020),
+               "unevaluatedProperties": (2019, 2020), "$recursiveRef": (2019, 2019), "prefixItems": (2020, 2020),
+               "$dynamicRef": (2020, 2020)})
+_ONE = ("additionalProperties", "additionalItems", "contains", "propertyNames", "not", "if", "then", "else",
+        "unevaluatedItems", "unevaluatedProperties")      # keywords whose value is one subschema
+_MANY = ("allOf", "anyOf", "oneOf", "prefixItems")           # a list of them ("items": either)
+_NAMED = ("properties", "patternProperties", "dependentSchemas")   # name -> subschema ("dependencies": some)
+_TYPES = ("null", "boolean", "number", "string", "array", "object")
+_MISSING = object()
+
+
+def rewrite(schema, lenient=False):
+    """A schema accepting exactly the instances `schema` accepts, in the subset llguidance compiles (see the module
+    docstring). GrammarError names what cannot be rewritten exactly; lenient=True leaves such a keyword as it is
+    instead (llguidance's lenient mode then ignores it). The input is not modified."""
+    if not isinstance(schema, dict):
+        return schema
+    try:
+        json.dumps(schema, allow_nan=False)
+    except (TypeError, ValueError, RecursionError):
+        return schema                             # not JSON: the caller says so
+    try:
+        return _Rewriter(_Doc(schema), lenient).run()
+    except RecursionError:
+        raise GrammarError("the schema is nested too deeply to rewrite") from None
+
+
+def _pointer(path):
+    """'#/a/b' for the path ('a', 'b'), with JSON pointer escapes."""
+    return "#" + "".join("/" + p.replace("~", "~0").replace("/", "~1") for p in path)
+
+
+def _refuse(keyword, path, reason):
+    return GrammarError(f"{keyword} at {_pointer(path)}: {reason}")
+
+
+# ------------------------------------------------------------------------------------------------- the document
+
+class _Target:
+    """What a $ref resolves to: its path from the root, the subschema, and the base URI its own $refs resolve
+    against."""
+    __slots__ = ("path", "node", "base")
+
+    def __init__(self, path, node, base):
+        self.path, self.node, self.base = path, node, base
+
+
+class _Doc:
+    """The schema being rewritten: its draft, and $ref resolution (JSON pointers, $id / id bases, anchors)."""
+
+    def __init__(self, root):
+        self.root = root
+        uri = root.get("$schema")
+        self.draft = _DRAFTS.get(uri.rstrip("#"), 2020) if isinstance(uri, str) else 2020
+        self.id_key = "id" if self.draft == 4 else "$id"
+        self.resources = {}     # absolute URI (no fragment) -> path
+        self.anchors = {}       # (absolute URI, name) -> path
+        self.bases = {}         # path of each subschema -> the base URI of its $refs
+        self.steps = _STEPS     # what the evaluator (_check) may still spend on this document
+        self._refs = []         # ($ref, base) of every $ref in the document
+        self._index(root, (), _DEFAULT_BASE)
+        self.resources.setdefault(_DEFAULT_BASE, ())
+        self.targets = {t.path for t in (self.resolve(r, b) for r, b in self._refs) if t is not None}
+
+    def active(self, key):
+        """Whether validators of this draft apply keyword `key` (an assertion or applicator of this draft)."""
+        first, last = _VOCAB.get(key, (9999, 0))
+        return first <= self.draft <= last
+
+    def rebase(self, node, base):
+        """The base URI inside node (its $id, or draft 4's id, applied to the enclosing base)."""
+        i = node.get(self.id_key) if isinstance(node, dict) else None
+        if isinstance(i, str) and not i.startswith("#"):
+            return _join_uri(base, i)
+        return base
+
+    def _index(self, node, path, base):
+        if not isinstance(node, dict):
+            return
+        base = self.rebase(node, base)
+        self.bases[path] = base
+        if "$ref" in node:
+            self._refs.append((node["$ref"], base))
+        uri = urldefrag(base)[0]
+        self.resources.setdefault(uri, path)
+        i, anchor = node.get(self.id_key), node.get("$anchor")
+        if isinstance(i, str) and "#" in i and self.draft <= 7:     # draft 4-7's plain-name fragment: an anchor
+            anchor = urldefrag(_join_uri(base, i))[1]
+        if isinstance(anchor, str) and anchor and not anchor.startswith("/"):
+            self.anchors.setdefault((uri, anchor), path)
+        for key, child, sub in _children(node, defs=True):
+            self._index(child, path + sub, base)
+
+    def base_at(self, path):
+        """The base URI of the subschema at path (found by walking down from the root where it was not indexed)."""
+        if path in self.bases:
+            return self.bases[path]
+        node, base = self.root, self.bases[()]
+        for i, p in enumerate(path):
+            node = _step(node, p)
+            if node is _MISSING:
+                break
+            base = self.bases.get(path[:i + 1]) or self.rebase(node, base)
+        return base
+
+    def resolve(self, ref, base):
+        """The _Target of a $ref, or None where it is not in this document (remote, or no such place)."""
+        if not isinstance(ref, str):
+            return None
+        uri, frag = urldefrag(_join_uri(base, ref))
+        if uri not in self.resources:
+            return None
+        path = self.resources[uri]
+        if frag and not frag.startswith("/"):
+            path = self.anchors.get((uri, frag))
+        elif frag:
+            path += tuple(unquote(p).replace("~1", "/").replace("~0", "~") for p in frag[1:].split("/"))
+        node = _get(self.root, path) if path is not None else _MISSING
+        if node is _MISSING:
+            return None
+        return _Target(path, node, self.base_at(path))
+
+
+def _join_uri(base, ref):
+    """ref resolved against base (urljoin, but a bare fragment also against a base whose scheme urljoin does not
+    resolve against, such as urn: or classpath:)."""
+    return urldefrag(base)[0] + ref if ref.startswith("#") else urljoin(base, ref)
+
+
+def _step(node, key):
+    if isinstance(node, dict):
+        return node.get(key, _MISSING)
+    if isinstance(node, list) and key.isdigit() and int(key) < len(node):
+        return node[int(key)]
+    return _MISSING
+
+
+def _get(node, path):
+    for p in path:
+        node = _step(node, p)
+        if node is _MISSING:
+            break
+    return node
+
+
+def _children(node, defs=False):
+    """(keyword, subschema, path suffix) of each direct subschema of node (and of $defs/definitions if defs)."""
+    for key, value in node.items():
+        if key in _ONE or (key == "items" and not isinstance(value, list)):
+            yield key, value, (key,)
+        elif key in _MANY or key == "items":
+            if isinstance(value, list):
+                for i, v in enumerate(value):
+                    yield key, v, (key, str(i))
+        elif key in _NAMED or key == "dependencies" or (defs and key in ("$defs", "definitions")):
+            if isinstance(value, dict):
+                for name, v in value.items():
+                    if isinstance(v, (dict, bool)):
+                        yield key, v, (key, name)
+
+
+# ------------------------------------------------------------------------------------------------------ values
+
+def _canon(v):
+    """A hashable key equal for JSON-equal values (1 == 1.0, true != 1, objects unordered)."""
+    if v is None or isinstance(v, bool):
+        return ("lit", v)
+    if isinstance(v, (int, float)):
+        return ("num", v)
+    if isinstance(v, list):
+        return ("arr", tuple(_canon(x) for x in v))
+    if isinstance(v, dict):
+        return ("obj", frozenset((k, _canon(x)) for k, x in v.items()))
+    return ("str", v)
+
+
+def _kind(v, draft):
+    """The instance type of a value, with numbers split: integer (what "integer" accepts) or fraction (the rest)."""
+    if v is None:
+        return "null"
+    if isinstance(v, bool):
+        return "boolean"
+    if isinstance(v, int):
+        return "integer"
+    if isinstance(v, float):
+        return "integer" if draft > 4 and v.is_integer() else "fraction"
+    return {str: "string", list: "array", dict: "object"}.get(type(v))
+
+
+_ALL_KINDS = frozenset(("null", "boolean", "integer", "fraction", "string", "array", "object"))
+
+
+def _kinds(t):
+    """The kinds a "type" value allows (all of them where it is malformed: the analysis then assumes nothing)."""
+    names = [t] if isinstance(t, str) else t if isinstance(t, list) else None
+    if names is None or not all(isinstance(n, str) for n in names):
+        return _ALL_KINDS
+    out = set()
+    for n in names:
+        out |= {"number": {"integer", "fraction"}}.get(n, {n} if n in _ALL_KINDS else set())
+    return frozenset(out)
+
+
+_RX = {}
+# syntax Python's re reads otherwise than ECMA-262 (or not at all), and repetition that can make a backtracking
+# matcher take exponential time (a repeated group)
+_UNSAFE_RX = re.compile(r"\\[AZzGhHRXvV]|\(\?[PaiLmsux<]|\{,|\[\^?\]|\)[*+{]")
+_REPEATS = re.compile(r"[*+]|\{\d*,\}")
+
+
+def _search(pattern, s):
+    """Whether regex `pattern` finds a match in s (True / False), or None where Python's re might disagree with the
+    ECMA-262 dialect JSON Schema means (non-ASCII or line-break text, Python-only syntax) or might take long (a
+    repeated group, more than 3 unbounded repeats, a text over 100 characters)."""
+    if not isinstance(pattern, str) or not isinstance(s, str) or len(s) > 100 or not all(" " <= c <= "~" for c in s):
+        return None
+    if pattern not in _RX:
+        try:
+            unsafe = _UNSAFE_RX.search(pattern) or len(_REPEATS.findall(pattern)) > 3 or len(pattern) > 1000
+            _RX[pattern] = None if unsafe else re.compile(pattern, re.ASCII)
+        except (re.error, RecursionError, OverflowError):
+            _RX[pattern] = None
+    rx = _RX[pattern]
+    return None if rx is None else rx.search(s) is not None
+
+
+def _unknown_format(f):
+    """A format llguidance does not implement: an annotation, dropped (a malformed one is llguidance's to report)."""
+    return isinstance(f, str) and f not in KNOWN_FORMATS
+
+
+def _and3(results):
+    """Three-valued and: False if any is False, None if any is unknown, else True."""
+    out = True
+    for r in results:
+        if r is False:
+            return False
+        if r is None:
+            out = None
+    return out
+
+
+def _or3(results):
+    out = False
+    for r in results:
+        if r is True:
+            return True
+        if r is None:
+            out = None
+    return out
+
+
+def _num(x):
+    return isinstance(x, (int, float)) and not isinstance(x, bool)
+
+
+# ------------------------------------------------------------------------------------ a three-valued evaluator
+
+def _check(doc, node, base, v, depth=0):
+    """Whether the subschema node accepts the value v under the draft's semantics (format as an annotation for the
+    formats rewrite() drops): True, False, or None where this evaluator cannot tell (a keyword it does not
+    evaluate, a pattern it cannot run exactly, too deep)."""
+    if node is True or node is False:
+        return node
+    doc.steps -= 1
+    if not isinstance(node, dict) or depth > 24 or doc.steps < 0:
+        return None
+    base = doc.rebase(node, base)
+    results = []
+    if "$ref" in node:
+        t = doc.resolve(node["$ref"], base)
+        results.append(None if t is None else _check(doc, t.node, t.base, v, depth + 1))
+        if doc.draft <= 7:
+            return results[0]
+    kind = _kind(v, doc.draft)
+    for check in (_check_any, _check_logic, _check_string, _check_number, _check_array, _check_object):
+        results.append(check(doc, node, base, v, kind, depth + 1))
+        if results[-1] is False:
+            return False
+    return _and3(results)
+
+
+def _check_any(doc, node, base, v, kind, depth):
+    out = []
+    for key, arg in node.items():
+        if not doc.active(key):
+            continue
+        if key == "type":
+            out.append(kind in _kinds(arg))
+        elif key == "enum":
+            out.append(isinstance(arg, list) and _canon(v) in {_canon(x) for x in arg})
+        elif key == "const":
+            out.append(_canon(v) == _canon(arg))
+        elif key in ("unevaluatedItems", "unevaluatedProperties", "$recursiveRef", "$dynamicRef"):
+            out.append(None)
+    return _and3(out)
+
+
+def _check_logic(doc, node, base, v, kind, depth):
+    out = []
+    for key in ("allOf", "anyOf", "oneOf"):
+        arg = node.get(key)
+        if isinstance(arg, list):
+            r = [_check(doc, s, base, v, depth) for s in arg]
+            if key == "allOf":
+                out.append(_and3(r))
+            elif key == "anyOf":
+                out.append(_or3(r))
+            else:
+                out.append(None if None in r and r.count(True) < 2 else r.count(True) == 1)
+    if "not" in node:
+        r = _check(doc, node["not"], base, v, depth)
+        out.append(None if r is None else not r)
+    if "if" in node and doc.active("if"):
+        r = _check(doc, node["if"], base, v, depth)
+        branch = node.get("then" if r else "else", True)
+        out.append(None if r is None else _check(doc, branch, base, v, depth))
+    return _and3(out)
+
+
+def _check_string(doc, node, base, v, kind, depth):
+    if kind != "string":
+        return True
+    out = []
+    if "minLength" in node:
+        out.append(len(v) >= node["minLength"] if _num(node["minLength"]) else None)
+    if "maxLength" in node:
+        out.append(len(v) <= node["maxLength"] if _num(node["maxLength"]) else None)
+    if "pattern" in node:
+        out.append(_search(node["pattern"], v))
+    if "format" in node and not _unknown_format(node["format"]):
+        out.append(None)
+    return _and3(out)
+
+
+def _check_number(doc, node, base, v, kind, depth):
+    if kind not in ("integer", "fraction"):
+        return True
+    out = []
+    for key, above in (("minimum", True), ("maximum", False)):
+        x = node.get(key)
+        if x is not None:
+            excl = node.get("exclusiveM" + key[1:]) is True        # draft 4's boolean form
+            out.append(None if not _num(x) else (v > x if excl else v >= x) if above else (v < x if excl else v <= x))
+    for key in ("exclusiveMinimum", "exclusiveMaximum"):
+        x = node.get(key)
+        if _num(x):
+            out.append(v > x if key == "exclusiveMinimum" else v < x)
+        elif x is not None and not isinstance(x, bool):
+            out.append(None)
+    m = node.get("multipleOf")
+    if m is not None:
+        out.append(v % m == 0 if isinstance(v, int) and isinstance(m, int) and m > 0 else True if v == 0 else None)
+    return _and3(out)
+
+
+def _item_schemas(doc, node):
+    """(prefix schemas, schema of the items after them or _MISSING) of an array subschema, per its draft."""
+    items = node.get("items", _MISSING)
+    if isinstance(items, list):
+        return items, node.get("additionalItems", _MISSING)
+    if doc.draft >= 2020 and isinstance(node.get("prefixItems"), list):
+        return node["prefixItems"], items
+    return [], items
+
+
+def _check_array(doc, node, base, v, kind, depth):
+    if kind != "array":
+        return True
+    out = []
+    prefix, rest = _item_schemas(doc, node)
+    for i, x in enumerate(v):
+        s = prefix[i] if i < len(prefix) else rest
+        if s is not _MISSING:
+            out.append(_check(doc, s, base, x, depth))
+    for key, ok in (("minItems", lambda n: len(v) >= n), ("maxItems", lambda n: len(v) <= n)):
+        if key in node:
+            out.append(ok(node[key]) if _num(node[key]) else None)
+    if node.get("uniqueItems") is True:
+        out.append(len({_canon(x) for x in v}) == len(v))
+    if "contains" in node and doc.active("contains"):
+        if "minContains" in node or "maxContains" in node:
+            out.append(None)
+        else:
+            out.append(_or3(_check(doc, node["contains"], base, x, depth) for x in v))
+    return _and3(out)
+
+
+def _check_object(doc, node, base, v, kind, depth):
+    if kind != "object":
+        return True
+    out = []
+    props = node.get("properties") if isinstance(node.get("properties"), dict) else {}
+    patterns = node.get("patternProperties") if isinstance(node.get("patternProperties"), dict) else {}
+    extra = node.get("additionalProperties", _MISSING)
+    for k, x in v.items():
+        if k in props:
+            out.append(_check(doc, props[k], base, x, depth))
+        hits = [_search(p, k) for p in patterns]
+        for p, hit in zip(patterns, hits):
+            if hit:
+                out.append(_check(doc, patterns[p], base, x, depth))
+        if extra is not _MISSING and k not in props and True not in hits:
+            out.append(None if None in hits else _check(doc, extra, base, x, depth))
+        if "propertyNames" in node and doc.active("propertyNames"):
+            out.append(_check(doc, node["propertyNames"], base, k, depth))
+    if isinstance(node.get("required"), list):
+        req = node["required"]
+        out.append(all(k in v for k in req) if all(isinstance(k, str) for k in req) else None)
+    for key, ok in (("minProperties", lambda n: len(v) >= n), ("maxProperties", lambda n: len(v) <= n)):
+        if key in node:
+            out.append(ok(node[key]) if _num(node[key]) else None)
+    deps = {}
+    for key in ("dependencies", "dependentRequired", "dependentSchemas"):
+        if doc.active(key) and isinstance(node.get(key), dict):
+            deps.update(node[key])
+    for k, d in deps.items():
+        if k in v:
+            out.append((all(x in v for x in d) if all(isinstance(x, str) for x in d) else None)
+                       if isinstance(d, list) else _check(doc, d, base, v, depth))
+    return _and3(out)
+
+
+# --------------------------------------------------------------------------------------- proving disjointness
+
+class _Facts:
+    """What a conjunction of subschemas forces on an instance (an over-approximation: a keyword not read here is a
+    constraint forgotten, never one invented)."""
+
+    def __init__(self):
+        self.kinds = _ALL_KINDS
+        self.values = None                       # a finite list of the values allowed, or None
+        self.lo, self.lo_x, self.hi, self.hi_x = -math.inf, False, math.inf, False
+        self.min_len, self.max_len = 0, math.inf
+        self.min_items, self.max_items = 0, math.inf
+        self.max_props = math.inf
+        self.required = set()
+        self.arrays = []                         # (prefix schemas, rest schema or _MISSING, base) per subschema
+        self.objects = []                        # (properties, patternProperties, additionalProperties, base)
+        self.groups = []                         # (list of alternatives, base) of each anyOf / oneOf
+        self.nodes = []                          # (subschema, base) of every subschema read
+        self.unsat = False
+
+    def bound(self, x, low, excl):
+        if not _num(x):
+            return
+        if low and (x > self.lo or (x == self.lo and excl)):
+            self.lo, self.lo_x = x, excl
+        elif not low and (x < self.hi or (x == self.hi and excl)):
+            self.hi, self.hi_x = x, excl
+
+    def at(self, i):
+        """The subschemas the item at index i must satisfy."""
+        out = []
+        for prefix, rest, base in self.arrays:
+            s = prefix[i] if i < len(prefix) else rest
+            if s is not _MISSING:
+                out.append((s, base))
+        return out
+
+    def prop(self, k):
+        """The subschemas the value of property k must satisfy where the object has k."""
+        out = []
+        for props, patterns, extra, base in self.objects:
+            listed = k in props
+            if listed:
+                out.append((props[k], base))
+            hits = [_search(p, k) for p in patterns]
+            out += [(patterns[p], base) for p, hit in zip(patterns, hits) if hit]
+            if not listed and extra is not _MISSING and not any(h is not False for h in hits):
+                out.append((extra, base))
+        return out
+
+
+class _Prover:
+    """Disjointness of subschemas (no instance satisfies both), proved from their _Facts; False means not proved."""
+
+    def __init__(self, doc):
+        self.doc = doc
+        self.budget = _BUDGET
+
+    def facts(self, schemas, expanded=frozenset()):
+        f = _Facts()
+        for node, base in schemas:
+            self._collect(node, base, f, frozenset(), expanded)
+        self._settle(f)
+        return f
+
+    def _collect(self, node, base, f, seen, expanded):
+        if node is False:
+            f.unsat = True
+        if not isinstance(node, dict):
+            return
+        doc = self.doc
+        base = doc.rebase(node, base)
+        f.nodes.append((node, base))
+        if "$ref" in node:
+            t = doc.resolve(node["$ref"], base)
+            if t is not None and t.path not in seen:
+                self._collect(t.node, t.base, f, seen | {t.path}, expanded)
+            if doc.draft <= 7:
+                return
+        active = {k: v for k, v in node.items() if doc.active(k)}
+        if "type" in active:
+            f.kinds &= _kinds(active["type"])
+        for key in ("enum", "const"):
+            if key in active and (key == "const" or isinstance(active[key], list)):
+                vals = [active[key]] if key == "const" else active[key]
+                keep = {_canon(x) for x in vals}
+                f.values = vals if f.values is None else [x for x in f.values if _canon(x) in keep]
+        self._collect_bounds(active, f)
+        if "required" in active and isinstance(active["required"], list):
+            f.required |= {k for k in active["required"] if isinstance(k, str)}
+        if any(k in active for k in ("items", "prefixItems", "additionalItems")):
+            f.arrays.append((*_item_schemas(doc, node), base))
+        if any(k in active for k in ("properties", "patternProperties", "additionalProperties")):
+            props, patterns = active.get("properties"), active.get("patternProperties")
+            f.objects.append((props if isinstance(props, dict) else {},
+                              patterns if isinstance(patterns, dict) else {},
+                              active.get("additionalProperties", _MISSING), base))
+        negated = active.get("not")
+        if isinstance(negated, dict) and set(negated) == {"type"}:
+            f.kinds -= _kinds(negated["type"]) if _kinds(negated["type"]) != _ALL_KINDS else frozenset()
+        for s in active.get("allOf", ()) if isinstance(active.get("allOf"), list) else ():
+            self._collect(s, base, f, seen, expanded)
+        for key in ("anyOf", "oneOf"):
+            if isinstance(active.get(key), list) and id(active[key]) not in expanded:
+                f.groups.append((active[key], base))
+
+    def _collect_bounds(self, active, f):
+        draft4 = self.doc.draft == 4
+        f.bound(active.get("minimum"), True, draft4 and active.get("exclusiveMinimum") is True)
+        f.bound(active.get("maximum"), False, draft4 and active.get("exclusiveMaximum") is True)
+        if not draft4:
+            f.bound(active.get("exclusiveMinimum"), True, True)
+            f.bound(active.get("exclusiveMaximum"), False, True)
+        for key, low, attr in (("minLength", True, "min_len"), ("maxLength", False, "max_len"),
+                               ("minItems", True, "min_items"), ("maxItems", False, "max_items"),
+                               ("maxProperties", False, "max_props")):
+            x = active.get(key)
+            if _num(x):
+                setattr(f, attr, max(getattr(f, attr), x) if low else min(getattr(f, attr), x))
+
+    def _settle(self, f):
+        """Narrow the kinds by the bounds and the values, and the values by every subschema read."""
+        doc = self.doc
+        if f.values is not None:
+            f.values = [v for v in f.values if _kind(v, doc.draft) in f.kinds
+                        and all(_check(doc, n, b, v) is not False for n, b in f.nodes)]
+            f.kinds = f.kinds & {_kind(v, doc.draft) for v in f.values}
+        empty = set()
+        if f.lo > f.hi or (f.lo == f.hi and (f.lo_x or f.hi_x)):
+            empty |= {"integer", "fraction"}
+        elif _int_range(f)[0] > _int_range(f)[1]:
+            empty.add("integer")
+        if f.min_len > f.max_len:
+            empty.add("string")
+        if f.min_items > f.max_items:
+            empty.add("array")
+        if len(f.required) > f.max_props:
+            empty.add("object")
+        f.kinds = f.kinds - empty
+        if not f.kinds:
+            f.unsat = True
+
+    def disjoint(self, As, Bs, depth=_DEPTH):
+        """Proved: no instance satisfies all of As and all of Bs ((subschema, base) lists)."""
+        return not self.overlap(As, Bs, depth)
+
+    def overlap(self, As, Bs, depth=_DEPTH, expanded=frozenset()):
+        """The kinds of instance (_kind) for which no proof shows As and Bs disjoint: empty when they are."""
+        self.budget -= 1
+        if self.budget < 0:
+            return _ALL_KINDS
+        fa, fb = self.facts(As, expanded), self.facts(Bs, expanded)
+        kinds = self._overlap(fa, fb, depth)
+        if not kinds or depth <= 0:
+            return kinds
+        for f, mine, other in ((fa, As, Bs), (fb, Bs, As)):
+            for alternatives, base in f.groups:    # an anyOf overlaps where one of its alternatives does
+                more = expanded | {id(alternatives)}
+                union = frozenset()
+                for alt in alternatives:
+                    union |= self.overlap(mine + [(alt, base)], other, depth - 1, more)
+                    if union >= kinds:
+                        break
+                kinds &= union
+                if not kinds:
+                    return kinds
+        return kinds
+
+    def _overlap(self, a, b, depth):
+        if a.unsat or b.unsat:
+            return frozenset()
+        common = a.kinds & b.kinds
+        draft = self.doc.draft
+        if a.values is not None and b.values is not None:
+            shared = {_canon(v) for v in a.values} & {_canon(v) for v in b.values}
+            return frozenset(_kind(v, draft) for v in a.values if _canon(v) in shared)
+        for x, y in ((a, b), (b, a)):
+            if x.values is not None:           # the values of one side that the other does not refute
+                return frozenset(_kind(v, draft) for v in x.values if _kind(v, draft) in y.kinds
+                                 and not any(_check(self.doc, n, base, v) is False for n, base in y.nodes))
+        return frozenset(k for k in common if not self._apart_kind(k, a, b, depth))
+
+    def _apart_kind(self, kind, a, b, depth):
+        if kind == "fraction":
+            return (a.hi < b.lo or b.hi < a.lo or (a.hi == b.lo and (a.hi_x or b.lo_x))
+                    or (b.hi == a.lo and (b.hi_x or a.lo_x)))
+        if kind == "integer":
+            (alo, ahi), (blo, bhi) = _int_range(a), _int_range(b)
+            return ahi < blo or bhi < alo
+        if kind == "string":
+            return a.max_len < b.min_len or b.max_len < a.min_len
+        if kind == "array":
+            if a.max_items < b.min_items or b.max_items < a.min_items:
+                return True
+            n = min(max(a.min_items, b.min_items), 16)     # indices every instance of both has
+            return depth > 0 and any(self.disjoint(a.at(i), b.at(i), depth - 1) for i in range(int(n)))
+        if kind == "object":
+            keys = sorted(a.required | b.required)
+            if len(keys) > min(a.max_props, b.max_props):
+                return True
+            return depth > 0 and any(self.disjoint(a.prop(k), b.prop(k), depth - 1) for k in keys[:64])
+        return False
+
+
+def _int_range(f):
+    """The integers within f's numeric bounds, as an inclusive (low, high) pair (infinities where unbounded)."""
+    lo = f.lo if f.lo == -math.inf else math.floor(f.lo) + 1 if f.lo_x else math.ceil(f.lo)
+    hi = f.hi if f.hi == math.inf else math.ceil(f.hi) - 1 if f.hi_x else math.floor(f.hi)
+    return lo, hi
+
+
+# --------------------------------------------------------------------------------------------- complements
+
+class _Inexpressible(Exception):
+    """The complement of a subschema cannot be written in what llguidance compiles (the message says why)."""
+
+
+def _union(pieces):
+    """anyOf of the pieces, simplified: false ones dropped, true absorbs, a bare anyOf flattened, one piece alone."""
+    out, seen = [], set()
+    for p in pieces:
+        if p is True:
+            return True
+        for q in (p["anyOf"] if isinstance(p, dict) and list(p) == ["anyOf"] else [p]):
+            key = _canon(q)
+            if q is not False and key not in seen:
+                seen.add(key)
+                out.append(q)
+    return False if not out else out[0] if len(out) == 1 else {"anyOf": out}
+
+
+def _intersection(parts):
+    out = []
+    for p in parts:
+        if p is False:
+            return False
+        if p is not True:
+            out += p["allOf"] if isinstance(p, dict) and list(p) == ["allOf"] else [p]
+    return True if not out else out[0] if len(out) == 1 else {"allOf": out}
+
+
+_NUMBER = frozenset(("integer", "fraction"))
+# the kinds of instance each keyword constrains (any other kind passes it)
+_APPLIES = {**{k: frozenset(("string",)) for k in ("minLength", "maxLength", "pattern", "format")},
+            **{k: _NUMBER for k in ("minimum", "maximum", "exclusiveMinimum", "exclusiveMaximum", "multipleOf")},
+            **{k: frozenset(("array",)) for k in ("items", "prefixItems", "additionalItems", "minItems", "maxItems",
+                                                 "uniqueItems", "contains", "minContains", "maxContains",
+                                                 "unevaluatedItems")},
+            **{k: frozenset(("object",)) for k in ("properties", "patternProperties", "additionalProperties",
+                                                  "required", "minProperties", "maxProperties", "propertyNames",
+                                                  "dependencies", "dependentRequired", "dependentSchemas",
+                                                  "unevaluatedProperties")}}
+
+
+def _widen(kinds):
+    """Kinds with number whole: the integers and the other numbers cannot be told apart by a type alone."""
+    return kinds | _NUMBER if kinds & _NUMBER else kinds
+
+
+def _type_names(kinds):
+    """The "type" value accepting exactly the instances of these kinds (number whole, see _widen)."""
+    names = [t for t in _TYPES if (_NUMBER if t == "number" else {t}) <= kinds]
+    if "integer" in kinds and "fraction" not in kinds:
+        names.append("integer")
+    return names[0] if len(names) == 1 else names
+
+
+def _restrict(piece, kinds):
+    """A complement piece cut down to the given kinds (the rest is the caller's to cover)."""
+    if kinds == _ALL_KINDS or not isinstance(piece, dict):
+        return piece
+    if "anyOf" in piece and list(piece) == ["anyOf"]:
+        return _union([_restrict(p, kinds) for p in piece["anyOf"]])
+    if "type" in piece:
+        have = _kinds(piece["type"]) & _widen(kinds)
+        return {**piece, "type": _type_names(have)} if have else False
+    if list(piece) == ["enum"]:
+        return piece if any(_kind(v, 6) in _widen(kinds) for v in piece["enum"]) else False
+    return piece
+
+
+def _type_complement(t, kinds):
+    names = [t] if isinstance(t, str) else t
+    if not isinstance(names, list) or not all(isinstance(n, str) for n in names):
+        raise _Inexpressible(f"type {t!r} is malformed")
+    if "integer" in names and "number" not in names and "fraction" in kinds:
+        raise _Inexpressible("not type integer: the numbers that are not integers cannot be written")
+    others = [n for n in _TYPES if n not in names]
+    return False if not others else {"type": others[0] if len(others) == 1 else others}
+
+
+def _rx_char(c, in_class=False):
+    """c as a regex literal that ECMA-262, Python's re and llguidance read alike."""
+    if c < " " or c == "\x7f":
+        return "\\u%04x" % ord(c)
+    return "\\" + c if c in ("\\]^-[" if in_class else "\\^$.|?*+()[]{}") else c
+
+
+def _not_among(words):
+    """A pattern finding, at the start, every string of the words' (common) length that is none of them: a prefix
+    of some word, then a character no word continues that prefix with."""
+    nexts = {}
+    for w in words:
+        for i in range(len(w)):
+            nexts.setdefault(w[:i], set()).add(w[i])
+    alts = ["".join(map(_rx_char, p)) + "[^" + "".join(_rx_char(c, True) for c in sorted(cs)) + "]"
+            for p, cs in sorted(nexts.items())]
+    return "^(?:" + "|".join(alts) + ")"
+
+
+def _strings_other_than(strings):
+    """Pieces whose union is every string not in `strings`: the other lengths, then per length the strings that
+    leave the set (length pinned by minLength = maxLength, so the pattern needs no end anchor)."""
+    by_len = {}
+    for s in strings:
+        by_len.setdefault(len(s), set()).add(s)
+
+    def piece(lo, hi):
+        return {"type": "string", **({"minLength": lo} if lo else {}), **({} if hi is None else {"maxLength": hi})}
+    pieces, prev = [], -1
+    for n in sorted(by_len):
+        if n - prev > 1:
+            pieces.append(piece(prev + 1, n - 1))
+        prev = n
+        if n:
+            pieces.append({**piece(n, n), "pattern": _not_among(by_len[n])})
+    return pieces + [piece(prev + 1, None)]
+
+
+def _numbers_other_than(nums, draft):
+    """Pieces whose union is every number not in nums: the open intervals around and between them."""
+    nums = sorted({_canon(x): x for x in nums}.values())
+    if any(abs(x) > 2 ** 53 for x in nums):
+        raise _Inexpressible("not enum/const: numbers beyond 2^53 cannot be compared exactly")
+
+    def below(x):
+        return {"maximum": x, "exclusiveMaximum": True} if draft == 4 else {"exclusiveMaximum": x}
+
+    def above(x):
+        return {"minimum": x, "exclusiveMinimum": True} if draft == 4 else {"exclusiveMinimum": x}
+    pieces = [{"type": "number", **below(nums[0])}]
+    pieces += [{"type": "number", **above(a), **below(b)} for a, b in zip(nums, nums[1:])]
+    return pieces + [{"type": "number", **above(nums[-1])}]
+
+
+def _values_complement(values, draft, kinds):
+    if not isinstance(values, list):
+        raise _Inexpressible("enum is not a list")
+    if any(_kind(v, draft) in kinds for v in values if isinstance(v, (list, dict))):
+        raise _Inexpressible("not enum/const holding an array or an object cannot be written")
+    types, pieces = [], []
+    if None not in values:
+        types.append("null")
+    bools = {v for v in values if isinstance(v, bool)}
+    if not bools:
+        types.append("boolean")
+    elif len(bools) == 1:
+        pieces.append({"enum": [not bools.pop()]})
+    nums = [v for v in values if _num(v)] if "integer" in kinds else []
+    if nums:
+        pieces += _numbers_other_than(nums, draft)
+    else:
+        types.append("number")
+    strings = [v for v in values if isinstance(v, str)] if "string" in kinds else []
+    if strings:
+        pieces += _strings_other_than(strings)
+    else:
+        types.append("string")
+    types += [t for t in ("array", "object") if not any(_kind(v, draft) == t for v in values)]
+    return _union(([{"type": types}] if types else []) + pieces)
+
+
+_BOUND_FLIPS = {"minLength": ("string", "maxLength", -1), "maxLength": ("string", "minLength", 1),
+                "minItems": ("array", "maxItems", -1), "maxItems": ("array", "minItems", 1),
+                "minProperties": ("object", "maxProperties", -1), "maxProperties": ("object", "minProperties", 1)}
+
+
+# keywords whose meaning depends on another keyword beside them: a conjunct holding one goes in an allOf
+_INTERACTING = frozenset(("properties", "patternProperties", "additionalProperties", "items", "prefixItems",
+                          "additionalItems", "minimum", "maximum", "exclusiveMinimum", "exclusiveMaximum", "if",
+                          "then", "else", "contains", "minContains", "maxContains", "unevaluatedItems",
+                          "unevaluatedProperties", "$ref", "$id", "id"))
+
+
+def _join(dst, *parts):
+    return None if dst is None else dst + parts
+
+
+# ------------------------------------------------------------------------------------------------ the rewrite
+
+class _Rewriter:
+    """One rewrite of one document: each reachable subschema rewritten once, $refs moved with what they name."""
+
+    def __init__(self, doc, lenient):
+        self.doc, self.lenient = doc, lenient
+        self.prover = _Prover(doc)
+        self.placed = {}     # path of a rewritten subschema in the input -> its path in the output
+        self.refs = []       # (output dict holding a $ref, path of the input subschema it came from)
+        self.todo = []       # paths of $ref targets still to rewrite
+        self.inlined = set() # paths of $ref targets rewritten where they are named instead (_inline)
+        self.handlers = {"format": self._format, "oneOf": self._one_of, "not": self._not, "if": self._if,
+                         "then": self._skip, "else": self._skip, "dependencies": self._dependent,
+                         "dependentRequired": self._dependent, "dependentSchemas": self._dependent,
+                         "uniqueItems": self._unique, "minProperties": self._count, "maxProperties": self._count,
+                         "propertyNames": self._names, "contains": self._contains, "$ref": self._ref}
+
+    def run(self):
+        out = self.node(self.doc.root, (), ())
+        while self.todo:                          # $ref targets outside what the walk from the root rewrote
+            self.todo.sort(key=len, reverse=True)
+            path = self.todo.pop()
+            dst = self._map(path)
+            parent = _get(out, dst[:-1])
+            if path in self.placed or not dst or _step(parent, dst[-1]) is _MISSING:
+                continue
+            saved = len(self.refs), dict(self.placed)
+            try:
+                new = self.node(_get(self.doc.root, path), path, dst)
+            except GrammarError as e:
+                del self.refs[saved[0]:]
+                self.placed = saved[1]
+                self._inline(path, e)
+                continue
+            parent[dst[-1] if isinstance(parent, dict) else int(dst[-1])] = new
+        self._fix_refs(out)
+        return out
+
+    def _inline(self, path, error):
+        """A $ref target that cannot be rewritten alone (a oneOf proved disjoint only with what holds where it is
+        named, as llguidance would check it): rewritten at each $ref naming it, with that place's context, in an
+        allOf beside the $ref's other keywords; else the error stands."""
+        sites = [(holder, ctx) for holder, src, ctx in self.refs if "$ref" in holder
+                 and getattr(self.doc.resolve(holder["$ref"], self.doc.base_at(src)), "path", None) == path]
+        if self.lenient or path in self.inlined or not sites or not all(ctx for _, ctx in sites):
+            raise error
+        self.inlined.add(path)
+        for holder, ctx in sites:
+            try:
+                new = self.node(_get(self.doc.root, path), path, None, ctx, inline=True)
+            except GrammarError:
+                raise error from None
+            del holder["$ref"]
+            self._all_of(holder).append(new)
+
+    def node(self, schema, src, dst, ctx=(), inline=False):
+        """The rewrite of the input subschema at path src, to be placed at path dst of the output (None: a copy no
+        $ref can name). ctx: (subschema, base) pairs that hold wherever this one is read (the other members of an
+        allOf it is in, the keywords beside it); the rewrite is exact where they hold. None for a $ref's target,
+        which must be exact wherever it is named (but where inline: a copy for one place)."""
+        if dst is not None:
+            self.placed[src] = dst
+        if not isinstance(schema, dict):
+            return copy.deepcopy(schema)
+        ctx = () if src in self.doc.targets and not inline else ctx
+        out = {}
+        for key, value in schema.items():
+            handler = self.handlers.get(key)
+            if handler is None or not (self.doc.active(key) or key == "dependencies"):
+                self._copy(schema, key, value, out, src, dst, ctx)
+                continue
+            saved, saved_all = dict(out), out.get("allOf")
+            saved_all = list(saved_all) if isinstance(saved_all, list) else saved_all
+            try:
+                handler(schema, key, value, out, src, dst, ctx)
+            except GrammarError:
+                if not self.lenient:
+                    raise
+                out.clear()                       # lenient: the keyword stays as it was, for llguidance to ignore
+                out.update(saved, **({"allOf": saved_all} if "allOf" in saved else {}))
+                out.update({k: copy.deepcopy(schema[k]) for k in (key, "then", "else") if k in schema and
+                            (k == key or key == "if")})
+        return out
+
+    def _copy(self, schema, key, value, out, src, dst, ctx):
+        """A keyword kept: its subschemas rewritten where its draft applies it (llguidance ignores the others)."""
+        walk = self.doc.active(key) or key == "additionalItems"
+        if key == "additionalItems" and not isinstance(schema.get("items"), list):
+            walk = False                          # read by nobody without a list of items
+        if walk and (key in _ONE or (key == "items" and not isinstance(value, list))):
+            out[key] = self.node(value, src + (key,), _join(dst, key))
+        elif walk and key in ("allOf", "anyOf", "oneOf") and not isinstance(value, list):
+            raise _refuse(key, src, "is not a list of schemas")
+        elif walk and (key in _MANY or key == "items") and isinstance(value, list):
+            done = self._switch(schema, value, out, src, dst, ctx) if key == "allOf" and self.doc.draft >= 7 else ()
+            lst = self._all_of(out, src) if key == "allOf" else out.setdefault(key, [])   # may hold conjuncts
+            for i, v in enumerate(value):
+                if i in done:
+                    continue
+                inner = ()                        # an allOf member holds with the rest; an anyOf's with its siblings
+                if key in ("allOf", "anyOf"):
+                    inner = self._beside(schema, src, ctx, key, [] if key == "anyOf" else value[:i] + value[i + 1:])
+                lst.append(self.node(v, src + (key, str(i)), _join(dst, key, str(len(lst))), inner))
+        elif walk and key in _NAMED and isinstance(value, dict):
+            out[key] = {k: self.node(v, src + (key, k), _join(dst, key, k)) for k, v in value.items()}
+        else:
+            out[key] = copy.deepcopy(value)
+
+    def _switch(self, schema, members, out, src, dst, ctx):
+        """allOf members that are if/then/else testing one property's value (the usual discriminator: if
+        {properties: {kind: {const: "a"}}} then ...), rewritten as one anyOf over the cases instead of an anyOf each
+        (whose intersection llguidance would multiply out): a non-object, an object without the property, one for
+        each set of values the same ifs accept, and any other value. In each case every if's verdict is known, so the
+        case's branch is its then or its else. Returns the members it rewrote (none where fewer than two qualify)."""
+        tests = {}
+        for i, m in enumerate(members):
+            t = self._value_test(m)
+            if t is not None:
+                tests.setdefault(t[0], {})[i] = t[1:]
+        name, group = max(tests.items(), key=lambda kv: len(kv[1]), default=(None, {}))
+        if len(group) < 2:
+            return ()
+        values = {_canon(v): v for _, _, vals in group.values() for v in vals}
+        try:
+            other = _values_complement(list(values.values()), self.doc.draft, _ALL_KINDS)
+        except _Inexpressible:
+            return ()
+        cases = [({"type": [t for t in _TYPES if t != "object"]}, {i: not obj for i, (obj, _, _) in group.items()}),
+                 ({"type": "object", "properties": {name: False}}, {i: not req for i, (_, req, _) in group.items()})]
+        signatures = {}
+        for key, v in values.items():
+            sig = tuple(i for i, (_, _, vals) in group.items() if key in {_canon(x) for x in vals})
+            signatures.setdefault(sig, []).append(v)
+        for sig, vals in signatures.items():
+            cases.append(({"type": "object", "required": [name], "properties": {name: {"enum": vals}}},
+                          {i: i in sig for i in group}))
+        cases.append(({"type": "object", "required": [name], "properties": {name: other}}, dict.fromkeys(group, False)))
+        beside, base = self._beside(schema, src, ctx, "allOf"), self.doc.base_at(src)
+        cases = [c for c in cases if not self.prover.disjoint(list(beside), [(c[0], base)])]   # what can happen here
+        slot, lst = self._slot(schema, out)
+        for n, (test, verdicts) in enumerate(cases):
+            parts = [test]
+            for i, holds in verdicts.items():
+                k = "then" if holds else "else"
+                if k in members[i]:
+                    at = src + ("allOf", str(i), k)
+                    here = None if at in self.placed else _join(dst, *slot, str(n), "allOf", str(len(parts)))
+                    parts.append(self.node(members[i][k], at, here, beside))
+            lst.append({"allOf": parts})
+        return set(group)
+
+    def _value_test(self, member):
+        """(property, needs an object, needs the property, the values it accepts there) of an allOf member that is
+        only if/then/else whose if only tests one property's value among finitely many; else None."""
+        if not isinstance(member, dict) or "if" not in member or not {"then", "else"} & set(member):
+            return None
+        active = {k for k in member if self.doc.active(k) or k in ("$id", "id")}
+        test = member["if"]
+        if active - {"if", "then", "else"} or not isinstance(test, dict):
+            return None
+        keys = {k for k in test if self.doc.active(k) or k in ("$id", "id")}
+        props = test.get("properties")
+        if keys - {"type", "required", "properties"} or not isinstance(props, dict) or len(props) != 1:
+            return None
+        (name, value), = props.items()
+        if test.get("type", "object") not in ("object", ["object"]) or test.get("required", [name]) != [name]:
+            return None
+        if not isinstance(value, dict) or {k for k in value if self.doc.active(k)} - {"enum", "const", "type"}:
+            return None
+        values = self._candidates(value, ())
+        if values is None or any(isinstance(v, (list, dict)) for v in values):
+            return None
+        verdicts = [(_check(self.doc, value, self.doc.base_at(()), v), v) for v in values]
+        if any(ok is None for ok, _ in verdicts):
+            return None
+        return name, "type" in test, "required" in test, [v for ok, v in verdicts if ok]
+
+    def _beside(self, schema, src, ctx, key, more=()):
+        """The context of a subschema of schema's keyword `key` read at the same instance: ctx, schema's other
+        keywords, and `more` subschemas of schema."""
+        base = self.doc.base_at(src)
+        rest = {k: v for k, v in schema.items() if k not in (key, "then", "else", "$id", "id")}
+        return ctx + ((rest, base),) + tuple((m, base) for m in more)
+
+    def _slot(self, schema, out):
+        """Where a new anyOf conjunct goes: the subschema's anyOf where it has none, else a new allOf member.
+        (path suffix, the list to fill)."""
+        if "anyOf" not in schema and "anyOf" not in out:
+            out["anyOf"] = []
+            return ("anyOf",), out["anyOf"]
+        lst = self._all_of(out)
+        lst.append({"anyOf": []})
+        return ("allOf", str(len(lst) - 1), "anyOf"), lst[-1]["anyOf"]
+
+    def _all_of(self, out, src=()):
+        """out's allOf list (made where there is none yet)."""
+        lst = out.setdefault("allOf", [])
+        if not isinstance(lst, list):
+            raise _refuse("allOf", src, "is not a list of schemas")
+        return lst
+
+    def _conjoin(self, schema, out, extra):
+        """Add a conjunct: its keywords beside the others where none of them is there already nor reads another
+        keyword, else as an allOf member."""
+        if extra is True:
+            return
+        if isinstance(extra, dict) and not set(extra) & (set(schema) | set(out) | _INTERACTING):
+            out.update(extra)
+        else:
+            self._all_of(out).append(extra)
+
+    def _map(self, path):
+        """Where the input's path is in the output (its nearest rewritten ancestor moved, the rest as it was)."""
+        for i in range(len(path), -1, -1):
+            if path[:i] in self.placed:
+                return self.placed[path[:i]] + path[i:]
+        return path
+
+    def _ref(self, schema, key, value, out, src, dst, ctx):
+        out[key] = value
+        self.refs.append((out, src, self._beside(schema, src, ctx, key)))
+        t = self.doc.resolve(value, self.doc.base_at(src))
+        if t is not None and t.path not in self.placed:
+            self.todo.append(t.path)
+
+    def _fix_refs(self, out):
+        """Point each $ref at its target's place in the output; refuse one whose target was rewritten away."""
+        for holder, src, _ in self.refs:
+            if "$ref" not in holder:
+                continue                          # inlined
+            ref, base = holder["$ref"], self.doc.base_at(src)
+            t = self.doc.resolve(ref, base)
+            if t is None:
+                continue                          # not in this document: llguidance resolves or refuses it
+            new = self._map(t.path)
+            resource = self._map(self.doc.resources[urldefrag(_join_uri(base, ref))[0]])
+            if new[:len(resource)] != resource or _get(out, new) is _MISSING:
+                if self.lenient:
+                    continue
+                raise _refuse("$ref", src, f"{ref} names a part of the schema that the rewrite of "
+                                           f"{_pointer(t.path)}'s keywords removed")
+            if new != t.path:
+                holder["$ref"] = urldefrag(ref)[0] + _pointer(new[len(resource):])
+
+    # -- complements
+
+    def complement(self, schema, src, seen=frozenset(), kinds=_ALL_KINDS):
+        """A schema accepting exactly what the input subschema at src (`schema`) rejects, in rewritten form, among
+        instances of the given kinds (what it says of other kinds is unspecified); _Inexpressible where it cannot be
+        written."""
+        if schema is True or schema is False:
+            return _restrict(not schema, kinds)
+        if not isinstance(schema, dict):
+            raise _Inexpressible("not a schema")
+        doc, pieces = self.doc, []
+        if "$ref" in schema:
+            ref = schema["$ref"]
+            t = doc.resolve(ref, doc.base_at(src))
+            if t is None:
+                raise _Inexpressible(f"$ref {ref} is not in this document")
+            if t.path in seen:
+                raise _Inexpressible(f"$ref {ref} is recursive")
+            pieces.append(self.complement(t.node, t.path, seen | {t.path}, kinds))
+            if doc.draft <= 7:
+                return pieces[0]
+        for key, arg in schema.items():
+            if key != "$ref" and doc.active(key) and _APPLIES.get(key, _ALL_KINDS) & kinds:
+                pieces += self._complement_keyword(schema, key, arg, src, seen, kinds)
+        return _union(pieces)
+
+    def _complement_keyword(self, schema, key, arg, src, seen, kinds):
+        """Pieces whose union is, among instances of the kinds, exactly those that keyword `key` of schema
+        rejects."""
+        def sub(s, *path, within=kinds):
+            return self.complement(s, src + (key,) + path, seen, within)
+        if key == "type":
+            return [_restrict(_type_complement(arg, kinds), kinds)]
+        if key in ("enum", "const"):
+            return [_restrict(_values_complement([arg] if key == "const" else arg, self.doc.draft, kinds), kinds)]
+        if key == "required" and isinstance(arg, list) and all(isinstance(k, str) for k in arg):
+            return [{"type": "object", "properties": {k: False}} for k in dict.fromkeys(arg)]
+        if key in ("then", "else") and "if" not in schema:
+            return []                             # without an if they say nothing
+        if key in _BOUND_FLIPS and isinstance(arg, int) and not isinstance(arg, bool):
+            kind, flip, step = _BOUND_FLIPS[key]
+            return [] if arg + step < 0 else [{"type": kind, flip: arg + step}]
+        if key in ("minimum", "maximum", "exclusiveMinimum", "exclusiveMaximum") and (
+                _num(arg) or isinstance(arg, bool)):
+            return self._bound_complement(schema, key, arg)
+        if key == "properties" and isinstance(arg, dict):
+            if not self._trivial(schema.get("additionalProperties", True)) or schema.get("patternProperties"):
+                raise _Inexpressible("not properties beside additionalProperties or patternProperties")
+            out = [(k, sub(s, k, within=_ALL_KINDS)) for k, s in arg.items()]
+            return [{"type": "object", "required": [k], "properties": {k: c}} for k, c in out if c is not False]
+        if key in ("items", "prefixItems", "additionalItems", "additionalProperties", "unevaluatedItems",
+                   "unevaluatedProperties") and self._trivial(arg) or key == "uniqueItems" and arg is False:
+            return []
+        if key == "patternProperties" and isinstance(arg, dict) and all(map(self._trivial, arg.values())):
+            return []
+        if key == "format" and _unknown_format(arg):
+            return []
+        if key == "contains" and not {"minContains", "maxContains"} & set(schema):
+            return [{"type": "array", "items": sub(arg, within=_ALL_KINDS)}]
+        if key in ("allOf", "anyOf", "oneOf") and isinstance(arg, list):
+            parts = [sub(s, str(i)) for i, s in enumerate(arg)]
+            if key == "oneOf" and not self._all_disjoint(arg, src + (key,)):
+                raise _Inexpressible("not oneOf whose branches may overlap")
+            return parts if key == "allOf" else [_intersection(parts)]
+        if key == "not":
+            return [self.node(arg, src + ("not",), None)]
+        raise _Inexpressible(f"the complement of {key} cannot be written")
+
+    def _bound_complement(self, schema, key, arg):
+        if arg is True or arg is False:
+            return []                             # draft 4's exclusive flag: read with minimum / maximum
+        draft4 = self.doc.draft == 4
+        if key in ("minimum", "maximum"):
+            low = key == "minimum"
+            excl = draft4 and schema.get("exclusiveMinimum" if low else "exclusiveMaximum") is True
+        else:
+            low, excl = key == "exclusiveMinimum", True
+        flip = "maximum" if low else "minimum"
+        if excl:                                  # x > a (x < a) fails exactly where x <= a (x >= a)
+            return [{"type": "number", flip: arg}]
+        if draft4:
+            return [{"type": "number", flip: arg, "exclusiveM" + flip[1:]: True}]
+        return [{"type": "number", "exclusiveM" + flip[1:]: arg}]
+
+    def _trivial(self, schema, seen=frozenset()):
+        """Whether a subschema accepts every instance, as far as its keywords show (annotations only)."""
+        if schema is True or schema is _MISSING:
+            return True
+        if not isinstance(schema, dict):
+            return False
+        return all(not self.doc.active(k) or k == "format" and _unknown_format(v) for k, v in schema.items())
+
+    def _all_disjoint(self, branches, src, ctx=()):
+        """Every two of the branches (at input path src) proved disjoint where the context holds."""
+        return all(not self._overlap([a, b], src, ctx) for i, a in enumerate(branches) for b in branches[i + 1:])
+
+    def _overlap(self, pair, src, ctx=()):
+        """The kinds of instance where the two branches (at input path src) may both hold, where ctx holds."""
+        base = self.doc.base_at(src[:-1])
+        return self.prover.overlap(list(ctx) + [(pair[0], base)], list(ctx) + [(pair[1], base)])
+
+    # -- the keywords
+
+    def _format(self, schema, key, value, out, src, dst, ctx):
+        if not isinstance(value, str) or value in KNOWN_FORMATS:
+            out[key] = value                      # else an annotation llguidance does not know: dropped
+
+    def _skip(self, schema, key, value, out, src, dst, ctx):
+        """then / else: rewritten with their if (without one they do nothing)."""
+
+    def _one_of(self, schema, key, value, out, src, dst, ctx):
+        if not isinstance(value, list) or not value:
+            out[key] = copy.deepcopy(value)       # malformed: llguidance says so
+            return
+        here, beside = src + (key,), self._beside(schema, src, ctx, key)
+        rivals = {}          # branch -> [(a branch it was not proved disjoint from, the kinds where they may meet)]
+        for i in range(len(value)):
+            for j in range(i + 1, len(value)):
+                kinds = _widen(self._overlap([value[i], value[j]], here, beside))
+                if kinds:
+                    rivals.setdefault(i, []).append((j, kinds))
+                    rivals.setdefault(j, []).append((i, kinds))
+        allowed = self.prover.facts(list(beside)).kinds     # what the context lets through
+        negated = {}         # (j, kinds) -> not branch j among those kinds, anything among the others
+        for i, js in sorted(rivals.items()):
+            for j, kinds in js:
+                if (j, kinds) not in negated:
+                    try:
+                        c = self.complement(value[j], here + (str(j),), kinds=kinds)
+                    except _Inexpressible as e:
+                        raise _refuse(key, src, f"branches {min(i, j)} and {max(i, j)} may both match (not proved "
+                                                f"disjoint) and the complement of branch {j} cannot be written "
+                                                f"({e})") from None
+                    others = _widen(allowed - kinds) - kinds
+                    negated[j, kinds] = _union(([{"type": _type_names(others)}] if others else []) + [c])
+        slot, lst = self._slot(schema, out)
+        for i, branch in enumerate(value):
+            at = _join(dst, *slot, str(i))
+            if i in rivals:                       # exactly one: this branch and none it may overlap
+                lst.append({"allOf": [self.node(branch, here + (str(i),), _join(at, "allOf", "0"), beside)]
+                            + [negated[j, kinds] for j, kinds in rivals[i]]})
+            else:
+                lst.append(self.node(branch, here + (str(i),), at, beside))
+
+    def _not(self, schema, key, value, out, src, dst, ctx):
+        try:
+            self._conjoin(schema, out, self.complement(value, src + (key,)))
+        except _Inexpressible as e:
+            raise _refuse(key, src, str(e)) from None
+
+    def _if(self, schema, key, value, out, src, dst, ctx):
+        then, other = schema.get("then", _MISSING), schema.get("else", _MISSING)
+        if then is _MISSING and other is _MISSING:
+            return                                # no constraint
+        negated = None
+        if then is not _MISSING:
+            try:
+                negated = self.complement(value, src + (key,))
+            except _Inexpressible as e:
+                raise _refuse(key, src, f"the complement of the if schema cannot be written ({e})") from None
+        slot, lst = self._slot(schema, out)
+
+        beside = self._beside(schema, src, ctx, key)
+
+        def sub(k, *at):                          # then holds with if, and both with the keywords beside them
+            more = () if k != "then" else ((value, self.doc.base_at(src)),)
+            return self.node(schema[k], src + (k,), _join(dst, *slot, *at), beside + more)
+        if then is _MISSING:                      # I or (not I and E) == I or E
+            lst += [sub("if", "0"), sub("else", "1")]
+        elif other is _MISSING:                   # (I and T) or not I == not I or T
+            lst += [negated, sub("then", "1")]
+        else:
+            lst += [{"allOf": [sub("if", "0", "allOf", "0"), sub("then", "0", "allOf", "1")]},
+                    {"allOf": [negated, sub("else", "1", "allOf", "1")]}]
+
+    def _dependent(self, schema, key, value, out, src, dst, ctx):
+        """dependencies / dependentRequired / dependentSchemas, one anyOf per property named."""
+        if not isinstance(value, dict):
+            raise _refuse(key, src, "is not an object")
+        for name, dep in value.items():
+            absent = {"properties": {name: False}}
+            if isinstance(dep, list) and key != "dependentSchemas":
+                if not all(isinstance(d, str) for d in dep):
+                    raise _refuse(key, src + (key,), f"{name}: not a list of property names")
+                if dep:
+                    self._slot(schema, out)[1].extend([absent, {"required": list(dict.fromkeys([name, *dep]))}])
+            elif isinstance(dep, (dict, bool)) and key != "dependentRequired":
+                if not self._trivial(dep):
+                    slot, lst = self._slot(schema, out)
+                    beside = self._beside(schema, src, ctx, key, [{"required": [name]}])
+                    lst += [absent, {"allOf": [{"required": [name]}, self.node(
+                        dep, src + (key, name), _join(dst, *slot, "1", "allOf", "1"), beside)]}]
+            else:
+                raise _refuse(key, src + (key,), f"{name}: neither a list of property names nor a schema")
+
+    def _candidates(self, schema, src):
+        """A finite list of distinct values holding every value the subschema at src accepts, or None."""
+        f = self.prover.facts([(schema, self.doc.base_at(src))])
+        if f.unsat:
+            return []
+        if f.values is None:
+            if not f.kinds <= {"null", "boolean"}:
+                return None
+            f.values = [v for v in (None, False, True) if _kind(v, self.doc.draft) in f.kinds]
+        return list({_canon(v): v for v in f.values}.values())
+
+    def _unique(self, schema, key, value, out, src, dst, ctx):
+        if value is not True:
+            if value is not False:
+                out[key] = value                  # malformed: llguidance says so
+            return
+        top = schema.get("maxItems")
+        top = top if _num(top) else math.inf
+        if top <= 1:
+            return
+        prefix, rest = _item_schemas(self.doc, schema)
+        items = "prefixItems" if self.doc.draft >= 2020 and not isinstance(schema.get("items"), list) else "items"
+        if prefix and (rest is False or top <= len(prefix)):
+            if self._all_disjoint(prefix[:int(min(top, len(prefix)))], src + (items,)):
+                return                            # a tuple whose positions cannot hold equal values
+            raise _refuse(key, src, "two positions of the tuple may hold equal values")
+        rest_at = src + ("additionalItems" if isinstance(schema.get("items"), list) else "items",)
+        values = None if prefix or rest is _MISSING else self._candidates(rest, rest_at)
+        if values is None:
+            raise _refuse(key, src, "repeats can only be excluded where the items come from a small finite set "
+                                    "of values (enum, const, boolean, null)")
+        low = schema.get("minItems") if _num(schema.get("minItems")) else 0
+        sizes = range(int(low), int(min(top, len(values))) + 1)
+        count = sum(math.perm(len(values), n) for n in sizes)
+        if count > MAX_ARRAYS:
+            raise _refuse(key, src, f"{count} arrays of distinct items would have to be listed "
+                                    f"(at most {MAX_ARRAYS})")
+        arrays = [list(p) for n in sizes for p in itertools.permutations(values, n)]
+        self._conjoin(schema, out, {"enum": arrays} if arrays else False)
+
+    def _count(self, schema, key, value, out, src, dst, ctx):
+        """minProperties / maxProperties: dropped where the other keywords already force them."""
+        required = schema.get("required") if isinstance(schema.get("required"), list) else []
+        required = {k for k in required if isinstance(k, str)}
+        props = schema.get("properties") if isinstance(schema.get("properties"), dict) else {}
+        closed = schema.get("additionalProperties") is False and not schema.get("patternProperties")
+        if not _num(value):
+            out[key] = value
+        elif key == "minProperties" and value <= len(required) or key == "maxProperties" and closed and (
+                value >= len(props)):
+            return
+        elif key == "maxProperties" and value == 0:
+            self._conjoin(schema, out, {"additionalProperties": False})     # no key at all
+        else:
+            out[key] = value
+
+    def _names(self, schema, key, value, out, src, dst, ctx):
+        """propertyNames, where the names an object may have are known now."""
+        at = src + (key,)
+        base = self.doc.base_at(at)
+        if self._any_string(value, at):
+            return
+        names = self._candidates(value, at)
+        if names is not None:                     # only these names: each one accepted, then
+            verdict = {n: _check(self.doc, value, base, n) for n in names if isinstance(n, str)}
+            if None not in verdict.values():
+                allowed = {n: True for n, ok in verdict.items() if ok}
+                self._conjoin(schema, out, {"properties": allowed, "additionalProperties": False})
+                return
+        props = schema.get("properties") if isinstance(schema.get("properties"), dict) else {}
+        if schema.get("additionalProperties") is False and not schema.get("patternProperties"):
+            verdict = {n: _check(self.doc, value, base, n) for n in props}
+            if None not in verdict.values():      # every name is listed: check each now
+                banned = {n: False for n, ok in verdict.items() if not ok}
+                if banned:
+                    self._conjoin(schema, out, {"properties": banned})
+                return
+        out[key] = copy.deepcopy(value)           # llguidance refuses it
+
+    def _any_string(self, schema, src, seen=frozenset()):
+        """Whether the subschema accepts every string (type, $ref and allOf followed; annotations ignored)."""
+        if schema is True:
+            return True
+        if not isinstance(schema, dict):
+            return False
+        for k, v in schema.items():
+            if k == "$ref":
+                t = self.doc.resolve(v, self.doc.base_at(src))
+                if t is None or t.path in seen or not self._any_string(t.node, t.path, seen | {t.path}):
+                    return False
+            elif k == "type":
+                if "string" not in ([v] if isinstance(v, str) else v if isinstance(v, list) else []):
+                    return False
+            elif k == "allOf" and isinstance(v, list):
+                if not all(self._any_string(s, src + (k, str(i)), seen) for i, s in enumerate(v)):
+                    return False
+            elif self.doc.active(k) and not (k == "format" and _unknown_format(v)) and not (
+                    k == "minLength" and v == 0):
+                return False
+        return True
+
+    def _contains(self, schema, key, value, out, src, dst, ctx):
+        """contains S: minItems 1 where every item the array can hold satisfies S."""
+        prefix, rest = _item_schemas(self.doc, schema)
+        always = not {"minContains", "maxContains"} & set(schema) and self._any_value(value)
+        if not always and not {"minContains", "maxContains"} & set(schema) and not prefix and rest is not _MISSING:
+            values = self._candidates(rest, src + ("items",))
+            base = self.doc.base_at(src + (key,))
+            always = values is not None and all(_check(self.doc, value, base, v) is True for v in values)
+        if always:
+            self._conjoin(schema, out, {"minItems": 1})
+        else:
+            out[key] = copy.deepcopy(value)       # llguidance refuses it
+
+    def _any_value(self, schema):
+        return schema is True or isinstance(schema, dict) and self._trivial(schema)

@@ -1,0 +1,492 @@
+"""fastgguf.engine.schema_rewrite (issue 33): each rewrite accepts exactly the instances the original schema accepts.
+
+- property tests, one per rewrite: random schemas of its kind (drafts 4, 7 and 2020-12 where the keyword has a
+  meaning there), random instances made of the schemas' own words (keys, strings near the enum strings, numbers at
+  the bounds, arrays with repeats), validity under the rewrite == validity under the original. The oracle is
+  jsonschema without a format checker (format is an annotation). Where an instance is valid the rewrite also
+  compiles with llguidance (a satisfiable schema must);
+- each refusal names the keyword and its JSON pointer; lenient=True keeps the keyword instead;
+- $refs follow what they name when it moves; unused definitions are never refused; the input is not modified.
+"""
+import copy
+import json
+
+import pytest
+
+jsonschema = pytest.importorskip("jsonschema")
+
+from hypothesis import HealthCheck, given, settings  # noqa: E402
+from hypothesis import strategies as st  # noqa: E402
+
+from fastgguf.engine.schema_rewrite import KNOWN_FORMATS, MAX_ARRAYS, rewrite  # noqa: E402
+from fastgguf.errors import GrammarError  # noqa: E402
+
+SETTINGS = settings(max_examples=30, deadline=None, derandomize=True,
+                    suppress_health_check=[HealthCheck.too_slow, HealthCheck.filter_too_much])
+DRAFTS = {4: "http://json-schema.org/draft-04/schema#", 7: "http://json-schema.org/draft-07/schema#",
+          2020: "https://json-schema.org/draft/2020-12/schema"}
+KEYS = ["a", "b", "c"]
+# strings next to each other (prefixes, one character apart) and the characters a pattern must escape
+WORDS = ["", "a", "b", "ab", "ba", "abc", "abd", "\n", "é", "]", "^", "-", "\\", ".", "a*", "\U0001F600"]
+NUMS = [-1, 0, 0.5, 1, 1.0, 2, 2.5, 3]
+SCALARS = st.sampled_from([None, True, False] + NUMS + WORDS)
+VALUES = st.recursive(SCALARS, lambda inner: st.one_of(
+    st.lists(inner, max_size=3), st.dictionaries(st.sampled_from(KEYS), inner, max_size=3)), max_leaves=6)
+INSTANCES = st.lists(VALUES, min_size=25, max_size=25)
+
+
+def validator(schema):
+    return jsonschema.validators.validator_for(schema, default=jsonschema.Draft202012Validator)(schema)
+
+
+def compiles(schema):
+    """llguidance's own verdict on a rewritten schema (None: compiled; llguidance also refuses a schema with an
+    unsatisfiable part, which random schemas have)."""
+    llguidance = pytest.importorskip("llguidance")
+    from fastgguf.engine.grammar import _json_lark
+    err = llguidance.LLMatcher.validate_grammar(_json_lark(schema, False))
+    return None if not err or any(m in err for m in LEFT_TO_LLGUIDANCE) else err
+
+
+# llguidance's refusals of what the rewrite leaves alone (by design), and of schemas with an unsatisfiable part
+LEFT_TO_LLGUIDANCE = ("Unsatisfiable schema", "min/maxProperties only supported", 'Unimplemented keys: ["contains"]',
+                      'Unimplemented keys: ["propertyNames"]')
+
+
+def check(schema, instances, must_rewrite=True):
+    """The rewrite of schema accepts exactly what schema accepts among instances; returns it (None if refused and
+    refusals are allowed)."""
+    original = copy.deepcopy(schema)
+    try:
+        out = rewrite(schema)
+    except GrammarError:
+        if must_rewrite:
+            raise
+        return None
+    assert schema == original, "rewrite() modified its input"
+    before, after = validator(schema), validator(out)
+    valid = 0
+    for x in instances:
+        assert before.is_valid(x) == after.is_valid(x), (schema, out, x)
+        valid += before.is_valid(x)
+    if valid:
+        assert compiles(out) is None, (schema, out, compiles(out))
+    return out
+
+
+# -- random schemas -------------------------------------------------------------------------------------------------
+
+@st.composite
+def simple(draw, draft, depth=1, refs=False):
+    """A small subschema of one of the shapes the rewrites meet."""
+    shapes = ["type", "const", "enum", "string", "number", "required", "props", "closed", "array"]
+    shapes += ["anyOf", "allOf", "not", "oneOf"] * (depth > 0) + ["ref"] * refs
+    shape = draw(st.sampled_from(shapes))
+    if shape == "type":
+        t = draw(st.lists(st.sampled_from(["null", "boolean", "number", "integer", "string", "array", "object"]),
+                          min_size=1, max_size=2, unique=True))
+        return {"type": t[0] if len(t) == 1 else t}
+    if shape == "const":
+        v = draw(SCALARS)
+        return {"const": v} if draft >= 6 else {"enum": [v]}
+    if shape == "enum":
+        return {"enum": draw(st.lists(SCALARS, min_size=1, max_size=3, unique_by=json.dumps))}
+    if shape == "string":
+        s = {"type": "string", draw(st.sampled_from(["minLength", "maxLength"])): draw(st.integers(0, 3))}
+        return dict(s, format=draw(st.sampled_from(["uri-reference", "topic"]))) if draw(st.booleans()) else s
+    if shape == "number":
+        s = {"type": draw(st.sampled_from(["number", "integer"]))}
+        for bound in draw(st.lists(st.sampled_from(["minimum", "maximum"]), min_size=1, max_size=2, unique=True)):
+            s[bound] = draw(st.sampled_from(NUMS))
+            if draw(st.booleans()):         # exclusive: draft 4's flag, or the later number form
+                if draft == 4:
+                    s["exclusiveM" + bound[1:]] = True
+                else:
+                    s["exclusiveM" + bound[1:]] = s.pop(bound)
+        return s
+    if shape == "required":
+        return {"required": draw(st.lists(st.sampled_from(KEYS), min_size=1, max_size=2, unique=True))}
+    if shape in ("props", "closed"):
+        keys = draw(st.lists(st.sampled_from(KEYS), min_size=1, max_size=2, unique=True))
+        s = {"properties": {k: draw(simple(draft, depth - 1)) for k in keys}}
+        if shape == "closed":
+            s.update(type="object", additionalProperties=False)
+        if draw(st.booleans()):
+            s["required"] = keys[:1]
+        return s
+    if shape == "array":
+        s = {"type": "array", "items": draw(simple(draft, depth - 1))}
+        return dict(s, minItems=draw(st.integers(0, 2))) if draw(st.booleans()) else s
+    if shape in ("anyOf", "allOf", "oneOf"):
+        return {shape: draw(st.lists(simple(draft, depth - 1), min_size=1, max_size=3))}
+    if shape == "not":
+        return {"not": draw(simple(draft, depth - 1))}
+    return {"$ref": "#/definitions/d0"}
+
+
+def document(draft, root, defs=None, **more):
+    out = {"$schema": DRAFTS[draft], **root}
+    if defs is not None:
+        out["definitions"] = {"d0": defs, **more}
+    return out
+
+
+# -- each rewrite is exact ------------------------------------------------------------------------------------------
+
+@SETTINGS
+@given(st.data(), st.sampled_from(sorted(DRAFTS)), INSTANCES)
+def test_one_of(data, draft, instances):
+    branches = data.draw(st.lists(simple(draft, refs=True), min_size=2, max_size=4))
+    context = data.draw(st.sampled_from([{}, {"type": "object"}, {"required": ["a"]},
+                                         {"properties": {"a": {"enum": ["a", "b"]}}, "required": ["a"]}]))
+    defs = data.draw(simple(draft))
+    where = data.draw(st.sampled_from(["beside", "allOf", "named"]))     # where the context holds
+    if where == "beside":
+        root = {**context, "oneOf": branches}
+    else:
+        root = {"allOf": [context, {"oneOf": branches} if where == "allOf" else {"$ref": "#/definitions/one"}]}
+    check(document(draft, root, defs, one={"oneOf": branches}), instances, must_rewrite=False)
+
+
+def test_one_of_rewrites():
+    """What is proved disjoint, and where branches that may overlap get each other's complement."""
+    assert rewrite({"oneOf": [{"type": "integer"}, {"type": "string"}]}) == {
+        "anyOf": [{"type": "integer"}, {"type": "string"}]}
+    tagged = {"type": "object", "required": ["kind"], "oneOf": [
+        {"properties": {"kind": {"const": "circle"}, "r": {"type": "number"}}},
+        {"properties": {"kind": {"const": "square"}, "side": {"type": "number"}}}]}
+    assert rewrite(tagged) == {"type": "object", "required": ["kind"], "anyOf": tagged["oneOf"]}
+    refs = {"oneOf": [{"$ref": "#/$defs/a"}, {"$ref": "#/$defs/b"}], "$defs": {
+        "a": {"type": "object", "properties": {"x": {"type": "string"}}, "required": ["x"],
+              "additionalProperties": False},
+        "b": {"type": "object", "properties": {"y": {"type": "string"}}, "required": ["y"],
+              "additionalProperties": False}}}
+    assert "anyOf" in rewrite(refs)
+    xor = rewrite({"type": "object", "oneOf": [{"required": ["a"]}, {"required": ["b"]}]})
+    assert xor["anyOf"][0] == {"allOf": [{"required": ["a"]}, {"type": "object", "properties": {"b": False}}]}
+    # overlapping only on non-objects (required says nothing of them): the branches keep to objects
+    loose = rewrite({"oneOf": [{"required": ["k"], "properties": {"k": {"const": 1}, "n": {"type": "integer"}}},
+                               {"required": ["k"], "properties": {"k": {"const": 2}, "n": {"type": "integer"}}}]})
+    assert loose["anyOf"][0]["allOf"][1] == {"type": "object"}
+
+
+def test_one_of_reads_what_holds_beside_it():
+    """As llguidance reads a oneOf: with the other members of an allOf it is in, and, for a definition that cannot be
+    rewritten alone, with what holds where it is named (a copy rewritten there)."""
+    branches = [{"properties": {"kind": {"const": k}, "n": {"type": "integer"}}} for k in "ab"]
+    alone = {"oneOf": branches}
+    with pytest.raises(GrammarError, match="oneOf at #: branches 0 and 1"):    # {"n": 1.5} matches both
+        rewrite(alone)
+    members = {"allOf": [{"type": "object", "required": ["kind"]}, alone]}
+    assert rewrite(members)["allOf"][1] == {"anyOf": branches}
+    named = {"$defs": {"op": alone}, "type": "array",
+             "items": {"allOf": [{"type": "object", "required": ["kind"]}, {"$ref": "#/$defs/op"}]}}
+    out = rewrite(named)
+    assert out["items"]["allOf"][1] == {"allOf": [{"anyOf": branches}]} and out["$defs"] == named["$defs"]
+    check(named, [[{"kind": "a"}], [{"kind": "c"}], [{"kind": "a", "n": 1.5}], [{}], [5], []])
+    with pytest.raises(GrammarError, match=r"oneOf at #/\$defs/op: branches 0 and 1"):     # named once without
+        rewrite({**named, "properties": {"x": {"$ref": "#/$defs/op"}}})
+    ignored = {"type": "array", "additionalItems": alone}        # no list of items: nobody reads additionalItems
+    assert rewrite(ignored) == ignored
+
+
+@SETTINGS
+@given(st.data(), st.sampled_from(sorted(DRAFTS)), INSTANCES)
+def test_not(data, draft, instances):
+    check(document(draft, {"not": data.draw(simple(draft, 2, refs=True))}, data.draw(simple(draft))), instances,
+          must_rewrite=False)
+
+
+@pytest.mark.parametrize("negated,instances", [
+    ({"type": "string"}, [1, "a", None]),
+    ({"enum": ["abc", "abd", "b", 1, 2.5, True, None]}, ["ab", "abc", "abe", "abcd", "b", "", 1, 1.5, 2.5, 3, True,
+                                                          False, None, [], {}]),
+    ({"const": "a]^-\\\n"}, ["a]^-\\\n", "a]^-\\", "a]^-\\\nx", "b]^-\\\n", "a]^-]\n"]),
+    ({"required": ["a", "b"]}, [{}, {"a": 1}, {"a": 1, "b": 2}, 5]),
+    ({"properties": {"a": {"type": "string"}}}, [{}, {"a": "x"}, {"a": 1}, "s"]),
+    ({"minLength": 2, "maximum": 3}, ["a", "ab", 3, 4, None]),
+    ({"anyOf": [{"type": "null"}, {"minItems": 1}]}, [None, [], [1], 0]),
+    ({"not": {"type": "array"}}, [[], 1]),
+    ({"contains": {"const": 1}}, [[], [1], [2, 1], [2], "x"]),
+    ({"then": {"type": "null"}}, [None, 1]),
+])
+def test_not_examples(negated, instances):
+    check({"not": negated}, instances)
+
+
+@SETTINGS
+@given(st.data(), st.sampled_from([7, 2020]), INSTANCES)
+def test_if_then_else(data, draft, instances):
+    schema = {"if": data.draw(simple(draft, refs=True))}
+    for key in data.draw(st.sampled_from([["then"], ["else"], ["then", "else"], []])):
+        schema[key] = data.draw(simple(draft))
+    check(document(draft, schema, data.draw(simple(draft))), instances, must_rewrite=False)
+
+
+@SETTINGS
+@given(st.data(), st.sampled_from([7, 2020]), INSTANCES)
+def test_if_then_on_one_property_in_an_allof(data, draft, instances):
+    """The discriminator form (an allOf of if {properties: {p: {const}}} then ...) becomes one anyOf of cases."""
+    members = []
+    for _ in range(data.draw(st.integers(2, 4))):
+        values = data.draw(st.lists(st.sampled_from(["a", "b", 1, None, True]), min_size=1, max_size=2, unique=True))
+        test = {"properties": {"a": {"const": values[0]} if len(values) == 1 else {"enum": values}}}
+        if data.draw(st.booleans()):
+            test["required"] = ["a"]
+        if data.draw(st.booleans()):
+            test["type"] = "object"
+        member = {"if": test}
+        for key in data.draw(st.sampled_from([["then"], ["else"], ["then", "else"]])):
+            member[key] = data.draw(simple(draft, 0))
+        members.append(member)
+    schema = document(draft, {"allOf": members + data.draw(st.lists(simple(draft, 0), max_size=1))})
+    out = check(schema, instances)
+    assert "anyOf" in out and len(out.get("allOf", ())) <= 1
+
+
+def test_if_without_then_needs_no_complement():
+    out = rewrite({"if": {"pattern": "^a"}, "else": {"minLength": 3}})     # (I or E): no complement of a pattern
+    assert out == {"anyOf": [{"pattern": "^a"}, {"minLength": 3}]}
+    assert rewrite({"if": {"pattern": "^a"}}) == {}
+    assert rewrite({"$schema": DRAFTS[4], "if": {"pattern": "^a"}, "then": False}) == {
+        "$schema": DRAFTS[4], "if": {"pattern": "^a"}, "then": False}    # no if/then before draft 7: untouched
+
+
+@SETTINGS
+@given(st.data(), st.sampled_from([4, 7, 2020]), INSTANCES)
+def test_dependencies(data, draft, instances):
+    deps = {}
+    for key in data.draw(st.lists(st.sampled_from(KEYS), min_size=1, max_size=2, unique=True)):
+        if data.draw(st.booleans()):
+            deps[key] = data.draw(st.lists(st.sampled_from(KEYS), max_size=2, unique=True))
+        else:
+            deps[key] = data.draw(simple(draft))
+    schema = {"properties": {k: data.draw(simple(draft, 0)) for k in KEYS[:2]}}
+    if draft == 2020:          # the 2019-09 split; (dependencies, ignored by 2020-12 validators, is tested below)
+        schema["dependentRequired"] = {k: v for k, v in deps.items() if isinstance(v, list)}
+        schema["dependentSchemas"] = {k: v for k, v in deps.items() if not isinstance(v, list)}
+    else:
+        schema["dependencies"] = deps
+    check(document(draft, schema), instances, must_rewrite=False)
+
+
+def test_dependencies_in_2020_12_are_enforced_as_draft_7_meant():
+    """2019-09 split dependencies into dependentRequired/dependentSchemas; 2020-12 validators ignore it, llguidance
+    refuses it: the rewrite enforces it (its output is valid under either reading)."""
+    out = rewrite({"type": "object", "dependencies": {"a": ["b"]}})
+    assert out == {"type": "object", "anyOf": [{"properties": {"a": False}}, {"required": ["a", "b"]}]}
+    assert not validator(out).is_valid({"a": 1})
+    assert validator(out).is_valid({"a": 1, "b": 2}) and validator(out).is_valid({"b": 2})
+
+
+@st.composite
+def array_schema(draw):
+    shape = draw(st.sampled_from(["enum", "const", "boolean", "tuple"]))
+    if shape == "tuple":
+        s = {"prefixItems": draw(st.lists(simple(2020, 0), min_size=1, max_size=3)), "items": False}
+    elif shape == "boolean":
+        s = {"items": {"type": draw(st.sampled_from(["boolean", ["boolean", "null"]]))}}
+    else:
+        values = draw(st.lists(SCALARS, min_size=1, max_size=4, unique_by=json.dumps))
+        s = {"items": {"enum": values} if shape == "enum" else {"const": values[0]}}
+    for key in draw(st.lists(st.sampled_from(["minItems", "maxItems"]), max_size=2, unique=True)):
+        s[key] = draw(st.integers(0, 3))
+    return {"type": "array", **s, "uniqueItems": True}
+
+
+@SETTINGS
+@given(array_schema(), st.lists(st.lists(SCALARS, max_size=4), min_size=25, max_size=25))
+def test_unique_items(schema, instances):
+    check(schema, instances, must_rewrite=False)
+
+
+def test_unique_items_rewrites():
+    assert rewrite({"type": "array", "items": {"type": "string"}, "uniqueItems": False}) == {
+        "type": "array", "items": {"type": "string"}}
+    assert rewrite({"type": "array", "maxItems": 1, "uniqueItems": True}) == {"type": "array", "maxItems": 1}
+    tuple_ = {"prefixItems": [{"type": "string"}, {"type": "integer"}], "items": False, "uniqueItems": True}
+    assert rewrite(tuple_) == {"prefixItems": [{"type": "string"}, {"type": "integer"}], "items": False}
+    out = rewrite({"type": "array", "items": {"enum": ["x", "y"]}, "uniqueItems": True})
+    assert out["enum"] == [[], ["x"], ["y"], ["x", "y"], ["y", "x"]]
+
+
+@SETTINGS
+@given(st.data(), INSTANCES)
+def test_property_names_contains_and_counts(data, instances):
+    closed = data.draw(st.booleans())
+    schema = {"type": "object", "properties": {k: {"type": "integer"} for k in KEYS[:2]}}
+    if closed:
+        schema["additionalProperties"] = False
+    schema["required"] = data.draw(st.lists(st.sampled_from(KEYS[:2]), max_size=2, unique=True))
+    names = data.draw(st.sampled_from([{"enum": ["a", "c"]}, {"const": "b"}, {"pattern": "^[ab]"},
+                                       {"maxLength": 0}, {"type": "string"}, {"type": "boolean"}]))
+    schema["propertyNames"] = names
+    for key in data.draw(st.lists(st.sampled_from(["minProperties", "maxProperties"]), max_size=2, unique=True)):
+        schema[key] = data.draw(st.integers(0, 3))
+    check(schema, instances, must_rewrite=False)
+    contains = {"type": "array", "items": data.draw(simple(2020, 0)), "contains": data.draw(simple(2020, 0))}
+    check(contains, instances, must_rewrite=False)
+
+
+def test_property_names_rewrites():
+    assert rewrite({"type": "object", "propertyNames": {"type": "string", "minLength": 0}}) == {"type": "object"}
+    closed = {"properties": {"ok": {}, "no way": {}}, "additionalProperties": False,
+              "propertyNames": {"pattern": "^[a-z]+$"}}
+    assert rewrite(closed) == {"properties": {"ok": {}, "no way": {}}, "additionalProperties": False,
+                               "allOf": [{"properties": {"no way": False}}]}
+    enum = rewrite({"type": "object", "additionalProperties": {"type": "integer"},
+                    "propertyNames": {"enum": ["x", "y"]}})
+    assert enum["allOf"] == [{"properties": {"x": True, "y": True}, "additionalProperties": False}]
+
+
+@pytest.mark.parametrize("fmt", sorted(KNOWN_FORMATS) + ["uri-reference", "regex", "topic", "int32"])
+def test_format(fmt):
+    out = rewrite({"type": "string", "format": fmt, "properties": {"a": {"format": fmt}}})
+    assert ("format" in out) == (fmt in KNOWN_FORMATS) == ("format" in out["properties"]["a"])
+    assert compiles(out) is None
+
+
+# -- refusals name the keyword and where it is ----------------------------------------------------------------------
+
+REFUSED = [
+    ({"oneOf": [{"type": "integer"}, {"type": "number"}]},
+     "oneOf at #: branches 0 and 1 may both match (not proved disjoint) and the complement of branch 0 cannot be "
+     "written (not type integer: the numbers that are not integers cannot be written)"),
+    ({"properties": {"p": {"oneOf": [{"type": "string"}, {"pattern": "^a"}]}}},
+     "oneOf at #/properties/p: branches 0 and 1 may both match"),
+    ({"not": {"type": "string", "pattern": "^a"}}, "not at #: the complement of pattern cannot be written"),
+    ({"not": {"multipleOf": 2}}, "not at #: the complement of multipleOf cannot be written"),
+    ({"not": {"enum": [[1]]}}, "not at #: not enum/const holding an array or an object cannot be written"),
+    ({"$defs": {"n": {"anyOf": [{"type": "null"}, {"$ref": "#/$defs/n"}]}}, "not": {"$ref": "#/$defs/n"}},
+     "not at #: $ref #/$defs/n is recursive"),
+    ({"not": {"$ref": "other.json"}}, "not at #: $ref other.json is not in this document"),
+    ({"if": {"format": "email"}, "then": {"maxLength": 9}},
+     "if at #: the complement of the if schema cannot be written (the complement of format cannot be written)"),
+    ({"type": "array", "items": {"type": "string"}, "uniqueItems": True},
+     "uniqueItems at #: repeats can only be excluded where the items come from a small finite set of values"),
+    ({"type": "array", "items": {"enum": list(range(6))}, "uniqueItems": True},
+     f"uniqueItems at #: 1957 arrays of distinct items would have to be listed (at most {MAX_ARRAYS})"),
+    ({"prefixItems": [{"type": "string"}, {"type": "string"}], "items": False, "uniqueItems": True},
+     "uniqueItems at #: two positions of the tuple may hold equal values"),
+    ({"dependencies": {"a": [1]}}, "dependencies at #/dependencies: a: not a list of property names"),
+    ({"$defs": {"n": {"not": {"type": "string", "$defs": {"in": {"type": "null"}}}}},
+      "properties": {"x": {"$ref": "#/$defs/n"}, "y": {"$ref": "#/$defs/n/not/$defs/in"}}},
+     "$ref at #/properties/y: #/$defs/n/not/$defs/in names a part of the schema that the rewrite"),
+]
+
+
+@pytest.mark.parametrize("schema,message", REFUSED, ids=[m.split(":")[0] for _, m in REFUSED])
+def test_refusals_name_the_keyword_and_place(schema, message):
+    with pytest.raises(GrammarError) as e:
+        rewrite(schema)
+    assert str(e.value).startswith(message), str(e.value)
+    out = rewrite(schema, lenient=True)          # lenient: left as it was, for llguidance to ignore
+    assert isinstance(out, dict)
+
+
+def test_lenient_keeps_what_it_cannot_rewrite_and_rewrites_the_rest():
+    schema = {"properties": {"a": {"not": {"pattern": "x"}}, "b": {"not": {"type": "string"}}}}
+    out = rewrite(schema, lenient=True)
+    assert out["properties"]["a"] == {"not": {"pattern": "x"}}
+    assert out["properties"]["b"] == {"type": ["null", "boolean", "number", "array", "object"]}
+
+
+# -- $refs, reachability, robustness --------------------------------------------------------------------------------
+
+def test_refs_follow_what_moved():
+    schema = {"type": "object", "properties": {"shape": {"oneOf": [{"type": "string"}, {"type": "integer"}]},
+                                               "again": {"$ref": "#/properties/shape/oneOf/1"},
+                                               "cond": {"if": {"type": "string"}, "then": {"minLength": 2},
+                                                        "else": {"type": "integer"}},
+                                               "other": {"$ref": "#/properties/cond/else"}}}
+    out = rewrite(schema)
+    assert out["properties"]["again"] == {"$ref": "#/properties/shape/anyOf/1"}
+    assert out["properties"]["other"] == {"$ref": "#/properties/cond/anyOf/1/allOf/1"}
+    check(schema, [{"again": 1}, {"again": "s"}, {"other": 2}, {"other": "x"}, {"cond": "x"}, {"cond": "xy"}])
+
+
+def test_unused_definitions_are_never_refused_and_used_ones_are_rewritten():
+    schema = {"definitions": {"unused": {"oneOf": [{"type": "integer"}, {"type": "number"}]},
+                              "used": {"not": {"type": "null"}}},
+              "properties": {"a": {"$ref": "#/definitions/used"}}}
+    out = rewrite(schema)
+    assert out["definitions"]["unused"] == schema["definitions"]["unused"]
+    assert out["definitions"]["used"] == {"type": ["boolean", "number", "string", "array", "object"]}
+    assert rewrite({"$ref": "#/definitions/used", "definitions": {"used": {"not": {}}}})["definitions"] == {
+        "used": {"allOf": [False]}}
+
+
+def test_ids_and_anchors_resolve():
+    schema = {"$id": "https://example.com/root.json", "type": "object", "properties": {
+        "a": {"$id": "inner.json", "$defs": {"t": {"const": 1}}, "oneOf": [{"$ref": "#/$defs/t"},
+                                                                             {"type": "string"}]},
+        "b": {"oneOf": [{"$ref": "inner.json#/$defs/t"}, {"$ref": "#tagged"}]}},
+        "$defs": {"x": {"$anchor": "tagged", "type": "string"}}}
+    out = rewrite(schema)
+    assert "anyOf" in out["properties"]["a"] and "anyOf" in out["properties"]["b"]
+    check(schema, [{"a": 1}, {"a": 2}, {"a": "s"}, {"b": 1}, {"b": "s"}, {"b": None}])
+    urn = {"$id": "urn:example:root", "$defs": {"s": {"type": "string"}},
+           "oneOf": [{"$ref": "#/$defs/s"}, {"type": "integer"}]}        # a base urljoin does not resolve against
+    assert rewrite(urn)["anyOf"] == urn["oneOf"]
+
+
+JUNK = st.recursive(
+    st.one_of(SCALARS, st.sampled_from([[], {}, ["a"], -5, 10 ** 20])),
+    lambda inner: st.one_of(st.lists(inner, max_size=3), st.dictionaries(st.sampled_from(
+        ["type", "enum", "const", "oneOf", "anyOf", "allOf", "not", "if", "then", "else", "properties", "required",
+         "items", "prefixItems", "additionalProperties", "uniqueItems", "dependencies", "propertyNames", "contains",
+         "minItems", "maxItems", "minimum", "exclusiveMinimum", "format", "$ref", "$defs", "$id", "a"]),
+        inner, max_size=4)), max_leaves=12)
+
+
+def test_what_is_not_json_is_left_to_the_caller():
+    for odd in ({"enum": [{1, 2}]}, {"const": float("nan"), "oneOf": [True]}):
+        assert rewrite(odd) is odd
+    with pytest.raises(GrammarError, match="not JSON"):
+        from fastgguf.engine.grammar import Grammar
+        Grammar.json_schema({"enum": [{1, 2}], "not": {"type": "null"}})
+
+
+@settings(max_examples=100, deadline=None, derandomize=True)
+@given(st.dictionaries(st.sampled_from(["oneOf", "not", "if", "then", "uniqueItems", "items", "dependencies", "enum",
+                                        "propertyNames", "contains", "$ref", "$defs", "maxProperties", "required",
+                                        "minProperties", "properties", "additionalProperties"]),
+                       JUNK, max_size=4))
+def test_malformed_schemas_raise_only_grammar_errors(schema):
+    try:
+        rewrite(schema)
+    except GrammarError:
+        pass
+
+
+# -- wired in: Grammar.json_schema and tool calls -------------------------------------------------------------------
+
+WIRED = {"type": "object", "properties": {"when": {"type": "string", "format": "partial-date"},
+                                          "x": {"oneOf": [{"type": "integer"}, {"type": "null"}]},
+                                          "y": {"not": {"enum": ["a", "b"]}}}, "required": ["x"],
+         "dependentRequired": {"x": ["y"]}}
+
+
+def test_grammar_json_schema_rewrites():
+    pytest.importorskip("llguidance")
+    from fastgguf.engine.grammar import Grammar
+    assert Grammar.json_schema(WIRED).kind == "json_schema"
+    with pytest.raises(GrammarError, match=r"^json_schema: oneOf at #: branches 0 and 1"):
+        Grammar.json_schema({"oneOf": [{"type": "integer"}, {"type": "number"}]})
+    assert Grammar.json_schema({"oneOf": [{"type": "integer"}, {"type": "number"}]}, lenient=True)
+
+
+def test_tool_grammars_rewrite_parameters():
+    pytest.importorskip("llguidance")
+    from fastgguf.engine.tools import ToolError, tool_grammar, validate_tools
+
+    def tools(params):
+        return validate_tools([{"type": "function", "function": {"name": "f", "parameters": params}}], "required")
+    assert tool_grammar(tools(WIRED), "hermes")
+    refs = {"type": "object", "$defs": {"n": {"oneOf": [{"type": "integer"}, {"type": "string"}]}},
+            "properties": {"n": {"$ref": "#/$defs/n"}}}
+    assert tool_grammar(tools(refs), "generic")          # its $refs rebased below the call schema's $defs
+    with pytest.raises(ToolError, match="'f'.*oneOf at #/properties/n: branches 0 and 1") as e:
+        tool_grammar(tools({"type": "object", "properties": {
+            "n": {"oneOf": [{"type": "integer"}, {"type": "number"}]}}}), "hermes")
+    assert e.value.param == "tools"
