@@ -90,7 +90,7 @@ def require_llguidance():
 
 def _message(text):
     """llguidance's error without its location prefix and its listing of the grammar source."""
-    text = text.split("\n   1 | ", 1)[0].split("<backtrace>", 1)[0].split("\n<state>", 1)[0]
+    text = text.split("\n   1 | ", 1)[0].split("<backtrace>", 1)[0].split("\n<state>", 1)[0].replace("<non-verbose/>", "")
     text = re.sub(r"^at \d+\(\d+\): ", "", text)
     return text.replace("failed to compile JSON schema: ", "", 1).strip()
 

@@ -99,6 +99,8 @@ def test_panic_and_state_text_never_reach_a_message():
     assert G._message("panic: assertion failed: x\n<backtrace>\n  0: <unknown>") == "panic: assertion failed: x"
     assert G._message("grammar matcher failed: NoExtensionBias\n<state>\nTokens: ...") == \
         "grammar matcher failed: NoExtensionBias"
+    assert G._message("Parser Error: Current row has 40001 items\n<non-verbose/>") == \
+        "Parser Error: Current row has 40001 items"
 
 
 def test_the_sandbox_survives_a_crashing_job_and_names_it():
