@@ -167,8 +167,9 @@ def test_no_import_cycles():
 
 # The layers, lowest first (ARCHITECTURE.md): a module is in the layer of its longest listed prefix.
 LAYERS = [
-    # engine.threads counts CPUs and imports nothing of fastgguf: the quantizer (gguf) uses it as well as the engine
-    ("fastgguf.errors", "fastgguf.kernels", "fastgguf._native", "fastgguf.engine.threads"),
+    # _threads counts CPUs and imports nothing of fastgguf: the quantizer (gguf) uses it as well as the engine (whose
+    # engine.threads is its public home)
+    ("fastgguf.errors", "fastgguf.kernels", "fastgguf._native", "fastgguf._threads"),
     # convert writes GGUFs with gguf's writer; the hub's catalogue converts with it
     ("fastgguf.gguf", "fastgguf.tokenizer", "fastgguf.arch", "fastgguf.hub", "fastgguf.convert"),
     ("fastgguf.engine",),
