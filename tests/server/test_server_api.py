@@ -5,6 +5,7 @@ same SamplingParams and seed: batching changes who waits, never what is computed
 import asyncio
 import json
 import time
+from typing import List, Optional, Union
 import urllib.error
 import urllib.request
 
@@ -280,6 +281,8 @@ BAD = [
     ("/v1/chat/completions", {"messages": MSGS, "seed": 1.5}, 400, "seed", None),
     ("/v1/chat/completions", {"messages": MSGS, "logit_bias": {"999999": 1}}, 400, "logit_bias", None),
     ("/v1/chat/completions", {"messages": MSGS, "n": 0}, 400, "n", None),
+    ("/v1/completions", {"prompt": "hi", "repeat_last_n": "5"}, 400, "repeat_last_n", None),
+    ("/v1/chat/completions", {"messages": MSGS, "draft_ngram_min": 1.5}, 400, "draft_ngram_min", None),
     ("/v1/chat/completions", {}, 400, "messages", None),
     ("/v1/chat/completions", {"messages": [{"role": "robot", "content": "hi"}]}, 400, "messages", None),
     ("/v1/chat/completions", {"messages": MSGS, "tools": [{"type": "function", "function": {"name": "f g"}}]},
@@ -346,6 +349,25 @@ def test_every_json_route_refuses_a_body_that_is_not_an_object(server, model):
                 assert set(body["error"]) == {"message", "type", "param", "code"}, (path, body)
                 message = body["error"]["message"]
             assert message == "the request body must be a JSON object", (path, raw, message)
+
+
+def test_request_models_carry_every_sampling_field(model):
+    """server/schemas.py listed the sampling fields by hand and had lost repeat_last_n, draft_ngram_max and
+    draft_ngram_min: every field the API reads into SamplingParams (all of SamplingParams' fields, and the aliases)
+    is now a field of both generation request models and of their OpenAPI schemas (/docs)."""
+    from fastgguf.engine.params import SamplingParams
+    from fastgguf.openai.protocol import SAMPLING_FIELDS
+    from fastgguf.server import create_app, schemas
+    accepted = {api for api, _ in SAMPLING_FIELDS}
+    assert set(SamplingParams.names()) <= accepted
+    components = create_app(model).app.openapi()["components"]["schemas"]
+    for cls in (schemas.ChatCompletionRequest, schemas.CompletionRequest):
+        for where, fields in (("model", cls.model_fields), ("OpenAPI", components[cls.__name__]["properties"])):
+            missing = sorted(accepted - set(fields))
+            assert not missing, f"{cls.__name__} ({where}) lacks {missing}"
+    props = components["CompletionRequest"]["properties"]
+    assert {"repeat_last_n", "draft_ngram_max", "draft_ngram_min"} <= set(props)
+    assert schemas.CompletionRequest.model_fields["stop"].annotation == Optional[Union[str, List[str]]]
 
 
 def test_bad_json_and_body_limit_and_openai_client_errors(server, client, model_name):
