@@ -1,7 +1,7 @@
 # Included by _native.pyx. Thin Python wrappers over the C kernels, for tests, benchmarks and the quantizer.
-# Arrays in, arrays out; every function validates its arguments so the C underneath can trust them.
-
-from fastgguf.engine.threads import check_n_threads
+# Arrays in, arrays out; every function validates its arguments so the C underneath can trust them, except the
+# bound on thread counts: fastgguf._threads owns it and the extension imports nothing of fastgguf (kernels.matmul
+# and the engine check n_threads before they get here).
 
 ISAS = tuple(fg_isa_name(i).decode() for i in range(FG_ISA_COUNT))
 _KINDS = ((FG_K_QUANTIZE, "quantize"), (FG_K_DEQUANTIZE, "dequantize"), (FG_K_VEC_DOT, "vec_dot"),
@@ -323,14 +323,15 @@ def read_bandwidth(int64_t nbytes=1 << 29, int repeats=3, bint prefetch=True):
     return best
 
 
-def matmul(w_raw, wtype, x, n_threads=None):
+def matmul(w_raw, wtype, x, int n_threads=0):
     """y = x @ W.T with W given as raw rows (rows, row_bytes) of type wtype; x float (m, n) or (n,).
 
-    The activation is quantized to vec_dot_type(wtype) first, exactly as in the forward pass. n_threads: None (or
-    0) for all, else a validated positive count (fastgguf.engine.threads)."""
+    The activation is quantized to vec_dot_type(wtype) first, exactly as in the forward pass. n_threads: 0 for all,
+    else a positive count already checked by fastgguf._threads.check_n_threads (fastgguf.kernels.matmul does)."""
     cdef int ti = _type_id(wtype)
-    cdef int nth = 0 if n_threads is None or (not isinstance(n_threads, bool) and n_threads == 0) \
-        else _threads_for(check_n_threads(n_threads))
+    if n_threads < 0:
+        raise ValueError(f"n_threads must be >= 0, got {n_threads}")
+    cdef int nth = _threads_for(n_threads) if n_threads else 0
     if fg_vec_dot_type(ti) < 0:
         raise ValueError(f"type {wtype!r} is an activation-only type: it cannot be a weight matrix")
     xa = np.asarray(x, dtype=np.float32)

@@ -268,8 +268,8 @@ cdef extern from "fg_sample.h" nogil:
 
 
 cdef class Sampler:
+    # (its SamplingParams, `params`, is fastgguf.engine.sampler.Sampler's: the extension knows none)
     cdef fg_sampler s
-    cdef readonly object params      # the SamplingParams it follows
     cdef readonly object seed        # the seed in use (drawn from os.urandom when None was given)
     cdef readonly object logit_bias  # {id: bias} as validated
     cdef readonly object n_vocab     # vocabulary size bias ids and accepted ids are checked against, or None

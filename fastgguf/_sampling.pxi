@@ -1,11 +1,11 @@
 # Included by _native.pyx. Samplers (C, csrc/fg_sample.c) and the decode loop.
 #
-# Sampler validates its parameters here, in Python; the C underneath trusts them. generate_ids is the decode loop:
-# Runner.step + bias/penalties + sampling + bookkeeping run with the GIL released, and Python only sees each token id
-# as it is yielded (for detokenization and stop checks). A constraint (a grammar matcher) adds two Python calls per
-# token: its allowed-token mask before the draw, and the drawn token after it.
-
-from fastgguf.engine.params import SamplingParams, check_logit_bias, check_token_id
+# Sampler takes its parameters as plain values and trusts them, as the C underneath does: fastgguf.engine.sampler's
+# Sampler (a subclass) builds it from a SamplingParams, which validates them (the extension imports nothing of
+# fastgguf). generate_ids is the decode loop: Runner.step + bias/penalties + sampling + bookkeeping run with the GIL
+# released, and Python only sees each token id as it is yielded (for detokenization and stop checks). A constraint
+# (a grammar matcher) adds two Python calls per token: its allowed-token mask before the draw, and the drawn token
+# after it.
 
 NO_CANDIDATE = FG_SAMPLE_NO_CANDIDATE
 NO_MEMORY = FG_SAMPLE_NO_MEMORY
@@ -13,10 +13,10 @@ NO_ALLOWED = FG_SAMPLE_NO_ALLOWED
 
 
 cdef class Sampler:
-    """Turns logits into token ids, as a SamplingParams says (see fastgguf.engine.params for the order of the
-    samplers). `Sampler(params, n_vocab=None)` or `Sampler(temperature=..., ...)`: keywords build (or override) the
-    SamplingParams, which validates them; the C underneath trusts the result. With n_vocab, token ids (logit_bias,
-    accepted tokens) are checked against the vocabulary."""
+    """Turns logits into token ids with the samplers of csrc/fg_sample.c (their order: fastgguf.engine.params).
+    Built from validated plain values: `temperature`, `top_k`, ..., `presence_penalty` as SamplingParams holds
+    them, `logit_bias` a {token id: bias} dict, `seed` an int or None (None: drawn from os.urandom), `n_vocab` an
+    int or None; use fastgguf.engine.sampler.Sampler, which checks them. accept() trusts its token id likewise."""
 
     def __cinit__(self, *args, **kwargs):
         fg_sampler_init(&self.s, 0)
@@ -24,33 +24,26 @@ cdef class Sampler:
     def __dealloc__(self):
         fg_sampler_free(&self.s)
 
-    def __init__(self, params=None, *, n_vocab=None, **kwargs):
-        p = SamplingParams.from_args(params, **kwargs)
-        if n_vocab is not None:
-            if isinstance(n_vocab, bool) or not isinstance(n_vocab, (int, np.integer)):
-                raise TypeError(f"n_vocab must be an int, got {type(n_vocab).__name__}")
-            if not 1 <= n_vocab <= 0x7FFFFFFF:
-                raise ValueError(f"n_vocab must be in [1, 2**31), got {n_vocab}")
-        self.n_vocab = None if n_vocab is None else int(n_vocab)
-        self.params = p
-        self.s.temperature = p.temperature
-        self.s.top_k = p.top_k
-        self.s.top_p = p.top_p
-        self.s.min_p = p.min_p
-        self.s.repeat_penalty = p.repeat_penalty
-        self.s.repeat_last_n = p.repeat_last_n
-        self.s.frequency_penalty = p.frequency_penalty
-        self.s.presence_penalty = p.presence_penalty
-        bias = check_logit_bias(p.logit_bias, self.n_vocab)
-        ids = np.fromiter(bias.keys(), dtype=np.int32, count=len(bias))
-        vals = np.fromiter(bias.values(), dtype=np.float32, count=len(bias))
+    def __init__(self, *, temperature, top_k, top_p, min_p, repeat_penalty, repeat_last_n, frequency_penalty,
+                 presence_penalty, logit_bias, seed, n_vocab):
+        self.n_vocab = n_vocab
+        self.s.temperature = temperature
+        self.s.top_k = top_k
+        self.s.top_p = top_p
+        self.s.min_p = min_p
+        self.s.repeat_penalty = repeat_penalty
+        self.s.repeat_last_n = repeat_last_n
+        self.s.frequency_penalty = frequency_penalty
+        self.s.presence_penalty = presence_penalty
+        ids = np.fromiter(logit_bias.keys(), dtype=np.int32, count=len(logit_bias))
+        vals = np.fromiter(logit_bias.values(), dtype=np.float32, count=len(logit_bias))
         cdef int32_t[::1] ids_v = ids
         cdef float[::1] vals_v = vals
-        if fg_sampler_set_bias(&self.s, &ids_v[0] if len(bias) else NULL,
-                               &vals_v[0] if len(bias) else NULL, <int32_t>len(bias)) != 0:
+        if fg_sampler_set_bias(&self.s, &ids_v[0] if len(logit_bias) else NULL,
+                               &vals_v[0] if len(logit_bias) else NULL, <int32_t>len(logit_bias)) != 0:
             raise MemoryError("logit_bias")
-        self.logit_bias = bias
-        self.seed = p.seed if p.seed is not None else int.from_bytes(os.urandom(8), "little")
+        self.logit_bias = logit_bias
+        self.seed = seed if seed is not None else int.from_bytes(os.urandom(8), "little")
         fg_rng_seed(&self.s.rng, <uint64_t>(self.seed & 0xFFFFFFFFFFFFFFFF))
 
     @property
@@ -124,10 +117,10 @@ cdef class Sampler:
         return arr
 
     def accept(self, token, generated=True):
-        """Record a token: it enters the repetition-penalty window, and when ``generated`` also the counts of the
-        frequency/presence penalties (prompt tokens: ``generated=False``)."""
-        tid = check_token_id("token", token, self.n_vocab)
-        if fg_sampler_accept(&self.s, <int32_t>tid, 1 if generated else 0) != 0:
+        """Record a token (a valid id: fastgguf.engine.sampler.Sampler.accept checks it): it enters the
+        repetition-penalty window, and when ``generated`` also the counts of the frequency/presence penalties (prompt
+        tokens: ``generated=False``)."""
+        if fg_sampler_accept(&self.s, <int32_t>token, 1 if generated else 0) != 0:
             raise MemoryError("sampler history")
 
     def accept_many(self, tokens, generated=False):

@@ -22,6 +22,7 @@ from typing import NamedTuple
 import numpy as np
 
 from fastgguf import _native
+from fastgguf._threads import check_n_threads
 from fastgguf.errors import QuantizeError
 from fastgguf._native import (  # noqa: F401
     ISAS,
@@ -39,7 +40,6 @@ from fastgguf._native import (  # noqa: F401
     ext_enabled,
     ext_name,
     gemv,
-    matmul,
     read_bandwidth,
     row_size,
     set_ext,
@@ -100,6 +100,16 @@ def _checked(x, raw, t):
         e.unfit = bad  # for a caller that names more (fastgguf.gguf.quantize: the tensor, its row in the file)
         raise e
     return raw
+
+
+def matmul(w_raw, wtype, x, n_threads=None):
+    """y = x @ W.T with W given as raw rows (rows, row_bytes) of type wtype; x float (m, n) or (n,).
+
+    The activation is quantized to vec_dot_type(wtype) first, exactly as in the forward pass. n_threads: None (or
+    0) for all, else a positive int checked as every n_threads is (fastgguf.engine.threads)."""
+    if n_threads is None or (not isinstance(n_threads, bool) and n_threads == 0):
+        return _native.matmul(w_raw, wtype, x, 0)
+    return _native.matmul(w_raw, wtype, x, check_n_threads(n_threads))
 
 
 def quantize(x, t, isa=None):

@@ -5,7 +5,8 @@
 - an ISA is available only if its code was compiled in;
 - no import cycles between fastgguf's modules, function-level imports included;
 - imports run one way: server -> openai -> engine -> arch/tokenizer/gguf -> kernels (no lower layer imports a
-  higher one);
+  higher one), the extensions' Cython sources (.pyx and the .pxi files they include) read too;
+- gguf/ imports nothing of engine/, and the extensions import nothing of fastgguf;
 - the C type table is the one owner of format facts;
 - the README's public names import."""
 import ast
@@ -112,25 +113,68 @@ def test_env_isa_reaches_the_model(default_model_path):
     assert not np.array_equal(a, b)
 
 
-def _module_imports():
-    """{module: set of fastgguf modules it imports, anywhere in the file: a function-local import is still a
-    dependency (0.2.0's engine/openai.py reached up into server/engine.py from inside functions, unseen)."""
+def _absolute(pkg, level, base):
+    """The module `from <level dots><base> import ...` names, inside package pkg."""
+    if not level:
+        return base
+    parts = pkg.split(".")
+    return ".".join(parts[:len(parts) - level + 1] + ([base] if base else []))
+
+
+def _python_imports(path, pkg):
+    deps = set()
+    for node in ast.walk(ast.parse(open(path, encoding="utf-8").read())):  # every level
+        if isinstance(node, ast.Import):
+            deps |= {a.name for a in node.names}
+        elif isinstance(node, ast.ImportFrom):
+            base = _absolute(pkg, node.level, node.module or "")
+            deps.add(base)
+            deps |= {f"{base}.{a.name}" for a in node.names}
+    return deps
+
+
+# a Cython import or cimport, at any indentation: `from X import a, b` / `from X import (a,\n b)` / `import X`
+_CY_IMPORT = re.compile(r"^[ \t]*(?:from[ \t]+(\.*)([\w.]*)[ \t]+c?import[ \t]+(\([^)]*\)|[^\n#]*)"
+                        r"|c?import[ \t]+([\w.]+))", re.M)
+_CY_INCLUDE = re.compile(r"^[ \t]*include[ \t]+\"([^\"]+)\"", re.M)
+
+
+def _cython_imports(path, pkg):
+    """What a .pyx imports, the .pxi files it includes (they compile into its module) read as its own text. Cython is
+    not Python, so a regex reads it: every `import` / `from ... import` / `cimport` line, at any indentation."""
+    text = open(path, encoding="utf-8").read()
+    for inc in _CY_INCLUDE.findall(text):
+        text += "\n" + open(os.path.join(os.path.dirname(path), inc), encoding="utf-8").read()
+    deps = set()
+    for dots, base, names, plain in _CY_IMPORT.findall(text):
+        if plain:
+            deps.add(plain)
+            continue
+        base = _absolute(pkg, len(dots), base)
+        deps.add(base)
+        deps |= {f"{base}.{n.split()[0]}" for n in names.strip("()").replace("\n", " ").split(",") if n.strip()}
+    return deps
+
+
+def _raw_imports():
+    """{module: every fastgguf module name it imports, anywhere in the file: a function-local import is still a
+    dependency (0.2.0's engine/openai.py reached up into server/engine.py from inside functions, unseen)}. The
+    extensions (.pyx, with the .pxi files they include) are modules too."""
     graph = {}
-    for path in glob.glob(os.path.join(PKG, "**", "*.py"), recursive=True):
-        rel = os.path.relpath(path, ROOT)[:-3].replace(os.sep, ".")
+    for path in glob.glob(os.path.join(PKG, "**", "*.py"), recursive=True) + \
+            glob.glob(os.path.join(PKG, "**", "*.pyx"), recursive=True):
+        stem, ext = os.path.splitext(os.path.relpath(path, ROOT))
+        rel = stem.replace(os.sep, ".")
         mod = rel[:-len(".__init__")] if rel.endswith(".__init__") else rel
         pkg = mod if rel.endswith(".__init__") else mod.rsplit(".", 1)[0]
-        deps = set()
-        for node in ast.walk(ast.parse(open(path, encoding="utf-8").read())):  # every level
-            if isinstance(node, ast.Import):
-                deps |= {a.name for a in node.names}
-            elif isinstance(node, ast.ImportFrom):
-                base = node.module or ""
-                if node.level:
-                    base = ".".join(pkg.split(".")[:len(pkg.split(".")) - node.level + 1] + ([base] if base else []))
-                deps.add(base)
-                deps |= {f"{base}.{a.name}" for a in node.names}
-        graph[mod] = {d for d in deps if d.startswith("fastgguf")}
+        deps = _python_imports(path, pkg) if ext == ".py" else _cython_imports(path, pkg)
+        graph[mod] = {d for d in deps if d == "fastgguf" or d.startswith("fastgguf.")}
+    return graph
+
+
+def _module_imports():
+    """{module: the set of fastgguf's modules it imports} (_raw_imports, less names that are not modules)."""
+    graph = _raw_imports()
     return {m: {d for d in deps if d in graph and d != m} for m, deps in graph.items()}
 
 
@@ -167,8 +211,9 @@ def test_no_import_cycles():
 
 # The layers, lowest first (ARCHITECTURE.md): a module is in the layer of its longest listed prefix.
 LAYERS = [
-    # engine.threads counts CPUs and imports nothing of fastgguf: the quantizer (gguf) uses it as well as the engine
-    ("fastgguf.errors", "fastgguf.kernels", "fastgguf._native", "fastgguf.engine.threads"),
+    # _threads counts CPUs and imports nothing of fastgguf: the quantizer (gguf) uses it as well as the engine (whose
+    # engine.threads is its public home)
+    ("fastgguf.errors", "fastgguf.kernels", "fastgguf._native", "fastgguf._threads"),
     # convert writes GGUFs with gguf's writer; the hub's catalogue converts with it
     ("fastgguf.gguf", "fastgguf.tokenizer", "fastgguf.arch", "fastgguf.hub", "fastgguf.convert"),
     ("fastgguf.engine",),
@@ -196,6 +241,28 @@ def test_imports_run_one_way():
                 for m in graph for d in _edges(graph, m) if _layer(d) > _layer(m))
     assert not up, "\n".join(up)
     assert _layer("fastgguf.server.app") > _layer("fastgguf.openai.protocol") > _layer("fastgguf.engine.scheduler")
+
+
+def test_gguf_does_not_import_the_engine():
+    """gguf/ (files: reader, writer, quantizer) sits below engine/: the quantizer imported engine.threads, so
+    loading a file dragged in the engine. Thread counts live in fastgguf._threads now."""
+    graph = _module_imports()
+    up = sorted(f"{m} imports {d}" for m in graph if m.startswith("fastgguf.gguf")
+                for d in graph[m] if d.startswith("fastgguf.engine"))
+    assert not up, "\n".join(up)
+
+
+def test_extensions_import_nothing_of_fastgguf():
+    """The compiled modules (_native.pyx with its .pxi files, tokenizer/_bpe.pyx) are the bottom of the graph: the
+    Sampler takes plain values (fastgguf.engine.sampler builds it from SamplingParams) and thread counts arrive
+    checked (fastgguf._threads), so nothing of fastgguf, not even fastgguf.errors, is imported from C's side."""
+    raw = _raw_imports()
+    native = sorted(m for m in raw if os.path.exists(os.path.join(ROOT, *m.split(".")) + ".pyx"))
+    if not native:
+        pytest.skip("no .pyx sources next to the package (an installed wheel without them)")
+    assert "fastgguf._native" in native
+    found = sorted(f"{m} imports {d}" for m in native for d in raw[m])
+    assert not found, "\n".join(found)
 
 
 @pytest.mark.parametrize("mod", ["fastgguf.engine.chat", "fastgguf.engine.generate", "fastgguf.arch.llama",

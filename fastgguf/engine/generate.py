@@ -25,9 +25,10 @@ import weakref
 from dataclasses import dataclass, field
 from typing import List, Optional
 
-from fastgguf._native import Runner, Sampler, generate_ids
+from fastgguf._native import Runner, generate_ids
 from fastgguf.engine.grammar import matchers
 from fastgguf.engine.params import SamplingParams, check_token_ids
+from fastgguf.engine.sampler import Sampler
 from fastgguf.engine.sequence import Sequence
 from fastgguf.engine.speculative import check_draft, draft_budget, make_drafter, rewind_or_replay
 

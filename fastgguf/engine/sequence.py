@@ -19,7 +19,8 @@ Where later features plug in, each in one place:
 """
 from typing import NamedTuple, Optional
 
-from fastgguf._native import Sampler, check_logits
+from fastgguf._native import check_logits
+from fastgguf.engine.sampler import Sampler
 from fastgguf.engine.stops import StopText
 
 __all__ = ["Sequence", "Step", "StopText"]

@@ -32,7 +32,7 @@ from concurrent.futures import ThreadPoolExecutor
 import numpy as np
 
 from fastgguf import kernels
-from fastgguf.engine.threads import check_n_threads, usable_cpus
+from fastgguf._threads import check_n_threads, usable_cpus
 from fastgguf.errors import QuantizeError
 from fastgguf.gguf import GGML_TYPE_INFO, GGMLType, GGUFFile, GGUFValueType, GGUFWriter
 

@@ -3,10 +3,20 @@
 Request models type each field loosely where fastgguf validates it itself: sampling fields are checked by
 SamplingParams (the one owner of that validation) through fastgguf.openai.protocol; fastgguf.openai.responses
 builds the response dicts; the response models here describe those dicts (FastAPI validates them and shows them in /docs).
+
+The sampling fields of the generation requests are generated from the fields protocol.SAMPLING_FIELDS reads (every
+SamplingParams field and OpenAI's / llama.cpp's aliases), each typed from its SamplingParams field: a new field is in
+the request models (and /docs) without being written here. Besides OpenAI's, they carry llama.cpp's extras
+(`json_schema`, `grammar`: GBNF, `repeat_last_n`, `repetition_penalty`) and fastgguf's (`speculative`:
+"prompt_lookup" or "none", `draft_max`, `draft_ngram_max`, `draft_ngram_min`).
 """
+import dataclasses
 from typing import Any, Dict, List, Literal, Optional, Union
 
-from pydantic import BaseModel, ConfigDict
+from pydantic import BaseModel, ConfigDict, create_model
+
+from fastgguf.engine.params import SamplingParams
+from fastgguf.openai.protocol import SAMPLING_FIELDS
 
 
 class _Loose(BaseModel):
@@ -19,33 +29,34 @@ class _Request(_Loose):
     model_config = ConfigDict(extra="allow", strict=True)
 
 
-class _Sampling(_Request):
+# A SamplingParams field's type in a JSON body: its own for numbers, these for the others (a body carries GBNF text,
+# not a Grammar, and a speculative mode, not a draft Model). A field of another type fails here, at import.
+_JSON_TYPES = {int: int, float: float, Optional[int]: int}
+_JSON_FIELD_TYPES = {"stop": Union[str, List[str]], "logit_bias": Dict[str, Any], "json_schema": Dict[str, Any],
+                     "grammar": str, "speculative": str}
+
+
+def _sampling_fields():
+    """{request field: (its optional JSON type, default None)} for every field protocol.SAMPLING_FIELDS reads."""
+    fields = {f.name: f for f in dataclasses.fields(SamplingParams)}
+    types = {name: _JSON_FIELD_TYPES.get(name) or _JSON_TYPES[f.type] for name, f in fields.items()}
+    return {api: (Optional[types[name]], None) for api, name in SAMPLING_FIELDS}
+
+
+_SamplingFields = create_model("_SamplingFields", __base__=_Request, __module__=__name__, **_sampling_fields())
+
+
+class _Sampling(_SamplingFields):
+    """A generation request: the sampling fields (generated above), then the rest."""
     model: Optional[str] = None
-    max_tokens: Optional[int] = None
-    temperature: Optional[float] = None
-    top_p: Optional[float] = None
-    top_k: Optional[int] = None
-    min_p: Optional[float] = None
-    stop: Optional[Union[str, List[str]]] = None
-    seed: Optional[int] = None
     n: Optional[int] = None
-    frequency_penalty: Optional[float] = None
-    presence_penalty: Optional[float] = None
-    repetition_penalty: Optional[float] = None
-    repeat_penalty: Optional[float] = None
-    logit_bias: Optional[Dict[str, Any]] = None
     stream: Optional[bool] = None
     stream_options: Optional[Dict[str, Any]] = None
     user: Optional[str] = None  # ignored
-    json_schema: Optional[Dict[str, Any]] = None  # llama.cpp's extra: the output matches this JSON Schema
-    grammar: Optional[str] = None  # llama.cpp's extra: the output matches this GBNF grammar
-    speculative: Optional[str] = None  # fastgguf's extra: "prompt_lookup" or "none" (exact speculative decoding)
-    draft_max: Optional[int] = None  # tokens drafted per step
 
 
 class ChatCompletionRequest(_Sampling):
     messages: Union[str, List[Dict[str, Any]]]
-    max_completion_tokens: Optional[int] = None
     logprobs: Optional[bool] = None
     top_logprobs: Optional[int] = None
     response_format: Optional[Any] = None

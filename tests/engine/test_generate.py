@@ -261,7 +261,8 @@ def test_real_prefix_reuse_follows_the_cache_not_the_last_generate(model):
 
 
 def test_real_generate_ids_direct(model):
-    from fastgguf._native import Sampler, generate_ids
+    from fastgguf._native import generate_ids
+    from fastgguf.engine.sampler import Sampler
     ctx = model.context(n_ctx=16)
     ids = model.tokenize("The capital of France is")
     logits = ctx.eval(ids)

@@ -5,9 +5,9 @@ import math
 import pytest
 
 from fastgguf import SamplingParams
-from fastgguf._native import Sampler
 from fastgguf.cli import build_parser
 from fastgguf.cli.common import sampling_params
+from fastgguf.engine.sampler import Sampler
 
 DEFAULTS = SamplingParams()
 

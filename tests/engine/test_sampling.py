@@ -1,10 +1,11 @@
-"""Samplers (csrc/fg_sample.c through fastgguf._native.Sampler)."""
+"""Samplers (csrc/fg_sample.c through fastgguf._native.Sampler, built by fastgguf.engine.sampler.Sampler)."""
 import math
 
 import numpy as np
 import pytest
 
-from fastgguf._native import Sampler, argmax, top_k
+from fastgguf._native import argmax, top_k
+from fastgguf.engine.sampler import Sampler
 
 NEG_INF = float("-inf")
 

@@ -7,7 +7,8 @@ import itertools
 import numpy as np
 import pytest
 
-from fastgguf._native import Sampler, generate_ids
+from fastgguf._native import generate_ids
+from fastgguf.engine.sampler import Sampler
 from kq_model import make_kq_model
 
 NEG_INF = np.float32(-np.inf)

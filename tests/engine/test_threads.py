@@ -9,7 +9,7 @@ import pytest
 
 import fastgguf._native as native
 from fastgguf import kernels
-from fastgguf.engine import threads
+from fastgguf import _threads as threads  # the definitions (fastgguf.engine.threads re-exports them)
 
 
 def test_build_info():
@@ -82,6 +82,13 @@ def test_physical_cores_windows(monkeypatch):
     assert threads.physical_cores() == 12
     monkeypatch.setattr(os, "cpu_count", lambda: None)
     assert threads.physical_cores() == 1
+
+
+def test_engine_threads_is_the_public_home():
+    """fastgguf.engine.threads (named by the README) re-exports the bottom module's functions, not copies."""
+    from fastgguf.engine import threads as public
+    for name in public.__all__ + ["max_threads"]:
+        assert getattr(public, name) is getattr(threads, name), name
 
 
 def test_sysctl_int_unknown_name_is_none():

@@ -5,6 +5,7 @@ same SamplingParams and seed: batching changes who waits, never what is computed
 import asyncio
 import json
 import time
+from typing import List, Optional, Union
 import urllib.error
 import urllib.request
 
@@ -142,6 +143,18 @@ def metric(server, name):
     return float(next(line.split()[1] for line in text.splitlines() if line.startswith(name + " ")))
 
 
+def wait_for_metric(server, name, ok, timeout=60):
+    """/metrics' `name` once ok(value) holds, polled: a test waits for the server's state, never a fixed time. The
+    deadline is generous (a loaded machine is slow, not wrong); past it the test fails with the last value."""
+    deadline = time.time() + timeout
+    while True:
+        value = metric(server, name)
+        if ok(value):
+            return value
+        assert time.time() < deadline, f"{name} is still {value} after {timeout} s"
+        time.sleep(0.05)
+
+
 def test_n2_evaluates_the_prompt_once(server, client, model, model_name):
     ids = list(model.tokenize("A prompt that nobody has sent before, about seven green fruits:"))
     before = metric(server, "fastgguf_prompt_tokens_evaluated_total")
@@ -206,28 +219,36 @@ def test_embeddings_openai_client(server, client, model, model_name):
     assert model.create_embedding(UNRELATED)["data"][0]["embedding"] == by_ids == model.embed(UNRELATED)
 
 
-def test_embedding_while_streams_run_equals_alone(server, client, model_name):
+def test_embedding_while_streams_run_equals_alone(server, client, model, model_name):
+    """An embedding asked while 4 streams decode equals the one asked alone. It is sent once /metrics shows the 4
+    streams in their slots (was: a fixed 0.3 s sleep, after which the streams could be done, or not yet started);
+    the streams cannot end early (200 tokens, end-of-generation banned) and are closed once the embedding is back."""
     import openai
     alone = client.embeddings.create(model=model_name, input=PARAPHRASES[0], encoding_format="float").data[0]
+    ban = {str(int(t)): -100.0 for t in model.tokenizer.eog_ids}
 
     async def stream(ac, i):
-        s = await ac.completions.create(model=model_name, prompt=f"Tale {i}:", max_tokens=40, temperature=0,
-                                        stream=True)
-        return "".join([c.choices[0].text async for c in s])
+        s = await ac.completions.create(model=model_name, prompt=f"Tale {i}:", max_tokens=200, temperature=0,
+                                        logit_bias=ban, stream=True)
+        async with s:
+            async for _ in s:
+                pass
 
     async def main():
         ac = openai.AsyncOpenAI(base_url=server.base + "/v1", api_key=API_KEY, max_retries=0, timeout=120)
+        tasks = [asyncio.create_task(stream(ac, i)) for i in range(4)]
         try:
-            tasks = [asyncio.create_task(stream(ac, i)) for i in range(4)]
-            await asyncio.sleep(0.3)
+            await asyncio.to_thread(wait_for_metric, server, "fastgguf_requests_running", lambda v: v >= 4)
             emb = await ac.embeddings.create(model=model_name, input=PARAPHRASES[0], encoding_format="float")
-            running = sum(not t.done() for t in tasks)
-            await asyncio.gather(*tasks)
-            return emb, running
+            return emb, sum(not t.done() for t in tasks)
         finally:
+            for t in tasks:
+                t.cancel()
+            await asyncio.gather(*tasks, return_exceptions=True)
             await ac.close()
     emb, running = asyncio.run(main())
-    assert running > 0 and emb.data[0].embedding == alone.embedding
+    wait_for_metric(server, "fastgguf_requests_running", lambda v: v == 0)  # the closed streams are freed
+    assert running == 4 and emb.data[0].embedding == alone.embedding
 
 
 # -- concurrency ---------------------------------------------------------------------------------------------------
@@ -259,13 +280,7 @@ def test_disconnect_frees_the_sequence(server, client, model_name):
         if i == 2:
             break
     stream.close()
-    deadline = time.time() + 10
-    while time.time() < deadline:
-        metrics = http(server, "GET", "/metrics")[1]
-        if "fastgguf_requests_running 0" in metrics:
-            break
-        time.sleep(0.1)
-    assert "fastgguf_requests_running 0" in metrics
+    wait_for_metric(server, "fastgguf_requests_running", lambda v: v == 0)
     r = client.chat.completions.create(model=model_name, messages=MSGS, max_tokens=3, temperature=0)
     assert r.choices[0].message.content
 
@@ -280,6 +295,8 @@ BAD = [
     ("/v1/chat/completions", {"messages": MSGS, "seed": 1.5}, 400, "seed", None),
     ("/v1/chat/completions", {"messages": MSGS, "logit_bias": {"999999": 1}}, 400, "logit_bias", None),
     ("/v1/chat/completions", {"messages": MSGS, "n": 0}, 400, "n", None),
+    ("/v1/completions", {"prompt": "hi", "repeat_last_n": "5"}, 400, "repeat_last_n", None),
+    ("/v1/chat/completions", {"messages": MSGS, "draft_ngram_min": 1.5}, 400, "draft_ngram_min", None),
     ("/v1/chat/completions", {}, 400, "messages", None),
     ("/v1/chat/completions", {"messages": [{"role": "robot", "content": "hi"}]}, 400, "messages", None),
     ("/v1/chat/completions", {"messages": MSGS, "tools": [{"type": "function", "function": {"name": "f g"}}]},
@@ -346,6 +363,25 @@ def test_every_json_route_refuses_a_body_that_is_not_an_object(server, model):
                 assert set(body["error"]) == {"message", "type", "param", "code"}, (path, body)
                 message = body["error"]["message"]
             assert message == "the request body must be a JSON object", (path, raw, message)
+
+
+def test_request_models_carry_every_sampling_field(model):
+    """server/schemas.py listed the sampling fields by hand and had lost repeat_last_n, draft_ngram_max and
+    draft_ngram_min: every field the API reads into SamplingParams (all of SamplingParams' fields, and the aliases)
+    is now a field of both generation request models and of their OpenAPI schemas (/docs)."""
+    from fastgguf.engine.params import SamplingParams
+    from fastgguf.openai.protocol import SAMPLING_FIELDS
+    from fastgguf.server import create_app, schemas
+    accepted = {api for api, _ in SAMPLING_FIELDS}
+    assert set(SamplingParams.names()) <= accepted
+    components = create_app(model).app.openapi()["components"]["schemas"]
+    for cls in (schemas.ChatCompletionRequest, schemas.CompletionRequest):
+        for where, fields in (("model", cls.model_fields), ("OpenAPI", components[cls.__name__]["properties"])):
+            missing = sorted(accepted - set(fields))
+            assert not missing, f"{cls.__name__} ({where}) lacks {missing}"
+    props = components["CompletionRequest"]["properties"]
+    assert {"repeat_last_n", "draft_ngram_max", "draft_ngram_min"} <= set(props)
+    assert schemas.CompletionRequest.model_fields["stop"].annotation == Optional[Union[str, List[str]]]
 
 
 def test_bad_json_and_body_limit_and_openai_client_errors(server, client, model_name):
