@@ -142,8 +142,9 @@ class _Horn:
 
 
 def _schema_graph(root):
-    """The schema's AND/OR graph: a schema needs its $ref target, allOf branches, one anyOf/oneOf branch, each
-    required property's subschema and the first minItems items; everything else can be left out of a document."""
+    """The schema's AND/OR graph: a schema needs its $ref target, allOf branches, one anyOf/oneOf branch and, when
+    its type is object (array) only, each required property's subschema (its first minItems items); everything
+    else can be left out of a document. Conservative: what it cannot follow counts as satisfiable."""
     g, ids, todo = _Horn(), {}, [root]
 
     def nid(s):
@@ -169,14 +170,31 @@ def _schema_graph(root):
         for k in ("anyOf", "oneOf"):
             if isinstance(s.get(k), list):
                 kids.append(g.node("or", [nid(b) for b in s[k] if isinstance(b, (Mapping, bool))]))
-        props = s.get("properties") if isinstance(s.get("properties"), Mapping) else {}
-        extra = s.get("additionalProperties", True)
-        for name in s.get("required", ()) if isinstance(s.get("required"), list) else ():
-            sub = props.get(name, extra) if isinstance(name, str) else True
-            if isinstance(sub, (Mapping, bool)):
-                kids.append(nid(sub))
-        kids += _first_items(s, nid)
+        if _only(s, "object"):       # required binds objects only: a schema that allows other types is met by them
+            kids += _required(s, nid)
+        if _only(s, "array"):
+            kids += _first_items(s, nid)
     return g
+
+
+def _only(s, kind):
+    """The schema allows values of this JSON type only."""
+    t = s.get("type")
+    return t == kind or t == [kind]
+
+
+def _required(s, nid):
+    """The subschemas of an object schema's required properties."""
+    kids = []
+    props = s.get("properties") if isinstance(s.get("properties"), Mapping) else {}
+    extra = s.get("additionalProperties", True)
+    if isinstance(s.get("patternProperties"), Mapping) and s["patternProperties"]:
+        extra = True        # a required name outside properties may match a pattern: not followed
+    for name in s.get("required", ()) if isinstance(s.get("required"), list) else ():
+        sub = props.get(name, extra) if isinstance(name, str) else True
+        if isinstance(sub, (Mapping, bool)):
+            kids.append(nid(sub))
+    return kids
 
 
 def _first_items(s, nid):

@@ -61,6 +61,8 @@ def test_a_schema_no_document_matches_is_refused(schema):
 @pytest.mark.parametrize("schema", [{"$ref": "#/$defs/t", "$defs": {"t": {"anyOf": [{"type": "null"}, {
     "type": "array", "items": {"$ref": "#/$defs/t"}}]}}},
     {"type": "object", "properties": {"next": {"$ref": "#"}}},
+    {"type": "object", "patternProperties": {"^line[1-3]$": {"type": "string"}}, "additionalProperties": False,
+     "required": ["line1"]},
     {"type": "array", "minItems": 1, "items": {"anyOf": [{"$ref": "#"}, {"type": "integer"}]}}])
 def test_recursive_schemas_that_reach_a_value_compile(schema):
     Grammar.json_schema(schema)
