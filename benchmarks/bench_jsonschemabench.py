@@ -3,6 +3,7 @@ whether what it returns under them is valid. fastgguf serve against llama.cpp's 
 
     python benchmarks/bench_jsonschemabench.py                        # 1000 schemas, both engines when found
     python benchmarks/bench_jsonschemabench.py --n 20 --engines fastgguf          # a smoke test
+    python benchmarks/bench_jsonschemabench.py --json FILE --resume              # go on with a killed run
     python benchmarks/bench_jsonschemabench.py --data DIR --n 1000 --seed 0 --concurrency 2 --max-tokens 1024 \\
         --llama-server ~/.cache/llama-ref/build/bin/llama-server --engines fastgguf,llama-server
 
@@ -42,7 +43,9 @@ the first content token (TTFT, which adds the prompt's prefill) as llama-server'
 
 Prints per engine a markdown table by category, the top refusal reasons, every failed-open / 5xx / crash case and
 the compile table, and writes everything (per schema records, failed-open outputs) as JSON to
-benchmarks/results/bench-jsonschemabench-DATE.json (or --json), with the date and lscpu's model name.
+benchmarks/results/bench-jsonschemabench-DATE.json (or --json), with the date and lscpu's model name. The file is
+rewritten every 10 replies, also on SIGTERM / Ctrl-C: the same command line with --resume goes on where a killed run
+stopped (same sample and settings; it keeps the compile costs and replies, the wall time adds up over sessions).
 
 Cost (2 vCPU AMD EPYC shared with other work, SmolLM2-135M Q4_1, 2 threads, 2 in flight, max_tokens 1024): the
 135M model often writes until max_tokens (echoing the schema into free-form keys), so most of the time goes to
@@ -58,6 +61,7 @@ import queue
 import random
 import re
 import shutil
+import signal
 import statistics
 import subprocess
 import sys
@@ -219,6 +223,8 @@ class Run:
         self.lock = asyncio.Lock()
         self.inflight = defaultdict(set)     # gen -> paths in flight on that server
         self.crashes, self.restarts = [], 0
+        self.recs, self.wall0, self.sessions, self.complete = {}, 0.0, 0, False   # --resume: what a run left
+        self.t0, self.on_progress = None, None
         self.alone = False                   # re-sending the requests a crash took down, one at a time
 
     def _start(self):
@@ -356,14 +362,20 @@ class Run:
             rec.update(outcome="5xx", message=f"finish_reason {finish!r}", output=text[:2000])
         return rec
 
+    def wall(self):
+        """Seconds this engine has run, over all sessions (--resume)."""
+        return self.wall0 + (time.perf_counter() - self.t0 if self.t0 else 0.0)
+
     async def run(self, items, schemas):
+        """Send every item not in self.recs; ({path: record}, wall seconds over all sessions)."""
         import httpx
-        recs = {}
+        recs = self.recs
+        self.sessions += 1
         await self.start()
-        t0 = time.perf_counter()
-        todo = list(items)
+        t0 = self.t0 = time.perf_counter()
+        todo = [(c, p) for c, p in items if p not in recs]
         retry = []
-        done, shown = [0], [t0]
+        done, shown = [len(recs)], [t0]
         limits = httpx.Limits(max_connections=self.a.concurrency + 2)
         async with httpx.AsyncClient(timeout=httpx.Timeout(self.a.timeout + 30, connect=10), limits=limits) as client:
             async def worker():
@@ -377,8 +389,10 @@ class Run:
                     done[0] += 1
                     if done[0] % 10 == 0 or done[0] == len(items) or time.perf_counter() - shown[0] > 120:
                         shown[0] = time.perf_counter()
+                        if self.on_progress:
+                            self.on_progress()
                         c = Counter(r["outcome"] for r in recs.values())
-                        print(f"  {self.engine}: {done[0]}/{len(items)} in {time.perf_counter() - t0:.0f} s  "
+                        print(f"  {self.engine}: {done[0]}/{len(items)} in {self.wall():.0f} s  "
                               + " ".join(f"{k} {c[k]}" for k in OUTCOMES if c[k]), flush=True)
             try:
                 await asyncio.gather(*(worker() for _ in range(self.a.concurrency)))
@@ -394,8 +408,10 @@ class Run:
                     rec["retried_alone"] = True
                     recs[path] = dict(rec, category=cat)
             finally:
-                wall = time.perf_counter() - t0
+                wall = self.wall()
+                self.wall0, self.t0 = wall, None
                 await asyncio.to_thread(self.server.stop)
+        self.complete = True
         return recs, wall
 
 
@@ -512,6 +528,9 @@ def main(argv=None):
     ap.add_argument("--compile-rounds", type=int, default=3, help="Grammar.json_schema calls per schema (min kept)")
     ap.add_argument("--top", type=int, default=15, help="refusal reasons shown per engine")
     ap.add_argument("--json", help="output file (default: benchmarks/results/bench-jsonschemabench-DATE.json)")
+    ap.add_argument("--resume", action="store_true",
+                    help="continue the run in --json's file (same sample and settings): keep its compile costs and "
+                         "replies, send only the schemas it lacks (it is rewritten every 10 replies)")
     ap.add_argument("--compile-worker", action="store_true", help=argparse.SUPPRESS)
     a = ap.parse_args(argv)
     if a.compile_worker:
@@ -546,25 +565,74 @@ def main(argv=None):
     print(f"{len(items)} schemas from {a.data} (seed {a.seed}), {cut} cut at {a.schema_tokens} tokens in the prompt; "
           f"engines: {', '.join(engines)}", flush=True)
 
-    costs = {}
-    if "fastgguf" in engines:
+    path = a.json or os.path.join(HERE, "results", f"bench-jsonschemabench-{time.strftime('%Y-%m-%d')}.json")
+    prior = resumable(path, a, model_path, items) if a.resume else None
+    full = {rel(p): p for _, p in items}
+    costs = {full[k]: v for k, v in prior["compile"].items()} if prior else {}
+    if "fastgguf" in engines and len(costs) < len(items):
         t = time.perf_counter()
         costs = compile_costs(items, a.compile_rounds)
         print(f"compiled in-process: {sum(r['ok'] for r in costs.values())}/{len(costs)} in "
               f"{time.perf_counter() - t:.1f} s", flush=True)
 
-    path = a.json or os.path.join(HERE, "results", f"bench-jsonschemabench-{time.strftime('%Y-%m-%d')}.json")
+    signal.signal(signal.SIGTERM, _interrupt)   # a kill still stops the server and saves what was measured
     runs = {}
-    for e in engines:
-        print(f"{e}: {len(items)} requests, {a.concurrency} in flight", flush=True)
-        r = Run(e, a, model_path, prompts)
-        recs, wall = asyncio.run(r.run(items, schemas))
-        runs[e] = (recs, wall, r)
-        print("\n".join([""] + engine_table(e, recs, wall, cats, r) + [""]), flush=True)
-        save(path, a, model_path, items, cats, costs, runs)  # so far: a long run keeps what it has measured
+    try:
+        for e in engines:
+            r = Run(e, a, model_path, prompts)
+            old = (prior or {}).get("results", {}).get(e)
+            if old:
+                r.recs = {full[k]: v for k, v in old["records"].items()}
+                r.wall0, r.restarts, r.crashes = old["wall_s"], old["restarts"], old["crashes"]
+                r.sessions, r.complete = old.get("sessions", 1), e in prior.get("engines_done", [])
+            runs[e] = (r.recs, r.wall0, r)
+            if not (r.complete and len(r.recs) == len(items)):
+                print(f"{e}: {len(items) - len(r.recs)} requests{f' (resumed at {len(r.recs)})' if r.recs else ''}, "
+                      f"{a.concurrency} in flight", flush=True)
+                r.complete = False
+
+                def progress(e=e, r=r):
+                    runs[e] = (r.recs, r.wall(), r)
+                    save(path, a, model_path, items, cats, costs, runs)
+                r.on_progress = progress
+                runs[e] = asyncio.run(r.run(items, schemas)) + (r,)
+            recs, wall, _ = runs[e]
+            print("\n".join([""] + engine_table(e, recs, wall, cats, r) + [""]), flush=True)
+            save(path, a, model_path, items, cats, costs, runs)
+    except KeyboardInterrupt:
+        for e, (recs, wall, r) in list(runs.items()):
+            runs[e] = (r.recs, r.wall(), r)
+        save(path, a, model_path, items, cats, costs, runs)
+        raise SystemExit(f"interrupted: what was measured is in {path}; go on with --resume")
     print("\n".join(report(a, model_path, items, cats, costs, runs)))
     save(path, a, model_path, items, cats, costs, runs)
     print(f"wrote {path}")
+
+
+def _interrupt(signum, frame):
+    raise KeyboardInterrupt
+
+
+RESUME_KEYS = ("data", "n", "seed", "max_tokens", "schema_tokens", "ctx_per_slot", "concurrency", "threads")
+
+
+def resumable(path, a, model_path, items):
+    """The JSON of an earlier run to go on with, checked to be the same sample and settings."""
+    if not os.path.exists(path):
+        print(f"--resume: no {path} yet, starting afresh", flush=True)
+        return None
+    with open(path) as f:
+        prior = json.load(f)
+    diff = [k for k in RESUME_KEYS if prior["args"].get(k) != getattr(a, k)]
+    if prior["model"] != os.path.basename(model_path):
+        diff.append("model")
+    if prior["sample"] != [rel(p) for _, p in items]:
+        diff.append("sample")
+    if prior.get("prompt") != PROMPT:
+        diff.append("prompt")
+    if diff:
+        raise SystemExit(f"--resume: {path} was run with other {', '.join(diff)}")
+    return prior
 
 
 def header(a, model_path, items):
@@ -602,18 +670,22 @@ def report(a, model_path, items, cats, costs, runs):
 def save(path, a, model_path, items, cats, costs, runs):
     res = {"date": time.strftime("%Y-%m-%d %H:%M"), "cpu": cpu_model(), "loadavg": os.getloadavg(),
            "model": os.path.basename(model_path), "header": header(a, model_path, items),
-           "args": {k: v for k, v in vars(a).items() if k != "compile_worker"}, "engines_done": list(runs),
+           "args": {k: v for k, v in vars(a).items() if k not in ("compile_worker", "resume")},
+           "engines_done": [e for e, (_, _, r) in runs.items() if r.complete],
            "checked_formats": checked_formats(), "sample": [rel(p) for _, p in items], "prompt": PROMPT,
            "compile": {rel(p): r for p, r in costs.items()}, "results": {}}
     for e, (recs, wall, r) in runs.items():
-        res["results"][e] = {"wall_s": wall, "restarts": r.restarts, "crashes": r.crashes,
+        res["results"][e] = {"complete": r.complete, "wall_s": wall, "sessions": r.sessions,
+                             "restarts": r.restarts, "crashes": r.crashes,
                              "summary": {cat: dict(counts([x for x in recs.values() if cat in ("all", x["category"])]))
                                          for cat in cats + ["all"]},
                              "refusal_reasons": Counter(reason(x["message"]) for x in recs.values()
                                                         if x["outcome"] == "refused").most_common(),
                              "records": {rel(p): x for p, x in recs.items()}}
-    with open(path, "w") as f:
+    with open(path + ".tmp", "w") as f:
         json.dump(res, f, indent=1)
+    os.replace(path + ".tmp", path)                 # a kill mid-write leaves the previous file
+
 
 if __name__ == "__main__":
     main()
