@@ -239,7 +239,12 @@ def run(target, args):
     try:
         if w is None:
             return big_stack(_call, target, args)
-        reply = w.call(target, args, _CANCEL.get())
+        try:
+            reply = w.call(target, args, _CANCEL.get())
+        except BrokenPipeError:     # an idle worker that died since (killed from outside): one fresh try
+            w.kill()
+            w = _Worker()
+            reply = w.call(target, args, _CANCEL.get())
     finally:
         pool.release(w)
     if "error" in reply:

@@ -111,6 +111,14 @@ def test_the_sandbox_survives_a_crashing_job_and_names_it():
     assert sandbox.run("math:gcd", [12, 18]) == 6       # a fresh worker takes the next job
 
 
+def test_an_idle_worker_killed_from_outside_is_replaced():
+    sandbox.run("math:gcd", [2, 4])
+    for w in sandbox._pool().idle:
+        w.proc.kill()
+        w.proc.wait()
+    assert sandbox.run("math:gcd", [6, 9]) == 3
+
+
 def test_the_sandbox_enforces_its_cpu_budget(monkeypatch):
     monkeypatch.setattr(sandbox, "CPU_SECONDS", 1)
     with pytest.raises(sandbox.SandboxError, match="CPU budget of 1 s|wall time"):
