@@ -40,11 +40,10 @@ def test_a_1000_link_ref_chain_is_refused_naming_the_limit():
 
 @pytest.mark.parametrize("n,word", [(10_000, "10002 rules"), (2_500, "nest 2502 deep")])
 def test_long_gbnf_rule_chains_are_refused_quickly(n, word):
-    t = time.process_time()
+    """(llguidance's quadratic converter spent 7-15 CPU-s on 2,500 rules before its compile crashed on 10,000;
+    the figures are bench_grammar_guard.py's)"""
     with pytest.raises(GrammarError, match=word):
         Grammar.gbnf(rule_chain(n))
-    assert time.process_time() - t < 5     # was 7-15 CPU-s in llguidance's quadratic converter (not a timing
-    #                                        assertion of speed: a bound 10x above the linear converter's cost)
 
 
 @pytest.mark.parametrize("schema", [{"$ref": "#/$defs/a", "$defs": {"a": {"$ref": "#/$defs/a"}}},
@@ -128,10 +127,8 @@ def test_the_sandbox_enforces_its_cpu_budget(monkeypatch):
 def test_a_cancelled_compile_is_killed():
     ev = threading.Event()
     threading.Timer(0.3, ev.set).start()
-    t = time.monotonic()
-    with sandbox.cancel_on(ev), pytest.raises(sandbox.Cancelled):
+    with sandbox.cancel_on(ev), pytest.raises(sandbox.Cancelled):    # (a 60 s job would return None, not raise)
         sandbox.run("time:sleep", [60])
-    assert time.monotonic() - t < 30
 
 
 def test_errors_come_back_as_their_class():
