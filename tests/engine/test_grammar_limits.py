@@ -154,7 +154,9 @@ def test_full_compile_queue_is_busy(monkeypatch):
     t = threading.Thread(target=hold)
     t.start()
     try:
+        deadline = time.monotonic() + 60
         while not sandbox._POOL[0] or sandbox._POOL[0].slots._value:   # until the first job holds the worker
+            assert time.monotonic() < deadline and t.is_alive(), "the first job never took the worker"
             time.sleep(0.01)
         with pytest.raises(sandbox.Busy, match="retry later"):
             sandbox.run("math:gcd", [1, 1])
