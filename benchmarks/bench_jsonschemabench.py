@@ -3,7 +3,7 @@ whether what it returns under them is valid. fastgguf serve against llama.cpp's 
 
     python benchmarks/bench_jsonschemabench.py                        # 1000 schemas, both engines when found
     python benchmarks/bench_jsonschemabench.py --n 20 --engines fastgguf          # a smoke test
-    python benchmarks/bench_jsonschemabench.py --json FILE --resume              # go on with a killed run
+    python benchmarks/bench_jsonschemabench.py --n 200 --json FILE --resume      # a killed run's command + --resume
     python benchmarks/bench_jsonschemabench.py --data DIR --n 1000 --seed 0 --concurrency 2 --max-tokens 1024 \\
         --llama-server ~/.cache/llama-ref/build/bin/llama-server --engines fastgguf,llama-server
 
@@ -39,7 +39,14 @@ A server that dies mid-run is restarted and the run goes on; the requests in fli
 time at the end, so the schema that crashes it alone is named (a crash not reproduced alone is listed with its
 suspects). Also measured: fastgguf's compile cost in-process, Grammar.json_schema(S) (the min of --compile-rounds
 calls, in a child process that survives a crash), p50 / p99 / max per category, and for both servers the time to
-the first content token (TTFT, which adds the prompt's prefill) as llama-server's proxy for its grammar set-up.
+the first content token (TTFT, which adds the prompt's prefill and, with 2 in flight, the other stream's steps) as
+llama-server's proxy for its grammar set-up.
+
+Reading the tables: llama-server's converter (common/json-schema.cpp) allows no key outside `properties` when a schema
+has `properties` and no `additionalProperties`; fastgguf allows them, as JSON Schema says. A small model that invents
+keys until max_tokens therefore ends in "length" more often on fastgguf and in "stop" more often on llama-server.
+llama-server also accepts keywords it does not enforce (not, uniqueItems, if/then, overlapping oneOf, ...): those
+are where its FAILED OPEN cases come from, and what fastgguf refuses.
 
 Prints per engine a markdown table by category, the top refusal reasons, every failed-open / 5xx / crash case and
 the compile table, and writes everything (per schema records, failed-open outputs) as JSON to
@@ -47,10 +54,12 @@ benchmarks/results/bench-jsonschemabench-DATE.json (or --json), with the date an
 rewritten every 10 replies, also on SIGTERM / Ctrl-C: the same command line with --resume goes on where a killed run
 stopped (same sample and settings; it keeps the compile costs and replies, the wall time adds up over sessions).
 
-Cost (2 vCPU AMD EPYC shared with other work, SmolLM2-135M Q4_1, 2 threads, 2 in flight, max_tokens 1024): the
-135M model often writes until max_tokens (echoing the schema into free-form keys), so most of the time goes to
-1024-token replies. --n 20: fastgguf 250 s, llama-server 2034 s (its GBNF sampler ran at 1.5-8 tok/s per stream on
-big schemas, against ~25 for fastgguf). The time grows linearly in --n; the in-process compile is ~1 s per 20.
+Cost (2-vCPU AMD EPYC shared with other work, SmolLM2-135M Q4_1, 2 threads, 2 in flight, max_tokens 1024): under
+greedy decoding the 135M model often loops (repeating a key, a word, a digit) until max_tokens, and those 1024-token
+replies take most of the time. --n 200: fastgguf 2580 s (1-min load ~4), llama-server 2010 s (load ~2.5), so --n
+1000 takes about 3.5 h + 3 h. llama-server slows down sharply when the cores are busy: in an --n 20 run at load ~5
+it took 2034 s (1.5-8 tok/s per stream on big schemas) against fastgguf's 250 s. The in-process compile takes ~2 s
+per 200 schemas. benchmarks/results/bench-jsonschemabench-2026-12-03-n200.txt has that run's tables.
 """
 import argparse
 import asyncio
@@ -108,6 +117,7 @@ def reason(message):
     """An error message with what varies per schema taken out, so that equal reasons count together."""
     m = " ".join(str(message).split())
     m = re.sub(r"^(response_format|json_schema): ", "", m)
+    m = re.sub(r" while processing \S+$", "", m)     # llguidance's location of the keyword
     m = re.sub(r"\{.*\}", "{...}", m)               # a dumped schema or value
     m = re.sub(r'"[^"]{32,}"', '"..."', m)
     m = re.sub(r"\d+", "N", m)
@@ -225,6 +235,7 @@ class Run:
         self.crashes, self.restarts = [], 0
         self.recs, self.wall0, self.sessions, self.complete = {}, 0.0, 0, False   # --resume: what a run left
         self.t0, self.on_progress = None, None
+        self.loads = []                      # the 1-minute load average at each progress line: the machine is shared
         self.alone = False                   # re-sending the requests a crash took down, one at a time
 
     def _start(self):
@@ -389,6 +400,7 @@ class Run:
                     done[0] += 1
                     if done[0] % 10 == 0 or done[0] == len(items) or time.perf_counter() - shown[0] > 120:
                         shown[0] = time.perf_counter()
+                        self.loads.append(os.getloadavg()[0])
                         if self.on_progress:
                             self.on_progress()
                         c = Counter(r["outcome"] for r in recs.values())
@@ -442,7 +454,8 @@ def engine_table(engine, recs, wall, cats, run):
     toks = sum(r.get("completion_tokens") or 0 for r in recs.values())
     lines = [f"### {engine}: {len(recs)} schemas in {wall:.0f} s ({toks} completion tokens, "
              f"{toks / wall:.1f} tok/s aggregate; server crashes {sum(not c['alone'] for c in run.crashes)}, "
-             f"restarts {run.restarts})", "",
+             f"restarts {run.restarts}; mean 1-min load average "
+             f"{f'{statistics.mean(run.loads):.1f}' if run.loads else 'n/a'})", "",
              "| category | n | compiled | valid / stop | FAILED OPEN | unchecked | refused | length | 5xx | timeout |"
              " TTFT p50 / p99 ms |", "|---|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|"]
     for cat in cats + ["all"]:
@@ -585,6 +598,7 @@ def main(argv=None):
                 r.recs = {full[k]: v for k, v in old["records"].items()}
                 r.wall0, r.restarts, r.crashes = old["wall_s"], old["restarts"], old["crashes"]
                 r.sessions, r.complete = old.get("sessions", 1), e in prior.get("engines_done", [])
+                r.loads = old.get("loadavg_samples", [])
             runs[e] = (r.recs, r.wall0, r)
             if not (r.complete and len(r.recs) == len(items)):
                 print(f"{e}: {len(items) - len(r.recs)} requests{f' (resumed at {len(r.recs)})' if r.recs else ''}, "
@@ -636,10 +650,8 @@ def resumable(path, a, model_path, items):
 
 
 def header(a, model_path, items):
-    load = os.getloadavg()
     return (f"JSONSchemaBench, {len(items)} schemas (seed {a.seed}), {os.path.basename(model_path)}, {a.threads} "
-            f"threads, {a.concurrency} in flight, max_tokens {a.max_tokens}, greedy; {cpu_model()}, load average "
-            f"{load[0]:.1f} {load[1]:.1f} {load[2]:.1f}")
+            f"threads, {a.concurrency} in flight, max_tokens {a.max_tokens}, greedy; {cpu_model()}")
 
 
 def report(a, model_path, items, cats, costs, runs):
@@ -667,8 +679,11 @@ def report(a, model_path, items, cats, costs, runs):
     return out
 
 
-def save(path, a, model_path, items, cats, costs, runs):
-    res = {"date": time.strftime("%Y-%m-%d %H:%M"), "cpu": cpu_model(), "loadavg": os.getloadavg(),
+def save(path, a, model_path, items, cats, costs, runs, started=time.strftime("%Y-%m-%d %H:%M")):
+    if a.resume and os.path.exists(path):
+        with open(path) as f:
+            started = json.load(f).get("date", started)
+    res = {"date": started, "updated": time.strftime("%Y-%m-%d %H:%M"), "cpu": cpu_model(),
            "model": os.path.basename(model_path), "header": header(a, model_path, items),
            "args": {k: v for k, v in vars(a).items() if k not in ("compile_worker", "resume")},
            "engines_done": [e for e, (_, _, r) in runs.items() if r.complete],
@@ -676,7 +691,7 @@ def save(path, a, model_path, items, cats, costs, runs):
            "compile": {rel(p): r for p, r in costs.items()}, "results": {}}
     for e, (recs, wall, r) in runs.items():
         res["results"][e] = {"complete": r.complete, "wall_s": wall, "sessions": r.sessions,
-                             "restarts": r.restarts, "crashes": r.crashes,
+                             "restarts": r.restarts, "crashes": r.crashes, "loadavg_samples": r.loads,
                              "summary": {cat: dict(counts([x for x in recs.values() if cat in ("all", x["category"])]))
                                          for cat in cats + ["all"]},
                              "refusal_reasons": Counter(reason(x["message"]) for x in recs.values()
