@@ -5,7 +5,7 @@
         ...
 
 `run(target, args)` calls the module-level function `target` ("module:function", JSON-able args and result) in a
-worker process (`python -m fastgguf.engine.sandbox`), one job at a time per worker, under limits:
+worker process (this module's `main`, importing the fastgguf this process runs), one job at a time per worker, under limits:
 - CPU: CPU_SECONDS per job (RLIMIT_CPU set anew before each job: the kernel kills an over-budget compile); a wall
   clock of WALL_FACTOR x that is the backstop where RLIMIT_CPU does not exist (Windows) or the machine is loaded;
 - memory: MEMORY_BYTES of address space (RLIMIT_AS);
@@ -20,6 +20,7 @@ FASTGGUF_SANDBOX=0 runs jobs in this process instead (in a BIG_STACK thread: the
 hold, a crash of the library does not), for hosts that cannot start a subprocess; a worker that cannot start falls
 back to that with a warning. FASTGGUF_SANDBOX_CPU_SECONDS sets CPU_SECONDS.
 """
+import collections
 import contextlib
 import contextvars
 import importlib
@@ -101,6 +102,10 @@ def big_stack(fn, *args):
 
 
 _STACK_LOCK = threading.Lock()
+# The worker imports the fastgguf this process runs, wherever it was started: `python -m` would put the working
+# directory first on its path, and a source checkout there (no built extensions) would shadow an installed package.
+_PACKAGE_ROOT = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
+_BOOT = "import sys; sys.path[0] = {root!r}; from fastgguf.engine.sandbox import main; main()"
 
 
 class _Worker:
@@ -108,15 +113,22 @@ class _Worker:
 
     def __init__(self):
         env = dict(os.environ, PYTHONPATH=os.pathsep.join(p for p in sys.path if p))
-        self.proc = subprocess.Popen([sys.executable, "-m", "fastgguf.engine.sandbox"], stdin=subprocess.PIPE,
-                                     stdout=subprocess.PIPE, stderr=subprocess.DEVNULL, env=env)
-        self.replies = queue.Queue()
+        self.proc = subprocess.Popen([sys.executable, "-c", _BOOT.format(root=_PACKAGE_ROOT)], stdin=subprocess.PIPE,
+                                     stdout=subprocess.PIPE, stderr=subprocess.PIPE, env=env)
+        self.replies, self.stderr = queue.Queue(), collections.deque(maxlen=1)   # its last line of stderr
         threading.Thread(target=self._read, name="fastgguf-sandbox-reader", daemon=True).start()
+        self.stderr_reader = threading.Thread(target=self._read_stderr, name="fastgguf-sandbox-stderr", daemon=True)
+        self.stderr_reader.start()
 
     def _read(self):
         for line in self.proc.stdout:
             self.replies.put(line)
         self.replies.put(None)
+
+    def _read_stderr(self):
+        for line in self.proc.stderr:
+            if line.strip():
+                self.stderr.append(line.decode("utf-8", "replace").strip()[:300])
 
     def call(self, target, args, cancel):
         """The job's reply (a dict), or SandboxError / Cancelled after killing the process."""
@@ -143,8 +155,11 @@ class _Worker:
         rc = self.proc.wait()
         if rc == -getattr(signal, "SIGXCPU", -1000):
             return f"the compile exceeded its CPU budget of {CPU_SECONDS:g} s: refused"
-        what = f"signal {-rc}" if rc < 0 else f"exit status {rc}"
-        return (f"the compiler died ({what}): refused (too large or deep for the limits of "
+        if rc > 0:                      # Python itself failed (a job's own exceptions are replies, not exits)
+            self.stderr_reader.join(timeout=1.0)      # (its last lines, read to the end of the pipe)
+            last = self.stderr[-1] if self.stderr else "no message"
+            return f"the compile sandbox failed (exit status {rc}: {last})"
+        return (f"the compiler died (signal {-rc}): refused (too large or deep for the limits of "
                 f"{MEMORY_BYTES >> 30} GiB memory and its stack)")
 
     def alive(self):

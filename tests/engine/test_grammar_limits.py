@@ -110,6 +110,24 @@ def test_the_sandbox_survives_a_crashing_job_and_names_it():
     assert sandbox.run("math:gcd", [12, 18]) == 6       # a fresh worker takes the next job
 
 
+def test_the_worker_imports_this_fastgguf_whatever_the_working_directory(tmp_path, monkeypatch):
+    """CI runs pytest in a source checkout (no built extensions) against an installed wheel: a worker started with
+    `python -m` found the checkout's package first and died at import, and every compile was refused."""
+    (tmp_path / "fastgguf").mkdir()
+    (tmp_path / "fastgguf" / "__init__.py").write_text("raise ImportError('the shadowing checkout')\n")
+    monkeypatch.chdir(tmp_path)
+    monkeypatch.setattr(sandbox, "_POOL", [None])       # fresh workers, started from here
+    assert sandbox.run("math:gcd", [12, 18]) == 6
+    assert sandbox.run("os:getcwd", []) == str(tmp_path)
+
+
+def test_a_worker_that_fails_to_start_says_why(monkeypatch):
+    monkeypatch.setattr(sandbox, "_BOOT", "raise SystemExit('no interpreter here: ' + {root!r}[:0] + 'boot failed')")
+    monkeypatch.setattr(sandbox, "_POOL", [None])
+    with pytest.raises(sandbox.SandboxError, match=r"exit status 1: no interpreter here: boot failed"):
+        sandbox.run("math:gcd", [1, 1])
+
+
 def test_an_idle_worker_killed_from_outside_is_replaced():
     sandbox.run("math:gcd", [2, 4])
     for w in sandbox._pool().idle:
