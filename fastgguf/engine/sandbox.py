@@ -5,7 +5,8 @@
         ...
 
 `run(target, args)` calls the module-level function `target` ("module:function", JSON-able args and result) in a
-worker process (this module's `main`, importing the fastgguf this process runs), one job at a time per worker, under limits:
+worker process (this module's `main`, importing the fastgguf this process runs), one job at a time per worker,
+under limits:
 - CPU: CPU_SECONDS per job (RLIMIT_CPU set anew before each job: the kernel kills an over-budget compile); a wall
   clock of WALL_FACTOR x that is the backstop where RLIMIT_CPU does not exist (Windows) or the machine is loaded;
 - memory: MEMORY_BYTES of address space (RLIMIT_AS);
