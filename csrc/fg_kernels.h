@@ -46,8 +46,8 @@ enum fg_isa {
     FG_ISA_COUNT = 4
 };
 
-/* A hint to load the cache line at p for reading (callers outside the kernels: the bandwidth probe in
- * fastgguf/_kernels.pxi). MSVC has no __builtin_prefetch: its intrinsics instead; elsewhere nothing. */
+/* A hint to load the cache line at p for reading (callers outside the kernels: the bandwidth probe,
+ * csrc/fg_bandwidth.c). MSVC has no __builtin_prefetch: its intrinsics instead; elsewhere nothing. */
 #if defined(__GNUC__) || defined(__clang__)
 #define fg_prefetch_line(p) __builtin_prefetch((const void *)(p))
 #elif defined(_MSC_VER) && (defined(_M_X64) || defined(_M_IX86))

@@ -288,38 +288,34 @@ def vec_dot(w_row, wtype, xq_raw, isa=None):
     return float(dot(n_, &wv[0, 0], &xv[0]))
 
 
-def read_bandwidth(int64_t nbytes=1 << 29, int repeats=3, bint prefetch=True):
-    """This machine's single-thread memory read bandwidth in GB/s: best of `repeats` passes over a buffer of
-    nbytes (far larger than the caches), read as 4 concurrent sequential streams, with software prefetch one
-    line per stream 1 KB ahead (as the 4-row GEMV kernels read their weights), summed as 64-bit words."""
+def read_bandwidth(int64_t nbytes=1 << 29, int repeats=3, int n_threads=1):
+    """This machine's memory read bandwidth in GB/s with n_threads threads reading at once: best of `repeats`
+    passes, each timed as one window (bytes of all threads over the slowest one's time). Each thread reads a
+    buffer of nbytes (make it far larger than the caches) that it allocated and first touched itself, as 4
+    sequential streams with software prefetch 1 KB ahead (as the GEMV kernels read their weights): csrc/fg_bandwidth.c.
+    n_threads above this build's threads (see build_info) raises ValueError."""
     import time
-    cdef cnp.ndarray[cnp.uint64_t, ndim=1] buf = np.ones(nbytes // 256 * 32, dtype=np.uint64)
-    cdef int64_t q = buf.shape[0] // 4, i, j
-    cdef const uint64_t *p0 = <const uint64_t *>buf.data
-    cdef const uint64_t *p1 = p0 + q
-    cdef const uint64_t *p2 = p1 + q
-    cdef const uint64_t *p3 = p2 + q
-    cdef uint64_t s0, s1, s2, s3
+    if nbytes < 1024 or repeats < 1 or n_threads < 1:
+        raise ValueError(f"nbytes >= 1024, repeats >= 1 and n_threads >= 1 required, got {nbytes}, {repeats}, "
+                         f"{n_threads}")
+    cdef fg_bw *b
+    with nogil:
+        b = fg_bw_new(n_threads, nbytes)
+    if b == NULL:
+        raise ValueError(f"cannot start {n_threads} threads with {nbytes} bytes each for the bandwidth probe")
+    cdef int rc = 0
     best = 0.0
-    for _ in range(repeats):
-        t0 = time.perf_counter()
-        with nogil:
-            s0 = s1 = s2 = s3 = 0
-            for i in range(0, q, 8):  # one 64-byte line of each stream per step
-                if prefetch:
-                    fg_prefetch_line(p0 + i + 128)
-                    fg_prefetch_line(p1 + i + 128)
-                    fg_prefetch_line(p2 + i + 128)
-                    fg_prefetch_line(p3 + i + 128)
-                for j in range(i, i + 8):
-                    s0 += p0[j]
-                    s1 += p1[j]
-                    s2 += p2[j]
-                    s3 += p3[j]
-        dt = time.perf_counter() - t0
-        if s0 + s1 + s2 + s3 != <uint64_t>(4 * q):
-            raise RuntimeError("bandwidth loop miscounted")
-        best = max(best, 4 * q * 8 / dt / 1e9)
+    try:
+        for _ in range(repeats):
+            t0 = time.perf_counter()
+            with nogil:
+                rc = fg_bw_read(b)
+            dt = time.perf_counter() - t0
+            if rc != 0:
+                raise RuntimeError("bandwidth loop miscounted")
+            best = max(best, fg_bw_bytes(b) / dt / 1e9)
+    finally:
+        fg_bw_free(b)
     return best
 
 

@@ -79,7 +79,6 @@ cdef extern from "fg_kernels.h" nogil:
                 float *y, int n_threads)
     const fg_type_kernels *fg_kernels_of(int isa, int type)
     void fg_split_rows(int64_t n, int nth, int ith, int64_t align, int64_t *r0, int64_t *r1)
-    void fg_prefetch_line(const void *p)  # a macro: a read hint for one cache line
 
 cdef extern from "fg_threads.h" nogil:
     int fg_cpu_count()
@@ -88,6 +87,15 @@ cdef extern from "fg_threads.h" nogil:
 
 
 # ---- the forward pass (csrc/fg_forward.h) ----
+cdef extern from "fg_bandwidth.h" nogil:
+    ctypedef struct fg_bw:
+        pass
+    fg_bw *fg_bw_new(int nth, int64_t bytes_per_thread)
+    int fg_bw_read(fg_bw *b)
+    int64_t fg_bw_bytes(const fg_bw *b)
+    void fg_bw_free(fg_bw *b)
+
+
 cdef extern from "fg_forward.h" nogil:
     enum:
         FG_MAX_BATCH

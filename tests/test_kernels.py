@@ -351,6 +351,19 @@ def test_read_bandwidth_positive():
     assert kernels.read_bandwidth(1 << 22, repeats=1) > 0.1
 
 
+def test_read_bandwidth_of_threads_reading_at_once():
+    """Two threads of one team, one timed window (a positive figure; its size is the benchmarks' business)."""
+    if not kernels.build_info()["threads"]:
+        pytest.skip("a build without threads")
+    assert kernels.read_bandwidth(1 << 22, repeats=1, n_threads=2) > 0.1
+
+
+@pytest.mark.parametrize("args", [(100, 1, 1), (1 << 20, 0, 1), (1 << 20, 1, 0)])
+def test_read_bandwidth_refuses_bad_arguments(args):
+    with pytest.raises(ValueError, match="required"):
+        kernels.read_bandwidth(*args)
+
+
 def test_misaligned_float_input():
     """Float rows at an odd address (a view into a file, e.g. a safetensors tensor at an odd offset: numpy marks it
     unaligned) are read as copies, not misaligned loads (UBSan's 'load of misaligned address' under the ASan leg)."""
