@@ -256,6 +256,10 @@ cdef class Weights:
         return min(n, FG_MAX_BATCH_NC) if n > 0 else FG_MAX_BATCH_NC
 
 
+# rows per internal chunk of a forward call (at most FG_MAX_BATCH): each weight matrix is read once per chunk
+cdef int _CHUNK_ROWS = 256
+
+
 cdef class Runner:
     """The forward pass of one conversation: KV cache (layer, n_ctx, kv_dim) F16 and scratch, over shared Weights.
 
@@ -266,7 +270,7 @@ cdef class Runner:
         self.logits = NULL
         self.ids = NULL
 
-    def __init__(self, Weights weights, int n_ctx, int n_threads=1, int n_batch=64):
+    def __init__(self, Weights weights, int n_ctx, int n_threads=1, int n_batch=16):
         if n_ctx < 1:
             raise ValueError(f"n_ctx must be >= 1, got {n_ctx}")
         if n_threads < 1:
@@ -380,6 +384,12 @@ cdef class Runner:
             out = np.empty((n, self.n_vocab), dtype=np.float32)
             dst = &out[0, 0]
         cdef int rc, pos = self.n_past, nth = self._n_threads
+        if n > self.st.work.n_batch and self.st.work.n_batch < _CHUNK_ROWS:
+            # a prompt: chunks of up to _CHUNK_ROWS rows (each weight matrix streamed once per chunk); the scratch
+            # grows on the first long one and stays (a context that only decodes keeps the small one)
+            if fg_work_reserve(&self.st.work, &self.weights.m, min(n, _CHUNK_ROWS), self.st.work.max_ctx,
+                               self.st.work.max_threads) != 0:
+                raise MemoryError(f"cannot grow the scratch to {min(n, _CHUNK_ROWS)} rows")
         with nogil:
             rc = fg_forward(&self.weights.m, &self.st, &toks[0], n, pos, dst, all_logits, nth)
         if rc != 0:
@@ -428,7 +438,6 @@ cdef class Runner:
 
 # ---- one forward pass over several sequences (the basis of continuous batching) ----
 
-cdef int _CHUNK_ROWS = 256  # rows per internal chunk of forward_batch: each weight matrix is read once per chunk
 
 
 cdef class Workspace:

@@ -354,3 +354,26 @@ def test_readme_lists_the_weight_formats_and_architectures():
     assert listed == {GGMLType(t).name for t in kernels.WEIGHT_TYPES}
     for name in arch.ARCHS:
         assert f"| `{name}` |" in text
+
+
+@pytest.mark.skipif(not os.path.exists(os.path.join(REPO, "fastgguf")), reason="source tree not available")
+def test_readme_layout_names_every_module_and_no_stale_one():
+    """The README's Layout block names every package, module and C file of the source tree, and every file name it
+    mentions exists (a module added or renamed without its line fails here)."""
+    text = open(README, encoding="utf-8").read()
+    block = text.split("## Layout", 1)[1].split("```")[1]
+    src = os.path.join(REPO, "fastgguf")
+    for d in sorted(glob.glob(os.path.join(src, "*", "__init__.py"))):
+        assert f"fastgguf/{os.path.basename(os.path.dirname(d))}/" in block, d
+    for pattern in ("**/*.py", "**/*.pyx", "**/*.pxi", "**/*.pxd"):
+        for p in glob.glob(os.path.join(src, pattern), recursive=True):
+            name = os.path.basename(p)
+            if name not in ("__init__.py", "__main__.py"):
+                assert re.search(rf"(?<![\w.]){re.escape(name)}\b", block), f"README Layout omits {os.path.relpath(p, REPO)}"
+    for p in glob.glob(os.path.join(REPO, "csrc", "*.[ch]")):
+        name = os.path.basename(p)
+        assert name in block or name.startswith("fg_quant_") or name[:-2] + ".c" in block \
+            or name[:-2] + ".h" in block, f"README Layout omits csrc/{name}"
+    for name in set(re.findall(r"\b\w+\.(?:py|pyx|pxi|pxd|c|h)\b", block)):
+        found = glob.glob(os.path.join(REPO, "**", name), recursive=True)
+        assert found, f"README Layout names {name}, which does not exist"
