@@ -4,6 +4,7 @@
  *   sum_j d dx sc_j (q . x)_j - dmin dx sum_j m_j (sum x)_j, where (sum x)_j = bsums[2j] + bsums[2j+1]. */
 #include "fg_simd.h"
 #include "fg_kquant.h"
+#include "fg_kquant_vnni.h"
 
 /* ---- scalar reference ---- */
 
@@ -98,6 +99,7 @@ FG_INLINE_AVX2 void q4_k_rows8_avx2(const int gpm, int R, const char *w, size_t 
 FG_KQ_GEMM_AVX2(gemm_q4_k_q8_k_rows8_avx2, q4_k_rows8_avx2, 8, 1) /* 8 groups: 8 * 2 * 15 * 128 < 32768 */
 FG_KQ_KERNELS_AVX2(vec_dot_q4_k_q8_k_avx2, gemv_q4_k_q8_k_avx2, gemm_q4_k_q8_k_avx2, q4_k_tile_avx2,
                    gemm_q4_k_q8_k_rows8_avx2)
+FG_KQ_GEMM_VNNI(gemm_q4_k_q8_k_vnni, q4_k_rows8_avx2, 8, 1, gemm_q4_k_q8_k_avx2)
 #endif /* FG_HAVE_X86 */
 
 #if FG_HAVE_NEON
@@ -176,6 +178,9 @@ const fg_type_kernels fg_q4_k_kernels[FG_ISA_COUNT] = {
 
 const fg_type_kernels fg_q4_k_kernels_ext[FG_ISA_COUNT] = {
     [FG_ISA_SCALAR] = {0}, /* never used: keeps the initializer non-empty off NEON */
+#if FG_HAVE_X86
+    [FG_ISA_AVX512] = {NULL, NULL, NULL, NULL, gemm_q4_k_q8_k_vnni}, /* many activations: 16 rows per zmm */
+#endif
 #if FG_HAVE_NEON
     [FG_ISA_NEON] = {NULL, NULL, vec_dot_q4_k_q8_k_neondp, gemv_q4_k_q8_k_neondp,
                      gemm_q4_k_q8_k_neondp},

@@ -3,6 +3,7 @@
  * of qh[l] and of 64k + 32 + l in bit 2k+1; scales as q4_K. Dot against Q8_K as q4_K. */
 #include "fg_simd.h"
 #include "fg_kquant.h"
+#include "fg_kquant_vnni.h"
 
 /* ---- scalar reference ---- */
 
@@ -102,6 +103,7 @@ FG_INLINE_AVX2 void q5_k_rows8_avx2(const int gpm, int R, const char *w, size_t 
 FG_KQ_GEMM_AVX2(gemm_q5_k_q8_k_rows8_avx2, q5_k_rows8_avx2, 4, 1) /* 4 groups: 4 * 2 * 31 * 128 < 32768 */
 FG_KQ_KERNELS_AVX2(vec_dot_q5_k_q8_k_avx2, gemv_q5_k_q8_k_avx2, gemm_q5_k_q8_k_avx2, q5_k_tile_avx2,
                    gemm_q5_k_q8_k_rows8_avx2)
+FG_KQ_GEMM_VNNI(gemm_q5_k_q8_k_vnni, q5_k_rows8_avx2, 8, 1, gemm_q5_k_q8_k_avx2)
 #endif /* FG_HAVE_X86 */
 
 #if FG_HAVE_NEON
@@ -186,6 +188,9 @@ const fg_type_kernels fg_q5_k_kernels[FG_ISA_COUNT] = {
 
 const fg_type_kernels fg_q5_k_kernels_ext[FG_ISA_COUNT] = {
     [FG_ISA_SCALAR] = {0}, /* never used: keeps the initializer non-empty off NEON */
+#if FG_HAVE_X86
+    [FG_ISA_AVX512] = {NULL, NULL, NULL, NULL, gemm_q5_k_q8_k_vnni}, /* many activations: 16 rows per zmm */
+#endif
 #if FG_HAVE_NEON
     [FG_ISA_NEON] = {NULL, NULL, vec_dot_q5_k_q8_k_neondp, gemv_q5_k_q8_k_neondp,
                      gemm_q5_k_q8_k_neondp},

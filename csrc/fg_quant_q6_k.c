@@ -4,6 +4,7 @@
  * Dot against Q8_K: sum_s d dx scale_s ((q . x)_s - 32 bsums_s). */
 #include "fg_simd.h"
 #include "fg_kquant.h"
+#include "fg_kquant_vnni.h"
 
 /* ---- scalar reference ---- */
 
@@ -211,6 +212,7 @@ FG_INLINE_AVX2 void q6_k_rows8_avx2(const int gpm, int R, const char *w, size_t 
 FG_KQ_GEMM_AVX2(gemm_q6_k_q8_k_rows8_avx2, q6_k_rows8_avx2, 2, 0) /* 2 groups: 2 * 2 * 63 * 128 < 32768 */
 FG_KQ_KERNELS_AVX2(vec_dot_q6_k_q8_k_avx2, gemv_q6_k_q8_k_avx2, gemm_q6_k_q8_k_avx2, q6_k_tile_avx2,
                    gemm_q6_k_q8_k_rows8_avx2)
+FG_KQ_GEMM_VNNI(gemm_q6_k_q8_k_vnni, q6_k_rows8_avx2, 4, 0, gemm_q6_k_q8_k_avx2)
 #endif /* FG_HAVE_X86 */
 
 #if FG_HAVE_NEON
@@ -288,6 +290,9 @@ const fg_type_kernels fg_q6_k_kernels[FG_ISA_COUNT] = {
 
 const fg_type_kernels fg_q6_k_kernels_ext[FG_ISA_COUNT] = {
     [FG_ISA_SCALAR] = {0}, /* never used: keeps the initializer non-empty off NEON */
+#if FG_HAVE_X86
+    [FG_ISA_AVX512] = {NULL, NULL, NULL, NULL, gemm_q6_k_q8_k_vnni}, /* many activations: 16 rows per zmm */
+#endif
 #if FG_HAVE_NEON
     [FG_ISA_NEON] = {NULL, NULL, vec_dot_q6_k_q8_k_neondp, gemv_q6_k_q8_k_neondp,
                      gemm_q6_k_q8_k_neondp},
