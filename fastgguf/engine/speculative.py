@@ -17,8 +17,8 @@ emitted token), so a seeded run emits the very same tokens; greedy output is ide
 logit bias, grammar masks and stop strings see the same tokens in the same order, since each row is stepped only
 after the previous token was accepted by the Sequence.
 
-The rule is written in Speculation (the Scheduler's) and still in generate()'s _speculative_decode, a generator that
-yields each token to its caller (which stops it at a stop string) before it looks at the next row.
+The rule is written once, in Speculation, and both decode drivers run it: generate()'s speculative loop (one
+sequence, one forward per step) and the Scheduler's batched step (each sequence's rows out of the batch's forward).
 """
 from typing import List, NamedTuple
 
@@ -149,18 +149,6 @@ def draft_budget(params, n_past, n_ctx, n_sampled, max_tokens):
     if max_tokens is not None:
         k = min(k, max_tokens - n_sampled - 1)
     return max(k, 0)
-
-
-def rewind_or_replay(ctx, keep, rewind, reset, evaluate):
-    """Drop a context's rejected draft rows: rewind to `keep` tokens, or where sliding-window layers no longer hold
-    the positions before it, evaluate those tokens again from a fresh cache."""
-    reusable = getattr(ctx, "reusable", None)
-    if reusable is None or reusable(keep) == keep:
-        rewind(keep)
-    else:
-        tokens = list(ctx.tokens[:keep])
-        reset()
-        evaluate(tokens)
 
 
 class Verified(NamedTuple):
