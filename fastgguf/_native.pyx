@@ -2,10 +2,10 @@
 """fastgguf._native: every C kernel of csrc/, compiled once, and the Cython layers over it.
 
 One extension means one kernel table: `fastgguf.kernels.set_isa()` (or FASTGGUF_ISA at import) switches the
-kernels of the wrappers, the forward pass and the samplers together. The Cython code lives in three included
+kernels of the wrappers, the forward pass and the samplers together. The Cython code lives in four included
 files, each a layer: _kernels.pxi (array-level quantize/dequantize/matmul, ISA control), _runner.pxi (Weights and
-Runner: the forward pass of one conversation) and _sampling.pxi (samplers and the decode loop). Declarations of
-the C API and of the cdef classes are in _native.pxd."""
+Runner: the forward pass of one conversation), _sampling.pxi (samplers) and _decode.pxi (the decode loop).
+Declarations of the C API and of the cdef classes are in _native.pxd."""
 import math
 import os
 import platform
@@ -24,5 +24,6 @@ cnp.import_array()
 include "_kernels.pxi"
 include "_runner.pxi"
 include "_sampling.pxi"
+include "_decode.pxi"
 
 _init()

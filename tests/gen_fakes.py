@@ -1,10 +1,9 @@
-"""Test doubles for generation logic (no real model): a byte-level tokenizer and scripted/bigram models.
+"""Test doubles for what needs a tokenizer and no weights (chat templates, Sequence's detokenize/stop logic): a
+byte-level tokenizer, and a model that is only that tokenizer. Nothing here decodes: generation runs on tiny
+random-weight GGUFs (tests/vocab_model.py).
 
 FakeTokenizer: ids 0..255 are bytes; specials: 256 <eos> (end of generation), 257 <bos>, 258 <|im_start|>,
-259 <|im_end|> (also end of generation). FakeModel's contexts produce logits that make greedy decoding say `script`
-(a str, as bytes) after any prompt, then <eos>; with `table` (n_vocab, n_vocab) the logits are table[last token]."""
-import numpy as np
-
+259 <|im_end|> (also end of generation)."""
 EOS, BOS, IM_START, IM_END = 256, 257, 258, 259
 SPECIALS = {EOS: "<eos>", BOS: "<bos>", IM_START: "<|im_start|>", IM_END: "<|im_end|>"}
 N_VOCAB = 260
@@ -78,57 +77,9 @@ class FakeTokenizer:
         return FakeStreamingDecoder(self)
 
 
-class FakeContext:
-    def __init__(self, model, n_ctx):
-        self.model = model
-        self.n_ctx = n_ctx
-        self.runner = None
-        self.tokens = []
-        self.start = None   # n_past after the first eval since reset: where the script starts
-        self.evals = []     # every eval call's ids
-
-    @property
-    def n_past(self):
-        return len(self.tokens)
-
-    def reset(self):
-        self.tokens = []
-        self.start = None
-
-    def rewind(self, n):
-        assert 0 <= n <= len(self.tokens)
-        self.tokens = self.tokens[:n]
-        self.start = None
-
-    def eval(self, ids, all_logits=False):
-        ids = list(ids)
-        assert ids and len(self.tokens) + len(ids) <= self.n_ctx
-        self.evals.append(ids)
-        self.tokens += ids
-        if self.start is None or len(ids) > 1:  # a prompt (re)starts the script
-            self.start = len(self.tokens)
-        return self.model.logits(self.tokens, self.start)
-
-
 class FakeModel:
-    def __init__(self, script="", table=None, n_ctx_train=512, chat_template=None, add_bos=False):
-        self.script = list(script.encode()) + [EOS] if isinstance(script, str) else list(script)
-        self.table = None if table is None else np.asarray(table, dtype=np.float32)
+    """A model's tokenizer and vocabulary size, no weights: what a Sequence and a chat prompt read of a model."""
+
+    def __init__(self, chat_template=None, add_bos=False):
         self.tokenizer = FakeTokenizer(chat_template, add_bos)
         self.n_vocab = N_VOCAB
-        self.n_ctx_train = n_ctx_train
-        self.contexts = []
-
-    def context(self, n_ctx=4096):
-        c = FakeContext(self, n_ctx)
-        self.contexts.append(c)
-        return c
-
-    def logits(self, tokens, start):
-        if self.table is not None:
-            return self.table[tokens[-1]].copy()
-        i = len(tokens) - start
-        target = self.script[i] if i < len(self.script) else EOS
-        out = np.zeros(N_VOCAB, dtype=np.float32)
-        out[target] = 20.0
-        return out

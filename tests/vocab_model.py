@@ -16,19 +16,19 @@ from vocab_files import unpack_vocab
 E, L, H, KVH, HD, F, N_CTX = 64, 2, 4, 2, 16, 128, 256
 
 
-def vocab_model(path, name, seed=0, nan_embd=(), nan_logits=(), tokenizer_from=None):
+def vocab_model(path, name, seed=0, nan_embd=(), nan_logits=(), tokenizer_from=None, n_ctx=N_CTX):
     """Write the model to path (str returned). token_embd is tied to the output; the output norm's small weight
     keeps the logits' spread around 2 (at temperature 1 many tokens compete, not one). A broken model for the NaN
     contracts: nan_embd (token ids whose embedding rows are NaN: a sequence holding one goes NaN) and nan_logits
     (ids whose logit is always NaN) untie the output (a copy of token_embd, same logits otherwise).
     tokenizer_from: a GGUF file whose tokenizer is used instead of the vocabulary `name` (a random-weight model with
-    a real model's vocabulary: a draft model that is mostly wrong)."""
+    a real model's vocabulary: a draft model that is mostly wrong). n_ctx: the training context it declares."""
     path = str(path)
     raw = unpack_vocab(name, path + ".vocab") if tokenizer_from is None else str(tokenizer_from)
     rng = np.random.default_rng(seed)
     w = GGUFWriter()
     w.add_string("general.architecture", "llama")
-    for key, value, vt in (("block_count", L, V.UINT32), ("context_length", N_CTX, V.UINT32),
+    for key, value, vt in (("block_count", L, V.UINT32), ("context_length", n_ctx, V.UINT32),
                            ("embedding_length", E, V.UINT32), ("feed_forward_length", F, V.UINT32),
                            ("attention.head_count", H, V.UINT32), ("attention.head_count_kv", KVH, V.UINT32),
                            ("rope.freq_base", 10000.0, V.FLOAT32), ("rope.dimension_count", HD, V.UINT32),

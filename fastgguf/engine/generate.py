@@ -12,8 +12,9 @@ of a stop string is held back until it is known not to be one.
 finish_reason: "stop" (an end-of-generation token or a stop string), "length" (max_tokens reached, or the context is
 full). Usage counts prompt tokens and completion tokens (sampled tokens, without the end-of-generation token).
 
-Speculative decoding (`speculative="prompt_lookup"` or a draft Model; fastgguf.engine.speculative) replaces the
-Cython loop by `_speculative_decode`: several tokens per forward where the drafts are right, the same tokens.
+Speculative decoding (`speculative="prompt_lookup"` or a draft Model) replaces the Cython loop by `_speculative_steps`,
+which runs fastgguf.engine.speculative.Speculation (the verification rule the Scheduler runs too): several tokens per
+forward where the drafts are right, the same tokens.
 
 Context reuse: with `context=` given, the tokens it already holds from an earlier generate() call on it are kept when
 they are a prefix of the new prompt (only the rest is evaluated; see usage.cached_tokens), otherwise it is reset.
@@ -30,7 +31,7 @@ from fastgguf.engine.grammar import matchers
 from fastgguf.engine.params import SamplingParams, check_token_ids
 from fastgguf.engine.sampler import Sampler
 from fastgguf.engine.sequence import Sequence
-from fastgguf.engine.speculative import check_draft, draft_budget, make_drafter, rewind_or_replay
+from fastgguf.engine.speculative import Speculation, check_draft, make_drafter
 
 __all__ = ["generate", "GenerationResult", "GenerationStream", "Usage", "Timings", "make_sampler",
            "reusable_prefix"]
@@ -118,59 +119,34 @@ def reusable_prefix(context, ids):
     keep, lim = 0, min(len(cached), len(ids) - 1)
     while keep < lim and cached[keep] == ids[keep]:
         keep += 1
-    reusable = getattr(context, "reusable", None)
-    return reusable(keep) if reusable is not None else keep
+    return context.reusable(keep)
 
 
-def _python_decode(context, c_eval, seq, max_tokens, logits):
-    """Reference decode loop for contexts without a compiled Runner (test fakes): same contract as generate_ids
-    (the last yielded token is not evaluated)."""
-    n = 0
-    while n < max_tokens:
-        tok = seq.sample(logits)
-        n += 1
-        yield tok
-        if tok in seq.eog or n >= max_tokens or context.n_past >= context.n_ctx:
-            return
-        logits = c_eval([tok])
+def _plain_steps(context, seq, logits):
+    """The Steps of plain decoding: the Cython loop (fastgguf._native.generate_ids) samples with the sequence's
+    sampler (and its constraint), seq.advance does the rest; the loop ends early when the context is full, and the
+    sequence with it ("length")."""
+    more = {} if seq.constraint is None else {"constraint": seq.constraint}
+    with contextlib.closing(generate_ids(context.runner, seq.sampler, seq.max_tokens, seq.eog, logits=logits,
+                                         **more)) as ids:
+        for tok in ids:
+            yield seq.advance(tok)
+    yield seq.finish("length")  # reached unfinished only: the context is full, or max_tokens is 0
 
 
-def _speculative_decode(context, c_eval, c_rewind, c_reset, seq, drafter, max_tokens, logits, timings):
-    """The decode loop of a speculative sequence (fastgguf.engine.speculative says why it is exact), with the same
-    contract as generate_ids: it yields sampled ids, the caller advances the Sequence on each, and it stops after an
-    end-of-generation token, max_tokens, or a full context (the last yielded token not evaluated). A step evaluates
-    the next token and its drafts in one forward and yields the tokens sampled from its rows in order while they
-    match the drafts; the rows past the first mismatch are rewound out of the cache."""
-    tok = seq.sample(logits)
-    n = 1
-    yield tok
-    while tok not in seq.eog and n < max_tokens and context.n_past < context.n_ctx:
-        drafter.accept(tok)
-        n_past = context.n_past
-        drafts = drafter.propose(draft_budget(seq.params, n_past, context.n_ctx, n, max_tokens))
-        rows = c_eval([tok] + drafts, all_logits=True)
-        timings.draft_tokens += len(drafts)
-        for i in range(len(drafts) + 1):
-            tok = seq.sample(rows[i])
-            n += 1
-            used = i + 1
-            hit = i < len(drafts) and tok == drafts[i]
-            timings.draft_accepted += hit  # counted before the yield: the caller may stop here (a stop string)
-            yield tok
-            if not hit or tok in seq.eog or n >= max_tokens:
-                break
-            drafter.accept(tok)
-        drafter.verified(len(drafts), used - 1)
-        if used < len(drafts) + 1:
-            rewind_or_replay(context, n_past + used, c_rewind, c_reset, c_eval)
-
-
-class _NoClaim:
-    release = staticmethod(lambda: None)
-    guard = staticmethod(contextlib.nullcontext)
-
-
-_NO_CLAIM = _NoClaim()
+def _speculative_steps(context, seq, spec, logits, timings):
+    """The Steps of speculative decoding: each forward evaluates the next token and its drafts, and spec.verify
+    (fastgguf.engine.speculative: the rule the Scheduler runs too) steps the sequence on its rows while they match
+    the drafts. The caller holds the context (its claim): the unguarded methods."""
+    st = seq.step(logits, full=context.n_past >= context.n_ctx)
+    yield st
+    while st.finish is None:
+        rows = context._eval(spec.inputs(st.token, seq), all_logits=True)
+        done = spec.verify(rows, seq.step)
+        timings.draft_tokens += done.drafted
+        timings.draft_accepted += done.accepted  # counted before the yields: the caller may stop at a stop string
+        yield from done.steps
+        st = done.steps[-1]
 
 
 class GenerationStream:
@@ -230,6 +206,19 @@ class GenerationStream:
                                 timings=self.timings, token_ids=list(self.token_ids))
 
 
+def _fresh_context(model, n_prompt, max_tokens):
+    """generate()'s default Context: prompt + max_tokens (None: the training context) rounded up to CTX_ROUND, at
+    most the model's training context."""
+    n_ctx_train = int(model.n_ctx_train or 0)
+    want = n_prompt + (max_tokens if max_tokens is not None else (n_ctx_train or n_prompt + 1))
+    n_ctx = -(-want // CTX_ROUND) * CTX_ROUND
+    if n_ctx_train:
+        if n_prompt > n_ctx_train:
+            raise ValueError(f"the prompt has {n_prompt} tokens, more than the model's context length {n_ctx_train}")
+        n_ctx = min(n_ctx, n_ctx_train)
+    return model.context(n_ctx=n_ctx)
+
+
 def generate(model, prompt, params=None, *, stream=False, context=None, add_special=True, parse_special=False,
              **sampling):
     """Complete `prompt` (text, or a list of token ids) with `model`.
@@ -240,95 +229,63 @@ def generate(model, prompt, params=None, *, stream=False, context=None, add_spec
     min(model.n_ctx_train, prompt + max_tokens) rounded up to 256). `max_tokens=None`: until an end-of-generation
     token or the context is full.
     Returns a GenerationResult, or with stream=True a GenerationStream of text pieces."""
-    if context is not None and not hasattr(context, "_claim") and not all(
-            hasattr(context, a) for a in ("eval", "reset", "rewind", "tokens", "n_past", "n_ctx")):
+    if context is not None and not isinstance(getattr(context, "runner", None), Runner):
         raise TypeError(f"context must be a fastgguf.Context (model.context()), got {type(context).__name__}")
     params = SamplingParams.from_args(params, **sampling)
-    max_tokens = params.max_tokens
-    tokenizer = model.tokenizer
-    n_vocab = int(getattr(model, "n_vocab", None) or tokenizer.n_vocab)
-    ids = _prompt_ids(tokenizer, prompt, n_vocab, add_special, parse_special)
-    n_prompt = len(ids)
+    ids = _prompt_ids(model.tokenizer, prompt, model.n_vocab, add_special, parse_special)
     grammar = params.constraint()  # json_schema / grammar: every sampled token is masked by it (fails closed)
     constraint = matchers(model, grammar, 1)[0] if grammar is not None else None
     seq = Sequence(model, ids, params, constraint=constraint)  # bad sampling fields fail here, before any context
     check_draft(model, params)
-
-    n_ctx_train = int(getattr(model, "n_ctx_train", 0) or 0)
     if context is None:
-        want = n_prompt + (max_tokens if max_tokens is not None else (n_ctx_train or n_prompt + 1))
-        n_ctx = -(-want // CTX_ROUND) * CTX_ROUND
-        if n_ctx_train:
-            if n_prompt > n_ctx_train:
-                raise ValueError(f"the prompt has {n_prompt} tokens, more than the model's context length "
-                                 f"{n_ctx_train}")
-            n_ctx = min(n_ctx, n_ctx_train)
-        context = model.context(n_ctx=n_ctx)
-    if n_prompt > context.n_ctx:
-        raise ValueError(f"the prompt has {n_prompt} tokens but the context holds only n_ctx={context.n_ctx} tokens")
-    if max_tokens is None:
-        max_tokens = seq.max_tokens = context.n_ctx - n_prompt + 1
-
-    def run(st):
-        # the stream owns the context (see GenerationStream); each step runs inside claim.guard()
-        # prompt: reuse the cached common prefix, evaluate the rest (at least one token, for its logits)
-        keep = reusable_prefix(context, ids)
-        t0 = time.perf_counter()
-        with claim.guard():
-            if keep == 0:
-                c_reset()
-            elif keep < context.n_past:
-                c_rewind(keep)
-            logits = c_eval(ids[keep:])
-        t1 = time.perf_counter()
-        st.timings.prompt_seconds = t1 - t0
-        st.timings.prompt_tokens_per_second = _rate(n_prompt - keep, t1 - t0)
-        st.usage = Usage(prompt_tokens=n_prompt, completion_tokens=0, total_tokens=n_prompt, cached_tokens=keep)
-
-        # the Cython loop samples with the sequence's sampler (and its constraint); seq.advance does the rest
-        if params.speculative is not None:
-            drafter = make_drafter(params, ids, context.n_ctx)
-            id_iter = _speculative_decode(context, c_eval, c_rewind, c_reset, seq, drafter, max_tokens, logits,
-                                          st.timings)
-        elif isinstance(getattr(context, "runner", None), Runner):
-            more = {} if seq.constraint is None else {"constraint": seq.constraint}
-            id_iter = generate_ids(context.runner, seq.sampler, max_tokens, seq.eog, logits=logits, **more)
-        else:
-            id_iter = _python_decode(context, c_eval, seq, max_tokens, logits)
-
-        gen_time = 0.0
-        t = time.perf_counter()
-        try:
-            while seq.finish_reason is None:
-                with claim.guard():
-                    tok = next(id_iter, None)
-                step = seq.advance(tok) if tok is not None else seq.finish("length")  # None: the context is full
-                if not step.eog and step.token is not None:
-                    st.token_ids.append(tok)
-                if step.finish is not None:
-                    st.finish_reason = step.finish
-                if step.text or step.finish is not None:
-                    gen_time += time.perf_counter() - t
-                    _update(st, gen_time)
-                    if step.text:
-                        yield step.text
-                    t = time.perf_counter()
-        finally:
-            close = getattr(id_iter, "close", None)
-            if close is not None:
-                close()
-
-    def _update(st, gen_time):
-        n = len(st.token_ids)
-        st.usage.completion_tokens = n
-        st.usage.total_tokens = n_prompt + n
-        st.timings.generation_seconds = gen_time
-        st.timings.generation_tokens_per_second = _rate(n, gen_time)
-
-    if hasattr(context, "_claim"):
-        claim, c_eval, c_reset, c_rewind = context._claim(), context._eval, context._reset, context._rewind
-    else:  # a duck-typed context (a test double): its own methods, nothing to claim
-        claim, c_eval, c_reset, c_rewind = _NO_CLAIM, context.eval, context.reset, context.rewind
-    s = GenerationStream(run, claim.release)
+        context = _fresh_context(model, len(ids), params.max_tokens)
+    if len(ids) > context.n_ctx:
+        raise ValueError(f"the prompt has {len(ids)} tokens but the context holds only n_ctx={context.n_ctx} tokens")
+    if params.max_tokens is None:
+        seq.max_tokens = context.n_ctx - len(ids) + 1
+    claim = context._claim()
+    s = GenerationStream(lambda st: _run(st, context, claim, ids, seq), claim.release)
     return s if stream else s.result()
 
+
+def _run(st, context, claim, ids, seq):
+    """A generate() stream's body: evaluates the prompt (its cached common prefix reused), then decodes, writing the
+    results into st (the stream: a weak proxy) and yielding the text pieces. It owns the context (claim: see
+    GenerationStream) and runs each step inside claim.guard()."""
+    keep = reusable_prefix(context, ids)
+    t0 = time.perf_counter()
+    with claim.guard():
+        if keep == 0:
+            context._reset()
+        elif keep < context.n_past:
+            context._rewind(keep)
+        logits = context._eval(ids[keep:])  # at least one token, for its logits
+    t1 = time.perf_counter()
+    st.timings.prompt_seconds = t1 - t0
+    st.timings.prompt_tokens_per_second = _rate(len(ids) - keep, t1 - t0)
+    st.usage = Usage(prompt_tokens=len(ids), completion_tokens=0, total_tokens=len(ids), cached_tokens=keep)
+    if seq.params.speculative is None:
+        steps = _plain_steps(context, seq, logits)
+    else:
+        spec = Speculation(make_drafter(seq.params, ids, context.n_ctx), context, guarded=False)
+        steps = _speculative_steps(context, seq, spec, logits, st.timings)
+    gen_time = 0.0
+    t = time.perf_counter()
+    with contextlib.closing(steps):
+        while True:
+            with claim.guard():
+                step = next(steps)
+            if not step.eog and step.token is not None:
+                st.token_ids.append(step.token)
+            st.finish_reason = step.finish
+            if step.text or step.finish is not None:
+                gen_time += time.perf_counter() - t
+                n = len(st.token_ids)
+                st.usage.completion_tokens, st.usage.total_tokens = n, len(ids) + n
+                st.timings.generation_seconds = gen_time
+                st.timings.generation_tokens_per_second = _rate(n, gen_time)
+                if step.text:
+                    yield step.text
+                t = time.perf_counter()
+            if step.finish is not None:
+                return

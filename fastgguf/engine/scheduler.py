@@ -56,8 +56,7 @@ from fastgguf.engine import pooling as _pooling
 from fastgguf.engine.generate import Usage, reusable_prefix
 from fastgguf.engine.params import SamplingParams, is_draft_model
 from fastgguf.engine.sequence import Sequence
-from fastgguf.engine.speculative import check_draft, draft_budget, draft_context, make_drafter, rewind_or_replay, \
-    walk
+from fastgguf.engine.speculative import Speculation, check_draft, draft_context, make_drafter
 from fastgguf.errors import QueueFull
 
 __all__ = ["Scheduler", "Engine", "default_parallel", "Request", "QueueFull", "Start", "Delta", "Finish",
@@ -158,7 +157,7 @@ class _Seq:
     """One choice of a request, in a slot: its place in the batch; `sequence` (a Sequence, from its placement on) does
     the sampling, detokenizing and stopping."""
     __slots__ = ("req", "index", "prompt", "sequence", "slot", "pos", "next_tok", "leader", "home", "first_logits",
-                 "pending", "rows", "prompt_lps", "drafter", "drafts")
+                 "pending", "rows", "prompt_lps", "spec")
 
     def __init__(self, req, index, prompt, leader=None):
         self.req, self.index, self.prompt = req, index, prompt
@@ -172,8 +171,7 @@ class _Seq:
         self.slot = None
         self.pos = 0        # prompt tokens in the slot's KV cache
         self.next_tok = -1  # sampled, not yet evaluated
-        self.drafter = None  # speculative decoding (fastgguf.engine.speculative): proposes drafts after next_tok
-        self.drafts = []     # this step's drafts, evaluated after next_tok
+        self.spec = None    # its Speculation (fastgguf.engine.speculative): the rows of each decoding step, verified
 
 
 class _Slot:
@@ -447,7 +445,8 @@ class Scheduler:
         seq.sequence = Sequence(self.model, ids, req.params, choice=seq.index % req.n,
                                 constraint=req.constraints[seq.index] if req.constraints is not None else None,
                                 parser=req.parser() if req.parser is not None else None)
-        seq.drafter = make_drafter(req.params, ids, self.n_ctx, best.draft_context(req.params, self.n_ctx))
+        seq.spec = Speculation(make_drafter(req.params, ids, self.n_ctx, best.draft_context(req.params, self.n_ctx)),
+                               best.ctx)
 
     def _step(self, out):
         self._admit(out)
@@ -472,16 +471,9 @@ class Scheduler:
                 n = self.chunk if self.model.hparams.causal else len(seq.prompt)
                 chunk = seq.prompt[seq.pos:seq.pos + n]
                 outputs.append("hidden" if seq.req.embed else "all" if seq.req.prompt_logprobs else "last")
-            else:  # a speculative sequence brings its drafts too, and gets every row's logits to verify them
-                sq = seq.sequence
-                k = 0 if seq.drafter is None else draft_budget(sq.params, slot.ctx.n_past, self.n_ctx, sq.n_sampled,
-                                                               sq.max_tokens)
-                try:
-                    seq.drafts = seq.drafter.propose(k) if k > 0 else []
-                except Exception:  # noqa: BLE001 - e.g. NaN in a broken draft model: drafts only save time, the
-                    seq.drafter, seq.drafts = None, []  # sequence goes on without them (its output is the same)
-                chunk = [seq.next_tok] + seq.drafts
-                outputs.append("all" if seq.drafts else "last")
+            else:  # its next token; a speculative sequence's drafts too, with every row's logits to verify them
+                chunk = seq.spec.inputs(seq.next_tok, seq.sequence)
+                outputs.append("all" if len(chunk) > 1 else "last")
             items.append((slot.ctx, chunk))
             seqs.append(seq)
         if not items:
@@ -497,9 +489,10 @@ class Scheduler:
                 self._fail(seq.req, e, out)
 
     def _took(self, seq, n, res, out):
-        """seq's share of a batched forward over n of its tokens: res, its rows (prompt rows) or last logits."""
-        if seq.drafts:
-            self._verify(seq, res, out)
+        """seq's share of a batched forward over n of its tokens: res, its rows (prompt rows, a decoding step's
+        rows) or last logits."""
+        if seq.pos == len(seq.prompt):
+            self._verify(seq, res if n > 1 else [res], out)
             return
         lg = res
         if seq.pos < len(seq.prompt):
@@ -544,19 +537,12 @@ class Scheduler:
             self._fail(seq.req, e, out)
 
     def _verify(self, seq, rows, out):
-        """A speculative step's rows (the next token's, then each draft's): stepped in order while the sampled
-        tokens match the drafts (fastgguf.engine.speculative.walk: why this is exact); the rows after the first
-        mismatch are rewound out of the slot's cache."""
-        ctx, drafts = seq.slot.ctx, seq.drafts
-        n_past = ctx.n_past - len(drafts) - 1  # before this step
-        used, accepted = walk(rows, drafts, lambda i, lg: self._advance(seq, lg, out, n_past + i + 1 >= self.n_ctx))
-        seq.drafts = []
-        if seq.drafter is not None:
-            seq.drafter.verified(len(drafts), used - 1)
-        self.m["draft_tokens"] += len(drafts)
-        self.m["draft_accepted"] += accepted
-        if used < len(drafts) + 1:
-            rewind_or_replay(ctx, n_past + used, ctx.rewind, ctx.reset, ctx.eval)
+        """A decoding step's rows (the next token's, then a speculative sequence's drafts'): seq is stepped on each
+        while the sampled tokens match the drafts, the rows after the first mismatch rewound out of the slot's cache
+        (fastgguf.engine.speculative.Speculation.verify: the rule generate() runs too, and why it is exact)."""
+        done = seq.spec.verify(rows, lambda lg, full: self._advance(seq, lg, out, full))
+        self.m["draft_tokens"] += done.drafted
+        self.m["draft_accepted"] += done.accepted
 
     def _advance(self, seq, lg, out, full=None):
         """Step seq's Sequence on lg (n_vocab,), the logits of its last row, and turn what it did into events;
@@ -578,8 +564,6 @@ class Scheduler:
             out[req].append(Delta(seq.index, st.text, lps, st.parsed))
         if st.finish is None:
             seq.next_tok = st.token
-            if seq.drafter is not None:
-                seq.drafter.accept(st.token)
             return st
         out[req].append(Finish(seq.index, st.finish, seq.sequence.stopper.matched))
         self._end(seq, out)

@@ -50,8 +50,7 @@ class Sequence:
         if params.seed is not None and choice:
             params = params.replace(seed=params.seed + choice)
         self.params = params
-        # a duck-typed model (a test double) may leave n_vocab to its tokenizer
-        self.sampler = Sampler(params, n_vocab=int(getattr(model, "n_vocab", None) or tokenizer.n_vocab))
+        self.sampler = Sampler(params, n_vocab=model.n_vocab)
         if params.repeat_penalty != 1.0 and params.repeat_last_n != 0:  # the prompt is in the repetition window
             window = prompt if params.repeat_last_n < 0 else prompt[-params.repeat_last_n:]
             self.sampler.accept_many(window, generated=False)

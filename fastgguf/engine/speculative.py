@@ -1,9 +1,9 @@
-"""Exact speculative decoding: drafters that guess the next tokens, and the walk that verifies them.
+"""Exact speculative decoding: drafters that guess the next tokens, and the one rule that verifies them.
 
 A decoding step of a speculative sequence evaluates its next token followed by K drafted tokens in ONE forward
-(all rows' logits); `walk` then samples each row in order with the sequence's own Sequence.step, exactly as plain
-decoding would, and stops at the first row whose sampled token differs from the draft that follows it (the rows
-after it saw a token the sequence did not take). The caller rewinds the KV cache past the rows not used.
+(all rows' logits); `Speculation.verify` then steps the sequence on each row in order with its own Sequence.step,
+exactly as plain decoding would, and stops at the first row whose sampled token differs from the draft that follows
+it (the rows after it saw a token the sequence did not take), whose rows it rewinds out of the KV cache.
 
 Why this is exact. Plain decoding samples t_i from p_i (the target's distribution after t_1..t_{i-1}). Row i of the
 batched forward computes p_i bit for bit (rows of one forward equal single steps: the project's batched == solo
@@ -17,14 +17,16 @@ emitted token), so a seeded run emits the very same tokens; greedy output is ide
 logit bias, grammar masks and stop strings see the same tokens in the same order, since each row is stepped only
 after the previous token was accepted by the Sequence.
 
-The rule is written twice, in the two decode loops: `walk` (the Scheduler's) and generate()'s _speculative_decode,
-a generator that yields each token to its caller (which stops it at a stop string) before it looks at the next row.
+The rule is written once, in Speculation, and both decode drivers run it: generate()'s speculative loop (one
+sequence, one forward per step) and the Scheduler's batched step (each sequence's rows out of the batch's forward).
 """
+from typing import List, NamedTuple
+
 import numpy as np
 
 from fastgguf.engine.params import is_draft_model
 
-__all__ = ["PromptLookup", "ModelDraft", "make_drafter", "check_draft", "draft_context", "walk", "rewind_or_replay",
+__all__ = ["Speculation", "Verified", "PromptLookup", "ModelDraft", "make_drafter", "check_draft", "draft_context",
            "draft_budget"]
 
 
@@ -149,26 +151,75 @@ def draft_budget(params, n_past, n_ctx, n_sampled, max_tokens):
     return max(k, 0)
 
 
-def rewind_or_replay(ctx, keep, rewind, reset, evaluate):
-    """Drop a context's rejected draft rows: rewind to `keep` tokens, or where sliding-window layers no longer hold
-    the positions before it, evaluate those tokens again from a fresh cache."""
-    reusable = getattr(ctx, "reusable", None)
-    if reusable is None or reusable(keep) == keep:
-        rewind(keep)
-    else:
-        tokens = list(ctx.tokens[:keep])
-        reset()
-        evaluate(tokens)
+class Verified(NamedTuple):
+    """What Speculation.verify did with a step's rows: `steps` (the Steps of the rows used, in order: the last one
+    finished the sequence or gives its next token), `drafted` (drafts evaluated), `accepted` (of them, those whose
+    row sampled them)."""
+    steps: List
+    drafted: int
+    accepted: int
 
 
-def walk(rows, drafts, step):
-    """Verify drafts against rows (len(drafts) + 1 logits: row i follows draft i - 1; row 0 follows the next token):
-    `step(i, logits)` steps the sequence on row i and returns its Step. Stops at the first Step that finishes the
-    sequence or whose token is not the draft that row i + 1 assumed. Returns (rows used, drafts accepted): the KV cache
-    keeps the next token and the first `rows used - 1` drafts."""
-    for i in range(len(drafts) + 1):
-        st = step(i, rows[i])
-        hit = i < len(drafts) and st.token == drafts[i]
-        if st.finish is not None or not hit:
-            return i + 1, i + hit
-    raise AssertionError("unreachable")  # the last row has no draft after it: `hit` is False there
+class Speculation:
+    """One decoding sequence's drafts and their verification: the rule (see the module docstring), for generate()
+    and the Scheduler alike. `drafter` (make_drafter; None: no drafts, every step is one row) over the sequence's
+    tokens so far; `ctx` its Context, whose rejected rows verify() drops with ctx's own methods, or with the unguarded
+    ones (`guarded=False`) for a caller that holds the context (generate()'s claim).
+
+        tokens = spec.inputs(next_tok, seq)   # next_tok and its drafts: one forward, every row's logits
+        done = spec.verify(rows, step)        # step(logits, full) -> Step on the rows while they match (Verified)
+
+    A drafter that fails (e.g. a broken draft model's NaN) is dropped: drafts only save time, the sequence goes on
+    without them and its output is the same."""
+
+    def __init__(self, drafter, ctx, guarded=True):
+        self.drafter, self.ctx = drafter, ctx
+        self._ops = (ctx.rewind, ctx.reset, ctx.eval) if guarded else (ctx._rewind, ctx._reset, ctx._eval)
+        self.drafts = []
+
+    def inputs(self, tok, seq):
+        """The tokens of seq's next forward: tok (its next token, sampled, not yet evaluated) and the drafts that
+        may follow it (draft_budget: they fit the context and max_tokens)."""
+        self.drafts = []
+        if self.drafter is not None:
+            self.drafter.accept(tok)
+            ctx = self.ctx
+            k = draft_budget(seq.params, ctx.n_past, ctx.n_ctx, seq.n_sampled, seq.max_tokens)
+            try:
+                self.drafts = self.drafter.propose(k) if k > 0 else []
+            except Exception:  # noqa: BLE001 - see the class docstring
+                self.drafter = None
+        return [tok] + self.drafts
+
+    def verify(self, rows, step):
+        """Step the sequence on the rows of inputs()' forward (row i follows draft i - 1; row 0 the next token):
+        `step(logits, full)` (full: no room in the context for another token) steps it on row i and returns the
+        Step. Stops at the first Step that finishes the sequence or whose token is not the draft that row i + 1
+        assumed, and rewinds the rows after it out of the cache (it keeps the next token and the drafts accepted)."""
+        drafts, self.drafts = self.drafts, []
+        ctx = self.ctx
+        n_past = ctx.n_past - len(drafts) - 1  # before this forward
+        steps, hit = [], False
+        for i in range(len(drafts) + 1):
+            st = step(rows[i], n_past + i + 1 >= ctx.n_ctx)
+            steps.append(st)
+            hit = i < len(drafts) and st.token == drafts[i]
+            if st.finish is not None or not hit:
+                break
+            self.drafter.accept(st.token)
+        if drafts:
+            self.drafter.verified(len(drafts), len(steps) - 1)
+            if len(steps) <= len(drafts):
+                self._truncate(n_past + len(steps))
+        return Verified(steps, len(drafts), len(steps) - 1 + hit)
+
+    def _truncate(self, keep):
+        """Drop the cache's rows after the first `keep` (rejected drafts): a rewind, or where sliding-window layers
+        no longer hold the positions before it, those tokens evaluated again from a fresh cache."""
+        rewind, reset, evaluate = self._ops
+        if self.ctx.reusable(keep) == keep:
+            rewind(keep)
+        else:
+            tokens = list(self.ctx.tokens[:keep])
+            reset()
+            evaluate(tokens)

@@ -61,7 +61,7 @@ def test_chat_reads_turns_until_exit(model_args, capsys, monkeypatch):
 def test_chat_history_is_trimmed_to_fit():
     from fastgguf.cli.chat import fit_history
     from gen_fakes import FakeModel
-    m = FakeModel("", chat_template="{% for m in messages %}{{ m.content }}{% endfor %}")
+    m = FakeModel(chat_template="{% for m in messages %}{{ m.content }}{% endfor %}")
     hist = [{"role": "user", "content": "a" * 10}, {"role": "assistant", "content": "b" * 10},
             {"role": "user", "content": "c" * 10}, {"role": "assistant", "content": "d" * 10}]
     user = {"role": "user", "content": "e" * 5}

@@ -2,9 +2,13 @@
 The sandbox itself (its environment, refusals and budgets) is tested in test_chat_template.py."""
 import pytest
 
-from fastgguf.engine.chat import (CHATML_TEMPLATE, ChatTemplateError, apply_chat_template, chat, chat_prompt_ids,
-                           render_template)
-from gen_fakes import BOS, IM_END, IM_START, FakeModel, FakeTokenizer
+from fastgguf.engine.chat import (CHATML_STOP, CHATML_TEMPLATE, ChatTemplateError, apply_chat_template, chat,
+                                  chat_prompt_ids, prepare_chat, render_template)
+from fastgguf.engine.generate import generate
+from fastgguf.engine.model import Model
+from fastgguf.engine.params import SamplingParams
+from gen_fakes import BOS, IM_END, IM_START, FakeTokenizer
+from vocab_model import vocab_model
 
 SMOL_SYSTEM = "<|im_start|>system\nYou are a helpful AI assistant named SmolLM, trained by Hugging Face<|im_end|>\n"
 
@@ -73,21 +77,35 @@ def test_bos_added_once():
     assert chat_prompt_ids(tok, msgs) == list(b"hi")
 
 
-def test_chat_generates_reply():
-    m = FakeModel("Hello!", chat_template="{% for m in messages %}<|im_start|>{{ m.content }}{% endfor %}")
-    r = chat(m, [{"role": "user", "content": "yo"}], temperature=0.0)
-    assert r.text == "Hello!" and r.finish_reason == "stop"
-    assert m.contexts[-1].evals[0] == [IM_START] + list(b"yo")
+@pytest.fixture(scope="module")
+def tiny_smol(default_model_path, tmp_path_factory):
+    """Random weights, the default model's tokenizer (its chat template, <|im_start|> a special token)."""
+    return Model(vocab_model(tmp_path_factory.mktemp("chat") / "smol.gguf", None, seed=2,
+                             tokenizer_from=default_model_path), n_threads=1)
+
+
+def test_chat_generates_reply(tiny_smol):
+    m, msgs = tiny_smol, [{"role": "user", "content": "yo"}]
+    r = chat(m, msgs, template="{% for m in messages %}<|im_start|>{{ m.content }}{% endfor %}", temperature=0.0,
+             max_tokens=6)
+    ids = m.tokenize("<|im_start|>yo", add_special=False, parse_special=True)
+    assert len(ids) == 2 and r.usage.prompt_tokens == 2  # <|im_start|> parsed as its special token, no BOS
+    assert r.token_ids == generate(m, ids, temperature=0.0, max_tokens=6).token_ids
+    r = chat(m, msgs, temperature=0.0, max_tokens=6)  # the file's own template
+    assert r.token_ids == generate(m, chat_prompt_ids(m, msgs), temperature=0.0, max_tokens=6).token_ids
     with pytest.raises(TypeError, match="add_special"):
-        chat(m, [{"role": "user", "content": "yo"}], add_special=True)
+        chat(m, msgs, add_special=True)
 
 
-def test_chat_fallback_stops_at_im_end_text():
-    m = FakeModel("Hello<|im_end|>junk")  # no template: ChatML, whose end marker is a stop string
-    r = chat(m, [{"role": "user", "content": "yo"}], temperature=0.0)
-    assert r.text == "Hello" and r.finish_reason == "stop"
-    s = chat(m, [{"role": "user", "content": "yo"}], temperature=0.0, stream=True, stop="zz")
-    assert "".join(s) == "Hello"
+def test_chat_fallback_stops_at_im_end_text(tmp_path):
+    """No template: ChatML, whose end marker is a stop string (its text ends the reply)."""
+    m = Model(vocab_model(tmp_path / "gpt2.gguf", "gpt-2", seed=1), n_threads=1)
+    assert not m.tokenizer.chat_template
+    msgs = [{"role": "user", "content": "yo"}]
+    ids, params = prepare_chat(m, msgs, SamplingParams(temperature=0.0, max_tokens=8, stop=("zz",)))
+    assert ids == chat_prompt_ids(m, msgs) and params.stop == ("zz", CHATML_STOP)
+    r = chat(m, msgs, temperature=0.0, max_tokens=8, stop="zz", stream=True)
+    assert "".join(r) == generate(m, ids, params).text and r.finish_reason
 
 
 def test_real_tokenizer_special_tokens(default_model_path, smol_template):

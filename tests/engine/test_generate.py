@@ -1,131 +1,173 @@
-"""Generation logic (stop strings, streaming, finish_reason, usage, context handling) on fake models, and the real
-Cython decode loop on the default model."""
-import os
-
+"""Generation logic (stop strings, streaming, finish_reason, usage, context handling) on a tiny random-weight model
+(tests/vocab_model.py: GPT-2's vocabulary, noise over all of it), and the real Cython decode loop on the default
+model. The expected outputs are derived from the model's own plain output (a stop string cut out of it, a prefix of
+it) or written out as a Python reference loop (Sequence.step on one Context.eval per token)."""
 import numpy as np
 import pytest
 
 from fastgguf.engine.generate import GenerationResult, GenerationStream, generate
-from gen_fakes import EOS, N_VOCAB, FakeModel
+from fastgguf.engine.model import Model
+from fastgguf.engine.params import SamplingParams
+from fastgguf.engine.sequence import Sequence
+from vocab_model import vocab_model
 
 GREEDY = dict(temperature=0.0)
 
 
-def test_greedy_script_result_fields():
-    m = FakeModel("Hello world")
-    r = generate(m, "hi", **GREEDY)
-    assert isinstance(r, GenerationResult)
-    assert r.text == "Hello world"
-    assert r.finish_reason == "stop"
-    assert r.token_ids == list(b"Hello world")
-    assert (r.usage.prompt_tokens, r.usage.completion_tokens, r.usage.total_tokens) == (2, 11, 13)
-    assert r["text"] == r.text and r["usage"]["total_tokens"] == 13 and "timings" in r
-    assert r.to_dict()["usage"]["completion_tokens"] == 11
+@pytest.fixture(scope="module")
+def tiny(tmp_path_factory):
+    """2 random layers over GPT-2's vocabulary, a training context of 512 tokens: free output never ends early once
+    its end-of-generation token is banned (no_eog)."""
+    return Model(vocab_model(tmp_path_factory.mktemp("gen") / "tiny.gguf", "gpt-2", seed=1, n_ctx=512), n_threads=1)
+
+
+def no_eog(model):
+    return {t: float("-inf") for t in model.tokenizer.eog_ids}
+
+
+def reference(model, prompt_ids, n_ctx=256, **kw):
+    """Plain decoding written out: one Context.eval per token and Sequence.step on its logits (as the Scheduler
+    steps a sequence). Returns (completion token ids, text, finish_reason)."""
+    seq = Sequence(model, prompt_ids, SamplingParams(**kw))
+    ctx = model.context(n_ctx=n_ctx)
+    logits = ctx.eval(prompt_ids)
+    ids, text = [], ""
+    while True:
+        st = seq.step(logits, full=ctx.n_past >= ctx.n_ctx)
+        if st.token is not None and not st.eog:
+            ids.append(st.token)
+        text += st.text
+        if st.finish is not None:
+            return ids, text, st.finish
+        logits = ctx.eval([st.token])
+
+
+@pytest.fixture(scope="module")
+def plain(tiny):
+    """24 greedy tokens after "hi" (no end of generation): what stop strings and limits are cut out of."""
+    return generate(tiny, "hi", max_tokens=24, logit_bias=no_eog(tiny), **GREEDY)
+
+
+def test_result_fields(tiny, plain):
+    r = plain
+    assert isinstance(r, GenerationResult) and r.finish_reason == "length"
+    assert len(r.token_ids) == 24 and r.text == tiny.detokenize(r.token_ids)
+    n = len(tiny.tokenize("hi"))
+    assert (r.usage.prompt_tokens, r.usage.completion_tokens, r.usage.total_tokens) == (n, 24, n + 24)
+    assert r["text"] == r.text and r["usage"]["total_tokens"] == n + 24 and "timings" in r
+    assert r.to_dict()["usage"]["completion_tokens"] == 24
     t = r.timings
     assert t.prompt_seconds >= 0 and t.generation_seconds > 0 and t.generation_tokens_per_second > 0
+    # an end-of-generation token ends with "stop", and is neither text nor a completion token
+    eos = tiny.tokenizer.eos_id
+    r = generate(tiny, "hi", logit_bias={eos: 100.0}, **GREEDY)
+    assert (r.text, r.finish_reason, r.token_ids, r.usage.completion_tokens) == ("", "stop", [], 0)
 
 
-def test_max_tokens_length_and_zero():
-    m = FakeModel("Hello world")
-    r = generate(m, "hi", max_tokens=5, **GREEDY)
-    assert (r.text, r.finish_reason, r.usage.completion_tokens) == ("Hello", "length", 5)
-    r = generate(m, "hi", max_tokens=0, **GREEDY)
+def test_max_tokens_length_and_zero(tiny, plain):
+    r = generate(tiny, "hi", max_tokens=5, logit_bias=no_eog(tiny), **GREEDY)
+    assert (r.token_ids, r.finish_reason, r.usage.completion_tokens) == (plain.token_ids[:5], "length", 5)
+    assert r.text == tiny.detokenize(plain.token_ids[:5])
+    r = generate(tiny, "hi", max_tokens=0, **GREEDY)
     assert (r.text, r.finish_reason, r.usage.completion_tokens) == ("", "length", 0)
 
 
-def test_fresh_context_size():
-    m = FakeModel("abc", n_ctx_train=512)
-    generate(m, "x" * 10, max_tokens=300, **GREEDY)
-    assert m.contexts[-1].n_ctx == 512  # 310 rounded up to 512, within n_ctx_train
-    generate(m, "x" * 10, max_tokens=20, **GREEDY)
-    assert m.contexts[-1].n_ctx == 256
-    generate(m, "x" * 10, max_tokens=5000, **GREEDY)
-    assert m.contexts[-1].n_ctx == 512  # capped by n_ctx_train
+def spy_contexts(model, monkeypatch):
+    """The n_ctx of every Context model.context() makes from now on."""
+    made, real = [], model.context
+
+    def context(n_ctx=4096, n_threads=None):
+        made.append(n_ctx)
+        return real(n_ctx, n_threads)
+    monkeypatch.setattr(model, "context", context)
+    return made
 
 
-def test_prompt_too_long_and_empty():
-    m = FakeModel("abc", n_ctx_train=64)
-    with pytest.raises(ValueError, match="100 tokens.*64"):
-        generate(m, "x" * 100, **GREEDY)
-    ctx = m.context(n_ctx=16)
+def test_fresh_context_size(tiny, monkeypatch):
+    made = spy_contexts(tiny, monkeypatch)
+    for max_tokens in (300, 20, 5000, None):  # (the context is made by the call: the stream need not run)
+        generate(tiny, [5] * 10, max_tokens=max_tokens, stream=True, **GREEDY).close()
+    assert made == [512, 256, 512, 512]  # 310 rounded up to 512; 30 to 256; capped by n_ctx_train (512)
+
+
+def test_prompt_too_long_and_empty(tiny):
+    with pytest.raises(ValueError, match="600 tokens.*512"):
+        generate(tiny, [5] * 600, **GREEDY)
+    ctx = tiny.context(n_ctx=16)
     with pytest.raises(ValueError, match="20 tokens.*n_ctx=16"):
-        generate(m, "y" * 20, context=ctx, **GREEDY)
+        generate(tiny, [5] * 20, context=ctx, **GREEDY)
     with pytest.raises(ValueError, match="empty"):
-        generate(m, "", **GREEDY)
+        generate(tiny, "", **GREEDY)
     with pytest.raises(ValueError, match="out of range"):
-        generate(m, [1, 2, N_VOCAB], **GREEDY)
+        generate(tiny, [1, 2, tiny.n_vocab], **GREEDY)
     with pytest.raises(TypeError):
-        generate(m, b"bytes", **GREEDY)
+        generate(tiny, b"bytes", **GREEDY)
+    with pytest.raises(TypeError, match="Context"):
+        generate(tiny, "hi", context=object(), **GREEDY)
 
 
-def test_bad_parameters_raise_before_running():
-    m = FakeModel("abc")
+def test_bad_parameters_raise_before_running(tiny, monkeypatch):
+    made = spy_contexts(tiny, monkeypatch)
     for kw, exc in [(dict(top_p=0.0), ValueError), (dict(top_k=-1), ValueError), (dict(temperature=-1), ValueError),
                     (dict(max_tokens=-1), ValueError), (dict(stop=3), TypeError), (dict(stop=["a", 1]), TypeError),
-                    (dict(logit_bias={N_VOCAB: 1.0}), ValueError), (dict(min_p=1.5), ValueError)]:
+                    (dict(logit_bias={tiny.n_vocab: 1.0}), ValueError), (dict(min_p=1.5), ValueError)]:
         with pytest.raises(exc):
-            generate(m, "hi", stream=True, **kw)
-    assert m.contexts == []
+            generate(tiny, "hi", stream=True, **kw)
+    assert made == []
 
 
-def test_context_full_is_length():
-    m = FakeModel("abcdefghijklmnop")
-    ctx = m.context(n_ctx=8)
-    r = generate(m, "hi", context=ctx, max_tokens=100, **GREEDY)
+def test_context_full_is_length(tiny, plain):
+    ctx = tiny.context(n_ctx=8)
+    prompt = tiny.tokenize("hi") + [5]
+    r = generate(tiny, prompt, context=ctx, max_tokens=100, logit_bias=no_eog(tiny), **GREEDY)
     # 2 prompt tokens + 6 stepped tokens fill the cache; the 7th sampled token is not stepped
-    assert (r.text, r.finish_reason) == ("abcdefg", "length")
-    assert ctx.n_past == 8
+    assert len(r.token_ids) == 7 and r.finish_reason == "length" and ctx.n_past == 8
+    assert r.token_ids == generate(tiny, prompt, max_tokens=7, logit_bias=no_eog(tiny), **GREEDY).token_ids
 
 
-def test_prompt_as_ids():
-    m = FakeModel("ok")
-    r = generate(m, [104, 105], **GREEDY)
-    assert r.text == "ok" and r.usage.prompt_tokens == 2
+def test_prompt_as_ids(tiny, plain):
+    r = generate(tiny, tiny.tokenize("hi"), max_tokens=24, logit_bias=no_eog(tiny), **GREEDY)
+    assert r.token_ids == plain.token_ids and r.text == plain.text and r.usage.prompt_tokens == 1
 
 
-@pytest.mark.parametrize("script,stop,want", [
-    ("Hello STOP world", "STOP", "Hello "),
-    ("Hello ST, STOP world", "STOP", "Hello ST, "),     # a partial match released, then the real one
-    ("abcabd", ["abd", "xyz"], "abc"),
-    ("one\n\ntwo", ["\n\n"], "one"),
-    ("SSTOP", "STOP", "S"),
-    ("no stop here", "zzz", "no stop here"),
-    ("ends with ST", "STOP", "ends with ST"),            # a held partial match is released at the end
-    ("héllo wörld", "ö", "héllo w"),                     # multi-byte stop split across byte tokens
-    ("stop at start", "stop", ""),
-])
-def test_stop_strings_never_emitted(script, stop, want):
-    m = FakeModel(script)
-    r = generate(m, "p", stop=stop, **GREEDY)
-    assert r.text == want
-    stops = [stop] if isinstance(stop, str) else stop
-    assert r.finish_reason == "stop"  # a stop string, or the script's end-of-generation token
-    pieces = list(generate(m, "p", stop=stop, stream=True, **GREEDY))
-    assert "".join(pieces) == want
-    # no emitted prefix of the output ever contained a stop string
-    acc = ""
-    for p in pieces:
-        acc += p
-        assert not any(s in acc for s in stops)
+def stops_of(text):
+    """Stop strings cut out of text: spanning tokens, at the very start, a single character, several at once (the
+    earliest wins), and ones that never complete (their start held back, then released at the end)."""
+    return [text[8:14], text[:3], text[12], [text[20:22], text[8:12], "\x00zz"], "\x00zz", text[-2:] + "\x00"]
 
 
-def test_stop_finish_reason_and_tokens():
-    m = FakeModel("Hello STOP world")
-    r = generate(m, "p", stop="STOP", **GREEDY)
-    assert r.finish_reason == "stop"
-    assert r.token_ids == list(b"Hello STOP")  # the tokens sampled, the stop string's included
-    r = generate(m, "p", stop="STOP", max_tokens=8, **GREEDY)
-    assert (r.text, r.finish_reason) == ("Hello ST", "length")  # "ST" held back, released: the stop never came
+def test_stop_strings_never_emitted(tiny, plain):
+    text = plain.text
+    for stop in stops_of(text):
+        stops = [stop] if isinstance(stop, str) else stop
+        cut = min((text.find(s) for s in stops if s in text), default=len(text))
+        kw = dict(max_tokens=24, logit_bias=no_eog(tiny), stop=stop, **GREEDY)
+        r = generate(tiny, "hi", **kw)
+        assert r.text == text[:cut], stop
+        assert r.finish_reason == ("stop" if cut < len(text) else "length")
+        pieces = list(generate(tiny, "hi", stream=True, **kw))
+        assert "".join(pieces) == text[:cut]
+        acc = ""  # no emitted prefix of the output ever contained a stop string
+        for p in pieces:
+            acc += p
+            assert not any(s in acc for s in stops)
 
 
-def test_streaming_equals_non_streaming():
-    rng = np.random.default_rng(0)
-    table = rng.standard_normal((N_VOCAB, N_VOCAB)).astype(np.float32) * 3
-    table[:, EOS] -= 5
-    m = FakeModel(table=table)
+def test_stop_finish_reason_and_tokens(tiny, plain):
+    text, ids = plain.text, plain.token_ids
+    stop = text[8:12]
+    j = next(j for j in range(len(ids)) if stop in tiny.detokenize(ids[:j + 1]))  # the token that completes it
+    kw = dict(logit_bias=no_eog(tiny), stop=stop, **GREEDY)
+    r = generate(tiny, "hi", max_tokens=24, **kw)
+    assert r.finish_reason == "stop" and r.token_ids == ids[:j + 1]  # the tokens sampled, the stop string's included
+    r = generate(tiny, "hi", max_tokens=j, **kw)
+    assert (r.text, r.finish_reason) == (tiny.detokenize(ids[:j]), "length")  # held back, released: no stop came
+
+
+def test_streaming_equals_non_streaming(tiny):
     kw = dict(max_tokens=60, temperature=0.9, top_k=50, top_p=0.9, min_p=0.02, seed=1234, stop=["\n\n", "zz"])
-    r = generate(m, "start", **kw)
-    s = generate(m, "start", stream=True, **kw)
+    r = generate(tiny, "start", **kw)
+    s = generate(tiny, "start", stream=True, **kw)
     assert isinstance(s, GenerationStream) and s.finish_reason is None
     pieces = list(s)
     assert "".join(pieces) == r.text == s.text
@@ -133,65 +175,70 @@ def test_streaming_equals_non_streaming():
     assert s.usage == r.usage and s.token_ids == r.token_ids
     assert s.result().text == r.text
     # same seed, same text; another seed, (almost surely) another text
-    assert generate(m, "start", **kw).text == r.text
-    assert generate(m, "start", **{**kw, "seed": 99}).token_ids != r.token_ids
+    assert generate(tiny, "start", **kw).text == r.text
+    assert generate(tiny, "start", **{**kw, "seed": 99}).token_ids != r.token_ids
 
 
-def test_stream_close_early():
-    m = FakeModel("abcdefgh")
-    s = generate(m, "p", stream=True, **GREEDY)
-    assert next(s) == "a"
+def test_stream_close_early(tiny, plain):
+    ctx = tiny.context(n_ctx=64)
+    s = generate(tiny, "hi", context=ctx, max_tokens=24, logit_bias=no_eog(tiny), stream=True, **GREEDY)
+    assert next(s) == tiny.detokenize(plain.token_ids[:1])
     s.close()
     assert s.finish_reason is None
     with pytest.raises(StopIteration):
         next(s)
+    assert generate(tiny, "hi", context=ctx, max_tokens=2, **GREEDY).token_ids == plain.token_ids[:2]  # released
 
 
-def test_utf8_pieces_are_whole_characters():
-    text = "héllo ✓ 日本 🙂!"
-    m = FakeModel(text)
-    pieces = list(generate(m, "p", stream=True, **GREEDY))
-    assert "".join(pieces) == text
-    assert all("\ufffd" not in p for p in pieces)
-    assert generate(m, "p", max_tokens=len("héllo ✓ 日本 ".encode()) + 2, **GREEDY).text.endswith("\ufffd")
+def test_pieces_are_the_streaming_decoders_whole_characters(tiny):
+    """The text pieces are what the UTF-8 safe streaming decoder lets out token by token (its flush at the end): the
+    output is drawn from the byte tokens of multi-byte characters, so some tokens carry only part of one."""
+    parts = tiny.tokenize("日本 🙂 ✓ é", add_special=False)
+    bias = {t: 8.0 for t in parts}
+    r = generate(tiny, "p", stream=True, max_tokens=40, temperature=1.0, seed=3, logit_bias=bias)
+    pieces = list(r)
+    dec = tiny.tokenizer.streaming_decoder()
+    outs = [dec.feed(t) for t in r.token_ids]
+    outs[-1] += dec.flush()
+    assert pieces == [o for o in outs if o] and "".join(pieces) == r.text
+    assert any(o == "" for o in outs) and sum(t in parts for t in r.token_ids) > 20
 
 
-def test_logit_bias_ban_and_repeat_penalty():
-    m = FakeModel("aaaa")
-    r = generate(m, "p", logit_bias={ord("a"): float("-inf")}, max_tokens=3, **GREEDY)
-    assert "a" not in r.text and len(r.token_ids) == 3
-    table = np.zeros((N_VOCAB, N_VOCAB), dtype=np.float32)
-    table[:, ord("x")] = 2.0
-    table[:, ord("y")] = 1.5
-    m = FakeModel(table=table)
-    assert generate(m, "p", max_tokens=4, **GREEDY).text == "xxxx"
-    # once x is in the window its logit is 2.0 / 1.5 = 1.33 < 1.5
-    assert generate(m, "p", max_tokens=4, repeat_penalty=1.5, **GREEDY).text == "xyxx"
-    assert generate(m, "p", max_tokens=4, repeat_penalty=1.5, repeat_last_n=1, **GREEDY).text == "xyxy"
-    assert generate(m, "p", max_tokens=4, presence_penalty=1.0, **GREEDY).text == "xyxx"
-    assert generate(m, "p", max_tokens=4, frequency_penalty=0.3, **GREEDY).text == "xxyx"
-    # the prompt counts for the repetition penalty (llama.cpp), not for frequency/presence (OpenAI)
-    assert generate(m, "x", max_tokens=2, repeat_penalty=1.5, **GREEDY).text == "yx"
-    assert generate(m, "x", max_tokens=2, presence_penalty=1.0, **GREEDY).text == "xy"
+@pytest.mark.parametrize("kw", [
+    dict(temperature=0),
+    dict(temperature=0, repeat_penalty=1.5, repeat_last_n=4),
+    dict(temperature=0, presence_penalty=1.0, frequency_penalty=0.3),
+    dict(temperature=0.9, top_k=40, top_p=0.95, min_p=0.05, repeat_penalty=1.1, seed=42),
+])
+def test_cython_loop_equals_the_reference_loop(tiny, kw):
+    """Penalties (the prompt in the repetition window), logit bias and sampling: the Cython loop samples exactly as
+    Sequence.step does on one Context.eval per token."""
+    prompt = tiny.tokenize("once upon a time")
+    bias = {**no_eog(tiny), generate(tiny, prompt, max_tokens=1, **GREEDY).token_ids[0]: float("-inf")}
+    r = generate(tiny, prompt, max_tokens=16, logit_bias=bias, **kw)
+    assert (r.token_ids, r.text, r.finish_reason) == reference(tiny, prompt, max_tokens=16, logit_bias=bias, **kw)
+    assert not set(r.token_ids) & set(bias)  # banned: never sampled
 
 
-def test_context_reuse_keeps_common_prefix():
-    m = FakeModel("Hi!")
-    ctx = m.context(n_ctx=64)
-    r1 = generate(m, "hello", context=ctx, **GREEDY)
-    assert r1.usage.cached_tokens == 0 and r1.text == "Hi!"
-    assert ctx.tokens == list(b"helloHi!")  # <eos> was sampled, never run
-    n = len(ctx.evals)
-    r2 = generate(m, "helloHi! more", context=ctx, **GREEDY)
-    assert r2.usage.cached_tokens == 8 and r2.usage.prompt_tokens == 13
-    assert ctx.evals[n] == list(b" more") and r2.text == "Hi!"
-    n = len(ctx.evals)
-    r3 = generate(m, "helloX", context=ctx, **GREEDY)  # rewinds to the common prefix
-    assert r3.usage.cached_tokens == 5 and ctx.evals[n] == list(b"X") and r3.text == "Hi!"
-    r4 = generate(m, "other", context=ctx, **GREEDY)
-    assert r4.usage.cached_tokens == 0 and ctx.tokens == list(b"otherHi!")
-    r5 = generate(m, "other", context=ctx, **GREEDY)  # the same prompt: its last token is evaluated again
-    assert r5.usage.cached_tokens == 4 and r5.text == "Hi!"
+def test_context_reuse_keeps_common_prefix(tiny):
+    """Context reuse keeps what the cache holds of the new prompt, and decodes as a fresh context would."""
+    kw = dict(max_tokens=6, logit_bias=no_eog(tiny), **GREEDY)
+    ctx = tiny.context(n_ctx=128)
+
+    def run(prompt, cached):
+        r = generate(tiny, prompt, context=ctx, **kw)
+        assert r.usage.cached_tokens == cached and r.usage.prompt_tokens == len(prompt)
+        assert r.token_ids == generate(tiny, prompt, **kw).token_ids  # cached decode == full recompute
+        assert ctx.tokens == prompt + r.token_ids[:-1]  # the last sampled token is never run
+        return r
+
+    p = tiny.tokenize("hello there")
+    run(p, 0)
+    more = ctx.tokens + tiny.tokenize(" more")
+    run(more, len(ctx.tokens))
+    run(p[:1] + [5, 6], 1)  # rewinds to the common prefix
+    run([7, 8, 9], 0)
+    run([7, 8, 9], 2)  # the same prompt: its last token is evaluated again
 
 
 # ---- the real decode loop (Cython generate_ids over the Runner) on the default model ----
@@ -202,27 +249,6 @@ def model(default_model_path):
     return Model(default_model_path)
 
 
-class PythonLoopContext:
-    """A real Context seen without its Runner: generate() then uses its Python reference decode loop."""
-
-    def __init__(self, ctx):
-        self._ctx = ctx
-        self.runner = None
-
-    n_ctx = property(lambda self: self._ctx.n_ctx)
-    n_past = property(lambda self: self._ctx.n_past)
-    tokens = property(lambda self: self._ctx.tokens)
-
-    def eval(self, ids, all_logits=False):
-        return self._ctx.eval(ids, all_logits)
-
-    def reset(self):
-        self._ctx.reset()
-
-    def rewind(self, n):
-        self._ctx.rewind(n)
-
-
 def test_real_greedy_completion(model):
     r = generate(model, "The capital of France is", max_tokens=4, temperature=0)
     assert r.text.startswith(" Paris")
@@ -231,11 +257,10 @@ def test_real_greedy_completion(model):
     assert r.timings.generation_tokens_per_second > 0 and r.timings.prompt_tokens_per_second > 0
 
 
-def test_real_cython_loop_matches_python_loop(model):
+def test_real_cython_loop_equals_the_reference_loop(model):
     kw = dict(max_tokens=8, temperature=0.9, top_k=40, top_p=0.95, min_p=0.05, repeat_penalty=1.1, seed=42)
     a = generate(model, "Once upon a time", context=model.context(n_ctx=64), **kw)
-    b = generate(model, "Once upon a time", context=PythonLoopContext(model.context(n_ctx=64)), **kw)
-    assert a.token_ids == b.token_ids and a.text == b.text
+    assert (a.token_ids, a.text, a.finish_reason) == reference(model, model.tokenize("Once upon a time"), 64, **kw)
     s = generate(model, "Once upon a time", context=model.context(n_ctx=64), stream=True, **kw)
     assert "".join(s) == a.text and s.finish_reason == a.finish_reason and s.token_ids == a.token_ids
 

@@ -114,7 +114,7 @@ def test_greedy_draft_models_equal_plain(model, noise_draft):
 
 def test_max_tokens_stop_and_full_context(model):
     ref = plain(model, REPEAT, temperature=0, max_tokens=24)
-    for n in (1, 3, 7):  # max_tokens ends inside an accepted run
+    for n in (0, 1, 3, 7):  # max_tokens ends inside an accepted run (0: nothing is sampled)
         r = model.generate(REPEAT, temperature=0, max_tokens=n, speculative="prompt_lookup", draft_max=16)
         assert r.token_ids == ref.token_ids[:n] and r.finish_reason == "length"
     stop = ref.text[len(ref.text) // 2:len(ref.text) // 2 + 4]
@@ -130,6 +130,24 @@ def test_max_tokens_stop_and_full_context(model):
         assert ctx.n_past <= ctx.n_ctx
     assert outs[0].token_ids == outs[1].token_ids and len(outs[1].token_ids) == 10
     assert outs[1].finish_reason == "length"
+
+
+def test_failing_drafter_is_dropped(model, tmp_path):
+    """A draft model whose logits are NaN fails to draft: generate() and the Scheduler alike go on without drafts,
+    with plain decoding's tokens."""
+    path = vocab_model(tmp_path / "nan.gguf", None, seed=3, nan_logits=(5,), tokenizer_from=model.path)
+    broken = fastgguf.Model(path, n_threads=1)
+    kw = dict(temperature=0, max_tokens=12)
+    ref = plain(model, REPEAT, **kw)
+    r = model.generate(REPEAT, speculative=broken, **kw)
+    assert r.token_ids == ref.token_ids and r.timings.draft_tokens == 0
+    sch = Scheduler(model, parallel=1, n_ctx=256, n_threads=2).start()
+    try:
+        text, fin = _collect(sch, list(model.tokenize(REPEAT)), dict(kw, speculative=broken))()
+        assert sch.m["draft_tokens"] == 0
+    finally:
+        sch.stop()
+    assert (text, fin) == (ref.text, [ref.finish_reason])
 
 
 def test_seeded_sampling_equals_plain(model):
