@@ -118,49 +118,49 @@ cdef class Weights:
             raise ValueError(f"rope dimension {hp.n_rot} must be even and <= head dim {hp.head_dim}")
         self.hparams = hp
         memset(&self.m, 0, sizeof(fg_model))
-        self.m.n_embd = hp.n_embd
-        self.m.n_layer = hp.n_layer
-        self.m.n_head = hp.n_head
-        self.m.n_head_kv = hp.n_head_kv
-        self.m.head_dim = hp.head_dim
-        self.m.n_ff = F
-        self.m.n_vocab = hp.n_vocab
-        self.m.n_rot = hp.n_rot
-        self.m.rope_neox = 1 if hp.rope_neox else 0
-        self.m.norm_eps = hp.norm_eps
-        self.m.rope_base = hp.rope_base
-        self.m.rope_freq_scale = hp.rope_freq_scale
-        self.m.attn_scale = hp.attn_scale
+        self.m.hp.n_embd = hp.n_embd
+        self.m.hp.n_layer = hp.n_layer
+        self.m.hp.n_head = hp.n_head
+        self.m.hp.n_head_kv = hp.n_head_kv
+        self.m.hp.head_dim = hp.head_dim
+        self.m.hp.n_ff = F
+        self.m.hp.n_vocab = hp.n_vocab
+        self.m.hp.n_rot = hp.n_rot
+        self.m.hp.rope_neox = 1 if hp.rope_neox else 0
+        self.m.hp.norm_eps = hp.norm_eps
+        self.m.hp.rope_base = hp.rope_base
+        self.m.hp.rope_freq_scale = hp.rope_freq_scale
+        self.m.hp.attn_scale = hp.attn_scale
         self.m.rope_freqs = _vec(self, tensors.get("rope_freqs"), hp.n_rot // 2, "rope_freqs")
         self.m.rope_freqs_long = _vec(self, tensors.get("rope_freqs_long"), hp.n_rot // 2, "rope_freqs_long")
-        self.m.rope_ext_factor = hp.rope_ext_factor
-        self.m.rope_attn_factor = hp.rope_attn_factor
-        self.m.rope_n_ctx_orig = hp.rope_n_ctx_orig
-        self.m.rope_beta_fast = hp.rope_beta_fast
-        self.m.rope_beta_slow = hp.rope_beta_slow
+        self.m.hp.rope_ext_factor = hp.rope_ext_factor
+        self.m.hp.rope_attn_factor = hp.rope_attn_factor
+        self.m.hp.rope_n_ctx_orig = hp.rope_n_ctx_orig
+        self.m.hp.rope_beta_fast = hp.rope_beta_fast
+        self.m.hp.rope_beta_slow = hp.rope_beta_slow
         if hp.rope_ext_factor != 0 and (hp.rope_n_ctx_orig < 1 or hp.rope_beta_fast <= 0 or hp.rope_beta_slow <= 0):
             raise ValueError(f"YaRN needs an original context >= 1 and betas > 0, got {hp.rope_n_ctx_orig}, "
                              f"{hp.rope_beta_fast}, {hp.rope_beta_slow}")
         # the gemma-family options (Hparams fields with defaults that mean "off")
-        self.m.embd_scale = hp.embd_scale
+        self.m.hp.embd_scale = hp.embd_scale
         if hp.ffn_act not in ("silu", "gelu_tanh"):
             raise ValueError(f"unknown feed-forward activation {hp.ffn_act!r}")
-        self.m.ffn_act = 1 if hp.ffn_act == "gelu_tanh" else 0
-        self.m.attn_softcap = hp.attn_softcap
-        self.m.final_softcap = hp.final_softcap
+        self.m.hp.ffn_act = 1 if hp.ffn_act == "gelu_tanh" else 0
+        self.m.hp.attn_softcap = hp.attn_softcap
+        self.m.hp.final_softcap = hp.final_softcap
         swa_layers = tuple(hp.swa_layers)
         if any(i < 0 or i >= hp.n_layer for i in swa_layers):
             raise ValueError(f"sliding-window layers {swa_layers} out of range [0, {hp.n_layer})")
         if swa_layers and hp.n_swa < 1:
             raise ValueError(f"sliding window {hp.n_swa} must be >= 1")
-        self.m.n_swa = hp.n_swa if swa_layers else 0
-        self.m.rope_base_swa = hp.rope_base_swa
-        self.m.rope_freq_scale_swa = hp.rope_freq_scale_swa
+        self.m.hp.n_swa = hp.n_swa if swa_layers else 0
+        self.m.hp.rope_base_swa = hp.rope_base_swa
+        self.m.hp.rope_freq_scale_swa = hp.rope_freq_scale_swa
         self.m.tok_embd = _mat(self, tensors["tok_embd"], hp.n_vocab, E, "token_embd")
         self.m.output_norm = _vec(self, tensors.get("output_norm"), E, "output_norm")
         self.m.output = _mat(self, tensors.get("output"), hp.n_vocab, E, "output")
         # the encoders' (BERT family) input: + position embeddings, + token type 0, then LayerNorm
-        self.m.non_causal = 0 if hp.causal else 1
+        self.m.hp.non_causal = 0 if hp.causal else 1
         if not hp.causal and swa_layers:
             raise ValueError("a non-causal model with sliding-window layers is not supported")
         self.m.pos_embd = _mat(self, tensors.get("pos_embd"), -1, E, "position_embd")
@@ -173,8 +173,8 @@ cdef class Weights:
         self.m.type_embd0 = _vec(self, te, E, "token_types")
         self.m.tok_norm = _vec(self, tensors.get("tok_norm"), E, "token_embd_norm")
         self.m.tok_norm_b = _vec(self, tensors.get("tok_norm_b"), E, "token_embd_norm.bias")
-        self.m.residual_scale = hp.residual_scale
-        self.m.logit_scale = hp.logit_scale
+        self.m.hp.residual_scale = hp.residual_scale
+        self.m.hp.logit_scale = hp.logit_scale
         cdef int64_t NE = hp.n_expert, FE = hp.n_ff_exp
         if NE > 0 and not (1 <= hp.n_expert_used <= NE and FE >= 1):
             raise ValueError(f"experts: need 1 <= n_expert_used {hp.n_expert_used} <= n_expert {NE} and "
@@ -184,14 +184,14 @@ cdef class Weights:
             raise ValueError(f"unknown expert gating {hp.moe_gating!r}")
         if hp.moe_act not in ("", "swiglu_oai"):
             raise ValueError(f"unknown expert activation {hp.moe_act!r}")
-        self.m.n_expert = NE
-        self.m.n_expert_used = hp.n_expert_used if NE > 0 else 0
-        self.m.n_ff_exp = FE if NE > 0 else 0
-        self.m.moe_gating = gatings.index(hp.moe_gating)
-        self.m.moe_norm_w = 1 if hp.moe_norm_w else 0
-        self.m.moe_act = FG_ACT_SWIGLU_OAI if hp.moe_act == "swiglu_oai" else self.m.ffn_act
-        self.m.moe_w_scale = hp.moe_w_scale
-        self.m.qk_norm_full = 1 if hp.qk_norm_full else 0
+        self.m.hp.n_expert = NE
+        self.m.hp.n_expert_used = hp.n_expert_used if NE > 0 else 0
+        self.m.hp.n_ff_exp = FE if NE > 0 else 0
+        self.m.hp.moe_gating = gatings.index(hp.moe_gating)
+        self.m.hp.moe_norm_w = 1 if hp.moe_norm_w else 0
+        self.m.hp.moe_act = FG_ACT_SWIGLU_OAI if hp.moe_act == "swiglu_oai" else self.m.hp.ffn_act
+        self.m.hp.moe_w_scale = hp.moe_w_scale
+        self.m.hp.qk_norm_full = 1 if hp.qk_norm_full else 0
         layers = tensors["layers"]
         if len(layers) != hp.n_layer:
             raise ValueError(f"expected {hp.n_layer} layers, got {len(layers)}")
@@ -238,7 +238,7 @@ cdef class Weights:
 
     @property
     def n_expert(self):
-        return self.m.n_expert
+        return self.m.hp.n_expert
 
     @property
     def has_logits(self):
@@ -250,7 +250,7 @@ cdef class Weights:
         """The longest input a non-causal model (an encoder) takes in one call, which must be its whole input: the
         rows of its position embeddings (bert), else its training context (0: unknown), at most FG_MAX_BATCH_NC.
         0 for a causal model (no such limit)."""
-        if not self.m.non_causal:
+        if not self.m.hp.non_causal:
             return 0
         n = self.m.pos_embd.rows if self.m.pos_embd.data != NULL else self.hparams.n_ctx_train
         return min(n, FG_MAX_BATCH_NC) if n > 0 else FG_MAX_BATCH_NC
@@ -273,7 +273,7 @@ cdef class Runner:
             raise ValueError(f"n_threads must be >= 1, got {n_threads}")
         n_threads = _threads_for(n_threads)
         self.weights = weights
-        self.n_vocab = weights.m.n_vocab
+        self.n_vocab = weights.m.hp.n_vocab
         self.n_ctx = n_ctx
         self.n_past = 0
         self._n_threads = n_threads
@@ -311,7 +311,7 @@ cdef class Runner:
         layers, their ring must still hold the n_swa positions before n_past (else reset and evaluate again)."""
         if n_past < 0 or n_past > self.n_past:
             return False
-        cdef int n_swa = self.weights.m.n_swa, rows = self.st.kv.n_swa_rows
+        cdef int n_swa = self.weights.m.hp.n_swa, rows = self.st.kv.n_swa_rows
         if n_swa == 0 or n_past == 0 or n_past == self.n_past:
             return True
         return max(0, n_past - n_swa) >= self.n_past - rows
@@ -449,7 +449,7 @@ cdef class Workspace:
 
     cdef int reserve(self, int n_rows, int max_ctx, int max_threads) except -1:
         # a causal model's chunks take _CHUNK_ROWS rows at most; an encoder's must take its longest input
-        n_rows = min(n_rows, FG_MAX_BATCH_NC if self.weights.m.non_causal else _CHUNK_ROWS)
+        n_rows = min(n_rows, FG_MAX_BATCH_NC if self.weights.m.hp.non_causal else _CHUNK_ROWS)
         if fg_work_reserve(&self.w, &self.weights.m, n_rows, max_ctx, max_threads) != 0:
             raise MemoryError(f"cannot grow the batch workspace to {n_rows} rows, n_ctx={max_ctx}, "
                               f"{max_threads} threads")
@@ -527,8 +527,8 @@ def forward_batch(Weights w, Workspace ws, list runners, list token_lists, int n
         if a.dtype.kind not in "iu":
             raise ValueError(f"sequence {i}: token ids must be integers, got {a.dtype}")
         lo, hi = int(a.min()), int(a.max())
-        if lo < 0 or hi >= w.m.n_vocab:
-            raise ValueError(f"sequence {i}: token id {lo if lo < 0 else hi} out of range [0, {w.m.n_vocab})")
+        if lo < 0 or hi >= w.m.hp.n_vocab:
+            raise ValueError(f"sequence {i}: token id {lo if lo < 0 else hi} out of range [0, {w.m.hp.n_vocab})")
         if max_tokens:   # an encoder: each input whole, in one call (the C keeps it in one chunk)
             if r.n_past != 0:
                 raise ValueError(f"sequence {i}: {w.hparams.arch} is an encoder: an input must be given whole in "
@@ -562,8 +562,8 @@ def forward_batch(Weights w, Workspace ws, list runners, list token_lists, int n
         ((row_kind == 0) & is_last) | (row_kind == 1)).astype(np.int32)
     cdef cnp.ndarray[int32_t, ndim=1] hidden_rows = np.flatnonzero(row_kind == 2).astype(np.int32)
     cdef int n_lr = logit_rows.shape[0], n_hr = hidden_rows.shape[0]
-    cdef cnp.ndarray[float, ndim=2] out = np.empty((max(n_lr, 1), w.m.n_vocab), dtype=np.float32)
-    cdef cnp.ndarray[float, ndim=2] hid = np.empty((max(n_hr, 1), w.m.n_embd), dtype=np.float32)
+    cdef cnp.ndarray[float, ndim=2] out = np.empty((max(n_lr, 1), w.m.hp.n_vocab), dtype=np.float32)
+    cdef cnp.ndarray[float, ndim=2] hid = np.empty((max(n_hr, 1), w.m.hp.n_embd), dtype=np.float32)
     cdef int32_t dummy = 0
     cdef const int32_t *lrp = &logit_rows[0] if n_lr > 0 else &dummy
     cdef const int32_t *hrp = &hidden_rows[0] if n_hr > 0 else &dummy
@@ -600,7 +600,7 @@ def forward_batch(Weights w, Workspace ws, list runners, list token_lists, int n
         else:
             res.append(out[lo_l])
             lo_l += 1
-        memcpy(r.logits, &out[lo_l - 1, 0], w.m.n_vocab * sizeof(float))
+        memcpy(r.logits, &out[lo_l - 1, 0], w.m.hp.n_vocab * sizeof(float))
     return res
 
 
@@ -621,8 +621,8 @@ def _forward_rows(Weights w, Workspace ws, list runners, tokens, seq_of_row, pos
     cdef cnp.ndarray[int32_t, ndim=1] hr = np.ascontiguousarray(hidden_rows, dtype=np.int32)
     if n == 0 or tk.shape[0] == 0 or sq.shape[0] != tk.shape[0] or ps.shape[0] != tk.shape[0]:
         raise ValueError("need runners and rows, with tokens, seq_of_row and pos_of_row of one length")
-    cdef cnp.ndarray[float, ndim=2] out = np.zeros((max(lr.shape[0], 1), w.m.n_vocab), dtype=np.float32)
-    cdef cnp.ndarray[float, ndim=2] hid = np.zeros((max(hr.shape[0], 1), w.m.n_embd), dtype=np.float32)
+    cdef cnp.ndarray[float, ndim=2] out = np.zeros((max(lr.shape[0], 1), w.m.hp.n_vocab), dtype=np.float32)
+    cdef cnp.ndarray[float, ndim=2] hid = np.zeros((max(hr.shape[0], 1), w.m.hp.n_embd), dtype=np.float32)
     ws.reserve(1, max((<Runner>r).n_ctx for r in rs), n_threads)
     cdef fg_kv **kvs = <fg_kv **>malloc(n * sizeof(fg_kv *))
     if kvs == NULL:
