@@ -93,7 +93,6 @@ cdef extern from "fg_forward.h" nogil:
         FG_MAX_BATCH
         FG_MAX_BATCH_NC
         FG_MAX_SLOTS
-        FG_ACT_SWIGLU_OAI
 
     ctypedef struct fg_mat:
         const void *data

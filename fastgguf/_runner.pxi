@@ -92,14 +92,51 @@ cdef int _experts(Weights w, fg_layer *L, d, int64_t NE, int64_t FE, int64_t E, 
     return 0
 
 
+cdef int _layer(Weights w, fg_layer *L, d, str p) except -1:
+    """Layer d's tensors into L, each checked against its shape (Weights.__init__)."""
+    cdef const fg_hparams *hp = &w.m.hp
+    cdef int64_t E = hp.n_embd, QD = <int64_t>hp.n_head * hp.head_dim, KV = <int64_t>hp.n_head_kv * hp.head_dim
+    cdef int64_t F = hp.n_ff, hd = hp.head_dim, NE = hp.n_expert  # with experts, F: the shared expert's width
+    L.attn_norm = _vec(w, d.get("attn_norm"), E, p + "attn_norm")
+    L.wq = _mat(w, d["wq"], QD, E, p + "attn_q")
+    L.wk = _mat(w, d["wk"], KV, E, p + "attn_k")
+    L.wv = _mat(w, d["wv"], KV, E, p + "attn_v")
+    L.bq = _vec(w, d.get("bq"), QD, p + "attn_q.bias")
+    L.bk = _vec(w, d.get("bk"), KV, p + "attn_k.bias")
+    L.bv = _vec(w, d.get("bv"), KV, p + "attn_v.bias")
+    L.q_norm = _vec(w, d.get("q_norm"), QD if hp.qk_norm_full else hd, p + "attn_q_norm")
+    L.k_norm = _vec(w, d.get("k_norm"), KV if hp.qk_norm_full else hd, p + "attn_k_norm")
+    L.wo = _mat(w, d["wo"], E, QD, p + "attn_output")
+    L.ffn_norm = _vec(w, d.get("ffn_norm"), E, p + "ffn_norm")
+    L.w_gate = _mat(w, d.get("w_gate"), F, E, p + "ffn_gate")
+    L.w_up = _mat(w, d.get("w_up") if NE > 0 else d["w_up"], F, E, p + "ffn_up")
+    L.w_down = _mat(w, d.get("w_down") if NE > 0 else d["w_down"], E, F, p + "ffn_down")
+    if NE > 0:  # experts; the dense FFN's fields hold the optional shared expert
+        _experts(w, L, d, NE, hp.n_ff_exp, E, p)
+    L.attn_post_norm = _vec(w, d.get("attn_post_norm"), E, p + "post_attention_norm")
+    L.ffn_post_norm = _vec(w, d.get("ffn_post_norm"), E, p + "post_ffw_norm")
+    L.bo = _vec(w, d.get("bo"), E, p + "attn_output.bias")
+    L.attn_sinks = _vec(w, d.get("attn_sinks"), hp.n_head, p + "attn_sinks")
+    L.b_up = _vec(w, d.get("b_up"), F, p + "ffn_up.bias")
+    L.b_down = _vec(w, d.get("b_down"), E, p + "ffn_down.bias")
+    L.attn_out_norm = _vec(w, d.get("attn_out_norm"), E, p + "attn_output_norm")
+    L.attn_out_norm_b = _vec(w, d.get("attn_out_norm_b"), E, p + "attn_output_norm.bias")
+    L.layer_out_norm = _vec(w, d.get("layer_out_norm"), E, p + "layer_output_norm")
+    L.layer_out_norm_b = _vec(w, d.get("layer_out_norm_b"), E, p + "layer_output_norm.bias")
+    if not hp.non_causal and (L.attn_norm == NULL or L.ffn_norm == NULL):
+        raise ValueError(f"{p}: a causal model needs attn_norm and ffn_norm")
+    return 0
+
+
 cdef class Weights:
     def __cinit__(self):
         self.layers = NULL
         self._keep = []
 
     def __init__(self, hp, tensors):
-        """hp: hyperparameters (see fastgguf.arch.Hparams); tensors: dict with tok_embd, output_norm, output,
-        rope_freqs (or None) and layers (list of dicts); matrices as (array, type, rows, cols) tuples.
+        """hp: hyperparameters (fastgguf.arch.Hparams: its as_c() checks them and gives the C struct's values);
+        tensors: dict with tok_embd, output_norm, output, rope_freqs (or None) and layers (list of dicts); matrices
+        as (array, type, rows, cols) tuples.
         Encoders (bert, nomic-bert: hp.causal False) may lack output_norm and output (None: no lm_head) and add
         pos_embd (a matrix), type_embd (float32 (n_types, n_embd): row 0 is used), tok_norm, tok_norm_b; their
         layers lack attn_norm, ffn_norm (and w_gate: a plain GELU FFN) and add bo, b_up, b_down, attn_out_norm(_b),
@@ -108,61 +145,16 @@ cdef class Weights:
         up_exps, down_exps ((array, type, n_expert, rows, cols) stacks) and optionally a shared expert as
         w_gate/w_up/w_down (hp.n_ff_shexp wide) with an optional gate vector gate_inp_shexp (n_embd,)."""
         cdef int i
-        cdef fg_layer *L
-        cdef int64_t E = hp.n_embd, QD = hp.n_head * hp.head_dim, KV = hp.n_head_kv * hp.head_dim
-        cdef int64_t F = hp.n_ff_shexp if hp.n_expert > 0 else hp.n_ff  # with experts: the shared expert's width
-        cdef int64_t hd = hp.head_dim
-        if hp.n_head % hp.n_head_kv != 0:
-            raise ValueError(f"head_count {hp.n_head} is not a multiple of head_count_kv {hp.n_head_kv}")
-        if hp.n_rot % 2 != 0 or hp.n_rot > hp.head_dim:
-            raise ValueError(f"rope dimension {hp.n_rot} must be even and <= head dim {hp.head_dim}")
-        self.hparams = hp
         memset(&self.m, 0, sizeof(fg_model))
-        self.m.hp.n_embd = hp.n_embd
-        self.m.hp.n_layer = hp.n_layer
-        self.m.hp.n_head = hp.n_head
-        self.m.hp.n_head_kv = hp.n_head_kv
-        self.m.hp.head_dim = hp.head_dim
-        self.m.hp.n_ff = F
-        self.m.hp.n_vocab = hp.n_vocab
-        self.m.hp.n_rot = hp.n_rot
-        self.m.hp.rope_neox = 1 if hp.rope_neox else 0
-        self.m.hp.norm_eps = hp.norm_eps
-        self.m.hp.rope_base = hp.rope_base
-        self.m.hp.rope_freq_scale = hp.rope_freq_scale
-        self.m.hp.attn_scale = hp.attn_scale
-        self.m.rope_freqs = _vec(self, tensors.get("rope_freqs"), hp.n_rot // 2, "rope_freqs")
-        self.m.rope_freqs_long = _vec(self, tensors.get("rope_freqs_long"), hp.n_rot // 2, "rope_freqs_long")
-        self.m.hp.rope_ext_factor = hp.rope_ext_factor
-        self.m.hp.rope_attn_factor = hp.rope_attn_factor
-        self.m.hp.rope_n_ctx_orig = hp.rope_n_ctx_orig
-        self.m.hp.rope_beta_fast = hp.rope_beta_fast
-        self.m.hp.rope_beta_slow = hp.rope_beta_slow
-        if hp.rope_ext_factor != 0 and (hp.rope_n_ctx_orig < 1 or hp.rope_beta_fast <= 0 or hp.rope_beta_slow <= 0):
-            raise ValueError(f"YaRN needs an original context >= 1 and betas > 0, got {hp.rope_n_ctx_orig}, "
-                             f"{hp.rope_beta_fast}, {hp.rope_beta_slow}")
-        # the gemma-family options (Hparams fields with defaults that mean "off")
-        self.m.hp.embd_scale = hp.embd_scale
-        if hp.ffn_act not in ("silu", "gelu_tanh"):
-            raise ValueError(f"unknown feed-forward activation {hp.ffn_act!r}")
-        self.m.hp.ffn_act = 1 if hp.ffn_act == "gelu_tanh" else 0
-        self.m.hp.attn_softcap = hp.attn_softcap
-        self.m.hp.final_softcap = hp.final_softcap
-        swa_layers = tuple(hp.swa_layers)
-        if any(i < 0 or i >= hp.n_layer for i in swa_layers):
-            raise ValueError(f"sliding-window layers {swa_layers} out of range [0, {hp.n_layer})")
-        if swa_layers and hp.n_swa < 1:
-            raise ValueError(f"sliding window {hp.n_swa} must be >= 1")
-        self.m.hp.n_swa = hp.n_swa if swa_layers else 0
-        self.m.hp.rope_base_swa = hp.rope_base_swa
-        self.m.hp.rope_freq_scale_swa = hp.rope_freq_scale_swa
-        self.m.tok_embd = _mat(self, tensors["tok_embd"], hp.n_vocab, E, "token_embd")
+        self.m.hp = hp.as_c()  # a dict of exactly fg_hparams's fields (Cython refuses one missing)
+        self.hparams = hp
+        cdef int64_t E = self.m.hp.n_embd, n_vocab = self.m.hp.n_vocab, n_rot = self.m.hp.n_rot
+        self.m.rope_freqs = _vec(self, tensors.get("rope_freqs"), n_rot // 2, "rope_freqs")
+        self.m.rope_freqs_long = _vec(self, tensors.get("rope_freqs_long"), n_rot // 2, "rope_freqs_long")
+        self.m.tok_embd = _mat(self, tensors["tok_embd"], n_vocab, E, "token_embd")
         self.m.output_norm = _vec(self, tensors.get("output_norm"), E, "output_norm")
-        self.m.output = _mat(self, tensors.get("output"), hp.n_vocab, E, "output")
+        self.m.output = _mat(self, tensors.get("output"), n_vocab, E, "output")
         # the encoders' (BERT family) input: + position embeddings, + token type 0, then LayerNorm
-        self.m.hp.non_causal = 0 if hp.causal else 1
-        if not hp.causal and swa_layers:
-            raise ValueError("a non-causal model with sliding-window layers is not supported")
         self.m.pos_embd = _mat(self, tensors.get("pos_embd"), -1, E, "position_embd")
         te = tensors.get("type_embd")
         if te is not None:
@@ -173,68 +165,25 @@ cdef class Weights:
         self.m.type_embd0 = _vec(self, te, E, "token_types")
         self.m.tok_norm = _vec(self, tensors.get("tok_norm"), E, "token_embd_norm")
         self.m.tok_norm_b = _vec(self, tensors.get("tok_norm_b"), E, "token_embd_norm.bias")
-        self.m.hp.residual_scale = hp.residual_scale
-        self.m.hp.logit_scale = hp.logit_scale
-        cdef int64_t NE = hp.n_expert, FE = hp.n_ff_exp
-        if NE > 0 and not (1 <= hp.n_expert_used <= NE and FE >= 1):
-            raise ValueError(f"experts: need 1 <= n_expert_used {hp.n_expert_used} <= n_expert {NE} and "
-                             f"n_ff_exp {FE} >= 1")
-        gatings = ("softmax", "sigmoid", "softmax_weight")  # FG_GATING_* in this order
-        if hp.moe_gating not in gatings:
-            raise ValueError(f"unknown expert gating {hp.moe_gating!r}")
-        if hp.moe_act not in ("", "swiglu_oai"):
-            raise ValueError(f"unknown expert activation {hp.moe_act!r}")
-        self.m.hp.n_expert = NE
-        self.m.hp.n_expert_used = hp.n_expert_used if NE > 0 else 0
-        self.m.hp.n_ff_exp = FE if NE > 0 else 0
-        self.m.hp.moe_gating = gatings.index(hp.moe_gating)
-        self.m.hp.moe_norm_w = 1 if hp.moe_norm_w else 0
-        self.m.hp.moe_act = FG_ACT_SWIGLU_OAI if hp.moe_act == "swiglu_oai" else self.m.hp.ffn_act
-        self.m.hp.moe_w_scale = hp.moe_w_scale
-        self.m.hp.qk_norm_full = 1 if hp.qk_norm_full else 0
         layers = tensors["layers"]
-        if len(layers) != hp.n_layer:
-            raise ValueError(f"expected {hp.n_layer} layers, got {len(layers)}")
-        self.layers = <fg_layer *>calloc(hp.n_layer, sizeof(fg_layer))
+        if len(layers) != self.m.hp.n_layer:
+            raise ValueError(f"expected {self.m.hp.n_layer} layers, got {len(layers)}")
+        self.layers = <fg_layer *>calloc(self.m.hp.n_layer, sizeof(fg_layer))
         if self.layers == NULL:
             raise MemoryError()
-        for i in range(hp.n_layer):
-            d = layers[i]
-            L = &self.layers[i]
-            p = f"blk.{i}."
-            L.attn_norm = _vec(self, d.get("attn_norm"), E, p + "attn_norm")
-            L.wq = _mat(self, d["wq"], QD, E, p + "attn_q")
-            L.wk = _mat(self, d["wk"], KV, E, p + "attn_k")
-            L.wv = _mat(self, d["wv"], KV, E, p + "attn_v")
-            L.bq = _vec(self, d.get("bq"), QD, p + "attn_q.bias")
-            L.bk = _vec(self, d.get("bk"), KV, p + "attn_k.bias")
-            L.bv = _vec(self, d.get("bv"), KV, p + "attn_v.bias")
-            L.q_norm = _vec(self, d.get("q_norm"), QD if hp.qk_norm_full else hd, p + "attn_q_norm")
-            L.k_norm = _vec(self, d.get("k_norm"), KV if hp.qk_norm_full else hd, p + "attn_k_norm")
-            L.wo = _mat(self, d["wo"], E, QD, p + "attn_output")
-            L.ffn_norm = _vec(self, d.get("ffn_norm"), E, p + "ffn_norm")
-            L.w_gate = _mat(self, d.get("w_gate"), F, E, p + "ffn_gate")
-            L.w_up = _mat(self, d.get("w_up") if NE > 0 else d["w_up"], F, E, p + "ffn_up")
-            L.w_down = _mat(self, d.get("w_down") if NE > 0 else d["w_down"], E, F, p + "ffn_down")
-            if NE > 0:  # experts; the dense FFN's fields hold the optional shared expert
-                _experts(self, L, d, NE, FE, E, p)
-            L.attn_post_norm = _vec(self, d.get("attn_post_norm"), E, p + "post_attention_norm")
-            L.ffn_post_norm = _vec(self, d.get("ffn_post_norm"), E, p + "post_ffw_norm")
-            L.swa = 1 if i in swa_layers else 0
-            L.bo = _vec(self, d.get("bo"), E, p + "attn_output.bias")
-            L.attn_sinks = _vec(self, d.get("attn_sinks"), hp.n_head, p + "attn_sinks")
-            L.b_up = _vec(self, d.get("b_up"), F, p + "ffn_up.bias")
-            L.b_down = _vec(self, d.get("b_down"), E, p + "ffn_down.bias")
-            L.attn_out_norm = _vec(self, d.get("attn_out_norm"), E, p + "attn_output_norm")
-            L.attn_out_norm_b = _vec(self, d.get("attn_out_norm_b"), E, p + "attn_output_norm.bias")
-            L.layer_out_norm = _vec(self, d.get("layer_out_norm"), E, p + "layer_output_norm")
-            L.layer_out_norm_b = _vec(self, d.get("layer_out_norm_b"), E, p + "layer_output_norm.bias")
-            if hp.causal and (L.attn_norm == NULL or L.ffn_norm == NULL):
-                raise ValueError(f"{p}: a causal model needs attn_norm and ffn_norm")
+        swa_layers = frozenset(hp.swa_layers)
+        for i in range(self.m.hp.n_layer):
+            _layer(self, &self.layers[i], layers[i], f"blk.{i}.")
+            self.layers[i].swa = 1 if i in swa_layers else 0
         self.m.layers = self.layers
 
     def __dealloc__(self):
         free(self.layers)
+
+    @property
+    def c_hparams(self):
+        """fg_hparams as the C holds it: a dict (floats rounded to float32)."""
+        return self.m.hp
 
     @property
     def n_expert(self):
