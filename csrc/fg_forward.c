@@ -44,15 +44,15 @@ static size_t max_row_bytes(int64_t n) {
 
 /* Query heads whose scores a thread holds at once: a whole row's, or an attention tile's (fg_attention_tile). */
 static int64_t score_heads(const fg_model *m) {
-    int64_t tile = (int64_t)FG_ATT_TILE * (m->n_head / m->n_head_kv);
-    return tile > m->n_head ? tile : m->n_head;
+    int64_t tile = (int64_t)FG_ATT_TILE * (m->hp.n_head / m->hp.n_head_kv);
+    return tile > m->hp.n_head ? tile : m->hp.n_head;
 }
 
 /* A thread's private copy of a chunk's routing (see route): probs (n_expert), sel, wts, slot_of, row_of
  * (n_batch * n_expert_used each), off, fill (n_expert + 1), shg (n_batch). */
 static size_t route_bytes(const fg_work *w, const fg_model *m) {
-    if (m->n_expert < 1) return 0;
-    size_t pairs = (size_t)w->n_batch * m->n_expert_used, ne = (size_t)m->n_expert + 1;
+    if (m->hp.n_expert < 1) return 0;
+    size_t pairs = (size_t)w->n_batch * m->hp.n_expert_used, ne = (size_t)m->hp.n_expert + 1;
     return round64(ne * 4) + 4 * round64(pairs * 4) + 2 * round64(ne * 4) + round64((size_t)w->n_batch * 4);
 }
 
@@ -72,13 +72,14 @@ void fg_kv_free(fg_kv *kv) {
 int fg_kv_init(fg_kv *kv, const fg_model *m, int n_ctx) {
     memset(kv, 0, sizeof(*kv));
     kv->n_ctx = n_ctx;
-    kv->n_swa_rows = (int64_t)m->n_swa + FG_MAX_BATCH < n_ctx ? m->n_swa + FG_MAX_BATCH : n_ctx; /* n_swa < 2^31 */
-    kv->layer_row0 = malloc(((size_t)m->n_layer + 1) * sizeof(int64_t));
+    int64_t ring = (int64_t)m->hp.n_swa + FG_MAX_BATCH; /* n_swa < 2^31 */
+    kv->n_swa_rows = ring < n_ctx ? (int)ring : n_ctx;
+    kv->layer_row0 = malloc(((size_t)m->hp.n_layer + 1) * sizeof(int64_t));
     if (!kv->layer_row0) return -1;
     kv->layer_row0[0] = 0;
-    for (int il = 0; il < m->n_layer; il++)
+    for (int il = 0; il < m->hp.n_layer; il++)
         kv->layer_row0[il + 1] = kv->layer_row0[il] + (m->layers[il].swa ? kv->n_swa_rows : n_ctx);
-    size_t cache = (size_t)kv->layer_row0[m->n_layer] * m->n_head_kv * m->head_dim * sizeof(uint16_t);
+    size_t cache = (size_t)kv->layer_row0[m->hp.n_layer] * m->hp.n_head_kv * m->hp.head_dim * sizeof(uint16_t);
     kv->bytes = 2 * cache;
     kv->k_cache = alloc64(cache);
     kv->v_cache = alloc64(cache);
@@ -109,40 +110,40 @@ void fg_work_free(fg_work *w) {
 
 int fg_work_init(fg_work *w, const fg_model *m, int n_batch, int max_ctx, int max_threads) {
     memset(w, 0, sizeof(*w));
-    int cap = m->non_causal ? FG_MAX_BATCH_NC : FG_MAX_BATCH;
+    int cap = m->hp.non_causal ? FG_MAX_BATCH_NC : FG_MAX_BATCH;
     w->n_batch = n_batch < 1 ? 1 : (n_batch > cap ? cap : n_batch);
     w->max_ctx = max_ctx < 1 ? 1 : max_ctx;
     w->max_threads = max_threads < 1 ? 1 : max_threads;
-    w->q_dim = (int64_t)m->n_head * m->head_dim;
-    w->kv_dim = (int64_t)m->n_head_kv * m->head_dim;
-    w->n_in = m->n_embd;
+    w->q_dim = (int64_t)m->hp.n_head * m->hp.head_dim;
+    w->kv_dim = (int64_t)m->hp.n_head_kv * m->hp.head_dim;
+    w->n_in = m->hp.n_embd;
     if (w->q_dim > w->n_in) w->n_in = w->q_dim;
-    if (m->n_ff > w->n_in) w->n_in = m->n_ff;
-    if (m->n_expert > 0 && m->n_ff_exp > w->n_in) w->n_in = m->n_ff_exp;
+    if (m->hp.n_ff > w->n_in) w->n_in = m->hp.n_ff;
+    if (m->hp.n_expert > 0 && m->hp.n_ff_exp > w->n_in) w->n_in = m->hp.n_ff_exp;
     w->xq_row = max_row_bytes(w->n_in);
     size_t B = (size_t)w->n_batch;
     w->kcur = alloc64(B * w->kv_dim * sizeof(float));
     w->vcur = alloc64(B * w->kv_dim * sizeof(float));
-    w->x = alloc64(B * m->n_embd * sizeof(float));
+    w->x = alloc64(B * m->hp.n_embd * sizeof(float));
     w->xn = alloc64(B * w->n_in * sizeof(float));
     w->q = alloc64(B * w->q_dim * sizeof(float));
     w->att = alloc64(B * w->q_dim * sizeof(float));
-    w->tmp = alloc64(B * m->n_embd * sizeof(float));
-    w->gate = alloc64(B * m->n_ff * sizeof(float));
-    w->up = alloc64(B * m->n_ff * sizeof(float));
-    w->rope = alloc64(2 * B * (m->n_rot > 0 ? m->n_rot : 1) * sizeof(float)); /* full and sliding-window layers */
+    w->tmp = alloc64(B * m->hp.n_embd * sizeof(float));
+    w->gate = alloc64(B * m->hp.n_ff * sizeof(float));
+    w->up = alloc64(B * m->hp.n_ff * sizeof(float));
+    w->rope = alloc64(2 * B * (m->hp.n_rot > 0 ? m->hp.n_rot : 1) * sizeof(float)); /* full and sliding-window layers */
     w->xq = alloc64(FG_MAX_SLOTS * B * w->xq_row);
     w->priv_size = priv_bytes(w, m);
     w->priv = alloc64(w->priv_size * w->max_threads);
     int moe_ok = 1;
-    if (m->n_expert > 0) {
-        size_t S = B * m->n_expert_used;
-        w->rlogits = alloc64(B * m->n_expert * sizeof(float));
+    if (m->hp.n_expert > 0) {
+        size_t S = B * m->hp.n_expert_used;
+        w->rlogits = alloc64(B * m->hp.n_expert * sizeof(float));
         w->xe = alloc64(2 * S * w->xq_row);
-        w->hg = alloc64(S * m->n_ff_exp * sizeof(float));
-        w->hu = alloc64(S * m->n_ff_exp * sizeof(float));
+        w->hg = alloc64(S * m->hp.n_ff_exp * sizeof(float));
+        w->hu = alloc64(S * m->hp.n_ff_exp * sizeof(float));
         w->hq = alloc64((S + B) * w->xq_row);
-        w->ye = alloc64(S * m->n_embd * sizeof(float));
+        w->ye = alloc64(S * m->hp.n_embd * sizeof(float));
         moe_ok = w->rlogits && w->xe && w->hg && w->hu && w->hq && w->ye;
     }
     if (!w->kcur || !w->vcur || !w->x || !w->xn || !w->q || !w->att || !w->tmp || !w->gate || !w->up || !w->rope ||
@@ -209,7 +210,7 @@ static int64_t layer_rows(const fg_kv *kv, int il) { return kv->layer_row0[il + 
 
 /* Layer il's (layer_rows, head_dim) F16 K or V cache of KV group g (cache: kv->k_cache or kv->v_cache). */
 static uint16_t *group_cache(const fg_model *m, const fg_kv *kv, uint16_t *cache, int il, int64_t g) {
-    return cache + (kv->layer_row0[il] * m->n_head_kv + g * layer_rows(kv, il)) * m->head_dim;
+    return cache + (kv->layer_row0[il] * m->hp.n_head_kv + g * layer_rows(kv, il)) * m->hp.head_dim;
 }
 
 /* The keys a query at position pos of layer il attends to: n of them, the first in row *first of a ring of *ring
@@ -217,7 +218,7 @@ static uint16_t *group_cache(const fg_model *m, const fg_kv *kv, uint16_t *cache
 static int64_t attn_span(const fg_model *m, const fg_kv *kv, int il, int64_t pos, int64_t *first, int64_t *ring) {
     int64_t n = pos + 1;
     *ring = layer_rows(kv, il);
-    if (m->layers[il].swa && n > m->n_swa) n = m->n_swa;
+    if (m->layers[il].swa && n > m->hp.n_swa) n = m->hp.n_swa;
     *first = (pos + 1 - n) % *ring;
     return n;
 }
@@ -239,7 +240,7 @@ static void prep(const team *t, const float *src, int64_t rows, int64_t n, int64
     if (rows == 1) {
         const float *in = src;
         if (norm) {
-            fg_rmsnorm(t->pxn, src, norm, n, t->m->norm_eps);
+            fg_rmsnorm(t->pxn, src, norm, n, t->m->hp.norm_eps);
             in = t->pxn;
         }
         for (int k = 0; k < n_slots; k++) fg_quantize_row(slot_type[k], in, t->pxq + k * s->xq_row, n);
@@ -253,7 +254,7 @@ static void prep(const team *t, const float *src, int64_t rows, int64_t n, int64
     for (int64_t i = r0; i < r1; i++) {
         const float *in = src + i * ld;
         if (norm) {
-            fg_rmsnorm(s->xn + i * s->n_in, in, norm, n, t->m->norm_eps);
+            fg_rmsnorm(s->xn + i * s->n_in, in, norm, n, t->m->hp.norm_eps);
             in = s->xn + i * s->n_in;
         }
         for (int k = 0; k < n_slots; k++) fg_quantize_row(slot_type[k], in, s->xq + k * slot_bytes + i * s->xq_row, n);
@@ -288,7 +289,7 @@ static void matmul_residual(const team *t, const fg_mat *w, const float *in, int
     const fg_mat *ws[1] = {w};
     const char *xq[1];
     size_t xs;
-    int64_t r0, r1, E = t->m->n_embd;
+    int64_t r0, r1, E = t->m->hp.n_embd;
     prep(t, in, rows, n, ld, NULL, ws, 1, xq, &xs);
     fg_split_rows(w->rows, t->nth, t->ith, ROW_ALIGN, &r0, &r1);
     matmul(w, xq[0], xs, rows, s->tmp, E, r0, r1);
@@ -297,13 +298,13 @@ static void matmul_residual(const team *t, const fg_mat *w, const float *in, int
         BARRIER(t);
         fg_split_rows(rows, t->nth, t->ith, 1, &r0, &r1);
         for (int64_t i = r0; i < r1; i++) {
-            fg_rmsnorm(s->tmp + i * E, s->tmp + i * E, post_norm, E, t->m->norm_eps);
+            fg_rmsnorm(s->tmp + i * E, s->tmp + i * E, post_norm, E, t->m->hp.norm_eps);
             for (int64_t r = 0; r < E; r++) s->x[i * E + r] += s->tmp[i * E + r];
         }
         BARRIER(t);
         return;
     }
-    float rs = t->m->residual_scale;
+    float rs = t->m->hp.residual_scale;
     for (int64_t i = 0; i < rows; i++)
         if (rs != 0.0f && rs != 1.0f)
             for (int64_t r = r0; r < r1; r++) s->x[i * E + r] += s->tmp[i * E + r] * rs;
@@ -315,29 +316,29 @@ static void matmul_residual(const team *t, const fg_mat *w, const float *in, int
 /* Per-head norm (optional) then RoPE of q heads [h0, h1) and k heads [g0, g1) of batch row i. */
 static void rope_row(const team *t, const fg_layer *L, float *q, float *k, const float *cs, int h0, int h1, int g0,
                      int g1) {
-    if (L->swa) cs += (int64_t)t->w->n_batch * t->m->n_rot; /* the sliding-window layers' table */
+    if (L->swa) cs += (int64_t)t->w->n_batch * t->m->hp.n_rot; /* the sliding-window layers' table */
     const fg_model *m = t->m;
-    int hd = m->head_dim;
-    if (m->qk_norm_full) { /* whole vectors: called with every head of the row (attention_rows) */
-        if (L->q_norm && h1 > h0) fg_rmsnorm(q, q, L->q_norm, (int64_t)m->n_head * hd, m->norm_eps);
-        if (L->k_norm && g1 > g0) fg_rmsnorm(k, k, L->k_norm, (int64_t)m->n_head_kv * hd, m->norm_eps);
+    int hd = m->hp.head_dim;
+    if (m->hp.qk_norm_full) { /* whole vectors: called with every head of the row (attention_rows) */
+        if (L->q_norm && h1 > h0) fg_rmsnorm(q, q, L->q_norm, (int64_t)m->hp.n_head * hd, m->hp.norm_eps);
+        if (L->k_norm && g1 > g0) fg_rmsnorm(k, k, L->k_norm, (int64_t)m->hp.n_head_kv * hd, m->hp.norm_eps);
     }
     for (int h = h0; h < h1; h++) {
         float *qh = q + (int64_t)h * hd;
-        if (L->q_norm && !m->qk_norm_full) fg_rmsnorm(qh, qh, L->q_norm, hd, m->norm_eps);
-        if (m->n_rot > 0) fg_rope(qh, 1, hd, m->n_rot, cs, m->rope_neox);
+        if (L->q_norm && !m->hp.qk_norm_full) fg_rmsnorm(qh, qh, L->q_norm, hd, m->hp.norm_eps);
+        if (m->hp.n_rot > 0) fg_rope(qh, 1, hd, m->hp.n_rot, cs, m->hp.rope_neox);
     }
     for (int g = g0; g < g1; g++) {
         float *kh = k + (int64_t)g * hd;
-        if (L->k_norm && !m->qk_norm_full) fg_rmsnorm(kh, kh, L->k_norm, hd, m->norm_eps);
-        if (m->n_rot > 0) fg_rope(kh, 1, hd, m->n_rot, cs, m->rope_neox);
+        if (L->k_norm && !m->hp.qk_norm_full) fg_rmsnorm(kh, kh, L->k_norm, hd, m->hp.norm_eps);
+        if (m->hp.n_rot > 0) fg_rope(kh, 1, hd, m->hp.n_rot, cs, m->hp.rope_neox);
     }
 }
 
 /* K and V heads [g0, g1) (kv_dim,) of the row at `pos` into sequence kv's layer il cache (NULL: that one not). */
 static void store_kv(const fg_model *m, const fg_kv *kv, int il, int64_t pos, const float *k, const float *v,
                      int64_t g0, int64_t g1) {
-    int64_t hd = m->head_dim, at = (pos % layer_rows(kv, il)) * hd;
+    int64_t hd = m->hp.head_dim, at = (pos % layer_rows(kv, il)) * hd;
     for (int64_t g = g0; g < g1; g++) {
         if (k) fg_f32_to_f16_row(group_cache(m, kv, kv->k_cache, il, g) + at, k + g * hd, hd);
         if (v) fg_f32_to_f16_row(group_cache(m, kv, kv->v_cache, il, g) + at, v + g * hd, hd);
@@ -352,7 +353,7 @@ static void attention_one_row(const team *t, const fg_layer *L, int il, const ch
     const fg_model *m = t->m;
     fg_work *s = t->w;
     const fg_kv *kv = t->seqs[t->seq[0]];
-    int pos = t->pos[0], H = m->n_head, G = m->n_head_kv, hd = m->head_dim, n_rep = H / G;
+    int pos = t->pos[0], H = m->hp.n_head, G = m->hp.n_head_kv, hd = m->hp.head_dim, n_rep = H / G;
     int64_t QD = s->q_dim, KV = s->kv_dim, u0, u1, h0, h1, first, ring;
     int64_t n_keys = attn_span(m, kv, il, pos, &first, &ring);
     fg_split_rows(H + 2 * G, t->nth, t->ith, 1, &u0, &u1);
@@ -374,8 +375,8 @@ static void attention_one_row(const team *t, const fg_layer *L, int il, const ch
     for (int64_t g = h0 / n_rep; g * n_rep < h1; g++) {
         int64_t a = g * n_rep > h0 ? g * n_rep : h0, b = (g + 1) * n_rep < h1 ? (g + 1) * n_rep : h1;
         fg_attention_group(s->att + a * hd, s->q + a * hd, (int)(b - a), hd, group_cache(m, kv, kv->k_cache, il, g),
-                           group_cache(m, kv, kv->v_cache, il, g), hd, n_keys, first, ring, m->attn_scale,
-                           m->attn_softcap, L->attn_sinks ? L->attn_sinks + a : NULL, t->scores);
+                           group_cache(m, kv, kv->v_cache, il, g), hd, n_keys, first, ring, m->hp.attn_scale,
+                           m->hp.attn_softcap, L->attn_sinks ? L->attn_sinks + a : NULL, t->scores);
     }
 }
 
@@ -387,7 +388,7 @@ static void attention_rows(const team *t, const fg_layer *L, int il, int64_t row
                            size_t xs) {
     const fg_model *m = t->m;
     fg_work *s = t->w;
-    int hd = m->head_dim, G = m->n_head_kv, n_rep = m->n_head / G;
+    int hd = m->hp.head_dim, G = m->hp.n_head_kv, n_rep = m->hp.n_head / G;
     int64_t QD = s->q_dim, KV = s->kv_dim, r0, r1;
     fg_split_rows(QD, t->nth, t->ith, ROW_ALIGN, &r0, &r1);
     matmul(&L->wq, xq[0], xs, rows, s->q, QD, r0, r1);
@@ -401,12 +402,12 @@ static void attention_rows(const team *t, const fg_layer *L, int il, int64_t row
     /* With one tile per sequence (a batched decode step) each (tile, KV group) unit ropes and stores its own rows'
      * heads of its group just before it attends: the only keys of this chunk it reads are its own, so no barrier
      * in between. Else every row is roped and stored first: a sequence's later tiles read its earlier tiles' keys. */
-    int fused = t->one_tile && !m->qk_norm_full && !m->non_causal;
+    int fused = t->one_tile && !m->hp.qk_norm_full && !m->hp.non_causal;
     if (!fused) {
         fg_split_rows(rows, t->nth, t->ith, 1, &r0, &r1);
         for (int64_t i = r0; i < r1; i++) {
             const fg_kv *kv = t->seqs[t->seq[i]];
-            rope_row(t, L, s->q + i * QD, s->kcur + i * KV, s->rope + i * m->n_rot, 0, m->n_head, 0, G);
+            rope_row(t, L, s->q + i * QD, s->kcur + i * KV, s->rope + i * m->hp.n_rot, 0, m->hp.n_head, 0, G);
             store_kv(m, kv, il, t->pos[i], s->kcur + i * KV, s->vcur + i * KV, 0, G);
         }
         BARRIER(t);
@@ -417,23 +418,23 @@ static void attention_rows(const team *t, const fg_layer *L, int il, int64_t row
         for (i1 = i0 + 1; i1 < rows && i1 - i0 < FG_ATT_TILE && t->seq[i1] == t->seq[i0]; i1++) {}
         const fg_kv *kv = t->seqs[t->seq[i0]];
         int64_t lo[FG_ATT_TILE], n[FG_ATT_TILE], first, ring = 1, last = i1 - 1;
-        if (m->non_causal) /* every row sees its whole sequence: positions 0 .. its last row's (all stored above) */
+        if (m->hp.non_causal) /* every row sees its whole sequence: positions 0 .. its last row's (all stored above) */
             while (last + 1 < rows && t->seq[last + 1] == t->seq[i0]) last++;
         for (int64_t i = i0; i < i1; i++) {
-            n[i - i0] = attn_span(m, kv, il, m->non_causal ? t->pos[last] : t->pos[i], &first, &ring);
-            lo[i - i0] = (m->non_causal ? t->pos[last] : t->pos[i]) + 1 - n[i - i0];
+            n[i - i0] = attn_span(m, kv, il, m->hp.non_causal ? t->pos[last] : t->pos[i], &first, &ring);
+            lo[i - i0] = (m->hp.non_causal ? t->pos[last] : t->pos[i]) + 1 - n[i - i0];
         }
         for (int g = 0; g < G; g++, u++) {
             if (u % t->nth != t->ith) continue;
             for (int64_t i = i0; fused && i < i1; i++) {
-                rope_row(t, L, s->q + i * QD, s->kcur + i * KV, s->rope + i * m->n_rot, g * n_rep, (g + 1) * n_rep, g,
-                         g + 1);
+                rope_row(t, L, s->q + i * QD, s->kcur + i * KV, s->rope + i * m->hp.n_rot, g * n_rep, (g + 1) * n_rep,
+                         g, g + 1);
                 store_kv(m, kv, il, t->pos[i], s->kcur + i * KV, s->vcur + i * KV, g, g + 1);
             }
             fg_attention_tile(s->att + i0 * QD + g * n_rep * hd, QD, s->q + i0 * QD + g * n_rep * hd, QD, (int)(i1 - i0),
                               n_rep, hd, group_cache(m, kv, kv->k_cache, il, g),
-                              group_cache(m, kv, kv->v_cache, il, g), hd, lo, n, ring, m->attn_scale,
-                              m->attn_softcap, L->attn_sinks ? L->attn_sinks + g * n_rep : NULL, t->scores);
+                              group_cache(m, kv, kv->v_cache, il, g), hd, lo, n, ring, m->hp.attn_scale,
+                              m->hp.attn_softcap, L->attn_sinks ? L->attn_sinks + g * n_rep : NULL, t->scores);
         }
     }
 }
@@ -441,9 +442,9 @@ static void attention_rows(const team *t, const fg_layer *L, int il, int64_t row
 /* x = LayerNorm(x) * w + b per row (BERT's post-norms; nothing when w is NULL). Rows split, then a barrier. */
 static void post_layernorm(const team *t, int64_t rows, const float *w, const float *b) {
     if (!w) return;
-    int64_t E = t->m->n_embd, r0, r1;
+    int64_t E = t->m->hp.n_embd, r0, r1;
     fg_split_rows(rows, t->nth, t->ith, 1, &r0, &r1);
-    for (int64_t i = r0; i < r1; i++) fg_layernorm(t->w->x + i * E, t->w->x + i * E, w, b, E, t->m->norm_eps);
+    for (int64_t i = r0; i < r1; i++) fg_layernorm(t->w->x + i * E, t->w->x + i * E, w, b, E, t->m->hp.norm_eps);
     BARRIER(t);
 }
 
@@ -477,14 +478,14 @@ static void softmax_as_ggml(float *y, const float *x, int64_t n) {
 static void route(const team *t, const fg_layer *L, int64_t rows) {
     const fg_model *m = t->m;
     const fg_work *s = t->w;
-    int64_t NE = m->n_expert, K = m->n_expert_used;
+    int64_t NE = m->hp.n_expert, K = m->hp.n_expert_used;
     float *p = t->probs;
     for (int64_t e = 0; e <= NE; e++) t->off[e] = 0;
     for (int64_t i = 0; i < rows; i++) {
         const float *l = s->rlogits + i * NE;
-        if (m->moe_gating == FG_GATING_SIGMOID)
+        if (m->hp.moe_gating == FG_GATING_SIGMOID)
             for (int64_t e = 0; e < NE; e++) p[e] = 1.0f / (1.0f + expf(-l[e]));
-        else if (m->moe_gating == FG_GATING_SOFTMAX)
+        else if (m->hp.moe_gating == FG_GATING_SOFTMAX)
             softmax_as_ggml(p, l, NE);
         else
             memcpy(p, l, (size_t)NE * sizeof(float));
@@ -500,17 +501,17 @@ static void route(const team *t, const fg_layer *L, int64_t rows) {
             wsum += w[j];
             t->off[best + 1]++;
         }
-        if (m->moe_gating == FG_GATING_SOFTMAX_WEIGHT) softmax_as_ggml(w, w, K);
-        if (m->moe_norm_w) {
+        if (m->hp.moe_gating == FG_GATING_SOFTMAX_WEIGHT) softmax_as_ggml(w, w, K);
+        if (m->hp.moe_norm_w) {
             wsum = wsum < 6.103515625e-5f ? 6.103515625e-5f : wsum;
             for (int64_t j = 0; j < K; j++) w[j] /= wsum;
         }
-        if (m->moe_w_scale != 0.0f && m->moe_w_scale != 1.0f)
-            for (int64_t j = 0; j < K; j++) w[j] *= m->moe_w_scale;
+        if (m->hp.moe_w_scale != 0.0f && m->hp.moe_w_scale != 1.0f)
+            for (int64_t j = 0; j < K; j++) w[j] *= m->hp.moe_w_scale;
         if (L->gate_inp_shexp) { /* the shared expert's gate: sigmoid(gate_inp_shexp . ffn_norm(x)) */
             const float *xn = rows == 1 ? t->pxn : s->xn + i * s->n_in;
             float d = 0.0f;
-            for (int64_t c = 0; c < m->n_embd; c++) d += L->gate_inp_shexp[c] * xn[c];
+            for (int64_t c = 0; c < m->hp.n_embd; c++) d += L->gate_inp_shexp[c] * xn[c];
             t->shg[i] = 1.0f / (1.0f + expf(-d));
         }
     }
@@ -526,7 +527,7 @@ static void route(const team *t, const fg_layer *L, int64_t rows) {
         }
 }
 
-/* act(gate) * up into gate, n values (the gated activations of m->moe_act / m->ffn_act). */
+/* act(gate) * up into gate, n values (the gated activations of m->hp.moe_act / m->hp.ffn_act). */
 static void gated_act(int act, float *gate, const float *up, int64_t n) {
     if (act == FG_ACT_SWIGLU_OAI) /* llama.cpp's LLM_FFN_SWIGLU_OAI_MOE constants */
         fg_swiglu_oai(gate, gate, up, n, 1.702f, 7.0f);
@@ -536,7 +537,7 @@ static void gated_act(int act, float *gate, const float *up, int64_t n) {
         fg_swiglu(gate, gate, up, n);
 }
 
-/* x += the mixture-of-experts FFN of ffn_norm(x) (fg_model's comment says what it computes). Every weight is read
+/* x += the mixture-of-experts FFN of ffn_norm(x) (fg_hparams's comment says what it computes). Every weight is read
  * once per chunk: the rows are grouped by expert (route), each selected expert's gate/up/down slices run as one
  * GEMM over its rows, split by output rows over the team like the dense matmuls. A row's result depends on its own
  * routing only, and its k experts are summed in its own top-k order: batched == solo, whatever the threads.
@@ -545,7 +546,8 @@ static void gated_act(int act, float *gate, const float *up, int64_t n) {
 static void moe_ffn(const team *t, const fg_layer *L, int64_t rows) {
     const fg_model *m = t->m;
     fg_work *s = t->w;
-    int64_t E = m->n_embd, NE = m->n_expert, K = m->n_expert_used, FE = m->n_ff_exp, F = m->n_ff, S = rows * K;
+    int64_t E = m->hp.n_embd, NE = m->hp.n_expert, K = m->hp.n_expert_used, FE = m->hp.n_ff_exp, F = m->hp.n_ff;
+    int64_t S = rows * K;
     int64_t r0, r1;
     int sh = L->w_up.data != NULL; /* a shared expert */
     const char *xq[5];
@@ -586,14 +588,15 @@ static void moe_ffn(const team *t, const fg_layer *L, int64_t rows) {
         add_bias(s->hu + o * FE, FE, n, expert_bias(L->b_up_exps, e, FE), r0, r1);
         if (r0 < r1)
             for (int64_t j = o; j < o + n; j++)
-                gated_act(m->moe_act, s->hg + j * FE + r0, s->hu + j * FE + r0, r1 - r0);
+                gated_act(m->hp.moe_act, s->hg + j * FE + r0, s->hu + j * FE + r0, r1 - r0);
     }
     if (sh) {
         fg_split_rows(F, t->nth, t->ith, ROW_ALIGN, &r0, &r1);
         matmul(&L->w_gate, xq[3], xs, rows, s->gate, F, r0, r1);
         matmul(&L->w_up, xq[4], xs, rows, s->up, F, r0, r1);
         if (r0 < r1)
-            for (int64_t i = 0; i < rows; i++) gated_act(m->ffn_act, s->gate + i * F + r0, s->up + i * F + r0, r1 - r0);
+            for (int64_t i = 0; i < rows; i++)
+                gated_act(m->hp.ffn_act, s->gate + i * F + r0, s->up + i * F + r0, r1 - r0);
     }
     BARRIER(t);
 
@@ -627,7 +630,7 @@ static void moe_ffn(const team *t, const fg_layer *L, int64_t rows) {
             float acc = s->ye[sl[0] * E + c] * w[0];
             for (int64_t j = 1; j < K; j++) acc += s->ye[sl[j] * E + c] * w[j];
             if (sh) acc += L->gate_inp_shexp ? s->tmp[i * E + c] * g : s->tmp[i * E + c];
-            if (m->residual_scale != 0.0f && m->residual_scale != 1.0f) acc *= m->residual_scale;
+            if (m->hp.residual_scale != 0.0f && m->hp.residual_scale != 1.0f) acc *= m->hp.residual_scale;
             x[c] += acc;
         }
     }
@@ -638,13 +641,13 @@ static void layer_forward(const team *t, int il, int64_t rows) {
     const fg_model *m = t->m;
     fg_work *s = t->w;
     const fg_layer *L = &m->layers[il];
-    int64_t E = m->n_embd, QD = s->q_dim, F = m->n_ff, r0, r1;
+    int64_t E = m->hp.n_embd, QD = s->q_dim, F = m->hp.n_ff, r0, r1;
     const char *xq[3];
     size_t xs;
 
     const fg_mat *qkv[3] = {&L->wq, &L->wk, &L->wv};
     prep(t, s->x, rows, E, E, L->attn_norm, qkv, 3, xq, &xs);
-    if (rows == 1 && !m->qk_norm_full)
+    if (rows == 1 && !m->hp.qk_norm_full)
         attention_one_row(t, L, il, xq, xs);
     else
         attention_rows(t, L, il, rows, xq, xs);
@@ -675,7 +678,7 @@ static void layer_forward(const team *t, int il, int64_t rows) {
         add_bias(s->up, F, rows, L->b_up, r0, r1);
         for (int64_t i = 0; i < rows; i++) {
             float *g = s->gate + i * F + r0;
-            if (m->ffn_act == FG_ACT_GELU_TANH)
+            if (m->hp.ffn_act == FG_ACT_GELU_TANH)
                 fg_geglu(g, g, s->up + i * F + r0, r1 - r0);
             else
                 fg_swiglu(g, g, s->up + i * F + r0, r1 - r0);
@@ -691,13 +694,13 @@ static void embed_rows(const team *t, const int32_t *tokens, int64_t rows) {
     const fg_model *m = t->m;
     fg_work *s = t->w;
     const fg_mat *te = &m->tok_embd;
-    int64_t E = m->n_embd, r0, r1;
+    int64_t E = m->hp.n_embd, r0, r1;
     fg_split_rows(rows, t->nth, t->ith, 1, &r0, &r1);
     for (int64_t i = r0; i < r1; i++) {
         float *x = s->x + i * E;
         fg_dequantize_row(te->type, (const char *)te->data + (size_t)tokens[i] * te->stride, x, E);
-        if (m->embd_scale != 1.0f)
-            for (int64_t j = 0; j < E; j++) x[j] *= m->embd_scale;
+        if (m->hp.embd_scale != 1.0f)
+            for (int64_t j = 0; j < E; j++) x[j] *= m->hp.embd_scale;
         if (m->type_embd0)
             for (int64_t j = 0; j < E; j++) x[j] += m->type_embd0[j];
         if (m->pos_embd.data) { /* its row of the position embeddings, added (the pxn scratch holds it) */
@@ -705,17 +708,17 @@ static void embed_rows(const team *t, const int32_t *tokens, int64_t rows) {
             fg_dequantize_row(pe->type, (const char *)pe->data + (size_t)t->pos[i] * pe->stride, t->pxn, E);
             for (int64_t j = 0; j < E; j++) x[j] += t->pxn[j];
         }
-        if (m->tok_norm) fg_layernorm(x, x, m->tok_norm, m->tok_norm_b, E, m->norm_eps);
-        if (m->n_rot > 0) {
-            int long_ctx = m->rope_freqs_long && t->seqs[t->seq[i]]->n_ctx > m->rope_n_ctx_orig;
-            fg_rope_cfg c = {m->rope_base, m->rope_freq_scale, long_ctx ? m->rope_freqs_long : m->rope_freqs,
-                             m->rope_ext_factor, m->rope_attn_factor, m->rope_n_ctx_orig, m->rope_beta_fast,
-                             m->rope_beta_slow};
-            fg_rope_table(s->rope + i * m->n_rot, m->n_rot, t->pos[i], &c);
-            if (m->n_swa > 0) {
-                c.base = m->rope_base_swa;
-                c.freq_scale = m->rope_freq_scale_swa;
-                fg_rope_table(s->rope + ((int64_t)s->n_batch + i) * m->n_rot, m->n_rot, t->pos[i], &c);
+        if (m->tok_norm) fg_layernorm(x, x, m->tok_norm, m->tok_norm_b, E, m->hp.norm_eps);
+        if (m->hp.n_rot > 0) {
+            int long_ctx = m->rope_freqs_long && t->seqs[t->seq[i]]->n_ctx > m->hp.rope_n_ctx_orig;
+            fg_rope_cfg c = {m->hp.rope_base, m->hp.rope_freq_scale, long_ctx ? m->rope_freqs_long : m->rope_freqs,
+                             m->hp.rope_ext_factor, m->hp.rope_attn_factor, m->hp.rope_n_ctx_orig, m->hp.rope_beta_fast,
+                             m->hp.rope_beta_slow};
+            fg_rope_table(s->rope + i * m->hp.n_rot, m->hp.n_rot, t->pos[i], &c);
+            if (m->hp.n_swa > 0) {
+                c.base = m->hp.rope_base_swa;
+                c.freq_scale = m->hp.rope_freq_scale_swa;
+                fg_rope_table(s->rope + ((int64_t)s->n_batch + i) * m->hp.n_rot, m->hp.n_rot, t->pos[i], &c);
             }
         }
     }
@@ -726,7 +729,7 @@ static void embed_rows(const team *t, const int32_t *tokens, int64_t rows) {
 static void logits_rows(const team *t, const int32_t *want, int64_t n_out, int c0, float *logits) {
     const fg_model *m = t->m;
     fg_work *s = t->w;
-    int64_t E = m->n_embd, r0, r1;
+    int64_t E = m->hp.n_embd, r0, r1;
     const float *src = s->x + (int64_t)(want[0] - c0) * E;
     if (want[n_out - 1] - want[0] != n_out - 1) {
         fg_split_rows(n_out, t->nth, t->ith, 1, &r0, &r1);
@@ -738,13 +741,13 @@ static void logits_rows(const team *t, const int32_t *want, int64_t n_out, int c
     const char *xq[1];
     size_t xs;
     prep(t, src, n_out, E, E, m->output_norm, ws, 1, xq, &xs);
-    fg_split_rows(m->n_vocab, t->nth, t->ith, ROW_ALIGN, &r0, &r1);
-    matmul(&m->output, xq[0], xs, n_out, logits, m->n_vocab, r0, r1);
-    if (m->final_softcap > 0.0f)
-        for (int64_t i = 0; i < n_out; i++) fg_softcap(logits + i * m->n_vocab + r0, r1 - r0, m->final_softcap);
-    if (m->logit_scale != 0.0f && m->logit_scale != 1.0f)
+    fg_split_rows(m->hp.n_vocab, t->nth, t->ith, ROW_ALIGN, &r0, &r1);
+    matmul(&m->output, xq[0], xs, n_out, logits, m->hp.n_vocab, r0, r1);
+    if (m->hp.final_softcap > 0.0f)
+        for (int64_t i = 0; i < n_out; i++) fg_softcap(logits + i * m->hp.n_vocab + r0, r1 - r0, m->hp.final_softcap);
+    if (m->hp.logit_scale != 0.0f && m->hp.logit_scale != 1.0f)
         for (int64_t i = 0; i < n_out; i++)
-            for (int64_t r = r0; r < r1; r++) logits[i * m->n_vocab + r] *= m->logit_scale;
+            for (int64_t r = r0; r < r1; r++) logits[i * m->hp.n_vocab + r] *= m->hp.logit_scale;
 }
 
 /* Output rows rows (n,) strictly increasing in [0, n_rows) (NULL allowed when n == 0): 0, else -1. */
@@ -759,12 +762,12 @@ static int check_out_rows(const int32_t *rows, int n, int n_rows) {
  * (numbered as in logits_rows; rows split, no barrier: it only reads x, like logits_rows, and the next chunk's
  * embed_rows comes after a barrier). */
 static void hidden_out(const team *t, const int32_t *want, int64_t n_out, int c0, float *hidden) {
-    int64_t E = t->m->n_embd, r0, r1;
+    int64_t E = t->m->hp.n_embd, r0, r1;
     fg_split_rows(n_out, t->nth, t->ith, 1, &r0, &r1);
     for (int64_t i = r0; i < r1; i++) {
         const float *x = t->w->x + (int64_t)(want[i] - c0) * E;
         if (t->m->output_norm)
-            fg_rmsnorm(hidden + i * E, x, t->m->output_norm, E, t->m->norm_eps);
+            fg_rmsnorm(hidden + i * E, x, t->m->output_norm, E, t->m->hp.norm_eps);
         else
             memcpy(hidden + i * E, x, (size_t)E * sizeof(float));
     }
@@ -783,14 +786,14 @@ static int check_rows(const fg_model *m, const fg_work *w, fg_kv *const *seqs, i
     }
     for (int r = 0; r < n_rows; r++) {
         int j = seq_of_row[r], p = pos_of_row[r];
-        if (tokens[r] < 0 || tokens[r] >= m->n_vocab || j < 0 || j >= n_seqs) return -1;
+        if (tokens[r] < 0 || tokens[r] >= m->hp.n_vocab || j < 0 || j >= n_seqs) return -1;
         if (p < 0 || p >= seqs[j]->n_ctx || p >= w->max_ctx) return -1;
         if (m->pos_embd.data && p >= m->pos_embd.rows) return -1;
         int prev = r - 1; /* the sequence's previous row, if any: its position must be p - 1 */
         while (prev >= 0 && seq_of_row[prev] != j) prev--;
         if (prev >= 0 && pos_of_row[prev] != p - 1) return -1;
         /* non-causal: whole sequences, contiguous, from position 0, each fitting one chunk */
-        if (m->non_causal && (p >= w->n_batch || (prev < 0 && p != 0) || (prev >= 0 && prev != r - 1))) return -1;
+        if (m->hp.non_causal && (p >= w->n_batch || (prev < 0 && p != 0) || (prev >= 0 && prev != r - 1))) return -1;
     }
     return check_out_rows(logit_rows, n_logit_rows, n_rows) || check_out_rows(hidden_rows, n_hidden_rows, n_rows);
 }
@@ -831,8 +834,9 @@ static void forward_task(int ith, int nth, void *arg) {
     t.pxn = (float *)p;
     t.pxq = p + round64((size_t)w->n_in * sizeof(float));
     t.scores = (float *)(t.pxq + FG_MAX_SLOTS * w->xq_row);
-    if (m->n_expert > 0) { /* the routing scratch (route_bytes) */
-        size_t pairs = round64((size_t)w->n_batch * m->n_expert_used * 4), ne = round64(((size_t)m->n_expert + 1) * 4);
+    if (m->hp.n_expert > 0) { /* the routing scratch (route_bytes) */
+        size_t pairs = round64((size_t)w->n_batch * m->hp.n_expert_used * 4);
+        size_t ne = round64(((size_t)m->hp.n_expert + 1) * 4);
         char *r = (char *)t.scores + round64((size_t)score_heads(m) * w->max_ctx * sizeof(float));
         t.probs = (float *)r;
         t.sel = (int32_t *)(r += ne);
@@ -849,7 +853,7 @@ static void forward_task(int ith, int nth, void *arg) {
      * non-causal model whole sequences only (check_rows made sure each fits one chunk) */
     for (int c = 0, rows; c < a->n_rows; c += rows) {
         rows = a->n_rows - c < w->n_batch ? a->n_rows - c : w->n_batch;
-        if (m->non_causal && c + rows < a->n_rows) /* end the chunk before the sequence it would cut */
+        if (m->hp.non_causal && c + rows < a->n_rows) /* end the chunk before the sequence it would cut */
             while (a->pos_of_row[c + rows] != 0) rows--;
         t.seq = a->seq_of_row + c;
         t.pos = a->pos_of_row + c;
@@ -857,13 +861,13 @@ static void forward_task(int ith, int nth, void *arg) {
         embed_rows(&t, a->tokens + c, rows);
         BARRIER(&t);
 
-        for (int il = 0; il < m->n_layer; il++) layer_forward(&t, il, rows);
+        for (int il = 0; il < m->hp.n_layer; il++) layer_forward(&t, il, rows);
 
         int h0 = hi, l0 = li;
         while (hi < a->n_hidden_rows && a->hidden_rows[hi] < c + rows) hi++;
-        if (hi > h0) hidden_out(&t, a->hidden_rows + h0, hi - h0, c, a->hidden + (int64_t)h0 * m->n_embd);
+        if (hi > h0) hidden_out(&t, a->hidden_rows + h0, hi - h0, c, a->hidden + (int64_t)h0 * m->hp.n_embd);
         while (li < a->n_logit_rows && a->logit_rows[li] < c + rows) li++;
-        if (li > l0) logits_rows(&t, a->logit_rows + l0, li - l0, c, a->logits + (int64_t)l0 * m->n_vocab);
+        if (li > l0) logits_rows(&t, a->logit_rows + l0, li - l0, c, a->logits + (int64_t)l0 * m->hp.n_vocab);
         if (c + rows < a->n_rows) {
             BARRIER(&t);
         }
@@ -908,12 +912,12 @@ int fg_forward(const fg_model *m, fg_state *s, const int32_t *tokens, int n_toke
 
 int fg_kv_copy(const fg_model *m, fg_kv *dst, const fg_kv *src, int n) {
     if (n < 0 || n > dst->n_ctx || n > src->n_ctx || dst == src) return -1;
-    int64_t hd = m->head_dim;
+    int64_t hd = m->hp.head_dim;
     size_t row = (size_t)hd * sizeof(uint16_t);
-    for (int il = 0; il < m->n_layer; il++) {
+    for (int il = 0; il < m->hp.n_layer; il++) {
         int64_t sr = layer_rows(src, il), dr = layer_rows(dst, il), p0 = 0;
-        if (m->layers[il].swa && n > m->n_swa) p0 = n - m->n_swa;
-        for (int64_t g = 0; g < m->n_head_kv; g++) {
+        if (m->layers[il].swa && n > m->hp.n_swa) p0 = n - m->hp.n_swa;
+        for (int64_t g = 0; g < m->hp.n_head_kv; g++) {
             uint16_t *dk = group_cache(m, dst, dst->k_cache, il, g), *dv = group_cache(m, dst, dst->v_cache, il, g);
             const uint16_t *sk = group_cache(m, src, src->k_cache, il, g), *sv = group_cache(m, src, src->v_cache, il, g);
             if (!m->layers[il].swa) {

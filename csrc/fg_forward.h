@@ -37,14 +37,14 @@ typedef struct {
     fg_mat w_down;                /* (n_embd, n_ff) */
     const float *attn_post_norm;  /* optional (n_embd,) RMS norm of the attention output before the residual add */
     const float *ffn_post_norm;   /* optional (n_embd,) RMS norm of the FFN output before the residual add (gemma) */
-    int swa;                      /* 1: a sliding-window layer: attends to its last m->n_swa positions only, with
+    int swa;                      /* 1: a sliding-window layer: attends to its last m->hp.n_swa positions only, with
                                    * RoPE base/scale rope_base_swa/rope_freq_scale_swa and a ring of K/V rows */
     /* the BERT family (post-norm encoders; all optional, NULL / data NULL when absent): attn_norm and ffn_norm
      * are NULL there (no pre-norm), and w_gate.data NULL means a plain FFN act(x . Wup + b_up) . Wdown */
     const float *bo, *b_up, *b_down;  /* biases of wo (n_embd,), w_up (n_ff,), w_down (n_embd,) */
     const float *attn_out_norm, *attn_out_norm_b;   /* x = LayerNorm(x + attention output) (n_embd,) */
     const float *layer_out_norm, *layer_out_norm_b; /* x = LayerNorm(x + FFN output) (n_embd,) */
-    /* mixture of experts (m->n_expert > 0; llama.cpp's build_moe_ffn): router gate_inp (n_expert, n_embd), the
+    /* mixture of experts (m->hp.n_expert > 0; llama.cpp's build_moe_ffn): router gate_inp (n_expert, n_embd), the
      * experts' gate/up (n_ff_exp, n_embd) and down (n_embd, n_ff_exp) stacks. w_gate/w_up/w_down then hold the
      * optional shared expert (n_ff_shexp wide; data NULL: none), scaled per row by sigmoid(gate_inp_shexp . x)
      * when gate_inp_shexp (n_embd,) is not NULL (qwen2moe) */
@@ -67,11 +67,13 @@ typedef struct {
 #define FG_MAX_BATCH_NC 8192      /* the same for a non-causal model (non_causal): a chunk holds whole sequences,
                                    * so it must take the longest input (no sliding-window layers there) */
 
+/* The model's numbers (all ints and floats), filled whole from fastgguf.arch.Hparams.as_c() (one field per key;
+ * tests/test_structure.py checks this struct against _native.pxd and Hparams). Zero means "off" wherever that
+ * makes sense, so a zeroed fg_hparams with the dimensions set is a llama one. */
 typedef struct {
     int n_embd, n_layer, n_head, n_head_kv, head_dim, n_ff, n_vocab;
     int n_rot, rope_neox;         /* rotated dims per head (<= head_dim); 0: pairs (2i, 2i+1), 1: (i, i+n_rot/2) */
     float norm_eps, rope_base, rope_freq_scale, attn_scale;
-    const float *rope_freqs;      /* optional (n_rot/2,) frequency divisors (rope_freqs.weight) or NULL */
     float embd_scale;             /* embeddings are multiplied by this (gemma: sqrt(n_embd); else 1) */
     int ffn_act;                  /* FG_ACT_SILU or FG_ACT_GELU_TANH */
     float attn_softcap;           /* > 0: attention scores s -> c tanh(s / c) (gemma2); 0: none */
@@ -81,6 +83,27 @@ typedef struct {
     /* RoPE scaling beyond linear (fg_rope_cfg): YaRN (ext_factor 1) and the magnitude factor of YaRN / LongRoPE */
     float rope_ext_factor, rope_attn_factor, rope_beta_fast, rope_beta_slow;
     int rope_n_ctx_orig;          /* the training context YaRN's ramp and LongRoPE's long/short choice refer to */
+    int non_causal;               /* 0: a row attends to its sequence's positions up to its own; 1 (encoders, the
+                                   * BERT family): to every row of its sequence in the call (see fg_forward_multi) */
+    /* granite: the attention and FFN outputs are multiplied by residual_scale before their residual add, the
+     * logits by logit_scale (0 or 1: none, as llama.cpp's 0 = unset) */
+    float residual_scale, logit_scale;
+    /* mixture of experts (0 experts: every layer is a dense FFN). Each row's FFN: probabilities p = gating(router
+     * logits); the n_expert_used largest (ties: the lower expert first); weights w = their p, divided by their
+     * sum when moe_norm_w, times moe_w_scale; out = sum_j w_j down_j(act(gate_j x) * up_j x) in that order, plus
+     * the shared expert (fg_layer; n_ff is then its width). FG_GATING_SOFTMAX_WEIGHT: p = the logits, w = softmax
+     * of the chosen ones. moe_act: an FG_ACT_* */
+    int n_expert, n_expert_used, n_ff_exp, moe_gating, moe_norm_w, moe_act;
+    float moe_w_scale;
+    int qk_norm_full;             /* 1: q_norm/k_norm are (q_dim,)/(kv_dim,) and RMS-normalise the whole q and k
+                                   * vectors, not each head (olmoe); such a model runs every row through the
+                                   * batch attention path, which holds whole rows per thread */
+} fg_hparams;
+
+/* The model: its numbers and its tensors (pointers into the mapped file). */
+typedef struct {
+    fg_hparams hp;
+    const float *rope_freqs;      /* optional (n_rot/2,) frequency divisors (rope_freqs.weight) or NULL */
     const float *rope_freqs_long; /* optional (n_rot/2,) LongRoPE factors used instead of rope_freqs by a sequence
                                    * whose cache holds more than rope_n_ctx_orig positions (phi3 128k), or NULL */
     fg_mat tok_embd;              /* (n_vocab, n_embd) */
@@ -89,26 +112,10 @@ typedef struct {
                                    * encoder): logits are refused */
     const fg_layer *layers;       /* (n_layer,) */
     /* the BERT family (encoders) */
-    int non_causal;               /* 0: a row attends to its sequence's positions up to its own; 1 (encoders):
-                                   * to every row of its sequence in the call (see fg_forward_multi). Zero means
-                                   * causal so that a zeroed fg_model is a llama one. */
     fg_mat pos_embd;              /* optional (n_pos, n_embd) learned position embeddings added to the input
                                    * (bert; data NULL: none); positions >= n_pos are refused */
     const float *type_embd0;      /* optional (n_embd,) token type 0's embedding added to the input, or NULL */
     const float *tok_norm, *tok_norm_b; /* optional (n_embd,): input = LayerNorm(embeddings), or NULL */
-    /* granite: the attention and FFN outputs are multiplied by residual_scale before their residual add, the
-     * logits by logit_scale (0 or 1: none, so a zeroed fg_model is a llama one; as llama.cpp's 0 = unset) */
-    float residual_scale, logit_scale;
-    /* mixture of experts (0 experts: every layer is a dense FFN). Each row's FFN: probabilities p = gating(router
-     * logits); the n_expert_used largest (ties: the lower expert first); weights w = their p, divided by their
-     * sum when moe_norm_w, times moe_w_scale; out = sum_j w_j down_j(act(gate_j x) * up_j x) in that order, plus
-     * the shared expert (fg_layer). FG_GATING_SOFTMAX_WEIGHT: p = the logits, w = softmax of the chosen ones.
-     * moe_act: an FG_ACT_* */
-    int n_expert, n_expert_used, n_ff_exp, moe_gating, moe_norm_w, moe_act;
-    float moe_w_scale;
-    int qk_norm_full;             /* 1: q_norm/k_norm are (q_dim,)/(kv_dim,) and RMS-normalise the whole q and k
-                                   * vectors, not each head (olmoe); such a model runs every row through the
-                                   * batch attention path, which holds whole rows per thread */
 } fg_model;
 
 #define FG_MAX_SLOTS 3 /* distinct activation types for one input (q, k, v may differ) */
@@ -200,7 +207,7 @@ int fg_forward(const fg_model *m, fg_state *s, const int32_t *tokens, int n_toke
  * NULL or repeated cache, a sequence index, token or position out of range (pos >= that cache's n_ctx or
  * w->max_ctx), non-consecutive positions of one sequence, logit or hidden rows not increasing or out of range.
  * n_threads is clamped to [1, w->max_threads].
- * A non-causal model (m->non_causal, an encoder) takes each sequence whole: its rows come together (contiguous),
+ * A non-causal model (m->hp.non_causal, an encoder) takes each sequence whole: its rows come together (contiguous),
  * the first at position 0, and each row attends to all of them. Chunks then hold whole sequences (packed in row
  * order up to w->n_batch rows), so -1 also when a sequence's rows are not contiguous, do not start at 0 or are
  * more than w->n_batch; -1 too for logit rows of a model without lm_head, or a position past pos_embd's rows. */
@@ -210,7 +217,7 @@ int fg_forward_multi(const fg_model *m, fg_work *w, fg_kv *const *seqs, int n_se
                      int n_threads);
 
 /* Copy positions [0, n) of every layer's K and V from src to dst (caches of the same model): rows 0..n-1 of a
- * full-attention layer, and of a sliding-window ring the last m->n_swa of them (all a later query can see), each
+ * full-attention layer, and of a sliding-window ring the last m->hp.n_swa of them (all a later query can see), each
  * to its row in dst's ring. src must hold them (for a ring: src's newest position < n + n_swa_rows - n_swa).
  * Returns 0; -1 (nothing done) if n < 0, n exceeds either cache's n_ctx, or src == dst. */
 int fg_kv_copy(const fg_model *m, fg_kv *dst, const fg_kv *src, int n);

@@ -101,7 +101,6 @@ cdef extern from "fg_forward.h" nogil:
         FG_MAX_BATCH
         FG_MAX_BATCH_NC
         FG_MAX_SLOTS
-        FG_ACT_SWIGLU_OAI
 
     ctypedef struct fg_mat:
         const void *data
@@ -144,11 +143,10 @@ cdef extern from "fg_forward.h" nogil:
         const float *b_up_exps
         const float *b_down_exps
 
-    ctypedef struct fg_model:
+    ctypedef struct fg_hparams:
         int n_embd, n_layer, n_head, n_head_kv, head_dim, n_ff, n_vocab
         int n_rot, rope_neox
         float norm_eps, rope_base, rope_freq_scale, attn_scale
-        const float *rope_freqs
         float embd_scale
         int ffn_act
         float attn_softcap, final_softcap
@@ -156,20 +154,24 @@ cdef extern from "fg_forward.h" nogil:
         float rope_base_swa, rope_freq_scale_swa
         float rope_ext_factor, rope_attn_factor, rope_beta_fast, rope_beta_slow
         int rope_n_ctx_orig
+        int non_causal
+        float residual_scale, logit_scale
+        int n_expert, n_expert_used, n_ff_exp, moe_gating, moe_norm_w, moe_act
+        float moe_w_scale
+        int qk_norm_full
+
+    ctypedef struct fg_model:
+        fg_hparams hp
+        const float *rope_freqs
         const float *rope_freqs_long
         fg_mat tok_embd
         const float *output_norm
         fg_mat output
         const fg_layer *layers
-        int non_causal
         fg_mat pos_embd
         const float *type_embd0
         const float *tok_norm
         const float *tok_norm_b
-        float residual_scale, logit_scale
-        int n_expert, n_expert_used, n_ff_exp, moe_gating, moe_norm_w, moe_act
-        float moe_w_scale
-        int qk_norm_full
 
     ctypedef struct fg_kv:
         int n_ctx, n_swa_rows

@@ -92,14 +92,51 @@ cdef int _experts(Weights w, fg_layer *L, d, int64_t NE, int64_t FE, int64_t E, 
     return 0
 
 
+cdef int _layer(Weights w, fg_layer *L, d, str p) except -1:
+    """Layer d's tensors into L, each checked against its shape (Weights.__init__)."""
+    cdef const fg_hparams *hp = &w.m.hp
+    cdef int64_t E = hp.n_embd, QD = <int64_t>hp.n_head * hp.head_dim, KV = <int64_t>hp.n_head_kv * hp.head_dim
+    cdef int64_t F = hp.n_ff, hd = hp.head_dim, NE = hp.n_expert  # with experts, F: the shared expert's width
+    L.attn_norm = _vec(w, d.get("attn_norm"), E, p + "attn_norm")
+    L.wq = _mat(w, d["wq"], QD, E, p + "attn_q")
+    L.wk = _mat(w, d["wk"], KV, E, p + "attn_k")
+    L.wv = _mat(w, d["wv"], KV, E, p + "attn_v")
+    L.bq = _vec(w, d.get("bq"), QD, p + "attn_q.bias")
+    L.bk = _vec(w, d.get("bk"), KV, p + "attn_k.bias")
+    L.bv = _vec(w, d.get("bv"), KV, p + "attn_v.bias")
+    L.q_norm = _vec(w, d.get("q_norm"), QD if hp.qk_norm_full else hd, p + "attn_q_norm")
+    L.k_norm = _vec(w, d.get("k_norm"), KV if hp.qk_norm_full else hd, p + "attn_k_norm")
+    L.wo = _mat(w, d["wo"], E, QD, p + "attn_output")
+    L.ffn_norm = _vec(w, d.get("ffn_norm"), E, p + "ffn_norm")
+    L.w_gate = _mat(w, d.get("w_gate"), F, E, p + "ffn_gate")
+    L.w_up = _mat(w, d.get("w_up") if NE > 0 else d["w_up"], F, E, p + "ffn_up")
+    L.w_down = _mat(w, d.get("w_down") if NE > 0 else d["w_down"], E, F, p + "ffn_down")
+    if NE > 0:  # experts; the dense FFN's fields hold the optional shared expert
+        _experts(w, L, d, NE, hp.n_ff_exp, E, p)
+    L.attn_post_norm = _vec(w, d.get("attn_post_norm"), E, p + "post_attention_norm")
+    L.ffn_post_norm = _vec(w, d.get("ffn_post_norm"), E, p + "post_ffw_norm")
+    L.bo = _vec(w, d.get("bo"), E, p + "attn_output.bias")
+    L.attn_sinks = _vec(w, d.get("attn_sinks"), hp.n_head, p + "attn_sinks")
+    L.b_up = _vec(w, d.get("b_up"), F, p + "ffn_up.bias")
+    L.b_down = _vec(w, d.get("b_down"), E, p + "ffn_down.bias")
+    L.attn_out_norm = _vec(w, d.get("attn_out_norm"), E, p + "attn_output_norm")
+    L.attn_out_norm_b = _vec(w, d.get("attn_out_norm_b"), E, p + "attn_output_norm.bias")
+    L.layer_out_norm = _vec(w, d.get("layer_out_norm"), E, p + "layer_output_norm")
+    L.layer_out_norm_b = _vec(w, d.get("layer_out_norm_b"), E, p + "layer_output_norm.bias")
+    if not hp.non_causal and (L.attn_norm == NULL or L.ffn_norm == NULL):
+        raise ValueError(f"{p}: a causal model needs attn_norm and ffn_norm")
+    return 0
+
+
 cdef class Weights:
     def __cinit__(self):
         self.layers = NULL
         self._keep = []
 
     def __init__(self, hp, tensors):
-        """hp: hyperparameters (see fastgguf.arch.Hparams); tensors: dict with tok_embd, output_norm, output,
-        rope_freqs (or None) and layers (list of dicts); matrices as (array, type, rows, cols) tuples.
+        """hp: hyperparameters (fastgguf.arch.Hparams: its as_c() checks them and gives the C struct's values);
+        tensors: dict with tok_embd, output_norm, output, rope_freqs (or None) and layers (list of dicts); matrices
+        as (array, type, rows, cols) tuples.
         Encoders (bert, nomic-bert: hp.causal False) may lack output_norm and output (None: no lm_head) and add
         pos_embd (a matrix), type_embd (float32 (n_types, n_embd): row 0 is used), tok_norm, tok_norm_b; their
         layers lack attn_norm, ffn_norm (and w_gate: a plain GELU FFN) and add bo, b_up, b_down, attn_out_norm(_b),
@@ -108,61 +145,16 @@ cdef class Weights:
         up_exps, down_exps ((array, type, n_expert, rows, cols) stacks) and optionally a shared expert as
         w_gate/w_up/w_down (hp.n_ff_shexp wide) with an optional gate vector gate_inp_shexp (n_embd,)."""
         cdef int i
-        cdef fg_layer *L
-        cdef int64_t E = hp.n_embd, QD = hp.n_head * hp.head_dim, KV = hp.n_head_kv * hp.head_dim
-        cdef int64_t F = hp.n_ff_shexp if hp.n_expert > 0 else hp.n_ff  # with experts: the shared expert's width
-        cdef int64_t hd = hp.head_dim
-        if hp.n_head % hp.n_head_kv != 0:
-            raise ValueError(f"head_count {hp.n_head} is not a multiple of head_count_kv {hp.n_head_kv}")
-        if hp.n_rot % 2 != 0 or hp.n_rot > hp.head_dim:
-            raise ValueError(f"rope dimension {hp.n_rot} must be even and <= head dim {hp.head_dim}")
-        self.hparams = hp
         memset(&self.m, 0, sizeof(fg_model))
-        self.m.n_embd = hp.n_embd
-        self.m.n_layer = hp.n_layer
-        self.m.n_head = hp.n_head
-        self.m.n_head_kv = hp.n_head_kv
-        self.m.head_dim = hp.head_dim
-        self.m.n_ff = F
-        self.m.n_vocab = hp.n_vocab
-        self.m.n_rot = hp.n_rot
-        self.m.rope_neox = 1 if hp.rope_neox else 0
-        self.m.norm_eps = hp.norm_eps
-        self.m.rope_base = hp.rope_base
-        self.m.rope_freq_scale = hp.rope_freq_scale
-        self.m.attn_scale = hp.attn_scale
-        self.m.rope_freqs = _vec(self, tensors.get("rope_freqs"), hp.n_rot // 2, "rope_freqs")
-        self.m.rope_freqs_long = _vec(self, tensors.get("rope_freqs_long"), hp.n_rot // 2, "rope_freqs_long")
-        self.m.rope_ext_factor = hp.rope_ext_factor
-        self.m.rope_attn_factor = hp.rope_attn_factor
-        self.m.rope_n_ctx_orig = hp.rope_n_ctx_orig
-        self.m.rope_beta_fast = hp.rope_beta_fast
-        self.m.rope_beta_slow = hp.rope_beta_slow
-        if hp.rope_ext_factor != 0 and (hp.rope_n_ctx_orig < 1 or hp.rope_beta_fast <= 0 or hp.rope_beta_slow <= 0):
-            raise ValueError(f"YaRN needs an original context >= 1 and betas > 0, got {hp.rope_n_ctx_orig}, "
-                             f"{hp.rope_beta_fast}, {hp.rope_beta_slow}")
-        # the gemma-family options (Hparams fields with defaults that mean "off")
-        self.m.embd_scale = hp.embd_scale
-        if hp.ffn_act not in ("silu", "gelu_tanh"):
-            raise ValueError(f"unknown feed-forward activation {hp.ffn_act!r}")
-        self.m.ffn_act = 1 if hp.ffn_act == "gelu_tanh" else 0
-        self.m.attn_softcap = hp.attn_softcap
-        self.m.final_softcap = hp.final_softcap
-        swa_layers = tuple(hp.swa_layers)
-        if any(i < 0 or i >= hp.n_layer for i in swa_layers):
-            raise ValueError(f"sliding-window layers {swa_layers} out of range [0, {hp.n_layer})")
-        if swa_layers and hp.n_swa < 1:
-            raise ValueError(f"sliding window {hp.n_swa} must be >= 1")
-        self.m.n_swa = hp.n_swa if swa_layers else 0
-        self.m.rope_base_swa = hp.rope_base_swa
-        self.m.rope_freq_scale_swa = hp.rope_freq_scale_swa
-        self.m.tok_embd = _mat(self, tensors["tok_embd"], hp.n_vocab, E, "token_embd")
+        self.m.hp = hp.as_c()  # a dict of exactly fg_hparams's fields (Cython refuses one missing)
+        self.hparams = hp
+        cdef int64_t E = self.m.hp.n_embd, n_vocab = self.m.hp.n_vocab, n_rot = self.m.hp.n_rot
+        self.m.rope_freqs = _vec(self, tensors.get("rope_freqs"), n_rot // 2, "rope_freqs")
+        self.m.rope_freqs_long = _vec(self, tensors.get("rope_freqs_long"), n_rot // 2, "rope_freqs_long")
+        self.m.tok_embd = _mat(self, tensors["tok_embd"], n_vocab, E, "token_embd")
         self.m.output_norm = _vec(self, tensors.get("output_norm"), E, "output_norm")
-        self.m.output = _mat(self, tensors.get("output"), hp.n_vocab, E, "output")
+        self.m.output = _mat(self, tensors.get("output"), n_vocab, E, "output")
         # the encoders' (BERT family) input: + position embeddings, + token type 0, then LayerNorm
-        self.m.non_causal = 0 if hp.causal else 1
-        if not hp.causal and swa_layers:
-            raise ValueError("a non-causal model with sliding-window layers is not supported")
         self.m.pos_embd = _mat(self, tensors.get("pos_embd"), -1, E, "position_embd")
         te = tensors.get("type_embd")
         if te is not None:
@@ -173,72 +165,29 @@ cdef class Weights:
         self.m.type_embd0 = _vec(self, te, E, "token_types")
         self.m.tok_norm = _vec(self, tensors.get("tok_norm"), E, "token_embd_norm")
         self.m.tok_norm_b = _vec(self, tensors.get("tok_norm_b"), E, "token_embd_norm.bias")
-        self.m.residual_scale = hp.residual_scale
-        self.m.logit_scale = hp.logit_scale
-        cdef int64_t NE = hp.n_expert, FE = hp.n_ff_exp
-        if NE > 0 and not (1 <= hp.n_expert_used <= NE and FE >= 1):
-            raise ValueError(f"experts: need 1 <= n_expert_used {hp.n_expert_used} <= n_expert {NE} and "
-                             f"n_ff_exp {FE} >= 1")
-        gatings = ("softmax", "sigmoid", "softmax_weight")  # FG_GATING_* in this order
-        if hp.moe_gating not in gatings:
-            raise ValueError(f"unknown expert gating {hp.moe_gating!r}")
-        if hp.moe_act not in ("", "swiglu_oai"):
-            raise ValueError(f"unknown expert activation {hp.moe_act!r}")
-        self.m.n_expert = NE
-        self.m.n_expert_used = hp.n_expert_used if NE > 0 else 0
-        self.m.n_ff_exp = FE if NE > 0 else 0
-        self.m.moe_gating = gatings.index(hp.moe_gating)
-        self.m.moe_norm_w = 1 if hp.moe_norm_w else 0
-        self.m.moe_act = FG_ACT_SWIGLU_OAI if hp.moe_act == "swiglu_oai" else self.m.ffn_act
-        self.m.moe_w_scale = hp.moe_w_scale
-        self.m.qk_norm_full = 1 if hp.qk_norm_full else 0
         layers = tensors["layers"]
-        if len(layers) != hp.n_layer:
-            raise ValueError(f"expected {hp.n_layer} layers, got {len(layers)}")
-        self.layers = <fg_layer *>calloc(hp.n_layer, sizeof(fg_layer))
+        if len(layers) != self.m.hp.n_layer:
+            raise ValueError(f"expected {self.m.hp.n_layer} layers, got {len(layers)}")
+        self.layers = <fg_layer *>calloc(self.m.hp.n_layer, sizeof(fg_layer))
         if self.layers == NULL:
             raise MemoryError()
-        for i in range(hp.n_layer):
-            d = layers[i]
-            L = &self.layers[i]
-            p = f"blk.{i}."
-            L.attn_norm = _vec(self, d.get("attn_norm"), E, p + "attn_norm")
-            L.wq = _mat(self, d["wq"], QD, E, p + "attn_q")
-            L.wk = _mat(self, d["wk"], KV, E, p + "attn_k")
-            L.wv = _mat(self, d["wv"], KV, E, p + "attn_v")
-            L.bq = _vec(self, d.get("bq"), QD, p + "attn_q.bias")
-            L.bk = _vec(self, d.get("bk"), KV, p + "attn_k.bias")
-            L.bv = _vec(self, d.get("bv"), KV, p + "attn_v.bias")
-            L.q_norm = _vec(self, d.get("q_norm"), QD if hp.qk_norm_full else hd, p + "attn_q_norm")
-            L.k_norm = _vec(self, d.get("k_norm"), KV if hp.qk_norm_full else hd, p + "attn_k_norm")
-            L.wo = _mat(self, d["wo"], E, QD, p + "attn_output")
-            L.ffn_norm = _vec(self, d.get("ffn_norm"), E, p + "ffn_norm")
-            L.w_gate = _mat(self, d.get("w_gate"), F, E, p + "ffn_gate")
-            L.w_up = _mat(self, d.get("w_up") if NE > 0 else d["w_up"], F, E, p + "ffn_up")
-            L.w_down = _mat(self, d.get("w_down") if NE > 0 else d["w_down"], E, F, p + "ffn_down")
-            if NE > 0:  # experts; the dense FFN's fields hold the optional shared expert
-                _experts(self, L, d, NE, FE, E, p)
-            L.attn_post_norm = _vec(self, d.get("attn_post_norm"), E, p + "post_attention_norm")
-            L.ffn_post_norm = _vec(self, d.get("ffn_post_norm"), E, p + "post_ffw_norm")
-            L.swa = 1 if i in swa_layers else 0
-            L.bo = _vec(self, d.get("bo"), E, p + "attn_output.bias")
-            L.attn_sinks = _vec(self, d.get("attn_sinks"), hp.n_head, p + "attn_sinks")
-            L.b_up = _vec(self, d.get("b_up"), F, p + "ffn_up.bias")
-            L.b_down = _vec(self, d.get("b_down"), E, p + "ffn_down.bias")
-            L.attn_out_norm = _vec(self, d.get("attn_out_norm"), E, p + "attn_output_norm")
-            L.attn_out_norm_b = _vec(self, d.get("attn_out_norm_b"), E, p + "attn_output_norm.bias")
-            L.layer_out_norm = _vec(self, d.get("layer_out_norm"), E, p + "layer_output_norm")
-            L.layer_out_norm_b = _vec(self, d.get("layer_out_norm_b"), E, p + "layer_output_norm.bias")
-            if hp.causal and (L.attn_norm == NULL or L.ffn_norm == NULL):
-                raise ValueError(f"{p}: a causal model needs attn_norm and ffn_norm")
+        swa_layers = frozenset(hp.swa_layers)
+        for i in range(self.m.hp.n_layer):
+            _layer(self, &self.layers[i], layers[i], f"blk.{i}.")
+            self.layers[i].swa = 1 if i in swa_layers else 0
         self.m.layers = self.layers
 
     def __dealloc__(self):
         free(self.layers)
 
     @property
+    def c_hparams(self):
+        """fg_hparams as the C holds it: a dict (floats rounded to float32)."""
+        return self.m.hp
+
+    @property
     def n_expert(self):
-        return self.m.n_expert
+        return self.m.hp.n_expert
 
     @property
     def has_logits(self):
@@ -250,7 +199,7 @@ cdef class Weights:
         """The longest input a non-causal model (an encoder) takes in one call, which must be its whole input: the
         rows of its position embeddings (bert), else its training context (0: unknown), at most FG_MAX_BATCH_NC.
         0 for a causal model (no such limit)."""
-        if not self.m.non_causal:
+        if not self.m.hp.non_causal:
             return 0
         n = self.m.pos_embd.rows if self.m.pos_embd.data != NULL else self.hparams.n_ctx_train
         return min(n, FG_MAX_BATCH_NC) if n > 0 else FG_MAX_BATCH_NC
@@ -277,7 +226,7 @@ cdef class Runner:
             raise ValueError(f"n_threads must be >= 1, got {n_threads}")
         n_threads = _threads_for(n_threads)
         self.weights = weights
-        self.n_vocab = weights.m.n_vocab
+        self.n_vocab = weights.m.hp.n_vocab
         self.n_ctx = n_ctx
         self.n_past = 0
         self._n_threads = n_threads
@@ -315,7 +264,7 @@ cdef class Runner:
         layers, their ring must still hold the n_swa positions before n_past (else reset and evaluate again)."""
         if n_past < 0 or n_past > self.n_past:
             return False
-        cdef int n_swa = self.weights.m.n_swa, rows = self.st.kv.n_swa_rows
+        cdef int n_swa = self.weights.m.hp.n_swa, rows = self.st.kv.n_swa_rows
         if n_swa == 0 or n_past == 0 or n_past == self.n_past:
             return True
         return max(0, n_past - n_swa) >= self.n_past - rows
@@ -458,7 +407,7 @@ cdef class Workspace:
 
     cdef int reserve(self, int n_rows, int max_ctx, int max_threads) except -1:
         # a causal model's chunks take _CHUNK_ROWS rows at most; an encoder's must take its longest input
-        n_rows = min(n_rows, FG_MAX_BATCH_NC if self.weights.m.non_causal else _CHUNK_ROWS)
+        n_rows = min(n_rows, FG_MAX_BATCH_NC if self.weights.m.hp.non_causal else _CHUNK_ROWS)
         if fg_work_reserve(&self.w, &self.weights.m, n_rows, max_ctx, max_threads) != 0:
             raise MemoryError(f"cannot grow the batch workspace to {n_rows} rows, n_ctx={max_ctx}, "
                               f"{max_threads} threads")
@@ -536,8 +485,8 @@ def forward_batch(Weights w, Workspace ws, list runners, list token_lists, int n
         if a.dtype.kind not in "iu":
             raise ValueError(f"sequence {i}: token ids must be integers, got {a.dtype}")
         lo, hi = int(a.min()), int(a.max())
-        if lo < 0 or hi >= w.m.n_vocab:
-            raise ValueError(f"sequence {i}: token id {lo if lo < 0 else hi} out of range [0, {w.m.n_vocab})")
+        if lo < 0 or hi >= w.m.hp.n_vocab:
+            raise ValueError(f"sequence {i}: token id {lo if lo < 0 else hi} out of range [0, {w.m.hp.n_vocab})")
         if max_tokens:   # an encoder: each input whole, in one call (the C keeps it in one chunk)
             if r.n_past != 0:
                 raise ValueError(f"sequence {i}: {w.hparams.arch} is an encoder: an input must be given whole in "
@@ -571,8 +520,8 @@ def forward_batch(Weights w, Workspace ws, list runners, list token_lists, int n
         ((row_kind == 0) & is_last) | (row_kind == 1)).astype(np.int32)
     cdef cnp.ndarray[int32_t, ndim=1] hidden_rows = np.flatnonzero(row_kind == 2).astype(np.int32)
     cdef int n_lr = logit_rows.shape[0], n_hr = hidden_rows.shape[0]
-    cdef cnp.ndarray[float, ndim=2] out = np.empty((max(n_lr, 1), w.m.n_vocab), dtype=np.float32)
-    cdef cnp.ndarray[float, ndim=2] hid = np.empty((max(n_hr, 1), w.m.n_embd), dtype=np.float32)
+    cdef cnp.ndarray[float, ndim=2] out = np.empty((max(n_lr, 1), w.m.hp.n_vocab), dtype=np.float32)
+    cdef cnp.ndarray[float, ndim=2] hid = np.empty((max(n_hr, 1), w.m.hp.n_embd), dtype=np.float32)
     cdef int32_t dummy = 0
     cdef const int32_t *lrp = &logit_rows[0] if n_lr > 0 else &dummy
     cdef const int32_t *hrp = &hidden_rows[0] if n_hr > 0 else &dummy
@@ -609,7 +558,7 @@ def forward_batch(Weights w, Workspace ws, list runners, list token_lists, int n
         else:
             res.append(out[lo_l])
             lo_l += 1
-        memcpy(r.logits, &out[lo_l - 1, 0], w.m.n_vocab * sizeof(float))
+        memcpy(r.logits, &out[lo_l - 1, 0], w.m.hp.n_vocab * sizeof(float))
     return res
 
 
@@ -630,8 +579,8 @@ def _forward_rows(Weights w, Workspace ws, list runners, tokens, seq_of_row, pos
     cdef cnp.ndarray[int32_t, ndim=1] hr = np.ascontiguousarray(hidden_rows, dtype=np.int32)
     if n == 0 or tk.shape[0] == 0 or sq.shape[0] != tk.shape[0] or ps.shape[0] != tk.shape[0]:
         raise ValueError("need runners and rows, with tokens, seq_of_row and pos_of_row of one length")
-    cdef cnp.ndarray[float, ndim=2] out = np.zeros((max(lr.shape[0], 1), w.m.n_vocab), dtype=np.float32)
-    cdef cnp.ndarray[float, ndim=2] hid = np.zeros((max(hr.shape[0], 1), w.m.n_embd), dtype=np.float32)
+    cdef cnp.ndarray[float, ndim=2] out = np.zeros((max(lr.shape[0], 1), w.m.hp.n_vocab), dtype=np.float32)
+    cdef cnp.ndarray[float, ndim=2] hid = np.zeros((max(hr.shape[0], 1), w.m.hp.n_embd), dtype=np.float32)
     ws.reserve(1, max((<Runner>r).n_ctx for r in rs), n_threads)
     cdef fg_kv **kvs = <fg_kv **>malloc(n * sizeof(fg_kv *))
     if kvs == NULL:

@@ -8,8 +8,10 @@
   higher one), the extensions' Cython sources (.pyx and the .pxi files they include) read too;
 - gguf/ imports nothing of engine/, and the extensions import nothing of fastgguf;
 - the C type table is the one owner of format facts;
+- a hyperparameter has one owner each side: an Hparams field and an fg_hparams field, handed over whole;
 - the README's public names import."""
 import ast
+import dataclasses
 import glob
 import os
 import re
@@ -377,3 +379,68 @@ def test_readme_layout_names_every_module_and_no_stale_one():
     for name in set(re.findall(r"\b\w+\.(?:py|pyx|pxi|pxd|c|h)\b", block)):
         found = glob.glob(os.path.join(REPO, "**", name), recursive=True)
         assert found, f"README Layout names {name}, which does not exist"
+
+
+def _declared(decls):
+    """[(name, type)] of C declarations 'type a, *b' (pointers: type 'T *'); comments already removed."""
+    out = []
+    for decl in decls:
+        typ, names = re.match(r"\s*((?:const\s+)?\w+)\s+(.*)", decl, re.S).groups()
+        for n in names.split(","):
+            n = n.strip()
+            out.append((n.lstrip("*").strip(), typ + " *" * n.count("*")))
+    return out
+
+
+def _c_struct(name):
+    """The fields of csrc/fg_forward.h's `typedef struct {...} name;`."""
+    text = re.sub(r"/\*.*?\*/", "", open(os.path.join(REPO, "csrc", "fg_forward.h"), encoding="utf-8").read(),
+                  flags=re.S)
+    body = re.search(r"typedef struct \{([^{}]*)\} " + name + ";", text).group(1)
+    return _declared(d for d in body.split(";") if d.strip())
+
+
+def _pxd_struct(name):
+    """The fields of fastgguf/_native.pxd's `ctypedef struct name:` block."""
+    text = open(os.path.join(REPO, "fastgguf", "_native.pxd"), encoding="utf-8").read()
+    body = re.search(r"\n    ctypedef struct " + name + r":\n((?:        .*\n)+)", text).group(1)
+    return _declared(line.split("#")[0] for line in body.splitlines() if line.split("#")[0].strip())
+
+
+def _c_defines(prefix):
+    text = open(os.path.join(REPO, "csrc", "fg_forward.h"), encoding="utf-8").read()
+    return {k: int(v) for k, v in re.findall(r"#define (" + prefix + r"\w+) (\d+)", text)}
+
+
+@pytest.mark.skipif(not os.path.exists(os.path.join(REPO, "csrc", "fg_forward.h")), reason="source tree not available")
+def test_hparams_have_one_owner(default_model_path):
+    """A hyperparameter is one Hparams field (fastgguf/arch/base.py) and one fg_hparams field (csrc/fg_forward.h,
+    declared again for Cython in _native.pxd): Hparams.as_c() gives the struct whole, which Weights assigns in one
+    go. Before, each was also a copy line in Weights.__init__, and a forgotten one stayed 0 silently. Here: the
+    header and the .pxd declare the same fields (names, types, order); fg_model's numbers are all in fg_hparams;
+    as_c() fills every field and nothing else, with numbers; its codes are the header's FG_ACT_* and FG_GATING_*;
+    and the C struct of a loaded model holds what as_c() gave."""
+    from fastgguf.arch import base
+    fields = _c_struct("fg_hparams")
+    assert fields == _pxd_struct("fg_hparams")
+    assert {t for _, t in fields} == {"int", "float"}, fields
+    model = _c_struct("fg_model")
+    assert model == _pxd_struct("fg_model")
+    assert ("hp", "fg_hparams") in model and not [f for f in model if f[1] in ("int", "float", "double")], model
+    names = [n for n, _ in fields]
+    hp_fields = [f.name for f in dataclasses.fields(base.Hparams)]
+    assert set(base.NOT_IN_C) <= set(hp_fields) and not set(base.NOT_IN_C) & set(names)
+    dims = dict(n_embd=64, n_layer=2, n_head=4, n_head_kv=2, head_dim=16, n_ff=128, n_vocab=100, n_rot=16,
+                rope_neox=False, norm_eps=1e-5, rope_base=1e4, rope_freq_scale=1.0, attn_scale=0.25, n_ctx_train=128)
+    for hp in (base.Hparams(arch="llama", **dims),
+               base.Hparams(arch="gpt-oss", **dims, n_expert=4, n_expert_used=2, n_ff_exp=32, n_swa=4,
+                            swa_layers=(0,), moe_gating="softmax_weight", moe_act="swiglu_oai"),
+               base.Hparams(arch="bert", **dims, causal=False, ffn_act="gelu_tanh", pooling="mean")):
+        c = hp.as_c()
+        assert sorted(c) == sorted(names), sorted(set(c) ^ set(names))
+        assert all(isinstance(v, (int, float)) for v in c.values()), c
+    assert _c_defines("FG_ACT_") == {f"FG_ACT_{a.upper()}": i for i, a in enumerate(base.ACTIVATIONS)}
+    assert _c_defines("FG_GATING_") == {f"FG_GATING_{g.upper()}": i for i, g in enumerate(base.GATINGS)}
+    m = fastgguf.Model(default_model_path)
+    want = {k: float(np.float32(v)) if isinstance(v, float) else int(v) for k, v in m.hparams.as_c().items()}
+    assert m.weights.c_hparams == want

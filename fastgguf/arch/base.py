@@ -2,7 +2,7 @@
 what the forward pass (fastgguf._native.Weights) takes. One short subclass of Arch per architecture, registered
 with @register; fastgguf.arch imports them all."""
 import math
-from dataclasses import dataclass
+from dataclasses import dataclass, fields
 
 import numpy as np
 
@@ -16,6 +16,11 @@ MAX_DIM = 1 << 20  # the largest width (embedding, feed-forward, heads x head si
 POOLING_TYPES = ("none", "mean", "cls", "last", "rank")
 # the optional classifier head of rank pooling (llama.cpp's LLM_TENSOR_CLS / LLM_TENSOR_CLS_OUT), any architecture
 CLASSIFIER_TENSORS = ("cls.weight", "cls.bias", "cls.output.weight", "cls.output.bias")
+# fg_hparams's codes of names (csrc/fg_forward.h FG_ACT_*, FG_GATING_*, in this order; tests/test_structure.py checks)
+ACTIVATIONS = ("silu", "gelu_tanh", "swiglu_oai")
+GATINGS = ("softmax", "sigmoid", "softmax_weight")
+# Hparams fields without an fg_hparams field of their name: Python's alone, or folded into others by as_c()
+NOT_IN_C = ("arch", "n_ctx_train", "pooling", "n_cls_out", "rank_softmax", "causal", "swa_layers", "n_ff_shexp")
 
 
 @dataclass(frozen=True)
@@ -62,7 +67,7 @@ class Hparams:
     # granite: attention and FFN outputs scaled before the residual add, logits multiplied (1: none)
     residual_scale: float = 1.0
     logit_scale: float = 1.0
-    # mixture of experts (0: a dense FFN; llama.cpp's build_moe_ffn, csrc/fg_forward.h fg_model says what runs)
+    # mixture of experts (0: a dense FFN; llama.cpp's build_moe_ffn, csrc/fg_forward.h fg_hparams says what runs)
     n_expert: int = 0
     n_expert_used: int = 0
     n_ff_exp: int = 0                # an expert's FFN width
@@ -73,6 +78,52 @@ class Hparams:
     moe_norm_w: bool = False         # the chosen experts' weights divided by their sum
     moe_w_scale: float = 1.0         # and multiplied by this
     qk_norm_full: bool = False       # q_norm/k_norm over the whole q and k vectors, not per head (olmoe)
+
+    def check(self):
+        """Raise ValueError on values the forward pass cannot run. A file's values are refused before, by Arch's
+        reads (GGUFError); this guards whatever reaches fastgguf._native.Weights (as_c() runs it)."""
+        if self.n_head % self.n_head_kv != 0:
+            raise ValueError(f"head_count {self.n_head} is not a multiple of head_count_kv {self.n_head_kv}")
+        if self.n_rot % 2 != 0 or self.n_rot > self.head_dim:
+            raise ValueError(f"rope dimension {self.n_rot} must be even and <= head dim {self.head_dim}")
+        if self.rope_ext_factor != 0 and (self.rope_n_ctx_orig < 1 or self.rope_beta_fast <= 0
+                                          or self.rope_beta_slow <= 0):
+            raise ValueError(f"YaRN needs an original context >= 1 and betas > 0, got {self.rope_n_ctx_orig}, "
+                             f"{self.rope_beta_fast}, {self.rope_beta_slow}")
+        if self.ffn_act not in ("silu", "gelu_tanh"):
+            raise ValueError(f"unknown feed-forward activation {self.ffn_act!r}")
+        swa_layers = tuple(self.swa_layers)
+        if any(i < 0 or i >= self.n_layer for i in swa_layers):
+            raise ValueError(f"sliding-window layers {swa_layers} out of range [0, {self.n_layer})")
+        if swa_layers and self.n_swa < 1:
+            raise ValueError(f"sliding window {self.n_swa} must be >= 1")
+        if not self.causal and swa_layers:
+            raise ValueError("a non-causal model with sliding-window layers is not supported")
+        if self.n_expert > 0 and not (1 <= self.n_expert_used <= self.n_expert and self.n_ff_exp >= 1):
+            raise ValueError(f"experts: need 1 <= n_expert_used {self.n_expert_used} <= n_expert {self.n_expert} "
+                             f"and n_ff_exp {self.n_ff_exp} >= 1")
+        if self.moe_gating not in GATINGS:
+            raise ValueError(f"unknown expert gating {self.moe_gating!r}")
+        if self.moe_act not in ("", "swiglu_oai"):
+            raise ValueError(f"unknown expert activation {self.moe_act!r}")
+
+    def as_c(self):
+        """fg_hparams (csrc/fg_forward.h) as {field: value}, after check(): each field is the Hparams field of its
+        name (a bool is 0/1 there), but those coded or derived below. fastgguf._native.Weights assigns it to the struct
+        whole (Cython refuses a missing field); tests/test_structure.py checks its keys are fg_hparams's fields."""
+        self.check()
+        c = {f.name: getattr(self, f.name) for f in fields(self) if f.name not in NOT_IN_C}
+        moe = self.n_expert > 0
+        c.update(
+            n_ff=self.n_ff_shexp if moe else self.n_ff,   # with experts the dense FFN is the shared expert
+            ffn_act=ACTIVATIONS.index(self.ffn_act),
+            n_swa=self.n_swa if self.swa_layers else 0,
+            non_causal=0 if self.causal else 1,
+            n_expert_used=self.n_expert_used if moe else 0,
+            n_ff_exp=self.n_ff_exp if moe else 0,
+            moe_gating=GATINGS.index(self.moe_gating),
+            moe_act=ACTIVATIONS.index(self.moe_act or self.ffn_act))
+        return c
 
 
 class Arch:
@@ -225,7 +276,7 @@ class Arch:
         f32 = np.float32
         freq_scale = f32(1.0) if factor == 0.0 or scaling == "none" else f32(1.0) / f32(factor)
         n_ctx_orig = self.int_key("rope.scaling.original_context_length", n_ctx_train, lo=0,
-                                  hi=(1 << 31) - 1) or n_ctx_train  # a C int in fg_model
+                                  hi=(1 << 31) - 1) or n_ctx_train  # a C int in fg_hparams
         attn_factor, ext_factor = f32(1.0), 0.0
         if scaling == "yarn":
             ext_factor = 1.0
