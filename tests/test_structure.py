@@ -371,7 +371,8 @@ def test_readme_layout_names_every_module_and_no_stale_one():
         for p in glob.glob(os.path.join(src, pattern), recursive=True):
             name = os.path.basename(p)
             if name not in ("__init__.py", "__main__.py"):
-                assert re.search(rf"(?<![\w.]){re.escape(name)}\b", block), f"README Layout omits {os.path.relpath(p, REPO)}"
+                assert re.search(rf"(?<![\w.]){re.escape(name)}\b", block), \
+                    f"README Layout omits {os.path.relpath(p, REPO)}"
     for p in glob.glob(os.path.join(REPO, "csrc", "*.[ch]")):
         name = os.path.basename(p)
         assert name in block or name.startswith("fg_quant_") or name[:-2] + ".c" in block \
