@@ -209,18 +209,15 @@ FLOAT_KERNELS_NEON(bf16, LOAD4_BF16, load_bf16)
 #define NEON_ROW(t)
 #endif
 
-const fg_type_kernels fg_f32_kernels[FG_ISA_COUNT] = {
+const fg_type_kernels fg_f32_kernels[FG_KERNEL_ROWS] = {
     [FG_ISA_SCALAR] = {quantize_row_f32_scalar, dequantize_row_f32_scalar, vec_dot_f32_f32_scalar, NULL},
     X86_ROWS(f32, NULL) NEON_ROW(f32)
 };
-const fg_type_kernels fg_f16_kernels[FG_ISA_COUNT] = {
+const fg_type_kernels fg_f16_kernels[FG_KERNEL_ROWS] = {
     [FG_ISA_SCALAR] = {quantize_row_f16_scalar, dequantize_row_f16_scalar, vec_dot_f16_f32_scalar, NULL},
     X86_ROWS(f16, dequantize_row_f16_avx2) NEON_ROW(f16)
 };
-const fg_type_kernels fg_bf16_kernels[FG_ISA_COUNT] = {
+const fg_type_kernels fg_bf16_kernels[FG_KERNEL_ROWS] = {
     [FG_ISA_SCALAR] = {quantize_row_bf16_scalar, dequantize_row_bf16_scalar, vec_dot_bf16_f32_scalar, NULL},
     X86_ROWS(bf16, dequantize_row_bf16_avx2) NEON_ROW(bf16)
 };
-/* No extension-specific float kernels. */
-const fg_type_kernels fg_f32_kernels_ext[FG_ISA_COUNT], fg_f16_kernels_ext[FG_ISA_COUNT],
-    fg_bf16_kernels_ext[FG_ISA_COUNT];

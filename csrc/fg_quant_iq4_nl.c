@@ -88,24 +88,14 @@ FG_KERNELS_FROM_TILE8(vec_dot_iq4_nl_q8_0_neondp, gemv_iq4_nl_q8_0_neondp, gemm_
                       iq4_nl_tile8_neondp, fg_q8_0_aux_neon, sizeof(block_iq4_nl), sizeof(block_q8_0), QK4_NL, 8)
 #endif /* FG_HAVE_NEON */
 
-const fg_type_kernels fg_iq4_nl_kernels[FG_ISA_COUNT] = {
+const fg_type_kernels fg_iq4_nl_kernels[FG_KERNEL_ROWS] = {
     [FG_ISA_SCALAR] = {quantize_row_iq4_nl_scalar, dequantize_row_iq4_nl_scalar, vec_dot_iq4_nl_q8_0_scalar, NULL},
 #if FG_HAVE_X86
     [FG_ISA_AVX2] = {NULL, dequantize_row_iq4_nl_avx2, vec_dot_iq4_nl_q8_0_avx2, gemv_iq4_nl_q8_0_avx2,
                      gemm_iq4_nl_q8_0_avx2},
-    /* the AVX2 kernels, until AVX-512 twins exist (an empty entry would fall back to scalar) */
-    [FG_ISA_AVX512] = {NULL, dequantize_row_iq4_nl_avx2, vec_dot_iq4_nl_q8_0_avx2, gemv_iq4_nl_q8_0_avx2,
-                       gemm_iq4_nl_q8_0_avx2},
 #endif
 #if FG_HAVE_NEON
     [FG_ISA_NEON] = {NULL, NULL, vec_dot_iq4_nl_q8_0_neon, gemv_iq4_nl_q8_0_neon},
-#endif
-};
-
-const fg_type_kernels fg_iq4_nl_kernels_ext[FG_ISA_COUNT] = {
-    [FG_ISA_SCALAR] = {0}, /* never used: keeps the initializer non-empty off NEON */
-#if FG_HAVE_NEON
-    [FG_ISA_NEON] = {NULL, NULL, vec_dot_iq4_nl_q8_0_neondp, gemv_iq4_nl_q8_0_neondp,
-                     gemm_iq4_nl_q8_0_neondp},
+    [FG_ROW_DOTPROD] = {NULL, NULL, vec_dot_iq4_nl_q8_0_neondp, gemv_iq4_nl_q8_0_neondp, gemm_iq4_nl_q8_0_neondp},
 #endif
 };

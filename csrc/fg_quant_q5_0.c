@@ -285,25 +285,14 @@ FG_KERNELS_FROM_TILE8(vec_dot_q5_0_q8_0_neondp, gemv_q5_0_q8_0_neondp, gemm_q5_0
                       q5_0_tile8_neondp, fg_q8_0_aux_neon, sizeof(block_q5_0), sizeof(block_q8_0), QK5_0, 8)
 #endif /* FG_HAVE_NEON */
 
-const fg_type_kernels fg_q5_0_kernels[FG_ISA_COUNT] = {
+const fg_type_kernels fg_q5_0_kernels[FG_KERNEL_ROWS] = {
     [FG_ISA_SCALAR] = {quantize_row_q5_0_scalar, dequantize_row_q5_0_scalar, vec_dot_q5_0_q8_0_scalar, NULL},
 #if FG_HAVE_X86
     [FG_ISA_AVX2] = {NULL, dequantize_row_q5_0_avx2, vec_dot_q5_0_q8_0_avx2, gemv_q5_0_q8_0_avx2, gemm_q5_0_q8_0_avx2},
-    /* the AVX2 kernels, until AVX-512 twins exist (an empty entry would fall back to scalar) */
-    [FG_ISA_AVX512] = {NULL, dequantize_row_q5_0_avx2, vec_dot_q5_0_q8_0_avx2, gemv_q5_0_q8_0_avx2, gemm_q5_0_q8_0_avx2},
+    [FG_ROW_VNNI] = {NULL, NULL, vec_dot_q5_0_q8_0_vnni, gemv_q5_0_q8_0_vnni, gemm_q5_0_q8_0_vnni},
 #endif
 #if FG_HAVE_NEON
     [FG_ISA_NEON] = {NULL, NULL, vec_dot_q5_0_q8_0_neon, gemv_q5_0_q8_0_neon},
-#endif
-};
-
-const fg_type_kernels fg_q5_0_kernels_ext[FG_ISA_COUNT] = {
-    [FG_ISA_SCALAR] = {0}, /* never used: keeps the initializer non-empty without SIMD (MSVC rejects {}) */
-#if FG_HAVE_X86
-    [FG_ISA_AVX512] = {NULL, NULL, vec_dot_q5_0_q8_0_vnni, gemv_q5_0_q8_0_vnni, gemm_q5_0_q8_0_vnni},
-#endif
-#if FG_HAVE_NEON
-    [FG_ISA_NEON] = {NULL, NULL, vec_dot_q5_0_q8_0_neondp, gemv_q5_0_q8_0_neondp,
-                     gemm_q5_0_q8_0_neondp},
+    [FG_ROW_DOTPROD] = {NULL, NULL, vec_dot_q5_0_q8_0_neondp, gemv_q5_0_q8_0_neondp, gemm_q5_0_q8_0_neondp},
 #endif
 };

@@ -272,24 +272,13 @@ FG_KERNELS_FROM_TILE8(vec_dot_q6_k_q8_k_neondp, gemv_q6_k_q8_k_neondp, gemm_q6_k
                       q6_k_tile8_neondp, fg_q8_k_aux_neon, sizeof(block_q6_K), sizeof(block_q8_K), QK_K, 8)
 #endif /* FG_HAVE_NEON */
 
-const fg_type_kernels fg_q6_k_kernels[FG_ISA_COUNT] = {
+const fg_type_kernels fg_q6_k_kernels[FG_KERNEL_ROWS] = {
     [FG_ISA_SCALAR] = {quantize_row_q6_k_scalar, dequantize_row_q6_k_scalar, vec_dot_q6_k_q8_k_scalar, NULL},
 #if FG_HAVE_X86
-    [FG_ISA_AVX2] = {NULL, dequantize_row_q6_k_avx2, vec_dot_q6_k_q8_k_avx2, gemv_q6_k_q8_k_avx2,
-                     gemm_q6_k_q8_k_avx2},
-    /* the AVX2 kernels, until AVX-512 twins exist (an empty entry would fall back to scalar) */
-    [FG_ISA_AVX512] = {NULL, dequantize_row_q6_k_avx2, vec_dot_q6_k_q8_k_avx2, gemv_q6_k_q8_k_avx2,
-                     gemm_q6_k_q8_k_avx2},
+    [FG_ISA_AVX2] = {NULL, dequantize_row_q6_k_avx2, vec_dot_q6_k_q8_k_avx2, gemv_q6_k_q8_k_avx2, gemm_q6_k_q8_k_avx2},
 #endif
 #if FG_HAVE_NEON
     [FG_ISA_NEON] = {NULL, NULL, vec_dot_q6_k_q8_k_neon, gemv_q6_k_q8_k_neon},
-#endif
-};
-
-const fg_type_kernels fg_q6_k_kernels_ext[FG_ISA_COUNT] = {
-    [FG_ISA_SCALAR] = {0}, /* never used: keeps the initializer non-empty off NEON */
-#if FG_HAVE_NEON
-    [FG_ISA_NEON] = {NULL, NULL, vec_dot_q6_k_q8_k_neondp, gemv_q6_k_q8_k_neondp,
-                     gemm_q6_k_q8_k_neondp},
+    [FG_ROW_DOTPROD] = {NULL, NULL, vec_dot_q6_k_q8_k_neondp, gemv_q6_k_q8_k_neondp, gemm_q6_k_q8_k_neondp},
 #endif
 };

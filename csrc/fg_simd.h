@@ -11,6 +11,11 @@
 int fg_cpu_has_vnni(void);
 int fg_cpu_has_dotprod(void);
 
+/* A format's kernel table (fg_<fmt>_kernels in fg_quant_<fmt>.c, read by fg_dispatch.c): a row per ISA (enum
+ * fg_isa), then a row per ISA extension, whose entries replace the ISA row's where the CPU has the extension. A table
+ * names only what the format has: an empty AVX-512 row runs the AVX2 one, a missing entry the scalar reference. */
+enum { FG_ROW_VNNI = FG_ISA_COUNT, FG_ROW_DOTPROD, FG_KERNEL_ROWS };
+
 /* From a "rows" helper  ROWS(const int R, int64_t nb, const char *w, size_t stride, const void *x, float *y)
  * that computes R <= 4 consecutive rows sharing the activation loads (R a constant after inlining), make the
  * table's vec_dot (one row) and gemv (4 rows at a time, then the 1..3 left). BLK: elements per block. */
