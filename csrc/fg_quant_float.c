@@ -183,7 +183,6 @@ FLOAT_KERNELS_AVX512(bf16, uint16_t, LOAD16_BF16)
                 y[a * ldy + r] = s;                                                                         \
             }                                                                                               \
     }
-#define FG_NO_TARGET
 #define FLOAT_KERNELS_NEON(T, LOAD4, LOAD1)                                                                       \
     FLOAT_TILE_NEON(T##_tile_neon, LOAD4, LOAD1)                                                            \
     static inline void T##_rows_neon(const int R, int64_t n, const char *w, size_t stride, const void *x, float *y) { \

@@ -75,7 +75,6 @@ FG_KERNELS_FROM_TILE8(vec_dot_iq4_nl_q8_0_avx2, gemv_iq4_nl_q8_0_avx2, gemm_iq4_
 #if FG_HAVE_NEON
 /* ---- NEON: levels by table lookup, signed dot ---- */
 #define IQ4_NL_SCALE(b) fg_fp16_to_fp32((b)->d)
-#define FG_NO_TARGET
 FG_LUT4_ROWS_NEON(iq4_nl_rows_neon, FG_NO_TARGET, fg_dot_s8_emul, block_iq4_nl, fg_kvalues_iq4nl, IQ4_NL_SCALE)
 FG_DOT_FROM_ROWS(vec_dot_iq4_nl_q8_0_neon, FG_NO_TARGET, iq4_nl_rows_neon, QK4_NL)
 FG_GEMV_FROM_ROWS(gemv_iq4_nl_q8_0_neon, FG_NO_TARGET, iq4_nl_rows_neon, QK4_NL)

@@ -148,7 +148,6 @@ FG_GEMV_FROM_ROWS(gemv_iq4_xs_q8_k_avx2, FG_TARGET_AVX2, iq4_xs_rows_avx2, QK_K)
         }                                                                                                   \
         for (int r = 0; r < R; r++) y[r] = vaddvq_f32(acc[r]);                                              \
     }
-#define FG_NO_TARGET
 IQ4_XS_ROWS_NEON(iq4_xs_rows_neon, FG_NO_TARGET, fg_dot_s8_emul)
 IQ4_XS_ROWS_NEON(iq4_xs_rows_neondp, FG_TARGET_DOTPROD, vdotq_s32)
 FG_DOT_FROM_ROWS(vec_dot_iq4_xs_q8_k_neon, FG_NO_TARGET, iq4_xs_rows_neon, QK_K)

@@ -86,7 +86,6 @@ FG_KERNELS_FROM_TILE8(vec_dot_mxfp4_q8_0_avx2, gemv_mxfp4_q8_0_avx2, gemm_mxfp4_
 #if FG_HAVE_NEON
 /* ---- NEON: levels by table lookup, signed dot ---- */
 #define MXFP4_SCALE(b) fg_e8m0_to_fp32_half((b)->e)
-#define FG_NO_TARGET
 FG_LUT4_ROWS_NEON(mxfp4_rows_neon, FG_NO_TARGET, fg_dot_s8_emul, block_mxfp4, fg_kvalues_mxfp4, MXFP4_SCALE)
 FG_DOT_FROM_ROWS(vec_dot_mxfp4_q8_0_neon, FG_NO_TARGET, mxfp4_rows_neon, QK_MXFP4)
 FG_GEMV_FROM_ROWS(gemv_mxfp4_q8_0_neon, FG_NO_TARGET, mxfp4_rows_neon, QK_MXFP4)

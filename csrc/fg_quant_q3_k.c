@@ -210,7 +210,6 @@ FG_GEMV_FROM_ROWS(gemv_q3_k_q8_k_avx2, FG_TARGET_AVX2, q3_k_rows_avx2, QK_K)
         }                                                                                                   \
         for (int r = 0; r < R; r++) y[r] = vaddvq_f32(acc[r]);                                              \
     }
-#define FG_NO_TARGET
 Q3_K_ROWS_NEON(q3_k_rows_neon, FG_NO_TARGET, fg_dot_s8_emul)
 Q3_K_ROWS_NEON(q3_k_rows_neondp, FG_TARGET_DOTPROD, vdotq_s32)
 FG_DOT_FROM_ROWS(vec_dot_q3_k_q8_k_neon, FG_NO_TARGET, q3_k_rows_neon, QK_K)

@@ -154,7 +154,6 @@ FG_KERNELS_FROM_TILE16(vec_dot_q4_0_q8_0_vnni, gemv_q4_0_q8_0_vnni, gemm_q4_0_q8
         }                                                                                                   \
         for (int r = 0; r < R; r++) y[r] = vaddvq_f32(acc[r]);                                              \
     }
-#define FG_NO_TARGET
 Q4_0_ROWS_NEON(q4_0_rows_neon, FG_NO_TARGET, fg_dot_s8_emul)
 FG_DOT_FROM_ROWS(vec_dot_q4_0_q8_0_neon, FG_NO_TARGET, q4_0_rows_neon, QK4_0)
 FG_GEMV_FROM_ROWS(gemv_q4_0_q8_0_neon, FG_NO_TARGET, q4_0_rows_neon, QK4_0)

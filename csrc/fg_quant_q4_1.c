@@ -181,7 +181,6 @@ FG_KERNELS_FROM_TILE16(vec_dot_q4_1_q8_1_vnni, gemv_q4_1_q8_1_vnni, gemm_q4_1_q8
         }                                                                                                   \
         for (int r = 0; r < R; r++) y[r] = vaddvq_f32(acc[r]) + accm[r];                                    \
     }
-#define FG_NO_TARGET
 Q4_1_ROWS_NEON(q4_1_rows_neon, FG_NO_TARGET, fg_dot_s8_emul)
 FG_DOT_FROM_ROWS(vec_dot_q4_1_q8_1_neon, FG_NO_TARGET, q4_1_rows_neon, QK4_1)
 FG_GEMV_FROM_ROWS(gemv_q4_1_q8_1_neon, FG_NO_TARGET, q4_1_rows_neon, QK4_1)

@@ -272,7 +272,6 @@ Q5_0_KERNELS(vnni, FG_INLINE_AVX512_VNNI, FG_TARGET_AVX512_VNNI, q5_0_stepsum_av
         }                                                                                                   \
         for (int r = 0; r < R; r++) y[r] = vaddvq_f32(acc[r]);                                              \
     }
-#define FG_NO_TARGET
 Q5_0_ROWS_NEON(q5_0_rows_neon, FG_NO_TARGET, fg_dot_s8_emul)
 FG_DOT_FROM_ROWS(vec_dot_q5_0_q8_0_neon, FG_NO_TARGET, q5_0_rows_neon, QK5_0)
 FG_GEMV_FROM_ROWS(gemv_q5_0_q8_0_neon, FG_NO_TARGET, q5_0_rows_neon, QK5_0)

@@ -164,7 +164,6 @@ FG_KERNELS_FROM_TILE8(vec_dot_q5_1_q8_1_avx2, gemv_q5_1_q8_1_avx2, gemm_q5_1_q8_
         }                                                                                                   \
         for (int r = 0; r < R; r++) y[r] = vaddvq_f32(acc[r]) + accm[r];                                    \
     }
-#define FG_NO_TARGET
 Q5_1_ROWS_NEON(q5_1_rows_neon, FG_NO_TARGET, fg_dot_s8_emul)
 FG_DOT_FROM_ROWS(vec_dot_q5_1_q8_1_neon, FG_NO_TARGET, q5_1_rows_neon, QK5_1)
 FG_GEMV_FROM_ROWS(gemv_q5_1_q8_1_neon, FG_NO_TARGET, q5_1_rows_neon, QK5_1)

@@ -157,7 +157,6 @@ FG_KQ_KERNELS_AVX2(vec_dot_q5_k_q8_k_avx2, gemv_q5_k_q8_k_avx2, gemm_q5_k_q8_k_a
         }                                                                                                   \
         for (int r = 0; r < R; r++) y[r] = vaddvq_f32(acc[r]) - accm[r];                                    \
     }
-#define FG_NO_TARGET
 Q5_K_ROWS_NEON(q5_k_rows_neon, FG_NO_TARGET, fg_dot_s8_emul)
 FG_DOT_FROM_ROWS(vec_dot_q5_k_q8_k_neon, FG_NO_TARGET, q5_k_rows_neon, QK_K)
 FG_GEMV_FROM_ROWS(gemv_q5_k_q8_k_neon, FG_NO_TARGET, q5_k_rows_neon, QK_K)

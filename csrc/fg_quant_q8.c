@@ -322,7 +322,6 @@ static void quantize_row_q8_1_neon(const float *x, void *vy, int64_t n) {
         }                                                                                                   \
         for (int r = 0; r < R; r++) y[r] = vaddvq_f32(acc[r]);                                              \
     }
-#define FG_NO_TARGET
 Q8_0_ROWS_NEON(q8_0_rows_neon, FG_NO_TARGET, fg_dot_s8_emul)
 FG_DOT_FROM_ROWS(vec_dot_q8_0_q8_0_neon, FG_NO_TARGET, q8_0_rows_neon, QK8_0)
 FG_GEMV_FROM_ROWS(gemv_q8_0_q8_0_neon, FG_NO_TARGET, q8_0_rows_neon, QK8_0)

@@ -16,6 +16,9 @@ int fg_cpu_has_dotprod(void);
  * names only what the format has: an empty AVX-512 row runs the AVX2 one, a missing entry the scalar reference. */
 enum { FG_ROW_VNNI = FG_ISA_COUNT, FG_ROW_DOTPROD, FG_KERNEL_ROWS };
 
+/* The TARGET of the FG_*_FROM_* kernel makers below for code the whole build can run (base NEON): no attribute. */
+#define FG_NO_TARGET
+
 /* From a "rows" helper  ROWS(const int R, int64_t nb, const char *w, size_t stride, const void *x, float *y)
  * that computes R <= 4 consecutive rows sharing the activation loads (R a constant after inlining), make the
  * table's vec_dot (one row) and gemv (4 rows at a time, then the 1..3 left). BLK: elements per block. */
