@@ -273,11 +273,6 @@ FG_INLINE_AVX2 __m256i fg_load_2x128(const void *p, size_t bs, int nblk) {
     return _mm256_set_m128i(b, a);
 }
 
-/* Floats [a0 . a1 .] -> ymm [a0 x4, a1 x4] (the lane order of fg_load_2x128 after a u8.s8 dot). */
-FG_INLINE_AVX2 __m256 fg_spread2_256(__m128 v) {
-    return _mm256_permutevar8x32_ps(_mm256_castps128_ps256(v), _mm256_setr_epi32(0, 0, 0, 0, 2, 2, 2, 2));
-}
-
 /* lo.xlo + hi.xhi per 4-byte group, unsigned . signed; the int16 pair sums are added before widening, which is
  * safe for |lo|, |hi| <= 15 and |x| <= 127. */
 #define FG_DOT2_U8S8_256(lo, xlo, hi, xhi) \
@@ -425,81 +420,6 @@ FG_INLINE_AVX2 __m256 fg_q8_1_step8(__m256 acc, __m256i sumi, __m256 dw, __m256 
 }
 
 FG_INLINE_AVX512 float fg_hsum_512(__m512 v) { return _mm512_reduce_add_ps(v); }
-
-/* Up to four 16-byte runs `bs` bytes apart -> one zmm, run k in 128-bit lane k; runs k >= nblk are not read and
- * their lanes are zero (nblk is a constant 4 in main loops, so the checks fold away). */
-FG_INLINE_AVX512 __m512i fg_load_4x128(const void *p, size_t bs, int nblk) {
-    const char *c = (const char *)p;
-    __m512i v = _mm512_zextsi128_si512(_mm_loadu_si128((const __m128i *)c));
-    if (nblk > 1) v = _mm512_inserti32x4(v, _mm_loadu_si128((const __m128i *)(c + bs)), 1);
-    if (nblk > 2) v = _mm512_inserti32x4(v, _mm_loadu_si128((const __m128i *)(c + 2 * bs)), 2);
-    if (nblk > 3) v = _mm512_inserti32x4(v, _mm_loadu_si128((const __m128i *)(c + 3 * bs)), 3);
-    return v;
-}
-
-/* Up to 4 blocks' packed nibbles (16 bytes, `bs` apart) -> lo = [b0 lo16 | b1 lo16 | b2 lo16 | b3 lo16] and
- * hi = the high nibbles likewise: 2 x 64 unsigned bytes, 4 loads and 3 operations for 128 weights. */
-FG_INLINE_AVX512 void fg_nibbles4_512(const uint8_t *qs, size_t bs, int nblk, __m512i *lo, __m512i *hi) {
-    const __m512i v = fg_load_4x128(qs, bs, nblk), m = _mm512_set1_epi8(0x0f);
-    *lo = _mm512_and_si512(v, m);
-    *hi = _mm512_and_si512(_mm512_srli_epi16(v, 4), m);
-}
-
-/* Up to 4 blocks' first 32 bits (two fp16: d and m or s; `bs` apart) -> 8 floats [a0 b0 a1 b1 a2 b2 a3 b3]. */
-FG_INLINE_AVX512 __m256 fg_f16_pairs4(const void *p, size_t bs, int nblk) {
-    const char *c = (const char *)p;
-    int32_t v0, v1 = 0, v2 = 0, v3 = 0;
-    memcpy(&v0, c, 4);
-    if (nblk > 1) memcpy(&v1, c + bs, 4);
-    if (nblk > 2) memcpy(&v2, c + 2 * bs, 4);
-    if (nblk > 3) memcpy(&v3, c + 3 * bs, 4);
-    __m128i t = _mm_insert_epi32(_mm_insert_epi32(_mm_insert_epi32(_mm_cvtsi32_si128(v0), v1, 1), v2, 2), v3, 3);
-    return _mm256_cvtph_ps(t);
-}
-
-/* 8 floats [a0 . a1 . a2 . a3 .] -> zmm [a0 x4, a1 x4, a2 x4, a3 x4] (the lane order of fg_nibbles4_512). */
-FG_INLINE_AVX512 __m512 fg_spread4_512(__m256 v) {
-    const __m512i idx = _mm512_set_epi32(6, 6, 6, 6, 4, 4, 4, 4, 2, 2, 2, 2, 0, 0, 0, 0);
-    return _mm512_permutexvar_ps(idx, _mm512_castps256_ps512(v));
-}
-
-/* Sum of the odd lanes of 8 floats. */
-FG_INLINE_AVX2 float fg_hsum_odd_256(__m256 v) { return fg_hsum_256(_mm256_blend_ps(_mm256_setzero_ps(), v, 0xaa)); }
-
-/* Two 32-byte runs -> one zmm (first in the low half). */
-FG_INLINE_AVX512 __m512i fg_load_2x256(const void *p0, const void *p1) {
-    return _mm512_inserti64x4(_mm512_castsi256_si512(_mm256_loadu_si256((const __m256i *)p0)),
-                              _mm256_loadu_si256((const __m256i *)p1), 1);
-}
-
-/* Scales [a, ?, b, ?] -> zmm [a x8, b x8] (the block order of fg_load_2x256). */
-FG_INLINE_AVX512 __m512 fg_spread2_512(__m128 ab) {
-    const __m512i idx = _mm512_set_epi32(2, 2, 2, 2, 2, 2, 2, 2, 0, 0, 0, 0, 0, 0, 0, 0);
-    return _mm512_permutexvar_ps(idx, _mm512_castps128_ps512(ab));
-}
-
-/* The first two fp16 of one block header -> floats [a, b, ?, ?]; of two headers -> [a0, b0, a1, b1].
- * (For blocks with a single fp16 scale the second value is the first quant bytes: ignore those lanes.) */
-FG_INLINE_AVX2 __m128 fg_f16_pair(const void *p) {
-    int32_t a;
-    memcpy(&a, p, 4);
-    return _mm_cvtph_ps(_mm_cvtsi32_si128(a));
-}
-
-FG_INLINE_AVX2 __m128 fg_f16_pairs(const void *p0, const void *p1) {
-    int32_t a, b;
-    memcpy(&a, p0, 4);
-    memcpy(&b, p1, 4);
-    return _mm_cvtph_ps(_mm_insert_epi32(_mm_cvtsi32_si128(a), b, 1));
-}
-
-#define FG_DOT_U8S8_512_BW(u, s) _mm512_madd_epi16(_mm512_maddubs_epi16((u), (s)), _mm512_set1_epi16(1))
-#define FG_DOT_U8S8_512_VNNI(u, s) _mm512_dpbusd_epi32(_mm512_setzero_si512(), (u), (s))
-/* u1.s1 + u2.s2 per 4-byte group; without VNNI the int16 pair sums are added before widening (|u| <= 15). */
-#define FG_DOT2_U8S8_512_BW(u1, s1, u2, s2) \
-    _mm512_madd_epi16(_mm512_add_epi16(_mm512_maddubs_epi16((u1), (s1)), _mm512_maddubs_epi16((u2), (s2))), _mm512_set1_epi16(1))
-#define FG_DOT2_U8S8_512_VNNI(u1, s1, u2, s2) \
-    _mm512_dpbusd_epi32(_mm512_dpbusd_epi32(_mm512_setzero_si512(), (u1), (s1)), (u2), (s2))
 
 /* ---- 16-row zmm tiles (FG_KERNELS_FROM_TILE16, AVX-512 + VNNI): the row-lane design of the ymm tiles with row i in
  * 32-bit lane i of a zmm, so one broadcast + dpbusd serves 16 rows and the float step covers 16 pairs per op. Each
