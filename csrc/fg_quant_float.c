@@ -49,11 +49,12 @@ static float vec_dot_bf16_f32_scalar(int64_t n, const void *vw, const void *vx) 
     return sum;
 }
 
-
+#if FG_HAVE_X86 || FG_HAVE_NEON
 /* Scalar tails of the SIMD loops below, one per weight format. */
 static inline float load_f32(const void *w, int64_t j) { return ((const float *)w)[j]; }
 static inline float load_f16(const void *w, int64_t j) { return fg_fp16_to_fp32(((const uint16_t *)w)[j]); }
 static inline float load_bf16(const void *w, int64_t j) { return fg_bf16_to_fp32(((const uint16_t *)w)[j]); }
+#endif
 
 #if FG_HAVE_X86
 /* ---- AVX2: 8 weights per step, converted to f32 by LOAD8(row, j) ---- */
