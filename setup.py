@@ -14,6 +14,7 @@ fastgguf/_native.pyx + *.pxi) and fastgguf.tokenizer._bpe (the BPE merge loop; n
 """
 import glob
 import os
+import shutil
 import sys
 
 import numpy
