@@ -1,7 +1,7 @@
 /* IQ4_NL weights: 32 elements per block, x = d * kvalues[q] with q a 4-bit index into 16 non-uniform levels
  * (fg_kvalues_iq4nl, -127..113), nibbles as q4_0. Dot against Q8_0 activations: d dx sum kvalues[q] x. */
 #include "fg_simd.h"
-#include "fg_kquant.h"
+#include "fg_kquant_ref.h"
 
 /* ---- scalar reference ---- */
 
@@ -57,7 +57,7 @@ static float vec_dot_iq4_nl_q8_0_scalar(int64_t n, const void *vw, const void *v
 }
 
 #if FG_HAVE_X86
-/* ---- AVX2: the 16-level table format kernels of fg_simd.h (levels by byte shuffle, |k| . (x with k's sign)) ---- */
+/* ---- AVX2: fg_simd_x86.h's 16-level table format kernels (levels by byte shuffle, |k| . (x with k's sign)) ---- */
 FG_TARGET_AVX2 static void dequantize_row_iq4_nl_avx2(const void *vx, float *y, int64_t n) {
     fg_lut4_dequantize_avx2(vx, y, n, fg_kvalues_iq4nl, sizeof(block_iq4_nl), offsetof(block_iq4_nl, qs), FG_SCALE_F16);
 }

@@ -2,7 +2,7 @@
  * (low 4 bits: nibble j % 2 of scales_l[j / 2]; top 2: bits 2j..2j+1 of scales_h) and q as IQ4_NL (16 bytes
  * of nibbles per sub-block). Dot against Q8_K: sum_j d dx (ls_j - 32) (kvalues[q] . x)_j. */
 #include "fg_simd.h"
-#include "fg_kquant.h"
+#include "fg_kquant_ref.h"
 
 /* ---- scalar reference ---- */
 

@@ -1,7 +1,7 @@
 /* MXFP4 weights (OCP microscaling, gpt-oss's experts): 32 elements per block, x = 2^(e - 128) * kvalues[q] with e
  * an E8M0 byte and q a 4-bit index into the fp4 e2m1 values doubled (fg_kvalues_mxfp4), nibbles as q4_0. The same
- * shape as IQ4_NL with another table and scale: the kernels are fg_simd.h's 16-level table kernels. Dot against
- * Q8_0 activations: e_half dx sum kvalues[q] x, as ggml_vec_dot_mxfp4_q8_0. */
+ * shape as IQ4_NL with another table and scale: the kernels are the 16-level table kernels of fg_simd_x86.h and
+ * fg_simd_neon.h. Dot against Q8_0 activations: e_half dx sum kvalues[q] x, as ggml_vec_dot_mxfp4_q8_0. */
 #include "fg_simd.h"
 
 /* e2m1 values doubled (ggml's kvalues_mxfp4): 0, 0.5, 1, 1.5, 2, 3, 4, 6 and their negatives (index 8 is -0). */
@@ -67,7 +67,7 @@ static float vec_dot_mxfp4_q8_0_scalar(int64_t n, const void *vw, const void *vx
 }
 
 #if FG_HAVE_X86
-/* ---- AVX2: fg_simd.h's 16-level table kernels with the E8M0 scale; bit-exact with the scalar reference ---- */
+/* ---- AVX2: fg_simd_x86.h's 16-level table kernels with the E8M0 scale; bit-exact with the scalar reference ---- */
 FG_TARGET_AVX2 static void dequantize_row_mxfp4_avx2(const void *vx, float *y, int64_t n) {
     fg_lut4_dequantize_avx2(vx, y, n, fg_kvalues_mxfp4, sizeof(block_mxfp4), offsetof(block_mxfp4, qs),
                             FG_SCALE_E8M0_HALF);

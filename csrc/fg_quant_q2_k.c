@@ -2,7 +2,7 @@
  * = sc_j | m_j << 4 (4 bits each); fp16 d and dmin LAST. Element 128h + 32j + l (l < 32): bits 2j..2j+1 of
  * qs[32h + l]. Dot against Q8_K: sum_s d dx sc_s (q . x)_s - dmin dx sum_s m_s bsums_s. */
 #include "fg_simd.h"
-#include "fg_kquant.h"
+#include "fg_kquant_ref.h"
 
 /* ---- scalar reference ---- */
 

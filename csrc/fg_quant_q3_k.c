@@ -2,7 +2,7 @@
  * scales (fg_unpack_scales_q3k), fp16 d LAST. Element 128h + 32j + l (l < 32): low 2 bits in bits 2j..2j+1 of
  * qs[32h + l], bit 2 in bit 4h + j of hmask[l]. Dot against Q8_K: sum_s d dx s_s ((q . x)_s - 4 bsums_s). */
 #include "fg_simd.h"
-#include "fg_kquant.h"
+#include "fg_kquant_ref.h"
 
 /* ---- scalar reference ---- */
 

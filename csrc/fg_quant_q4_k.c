@@ -1,5 +1,5 @@
 /* Q4_K weights: super-blocks of 256 = 8 sub-blocks of 32, x = d * sc_j * q - dmin * m_j with q in 0..15 and
- * 6-bit (sc_j, m_j) packed in scales[12] (fg_kquant.h). qs: 4 runs of 32 bytes, run k holds sub-block 2k in its
+ * 6-bit (sc_j, m_j) packed in scales[12] (fg_kquant_ref.h). qs: 4 runs of 32 bytes, run k holds sub-block 2k in its
  * low nibbles and 2k+1 in its high nibbles. Dot against Q8_K:
  *   sum_j d dx sc_j (q . x)_j - dmin dx sum_j m_j (sum x)_j, where (sum x)_j = bsums[2j] + bsums[2j+1]. */
 #include "fg_simd.h"
@@ -87,7 +87,7 @@ FG_TARGET_AVX2 static void dequantize_row_q4_k_avx2(const void *vx, float *y, in
     }
 }
 
-/* The tile (fg_kquant.h) with Q4_K's layout. */
+/* The tile (fg_kquant_x86.h) with Q4_K's layout. */
 FG_INLINE_AVX2 void q4_k_tile_avx2(int R, const int A, int64_t nb, const char *w, size_t stride, const char *x,
                                    size_t xstride, float *y, int64_t ldy) {
     fg_k4_tile_avx2(0, R, A, nb, w, stride, x, xstride, y, ldy);

@@ -87,7 +87,7 @@ FG_TARGET_AVX2 static void dequantize_row_q5_0_avx2(const void *vx, float *y, in
     }
 }
 
-/* Rows in lanes (as the K-quant gemm, fg_kquant.h): per block, 8 rows' weights s = q - 16 are transposed so that
+/* Rows in lanes (as the K-quant gemm, fg_kquant_x86.h): per block, 8 rows' weights s = q - 16 are transposed so that
  * lane r of u->s[g] holds row r's 4 weights of group g (elements 4g..4g+3), and each activation's bytes, offset to
  * x + 128 (unsigned), are broadcast 4 at a time: one maddubs per 8 (row, 4 elements), 4 groups summed in int16
  * (4 * 2 * 255 * 16 < 32768), and sum s x = sum s (x + 128) - 128 sum s exactly. Each lane then takes the scalar

@@ -176,7 +176,7 @@ FG_INLINE_AVX2 void q6_k_tile_avx2(int R, const int A, int64_t nb, const char *w
     }
     fg_kq_store(R, A, acc, y, ldy);
 }
-/* Rows [0, R) of super-block i into u (fg_kquant.h): q 0..63 unsigned, chunk c of gpm = 2 groups (8 elements)
+/* Rows [0, R) of super-block i into u (fg_kquant_x86.h): q 0..63 unsigned, chunk c of gpm = 2 groups (8 elements)
  * under scale c / 2; corr t = (scale 2t, scale 2t + 1) for the -32 bsums term. */
 FG_INLINE_AVX2 void q6_k_rows8_avx2(const int gpm, int R, const char *w, size_t stride, int64_t i, fg_kq_rows8 *u) {
     uint16_t dh[8] = {0};

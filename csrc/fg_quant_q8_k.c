@@ -4,7 +4,7 @@
  * an all-zero block also gets zero bsums (ggml leaves them unwritten; they multiply zero anyway), and a block with
  * a NaN or an inf gets d = NaN and zero quants (fg_absmax: every dot with it is NaN; ggml's would be garbage). */
 #include "fg_simd.h"
-#include "fg_kquant.h"
+#include "fg_kquant_ref.h"
 
 /* ---- scalar reference ---- */
 
