@@ -1,6 +1,38 @@
-/* Internal helpers shared by the SIMD kernels (fg_quant_*.c): target attributes, horizontal sums, and the
- * rounding used by the activation quantizers. Each helper is always_inline and carries the smallest target it
- * needs, so it inlines into any kernel whose target is a superset. */
+/* The common part of the SIMD kernels (fg_quant_*.c): the rows of a format's kernel table, the kernel makers that turn
+ * a format's inner helper into its vec_dot, gemv and gemm, and the ISA detection, which includes the ISA's helpers:
+ * fg_simd_x86.h (AVX2, AVX-512, VNNI) or fg_simd_neon.h (NEON, dotprod). Each helper there is always_inline and
+ * carries the smallest target it needs, so it inlines into any kernel whose target is a superset. The K-quants' own
+ * helpers are in fg_kquant.h.
+ *
+ * Kernel shapes. In each, every (weight row, activation) pair takes the same float ops in the same order whatever the
+ * tile it falls in, so a format's vec_dot, gemv and gemm agree bit for bit:
+ *   rows     FG_DOT_FROM_ROWS, FG_GEMV_FROM_ROWS: R <= 4 weight rows share each activation load. No gemm: fg_dispatch.c
+ *            runs the gemv once per activation row.
+ *   4xMT     FG_GEMM_FROM_TILE: tiles of R <= 4 rows x M <= MT activations, an accumulator register per pair; the
+ *            rows helper is its M = 1 case.
+ *   lanes    FG_KERNELS_FROM_TILE8 / 16: row r in float lane r (8 rows: a ymm, or two float32x4; 16: a zmm) x M <= 8
+ *            activations, FG_KC blocks at a time, what a block needs of the activation alone (fg_xaux) computed once.
+ *   kq       fg_kquant_x86.h: for few activations, tiles of R x A <= 8 (row, activation) pairs in the lanes of one
+ *            ymm; from FG_KQ_ROWS8_MIN_M activations, rows in lanes (8 rows unpacked and transposed once per
+ *            super-block, then every activation).
+ *   q5_0     fg_quant_q5_0.c's own rows in lanes: below 16 activations (4 at a time) each row's block sums gathered
+ *            into its lane; from 16, the rows transposed once per block for every activation.
+ * Stamps: a format's inner helper written once as a macro and stamped per ISA or extension with its target and its
+ * integer dot: Q4_0_TILE8, Q4_1_TILE8 (AVX2 maddubs, VNNI dpbusd), Q5_0_KERNELS (avx2, vnni), the <FMT>_ROWS_NEON
+ * (base NEON fg_dot_s8_emul; dotprod vdotq_s32 where the dotprod kernels are rows), FLOAT_KERNELS_<ISA> (per float
+ * type).
+ *
+ * The shape of each format's dot kernels per ISA ("=": the AVX2 kernels, an empty AVX-512 row; "-": no extension
+ * kernels, the ISA's own run):
+ *   format               AVX2      AVX-512     +VNNI      NEON   +dotprod
+ *   F32 F16 BF16         4x2       4x4 (zmm)   -          4x4    -
+ *   Q4_0 Q4_1 Q8_0       lanes 8   =           lanes 16   rows   lanes 8
+ *   Q5_0                 q5_0      =           q5_0       rows   lanes 8
+ *   Q5_1 IQ4_NL MXFP4    lanes 8   =           -          rows   lanes 8
+ *   Q4_K Q5_K Q6_K       kq        =           -          rows   lanes 8
+ *   Q2_K Q3_K IQ4_XS     rows      =           -          rows   rows
+ * Quantize and dequantize kernels (the activation types' quantizers on AVX2 and NEON, the AVX2 dequantizers) are
+ * elementwise, of no shape. */
 #ifndef FG_SIMD_H
 #define FG_SIMD_H
 
