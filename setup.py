@@ -14,6 +14,7 @@ fastgguf/_native.pyx + *.pxi) and fastgguf.tokenizer._bpe (the BPE merge loop; n
 """
 import glob
 import os
+import shutil
 import sys
 
 import numpy
@@ -54,7 +55,7 @@ class BuildExt(build_ext):
             self.compiler.initialize()  # finds cl.exe and Visual Studio's environment; then swap the compiler
         self.compiler.cc = clang_cl
         # clang-cl's /fp:precise fuses a*b+c in the FMA kernels (checked): contraction off, as on gcc and clang
-        return ["/O2", "/std:c11", "/clang:-ffp-contract=off", "/clang:-Wno-unused-function"]
+        return ["/O2", "/std:c11", "/clang:-ffp-contract=off"]
 
     def build_extensions(self):
         ctype = self.compiler.compiler_type
@@ -64,7 +65,7 @@ class BuildExt(build_ext):
         else:
             debug = _flag("FASTGGUF_DEBUG")
             cflags = ["-O0", "-g"] if debug else ["-O3"]
-            cflags += ["-std=c11", "-fvisibility=hidden", "-ffp-contract=off", "-fno-strict-aliasing", "-Wall", "-Wno-unused-function", "-Wno-unknown-pragmas"]
+            cflags += ["-std=c11", "-fvisibility=hidden", "-ffp-contract=off", "-fno-strict-aliasing", "-Wall", "-Wno-unknown-pragmas"]
             ldflags = []
             if sys.platform != "win32":  # (mingw: Win32 threads, nothing to link)
                 cflags += ["-pthread"]

@@ -58,7 +58,7 @@ typedef struct {
 typedef struct {
     uint16_t d;                    /* fp16 super-scale of the 6-bit scales */
     uint16_t dmin;                 /* fp16 super-scale of the 6-bit mins */
-    uint8_t scales[K_SCALE_SIZE];  /* 8 (scale, min) pairs of 6 bits, one per 32 elements (see fg_kquant.h) */
+    uint8_t scales[K_SCALE_SIZE];  /* 8 (scale, min) pairs of 6 bits, one per 32 elements (see fg_kquant_ref.h) */
     uint8_t qs[QK_K / 2];          /* 4 runs of 32 bytes: low nibbles = 32 elements, high nibbles = the next 32 */
 } block_q4_K;                      /* x = d * sc * q - dmin * m */
 
@@ -80,7 +80,7 @@ typedef struct {
 typedef struct {
     uint8_t hmask[QK_K / 8];       /* bit 2 of element 128h + 32j + l (l < 32): bit 4h + j of hmask[l] */
     uint8_t qs[QK_K / 4];          /* low 2 bits of element 128h + 32j + l: bits 2j..2j+1 of qs[32h + l] */
-    uint8_t scales[12];            /* 16 six-bit signed scales (fg_kquant.h), one per 16 elements */
+    uint8_t scales[12];            /* 16 six-bit signed scales (fg_kquant_ref.h), one per 16 elements */
     uint16_t d;                    /* fp16 super-scale (last) */
 } block_q3_K;                      /* x = d * (sc - 32) * (q - 4), q in 0..7 */
 

@@ -4,8 +4,8 @@
 #include "fg_simd.h"
 #include "fg_threads.h"
 
-/* Each format file exports its base table per ISA and an extension table (VNNI on avx512, dotprod on neon). */
-#define FG_TABLES(t) extern const fg_type_kernels fg_##t##_kernels[FG_ISA_COUNT], fg_##t##_kernels_ext[FG_ISA_COUNT];
+/* Each format file exports its kernel table: a row per ISA, then a row per ISA extension (fg_simd.h). */
+#define FG_TABLES(t) extern const fg_type_kernels fg_##t##_kernels[FG_KERNEL_ROWS];
 FG_TABLES(f32)
 FG_TABLES(f16)
 FG_TABLES(bf16)
@@ -28,26 +28,26 @@ FG_TABLES(mxfp4)
 /* The type table: one row per format. Adding a format = its fg_quant_<fmt>.c plus one row here. */
 static const struct {
     fg_type_info info;
-    const fg_type_kernels *tab, *ext;
+    const fg_type_kernels *tab; /* [FG_KERNEL_ROWS] */
 } types[] = {
-    {{FG_TYPE_F32, "F32", 1, 4, FG_TYPE_F32}, fg_f32_kernels, fg_f32_kernels_ext},
-    {{FG_TYPE_F16, "F16", 1, 2, FG_TYPE_F32}, fg_f16_kernels, fg_f16_kernels_ext},
-    {{FG_TYPE_BF16, "BF16", 1, 2, FG_TYPE_F32}, fg_bf16_kernels, fg_bf16_kernels_ext},
-    {{FG_TYPE_Q4_0, "Q4_0", QK4_0, sizeof(block_q4_0), FG_TYPE_Q8_0}, fg_q4_0_kernels, fg_q4_0_kernels_ext},
-    {{FG_TYPE_Q4_1, "Q4_1", QK4_1, sizeof(block_q4_1), FG_TYPE_Q8_1}, fg_q4_1_kernels, fg_q4_1_kernels_ext},
-    {{FG_TYPE_Q8_0, "Q8_0", QK8_0, sizeof(block_q8_0), FG_TYPE_Q8_0}, fg_q8_0_kernels, fg_q8_0_kernels_ext},
-    {{FG_TYPE_Q8_1, "Q8_1", QK8_1, sizeof(block_q8_1), -1}, fg_q8_1_kernels, fg_q8_1_kernels_ext},
-    {{FG_TYPE_Q8_K, "Q8_K", QK_K, sizeof(block_q8_K), -1}, fg_q8_k_kernels, fg_q8_k_kernels_ext},
-    {{FG_TYPE_Q4_K, "Q4_K", QK_K, sizeof(block_q4_K), FG_TYPE_Q8_K}, fg_q4_k_kernels, fg_q4_k_kernels_ext},
-    {{FG_TYPE_Q6_K, "Q6_K", QK_K, sizeof(block_q6_K), FG_TYPE_Q8_K}, fg_q6_k_kernels, fg_q6_k_kernels_ext},
-    {{FG_TYPE_Q5_0, "Q5_0", QK5_0, sizeof(block_q5_0), FG_TYPE_Q8_0}, fg_q5_0_kernels, fg_q5_0_kernels_ext},
-    {{FG_TYPE_Q5_1, "Q5_1", QK5_1, sizeof(block_q5_1), FG_TYPE_Q8_1}, fg_q5_1_kernels, fg_q5_1_kernels_ext},
-    {{FG_TYPE_Q5_K, "Q5_K", QK_K, sizeof(block_q5_K), FG_TYPE_Q8_K}, fg_q5_k_kernels, fg_q5_k_kernels_ext},
-    {{FG_TYPE_Q3_K, "Q3_K", QK_K, sizeof(block_q3_K), FG_TYPE_Q8_K}, fg_q3_k_kernels, fg_q3_k_kernels_ext},
-    {{FG_TYPE_Q2_K, "Q2_K", QK_K, sizeof(block_q2_K), FG_TYPE_Q8_K}, fg_q2_k_kernels, fg_q2_k_kernels_ext},
-    {{FG_TYPE_IQ4_NL, "IQ4_NL", QK4_NL, sizeof(block_iq4_nl), FG_TYPE_Q8_0}, fg_iq4_nl_kernels, fg_iq4_nl_kernels_ext},
-    {{FG_TYPE_IQ4_XS, "IQ4_XS", QK_K, sizeof(block_iq4_xs), FG_TYPE_Q8_K}, fg_iq4_xs_kernels, fg_iq4_xs_kernels_ext},
-    {{FG_TYPE_MXFP4, "MXFP4", QK_MXFP4, sizeof(block_mxfp4), FG_TYPE_Q8_0}, fg_mxfp4_kernels, fg_mxfp4_kernels_ext},
+    {{FG_TYPE_F32, "F32", 1, 4, FG_TYPE_F32}, fg_f32_kernels},
+    {{FG_TYPE_F16, "F16", 1, 2, FG_TYPE_F32}, fg_f16_kernels},
+    {{FG_TYPE_BF16, "BF16", 1, 2, FG_TYPE_F32}, fg_bf16_kernels},
+    {{FG_TYPE_Q4_0, "Q4_0", QK4_0, sizeof(block_q4_0), FG_TYPE_Q8_0}, fg_q4_0_kernels},
+    {{FG_TYPE_Q4_1, "Q4_1", QK4_1, sizeof(block_q4_1), FG_TYPE_Q8_1}, fg_q4_1_kernels},
+    {{FG_TYPE_Q8_0, "Q8_0", QK8_0, sizeof(block_q8_0), FG_TYPE_Q8_0}, fg_q8_0_kernels},
+    {{FG_TYPE_Q8_1, "Q8_1", QK8_1, sizeof(block_q8_1), -1}, fg_q8_1_kernels},
+    {{FG_TYPE_Q8_K, "Q8_K", QK_K, sizeof(block_q8_K), -1}, fg_q8_k_kernels},
+    {{FG_TYPE_Q4_K, "Q4_K", QK_K, sizeof(block_q4_K), FG_TYPE_Q8_K}, fg_q4_k_kernels},
+    {{FG_TYPE_Q6_K, "Q6_K", QK_K, sizeof(block_q6_K), FG_TYPE_Q8_K}, fg_q6_k_kernels},
+    {{FG_TYPE_Q5_0, "Q5_0", QK5_0, sizeof(block_q5_0), FG_TYPE_Q8_0}, fg_q5_0_kernels},
+    {{FG_TYPE_Q5_1, "Q5_1", QK5_1, sizeof(block_q5_1), FG_TYPE_Q8_1}, fg_q5_1_kernels},
+    {{FG_TYPE_Q5_K, "Q5_K", QK_K, sizeof(block_q5_K), FG_TYPE_Q8_K}, fg_q5_k_kernels},
+    {{FG_TYPE_Q3_K, "Q3_K", QK_K, sizeof(block_q3_K), FG_TYPE_Q8_K}, fg_q3_k_kernels},
+    {{FG_TYPE_Q2_K, "Q2_K", QK_K, sizeof(block_q2_K), FG_TYPE_Q8_K}, fg_q2_k_kernels},
+    {{FG_TYPE_IQ4_NL, "IQ4_NL", QK4_NL, sizeof(block_iq4_nl), FG_TYPE_Q8_0}, fg_iq4_nl_kernels},
+    {{FG_TYPE_IQ4_XS, "IQ4_XS", QK_K, sizeof(block_iq4_xs), FG_TYPE_Q8_K}, fg_iq4_xs_kernels},
+    {{FG_TYPE_MXFP4, "MXFP4", QK_MXFP4, sizeof(block_mxfp4), FG_TYPE_Q8_0}, fg_mxfp4_kernels},
 };
 #define N_TYPES ((int)(sizeof(types) / sizeof(types[0])))
 
@@ -98,7 +98,15 @@ int fg_ext_enabled(void) {
     return ext_on;
 }
 
-/* Per type and ISA: the base table overlaid with the extension's entries when the extension is in use. */
+/* The table row of an ISA's extension (only asked where fg_isa_ext_available). */
+static int ext_row(int isa) { return isa == FG_ISA_AVX512 ? FG_ROW_VNNI : FG_ROW_DOTPROD; }
+
+static int row_empty(const fg_type_kernels *k) {
+    return !k->quantize && !k->dequantize && !k->vec_dot && !k->gemv && !k->gemm;
+}
+
+/* Per type and ISA: the ISA's row (an empty AVX-512 row: the AVX2 one, as ggml's arch-fallback.h maps a kernel an
+ * arch lacks to one it can run) overlaid with the extension's entries when the extension is in use. */
 static fg_type_kernels effective[sizeof(types) / sizeof(types[0])][FG_ISA_COUNT];
 static int effective_ext = -1;
 
@@ -108,8 +116,9 @@ static void fill_effective(void) {
     for (int i = 0; i < N_TYPES; i++) {
         for (int isa = 0; isa < FG_ISA_COUNT; isa++) {
             fg_type_kernels k = types[i].tab[isa];
+            if (isa == FG_ISA_AVX512 && row_empty(&k)) k = types[i].tab[FG_ISA_AVX2];
             if (on && fg_isa_ext_available(isa)) {
-                const fg_type_kernels *e = &types[i].ext[isa];
+                const fg_type_kernels *e = &types[i].tab[ext_row(isa)];
                 if (e->quantize) k.quantize = e->quantize;
                 if (e->dequantize) k.dequantize = e->dequantize;
                 if (e->vec_dot) k.vec_dot = e->vec_dot;

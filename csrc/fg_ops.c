@@ -107,15 +107,12 @@ static void gelu_scalar(float *x, int64_t n) {
     }
 }
 
-static int use_avx2(int64_t n) {
 #ifdef FG_HAVE_X86
+static int use_avx2(int64_t n) {
     int isa = fg_isa_active();
     return (isa == FG_ISA_AVX2 || isa == FG_ISA_AVX512) && n % 8 == 0;
-#else
-    (void)n;
-    return 0;
-#endif
 }
+#endif
 
 /* ---- scalar reference ---- */
 

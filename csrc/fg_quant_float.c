@@ -49,11 +49,12 @@ static float vec_dot_bf16_f32_scalar(int64_t n, const void *vw, const void *vx) 
     return sum;
 }
 
-
+#if FG_HAVE_X86 || FG_HAVE_NEON
 /* Scalar tails of the SIMD loops below, one per weight format. */
 static inline float load_f32(const void *w, int64_t j) { return ((const float *)w)[j]; }
 static inline float load_f16(const void *w, int64_t j) { return fg_fp16_to_fp32(((const uint16_t *)w)[j]); }
 static inline float load_bf16(const void *w, int64_t j) { return fg_bf16_to_fp32(((const uint16_t *)w)[j]); }
+#endif
 
 #if FG_HAVE_X86
 /* ---- AVX2: 8 weights per step, converted to f32 by LOAD8(row, j) ---- */
@@ -183,7 +184,6 @@ FLOAT_KERNELS_AVX512(bf16, uint16_t, LOAD16_BF16)
                 y[a * ldy + r] = s;                                                                         \
             }                                                                                               \
     }
-#define FG_NO_TARGET
 #define FLOAT_KERNELS_NEON(T, LOAD4, LOAD1)                                                                       \
     FLOAT_TILE_NEON(T##_tile_neon, LOAD4, LOAD1)                                                            \
     static inline void T##_rows_neon(const int R, int64_t n, const char *w, size_t stride, const void *x, float *y) { \
@@ -209,18 +209,15 @@ FLOAT_KERNELS_NEON(bf16, LOAD4_BF16, load_bf16)
 #define NEON_ROW(t)
 #endif
 
-const fg_type_kernels fg_f32_kernels[FG_ISA_COUNT] = {
+const fg_type_kernels fg_f32_kernels[FG_KERNEL_ROWS] = {
     [FG_ISA_SCALAR] = {quantize_row_f32_scalar, dequantize_row_f32_scalar, vec_dot_f32_f32_scalar, NULL},
     X86_ROWS(f32, NULL) NEON_ROW(f32)
 };
-const fg_type_kernels fg_f16_kernels[FG_ISA_COUNT] = {
+const fg_type_kernels fg_f16_kernels[FG_KERNEL_ROWS] = {
     [FG_ISA_SCALAR] = {quantize_row_f16_scalar, dequantize_row_f16_scalar, vec_dot_f16_f32_scalar, NULL},
     X86_ROWS(f16, dequantize_row_f16_avx2) NEON_ROW(f16)
 };
-const fg_type_kernels fg_bf16_kernels[FG_ISA_COUNT] = {
+const fg_type_kernels fg_bf16_kernels[FG_KERNEL_ROWS] = {
     [FG_ISA_SCALAR] = {quantize_row_bf16_scalar, dequantize_row_bf16_scalar, vec_dot_bf16_f32_scalar, NULL},
     X86_ROWS(bf16, dequantize_row_bf16_avx2) NEON_ROW(bf16)
 };
-/* No extension-specific float kernels. */
-const fg_type_kernels fg_f32_kernels_ext[FG_ISA_COUNT], fg_f16_kernels_ext[FG_ISA_COUNT],
-    fg_bf16_kernels_ext[FG_ISA_COUNT];

@@ -1,7 +1,7 @@
 /* IQ4_NL weights: 32 elements per block, x = d * kvalues[q] with q a 4-bit index into 16 non-uniform levels
  * (fg_kvalues_iq4nl, -127..113), nibbles as q4_0. Dot against Q8_0 activations: d dx sum kvalues[q] x. */
 #include "fg_simd.h"
-#include "fg_kquant.h"
+#include "fg_kquant_ref.h"
 
 /* ---- scalar reference ---- */
 
@@ -57,7 +57,7 @@ static float vec_dot_iq4_nl_q8_0_scalar(int64_t n, const void *vw, const void *v
 }
 
 #if FG_HAVE_X86
-/* ---- AVX2: the 16-level table format kernels of fg_simd.h (levels by byte shuffle, |k| . (x with k's sign)) ---- */
+/* ---- AVX2: fg_simd_x86.h's 16-level table format kernels (levels by byte shuffle, |k| . (x with k's sign)) ---- */
 FG_TARGET_AVX2 static void dequantize_row_iq4_nl_avx2(const void *vx, float *y, int64_t n) {
     fg_lut4_dequantize_avx2(vx, y, n, fg_kvalues_iq4nl, sizeof(block_iq4_nl), offsetof(block_iq4_nl, qs), FG_SCALE_F16);
 }
@@ -75,7 +75,6 @@ FG_KERNELS_FROM_TILE8(vec_dot_iq4_nl_q8_0_avx2, gemv_iq4_nl_q8_0_avx2, gemm_iq4_
 #if FG_HAVE_NEON
 /* ---- NEON: levels by table lookup, signed dot ---- */
 #define IQ4_NL_SCALE(b) fg_fp16_to_fp32((b)->d)
-#define FG_NO_TARGET
 FG_LUT4_ROWS_NEON(iq4_nl_rows_neon, FG_NO_TARGET, fg_dot_s8_emul, block_iq4_nl, fg_kvalues_iq4nl, IQ4_NL_SCALE)
 FG_DOT_FROM_ROWS(vec_dot_iq4_nl_q8_0_neon, FG_NO_TARGET, iq4_nl_rows_neon, QK4_NL)
 FG_GEMV_FROM_ROWS(gemv_iq4_nl_q8_0_neon, FG_NO_TARGET, iq4_nl_rows_neon, QK4_NL)
@@ -88,24 +87,14 @@ FG_KERNELS_FROM_TILE8(vec_dot_iq4_nl_q8_0_neondp, gemv_iq4_nl_q8_0_neondp, gemm_
                       iq4_nl_tile8_neondp, fg_q8_0_aux_neon, sizeof(block_iq4_nl), sizeof(block_q8_0), QK4_NL, 8)
 #endif /* FG_HAVE_NEON */
 
-const fg_type_kernels fg_iq4_nl_kernels[FG_ISA_COUNT] = {
+const fg_type_kernels fg_iq4_nl_kernels[FG_KERNEL_ROWS] = {
     [FG_ISA_SCALAR] = {quantize_row_iq4_nl_scalar, dequantize_row_iq4_nl_scalar, vec_dot_iq4_nl_q8_0_scalar, NULL},
 #if FG_HAVE_X86
     [FG_ISA_AVX2] = {NULL, dequantize_row_iq4_nl_avx2, vec_dot_iq4_nl_q8_0_avx2, gemv_iq4_nl_q8_0_avx2,
                      gemm_iq4_nl_q8_0_avx2},
-    /* the AVX2 kernels, until AVX-512 twins exist (an empty entry would fall back to scalar) */
-    [FG_ISA_AVX512] = {NULL, dequantize_row_iq4_nl_avx2, vec_dot_iq4_nl_q8_0_avx2, gemv_iq4_nl_q8_0_avx2,
-                       gemm_iq4_nl_q8_0_avx2},
 #endif
 #if FG_HAVE_NEON
     [FG_ISA_NEON] = {NULL, NULL, vec_dot_iq4_nl_q8_0_neon, gemv_iq4_nl_q8_0_neon},
-#endif
-};
-
-const fg_type_kernels fg_iq4_nl_kernels_ext[FG_ISA_COUNT] = {
-    [FG_ISA_SCALAR] = {0}, /* never used: keeps the initializer non-empty off NEON */
-#if FG_HAVE_NEON
-    [FG_ISA_NEON] = {NULL, NULL, vec_dot_iq4_nl_q8_0_neondp, gemv_iq4_nl_q8_0_neondp,
-                     gemm_iq4_nl_q8_0_neondp},
+    [FG_ROW_DOTPROD] = {NULL, NULL, vec_dot_iq4_nl_q8_0_neondp, gemv_iq4_nl_q8_0_neondp, gemm_iq4_nl_q8_0_neondp},
 #endif
 };

@@ -2,7 +2,7 @@
  * (low 4 bits: nibble j % 2 of scales_l[j / 2]; top 2: bits 2j..2j+1 of scales_h) and q as IQ4_NL (16 bytes
  * of nibbles per sub-block). Dot against Q8_K: sum_j d dx (ls_j - 32) (kvalues[q] . x)_j. */
 #include "fg_simd.h"
-#include "fg_kquant.h"
+#include "fg_kquant_ref.h"
 
 /* ---- scalar reference ---- */
 
@@ -148,7 +148,6 @@ FG_GEMV_FROM_ROWS(gemv_iq4_xs_q8_k_avx2, FG_TARGET_AVX2, iq4_xs_rows_avx2, QK_K)
         }                                                                                                   \
         for (int r = 0; r < R; r++) y[r] = vaddvq_f32(acc[r]);                                              \
     }
-#define FG_NO_TARGET
 IQ4_XS_ROWS_NEON(iq4_xs_rows_neon, FG_NO_TARGET, fg_dot_s8_emul)
 IQ4_XS_ROWS_NEON(iq4_xs_rows_neondp, FG_TARGET_DOTPROD, vdotq_s32)
 FG_DOT_FROM_ROWS(vec_dot_iq4_xs_q8_k_neon, FG_NO_TARGET, iq4_xs_rows_neon, QK_K)
@@ -157,21 +156,13 @@ FG_DOT_FROM_ROWS(vec_dot_iq4_xs_q8_k_neondp, FG_TARGET_DOTPROD, iq4_xs_rows_neon
 FG_GEMV_FROM_ROWS(gemv_iq4_xs_q8_k_neondp, FG_TARGET_DOTPROD, iq4_xs_rows_neondp, QK_K)
 #endif /* FG_HAVE_NEON */
 
-const fg_type_kernels fg_iq4_xs_kernels[FG_ISA_COUNT] = {
+const fg_type_kernels fg_iq4_xs_kernels[FG_KERNEL_ROWS] = {
     [FG_ISA_SCALAR] = {quantize_row_iq4_xs_scalar, dequantize_row_iq4_xs_scalar, vec_dot_iq4_xs_q8_k_scalar, NULL},
 #if FG_HAVE_X86
     [FG_ISA_AVX2] = {NULL, dequantize_row_iq4_xs_avx2, vec_dot_iq4_xs_q8_k_avx2, gemv_iq4_xs_q8_k_avx2},
-    /* the AVX2 kernels, until AVX-512 twins exist (an empty entry would fall back to scalar) */
-    [FG_ISA_AVX512] = {NULL, dequantize_row_iq4_xs_avx2, vec_dot_iq4_xs_q8_k_avx2, gemv_iq4_xs_q8_k_avx2},
 #endif
 #if FG_HAVE_NEON
     [FG_ISA_NEON] = {NULL, NULL, vec_dot_iq4_xs_q8_k_neon, gemv_iq4_xs_q8_k_neon},
-#endif
-};
-
-const fg_type_kernels fg_iq4_xs_kernels_ext[FG_ISA_COUNT] = {
-    [FG_ISA_SCALAR] = {0}, /* never used: keeps the initializer non-empty off NEON */
-#if FG_HAVE_NEON
-    [FG_ISA_NEON] = {NULL, NULL, vec_dot_iq4_xs_q8_k_neondp, gemv_iq4_xs_q8_k_neondp},
+    [FG_ROW_DOTPROD] = {NULL, NULL, vec_dot_iq4_xs_q8_k_neondp, gemv_iq4_xs_q8_k_neondp},
 #endif
 };

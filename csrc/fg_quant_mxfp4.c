@@ -1,7 +1,7 @@
 /* MXFP4 weights (OCP microscaling, gpt-oss's experts): 32 elements per block, x = 2^(e - 128) * kvalues[q] with e
  * an E8M0 byte and q a 4-bit index into the fp4 e2m1 values doubled (fg_kvalues_mxfp4), nibbles as q4_0. The same
- * shape as IQ4_NL with another table and scale: the kernels are fg_simd.h's 16-level table kernels. Dot against
- * Q8_0 activations: e_half dx sum kvalues[q] x, as ggml_vec_dot_mxfp4_q8_0. */
+ * shape as IQ4_NL with another table and scale: the kernels are the 16-level table kernels of fg_simd_x86.h and
+ * fg_simd_neon.h. Dot against Q8_0 activations: e_half dx sum kvalues[q] x, as ggml_vec_dot_mxfp4_q8_0. */
 #include "fg_simd.h"
 
 /* e2m1 values doubled (ggml's kvalues_mxfp4): 0, 0.5, 1, 1.5, 2, 3, 4, 6 and their negatives (index 8 is -0). */
@@ -67,7 +67,7 @@ static float vec_dot_mxfp4_q8_0_scalar(int64_t n, const void *vw, const void *vx
 }
 
 #if FG_HAVE_X86
-/* ---- AVX2: fg_simd.h's 16-level table kernels with the E8M0 scale; bit-exact with the scalar reference ---- */
+/* ---- AVX2: fg_simd_x86.h's 16-level table kernels with the E8M0 scale; bit-exact with the scalar reference ---- */
 FG_TARGET_AVX2 static void dequantize_row_mxfp4_avx2(const void *vx, float *y, int64_t n) {
     fg_lut4_dequantize_avx2(vx, y, n, fg_kvalues_mxfp4, sizeof(block_mxfp4), offsetof(block_mxfp4, qs),
                             FG_SCALE_E8M0_HALF);
@@ -86,7 +86,6 @@ FG_KERNELS_FROM_TILE8(vec_dot_mxfp4_q8_0_avx2, gemv_mxfp4_q8_0_avx2, gemm_mxfp4_
 #if FG_HAVE_NEON
 /* ---- NEON: levels by table lookup, signed dot ---- */
 #define MXFP4_SCALE(b) fg_e8m0_to_fp32_half((b)->e)
-#define FG_NO_TARGET
 FG_LUT4_ROWS_NEON(mxfp4_rows_neon, FG_NO_TARGET, fg_dot_s8_emul, block_mxfp4, fg_kvalues_mxfp4, MXFP4_SCALE)
 FG_DOT_FROM_ROWS(vec_dot_mxfp4_q8_0_neon, FG_NO_TARGET, mxfp4_rows_neon, QK_MXFP4)
 FG_GEMV_FROM_ROWS(gemv_mxfp4_q8_0_neon, FG_NO_TARGET, mxfp4_rows_neon, QK_MXFP4)
@@ -99,24 +98,14 @@ FG_KERNELS_FROM_TILE8(vec_dot_mxfp4_q8_0_neondp, gemv_mxfp4_q8_0_neondp, gemm_mx
                       mxfp4_tile8_neondp, fg_q8_0_aux_neon, sizeof(block_mxfp4), sizeof(block_q8_0), QK_MXFP4, 8)
 #endif /* FG_HAVE_NEON */
 
-const fg_type_kernels fg_mxfp4_kernels[FG_ISA_COUNT] = {
+const fg_type_kernels fg_mxfp4_kernels[FG_KERNEL_ROWS] = {
     [FG_ISA_SCALAR] = {quantize_row_mxfp4_scalar, dequantize_row_mxfp4_scalar, vec_dot_mxfp4_q8_0_scalar, NULL},
 #if FG_HAVE_X86
     [FG_ISA_AVX2] = {NULL, dequantize_row_mxfp4_avx2, vec_dot_mxfp4_q8_0_avx2, gemv_mxfp4_q8_0_avx2,
                      gemm_mxfp4_q8_0_avx2},
-    /* the AVX2 kernels, until AVX-512 twins exist (an empty entry would fall back to scalar) */
-    [FG_ISA_AVX512] = {NULL, dequantize_row_mxfp4_avx2, vec_dot_mxfp4_q8_0_avx2, gemv_mxfp4_q8_0_avx2,
-                       gemm_mxfp4_q8_0_avx2},
 #endif
 #if FG_HAVE_NEON
     [FG_ISA_NEON] = {NULL, NULL, vec_dot_mxfp4_q8_0_neon, gemv_mxfp4_q8_0_neon},
-#endif
-};
-
-const fg_type_kernels fg_mxfp4_kernels_ext[FG_ISA_COUNT] = {
-    [FG_ISA_SCALAR] = {0}, /* never used: keeps the initializer non-empty off NEON */
-#if FG_HAVE_NEON
-    [FG_ISA_NEON] = {NULL, NULL, vec_dot_mxfp4_q8_0_neondp, gemv_mxfp4_q8_0_neondp,
-                     gemm_mxfp4_q8_0_neondp},
+    [FG_ROW_DOTPROD] = {NULL, NULL, vec_dot_mxfp4_q8_0_neondp, gemv_mxfp4_q8_0_neondp, gemm_mxfp4_q8_0_neondp},
 #endif
 };

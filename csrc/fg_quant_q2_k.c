@@ -2,7 +2,7 @@
  * = sc_j | m_j << 4 (4 bits each); fp16 d and dmin LAST. Element 128h + 32j + l (l < 32): bits 2j..2j+1 of
  * qs[32h + l]. Dot against Q8_K: sum_s d dx sc_s (q . x)_s - dmin dx sum_s m_s bsums_s. */
 #include "fg_simd.h"
-#include "fg_kquant.h"
+#include "fg_kquant_ref.h"
 
 /* ---- scalar reference ---- */
 
@@ -205,7 +205,6 @@ FG_GEMV_FROM_ROWS(gemv_q2_k_q8_k_avx2, FG_TARGET_AVX2, q2_k_rows_avx2, QK_K)
         }                                                                                                   \
         for (int r = 0; r < R; r++) y[r] = vaddvq_f32(acc[r]) - accm[r];                                    \
     }
-#define FG_NO_TARGET
 Q2_K_ROWS_NEON(q2_k_rows_neon, FG_NO_TARGET, fg_dot_s8_emul)
 Q2_K_ROWS_NEON(q2_k_rows_neondp, FG_TARGET_DOTPROD, vdotq_s32)
 FG_DOT_FROM_ROWS(vec_dot_q2_k_q8_k_neon, FG_NO_TARGET, q2_k_rows_neon, QK_K)
@@ -214,21 +213,13 @@ FG_DOT_FROM_ROWS(vec_dot_q2_k_q8_k_neondp, FG_TARGET_DOTPROD, q2_k_rows_neondp, 
 FG_GEMV_FROM_ROWS(gemv_q2_k_q8_k_neondp, FG_TARGET_DOTPROD, q2_k_rows_neondp, QK_K)
 #endif /* FG_HAVE_NEON */
 
-const fg_type_kernels fg_q2_k_kernels[FG_ISA_COUNT] = {
+const fg_type_kernels fg_q2_k_kernels[FG_KERNEL_ROWS] = {
     [FG_ISA_SCALAR] = {quantize_row_q2_k_scalar, dequantize_row_q2_k_scalar, vec_dot_q2_k_q8_k_scalar, NULL},
 #if FG_HAVE_X86
     [FG_ISA_AVX2] = {NULL, dequantize_row_q2_k_avx2, vec_dot_q2_k_q8_k_avx2, gemv_q2_k_q8_k_avx2},
-    /* the AVX2 kernels, until AVX-512 twins exist (an empty entry would fall back to scalar) */
-    [FG_ISA_AVX512] = {NULL, dequantize_row_q2_k_avx2, vec_dot_q2_k_q8_k_avx2, gemv_q2_k_q8_k_avx2},
 #endif
 #if FG_HAVE_NEON
     [FG_ISA_NEON] = {NULL, NULL, vec_dot_q2_k_q8_k_neon, gemv_q2_k_q8_k_neon},
-#endif
-};
-
-const fg_type_kernels fg_q2_k_kernels_ext[FG_ISA_COUNT] = {
-    [FG_ISA_SCALAR] = {0}, /* never used: keeps the initializer non-empty off NEON */
-#if FG_HAVE_NEON
-    [FG_ISA_NEON] = {NULL, NULL, vec_dot_q2_k_q8_k_neondp, gemv_q2_k_q8_k_neondp},
+    [FG_ROW_DOTPROD] = {NULL, NULL, vec_dot_q2_k_q8_k_neondp, gemv_q2_k_q8_k_neondp},
 #endif
 };

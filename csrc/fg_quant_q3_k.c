@@ -2,7 +2,7 @@
  * scales (fg_unpack_scales_q3k), fp16 d LAST. Element 128h + 32j + l (l < 32): low 2 bits in bits 2j..2j+1 of
  * qs[32h + l], bit 2 in bit 4h + j of hmask[l]. Dot against Q8_K: sum_s d dx s_s ((q . x)_s - 4 bsums_s). */
 #include "fg_simd.h"
-#include "fg_kquant.h"
+#include "fg_kquant_ref.h"
 
 /* ---- scalar reference ---- */
 
@@ -210,7 +210,6 @@ FG_GEMV_FROM_ROWS(gemv_q3_k_q8_k_avx2, FG_TARGET_AVX2, q3_k_rows_avx2, QK_K)
         }                                                                                                   \
         for (int r = 0; r < R; r++) y[r] = vaddvq_f32(acc[r]);                                              \
     }
-#define FG_NO_TARGET
 Q3_K_ROWS_NEON(q3_k_rows_neon, FG_NO_TARGET, fg_dot_s8_emul)
 Q3_K_ROWS_NEON(q3_k_rows_neondp, FG_TARGET_DOTPROD, vdotq_s32)
 FG_DOT_FROM_ROWS(vec_dot_q3_k_q8_k_neon, FG_NO_TARGET, q3_k_rows_neon, QK_K)
@@ -219,21 +218,13 @@ FG_DOT_FROM_ROWS(vec_dot_q3_k_q8_k_neondp, FG_TARGET_DOTPROD, q3_k_rows_neondp, 
 FG_GEMV_FROM_ROWS(gemv_q3_k_q8_k_neondp, FG_TARGET_DOTPROD, q3_k_rows_neondp, QK_K)
 #endif /* FG_HAVE_NEON */
 
-const fg_type_kernels fg_q3_k_kernels[FG_ISA_COUNT] = {
+const fg_type_kernels fg_q3_k_kernels[FG_KERNEL_ROWS] = {
     [FG_ISA_SCALAR] = {quantize_row_q3_k_scalar, dequantize_row_q3_k_scalar, vec_dot_q3_k_q8_k_scalar, NULL},
 #if FG_HAVE_X86
     [FG_ISA_AVX2] = {NULL, dequantize_row_q3_k_avx2, vec_dot_q3_k_q8_k_avx2, gemv_q3_k_q8_k_avx2},
-    /* the AVX2 kernels, until AVX-512 twins exist (an empty entry would fall back to scalar) */
-    [FG_ISA_AVX512] = {NULL, dequantize_row_q3_k_avx2, vec_dot_q3_k_q8_k_avx2, gemv_q3_k_q8_k_avx2},
 #endif
 #if FG_HAVE_NEON
     [FG_ISA_NEON] = {NULL, NULL, vec_dot_q3_k_q8_k_neon, gemv_q3_k_q8_k_neon},
-#endif
-};
-
-const fg_type_kernels fg_q3_k_kernels_ext[FG_ISA_COUNT] = {
-    [FG_ISA_SCALAR] = {0}, /* never used: keeps the initializer non-empty off NEON */
-#if FG_HAVE_NEON
-    [FG_ISA_NEON] = {NULL, NULL, vec_dot_q3_k_q8_k_neondp, gemv_q3_k_q8_k_neondp},
+    [FG_ROW_DOTPROD] = {NULL, NULL, vec_dot_q3_k_q8_k_neondp, gemv_q3_k_q8_k_neondp},
 #endif
 };

@@ -103,7 +103,7 @@ Q4_0_TILE8(q4_0_tile8_avx2, FG_INLINE_AVX2, fg_nib8_dot_avx2)
 FG_KERNELS_FROM_TILE8(vec_dot_q4_0_q8_0_avx2, gemv_q4_0_q8_0_avx2, gemm_q4_0_q8_0_avx2, FG_TARGET_AVX2, q4_0_tile8_avx2,
                       q4_0_aux, sizeof(block_q4_0), sizeof(block_q8_0), QK4_0, 8)
 /* AVX-512 + VNNI: the same tile with dpbusd (256-bit, AVX512VL) for the gemv, and its 16-row zmm twin for more
- * activations (as in fg_quant_q4_1.c). Without VNNI the AVX-512 table takes the AVX2 kernels. */
+ * activations (as in fg_quant_q4_1.c). Without VNNI, AVX-512 runs the AVX2 kernels. */
 Q4_0_TILE8(q4_0_tile8_vnni, FG_INLINE_AVX512_VNNI, fg_nib8_dot_vnni)
 FG_INLINE_AVX512_VNNI void q4_0_tile16_vnni(const int R, const int M, int first, int kc, const char *w, size_t stride,
                                             const char *x, size_t xs, const fg_xaux (*aux)[FG_KC], float *y, int64_t ldy) {
@@ -154,7 +154,6 @@ FG_KERNELS_FROM_TILE16(vec_dot_q4_0_q8_0_vnni, gemv_q4_0_q8_0_vnni, gemm_q4_0_q8
         }                                                                                                   \
         for (int r = 0; r < R; r++) y[r] = vaddvq_f32(acc[r]);                                              \
     }
-#define FG_NO_TARGET
 Q4_0_ROWS_NEON(q4_0_rows_neon, FG_NO_TARGET, fg_dot_s8_emul)
 FG_DOT_FROM_ROWS(vec_dot_q4_0_q8_0_neon, FG_NO_TARGET, q4_0_rows_neon, QK4_0)
 FG_GEMV_FROM_ROWS(gemv_q4_0_q8_0_neon, FG_NO_TARGET, q4_0_rows_neon, QK4_0)
@@ -167,26 +166,14 @@ FG_KERNELS_FROM_TILE8(vec_dot_q4_0_q8_0_neondp, gemv_q4_0_q8_0_neondp, gemm_q4_0
                       q4_0_tile8_neondp, fg_q8_0_aux_neon, sizeof(block_q4_0), sizeof(block_q8_0), QK4_0, 8)
 #endif /* FG_HAVE_NEON */
 
-const fg_type_kernels fg_q4_0_kernels[FG_ISA_COUNT] = {
+const fg_type_kernels fg_q4_0_kernels[FG_KERNEL_ROWS] = {
     [FG_ISA_SCALAR] = {quantize_row_q4_0_scalar, dequantize_row_q4_0_scalar, vec_dot_q4_0_q8_0_scalar, NULL},
 #if FG_HAVE_X86
-    [FG_ISA_AVX2] = {NULL, dequantize_row_q4_0_avx2, vec_dot_q4_0_q8_0_avx2, gemv_q4_0_q8_0_avx2,
-                     gemm_q4_0_q8_0_avx2},
-    [FG_ISA_AVX512] = {NULL, dequantize_row_q4_0_avx2, vec_dot_q4_0_q8_0_avx2, gemv_q4_0_q8_0_avx2,
-                       gemm_q4_0_q8_0_avx2},
+    [FG_ISA_AVX2] = {NULL, dequantize_row_q4_0_avx2, vec_dot_q4_0_q8_0_avx2, gemv_q4_0_q8_0_avx2, gemm_q4_0_q8_0_avx2},
+    [FG_ROW_VNNI] = {NULL, NULL, vec_dot_q4_0_q8_0_vnni, gemv_q4_0_q8_0_vnni, gemm_q4_0_q8_0_vnni},
 #endif
 #if FG_HAVE_NEON
     [FG_ISA_NEON] = {NULL, NULL, vec_dot_q4_0_q8_0_neon, gemv_q4_0_q8_0_neon},
-#endif
-};
-
-const fg_type_kernels fg_q4_0_kernels_ext[FG_ISA_COUNT] = {
-    [FG_ISA_SCALAR] = {0}, /* never used: keeps the initializer non-empty without SIMD (MSVC rejects {}) */
-#if FG_HAVE_X86
-    [FG_ISA_AVX512] = {NULL, NULL, vec_dot_q4_0_q8_0_vnni, gemv_q4_0_q8_0_vnni, gemm_q4_0_q8_0_vnni},
-#endif
-#if FG_HAVE_NEON
-    [FG_ISA_NEON] = {NULL, NULL, vec_dot_q4_0_q8_0_neondp, gemv_q4_0_q8_0_neondp,
-                     gemm_q4_0_q8_0_neondp},
+    [FG_ROW_DOTPROD] = {NULL, NULL, vec_dot_q4_0_q8_0_neondp, gemv_q4_0_q8_0_neondp, gemm_q4_0_q8_0_neondp},
 #endif
 };

@@ -1,5 +1,5 @@
 /* Q4_K weights: super-blocks of 256 = 8 sub-blocks of 32, x = d * sc_j * q - dmin * m_j with q in 0..15 and
- * 6-bit (sc_j, m_j) packed in scales[12] (fg_kquant.h). qs: 4 runs of 32 bytes, run k holds sub-block 2k in its
+ * 6-bit (sc_j, m_j) packed in scales[12] (fg_kquant_ref.h). qs: 4 runs of 32 bytes, run k holds sub-block 2k in its
  * low nibbles and 2k+1 in its high nibbles. Dot against Q8_K:
  *   sum_j d dx sc_j (q . x)_j - dmin dx sum_j m_j (sum x)_j, where (sum x)_j = bsums[2j] + bsums[2j+1]. */
 #include "fg_simd.h"
@@ -88,7 +88,7 @@ FG_TARGET_AVX2 static void dequantize_row_q4_k_avx2(const void *vx, float *y, in
     }
 }
 
-/* The tile (fg_kquant.h) with Q4_K's layout. */
+/* The tile (fg_kquant_x86.h) with Q4_K's layout. */
 FG_INLINE_AVX2 void q4_k_tile_avx2(int R, const int A, int64_t nb, const char *w, size_t stride, const char *x,
                                    size_t xstride, float *y, int64_t ldy) {
     fg_k4_tile_avx2(0, R, A, nb, w, stride, x, xstride, y, ldy);
@@ -149,7 +149,6 @@ FG_KQ_GEMM_VNNI(gemm_q4_k_q8_k_vnni, q4_k_rows8_avx2, 8, 1, gemm_q4_k_q8_k_avx2)
         }                                                                                                   \
         for (int r = 0; r < R; r++) y[r] = vaddvq_f32(acc[r]) - accm[r];                                    \
     }
-#define FG_NO_TARGET
 Q4_K_ROWS_NEON(q4_k_rows_neon, FG_NO_TARGET, fg_dot_s8_emul)
 FG_DOT_FROM_ROWS(vec_dot_q4_k_q8_k_neon, FG_NO_TARGET, q4_k_rows_neon, QK_K)
 FG_GEMV_FROM_ROWS(gemv_q4_k_q8_k_neon, FG_NO_TARGET, q4_k_rows_neon, QK_K)
@@ -162,27 +161,14 @@ FG_KERNELS_FROM_TILE8(vec_dot_q4_k_q8_k_neondp, gemv_q4_k_q8_k_neondp, gemm_q4_k
                       q4_k_tile8_neondp, fg_q8_k_aux_neon, sizeof(block_q4_K), sizeof(block_q8_K), QK_K, 8)
 #endif /* FG_HAVE_NEON */
 
-const fg_type_kernels fg_q4_k_kernels[FG_ISA_COUNT] = {
+const fg_type_kernels fg_q4_k_kernels[FG_KERNEL_ROWS] = {
     [FG_ISA_SCALAR] = {quantize_row_q4_k_scalar, dequantize_row_q4_k_scalar, vec_dot_q4_k_q8_k_scalar, NULL},
 #if FG_HAVE_X86
-    [FG_ISA_AVX2] = {NULL, dequantize_row_q4_k_avx2, vec_dot_q4_k_q8_k_avx2, gemv_q4_k_q8_k_avx2,
-                     gemm_q4_k_q8_k_avx2},
-    /* the AVX2 kernels, until AVX-512 twins exist (an empty entry would fall back to scalar) */
-    [FG_ISA_AVX512] = {NULL, dequantize_row_q4_k_avx2, vec_dot_q4_k_q8_k_avx2, gemv_q4_k_q8_k_avx2,
-                     gemm_q4_k_q8_k_avx2},
+    [FG_ISA_AVX2] = {NULL, dequantize_row_q4_k_avx2, vec_dot_q4_k_q8_k_avx2, gemv_q4_k_q8_k_avx2, gemm_q4_k_q8_k_avx2},
+    [FG_ROW_VNNI] = {NULL, NULL, NULL, NULL, gemm_q4_k_q8_k_vnni}, /* many activations: 16 rows per zmm */
 #endif
 #if FG_HAVE_NEON
     [FG_ISA_NEON] = {NULL, NULL, vec_dot_q4_k_q8_k_neon, gemv_q4_k_q8_k_neon},
-#endif
-};
-
-const fg_type_kernels fg_q4_k_kernels_ext[FG_ISA_COUNT] = {
-    [FG_ISA_SCALAR] = {0}, /* never used: keeps the initializer non-empty off NEON */
-#if FG_HAVE_X86
-    [FG_ISA_AVX512] = {NULL, NULL, NULL, NULL, gemm_q4_k_q8_k_vnni}, /* many activations: 16 rows per zmm */
-#endif
-#if FG_HAVE_NEON
-    [FG_ISA_NEON] = {NULL, NULL, vec_dot_q4_k_q8_k_neondp, gemv_q4_k_q8_k_neondp,
-                     gemm_q4_k_q8_k_neondp},
+    [FG_ROW_DOTPROD] = {NULL, NULL, vec_dot_q4_k_q8_k_neondp, gemv_q4_k_q8_k_neondp, gemm_q4_k_q8_k_neondp},
 #endif
 };

@@ -87,7 +87,7 @@ FG_TARGET_AVX2 static void dequantize_row_q5_0_avx2(const void *vx, float *y, in
     }
 }
 
-/* Rows in lanes (as the K-quant gemm, fg_kquant.h): per block, 8 rows' weights s = q - 16 are transposed so that
+/* Rows in lanes (as the K-quant gemm, fg_kquant_x86.h): per block, 8 rows' weights s = q - 16 are transposed so that
  * lane r of u->s[g] holds row r's 4 weights of group g (elements 4g..4g+3), and each activation's bytes, offset to
  * x + 128 (unsigned), are broadcast 4 at a time: one maddubs per 8 (row, 4 elements), 4 groups summed in int16
  * (4 * 2 * 255 * 16 < 32768), and sum s x = sum s (x + 128) - 128 sum s exactly. Each lane then takes the scalar
@@ -272,7 +272,6 @@ Q5_0_KERNELS(vnni, FG_INLINE_AVX512_VNNI, FG_TARGET_AVX512_VNNI, q5_0_stepsum_av
         }                                                                                                   \
         for (int r = 0; r < R; r++) y[r] = vaddvq_f32(acc[r]);                                              \
     }
-#define FG_NO_TARGET
 Q5_0_ROWS_NEON(q5_0_rows_neon, FG_NO_TARGET, fg_dot_s8_emul)
 FG_DOT_FROM_ROWS(vec_dot_q5_0_q8_0_neon, FG_NO_TARGET, q5_0_rows_neon, QK5_0)
 FG_GEMV_FROM_ROWS(gemv_q5_0_q8_0_neon, FG_NO_TARGET, q5_0_rows_neon, QK5_0)
@@ -285,25 +284,14 @@ FG_KERNELS_FROM_TILE8(vec_dot_q5_0_q8_0_neondp, gemv_q5_0_q8_0_neondp, gemm_q5_0
                       q5_0_tile8_neondp, fg_q8_0_aux_neon, sizeof(block_q5_0), sizeof(block_q8_0), QK5_0, 8)
 #endif /* FG_HAVE_NEON */
 
-const fg_type_kernels fg_q5_0_kernels[FG_ISA_COUNT] = {
+const fg_type_kernels fg_q5_0_kernels[FG_KERNEL_ROWS] = {
     [FG_ISA_SCALAR] = {quantize_row_q5_0_scalar, dequantize_row_q5_0_scalar, vec_dot_q5_0_q8_0_scalar, NULL},
 #if FG_HAVE_X86
     [FG_ISA_AVX2] = {NULL, dequantize_row_q5_0_avx2, vec_dot_q5_0_q8_0_avx2, gemv_q5_0_q8_0_avx2, gemm_q5_0_q8_0_avx2},
-    /* the AVX2 kernels, until AVX-512 twins exist (an empty entry would fall back to scalar) */
-    [FG_ISA_AVX512] = {NULL, dequantize_row_q5_0_avx2, vec_dot_q5_0_q8_0_avx2, gemv_q5_0_q8_0_avx2, gemm_q5_0_q8_0_avx2},
+    [FG_ROW_VNNI] = {NULL, NULL, vec_dot_q5_0_q8_0_vnni, gemv_q5_0_q8_0_vnni, gemm_q5_0_q8_0_vnni},
 #endif
 #if FG_HAVE_NEON
     [FG_ISA_NEON] = {NULL, NULL, vec_dot_q5_0_q8_0_neon, gemv_q5_0_q8_0_neon},
-#endif
-};
-
-const fg_type_kernels fg_q5_0_kernels_ext[FG_ISA_COUNT] = {
-    [FG_ISA_SCALAR] = {0}, /* never used: keeps the initializer non-empty without SIMD (MSVC rejects {}) */
-#if FG_HAVE_X86
-    [FG_ISA_AVX512] = {NULL, NULL, vec_dot_q5_0_q8_0_vnni, gemv_q5_0_q8_0_vnni, gemm_q5_0_q8_0_vnni},
-#endif
-#if FG_HAVE_NEON
-    [FG_ISA_NEON] = {NULL, NULL, vec_dot_q5_0_q8_0_neondp, gemv_q5_0_q8_0_neondp,
-                     gemm_q5_0_q8_0_neondp},
+    [FG_ROW_DOTPROD] = {NULL, NULL, vec_dot_q5_0_q8_0_neondp, gemv_q5_0_q8_0_neondp, gemm_q5_0_q8_0_neondp},
 #endif
 };

@@ -164,7 +164,6 @@ FG_KERNELS_FROM_TILE8(vec_dot_q5_1_q8_1_avx2, gemv_q5_1_q8_1_avx2, gemm_q5_1_q8_
         }                                                                                                   \
         for (int r = 0; r < R; r++) y[r] = vaddvq_f32(acc[r]) + accm[r];                                    \
     }
-#define FG_NO_TARGET
 Q5_1_ROWS_NEON(q5_1_rows_neon, FG_NO_TARGET, fg_dot_s8_emul)
 FG_DOT_FROM_ROWS(vec_dot_q5_1_q8_1_neon, FG_NO_TARGET, q5_1_rows_neon, QK5_1)
 FG_GEMV_FROM_ROWS(gemv_q5_1_q8_1_neon, FG_NO_TARGET, q5_1_rows_neon, QK5_1)
@@ -177,22 +176,13 @@ FG_KERNELS_FROM_TILE8(vec_dot_q5_1_q8_1_neondp, gemv_q5_1_q8_1_neondp, gemm_q5_1
                       q5_1_tile8_neondp, fg_q8_1_aux_neon, sizeof(block_q5_1), sizeof(block_q8_1), QK5_1, 8)
 #endif /* FG_HAVE_NEON */
 
-const fg_type_kernels fg_q5_1_kernels[FG_ISA_COUNT] = {
+const fg_type_kernels fg_q5_1_kernels[FG_KERNEL_ROWS] = {
     [FG_ISA_SCALAR] = {quantize_row_q5_1_scalar, dequantize_row_q5_1_scalar, vec_dot_q5_1_q8_1_scalar, NULL},
 #if FG_HAVE_X86
     [FG_ISA_AVX2] = {NULL, dequantize_row_q5_1_avx2, vec_dot_q5_1_q8_1_avx2, gemv_q5_1_q8_1_avx2, gemm_q5_1_q8_1_avx2},
-    /* the AVX2 kernels, until AVX-512 twins exist (an empty entry would fall back to scalar) */
-    [FG_ISA_AVX512] = {NULL, dequantize_row_q5_1_avx2, vec_dot_q5_1_q8_1_avx2, gemv_q5_1_q8_1_avx2, gemm_q5_1_q8_1_avx2},
 #endif
 #if FG_HAVE_NEON
     [FG_ISA_NEON] = {NULL, NULL, vec_dot_q5_1_q8_1_neon, gemv_q5_1_q8_1_neon},
-#endif
-};
-
-const fg_type_kernels fg_q5_1_kernels_ext[FG_ISA_COUNT] = {
-    [FG_ISA_SCALAR] = {0}, /* never used: keeps the initializer non-empty off NEON */
-#if FG_HAVE_NEON
-    [FG_ISA_NEON] = {NULL, NULL, vec_dot_q5_1_q8_1_neondp, gemv_q5_1_q8_1_neondp,
-                     gemm_q5_1_q8_1_neondp},
+    [FG_ROW_DOTPROD] = {NULL, NULL, vec_dot_q5_1_q8_1_neondp, gemv_q5_1_q8_1_neondp, gemm_q5_1_q8_1_neondp},
 #endif
 };

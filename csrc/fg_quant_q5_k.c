@@ -92,7 +92,7 @@ FG_TARGET_AVX2 static void dequantize_row_q5_k_avx2(const void *vx, float *y, in
     }
 }
 
-/* ---- AVX2: the Q4_K tile (fg_kquant.h) with the fifth bit or-ed in ---- */
+/* ---- AVX2: the Q4_K tile (fg_kquant_x86.h) with the fifth bit or-ed in ---- */
 FG_INLINE_AVX2 void q5_k_tile_avx2(int R, const int A, int64_t nb, const char *w, size_t stride, const char *x,
                                    size_t xstride, float *y, int64_t ldy) {
     fg_k4_tile_avx2(1, R, A, nb, w, stride, x, xstride, y, ldy);
@@ -159,7 +159,6 @@ FG_KQ_GEMM_VNNI(gemm_q5_k_q8_k_vnni, q5_k_rows8_avx2, 8, 1, gemm_q5_k_q8_k_avx2)
         }                                                                                                   \
         for (int r = 0; r < R; r++) y[r] = vaddvq_f32(acc[r]) - accm[r];                                    \
     }
-#define FG_NO_TARGET
 Q5_K_ROWS_NEON(q5_k_rows_neon, FG_NO_TARGET, fg_dot_s8_emul)
 FG_DOT_FROM_ROWS(vec_dot_q5_k_q8_k_neon, FG_NO_TARGET, q5_k_rows_neon, QK_K)
 FG_GEMV_FROM_ROWS(gemv_q5_k_q8_k_neon, FG_NO_TARGET, q5_k_rows_neon, QK_K)
@@ -172,27 +171,14 @@ FG_KERNELS_FROM_TILE8(vec_dot_q5_k_q8_k_neondp, gemv_q5_k_q8_k_neondp, gemm_q5_k
                       q5_k_tile8_neondp, fg_q8_k_aux_neon, sizeof(block_q5_K), sizeof(block_q8_K), QK_K, 8)
 #endif /* FG_HAVE_NEON */
 
-const fg_type_kernels fg_q5_k_kernels[FG_ISA_COUNT] = {
+const fg_type_kernels fg_q5_k_kernels[FG_KERNEL_ROWS] = {
     [FG_ISA_SCALAR] = {quantize_row_q5_k_scalar, dequantize_row_q5_k_scalar, vec_dot_q5_k_q8_k_scalar, NULL},
 #if FG_HAVE_X86
-    [FG_ISA_AVX2] = {NULL, dequantize_row_q5_k_avx2, vec_dot_q5_k_q8_k_avx2, gemv_q5_k_q8_k_avx2,
-                     gemm_q5_k_q8_k_avx2},
-    /* the AVX2 kernels, until AVX-512 twins exist (an empty entry would fall back to scalar) */
-    [FG_ISA_AVX512] = {NULL, dequantize_row_q5_k_avx2, vec_dot_q5_k_q8_k_avx2, gemv_q5_k_q8_k_avx2,
-                     gemm_q5_k_q8_k_avx2},
+    [FG_ISA_AVX2] = {NULL, dequantize_row_q5_k_avx2, vec_dot_q5_k_q8_k_avx2, gemv_q5_k_q8_k_avx2, gemm_q5_k_q8_k_avx2},
+    [FG_ROW_VNNI] = {NULL, NULL, NULL, NULL, gemm_q5_k_q8_k_vnni}, /* many activations: 16 rows per zmm */
 #endif
 #if FG_HAVE_NEON
     [FG_ISA_NEON] = {NULL, NULL, vec_dot_q5_k_q8_k_neon, gemv_q5_k_q8_k_neon},
-#endif
-};
-
-const fg_type_kernels fg_q5_k_kernels_ext[FG_ISA_COUNT] = {
-    [FG_ISA_SCALAR] = {0}, /* never used: keeps the initializer non-empty off NEON */
-#if FG_HAVE_X86
-    [FG_ISA_AVX512] = {NULL, NULL, NULL, NULL, gemm_q5_k_q8_k_vnni}, /* many activations: 16 rows per zmm */
-#endif
-#if FG_HAVE_NEON
-    [FG_ISA_NEON] = {NULL, NULL, vec_dot_q5_k_q8_k_neondp, gemv_q5_k_q8_k_neondp,
-                     gemm_q5_k_q8_k_neondp},
+    [FG_ROW_DOTPROD] = {NULL, NULL, vec_dot_q5_k_q8_k_neondp, gemv_q5_k_q8_k_neondp, gemm_q5_k_q8_k_neondp},
 #endif
 };

@@ -177,7 +177,7 @@ FG_INLINE_AVX2 void q6_k_tile_avx2(int R, const int A, int64_t nb, const char *w
     }
     fg_kq_store(R, A, acc, y, ldy);
 }
-/* Rows [0, R) of super-block i into u (fg_kquant.h): q 0..63 unsigned, chunk c of gpm = 2 groups (8 elements)
+/* Rows [0, R) of super-block i into u (fg_kquant_x86.h): q 0..63 unsigned, chunk c of gpm = 2 groups (8 elements)
  * under scale c / 2; corr t = (scale 2t, scale 2t + 1) for the -32 bsums term. */
 FG_INLINE_AVX2 void q6_k_rows8_avx2(const int gpm, int R, const char *w, size_t stride, int64_t i, fg_kq_rows8 *u) {
     uint16_t dh[8] = {0};
@@ -261,7 +261,6 @@ FG_KQ_GEMM_VNNI(gemm_q6_k_q8_k_vnni, q6_k_rows8_avx2, 4, 0, gemm_q6_k_q8_k_avx2)
         }                                                                                                   \
         for (int r = 0; r < R; r++) y[r] = vaddvq_f32(acc[r]);                                              \
     }
-#define FG_NO_TARGET
 Q6_K_ROWS_NEON(q6_k_rows_neon, FG_NO_TARGET, fg_dot_s8_emul)
 FG_DOT_FROM_ROWS(vec_dot_q6_k_q8_k_neon, FG_NO_TARGET, q6_k_rows_neon, QK_K)
 FG_GEMV_FROM_ROWS(gemv_q6_k_q8_k_neon, FG_NO_TARGET, q6_k_rows_neon, QK_K)
@@ -274,27 +273,14 @@ FG_KERNELS_FROM_TILE8(vec_dot_q6_k_q8_k_neondp, gemv_q6_k_q8_k_neondp, gemm_q6_k
                       q6_k_tile8_neondp, fg_q8_k_aux_neon, sizeof(block_q6_K), sizeof(block_q8_K), QK_K, 8)
 #endif /* FG_HAVE_NEON */
 
-const fg_type_kernels fg_q6_k_kernels[FG_ISA_COUNT] = {
+const fg_type_kernels fg_q6_k_kernels[FG_KERNEL_ROWS] = {
     [FG_ISA_SCALAR] = {quantize_row_q6_k_scalar, dequantize_row_q6_k_scalar, vec_dot_q6_k_q8_k_scalar, NULL},
 #if FG_HAVE_X86
-    [FG_ISA_AVX2] = {NULL, dequantize_row_q6_k_avx2, vec_dot_q6_k_q8_k_avx2, gemv_q6_k_q8_k_avx2,
-                     gemm_q6_k_q8_k_avx2},
-    /* the AVX2 kernels, until AVX-512 twins exist (an empty entry would fall back to scalar) */
-    [FG_ISA_AVX512] = {NULL, dequantize_row_q6_k_avx2, vec_dot_q6_k_q8_k_avx2, gemv_q6_k_q8_k_avx2,
-                     gemm_q6_k_q8_k_avx2},
+    [FG_ISA_AVX2] = {NULL, dequantize_row_q6_k_avx2, vec_dot_q6_k_q8_k_avx2, gemv_q6_k_q8_k_avx2, gemm_q6_k_q8_k_avx2},
+    [FG_ROW_VNNI] = {NULL, NULL, NULL, NULL, gemm_q6_k_q8_k_vnni}, /* many activations: 16 rows per zmm */
 #endif
 #if FG_HAVE_NEON
     [FG_ISA_NEON] = {NULL, NULL, vec_dot_q6_k_q8_k_neon, gemv_q6_k_q8_k_neon},
-#endif
-};
-
-const fg_type_kernels fg_q6_k_kernels_ext[FG_ISA_COUNT] = {
-    [FG_ISA_SCALAR] = {0}, /* never used: keeps the initializer non-empty off NEON */
-#if FG_HAVE_X86
-    [FG_ISA_AVX512] = {NULL, NULL, NULL, NULL, gemm_q6_k_q8_k_vnni}, /* many activations: 16 rows per zmm */
-#endif
-#if FG_HAVE_NEON
-    [FG_ISA_NEON] = {NULL, NULL, vec_dot_q6_k_q8_k_neondp, gemv_q6_k_q8_k_neondp,
-                     gemm_q6_k_q8_k_neondp},
+    [FG_ROW_DOTPROD] = {NULL, NULL, vec_dot_q6_k_q8_k_neondp, gemv_q6_k_q8_k_neondp, gemm_q6_k_q8_k_neondp},
 #endif
 };

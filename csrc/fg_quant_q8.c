@@ -189,8 +189,8 @@ FG_KERNELS_FROM_TILE8(vec_dot_q8_0_q8_0_avx2, gemv_q8_0_q8_0_avx2, gemm_q8_0_q8_
 /* AVX-512 + VNNI: twins of that tile, 8 rows for the gemv and 16-row zmm tiles for more activations (as in
  * fg_quant_q4_1.c), with dpbusd and no sign trick: u = w + 128 (w ^ 0x80) is unsigned, so one dpbusd
  * per group gives dot(u, x) = dot(w, x) + 128 * sum(x) exactly (|sum| < 2^23), and aux.c = 128 * sum(x) takes the
- * offset back. Same exact sums, same float step: bit-identical to the AVX2 tile. Without VNNI the AVX-512 table
- * takes the AVX2 kernels. */
+ * offset back. Same exact sums, same float step: bit-identical to the AVX2 tile. Without VNNI, AVX-512 runs
+ * the AVX2 kernels. */
 
 /* Per q8_0 activation block, for the VNNI tiles: its scale and 128 * sum(q). */
 FG_INLINE_AVX2 void q8_0_aux128(const char *x, int kc, fg_xaux *aux) {
@@ -322,7 +322,6 @@ static void quantize_row_q8_1_neon(const float *x, void *vy, int64_t n) {
         }                                                                                                   \
         for (int r = 0; r < R; r++) y[r] = vaddvq_f32(acc[r]);                                              \
     }
-#define FG_NO_TARGET
 Q8_0_ROWS_NEON(q8_0_rows_neon, FG_NO_TARGET, fg_dot_s8_emul)
 FG_DOT_FROM_ROWS(vec_dot_q8_0_q8_0_neon, FG_NO_TARGET, q8_0_rows_neon, QK8_0)
 FG_GEMV_FROM_ROWS(gemv_q8_0_q8_0_neon, FG_NO_TARGET, q8_0_rows_neon, QK8_0)
@@ -335,39 +334,27 @@ FG_KERNELS_FROM_TILE8(vec_dot_q8_0_q8_0_neondp, gemv_q8_0_q8_0_neondp, gemm_q8_0
                       q8_0_tile8_neondp, fg_q8_0_aux_neon, sizeof(block_q8_0), sizeof(block_q8_0), QK8_0, 8)
 #endif /* FG_HAVE_NEON */
 
-const fg_type_kernels fg_q8_0_kernels[FG_ISA_COUNT] = {
+const fg_type_kernels fg_q8_0_kernels[FG_KERNEL_ROWS] = {
     [FG_ISA_SCALAR] = {quantize_row_q8_0_scalar, dequantize_row_q8_0_scalar, vec_dot_q8_0_q8_0_scalar, NULL},
 #if FG_HAVE_X86
     [FG_ISA_AVX2] = {quantize_row_q8_0_avx2, dequantize_row_q8_0_avx2, vec_dot_q8_0_q8_0_avx2, gemv_q8_0_q8_0_avx2,
                      gemm_q8_0_q8_0_avx2},
-    [FG_ISA_AVX512] = {quantize_row_q8_0_avx2, dequantize_row_q8_0_avx2, vec_dot_q8_0_q8_0_avx2, gemv_q8_0_q8_0_avx2,
-                       gemm_q8_0_q8_0_avx2},
+    [FG_ROW_VNNI] = {NULL, NULL, vec_dot_q8_0_q8_0_vnni, gemv_q8_0_q8_0_vnni, gemm_q8_0_q8_0_vnni},
 #endif
 #if FG_HAVE_NEON
     [FG_ISA_NEON] = {quantize_row_q8_0_neon, NULL, vec_dot_q8_0_q8_0_neon, gemv_q8_0_q8_0_neon},
+    [FG_ROW_DOTPROD] = {NULL, NULL, vec_dot_q8_0_q8_0_neondp, gemv_q8_0_q8_0_neondp, gemm_q8_0_q8_0_neondp},
 #endif
 };
 
 /* The same ISAs with their run-time extension (avx512: VNNI, neon: dotprod); NULL: as the base table. */
-const fg_type_kernels fg_q8_0_kernels_ext[FG_ISA_COUNT] = {
-    [FG_ISA_SCALAR] = {0}, /* never used: keeps the initializer non-empty without SIMD (MSVC rejects {}) */
-#if FG_HAVE_X86
-    [FG_ISA_AVX512] = {NULL, NULL, vec_dot_q8_0_q8_0_vnni, gemv_q8_0_q8_0_vnni, gemm_q8_0_q8_0_vnni},
-#endif
-#if FG_HAVE_NEON
-    [FG_ISA_NEON] = {NULL, NULL, vec_dot_q8_0_q8_0_neondp, gemv_q8_0_q8_0_neondp,
-                     gemm_q8_0_q8_0_neondp},
-#endif
-};
 
-const fg_type_kernels fg_q8_1_kernels[FG_ISA_COUNT] = {
+const fg_type_kernels fg_q8_1_kernels[FG_KERNEL_ROWS] = {
     [FG_ISA_SCALAR] = {quantize_row_q8_1_scalar, dequantize_row_q8_1_scalar, NULL, NULL},
 #if FG_HAVE_X86
     [FG_ISA_AVX2] = {quantize_row_q8_1_avx2, dequantize_row_q8_1_avx2, NULL, NULL},
-    [FG_ISA_AVX512] = {quantize_row_q8_1_avx2, dequantize_row_q8_1_avx2, NULL, NULL},
 #endif
 #if FG_HAVE_NEON
     [FG_ISA_NEON] = {quantize_row_q8_1_neon, NULL, NULL, NULL},
 #endif
 };
-const fg_type_kernels fg_q8_1_kernels_ext[FG_ISA_COUNT] = {{NULL, NULL, NULL, NULL}};

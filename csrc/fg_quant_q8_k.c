@@ -4,7 +4,7 @@
  * an all-zero block also gets zero bsums (ggml leaves them unwritten; they multiply zero anyway), and a block with
  * a NaN or an inf gets d = NaN and zero quants (fg_absmax: every dot with it is NaN; ggml's would be garbage). */
 #include "fg_simd.h"
-#include "fg_kquant.h"
+#include "fg_kquant_ref.h"
 
 /* ---- scalar reference ---- */
 
@@ -142,15 +142,12 @@ static void quantize_row_q8_k_neon(const float *x, void *vy, int64_t n) {
 }
 #endif /* FG_HAVE_NEON */
 
-const fg_type_kernels fg_q8_k_kernels[FG_ISA_COUNT] = {
+const fg_type_kernels fg_q8_k_kernels[FG_KERNEL_ROWS] = {
     [FG_ISA_SCALAR] = {quantize_row_q8_k_scalar, dequantize_row_q8_k_scalar, NULL, NULL},
 #if FG_HAVE_X86
     [FG_ISA_AVX2] = {quantize_row_q8_k_avx2, dequantize_row_q8_k_avx2, NULL, NULL},
-    [FG_ISA_AVX512] = {quantize_row_q8_k_avx2, dequantize_row_q8_k_avx2, NULL, NULL},
 #endif
 #if FG_HAVE_NEON
     [FG_ISA_NEON] = {quantize_row_q8_k_neon, NULL, NULL, NULL},
 #endif
 };
-
-const fg_type_kernels fg_q8_k_kernels_ext[FG_ISA_COUNT] = {{0}};
