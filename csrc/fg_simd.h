@@ -123,16 +123,29 @@ typedef struct {
     };
 } fg_xaux;
 
-#define FG_TILE8_M(TILE, R, M, MT, ...)                                                                     \
-    switch (M) {                                                                                             \
-    case 8: if ((MT) >= 8) { TILE(R, 8, __VA_ARGS__); break; } /* fallthrough */                             \
-    case 7: if ((MT) >= 7) { TILE(R, 7, __VA_ARGS__); break; } /* fallthrough */                             \
-    case 6: if ((MT) >= 6) { TILE(R, 6, __VA_ARGS__); break; } /* fallthrough */                             \
-    case 5: if ((MT) >= 5) { TILE(R, 5, __VA_ARGS__); break; } /* fallthrough */                             \
-    case 4: if ((MT) >= 4) { TILE(R, 4, __VA_ARGS__); break; } /* fallthrough */                             \
-    case 3: if ((MT) >= 3) { TILE(R, 3, __VA_ARGS__); break; } /* fallthrough */                             \
-    case 2: if ((MT) >= 2) { TILE(R, 2, __VA_ARGS__); break; } /* fallthrough */                             \
-    default: TILE(R, 1, __VA_ARGS__); break;                                                                 \
+/* A tile of M activations (a run-time value) called with M a constant: FG_TILE_M_<MT>, MT the most a tile takes. */
+#define FG_TILE_M_8(TILE, R, M, ...)                                                                     \
+    switch (M) {                                                                                         \
+    case 8: TILE(R, 8, __VA_ARGS__); break;                                                              \
+    case 7: TILE(R, 7, __VA_ARGS__); break;                                                              \
+    case 6: TILE(R, 6, __VA_ARGS__); break;                                                              \
+    case 5: TILE(R, 5, __VA_ARGS__); break;                                                              \
+    case 4: TILE(R, 4, __VA_ARGS__); break;                                                              \
+    case 3: TILE(R, 3, __VA_ARGS__); break;                                                              \
+    case 2: TILE(R, 2, __VA_ARGS__); break;                                                              \
+    default: TILE(R, 1, __VA_ARGS__); break;                                                             \
+    }
+#define FG_TILE_M_16(TILE, R, M, ...)                                                                    \
+    switch (M) {                                                                                         \
+    case 16: TILE(R, 16, __VA_ARGS__); break;                                                            \
+    case 15: TILE(R, 15, __VA_ARGS__); break;                                                            \
+    case 14: TILE(R, 14, __VA_ARGS__); break;                                                            \
+    case 13: TILE(R, 13, __VA_ARGS__); break;                                                            \
+    case 12: TILE(R, 12, __VA_ARGS__); break;                                                            \
+    case 11: TILE(R, 11, __VA_ARGS__); break;                                                            \
+    case 10: TILE(R, 10, __VA_ARGS__); break;                                                            \
+    case 9: TILE(R, 9, __VA_ARGS__); break;                                                              \
+    default: FG_TILE_M_8(TILE, R, M, __VA_ARGS__); break;                                                \
     }
 /* FG_KERNELS_FROM_TILE8 for tiles of RT rows (8: ymm row lanes; 16: the AVX-512 zmm tiles, FG_KERNELS_FROM_TILE16). */
 #define FG_KERNELS_FROM_TILE8(DOT, GEMV, GEMM, TARGET, TILE, AUX, WBLK, XBLK, BLK, MT) \
@@ -155,10 +168,10 @@ typedef struct {
                 const fg_xaux(*caux)[FG_KC] = (const fg_xaux(*)[FG_KC])aux;                                  \
                 int64_t r = 0;                                                                               \
                 for (; r + (RT) <= nrows; r += (RT))                                                         \
-                    FG_TILE8_M(TILE, RT, M, MT, first, kc, wk + r * stride, stride, xk, xs, caux, ya + r, ldy) \
+                    FG_TILE_M_##MT(TILE, RT, M, first, kc, wk + r * stride, stride, xk, xs, caux, ya + r, ldy) \
                 if (r < nrows) {                                                                             \
                     const int R = (int)(nrows - r);                                                          \
-                    FG_TILE8_M(TILE, R, M, MT, first, kc, wk + r * stride, stride, xk, xs, caux, ya + r, ldy) \
+                    FG_TILE_M_##MT(TILE, R, M, first, kc, wk + r * stride, stride, xk, xs, caux, ya + r, ldy) \
                 }                                                                                            \
             }                                                                                                \
         }                                                                                                    \
