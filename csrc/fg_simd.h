@@ -10,8 +10,9 @@
  *            runs the gemv once per activation row.
  *   4xMT     FG_GEMM_FROM_TILE: tiles of R <= 4 rows x M <= MT activations, an accumulator register per pair; the
  *            rows helper is its M = 1 case.
- *   lanes    FG_KERNELS_FROM_TILE8 / 16: row r in float lane r (8 rows: a ymm, or two float32x4; 16: a zmm) x M <= 8
- *            activations, FG_KC blocks at a time, what a block needs of the activation alone (fg_xaux) computed once.
+ *   lanes    FG_KERNELS_FROM_TILE8 / 16: row r in float lane r (8 rows: a ymm, or two float32x4; 16: a zmm) x M <= MT
+ *            activations (8; Q4_0's VNNI zmm tile 16), FG_KC blocks at a time, what a block needs of the activation
+ *            alone (fg_xaux) computed once.
  *   kq       fg_kquant_x86.h: for few activations, tiles of R x A <= 8 (row, activation) pairs in the lanes of one
  *            ymm; from FG_KQ_ROWS8_MIN_M activations, rows in lanes (8 rows unpacked and transposed once per
  *            super-block, then every activation); with VNNI, from FG_KQ_ROWS8_MIN_M activations, 16 rows in the
@@ -108,7 +109,7 @@ enum { FG_ROW_VNNI = FG_ISA_COUNT, FG_ROW_DOTPROD, FG_KERNEL_ROWS };
     }
 
 /* Row-lane tiles: TILE(R, M, first, kc, w, stride, x, xs, aux, y, ldy) computes R <= 8 (or 16) consecutive weight rows
- * (`stride` bytes apart) x M <= 8 activation rows (`xs` apart) over kc <= FG_KC blocks, row r in float lane r, so
+ * (`stride` bytes apart) x M <= MT activation rows (`xs` apart) over kc <= FG_KC blocks, row r in float lane r, so
  * every (r, a) pair has ONE float accumulator: it starts at 0 (first) or at y[a * ldy + r] and runs block by block,
  * in order, acc = fma((float)int_dot, dw * dx, acc). What a block needs of the activation alone (its scale, a
  * correction) is computed once per chunk of FG_KC blocks by AUX(x, kc, aux) for every row group. The float ops per
