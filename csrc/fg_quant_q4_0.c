@@ -100,8 +100,39 @@ FG_INLINE_AVX2 void q4_0_aux(const char *x, int kc, fg_xaux *aux) {
         fg_store_rows8(R, M, acc, y, ldy);                                                                  \
     }
 Q4_0_TILE8(q4_0_tile8_avx2, FG_INLINE_AVX2, fg_nib8_dot_avx2)
-FG_KERNELS_FROM_TILE8(vec_dot_q4_0_q8_0_avx2, gemv_q4_0_q8_0_avx2, gemm_q4_0_q8_0_avx2, FG_TARGET_AVX2, q4_0_tile8_avx2,
-                      q4_0_aux, sizeof(block_q4_0), sizeof(block_q8_0), QK4_0, 8)
+FG_KERNELS_FROM_TILE8(vec_dot_q4_0_q8_0_avx2, gemv_q4_0_q8_0_avx2, gemm_q4_0_q8_0_avx2_tiles, FG_TARGET_AVX2,
+                      q4_0_tile8_avx2, q4_0_aux, sizeof(block_q4_0), sizeof(block_q8_0), QK4_0, 8)
+
+/* Panels for many activations (FG_GEMM_FROM_PANEL): one block of 8 (AVX2) or 16 (VNNI) rows as the lanes tiles unpack
+ * it, and those tiles' float steps over it. */
+typedef struct {
+    __m256i q[8]; /* lo[4], hi[4] of fg_rows8_nibbles */
+    __m256 d;     /* the rows' scales */
+} q4_0_panel8;
+FG_INLINE_AVX2 void q4_0_fill8(const int R, int kc, const char *w, size_t stride, q4_0_panel8 *p) {
+    for (int i = 0; i < kc; i++) {
+        const char *wb = w + i * sizeof(block_q4_0);
+        fg_prefetch_tile8(w, stride, R, i, kc, sizeof(block_q4_0));
+        fg_rows8_nibbles(wb + offsetof(block_q4_0, qs), stride, R, p[i].q, p[i].q + 4);
+        p[i].d = fg_rows8_f16(wb + offsetof(block_q4_0, d), stride, R);
+    }
+}
+FG_INLINE_AVX2 void q4_0_panel_tile8(const int R, const int M, int first, int kc, const q4_0_panel8 *p, const char *x,
+                                     size_t xs, const fg_xaux (*aux)[FG_PANEL_KC], float *y, int64_t ldy) {
+    __m256 acc[8]; /* [a]: 8 rows */
+    fg_load_rows8(R, M, first, acc, y, ldy);
+    for (int i = 0; i < kc; i++) {
+#pragma GCC unroll 8 /* the accumulators stay in registers */
+        for (int a = 0; a < M; a++) {
+            const int8_t *xq = ((const block_q8_0 *)(x + a * xs) + i)->qs;
+            const __m256i dot = _mm256_sub_epi32(fg_nib8_dot_avx2(p[i].q, p[i].q + 4, xq), _mm256_set1_epi32(aux[a][i].c));
+            acc[a] = _mm256_fmadd_ps(_mm256_cvtepi32_ps(dot), _mm256_mul_ps(p[i].d, _mm256_set1_ps(aux[a][i].d)), acc[a]);
+        }
+    }
+    fg_store_rows8(R, M, acc, y, ldy);
+}
+FG_GEMM_FROM_PANEL(gemm_q4_0_q8_0_avx2, FG_TARGET_AVX2, q4_0_panel8, q4_0_fill8, q4_0_panel_tile8, q4_0_aux,
+                   gemm_q4_0_q8_0_avx2_tiles, sizeof(block_q4_0), sizeof(block_q8_0), QK4_0, 8, 8)
 /* AVX-512 + VNNI: the same tile with dpbusd (256-bit, AVX512VL) for the gemv, and its 16-row zmm twin for more
  * activations (as in fg_quant_q4_1.c), 16 at a time: each block's rows are unpacked once per 16 activations (8: 24%
  * slower on 2048x2048 x 256). Without VNNI, AVX-512 runs the AVX2 kernels. */
@@ -128,8 +159,34 @@ FG_INLINE_AVX512_VNNI void q4_0_tile16_vnni(const int R, const int M, int first,
     }
     fg_store_rows16(R, M, acc, y, ldy);
 }
-FG_KERNELS_FROM_TILE16(vec_dot_q4_0_q8_0_vnni, gemv_q4_0_q8_0_vnni, gemm_q4_0_q8_0_vnni, FG_TARGET_AVX512_VNNI,
+FG_KERNELS_FROM_TILE16(vec_dot_q4_0_q8_0_vnni, gemv_q4_0_q8_0_vnni, gemm_q4_0_q8_0_vnni_tiles, FG_TARGET_AVX512_VNNI,
                        q4_0_tile16_vnni, q4_0_aux, sizeof(block_q4_0), sizeof(block_q8_0), QK4_0, 16)
+FG_INLINE_AVX512_VNNI void q4_0_fill16(const int R, int kc, const char *w, size_t stride, fg_panel16 *p) {
+    for (int i = 0; i < kc; i++) {
+        const char *wb = w + i * sizeof(block_q4_0);
+        fg_prefetch_tile16(w, stride, R, i, kc, sizeof(block_q4_0));
+        fg_rows16_nibbles(wb + offsetof(block_q4_0, qs), stride, R, p[i].q, p[i].q + 4);
+        p[i].d = fg_rows16_f16(wb + offsetof(block_q4_0, d), stride, R);
+    }
+}
+FG_INLINE_AVX512_VNNI void q4_0_panel_tile16(const int R, const int M, int first, int kc, const fg_panel16 *p,
+                                             const char *x, size_t xs, const fg_xaux (*aux)[FG_PANEL_KC], float *y,
+                                             int64_t ldy) {
+    __m512 acc[16]; /* [a]: 16 rows */
+    fg_load_rows16(R, M, first, acc, y, ldy);
+    for (int i = 0; i < kc; i++) {
+#pragma GCC unroll 16 /* the accumulators stay in registers */
+        for (int a = 0; a < M; a++) {
+            const int8_t *xq = ((const block_q8_0 *)(x + a * xs) + i)->qs;
+            const __m512i dot = fg_nib16_dot_vnni(_mm512_set1_epi32(-aux[a][i].c), p[i].q, p[i].q + 4, xq);
+            acc[a] = _mm512_fmadd_ps(_mm512_cvtepi32_ps(dot), _mm512_mul_ps(p[i].d, _mm512_set1_ps(aux[a][i].d)), acc[a]);
+        }
+    }
+    fg_store_rows16(R, M, acc, y, ldy);
+}
+FG_GEMM_FROM_PANEL(gemm_q4_0_q8_0_vnni, FG_TARGET_AVX512_VNNI, fg_panel16, q4_0_fill16, q4_0_panel_tile16, q4_0_aux,
+                   gemm_q4_0_q8_0_vnni_tiles, sizeof(block_q4_0), sizeof(block_q8_0), QK4_0, 16, 16)
+
 #endif /* FG_HAVE_X86 */
 
 #if FG_HAVE_NEON

@@ -184,8 +184,48 @@ FG_INLINE_AVX2 void q8_0_tile8_avx2(const int R, const int M, int first, int kc,
     }
     fg_store_rows8(R, M, acc, y, ldy);
 }
-FG_KERNELS_FROM_TILE8(vec_dot_q8_0_q8_0_avx2, gemv_q8_0_q8_0_avx2, gemm_q8_0_q8_0_avx2, FG_TARGET_AVX2, q8_0_tile8_avx2,
-                      fg_q8_0_aux, sizeof(block_q8_0), sizeof(block_q8_0), QK8_0, 8)
+FG_KERNELS_FROM_TILE8(vec_dot_q8_0_q8_0_avx2, gemv_q8_0_q8_0_avx2, gemm_q8_0_q8_0_avx2_tiles, FG_TARGET_AVX2,
+                      q8_0_tile8_avx2, fg_q8_0_aux, sizeof(block_q8_0), sizeof(block_q8_0), QK8_0, 8)
+
+/* Panels for many activations (FG_GEMM_FROM_PANEL): a block of 8 rows as q8_0_tile8_avx2 unpacks it, and its float
+ * step over them. */
+typedef struct {
+    __m256i t[8], aw[8]; /* elements 4j..4j+3 of every row (fg_rows8_dwords), and their absolute values */
+    __m256 d;            /* the rows' scales */
+} q8_0_panel8;
+FG_INLINE_AVX2 void q8_0_fill8(const int R, int kc, const char *w, size_t stride, q8_0_panel8 *p) {
+    for (int i = 0; i < kc; i++) {
+        const char *wb = w + i * sizeof(block_q8_0);
+        fg_prefetch_tile8(w, stride, R, i, kc, sizeof(block_q8_0));
+        fg_rows8_dwords(wb + offsetof(block_q8_0, qs), stride, R, p[i].t);
+        fg_rows8_dwords(wb + offsetof(block_q8_0, qs) + 16, stride, R, p[i].t + 4);
+        for (int j = 0; j < 8; j++) p[i].aw[j] = _mm256_sign_epi8(p[i].t[j], p[i].t[j]);
+        p[i].d = fg_rows8_f16(wb + offsetof(block_q8_0, d), stride, R);
+    }
+}
+FG_INLINE_AVX2 void q8_0_panel_tile8(const int R, const int M, int first, int kc, const q8_0_panel8 *p, const char *x,
+                                     size_t xs, const fg_xaux (*aux)[FG_PANEL_KC], float *y, int64_t ldy) {
+    const __m256i zero = _mm256_setzero_si256();
+    __m256 acc[8]; /* [a]: 8 rows */
+    fg_load_rows8(R, M, first, acc, y, ldy);
+    for (int i = 0; i < kc; i++) {
+        const __m256i *t = p[i].t, *aw = p[i].aw;
+#pragma GCC unroll 8 /* the accumulators stay in registers */
+        for (int a = 0; a < M; a++) {
+            const int8_t *xq = ((const block_q8_0 *)(x + a * xs) + i)->qs;
+            __m256i d0 = zero, d1 = zero;
+            for (int j = 0; j < 8; j += 2) {
+                d0 = _mm256_add_epi32(d0, fg_dot_u8s8_256(aw[j], _mm256_sign_epi8(fg_bcast32(xq + 4 * j), t[j])));
+                d1 = _mm256_add_epi32(d1, fg_dot_u8s8_256(aw[j + 1], _mm256_sign_epi8(fg_bcast32(xq + 4 * j + 4), t[j + 1])));
+            }
+            const __m256i dot = _mm256_add_epi32(d0, d1);
+            acc[a] = _mm256_fmadd_ps(_mm256_cvtepi32_ps(dot), _mm256_mul_ps(p[i].d, _mm256_set1_ps(aux[a][i].d)), acc[a]);
+        }
+    }
+    fg_store_rows8(R, M, acc, y, ldy);
+}
+FG_GEMM_FROM_PANEL(gemm_q8_0_q8_0_avx2, FG_TARGET_AVX2, q8_0_panel8, q8_0_fill8, q8_0_panel_tile8, fg_q8_0_aux,
+                   gemm_q8_0_q8_0_avx2_tiles, sizeof(block_q8_0), sizeof(block_q8_0), QK8_0, 8, 8)
 /* AVX-512 + VNNI: twins of that tile, 8 rows for the gemv and 16-row zmm tiles for more activations (as in
  * fg_quant_q4_1.c), with dpbusd and no sign trick: u = w + 128 (w ^ 0x80) is unsigned, so one dpbusd
  * per group gives dot(u, x) = dot(w, x) + 128 * sum(x) exactly (|sum| < 2^23), and aux.c = 128 * sum(x) takes the
@@ -253,8 +293,39 @@ FG_INLINE_AVX512_VNNI void q8_0_tile16_vnni(const int R, const int M, int first,
     }
     fg_store_rows16(R, M, acc, y, ldy);
 }
-FG_KERNELS_FROM_TILE16(vec_dot_q8_0_q8_0_vnni, gemv_q8_0_q8_0_vnni, gemm_q8_0_q8_0_vnni, FG_TARGET_AVX512_VNNI,
+FG_KERNELS_FROM_TILE16(vec_dot_q8_0_q8_0_vnni, gemv_q8_0_q8_0_vnni, gemm_q8_0_q8_0_vnni_tiles, FG_TARGET_AVX512_VNNI,
                        q8_0_tile16_vnni, q8_0_aux128, sizeof(block_q8_0), sizeof(block_q8_0), QK8_0, 8)
+
+/* The 16-row panel: u[8] and the scales of q8_0_tile16_vnni, and its float step, 16 activations at a time. */
+FG_INLINE_AVX512_VNNI void q8_0_fill16(const int R, int kc, const char *w, size_t stride, fg_panel16 *p) {
+    const __m512i flip = _mm512_set1_epi8((char)0x80);
+    for (int i = 0; i < kc; i++) {
+        const char *wb = w + i * sizeof(block_q8_0);
+        fg_prefetch_tile16(w, stride, R, i, kc, sizeof(block_q8_0));
+        fg_rows16_dwords(wb + offsetof(block_q8_0, qs), stride, R, p[i].q);
+        fg_rows16_dwords(wb + offsetof(block_q8_0, qs) + 16, stride, R, p[i].q + 4);
+        for (int j = 0; j < 8; j++) p[i].q[j] = _mm512_xor_si512(p[i].q[j], flip);
+        p[i].d = fg_rows16_f16(wb + offsetof(block_q8_0, d), stride, R);
+    }
+}
+FG_INLINE_AVX512_VNNI void q8_0_panel_tile16(const int R, const int M, int first, int kc, const fg_panel16 *p,
+                                             const char *x, size_t xs, const fg_xaux (*aux)[FG_PANEL_KC], float *y,
+                                             int64_t ldy) {
+    __m512 acc[16]; /* [a]: 16 rows */
+    fg_load_rows16(R, M, first, acc, y, ldy);
+    for (int i = 0; i < kc; i++) {
+#pragma GCC unroll 16 /* the accumulators stay in registers */
+        for (int a = 0; a < M; a++) {
+            const int8_t *xq = ((const block_q8_0 *)(x + a * xs) + i)->qs;
+            __m512i dot = _mm512_set1_epi32(-aux[a][i].c);
+            for (int j = 0; j < 8; j++) dot = _mm512_dpbusd_epi32(dot, p[i].q[j], fg_bcast32_512(xq + 4 * j));
+            acc[a] = _mm512_fmadd_ps(_mm512_cvtepi32_ps(dot), _mm512_mul_ps(p[i].d, _mm512_set1_ps(aux[a][i].d)), acc[a]);
+        }
+    }
+    fg_store_rows16(R, M, acc, y, ldy);
+}
+FG_GEMM_FROM_PANEL(gemm_q8_0_q8_0_vnni, FG_TARGET_AVX512_VNNI, fg_panel16, q8_0_fill16, q8_0_panel_tile16, q8_0_aux128,
+                   gemm_q8_0_q8_0_vnni_tiles, sizeof(block_q8_0), sizeof(block_q8_0), QK8_0, 16, 16)
 #endif /* FG_HAVE_X86 */
 
 #if FG_HAVE_NEON

@@ -17,6 +17,8 @@
  *            ymm; from FG_KQ_ROWS8_MIN_M activations, rows in lanes (8 rows unpacked and transposed once per
  *            super-block, then every activation); with VNNI, from FG_KQ_ROWS8_MIN_M activations, 16 rows in the
  *            lanes of a zmm (fg_kquant_vnni.h: two 8-row halves joined, dpbusd into int32).
+ *   panel    FG_GEMM_FROM_PANEL: the lanes tiles from FG_PANEL_MIN_M (32) activations, each tile's blocks unpacked
+ *            once into a stack panel and up to 64 activations run over it (Q4_0 and Q8_0, on AVX2 and VNNI).
  *   q5_0     fg_quant_q5_0.c's own rows in lanes: below 16 activations (4 at a time) each row's block sums gathered
  *            into its lane; from 16, the rows transposed once per block for every activation.
  * Stamps: a format's inner helper written once as a macro and stamped per ISA or extension with its target and its
@@ -28,7 +30,8 @@
  * kernels, the ISA's own run):
  *   format               AVX2      AVX-512     +VNNI      NEON   +dotprod
  *   F32 F16 BF16         4x2       4x4 (zmm)   -          4x4    -
- *   Q4_0 Q4_1 Q8_0       lanes 8   =           lanes 16   rows   lanes 8
+ *   Q4_0 Q8_0            lanes 8   =           lanes 16   rows   lanes 8     (both x86 rows: panels from 32)
+ *   Q4_1                 lanes 8   =           lanes 16   rows   lanes 8
  *   Q5_0                 q5_0      =           q5_0       rows   lanes 8
  *   Q5_1 IQ4_NL MXFP4    lanes 8   =           -          rows   lanes 8
  *   Q4_K Q5_K Q6_K       kq        =           kq (gemm)  rows   lanes 8
@@ -184,6 +187,47 @@ typedef struct {
         float y;                                                                                             \
         GEMM(n, w, 0, x, 0, 1, &y, 0, 1);                                                                    \
         return y;                                                                                            \
+    }
+
+/* Panels: the lanes shape for many activations. From FG_PANEL_MIN_M activations, GEMM unpacks each tile of RT rows
+ * once per FG_PANEL_KC blocks into a panel on the stack (FILL(R, kc, w, stride, p): the tile's per-block unpack, kept)
+ * and runs up to FG_PANEL_MG activations over it, MT at a time (PTILE(R, M, first, kc, p, x, xs, aux, y, ldy): the
+ * lanes tile with its weights read from p). In a lanes tile the unpack of each block waits between two runs of MT
+ * activations, and its latency (row loads, transposes, the scales' inserts) is not hidden; here it is paid once per 64
+ * activations, and the unpacks of consecutive blocks overlap. PTILE takes the lanes tile's float ops per (row,
+ * activation) pair, so GEMM equals FEW (the lanes gemm, run below FG_PANEL_MIN_M) and the gemv bit for bit. The stack
+ * holds the panel (FG_PANEL_KC x sizeof(PANEL_T): 18 KB for 8 rows of Q4_0, 37 KB for 16) and the aux (32 KB). */
+#define FG_PANEL_KC 64
+#define FG_PANEL_MG 64
+#define FG_PANEL_MIN_M 32
+#define FG_GEMM_FROM_PANEL(GEMM, TARGET, PANEL_T, FILL, PTILE, AUX, FEW, WBLK, XBLK, BLK, MT, RT)               \
+    TARGET static void GEMM(int64_t n, const void *w, size_t stride, const void *xq, size_t xs, int64_t m,   \
+                            float *y, int64_t ldy, int64_t nrows) {                                          \
+        if (m < FG_PANEL_MIN_M) {                                                                            \
+            FEW(n, w, stride, xq, xs, m, y, ldy, nrows);                                                     \
+            return;                                                                                          \
+        }                                                                                                    \
+        const int64_t nb = n / (BLK);                                                                        \
+        PANEL_T panel[FG_PANEL_KC];                                                                          \
+        fg_xaux aux[FG_PANEL_MG][FG_PANEL_KC];                                                               \
+        for (int64_t a0 = 0; a0 < m; a0 += FG_PANEL_MG) {                                                    \
+            const int mg = m - a0 < FG_PANEL_MG ? (int)(m - a0) : FG_PANEL_MG;                               \
+            for (int64_t k0 = 0; k0 < nb; k0 += FG_PANEL_KC) {                                               \
+                const int kc = nb - k0 < FG_PANEL_KC ? (int)(nb - k0) : FG_PANEL_KC, first = k0 == 0;        \
+                const char *wk = (const char *)w + k0 * (WBLK), *xk = (const char *)xq + a0 * xs + k0 * (XBLK); \
+                for (int i = 0; i < mg; i++) AUX(xk + i * xs, kc, aux[i]);                                   \
+                for (int64_t r = 0; r < nrows; r += (RT)) {                                                  \
+                    const int R = nrows - r < (RT) ? (int)(nrows - r) : (RT);                                \
+                    FILL(R, kc, wk + r * stride, stride, panel);                                             \
+                    for (int a = 0; a < mg; a += (MT)) {                                                     \
+                        const int M = mg - a < (MT) ? mg - a : (MT);                                         \
+                        const fg_xaux(*caux)[FG_PANEL_KC] = (const fg_xaux(*)[FG_PANEL_KC])(aux + a);        \
+                        FG_TILE_M_##MT(PTILE, R, M, first, kc, panel, xk + a * xs, xs, caux, y + (a0 + a) * ldy + r, \
+                                       ldy)                                                                  \
+                    }                                                                                        \
+                }                                                                                            \
+            }                                                                                                \
+        }                                                                                                    \
     }
 
 /* SIMD code is compiled where the compiler takes target attributes: gcc, clang and clang-cl (which defines __clang__

@@ -341,6 +341,13 @@ FG_INLINE_AVX512 void fg_store_rows16(const int R, const int M, const __m512 *ac
     for (int a = 0; a < M; a++) _mm512_mask_storeu_ps(y + a * ldy, k, acc[a]);
 }
 
+/* One block of a 16-row panel (FG_GEMM_FROM_PANEL): 8 zmm of row-lane weights, as the format's 16-row tile unpacks
+ * them (Q4_0: lo[4], hi[4]; Q8_0: u[8]), and the rows' scales. */
+typedef struct {
+    __m512i q[8];
+    __m512 d;
+} fg_panel16;
+
 /* fg_prefetch_tile8 for the 16 rows at w: both halves. */
 #define fg_prefetch_tile16(w, stride, R, i, kc, bs)                                                         \
     do {                                                                                                     \

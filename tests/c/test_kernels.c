@@ -248,9 +248,43 @@ static void test_kq_chunks(int isa, const char *name) {
     }
 }
 
+static void test_gemm_m(int isa, const char *name, const long M) {
+    const long n = 2304, R = 37, ldy = R + 3;
+    for (size_t t = 0; t < sizeof(types) / sizeof(types[0]); t++) {
+        const int type = types[t], xtype = fg_vec_dot_type(type);
+        const fg_type_kernels *ref = fg_kernels_of(FG_ISA_SCALAR, type), *k = fg_kernels_of(isa, type);
+        if (!k->gemm || !k->gemv) continue;
+        const size_t rs = fg_row_size(type, n), xs = fg_row_size(xtype, n) + 4;
+        float *f = malloc(n * sizeof(float)), *y = malloc(M * ldy * sizeof(float)), *ye = malloc(R * sizeof(float));
+        unsigned char *w = malloc(rs * R), *x = malloc(xs * M);
+        for (long r = 0; r < R; r++) fill(f, n, (int)(r + 5)), ref->quantize(f, w + r * rs, n);
+        for (long a = 0; a < M; a++)
+            fill(f, n, (int)(a + 17)), fg_kernels_of(FG_ISA_SCALAR, xtype)->quantize(f, x + a * xs, n);
+        for (long j = 0; j < M * ldy; j++) y[j] = NAN;
+        k->gemm(n, w, rs, x, xs, M, y, ldy, R);
+        int ok = 1;
+        for (long a = 0; a < M; a++) {
+            k->gemv(n, w, rs, x + a * xs, ye, R);
+            for (long r = 0; r < ldy; r++) ok &= r < R ? y[a * ldy + r] == ye[r] : isnan(y[a * ldy + r]);
+        }
+        check(ok, "gemm-many", name, type, n, M);
+        free(f), free(y), free(ye), free(w), free(x);
+    }
+}
+
+/* Gemms that change their loop from many activations up (the panels of FG_GEMM_FROM_PANEL from 32: 64 activations
+ * per pass, 64 blocks per panel) against the gemv of each activation, bit for bit, as the m <= 9 test above: 32, 65
+ * (a whole pass of 64, then 1) and 70 activations, 37 rows (two 16-row tiles, then 5) and 72 blocks of 32 (a 64-block
+ * panel, then 8), with y rows ldy apart and nothing written outside the (m, rows) tile. */
+static void test_gemm_many(int isa, const char *name) {
+    static const long ms[] = {32, 65, 70};
+    for (size_t c = 0; c < sizeof(ms) / sizeof(ms[0]); c++) test_gemm_m(isa, name, ms[c]);
+}
+
 static void test_isa(int isa, const char *name) {
     test_nonfinite(isa, name);
     test_kq_chunks(isa, name);
+    test_gemm_many(isa, name);
     for (size_t t = 0; t < sizeof(types) / sizeof(types[0]); t++) {
         if (fg_blck_size(types[t]) == 256)
             for (size_t s = 0; s < sizeof(k_sizes) / sizeof(k_sizes[0]); s++) test_type(isa, name, types[t], k_sizes[s]);
