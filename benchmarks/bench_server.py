@@ -186,7 +186,7 @@ def main(argv=None):
     model_path = a.model or hub.default_model_path(download=True)
     m = Model(model_path, n_threads=1)
     eog = sorted(int(t) for t in m.tokenizer.eog_ids)
-    from fastgguf.openai.protocol import model_id
+    from fastgguf.api.openai.protocol import model_id
     names = {"fastgguf": model_id(m), "llama.cpp": os.path.basename(model_path)}
     del m
     rows = {e: [] for e in a.engines}

@@ -9,7 +9,7 @@ from fastgguf.engine.params import SamplingParams  # noqa: E402,F401
 from fastgguf.errors import (ChatTemplateError, ConvertError, FastGGUFError, GGUFError, GrammarError,  # noqa: E402,F401
                              HubError, QuantizeError, TokenizerError)
 from fastgguf.gguf import GGUFFile, GGUFWriter  # noqa: E402,F401
-from fastgguf.openai.client import Model  # noqa: E402,F401  (engine's Model + the OpenAI-style create_* methods)
+from fastgguf.api.openai.client import Model  # noqa: E402,F401  (engine's Model + the OpenAI-style create_* methods)
 from fastgguf.tokenizer import Tokenizer  # noqa: E402,F401
 
 __all__ = ["Model", "Context", "Tokenizer", "GGUFFile", "GGUFWriter", "SamplingParams", "GenerationResult",

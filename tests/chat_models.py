@@ -1,6 +1,6 @@
 """Random-weight chat models for the tool-call and reasoning tests: a real vocabulary (llama.cpp's vocabulary-only
 files in tests/data/vocab), a real chat template (tests/data/templates) in the metadata, and one tiny random layer.
-What they say is noise; what the OpenAI layer makes of it (constrained to a tool-call grammar, parsed) is checked."""
+What they say is noise; what the API layer makes of it (constrained to a tool-call grammar, parsed) is checked."""
 import os
 
 import numpy as np

@@ -219,7 +219,7 @@ LAYERS = [
     # convert writes GGUFs with gguf's writer; the hub's catalogue converts with it
     ("fastgguf.gguf", "fastgguf.tokenizer", "fastgguf.arch", "fastgguf.hub", "fastgguf.convert"),
     ("fastgguf.engine",),
-    ("fastgguf.openai",),
+    ("fastgguf.api",),
     ("fastgguf.server",),
     ("fastgguf.cli", "fastgguf.__main__", "fastgguf"),  # fastgguf/__init__.py: the public API, re-exports
 ]
@@ -242,7 +242,10 @@ def test_imports_run_one_way():
     up = sorted(f"{m} (layer {_layer(m)}) imports {d} (layer {_layer(d)})"
                 for m in graph for d in _edges(graph, m) if _layer(d) > _layer(m))
     assert not up, "\n".join(up)
-    assert _layer("fastgguf.server.app") > _layer("fastgguf.openai.protocol") > _layer("fastgguf.engine.scheduler")
+    assert _layer("fastgguf.server.app") > _layer("fastgguf.api.openai.protocol") > _layer("fastgguf.engine.scheduler")
+    # every dialect is one layer: the server's routes above, the engine below
+    for dialect in ("fastgguf.api.openai.client", "fastgguf.api.anthropic", "fastgguf.api.ollama"):
+        assert _layer("fastgguf.server.errors") > _layer(dialect) == _layer("fastgguf.api") > _layer("fastgguf.engine")
 
 
 def test_gguf_does_not_import_the_engine():

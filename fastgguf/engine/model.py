@@ -45,7 +45,7 @@ class Model:
     away). `fastgguf pull` never rewrites a cached model in place: it replaces the file by an atomic rename, which
     leaves a model that maps the old file intact.
 
-    The public `fastgguf.Model` is fastgguf.openai.client.Model, this class plus the OpenAI-style create_*
+    The public `fastgguf.Model` is fastgguf.api.openai.client.Model, this class plus the OpenAI-style create_*
     methods (that layer sits above the engine)."""
 
     def __init__(self, path, n_threads=None, mmap=True):

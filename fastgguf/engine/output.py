@@ -7,7 +7,7 @@
 The text goes first through reasoning.ReasoningSplitter (when the template thinks), whose answer part goes through
 tools.ToolCallStream (when the request has tools): each re-scans the whole text at every update, so the deltas joined
 are exactly the parse of the finished reply (reasoning.split_reasoning, then tools.parse). Joining them is what the
-OpenAI layer does for a non-streamed answer, so a stream and a whole response never disagree.
+API layer does for a non-streamed answer, so a stream and a whole response never disagree.
 """
 from dataclasses import dataclass
 from typing import Optional

@@ -9,7 +9,7 @@ responses_api.py, anthropic_api.py and ollama_api.py: OpenAI's Responses, Anthro
 sse.py frames streams, errors.py turns every exception into its API's error shape, limits.py checks the Host header,
 the API key and the body's size and time, transport.py serves the app with uvicorn plus a header deadline and a
 connection limit (`fastgguf serve`), schemas.py holds the pydantic models of every request and response. The batching thread is
-fastgguf.engine.scheduler; the request/response shaping is fastgguf.openai, which the in-process API
+fastgguf.engine.scheduler; the request/response shaping is fastgguf.api, which the in-process API
 (Model.create_completion / create_chat_completion) uses too.
 """
 

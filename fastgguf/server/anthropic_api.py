@@ -1,9 +1,9 @@
 """Anthropic's Messages API: POST /v1/messages and /v1/messages/count_tokens (and without /v1). The shaping is
-fastgguf.openai.messages_api; the request runs on the chat completion path (the same Scheduler and limits; errors in
+fastgguf.api.anthropic; the request runs on the chat completion path (the same Scheduler and limits; errors in
 Anthropic's shape: server/errors.py)."""
 from fastapi import APIRouter, Body, Request
 
-from fastgguf.openai.messages_api import MessagesBuilder, count_tokens, prepare_messages
+from fastgguf.api.anthropic import MessagesBuilder, count_tokens, prepare_messages
 from fastgguf.server import sse
 from fastgguf.server.routes import Dialect, in_worker, respond
 

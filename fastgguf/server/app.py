@@ -1,4 +1,4 @@
-"""create_app: the FastAPI app over one model and its Scheduler (HTTP only; the shaping is fastgguf.openai).
+"""create_app: the FastAPI app over one model and its Scheduler (HTTP only; the shaping is fastgguf.api).
 
 Errors are OpenAI's shape {"error": {message, type, param, code}} (server/errors.py): 400 for bad fields (FastAPI's
 own 422 validation format is never sent) or a Host not allowed, 401 bad key, 404 unknown model or route, 408 body too

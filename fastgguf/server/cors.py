@@ -16,7 +16,7 @@ without an Origin header (every non-browser client) are untouched.
 """
 import re
 
-from fastgguf.openai.protocol import APIError
+from fastgguf.api.openai.protocol import APIError
 from fastgguf.server.errors import error_response
 
 __all__ = ["Cors"]

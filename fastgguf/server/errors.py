@@ -1,5 +1,5 @@
 """Errors over HTTP: every exception becomes OpenAI's {"error": {message, type, param, code}} through the one
-translation, fastgguf.openai.responses.error_body; under Anthropic's paths (messages_api.PATHS) its
+translation, fastgguf.api.openai.responses.error_body; under Anthropic's paths (anthropic.PATHS) its
 {"type": "error", "error": {type, message}} of the same status, under Ollama's (ollama.PREFIX) its {"error": message}
 (a full queue: 503). FastAPI's own 422 validation format is never sent: a body that does not fit the schema is a 400
 naming the field; an unknown route a 404."""
@@ -7,9 +7,9 @@ from fastapi.exceptions import RequestValidationError
 from fastapi.responses import JSONResponse
 from starlette.exceptions import HTTPException as StarletteHTTPException
 
-from fastgguf.openai import messages_api, ollama
-from fastgguf.openai.protocol import APIError
-from fastgguf.openai.responses import error_body
+from fastgguf.api import anthropic, ollama
+from fastgguf.api.openai.protocol import APIError
+from fastgguf.api.openai.responses import error_body
 
 __all__ = ["error_response", "install"]
 
@@ -17,8 +17,8 @@ __all__ = ["error_response", "install"]
 def error_response(exc, path=""):
     """The JSONResponse (status, error dict, headers) of any exception, in the shape of the API `path` belongs to."""
     status, body, headers = error_body(exc)
-    if path in messages_api.PATHS:
-        body = messages_api.error_dict(status, body)
+    if path in anthropic.PATHS:
+        body = anthropic.error_dict(status, body)
     elif path.startswith(ollama.PREFIX + "/"):
         status, body = ollama.error_status(status), ollama.error_dict(body)
     return JSONResponse(body, status_code=status, headers=headers or None)

@@ -5,7 +5,7 @@ import hmac
 import ipaddress
 import re
 
-from fastgguf.openai.protocol import APIError
+from fastgguf.api.openai.protocol import APIError
 from fastgguf.server.errors import error_response
 
 __all__ = ["Guard", "OPEN_PATHS", "default_hosts", "host_name"]

@@ -9,7 +9,7 @@ import fastgguf
 from fastgguf import kernels
 from fastgguf.engine.chat import CHATML_TEMPLATE
 from fastgguf.engine.params import SamplingParams
-from fastgguf.openai.protocol import model_id
+from fastgguf.api.openai.protocol import model_id
 from fastgguf.server.routes import in_worker
 
 __all__ = ["router"]

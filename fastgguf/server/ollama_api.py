@@ -1,5 +1,5 @@
 """Ollama's API (/api/...): the same Scheduler, limits and API key as the OpenAI routes; the Ollama <-> OpenAI
-shaping is fastgguf.openai.ollama. Streams are newline-delimited JSON (stream defaults to true, as Ollama's);
+shaping is fastgguf.api.ollama. Streams are newline-delimited JSON (stream defaults to true, as Ollama's);
 errors are Ollama's {"error": message} with the OpenAI routes' status codes, except a full queue: 503, as Ollama
 (errors.error_response, by path: the errors of the Guard, of CORS and of unknown /api/... routes too).
 
@@ -14,9 +14,9 @@ from fastapi.responses import JSONResponse
 
 import fastgguf
 from fastgguf.engine.reasoning import detect_reasoning
-from fastgguf.openai import ollama as O
-from fastgguf.openai import protocol
-from fastgguf.openai.protocol import APIError
+from fastgguf.api import ollama as O
+from fastgguf.api.openai import protocol
+from fastgguf.api.openai.protocol import APIError
 from fastgguf.server import sse
 from fastgguf.server.routes import Dialect, in_worker, respond
 

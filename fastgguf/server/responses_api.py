@@ -1,8 +1,8 @@
-"""OpenAI's Responses API: POST /v1/responses (and /responses). The shaping is fastgguf.openai.responses_api; the
+"""OpenAI's Responses API: POST /v1/responses (and /responses). The shaping is fastgguf.api.openai.responses_api; the
 request runs on the chat completion path (the same Scheduler, limits and errors)."""
 from fastapi import APIRouter, Body, Request
 
-from fastgguf.openai.responses_api import ResponsesBuilder, prepare_responses
+from fastgguf.api.openai.responses_api import ResponsesBuilder, prepare_responses
 from fastgguf.server import sse
 from fastgguf.server.routes import Dialect, in_worker, respond
 

@@ -15,9 +15,9 @@ from fastapi.responses import JSONResponse, PlainTextResponse, Response
 
 from fastgguf.engine import sandbox
 from fastgguf.engine.scheduler import Start
-from fastgguf.openai import protocol
-from fastgguf.openai.protocol import APIError
-from fastgguf.openai.responses import builder
+from fastgguf.api.openai import protocol
+from fastgguf.api.openai.protocol import APIError
+from fastgguf.api.openai.responses import builder
 from fastgguf.server import schemas as S
 from fastgguf.server import sse
 from fastgguf.server.errors import error_response

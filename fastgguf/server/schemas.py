@@ -1,7 +1,7 @@
 """Pydantic models of every request and response of the HTTP API (OpenAI's shapes).
 
 Request models type each field loosely where fastgguf validates it itself: sampling fields are checked by
-SamplingParams (the one owner of that validation) through fastgguf.openai.protocol; fastgguf.openai.responses
+SamplingParams (the one owner of that validation) through fastgguf.api.openai.protocol; fastgguf.api.openai.responses
 builds the response dicts; the response models here describe those dicts (FastAPI validates them and shows them in /docs).
 
 The sampling fields of the generation requests are generated from the fields protocol.SAMPLING_FIELDS reads (every
@@ -16,7 +16,7 @@ from typing import Any, Dict, List, Literal, Optional, Union
 from pydantic import BaseModel, ConfigDict, create_model
 
 from fastgguf.engine.params import SamplingParams
-from fastgguf.openai.protocol import SAMPLING_FIELDS
+from fastgguf.api.openai.protocol import SAMPLING_FIELDS
 
 
 class _Loose(BaseModel):
@@ -84,7 +84,7 @@ class EmbeddingRequest(_Request):
 
 
 class RerankRequest(_Request):
-    # typed loosely: fastgguf.openai.protocol.prepare_rerank checks them (errors in OpenAI's shape)
+    # typed loosely: fastgguf.api.openai.protocol.prepare_rerank checks them (errors in OpenAI's shape)
     query: Any = None  # a string
     documents: Any = None  # a non-empty list of strings
     top_n: Any = None  # at most this many results (default: all)

@@ -9,7 +9,7 @@ import pytest
 import fastgguf
 from fastgguf import kernels
 from fastgguf.engine.scheduler import Scheduler
-from fastgguf.openai.client import create_completion, create_embedding
+from fastgguf.api.openai.client import create_completion, create_embedding
 from vocab_model import vocab_model
 
 BAD = 1000       # its embedding row is NaN: a sequence that holds it goes NaN from there on

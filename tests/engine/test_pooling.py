@@ -11,8 +11,8 @@ import fastgguf
 from fastgguf.engine.pooling import max_input_tokens
 from fastgguf.engine.scheduler import Scheduler
 from fastgguf.errors import GGUFError
-from fastgguf.openai.client import create_embedding, embed, rerank
-from fastgguf.openai.protocol import APIError, rerank_tokens
+from fastgguf.api.openai.client import create_embedding, embed, rerank
+from fastgguf.api.openai.protocol import APIError, rerank_tokens
 
 from chat_models import QWEN3_RERANK_TEMPLATE, make_chat_model
 from oracle import Oracle

@@ -57,7 +57,7 @@ def test_break_out_of_a_chat_stream_releases_the_context(model, no_gc):
 def test_abandoned_chat_stream_cancels_its_request(model, no_gc):
     """create_chat_completion(stream=True) abandoned by break: its request is cancelled at once (the engine frees
     its slot at its next step), without a garbage collection."""
-    eng = fastgguf.openai.client.default_engine(model)
+    eng = fastgguf.api.openai.client.default_engine(model)
     before = set(map(id, _requests(eng)))
     for _ in model.create_chat_completion([{"role": "user", "content": "Tell me a story."}], max_tokens=64,
                                           stream=True):

@@ -32,7 +32,7 @@ def model(tmp_path_factory):
 
 
 def submit(engine, model, prompt, params, n=1, constraints=None):
-    """Submit a request (its matchers built here, as openai/ does, unless given); its event queue."""
+    """Submit a request (its matchers built here, as api/openai/ does, unless given); its event queue."""
     q = queue.SimpleQueue()
     if constraints is None and params.constraint() is not None:
         constraints = matchers(model, params.constraint(), n)

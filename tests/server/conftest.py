@@ -89,5 +89,5 @@ def model(default_model_path):
 
 @pytest.fixture(scope="session")
 def model_name(model):
-    from fastgguf.openai.protocol import model_id
+    from fastgguf.api.openai.protocol import model_id
     return model_id(model)

@@ -14,7 +14,7 @@ import pytest
 from fastgguf.engine.params import SamplingParams
 from fastgguf.engine.scheduler import Engine, QueueFull, Request, _Seq
 from fastgguf.engine.stops import MAX_STOP_CHARS, MAX_STOPS
-from fastgguf.openai.protocol import MAX_PROMPTS
+from fastgguf.api.openai.protocol import MAX_PROMPTS
 
 from conftest import Server  # noqa: E402
 from test_server_api import http  # noqa: E402

@@ -11,7 +11,7 @@ import pytest
 
 from conftest import API_KEY
 
-from fastgguf.openai.ollama import Shaper
+from fastgguf.api.ollama import Shaper
 
 ollama = pytest.importorskip("ollama")
 
@@ -185,7 +185,7 @@ def test_bodies_are_parsed_and_shaped_off_the_event_loop(model, model_name, monk
     event loop runs in their thread."""
     import asyncio
     from fastapi.testclient import TestClient
-    from fastgguf.openai import ollama as O
+    from fastgguf.api import ollama as O
     from fastgguf.server import create_app
     calls = []
 
@@ -249,7 +249,7 @@ def test_same_request_same_text_through_both_apis(oc, client, model_name, sampli
 def test_body_mapping(model, model_name):
     """Ollama's fields onto the OpenAI body prepare_chat / prepare_completion read."""
     from fastgguf.engine.scheduler import QueueFull
-    from fastgguf.openai.ollama import chat_body, generate_body
+    from fastgguf.api.ollama import chat_body, generate_body
     from fastgguf.server.errors import error_response
     body, mode = chat_body({"model": model_name + ":latest", "messages": HI, "think": False, "keep_alive": 0,
                             "options": {"num_predict": -1, "num_ctx": 99999, "top_k": 3, "stop": ["x"]}}, model)

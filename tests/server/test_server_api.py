@@ -345,7 +345,7 @@ def test_every_json_route_refuses_a_body_that_is_not_an_object(server, model):
     Anthropic's, Ollama's, the extras, with and without /v1) answers a JSON body that is not an object (an array,
     a string, a number, null, a bool) with a 400 in its dialect's error shape saying so, never a 5xx or a Python
     exception's text (/api/show: 500 AttributeError)."""
-    from fastgguf.openai import messages_api
+    from fastgguf.api import anthropic
     from fastgguf.server import create_app
     paths = sorted(p for p, ops in create_app(model).app.openapi()["paths"].items() if "post" in ops)
     assert {"/v1/chat/completions", "/v1/messages", "/v1/responses", "/api/chat", "/api/show"} <= set(paths)
@@ -353,7 +353,7 @@ def test_every_json_route_refuses_a_body_that_is_not_an_object(server, model):
         for raw in (b"[1, 2]", b'"x"', b"3", b"null", b"true"):
             status, body, _ = http(server, "POST", path, raw=raw)
             assert status == 400, (path, raw, status, body)
-            if path in messages_api.PATHS:
+            if path in anthropic.PATHS:
                 assert body["type"] == "error" and body["error"]["type"] == "invalid_request_error", (path, body)
                 message = body["error"]["message"]
             elif path.startswith("/api/"):
@@ -370,7 +370,7 @@ def test_request_models_carry_every_sampling_field(model):
     draft_ngram_min: every field the API reads into SamplingParams (all of SamplingParams' fields, and the aliases)
     is now a field of both generation request models and of their OpenAPI schemas (/docs)."""
     from fastgguf.engine.params import SamplingParams
-    from fastgguf.openai.protocol import SAMPLING_FIELDS
+    from fastgguf.api.openai.protocol import SAMPLING_FIELDS
     from fastgguf.server import create_app, schemas
     accepted = {api for api, _ in SAMPLING_FIELDS}
     assert set(SamplingParams.names()) <= accepted

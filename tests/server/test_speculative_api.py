@@ -8,7 +8,7 @@ import pytest
 
 from conftest import API_KEY
 from fastgguf.cli import build_parser
-from fastgguf.openai.protocol import APIError, sampling_params
+from fastgguf.api.openai.protocol import APIError, sampling_params
 
 PROMPT = ("Copy the list exactly. List: red, orange, yellow, green, blue, indigo, violet, white, black, grey. "
           "Copy: red, orange, yellow,")
@@ -58,7 +58,7 @@ def test_serve_defaults():
 def test_create_app_sets_the_default(default_model_path):
     """create_app(sampling_defaults=) (what serve's flags build) reaches every request of that model."""
     import fastgguf
-    from fastgguf.openai.protocol import prepare_completion
+    from fastgguf.api.openai.protocol import prepare_completion
     from fastgguf.server import create_app
     m = fastgguf.Model(default_model_path)  # its own: the default is set on the model
     create_app(m, n_ctx=256, sampling_defaults={"speculative": "prompt_lookup", "draft_max": 4})

@@ -8,8 +8,8 @@ import urllib.request
 
 import pytest
 
-from fastgguf.openai import protocol
-from fastgguf.openai.protocol import APIError
+from fastgguf.api.openai import protocol
+from fastgguf.api.openai.protocol import APIError
 
 
 def _post(server, path, body, timeout=120):

@@ -9,7 +9,7 @@
 The names follow llama-cpp-python; the dicts are exactly what fastgguf's server sends. A call runs the same three
 steps as a route: protocol.prepare_* -> the Scheduler (the model's own, `default_engine`) -> responses' builder.
 
-Why a subclass: engine.Model must not import this layer (imports run server -> openai -> engine), yet
+Why a subclass: engine.Model must not import this layer (imports run server -> api -> engine), yet
 `fastgguf.Model(path).create_chat_completion(...)` is public API. So the public `fastgguf.Model` is this small
 subclass of fastgguf.engine.model.Model, adding only the OpenAI-shaped methods; the engine, the CLI and the server
 never need them, and everything that builds a model for users (fastgguf.Model, the CLI's load_model, the Ray
@@ -20,9 +20,9 @@ import threading
 
 from fastgguf.engine import model as _model
 from fastgguf.engine.scheduler import Scheduler
-from fastgguf.openai.protocol import is_token_id, prepare_chat, prepare_completion, prepare_embedding, \
+from fastgguf.api.openai.protocol import is_token_id, prepare_chat, prepare_completion, prepare_embedding, \
     prepare_rerank
-from fastgguf.openai.responses import builder
+from fastgguf.api.openai.responses import builder
 
 __all__ = ["Model", "create_completion", "create_chat_completion", "create_embedding", "embed", "create_rerank",
            "rerank", "default_engine", "run"]
@@ -131,22 +131,22 @@ class Model(_model.Model):
     __doc__ = _model.Model.__doc__ + """
 
     The OpenAI-style methods (create_completion, create_chat_completion, create_embedding, embed) run on the model's
-    own Scheduler (fastgguf.openai.client.default_engine)."""
+    own Scheduler (fastgguf.api.openai.client.default_engine)."""
 
     def create_completion(self, prompt, **kwargs):
         """OpenAI-style completion in-process (llama-cpp-python's name): the dict fastgguf's server sends for
-        /v1/completions, or an iterator of chunk dicts with stream=True. See fastgguf.openai.client."""
+        /v1/completions, or an iterator of chunk dicts with stream=True. See fastgguf.api.openai.client."""
         return create_completion(self, prompt, **kwargs)
 
     def create_chat_completion(self, messages, **kwargs):
         """OpenAI-style chat completion in-process: the dict the server sends for /v1/chat/completions, or an
-        iterator of chunk dicts with stream=True. See fastgguf.openai.client."""
+        iterator of chunk dicts with stream=True. See fastgguf.api.openai.client."""
         return create_chat_completion(self, messages, **kwargs)
 
     def create_embedding(self, input, **kwargs):
         """OpenAI-style embeddings in-process (llama-cpp-python's name): the dict the server sends for
         /v1/embeddings. A vector is the final hidden states pooled as the file says ({arch}.pooling_type; mean
-        when absent) and L2-normalized. See fastgguf.openai.client.create_embedding."""
+        when absent) and L2-normalized. See fastgguf.api.openai.client.create_embedding."""
         return create_embedding(self, input, **kwargs)
 
     def embed(self, input):
@@ -155,7 +155,7 @@ class Model(_model.Model):
         return embed(self, input)
 
     def create_rerank(self, query, documents, **kwargs):
-        """/v1/rerank in-process: the dict the server sends. See fastgguf.openai.client.create_rerank."""
+        """/v1/rerank in-process: the dict the server sends. See fastgguf.api.openai.client.create_rerank."""
         return create_rerank(self, query, documents, **kwargs)
 
     def rerank(self, query, documents, top_n=None, return_documents=False):

@@ -10,8 +10,8 @@ import time
 import uuid
 from collections.abc import Mapping
 
-from fastgguf.openai.protocol import PASSED_FIELDS, APIError, UNSUPPORTED, model_id, prepare_chat
-from fastgguf.openai.responses import ResponseBuilder, error_body
+from fastgguf.api.openai.protocol import PASSED_FIELDS, APIError, UNSUPPORTED, model_id, prepare_chat
+from fastgguf.api.openai.responses import ResponseBuilder, error_body
 
 __all__ = ["to_chat", "prepare_responses", "ResponsesBuilder"]
 

@@ -14,7 +14,7 @@ pytest.importorskip("llguidance")
 import fastgguf  # noqa: E402
 from fastgguf.engine.grammar import Matcher, vocabulary  # noqa: E402
 from fastgguf.engine.reasoning import split_reasoning  # noqa: E402
-from fastgguf.openai.protocol import prepare_chat, special_ids  # noqa: E402
+from fastgguf.api.openai.protocol import prepare_chat, special_ids  # noqa: E402
 
 MODELS = {   # name: (vocabulary, template, arch, tool-call format)
     "qwen25": ("qwen2", "Qwen-Qwen2.5-7B-Instruct", "qwen2", "hermes"),

@@ -10,9 +10,9 @@ import json
 import uuid
 from collections.abc import Mapping
 
-from fastgguf.openai.protocol import PASSED_FIELDS, APIError, UNSUPPORTED, model_id, prepare_chat
+from fastgguf.api.openai.protocol import PASSED_FIELDS, APIError, UNSUPPORTED, model_id, prepare_chat
 from fastgguf.engine.scheduler import Finish
-from fastgguf.openai.responses import ResponseBuilder, error_body
+from fastgguf.api.openai.responses import ResponseBuilder, error_body
 
 __all__ = ["PATHS", "to_chat", "prepare_messages", "count_tokens", "MessagesBuilder", "error_dict"]
 

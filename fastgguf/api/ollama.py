@@ -18,10 +18,10 @@ from collections.abc import Mapping
 
 from fastgguf.engine.scheduler import Start
 from fastgguf.gguf.constants import GGMLType
-from fastgguf.openai import protocol
-from fastgguf.openai.protocol import UNSUPPORTED, APIError, model_id
-from fastgguf.openai.protocol import check_model as check_openai_model
-from fastgguf.openai.responses import builder, error_body
+from fastgguf.api.openai import protocol
+from fastgguf.api.openai.protocol import UNSUPPORTED, APIError, model_id
+from fastgguf.api.openai.protocol import check_model as check_openai_model
+from fastgguf.api.openai.responses import builder, error_body
 
 __all__ = ["chat_body", "generate_body", "embed_body", "prepare_chat", "prepare_generate", "prepare_embed", "Shaper",
            "Reply", "EmbedReply", "check_model", "check_show", "error_dict", "error_status", "details", "PREFIX",

@@ -16,7 +16,7 @@ import numpy as np
 
 from fastgguf.engine.sandbox import Cancelled
 from fastgguf.engine.scheduler import Delta, Done, Embedding, Error, Finish, PromptLogprobs, QueueFull, Start
-from fastgguf.openai.protocol import APIError, EmbeddingPrepared, RerankPrepared, model_id
+from fastgguf.api.openai.protocol import APIError, EmbeddingPrepared, RerankPrepared, model_id
 
 __all__ = ["ResponseBuilder", "EmbeddingCollector", "RerankCollector", "builder", "embedding_response",
            "rerank_response", "usage_dict", "error_body"]
