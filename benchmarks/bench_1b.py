@@ -40,7 +40,7 @@ from compare import _cpu_model, bandwidth  # noqa: E402
 # name -> (n_embd, n_ff, n_head, n_head_kv, head_dim, n_layer, n_vocab)
 SHAPES = {"llama3.2-1b-shaped": (2048, 8192, 32, 8, 64, 16, 128256),
           "llama-1b-tiny": (256, 512, 4, 2, 64, 2, 2048)}
-QUANTS = ("q4_0", "q4_k_m", "q8_0")
+QUANTS = ("q4_0", "q4_k_m", "q8_0", "q6_k")
 TARGETS = {"ratio_tg": 1.3, "decode_fraction": 0.8, "ratio_pp": 1.2}
 
 
