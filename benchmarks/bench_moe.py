@@ -18,7 +18,7 @@ Files (built once, cached under ~/.cache/fastgguf/bench):
                           window 128, one full), each of its shape (n_embd 2880, 32 experts of n_ff_exp 2880, 4
                           used, 64 q heads x 64 over 8 KV heads, attention sinks, every bias), vocabulary 32000;
                           experts MXFP4 as the released files (0.85 GB), attention, token_embd and output Q8_0.
-  smollm2-upcycled-4x2.gguf  tests/upcycle.py: the default model's FFN as 4 experts, 2 used, random router.
+  smollm2-upcycled-4x2.gguf  tests/models.py upcycle: the default model's FFN as 4 experts, 2 used, random router.
 Measured per engine and thread count: pp512 (one 512-token batch from an empty context) and tg128 (128 decode
 steps; fastgguf: Context.eval one token at a time after an 8-token prompt; llama-bench: tg128, flash attention
 off and on, the better kept). Results: benchmarks/results/bench-moe-<date>.json. Do not trust a run on a busy
@@ -124,7 +124,7 @@ def build_moe(path, arch, shape, seed=0):
 def files(tiny):
     """name -> path of the benchmark files, built if missing."""
     from fastgguf import hub
-    from upcycle import upcycle
+    from models import upcycle
     os.makedirs(CACHE, exist_ok=True)
     out = {}
     for name in ("qwen3moe-tiny", "gpt-oss-tiny") if tiny else ("qwen3moe-a3b-mini", "gpt-oss-20b-mini"):

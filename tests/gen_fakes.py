@@ -1,6 +1,6 @@
 """Test doubles for what needs a tokenizer and no weights (chat templates, Sequence's detokenize/stop logic): a
 byte-level tokenizer, and a model that is only that tokenizer. Nothing here decodes: generation runs on tiny
-random-weight GGUFs (tests/vocab_model.py).
+random-weight GGUFs (tests/models.py).
 
 FakeTokenizer: ids 0..255 are bytes; specials: 256 <eos> (end of generation), 257 <bos>, 258 <|im_start|>,
 259 <|im_end|> (also end of generation)."""

@@ -5,7 +5,7 @@ writes the same bytes without llama.cpp (tests/gguf/test_quantize_kquants.py rea
     python tools/gen_quantize_hashes.py --llama-quantize /path/to/llama-quantize [--smollm2 SmolLM2...Q4_1.gguf]
         [--recipes a,b] [--pure]
 
-Sources: "random" (tests/kq_model.py: dimensions multiples of 256, F16/F32 weights), with --moe "random-moe" (the
+Sources: "random" (tests/models.py "kq": dimensions multiples of 256, F16/F32 weights), with --moe "random-moe" (the
 same with 2 layers and 4 experts, Mixtral layout) and, with --smollm2, the default model's Q4_1 file (requantized:
 `--allow-requantize`). For each recipe: llama-quantize IN OUT TYPE 1, then every
 tensor's ggml type and the sha256 of its bytes, and the output's general.file_type / general.quantization_version.
@@ -51,12 +51,12 @@ def main():
     ap.add_argument("--pure", action="store_true", help="llama-quantize --pure (stored under \"pure\")")
     ap.add_argument("--out", default=OUT)
     a = ap.parse_args()
-    from kq_model import make_kq_model
+    import models
 
     tmp = tempfile.mkdtemp()
-    sources = {"random": make_kq_model(os.path.join(tmp, "random.gguf"))}
+    sources = {"random": models.build(os.path.join(tmp, "random.gguf"), "kq")}
     if a.moe:
-        sources["random-moe"] = make_kq_model(os.path.join(tmp, "random-moe.gguf"), n_layer=2, n_expert=4)
+        sources["random-moe"] = models.build(os.path.join(tmp, "random-moe.gguf"), "kq", n_layer=2, n_expert=4)
     if a.smollm2:
         sources["smollm2-q4_1"] = a.smollm2
     version = subprocess.run([a.llama_quantize, "--help"], capture_output=True, text=True)

@@ -1,7 +1,7 @@
 #!/usr/bin/env python3
-"""Development-only: llama.cpp's logits on the upcycled SmolLM2 with perturbed experts (tests/upcycle.py: 4
-experts that are scaled copies of each layer's FFN, 2 used, a random router, small: ROUTER_SCALE), teacher-forced, into
-tests/data/upcycled-moe-references.json for tests/engine/test_upcycle.py.
+"""Development-only: llama.cpp's logits on the upcycled SmolLM2 with perturbed experts (tests/models.py upcycle:
+4 experts that are scaled copies of each layer's FFN, 2 used, a random router, small: ROUTER_SCALE), teacher-forced,
+into tests/data/upcycled-moe-references.json for tests/engine/test_upcycle.py.
 
     PYTHONPATH=~/.cache/llama-ref/llama_cpp_python-0.3.36 LLAMA_CPP_LIB_PATH=~/.cache/llama-ref/build/bin \\
         python tools/make_moe_references.py [OUT.json]
@@ -21,7 +21,7 @@ HERE = os.path.dirname(os.path.abspath(__file__))
 sys.path[:0] = [HERE, os.path.join(HERE, "..", "tests"), os.path.join(HERE, "..")]
 
 from make_tiny_references import import_llama_cpp, run  # noqa: E402
-from upcycle import upcycle  # noqa: E402
+from models import upcycle  # noqa: E402
 
 from fastgguf import hub  # noqa: E402
 from fastgguf.engine.model import Model  # noqa: E402
@@ -61,7 +61,7 @@ def main(out_path):
             print(f"{prompt!r}: {len(ids)} tokens, flash on/off: largest {max(d):.3f}, median {np.median(d):.3f}")
     ref = {"engine": f"llama.cpp via llama-cpp-python {L.__version__} low-level bindings "
                      f"(LLAMA_CPP_LIB_PATH={os.environ.get('LLAMA_CPP_LIB_PATH', '')})",
-           "model": f"tests/upcycle.py upcycle({os.path.basename(src)}, scales={list(SCALES)}, seed=0, "
+           "model": f"tests/models.py upcycle({os.path.basename(src)}, scales={list(SCALES)}, seed=0, "
                     f"router=draws * {ROUTER_SCALE})",
            "runs": runs}
     with open(out_path, "w") as f:

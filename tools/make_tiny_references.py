@@ -4,7 +4,7 @@
 
     LLAMA_CPP_LIB_PATH=/work/ref/llama/build/bin python tools/make_tiny_references.py [--only A,B] [OUT.json]
 
-It builds each case's GGUF with tests' make_tiny (deterministic: seeded weights, the gguf writer), runs it in
+It builds each case's GGUF with tests/models.py (deterministic: seeded weights, the GGUF writer), runs it in
 llama.cpp through llama-cpp-python's low-level bindings (the 0.3.36 sdist's llama_cpp package on PYTHONPATH, or
 an install; never a runtime dependency of fastgguf): the case's token ids in one batch, all logits, flash
 attention on (the reference) and off (fa_spread: the largest difference over the reference's top-10 ids, which
@@ -14,7 +14,7 @@ position.
     python tools/make_tiny_references.py --encoders [OUT.json]
 
 instead writes tests/data/tiny-encoder-references.json for tests/engine/test_tiny_encoder_references.py: the tiny
-bert / nomic-bert files (tests/encoder_model.py, with its small WordPiece vocabulary) through llama.cpp's own
+bert / nomic-bert files (tests/models.py's "encoder" ones, their small WordPiece vocabulary) through llama.cpp's own
 tools, LLAMA_BIN (default ~/.cache/llama-ref/build/bin): llama-tokenize --ids gives each prompt's token ids, and
 llama.cpp's per-token hidden states (the last layer's output, what llama-embedding --pooling none
 --embd-normalize -1 prints) come through the bindings as above (libllama from LLAMA_BIN; embeddings on, pooling

@@ -1,5 +1,5 @@
 """Tool calls and reasoning through the in-process OpenAI API (Model.create_chat_completion) on random-weight
-models that carry real vocabularies and real chat templates (tests/chat_models.py): each template's own format
+models that carry real vocabularies and real chat templates (tests/models.py "chat"): each template's own format
 (hermes, llama3, mistral) end to end, and Qwen 3's think block. The replies are noise shaped by the grammar; what is
 checked is the OpenAI layer: calls that parse and validate, finish_reason, streams that join to the whole answer."""
 import json
@@ -7,7 +7,7 @@ import json
 import jsonschema
 import pytest
 
-from chat_models import make_chat_model
+import models
 
 pytest.importorskip("llguidance")
 
@@ -39,8 +39,8 @@ def chat_model(tmp_path_factory):
     def get(name):
         if name not in cache:
             vocab, tmpl, arch, _ = MODELS[name]
-            cache[name] = fastgguf.Model(make_chat_model(root / f"{name}.gguf", vocab, tmpl, arch=arch,
-                                                         control=CONTROL.get(name, ())))
+            cache[name] = fastgguf.Model(models.build(root / f"{name}.gguf", "chat", vocab=vocab, template=tmpl,
+                                                      arch=arch, control=CONTROL.get(name, ())))
         return cache[name]
     return get
 

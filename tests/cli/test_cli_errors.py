@@ -53,8 +53,8 @@ def test_debug_shows_the_traceback(bad_gguf):
 def test_a_model_computing_nan_exits_1(tmp_path, capsys):
     """0.2: `fastgguf run` on a model whose logits are NaN (inf/NaN weights) printed a FloatingPointError traceback:
     the table had no row for it."""
-    from vocab_model import vocab_model
-    path = vocab_model(tmp_path / "nan.gguf", "llama-bpe", nan_logits=[5])
+    import models
+    path = models.build(tmp_path / "nan.gguf", "vocab", vocab="llama-bpe", nan_logits=[5])
     rc = cli.main(["run", "-m", path, "-n", "2", "hi"])
     err = capsys.readouterr().err
     assert rc == 1, err

@@ -7,62 +7,23 @@ import threading
 import numpy as np
 import pytest
 
-gguf = pytest.importorskip("gguf")
-
-from fastgguf._native import Workspace, _forward_rows  # noqa: E402
-from fastgguf.engine.batch import forward_batch  # noqa: E402
-from fastgguf.engine.model import Model  # noqa: E402
+from fastgguf._native import Workspace, _forward_rows
+from fastgguf.engine.batch import forward_batch
+from fastgguf.engine.model import Model
+import models
 
 V = 100  # the tiny model's vocabulary
 
 
-def make_tiny_gqa(path, wtype=None, seed=1):
-    """A random llama model: 3 layers, 6 query heads over 2 KV heads (GQA), head_dim 16, vocab V."""
-    rng = np.random.default_rng(seed)
-    E, L, H, KVH, F, hd = 96, 3, 6, 2, 128, 16
-    w = gguf.GGUFWriter(str(path), "llama")
-    w.add_block_count(L)
-    w.add_context_length(256)
-    w.add_embedding_length(E)
-    w.add_feed_forward_length(F)
-    w.add_head_count(H)
-    w.add_head_count_kv(KVH)
-    w.add_rope_freq_base(10000.0)
-    w.add_layer_norm_rms_eps(1e-5)
-    w.add_rope_dimension_count(hd)
-
-    def t(name, *shape, s=0.2):
-        a = (rng.standard_normal(shape) * s).astype(np.float32)
-        if wtype is not None and len(shape) == 2 and name != "token_embd.weight":
-            w.add_tensor(name, gguf.quants.quantize(a, wtype), raw_dtype=wtype)
-        else:
-            w.add_tensor(name, a)
-
-    t("token_embd.weight", V, E, s=1.0)
-    t("output_norm.weight", E, s=1.0)
-    t("output.weight", V, E)
-    for i in range(L):
-        p = f"blk.{i}."
-        t(p + "attn_norm.weight", E, s=1.0)
-        t(p + "attn_q.weight", H * hd, E)
-        t(p + "attn_k.weight", KVH * hd, E)
-        t(p + "attn_v.weight", KVH * hd, E)
-        t(p + "attn_output.weight", E, H * hd)
-        t(p + "ffn_norm.weight", E, s=1.0)
-        t(p + "ffn_gate.weight", F, E)
-        t(p + "ffn_up.weight", F, E)
-        t(p + "ffn_down.weight", E, F)
-    w.write_header_to_file()
-    w.write_kv_data_to_file()
-    w.write_tensors_to_file()
-    w.close()
-    return str(path)
+def make_tiny_gqa(path, wtype=None):
+    """A random llama model (tests/models.py): 3 layers, 6 query heads over 2 KV heads (GQA), head_dim 16, vocab V."""
+    return models.build(path, wtype=wtype, seed=1, tied=False, n_layer=3, n_embd=96, n_head=6, n_ff=128, n_ctx=256)
 
 
 @pytest.fixture(scope="module", params=["f32", "q4_0", "q8_0"])
 def tiny(request, tmp_path_factory):
-    wtype = {"f32": None, "q4_0": gguf.GGMLQuantizationType.Q4_0, "q8_0": gguf.GGMLQuantizationType.Q8_0}
-    path = make_tiny_gqa(tmp_path_factory.mktemp("batch") / f"tiny-{request.param}.gguf", wtype[request.param])
+    wtype = None if request.param == "f32" else request.param.upper()
+    path = make_tiny_gqa(tmp_path_factory.mktemp("batch") / f"tiny-{request.param}.gguf", wtype)
     return Model(path, n_threads=2)
 
 
@@ -385,9 +346,8 @@ def test_copy_prefix_sliding_window_ring(tmp_path):
     """A gemma3 model with a window of 7: the ring (7 + 256 rows) has wrapped at 300 positions; the copy (into a
     context of another n_ctx, whose ring row of a position is the same since both rings hold 263 rows) continues
     exactly like the source."""
-    from test_model import make_tiny
-    path = make_tiny(tmp_path / "g3.gguf", arch="gemma3", post_norms=True, qk_norm=True, n_layer=4,
-                     meta={"attention.sliding_window": 7, "attention.sliding_window_pattern": 3,
+    path = models.build(tmp_path / "g3.gguf", arch="gemma3", n_layer=4,
+                        meta={"attention.sliding_window": 7, "attention.sliding_window_pattern": 3,
                            "rope.freq_base_swa": 100.0})
     model = Model(path, n_threads=2)
     ids = list(map(int, np.random.default_rng(14).integers(0, 100, 300)))

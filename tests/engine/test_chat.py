@@ -8,7 +8,7 @@ from fastgguf.engine.generate import generate
 from fastgguf.engine.model import Model
 from fastgguf.engine.params import SamplingParams
 from gen_fakes import BOS, IM_END, IM_START, FakeTokenizer
-from vocab_model import vocab_model
+import models
 
 SMOL_SYSTEM = "<|im_start|>system\nYou are a helpful AI assistant named SmolLM, trained by Hugging Face<|im_end|>\n"
 
@@ -80,8 +80,8 @@ def test_bos_added_once():
 @pytest.fixture(scope="module")
 def tiny_smol(default_model_path, tmp_path_factory):
     """Random weights, the default model's tokenizer (its chat template, <|im_start|> a special token)."""
-    return Model(vocab_model(tmp_path_factory.mktemp("chat") / "smol.gguf", None, seed=2,
-                             tokenizer_from=default_model_path), n_threads=1)
+    return Model(models.build(tmp_path_factory.mktemp("chat") / "smol.gguf", "vocab", vocab=default_model_path,
+                              seed=2), n_threads=1)
 
 
 def test_chat_generates_reply(tiny_smol):
@@ -99,7 +99,7 @@ def test_chat_generates_reply(tiny_smol):
 
 def test_chat_fallback_stops_at_im_end_text(tmp_path):
     """No template: ChatML, whose end marker is a stop string (its text ends the reply)."""
-    m = Model(vocab_model(tmp_path / "gpt2.gguf", "gpt-2", seed=1), n_threads=1)
+    m = Model(models.build(tmp_path / "gpt2.gguf", "vocab", vocab="gpt-2", seed=1), n_threads=1)
     assert not m.tokenizer.chat_template
     msgs = [{"role": "user", "content": "yo"}]
     ids, params = prepare_chat(m, msgs, SamplingParams(temperature=0.0, max_tokens=8, stop=("zz",)))

@@ -9,15 +9,15 @@ import pytest
 
 gguf = pytest.importorskip("gguf")
 
-from encoder_model import N_CTX, V, make_tiny_encoder  # noqa: E402
+from models import PRESETS, build  # noqa: E402
 from oracle import Oracle  # noqa: E402
 
 from fastgguf._native import Runner, Workspace, _forward_rows, forward_batch  # noqa: E402
 from fastgguf.engine.model import Model  # noqa: E402
 
-Q = gguf.GGMLQuantizationType
-CASES = {f"{a}-{t}": (a, w) for a in ("bert", "nomic-bert") for t, w in (("f32", None), ("f16", Q.F16),
-                                                                          ("q8_0", Q.Q8_0))}
+N_CTX, V = PRESETS["encoder"].n_ctx, PRESETS["encoder"].n_vocab
+CASES = {f"{a}-{t}": (a, w) for a in ("bert", "nomic-bert") for t, w in (("f32", None), ("f16", "F16"),
+                                                                          ("q8_0", "Q8_0"))}
 RNG = np.random.default_rng(5)
 INPUTS = [[int(t) for t in RNG.integers(0, V, n)] for n in (1, 9, 40)]
 
@@ -25,7 +25,9 @@ INPUTS = [[int(t) for t in RNG.integers(0, V, n)] for n in (1, 9, 40)]
 @pytest.fixture(scope="module")
 def files(tmp_path_factory):
     d = tmp_path_factory.mktemp("encoders")
-    return {name: make_tiny_encoder(d / f"{name}.gguf", arch=a, wtype=w, seed=3) for name, (a, w) in CASES.items()}
+    # nomic-bert with bert's biases too (real ones have none; the forward pass takes them)
+    return {name: build(d / f"{name}.gguf", "encoder", arch=a, wtype=w, seed=3, bias=True)
+            for name, (a, w) in CASES.items()}
 
 
 @pytest.fixture(scope="module")

@@ -14,7 +14,7 @@ from fastgguf.engine.batch import forward_batch  # noqa: E402
 from fastgguf.engine.model import Model  # noqa: E402
 from fastgguf.kernels import available as kernels_available  # noqa: E402
 
-from test_model import make_tiny  # noqa: E402
+import models  # noqa: E402
 
 pytestmark = pytest.mark.filterwarnings("ignore:n_ctx=.*exceeds the model.s training context")
 
@@ -137,10 +137,10 @@ def test_greedy_continuation(gemma):
 # ---- tiny random models: the float64 oracle past the ring's wrap ----
 
 TINY = {
-    "gemma3": dict(arch="gemma3", post_norms=True, qk_norm=True, n_layer=4,
+    "gemma3": dict(arch="gemma3", n_layer=4,
                    meta={"attention.sliding_window": 7, "attention.sliding_window_pattern": 3,
                          "rope.freq_base_swa": 100.0}),
-    "gemma2": dict(arch="gemma2", post_norms=True, n_layer=3,
+    "gemma2": dict(arch="gemma2", n_layer=3,
                    meta={"attention.sliding_window": 9, "attn_logit_softcapping": 0.5,
                          "final_logit_softcapping": 2.0}),
 }
@@ -151,7 +151,7 @@ def test_tiny_past_the_ring_matches_oracle(tmp_path, name):
     """300 positions with a window of 7-9: the ring (window + 256 rows) wraps; the prompt in chunks of 64 (a
     chunk writes up to 64 rows before its first row reads), then decode steps."""
     from oracle import Oracle
-    path = make_tiny(tmp_path / "t.gguf", **TINY[name])
+    path = models.build(tmp_path / "t.gguf", **TINY[name])
     ids = list(np.random.default_rng(3).integers(0, 100, 300))
     want = Oracle(path).forward(ids, kv_f16=True)
     m = Model(path, n_threads=2)
@@ -168,7 +168,7 @@ def test_tiny_past_the_ring_matches_oracle(tmp_path, name):
 
 def test_tiny_batch_bit_identical(tmp_path):
     """forward_batch of several sequences (past the ring) equals each sequence run alone, bit for bit."""
-    path = make_tiny(tmp_path / "t.gguf", **TINY["gemma3"])
+    path = models.build(tmp_path / "t.gguf", **TINY["gemma3"])
     m = Model(path, n_threads=2)
     rng = np.random.default_rng(5)
     seqs = [list(rng.integers(0, 100, n)) for n in (290, 40, 275)]
@@ -186,7 +186,7 @@ def test_tiny_batch_bit_identical(tmp_path):
 
 
 def test_rewind_past_the_ring(tmp_path):
-    path = make_tiny(tmp_path / "t.gguf", **TINY["gemma3"])
+    path = models.build(tmp_path / "t.gguf", **TINY["gemma3"])
     m = Model(path, n_threads=1)
     ids = list(np.random.default_rng(4).integers(0, 100, 300))
     ctx = m.context(400)
@@ -202,21 +202,21 @@ def test_rewind_past_the_ring(tmp_path):
 
 def test_missing_tensor_or_key_is_named(tmp_path):
     from fastgguf.gguf import GGUFError
-    path = make_tiny(tmp_path / "a.gguf", arch="gemma3", qk_norm=True)            # no post norms
+    path = models.build(tmp_path / "a.gguf", arch="gemma3", post_norms=False)
     with pytest.raises(GGUFError, match="missing tensor 'blk.0.post_attention_norm.weight'.*'gemma3'"):
         Model(path)
-    path = make_tiny(tmp_path / "b.gguf", arch="gemma3", post_norms=True)        # no q/k norms
+    path = models.build(tmp_path / "b.gguf", arch="gemma3", qk_norm=False)
     with pytest.raises(GGUFError, match="attn_q_norm"):
         Model(path)
-    path = make_tiny(tmp_path / "c.gguf", arch="phi3")                           # separate gate: ffn_up too short
+    path = models.build(tmp_path / "c.gguf", arch="phi3", fused=False)     # separate gate: ffn_up too short
     with pytest.raises(GGUFError, match="ffn_up.weight: expected 192 rows"):
         Model(path)
-    path = make_tiny(tmp_path / "d.gguf", arch="gemma3", post_norms=True, qk_norm=True,
-                     meta={"attention.sliding_window": 4, "attention.sliding_window_pattern": [True, False, True]})
+    path = models.build(tmp_path / "d.gguf", arch="gemma3",
+                        meta={"attention.sliding_window": 4, "attention.sliding_window_pattern": [True, False, True]})
     with pytest.raises(GGUFError, match="sliding_window_pattern: expected 2 booleans"):
         Model(path)
-    path = make_tiny(tmp_path / "e.gguf", arch="gemma3", post_norms=True, qk_norm=True,
-                     meta={"attention.sliding_window": 4, "attention.sliding_window_pattern": [False, True]})
+    path = models.build(tmp_path / "e.gguf", arch="gemma3",
+                        meta={"attention.sliding_window": 4, "attention.sliding_window_pattern": [False, True]})
     assert Model(path).hparams.swa_layers == (1,)
 
 

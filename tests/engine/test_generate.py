@@ -1,5 +1,5 @@
 """Generation logic (stop strings, streaming, finish_reason, usage, context handling) on a tiny random-weight model
-(tests/vocab_model.py: GPT-2's vocabulary, noise over all of it), and the real Cython decode loop on the default
+(tests/models.py "vocab": GPT-2's vocabulary, noise over all of it), and the real Cython decode loop on the default
 model. The expected outputs are derived from the model's own plain output (a stop string cut out of it, a prefix of
 it) or written out as a Python reference loop (Sequence.step on one Context.eval per token)."""
 import numpy as np
@@ -9,7 +9,7 @@ from fastgguf.engine.generate import GenerationResult, GenerationStream, generat
 from fastgguf.engine.model import Model
 from fastgguf.engine.params import SamplingParams
 from fastgguf.engine.sequence import Sequence
-from vocab_model import vocab_model
+import models
 
 GREEDY = dict(temperature=0.0)
 
@@ -18,7 +18,8 @@ GREEDY = dict(temperature=0.0)
 def tiny(tmp_path_factory):
     """2 random layers over GPT-2's vocabulary, a training context of 512 tokens: free output never ends early once
     its end-of-generation token is banned (no_eog)."""
-    return Model(vocab_model(tmp_path_factory.mktemp("gen") / "tiny.gguf", "gpt-2", seed=1, n_ctx=512), n_threads=1)
+    path = models.build(tmp_path_factory.mktemp("gen") / "tiny.gguf", "vocab", vocab="gpt-2", seed=1, n_ctx=512)
+    return Model(path, n_threads=1)
 
 
 def no_eog(model):

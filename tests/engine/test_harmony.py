@@ -2,7 +2,7 @@
 the final channel (and commentary preambles) content, messages to a recipient (harmony's own tool calls) neither;
 streamed at every cut point as split whole; the template's history (earlier thoughts dropped, as it does); the
 grammar wrapper that puts a constraint in the final channel; the in-process OpenAI API on random-weight models
-(qwen2 and gpt-oss) with a harmony vocabulary (tests/chat_models.py). The same over HTTP:
+(qwen2 and gpt-oss) with a harmony vocabulary (tests/models.py build_harmony). The same over HTTP:
 tests/server/test_harmony_api.py."""
 import json
 import random
@@ -11,7 +11,7 @@ from pathlib import Path
 import pytest
 
 import fastgguf
-from chat_models import harmony_steering, make_harmony_model
+from models import build_harmony, harmony_steering
 from fastgguf.engine.chat import render_template
 from fastgguf.engine.output import ChatDelta, ChatOutputParser
 from fastgguf.engine.reasoning import (ReasoningSplitter, detect_reasoning, is_harmony, reasoning_grammar,
@@ -133,7 +133,7 @@ MSGS = [{"role": "user", "content": "Weather in Paris?"}]
 def harmony_model(tmp_path_factory, request):
     """The harmony vocabulary and template on a random qwen2 layer, and on a random gpt-oss layer (sinks, a
     sliding window shorter than the prompt, experts): the channels come apart whatever runs underneath."""
-    return fastgguf.Model(make_harmony_model(tmp_path_factory.mktemp("harmony") / "h.gguf", arch=request.param))
+    return fastgguf.Model(build_harmony(tmp_path_factory.mktemp("harmony") / "h.gguf", arch=request.param))
 
 
 def test_in_process_api_splits_the_channels(harmony_model):

@@ -13,6 +13,7 @@ gguf = pytest.importorskip("gguf")
 from fastgguf.gguf import GGUFError  # noqa: E402
 from fastgguf.engine.model import Context, Model  # noqa: E402
 from fastgguf.kernels import available as kernels_available, build_info  # noqa: E402
+import models  # noqa: E402
 
 HERE = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))  # tests/
 REF = os.path.join(HERE, "data", "smollm2-q4_1-logits.json")        # llama.cpp (see its README in shared/reference)
@@ -326,111 +327,27 @@ def test_rewind_then_continue_matches(model, reference):
     np.testing.assert_allclose(ctx.eval(ids[5:], all_logits=True), full[5:], atol=2e-3, rtol=0)
 
 
-# ---- a tiny synthetic llama (F32 weights: fastgguf must match the float64 oracle almost exactly) ----
+# ---- tiny synthetic models (tests/models.py; F32 weights: fastgguf must match the float64 oracle almost exactly) ----
 
-def make_tiny(path, *, arch="llama", tied=True, bias=False, rope_freqs=False, scale_linear=None, extra=None,
-              wtype=None, qk_norm=False, seed=0, post_norms=False, n_layer=2, meta=None, fused=False, n_head_kv=2,
-              no_vocab=False, rope_base=10000.0):
-    """meta: more metadata, {key without the arch prefix: int (uint32), float (float32), str or list of bools}.
-    no_vocab: also write what llama.cpp needs to load a file without a tokenizer (tools/make_tiny_references.py)."""
-    rng = np.random.default_rng(seed)
-    E, L, H, KVH, F, V, hd = 64, n_layer, 4, n_head_kv, 96, 100, 16
-    w = gguf.GGUFWriter(str(path), arch)
-    if no_vocab:
-        w.add_tokenizer_model("no_vocab")
-        w.add_vocab_size(V)
-    w.add_block_count(L)
-    w.add_context_length(128)
-    w.add_embedding_length(E)
-    w.add_feed_forward_length(F)
-    w.add_head_count(H)
-    w.add_head_count_kv(KVH)
-    w.add_rope_freq_base(rope_base)
-    w.add_layer_norm_rms_eps(1e-5)
-    w.add_rope_dimension_count(hd)
-    if scale_linear:
-        w.add_rope_scaling_type(gguf.RopeScalingType.LINEAR)
-        w.add_rope_scaling_factor(scale_linear)
-    for k, v in (meta or {}).items():
-        if isinstance(v, list):
-            w.add_array(f"{arch}.{k}", v)
-        elif isinstance(v, str):
-            w.add_string(f"{arch}.{k}", v)
-        elif isinstance(v, float):
-            w.add_float32(f"{arch}.{k}", v)
-        else:
-            w.add_uint32(f"{arch}.{k}", v)
-
-    def t(name, *shape, s=0.2, a=None):
-        a = (rng.standard_normal(shape) * s).astype(np.float32) if a is None else a
-        if wtype is not None and len(shape) == 2 and name != "token_embd.weight":
-            w.add_tensor(name, gguf.quants.quantize(a, wtype), raw_dtype=wtype)
-        else:
-            w.add_tensor(name, a)
-
-    t("token_embd.weight", V, E, s=1.0)
-    t("output_norm.weight", E, s=1.0)
-    if not tied:
-        t("output.weight", V, E)
-    if rope_freqs:
-        w.add_tensor("rope_freqs.weight", np.linspace(1.0, 8.0, hd // 2).astype(np.float32))
-    for i in range(L):
-        p = f"blk.{i}."
-        t(p + "attn_norm.weight", E, s=1.0)
-        if fused:   # phi3: q|k|v in one matrix
-            t(p + "attn_qkv.weight", a=(rng.standard_normal(((H + 2 * KVH) * hd, E)) * 0.2).astype(np.float32))
-        else:
-            t(p + "attn_q.weight", H * hd, E)
-            t(p + "attn_k.weight", KVH * hd, E)
-            t(p + "attn_v.weight", KVH * hd, E)
-        if bias:
-            t(p + "attn_q.bias", H * hd)
-            t(p + "attn_k.bias", KVH * hd)
-            t(p + "attn_v.bias", KVH * hd)
-        if qk_norm:
-            t(p + "attn_q_norm.weight", hd, s=1.0)
-            t(p + "attn_k_norm.weight", hd, s=1.0)
-        t(p + "attn_output.weight", E, H * hd)
-        if post_norms:
-            t(p + "post_attention_norm.weight", E, s=1.0)
-            t(p + "post_ffw_norm.weight", E, s=1.0)
-        t(p + "ffn_norm.weight", E, s=1.0)
-        if fused:   # phi3: gate|up in ffn_up
-            t(p + "ffn_up.weight", a=(rng.standard_normal((2 * F, E)) * 0.2).astype(np.float32))
-        else:
-            t(p + "ffn_gate.weight", F, E)
-            t(p + "ffn_up.weight", F, E)
-        t(p + "ffn_down.weight", E, F)
-    for name, a in (extra or {}).items():   # an array, or (raw bytes (rows, bytes per row), ggml type)
-        if isinstance(a, tuple):
-            w.add_tensor(name, a[0], raw_dtype=a[1])
-        else:
-            w.add_tensor(name, a)
-    w.write_header_to_file()
-    w.write_kv_data_to_file()
-    w.write_tensors_to_file()
-    w.close()
-    return str(path)
-
-
+LINEAR = {"rope.scaling.type": "linear"}
 GEMMA_TINY = [
     {"arch": "gemma"},
-    {"arch": "gemma2", "post_norms": True, "n_layer": 3,
+    {"arch": "gemma2", "n_layer": 3,
      "meta": {"attention.sliding_window": 5, "attn_logit_softcapping": 0.5, "final_logit_softcapping": 2.0}},
-    {"arch": "gemma3", "post_norms": True, "qk_norm": True, "n_layer": 4,
+    {"arch": "gemma3", "n_layer": 4,
      "meta": {"attention.sliding_window": 4, "attention.sliding_window_pattern": 3, "rope.freq_base_swa": 100.0}},
-    {"arch": "gemma3", "post_norms": True, "qk_norm": True, "n_layer": 3, "scale_linear": 8.0,
-     "meta": {"attention.sliding_window": 3, "final_logit_softcapping": 3.0}},
+    {"arch": "gemma3", "n_layer": 3, "meta": {**LINEAR, "rope.scaling.factor": 8.0, "attention.sliding_window": 3,
+                                              "final_logit_softcapping": 3.0}},
 ]
 
 
-@pytest.mark.parametrize("opts", [{}, {"tied": False, "bias": True}, {"rope_freqs": True}, {"scale_linear": 4.0},
-                                  {"arch": "qwen2", "bias": True}, {"arch": "qwen3", "qk_norm": True},
-                                  {"arch": "phi3", "fused": True, "tied": False}]
+@pytest.mark.parametrize("opts", [{}, {"tied": False, "bias": True}, {"rope_freqs": True},
+                                  {"meta": {**LINEAR, "rope.scaling.factor": 4.0}}, {"arch": "qwen2"},
+                                  {"arch": "qwen3"}, {"arch": "phi3", "tied": False}]
                          + GEMMA_TINY)
 def test_tiny_model_matches_oracle(tmp_path, opts):
     from oracle import Oracle
-    path = make_tiny(tmp_path / "tiny.gguf", **opts)
+    path = models.build(tmp_path / "tiny.gguf", **opts)
     ids = [5, 17, 99, 0, 42, 42, 7, 63, 1, 2, 88, 31]
     want = Oracle(path).forward(ids, kv_f16=True)      # fastgguf's KV cache is F16
     m = Model(path, n_threads=2)
@@ -441,11 +358,11 @@ def test_tiny_model_matches_oracle(tmp_path, opts):
     np.testing.assert_allclose(steps, want, atol=1e-3, rtol=1e-3)
 
 
-@pytest.mark.parametrize("opts", [{}, {"arch": "phi3", "fused": True}, {"arch": "qwen3", "qk_norm": True}])
+@pytest.mark.parametrize("opts", [{}, {"arch": "phi3"}, {"arch": "qwen3"}])
 def test_tiny_quantized_model_close_to_oracle(tmp_path, opts):
-    """Q8_0 weights (phi3: its fused matrices split into row views of quantized blocks)."""
+    """Q8_0 weights (phi3: its attn_output and ffn_down; its fused matrices stay F32 in tests/models.py)."""
     from oracle import Oracle
-    path = make_tiny(tmp_path / "tiny.gguf", wtype=gguf.GGMLQuantizationType.Q8_0, **opts)
+    path = models.build(tmp_path / "tiny.gguf", wtype="Q8_0", **opts)
     ids = [5, 17, 99, 0, 42, 42, 7]
     want = Oracle(path).forward(ids)
     got = Model(path, n_threads=1).context(8).eval(ids, all_logits=True)
@@ -453,22 +370,21 @@ def test_tiny_quantized_model_close_to_oracle(tmp_path, opts):
 
 
 def test_unsupported_architecture(tmp_path):
-    path = make_tiny(tmp_path / "m.gguf", arch="mamba9")
+    path = models.build(tmp_path / "m.gguf", arch="mamba9")
     with pytest.raises(GGUFError, match="architecture 'mamba9' is not supported"):
         Model(path)
 
 
 def test_unsupported_tensor_type(tmp_path):
     # Q8_1 is an activation type only: a weight of that type (two blocks of 32 a row of 64) cannot run
-    q8_1 = (np.zeros((100, 2 * gguf.GGML_QUANT_SIZES[gguf.GGMLQuantizationType.Q8_1][1]), np.uint8),
-            gguf.GGMLQuantizationType.Q8_1)
-    path = make_tiny(tmp_path / "m.gguf", tied=True, extra={"output.weight": q8_1})
+    q8_1 = (np.zeros((100, 2 * gguf.GGML_QUANT_SIZES[gguf.GGMLQuantizationType.Q8_1][1]), np.uint8), "Q8_1")
+    path = models.build(tmp_path / "m.gguf", tied=True, extra={"output.weight": q8_1})
     with pytest.raises(GGUFError, match="type Q8_1"):
         Model(path)
 
 
 def test_unknown_tensor(tmp_path):
-    path = make_tiny(tmp_path / "m.gguf", extra={"blk.0.mystery.weight": np.zeros(4, np.float32)})
+    path = models.build(tmp_path / "m.gguf", extra={"blk.0.mystery.weight": np.zeros(4, np.float32)})
     with pytest.raises(GGUFError, match="blk.0.mystery.weight"):
         Model(path)
 
@@ -514,7 +430,7 @@ def test_greedy_generation_matches_reference(model, reference):
 def test_scalar_isa_matches_simd(tmp_path):
     """The forward pass's twins (attention, softmax, swiglu, F16 store) on every available ISA agree."""
     from fastgguf import kernels
-    path = make_tiny(tmp_path / "tiny.gguf", arch="qwen3", qk_norm=True)
+    path = models.build(tmp_path / "tiny.gguf", arch="qwen3")
     m = Model(path, n_threads=2)
     ids = [5, 17, 99, 0, 42, 42, 7, 63, 1, 2, 88, 31]
     isa = kernels.active()

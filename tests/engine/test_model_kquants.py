@@ -1,6 +1,6 @@
 """The forward pass on the K-quants and the other llama.cpp formats (Q2_K..Q6_K, Q5_0, Q5_1, IQ4_NL, IQ4_XS, MXFP4):
 
-- a small random llama (tests/kq_model.py: every dimension a multiple of 256) with every matrix, token embedding
+- a small random llama (tests/models.py "kq": every dimension a multiple of 256) with every matrix, token embedding
   and output included, in one format, against the float64 oracle (weights dequantized by gguf-py), on every ISA:
   each format's dequantize / vec_dot / gemv / gemm runs inside a real forward pass;
 - the default model requantized by our quantizer (byte-identical to llama-quantize's, tests/gguf/
@@ -11,7 +11,7 @@ import pytest
 
 from fastgguf import kernels
 from fastgguf.engine.model import Model
-from kq_model import make_kq_model
+import models
 
 FORMATS = ["Q2_K", "Q3_K", "Q4_K", "Q5_K", "Q6_K", "Q5_0", "Q5_1", "IQ4_NL", "IQ4_XS", "MXFP4"]
 IDS = [5, 17, 99, 0, 42, 42, 7, 63, 1, 2, 88, 31, 300, 511]
@@ -25,7 +25,7 @@ MAX_REL, MEDIAN = 0.035, 0.02
 @pytest.fixture(scope="module")
 def kq_models(tmp_path_factory):
     d = tmp_path_factory.mktemp("kqf")
-    return {t: make_kq_model(d / f"{t}.gguf", wtype=t) for t in FORMATS}
+    return {t: models.build(d / f"{t}.gguf", "kq", wtype=t) for t in FORMATS}
 
 
 @pytest.mark.parametrize("fmt", FORMATS)

@@ -10,7 +10,8 @@ gguf = pytest.importorskip("gguf")
 from fastgguf.engine.batch import forward_batch  # noqa: E402
 from fastgguf.engine.model import Model  # noqa: E402
 from fastgguf.errors import GGUFError  # noqa: E402
-from moe_model import make_moe, tie_router  # noqa: E402
+import models  # noqa: E402
+from models import tie_router  # noqa: E402
 from oracle import Oracle  # noqa: E402
 from test_tiny_references import CASES, IDS, build  # noqa: E402
 
@@ -20,7 +21,7 @@ pytestmark = pytest.mark.filterwarnings("ignore:n_ctx=.*exceeds the model's trai
 F32_CASES = [n for n, (o, _) in CASES.items() if "moe" in o and "wtype" not in o["moe"]] + ["granite"]
 
 
-# name -> make_moe options of the routing edge cases
+# name -> models.build options (preset "moe") of the routing edge cases
 EDGE = {
     "ties": {"router": tie_router, "n_used": 3},
     "all-used": {"n_expert": 4, "n_used": 4},
@@ -29,7 +30,8 @@ EDGE = {
     "128x8": {"n_expert": 128, "n_used": 8, "n_ff_exp": 16},
     "olmoe": {"arch": "olmoe", "n_head_kv": 4},   # whole-vector q/k norms: one row takes the batch path too
     # gpt-oss with expert biases spread 8: most gate/up values pass SWIGLU_OAI's clamp at 7
-    "gpt-oss-clamped": {"arch": "gpt-oss", "n_expert": 4, "bias_scale": 8.0, "meta": {"attention.sliding_window": 5}},
+    "gpt-oss-clamped": {"arch": "gpt-oss", "n_expert": 4, "scale": {"expert_bias": 8.0},
+                        "meta": {"attention.sliding_window": 5}},
 }
 
 
@@ -56,7 +58,7 @@ def test_tiny_cases_match_the_oracle(tmp_path, name):
 @pytest.fixture(scope="module")
 def edge_files(tmp_path_factory):
     d = tmp_path_factory.mktemp("moe")
-    return {n: make_moe(d / f"{n}.gguf", seed=3, **kw) for n, kw in EDGE.items()}
+    return {n: models.build(d / f"{n}.gguf", "moe", seed=3, **kw) for n, kw in EDGE.items()}
 
 
 @pytest.mark.parametrize("name", sorted(EDGE))
@@ -98,7 +100,7 @@ def test_batched_equals_solo_on_any_thread_count(edge_files, name):
     ({"meta": {"expert_feed_forward_length": 48}}, "ffn_gate_exps"),   # not the tensors' width
 ])
 def test_hostile_expert_hyperparameters_are_gguf_errors(tmp_path, kw, key):
-    p = make_moe(tmp_path / "bad.gguf", **kw)
+    p = models.build(tmp_path / "bad.gguf", "moe", **kw)
     with pytest.raises(GGUFError, match=key):
         Model(p)
 
@@ -106,7 +108,7 @@ def test_hostile_expert_hyperparameters_are_gguf_errors(tmp_path, kw, key):
 def test_memory_counts_expert_bytes_and_the_bytes_a_token_reads(tmp_path):
     """8 F32 experts of (32 x 64) gate/up/down, 2 used, 2 layers: the stacks are 2 * 3 * 8 * 32 * 64 * 4 bytes, a
     token reads 2/8 of them plus everything else (the untied output whole, one token_embd row)."""
-    m = Model(make_moe(tmp_path / "m.gguf", arch="llama"))
+    m = Model(models.build(tmp_path / "m.gguf", "moe", arch="llama"))
     mem = m.memory()
     experts = 2 * 3 * 8 * 32 * 64 * 4
     weights = sum(t.nbytes for t in m.file.tensors.values())
@@ -120,7 +122,7 @@ def test_memory_counts_expert_bytes_and_the_bytes_a_token_reads(tmp_path):
 
 def test_info_prints_the_expert_bytes(tmp_path, capsys):
     from fastgguf import cli
-    p = make_moe(tmp_path / "m.gguf", arch="llama")
+    p = models.build(tmp_path / "m.gguf", "moe", arch="llama")
     assert cli.main(["info", p, "--no-tensors"]) == 0
     out = capsys.readouterr().out
     mem = Model(p).memory()
@@ -136,7 +138,7 @@ def test_gpt_oss_sliding_window_ring_wraps(tmp_path, wtype):
     """gpt-oss's window (5 here) on its even layers with a prompt longer than the K/V ring (n_swa + FG_MAX_BATCH =
     261 rows): a 270-token prompt, then decode steps past 300, equal the whole 300 tokens run as one prompt, bit
     for bit, on 1 and 2 threads; F32 experts equal the float64 oracle there too."""
-    p = make_moe(tmp_path / "oss.gguf", seed=5, wtype=wtype, **GPTOSS)
+    p = models.build(tmp_path / "oss.gguf", "moe", seed=5, wtype=wtype, **GPTOSS)
     ids = [int(t) for t in np.random.default_rng(1).integers(0, 100, 300)]
     m1, m2 = Model(p, n_threads=1), Model(p, n_threads=2)
     whole = m2.context(320).eval(ids, all_logits=True)
@@ -150,22 +152,22 @@ def test_gpt_oss_sliding_window_ring_wraps(tmp_path, wtype):
 
 def test_gpt_oss_hyperparameters(tmp_path):
     """The even layers slide (llama.cpp's swa pattern 2), a window is required, experts are required."""
-    m = Model(make_moe(tmp_path / "oss.gguf", n_layer=3, **GPTOSS))
+    m = Model(models.build(tmp_path / "oss.gguf", "moe", n_layer=3, **GPTOSS))
     hp = m.hparams
     assert (hp.swa_layers, hp.n_swa, hp.moe_gating, hp.moe_act, hp.moe_norm_w) == \
         ((0, 2), 5, "softmax_weight", "swiglu_oai", False)
     with pytest.raises(GGUFError, match="sliding_window"):
-        Model(make_moe(tmp_path / "nowin.gguf", arch="gpt-oss", n_expert=4))
+        Model(models.build(tmp_path / "nowin.gguf", "moe", arch="gpt-oss", n_expert=4))
     with pytest.raises(GGUFError, match="expert_count"):
-        Model(make_moe(tmp_path / "noexp.gguf", arch="gpt-oss", meta={"expert_count": 0,
-                                                                    "attention.sliding_window": 5}))
+        Model(models.build(tmp_path / "noexp.gguf", "moe", arch="gpt-oss",
+                           meta={"expert_count": 0, "attention.sliding_window": 5}))
 
 
 def test_gpt_oss_info(tmp_path, capsys):
     """fastgguf info on a gpt-oss file with MXFP4 experts: the expert bytes count the expert biases (a token reads
     the chosen experts' rows of them too)."""
     from fastgguf import cli
-    p = make_moe(tmp_path / "oss.gguf", wtype="MXFP4", **GPTOSS)
+    p = models.build(tmp_path / "oss.gguf", "moe", wtype="MXFP4", **GPTOSS)
     assert cli.main(["info", p, "--no-tensors"]) == 0
     out = capsys.readouterr().out
     assert "gpt-oss" in out and "MXFP4" in out

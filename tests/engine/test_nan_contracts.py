@@ -10,7 +10,7 @@ import fastgguf
 from fastgguf import kernels
 from fastgguf.engine.scheduler import Scheduler
 from fastgguf.api.openai.client import create_completion, create_embedding
-from vocab_model import vocab_model
+import models
 
 BAD = 1000       # its embedding row is NaN: a sequence that holds it goes NaN from there on
 GOOD = [300, 301, 302]
@@ -18,8 +18,8 @@ GOOD = [300, 301, 302]
 
 @pytest.fixture(scope="module")
 def nan_model(tmp_path_factory):
-    return fastgguf.Model(vocab_model(tmp_path_factory.mktemp("nan") / "m.gguf", "llama-bpe", nan_embd=[BAD]),
-                          n_threads=1)
+    path = models.build(tmp_path_factory.mktemp("nan") / "m.gguf", "vocab", vocab="llama-bpe", nan_embd=[BAD])
+    return fastgguf.Model(path, n_threads=1)
 
 
 @pytest.fixture(scope="module")
@@ -68,7 +68,8 @@ def test_batch_nan_sequence_fails_alone(nan_model, engine):
 @pytest.mark.parametrize("echo", [False, True])
 def test_logprobs_nan(tmp_path, echo):
     """Four NaN logits: 0.2 returned -9999 for every logprob."""
-    m = fastgguf.Model(vocab_model(tmp_path / "m.gguf", "llama-bpe", nan_logits=[7, 8, 9, 10]), n_threads=1)
+    path = models.build(tmp_path / "m.gguf", "vocab", vocab="llama-bpe", nan_logits=[7, 8, 9, 10])
+    m = fastgguf.Model(path, n_threads=1)
     eng = Scheduler(m, parallel=1, n_ctx=64, n_threads=1).start()
     try:
         with pytest.raises(FloatingPointError, match="NaN"):

@@ -1,5 +1,5 @@
 """Pooling read from the file ({arch}.pooling_type, the rank classifier head) and what embed / rerank make of it:
-tiny random-weight qwen3 files (tests/chat_models.py) against the float64 oracle's final hidden states
+tiny random-weight qwen3 files (tests/models.py "chat") against the float64 oracle's final hidden states
 (tests/oracle.py), pooled here the plain way; batched == one by one, bit for bit."""
 import json
 import os
@@ -14,7 +14,7 @@ from fastgguf.errors import GGUFError
 from fastgguf.api.openai.client import create_embedding, embed, rerank
 from fastgguf.api.openai.protocol import APIError, rerank_tokens
 
-from chat_models import QWEN3_RERANK_TEMPLATE, make_chat_model
+from models import QWEN3_RERANK_TEMPLATE, build as build_model
 from oracle import Oracle
 
 POOLINGS = {"none": 0, "mean": 1, "cls": 2, "last": 3}
@@ -32,7 +32,8 @@ def build(name, path):
     """The tiny random qwen3 file of a case (deterministic: seeded weights, the gguf writer); returns its path."""
     pooling = POOLINGS.get(name, 4 if name.startswith("rank") else None)
     head = {"rank_qwen3": "qwen3", "rank_full": "full"}.get(name)
-    return make_chat_model(path, "qwen2", "Qwen-Qwen3-0.6B", arch="qwen3", seed=3, pooling=pooling, head=head)
+    return build_model(path, "chat", vocab="qwen2", template="Qwen-Qwen3-0.6B", arch="qwen3", seed=3, pooling=pooling,
+                       head=head)
 
 
 @pytest.fixture(scope="module")
@@ -96,7 +97,7 @@ def test_pooling_and_head_read_from_the_file(models):
 
 def test_bad_pooling_type_and_causal_are_gguf_errors(tmp_path):
     from fastgguf import GGUFFile
-    src = make_chat_model(tmp_path / "m.gguf", "qwen2", "Qwen-Qwen3-0.6B", arch="qwen3")
+    src = build_model(tmp_path / "m.gguf", "chat", vocab="qwen2", template="Qwen-Qwen3-0.6B", arch="qwen3")
     with GGUFFile(src) as g:
         from fastgguf.arch.base import get as arch_get
         a = arch_get(g)
@@ -142,7 +143,7 @@ def _rewrite(src, dst, key=None, value=None, add=None, drop=None):
 
 def test_cls_without_weight_is_refused(tmp_path):
     from fastgguf import GGUFFile, GGUFWriter
-    src = make_chat_model(tmp_path / "m.gguf", "qwen2", "Qwen-Qwen3-0.6B", arch="qwen3", pooling=4)
+    src = build_model(tmp_path / "m.gguf", "chat", vocab="qwen2", template="Qwen-Qwen3-0.6B", arch="qwen3", pooling=4)
     with GGUFFile(src) as g:   # src's keys and tensors, and a bias without its weight
         w = GGUFWriter()
         for k in g.metadata:

@@ -9,7 +9,7 @@ import pytest
 
 from fastgguf._native import generate_ids
 from fastgguf.engine.sampler import Sampler
-from kq_model import make_kq_model
+import models
 
 NEG_INF = np.float32(-np.inf)
 SIZES = [1, 7, 33, 1000, 49152 + 5]
@@ -187,7 +187,7 @@ def test_mask_validation():
 @pytest.fixture(scope="module")
 def tiny(tmp_path_factory):
     from fastgguf.engine.model import Model
-    return Model(make_kq_model(tmp_path_factory.mktemp("masked") / "tiny.gguf", n_layer=1), n_threads=1)
+    return Model(models.build(tmp_path_factory.mktemp("masked") / "tiny.gguf", "kq", n_layer=1), n_threads=1)
 
 
 class Allow:

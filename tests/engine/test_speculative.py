@@ -10,7 +10,7 @@ import fastgguf
 from fastgguf.engine.params import SamplingParams
 from fastgguf.engine.scheduler import Delta, Done, Error, Finish, Request, Scheduler
 from fastgguf.engine.speculative import PromptLookup
-from vocab_model import vocab_model
+import models
 
 REPEAT = ("Copy the list exactly. List: apple, banana, cherry, date, elderberry, fig, grape, honeydew, kiwi, lemon. "
           "Copy: apple, banana, cherry, date,")
@@ -25,8 +25,7 @@ def model(default_model_path):
 @pytest.fixture(scope="module")
 def noise_draft(default_model_path, tmp_path_factory):
     """A random-weight llama with the default model's vocabulary: its drafts are mostly rejected."""
-    path = vocab_model(tmp_path_factory.mktemp("spec") / "noise.gguf", None, seed=3,
-                       tokenizer_from=default_model_path)
+    path = models.build(tmp_path_factory.mktemp("spec") / "noise.gguf", "vocab", vocab=default_model_path, seed=3)
     return fastgguf.Model(path, n_threads=1)
 
 
@@ -85,7 +84,7 @@ def test_params():
 
 
 def test_draft_model_vocabulary_mismatch(model, tmp_path):
-    other = fastgguf.Model(vocab_model(tmp_path / "other.gguf", "llama-spm"), n_threads=1)
+    other = fastgguf.Model(models.build(tmp_path / "other.gguf", "vocab", vocab="llama-spm"), n_threads=1)
     with pytest.raises(ValueError, match="vocabulary"):
         model.generate("Hi", speculative=other, max_tokens=2)
 
@@ -135,7 +134,7 @@ def test_max_tokens_stop_and_full_context(model):
 def test_failing_drafter_is_dropped(model, tmp_path):
     """A draft model whose logits are NaN fails to draft: generate() and the Scheduler alike go on without drafts,
     with plain decoding's tokens."""
-    path = vocab_model(tmp_path / "nan.gguf", None, seed=3, nan_logits=(5,), tokenizer_from=model.path)
+    path = models.build(tmp_path / "nan.gguf", "vocab", vocab=model.path, seed=3, nan_logits=(5,))
     broken = fastgguf.Model(path, n_threads=1)
     kw = dict(temperature=0, max_tokens=12)
     ref = plain(model, REPEAT, **kw)

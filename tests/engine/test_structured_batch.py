@@ -1,7 +1,7 @@
 """Structured output through the Scheduler: constrained and unconstrained requests batched together give, token for
 token, what model.generate gives each alone (a matcher per choice: n=2 choices never share one), and the engine
 fails closed: a grammar without matchers is refused before it is queued, a matcher that raises fails only its own
-request. The model is a random-weight llama with a real BPE vocabulary (tests/vocab_model.py): its output is noise,
+request. The model is a random-weight llama with a real BPE vocabulary (tests/models.py "vocab"): its output is noise,
 so the masks decide nearly every token."""
 import json
 import queue
@@ -14,7 +14,7 @@ from fastgguf import Model  # noqa: E402
 from fastgguf.engine.grammar import matchers  # noqa: E402
 from fastgguf.engine.params import SamplingParams  # noqa: E402
 from fastgguf.engine.scheduler import Delta, Done, Engine, Error, Finish, Request  # noqa: E402
-from vocab_model import vocab_model  # noqa: E402
+import models  # noqa: E402
 
 SCHEMAS = [
     {"type": "object", "properties": {"a": {"type": "integer"}, "b": {"type": "boolean"}}, "required": ["a", "b"],
@@ -28,7 +28,7 @@ SCHEMAS = [
 
 @pytest.fixture(scope="module")
 def model(tmp_path_factory):
-    return Model(vocab_model(tmp_path_factory.mktemp("vocab_model") / "bpe.gguf", "llama-bpe", seed=3))
+    return Model(models.build(tmp_path_factory.mktemp("vocab_model") / "bpe.gguf", "vocab", vocab="llama-bpe", seed=3))
 
 
 def submit(engine, model, prompt, params, n=1, constraints=None):

@@ -8,7 +8,7 @@
   accepted token by token by a fresh Matcher, and end of generation is allowed after them;
 - llama.cpp's sample GBNF grammars: a random model's output under each is accepted again by a fresh Matcher.
 
-Two models (tests/vocab_model.py): a llama BPE vocabulary (128k tokens, multi-digit number tokens) and a
+Two models (tests/models.py "vocab"): a llama BPE vocabulary (128k tokens, multi-digit number tokens) and a
 SentencePiece one (32k, byte fallback). The schema and instance strategies are this file's own (hypothesis-jsonschema
 does not run on current hypothesis).
 """
@@ -28,7 +28,7 @@ from hypothesis import strategies as st  # noqa: E402
 from fastgguf import Model  # noqa: E402
 from fastgguf.engine.grammar import DATE, Grammar, Matcher, vocabulary  # noqa: E402
 from fastgguf.engine.tools import tool_grammar, validate_tools  # noqa: E402
-from vocab_model import vocab_model  # noqa: E402
+from models import build  # noqa: E402
 
 GRAMMARS = os.path.join(os.path.dirname(os.path.dirname(os.path.abspath(__file__))), "data", "grammars")
 VOCABS = ("llama-bpe", "llama-spm")
@@ -42,7 +42,7 @@ SETTINGS = settings(max_examples=25, deadline=None, derandomize=True,
 @pytest.fixture(scope="module")
 def models(tmp_path_factory):
     root = tmp_path_factory.mktemp("vocab_models")
-    return {name: Model(vocab_model(root / f"{name}.gguf", name, seed=i)) for i, name in enumerate(VOCABS)}
+    return {name: Model(build(root / f"{name}.gguf", "vocab", vocab=name, seed=i)) for i, name in enumerate(VOCABS)}
 
 
 def validator(schema):

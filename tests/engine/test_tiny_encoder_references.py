@@ -1,4 +1,4 @@
-"""Tiny random-weight encoders (bert, nomic-bert: tests/encoder_model.py with its small WordPiece vocabulary)
+"""Tiny random-weight encoders (bert, nomic-bert: tests/models.py's "encoder" files, its small WordPiece vocabulary)
 against llama.cpp: its token ids and per-token hidden states, made once by `tools/make_tiny_references.py
 --encoders` (llama-tokenize --ids, llama-embedding --pooling none --embd-normalize -1) and committed in
 tests/data/tiny-encoder-references.json. The files are rebuilt here, byte for byte, from ENCODER_CASES; fastgguf
@@ -16,27 +16,24 @@ import os
 import numpy as np
 import pytest
 
-gguf = pytest.importorskip("gguf")
+import models
 
-from encoder_model import make_tiny_encoder  # noqa: E402
-
-from fastgguf._native import Runner, Workspace, forward_batch  # noqa: E402
-from fastgguf.engine.model import Model  # noqa: E402
+from fastgguf._native import Runner, Workspace, forward_batch
+from fastgguf.engine.model import Model
 
 REFS = os.path.join(os.path.dirname(os.path.dirname(os.path.abspath(__file__))), "data",
                     "tiny-encoder-references.json")
 PROMPTS = ["the cat sat on the mat.", "dog ran 42 times, then sat; cat? xyzzy (quux) & the end!"]
-Q = gguf.GGMLQuantizationType
-# name -> make_tiny_encoder options
+# name -> models.build options (preset "encoder")
 ENCODER_CASES = {
     "bert-f32": {"arch": "bert"},
-    "bert-q8_0": {"arch": "bert", "wtype": Q.Q8_0},
-    "nomic-bert-f32": {"arch": "nomic-bert", "biases": False},
+    "bert-q8_0": {"arch": "bert", "wtype": "Q8_0"},
+    "nomic-bert-f32": {"arch": "nomic-bert"},
 }
 
 
 def build(name, path):
-    return make_tiny_encoder(path, vocab=True, seed=13, **ENCODER_CASES[name])
+    return models.build(path, "encoder", vocab="wordpiece", seed=13, **ENCODER_CASES[name])
 
 
 @pytest.fixture(scope="module")

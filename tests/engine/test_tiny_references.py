@@ -1,9 +1,10 @@
 """Tiny random-weight models of every architecture and RoPE variant against llama.cpp: references made once by
 tools/make_tiny_references.py (llama.cpp through llama-cpp-python's bindings, flash attention on and off) and
-committed in tests/data/tiny-references.json. The files are rebuilt here, byte for byte, from CASES.
+committed in tests/data/tiny-references.json. The files are rebuilt here (tests/models.py), byte for byte, from
+CASES.
 
 Each case: F32 weights (llama-mxfp4: MXFP4 matrices), 2-4 layers, n_embd 64, 4 query heads of 16, vocabulary 100;
-GQA (2 KV heads) or MHA, tied or untied output. The mixtures of experts (tests/moe_model.py): experts F32, Q8_0 or
+GQA (2 KV heads) or MHA, tied or untied output. The mixtures of experts (preset "moe"): experts F32, Q8_0 or
 Q4_K (n_embd 256 there), 8 experts 2 used or 128 used 8. Tolerance: llama.cpp's own flash on/off spread on the same
 file, see test_matches_llama_cpp.
 
@@ -20,8 +21,8 @@ import pytest
 gguf = pytest.importorskip("gguf")
 
 from fastgguf.engine.model import Model  # noqa: E402
-from moe_model import make_moe, tie_router  # noqa: E402
-from test_model import make_tiny  # noqa: E402
+import models  # noqa: E402
+from models import tie_router  # noqa: E402
 from test_rope_scaling import llama3_factors, longrope_tensors  # noqa: E402
 
 # the tiny files say context_length 128; the references run at llama.cpp's smallest context, 256 (and 512)
@@ -35,34 +36,34 @@ LONGROPE = {"rope.scaling.type": "longrope", "rope.scaling.original_context_leng
 
 GRANITE_SCALES = {"embedding_scale": 2.0, "attention.scale": 0.2, "residual_scale": 0.5, "logit_scale": 3.0}
 
-# name -> (make_tiny options, context sizes)
+# name -> (models.build options, context sizes)
 CASES = {
     "llama-gqa-tied": ({}, [256]),
     "llama-mha-untied": ({"tied": False, "n_head_kv": 4, "bias": True}, [256]),
     "llama3-rope-freqs": ({"tied": False, "rope_base": 500000.0,
                            "extra": {"rope_freqs.weight": llama3_factors(500000.0, 16, old_ctx=64)}}, [256]),
     "mistral-sliding-window": ({"tied": False, "meta": {"attention.sliding_window": 4}}, [256]),
-    "llama-linear": ({"scale_linear": 4.0}, [256]),
+    "llama-linear": ({"meta": {"rope.scaling.type": "linear", "rope.scaling.factor": 4.0}}, [256]),
     "llama-yarn": ({"meta": YARN}, [256]),
     "llama-longrope": ({"meta": LONGROPE, "extra": longrope_tensors(2)}, [256, 512]),
-    "qwen2-gqa-untied": ({"arch": "qwen2", "bias": True, "tied": False}, [256]),
-    "qwen2-yarn": ({"arch": "qwen2", "bias": True, "n_head_kv": 4, "meta": YARN}, [256]),
-    "qwen3-gqa-tied": ({"arch": "qwen3", "qk_norm": True}, [256]),
+    "qwen2-gqa-untied": ({"arch": "qwen2", "tied": False}, [256]),
+    "qwen2-yarn": ({"arch": "qwen2", "n_head_kv": 4, "meta": YARN}, [256]),
+    "qwen3-gqa-tied": ({"arch": "qwen3"}, [256]),
     "gemma": ({"arch": "gemma", "n_head_kv": 4}, [256]),
-    "gemma2": ({"arch": "gemma2", "post_norms": True, "n_layer": 3,
+    "gemma2": ({"arch": "gemma2", "n_layer": 3,
                 "meta": {"attention.sliding_window": 5, "attn_logit_softcapping": 5.0,
                          "final_logit_softcapping": 8.0}}, [256]),
-    "gemma3": ({"arch": "gemma3", "post_norms": True, "qk_norm": True, "n_layer": 4, "n_head_kv": 4,
+    "gemma3": ({"arch": "gemma3", "n_layer": 4, "n_head_kv": 4,
                 "meta": {"attention.sliding_window": 4, "attention.sliding_window_pattern": 3,
                          "rope.freq_base_swa": 100.0}}, [256]),
-    "phi3-mha": ({"arch": "phi3", "fused": True, "tied": False, "n_head_kv": 4}, [256]),
-    "phi3-longrope": ({"arch": "phi3", "fused": True, "tied": False, "n_head_kv": 4, "meta": LONGROPE,
+    "phi3-mha": ({"arch": "phi3", "tied": False, "n_head_kv": 4}, [256]),
+    "phi3-longrope": ({"arch": "phi3", "tied": False, "n_head_kv": 4, "meta": LONGROPE,
                        "extra": longrope_tensors()}, [256, 512]),
     # every matrix but the token embedding in MXFP4 (gpt-oss's expert format; llama.cpp takes it for any matrix)
-    "llama-mxfp4": ({"tied": False, "wtype": gguf.GGMLQuantizationType.MXFP4}, [256]),
+    "llama-mxfp4": ({"tied": False, "wtype": "MXFP4"}, [256]),
     "granite": ({"arch": "granite", "tied": False, "meta": GRANITE_SCALES}, [256]),
 }
-# mixtures of experts (tests/moe_model.py make_moe options under "moe"): 8 experts, 2 used unless said
+# mixtures of experts (models.build options of preset "moe" under "moe"): 8 experts, 2 used unless said
 CASES.update({
     "llama-moe-8x2": ({"moe": {"arch": "llama"}}, [256]),
     "qwen3moe-8x2": ({"moe": {}}, [256]),
@@ -86,8 +87,8 @@ CASES.update({
 def build(name, path):
     opts, _ = CASES[name]
     if "moe" in opts:
-        return make_moe(path, seed=11, **opts["moe"])
-    return make_tiny(path, no_vocab=True, seed=11, **opts)
+        return models.build(path, "moe", seed=11, **opts["moe"])
+    return models.build(path, vocab="no_vocab", seed=11, **opts)
 
 
 @pytest.fixture(scope="module")

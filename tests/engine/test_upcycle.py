@@ -1,4 +1,4 @@
-"""The upcycled SmolLM2 (tests/upcycle.py): the default model's FFN copied into 4 experts, 2 used, behind an F32
+"""The upcycled SmolLM2 (tests/models.py upcycle): the default model's FFN copied into 4 experts, 2 used, behind an F32
 router. Identical experts reproduce the dense model; scaled copies (routing then matters) match llama.cpp
 teacher-forced (tests/data/upcycled-moe-references.json, tools/make_moe_references.py)."""
 import json
@@ -8,8 +8,7 @@ import numpy as np
 import pytest
 
 from fastgguf.engine.model import Model
-from moe_model import tie_router
-from upcycle import upcycle
+from models import tie_router, upcycle
 
 REF = os.path.join(os.path.dirname(os.path.dirname(os.path.abspath(__file__))), "data",
                    "upcycled-moe-references.json")

@@ -2,11 +2,11 @@
 llama-quantize's output for the same input. tests/data/quantize-hashes.json holds llama-quantize's per-tensor types
 and sha256 (tools/gen_quantize_hashes.py), so no llama.cpp is needed here.
 
-Sources: the random model of tests/kq_model.py (every dimension a multiple of 256, F16/F32 weights) for every recipe,
-and the default model (SmolLM2-135M Q4_1: requantized, 576-wide rows that take the fallbacks, tied embeddings):
-its type plan for every recipe, its bytes for q4_k_m and q6_k (a few seconds each). mxfp4_moe, llama.cpp's one MXFP4
-recipe, makes expert tensors MXFP4 and the rest Q8_0: checked on the random model with 4 experts (random-moe) and,
---pure (every matrix MXFP4), on the dense one."""
+Sources: the random model of tests/models.py's "kq" preset (every dimension a multiple of 256, F16/F32 weights) for
+every recipe, and the default model (SmolLM2-135M Q4_1: requantized, 576-wide rows that take the fallbacks, tied
+embeddings): its type plan for every recipe, its bytes for q4_k_m and q6_k (a few seconds each). mxfp4_moe,
+llama.cpp's one MXFP4 recipe, makes expert tensors MXFP4 and the rest Q8_0: checked on the random model with 4
+experts (random-moe) and, --pure (every matrix MXFP4), on the dense one."""
 import hashlib
 import json
 import os
@@ -17,7 +17,7 @@ from gguf import GGUFReader
 from fastgguf.cli import main
 from fastgguf.gguf import GGMLType, GGUFFile
 from fastgguf.gguf.quantize import RECIPES, llama_plan, quantize_file, quantized_variant
-from kq_model import make_kq_model
+import models
 
 HERE = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 with open(os.path.join(HERE, "data", "quantize-hashes.json")) as _f:
@@ -52,8 +52,8 @@ def _compare(got, want):
 
 @pytest.fixture(scope="module")
 def random_model(tmp_path_factory):
-    path = make_kq_model(tmp_path_factory.mktemp("kq") / "random.gguf")
-    assert _sha(path) == HASHES["random"]["sha256"], "tests/kq_model.py no longer makes the file the hashes are of"
+    path = models.build(tmp_path_factory.mktemp("kq") / "random.gguf", "kq")
+    assert _sha(path) == HASHES["random"]["sha256"], "tests/models.py no longer makes the file the hashes are of"
     return path
 
 
@@ -88,8 +88,8 @@ def test_random_model_pure_identical_to_llama_quantize(random_model, tmp_path, r
 
 
 def test_moe_model_mxfp4_moe_identical_to_llama_quantize(tmp_path):
-    src = make_kq_model(tmp_path / "moe.gguf", n_layer=2, n_expert=4)
-    assert _sha(src) == HASHES["random-moe"]["sha256"], "tests/kq_model.py no longer makes the hashed file"
+    src = models.build(tmp_path / "moe.gguf", "kq", n_layer=2, n_expert=4)
+    assert _sha(src) == HASHES["random-moe"]["sha256"], "tests/models.py no longer makes the hashed file"
     plan = quantize_file(src, str(tmp_path / "o.gguf"), "mxfp4_moe", n_threads=2)
     want = HASHES["random-moe"]["recipes"]["mxfp4_moe"]
     assert {n: t.name for n, t in plan.items()} == {n: v[0] for n, v in want["tensors"].items()}

@@ -1,5 +1,5 @@
 """Embeddings and rerank over HTTP, on real servers of tiny random-weight qwen3 files whose pooling the file says
-(tests/chat_models.py): the official `openai` client's embeddings.create on a last-pooled model (list input, base64
+(tests/models.py "chat"): the official `openai` client's embeddings.create on a last-pooled model (list input, base64
 == float == in-process), /v1/rerank and /rerank (Jina/Cohere shape, as llama-server), the errors in OpenAI's shape,
 and /v1/models saying what each model is for."""
 import base64
@@ -13,7 +13,7 @@ import pytest
 import fastgguf
 from conftest import API_KEY, Server
 
-from chat_models import make_chat_model
+import models
 
 DOCS = ["Paris is the capital of France.", "Rust is a programming language.", "The Eiffel tower is in Paris."]
 
@@ -40,8 +40,8 @@ def files(tmp_path_factory):
     root = tmp_path_factory.mktemp("embed_rerank")
     out = {}
     for name, pooling, head in (("embed-last", 3, None), ("rerank-qwen3", 4, "qwen3"), ("per-token", 0, None)):
-        out[name] = make_chat_model(root / f"{name}.gguf", "qwen2", "Qwen-Qwen3-0.6B", arch="qwen3", seed=5,
-                                    pooling=pooling, head=head)
+        out[name] = models.build(root / f"{name}.gguf", "chat", vocab="qwen2", template="Qwen-Qwen3-0.6B", arch="qwen3",
+                                 seed=5, pooling=pooling, head=head)
     return out
 
 

@@ -1,7 +1,7 @@
 """gpt-oss's harmony channels over HTTP with the official openai client: a random-weight model with a harmony
 vocabulary and gpt-oss's template, steered as tests/engine/test_harmony.py steers it in process (a few analysis
-words, then the schema's JSON in the final channel: tests/chat_models.py). message.reasoning_content holds the
-analysis channel and content the final one, streamed and not, and neither carries harmony's markers."""
+words, then the schema's JSON in the final channel: tests/models.py harmony_steering). message.reasoning_content
+holds the analysis channel and content the final one, streamed and not, and neither carries harmony's markers."""
 import json
 
 import pytest
@@ -21,8 +21,8 @@ MSGS = [{"role": "user", "content": "Weather in Paris?"}]
 @pytest.fixture(scope="module")
 def harmony(tmp_path_factory):
     import fastgguf
-    from chat_models import harmony_steering, make_harmony_model
-    path = make_harmony_model(tmp_path_factory.mktemp("harmony_api") / "h.gguf")
+    from models import build_harmony, harmony_steering
+    path = build_harmony(tmp_path_factory.mktemp("harmony_api") / "h.gguf")
     kw = harmony_steering(fastgguf.Model(path))
     s = Server(path, "--parallel", "2", "--ctx-size", "1024")
     client = openai.OpenAI(base_url=s.base + "/v1", api_key=API_KEY, max_retries=0, timeout=60)

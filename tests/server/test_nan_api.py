@@ -5,15 +5,15 @@ import pytest
 
 from conftest import Server
 from test_server_api import http
-from vocab_model import vocab_model
+import models
 
 BAD, GOOD = 1000, [300, 301, 302]
 
 
 @pytest.fixture(scope="module")
 def nan_server(tmp_path_factory):
-    s = Server(vocab_model(tmp_path_factory.mktemp("nan") / "m.gguf", "llama-bpe", nan_embd=[BAD]), "--parallel", "2",
-               "--ctx-size", "64", "--threads", "1", api_key=None)
+    path = models.build(tmp_path_factory.mktemp("nan") / "m.gguf", "vocab", vocab="llama-bpe", nan_embd=[BAD])
+    s = Server(path, "--parallel", "2", "--ctx-size", "64", "--threads", "1", api_key=None)
     yield s
     s.stop()
 
