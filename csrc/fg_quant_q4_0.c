@@ -137,6 +137,12 @@ FG_GEMM_FROM_PANEL(gemm_q4_0_q8_0_avx2, FG_TARGET_AVX2, q4_0_panel8, q4_0_fill8,
  * activations (as in fg_quant_q4_1.c), 16 at a time: each block's rows are unpacked once per 16 activations (8: 24%
  * slower on 2048x2048 x 256). Without VNNI, AVX-512 runs the AVX2 kernels. */
 Q4_0_TILE8(q4_0_tile8_vnni, FG_INLINE_AVX512_VNNI, fg_nib8_dot_vnni)
+/* One activation's block step over 16 row lanes, shared by the tile and the panel tile (the same float ops). */
+FG_INLINE_AVX512_VNNI __m512 q4_0_step16(__m512 acc, const __m512i lo[4], const __m512i hi[4], __m512 dw,
+                                         const int8_t *xq, const fg_xaux *aux) {
+    const __m512i dot = fg_nib16_dot_vnni(_mm512_set1_epi32(-aux->c), lo, hi, xq);
+    return _mm512_fmadd_ps(_mm512_cvtepi32_ps(dot), _mm512_mul_ps(dw, _mm512_set1_ps(aux->d)), acc);
+}
 FG_INLINE_AVX512_VNNI void q4_0_tile16_vnni(const int R, const int M, int first, int kc, const char *w, size_t stride,
                                             const char *x, size_t xs, const fg_xaux (*aux)[FG_KC], float *y, int64_t ldy) {
     if (M == 1) {
@@ -153,8 +159,7 @@ FG_INLINE_AVX512_VNNI void q4_0_tile16_vnni(const int R, const int M, int first,
         const __m512 dw = fg_rows16_f16(wb + offsetof(block_q4_0, d), stride, R);
         for (int a = 0; a < M; a++) {
             const int8_t *xq = ((const block_q8_0 *)(x + a * xs) + i)->qs;
-            const __m512i dot = fg_nib16_dot_vnni(_mm512_set1_epi32(-aux[a][i].c), lo, hi, xq);
-            acc[a] = _mm512_fmadd_ps(_mm512_cvtepi32_ps(dot), _mm512_mul_ps(dw, _mm512_set1_ps(aux[a][i].d)), acc[a]);
+            acc[a] = q4_0_step16(acc[a], lo, hi, dw, xq, &aux[a][i]);
         }
     }
     fg_store_rows16(R, M, acc, y, ldy);
@@ -178,8 +183,7 @@ FG_INLINE_AVX512_VNNI void q4_0_panel_tile16(const int R, const int M, int first
 #pragma GCC unroll 16 /* the accumulators stay in registers */
         for (int a = 0; a < M; a++) {
             const int8_t *xq = ((const block_q8_0 *)(x + a * xs) + i)->qs;
-            const __m512i dot = fg_nib16_dot_vnni(_mm512_set1_epi32(-aux[a][i].c), p[i].q, p[i].q + 4, xq);
-            acc[a] = _mm512_fmadd_ps(_mm512_cvtepi32_ps(dot), _mm512_mul_ps(p[i].d, _mm512_set1_ps(aux[a][i].d)), acc[a]);
+            acc[a] = q4_0_step16(acc[a], p[i].q, p[i].q + 4, p[i].d, xq, &aux[a][i]);
         }
     }
     fg_store_rows16(R, M, acc, y, ldy);
