@@ -8,12 +8,13 @@ r"""Structured output that fails closed: grammars compiled by llguidance, and th
 A `Grammar` is checked when it is made (no model needed), in steps: the static limits of grammar_limits (size,
 depth through $ref, GBNF rules and repetitions, a grammar that can produce nothing); a JSON schema rewritten into an
 equivalent one llguidance compiles (fastgguf.engine.schema_rewrite: `oneOf` with disjoint branches, `not`,
-`if`/`then`/`else`, `dependencies`, some `uniqueItems`, unknown `format` annotations dropped); then llguidance's
+`if`/`then`/`else`, `dependencies`, `uniqueItems` of a small finite set, unknown `format` annotations dropped; any
+other `uniqueItems` marked for the Matcher to enforce as the output is written: engine.unique_items); then llguidance's
 compile. Those run in the sandbox's worker process (engine/sandbox.py: a CPU budget, a memory limit, a small stack;
 cancellable), cached by the source's hash (compile_source). The in-process compile over a model's vocabulary
 (Vocabulary.compiled) runs after that, in a thread with a 16x larger stack, once per grammar. What cannot be
 enforced exactly raises `GrammarError` naming it (`oneOf at #/a: branches 0 and 1 may both match ...`,
-llguidance's `Unimplemented keys: ["uniqueItems"]`, an unsupported regex, a remote `$ref`, a broken GBNF grammar,
+llguidance's `Unimplemented keys: ["contains"]`, an unsupported regex, a remote `$ref`, a broken GBNF grammar,
 a limit). Nothing is dropped or approximated unless `lenient=True` is asked for. llguidance is an optional dependency
 (`pip install 'fastgguf[structured]'`), imported on first use.
 
@@ -53,6 +54,7 @@ from fastgguf.engine import sandbox
 from fastgguf.engine.grammar_limits import MAX_SCHEMA_BYTES, SUB, SUB_DICT, SUB_LIST, check_schema, check_text, \
     gbnf_to_lark
 from fastgguf.engine.schema_rewrite import rewrite
+from fastgguf.engine.unique_items import REPEAT, TokenBytes, UniqueItems
 from fastgguf.errors import GrammarError
 
 __all__ = ["Grammar", "GrammarError", "Matcher", "Vocabulary", "vocabulary", "matchers", "require_llguidance",
@@ -144,7 +146,7 @@ def build(kind, source, lenient=False):
         schema = json.loads(source)
         check_schema(schema)
         try:
-            schema = rewrite(schema, lenient)      # what llguidance cannot compile as it is, rewritten exactly
+            schema = rewrite(schema, lenient, defer_unique=True)   # what llguidance cannot compile, rewritten
         except GrammarError as e:
             raise GrammarError(f"json_schema: {e}") from None
         check_schema(schema)                       # a rewrite may grow it (complements, listed unique arrays)
@@ -358,6 +360,8 @@ class Vocabulary:
             raise GrammarError("the vocabulary has no end-of-generation token: constrained output could never end")
         self.n_vocab = n_vocab
         self.n_words = (n_vocab + 31) // 32
+        self.tokens = tokens          # (n_vocab,) bytes of each id, specials b"\xff"-marked
+        self._token_bytes = None      # TokenBytes, built on first use by a grammar with unique items
         self.eog_ids = frozenset(eog)
         # llguidance knows one end token; the others are mapped to it (Matcher.consume)
         self.eos_id = tokenizer.eos_id if tokenizer.eos_id in self.eog_ids else eog[0]
@@ -368,6 +372,13 @@ class Vocabulary:
 
     def __repr__(self):
         return f"<Vocabulary n_vocab={self.n_vocab} eog={sorted(self.eog_ids)}>"
+
+    def token_bytes(self):
+        """The pieces as unique_items reads them (built once, on first use)."""
+        with self._lock:
+            if self._token_bytes is None:
+                self._token_bytes = TokenBytes(self.tokens)
+            return self._token_bytes
 
     def compiled(self, grammar):
         """The LLMatcher of grammar over this vocabulary at its start (copy it: deep_copy), compiled once and kept
@@ -431,11 +442,12 @@ def _mask_worker():
 class Matcher:
     """One live sequence's position in a grammar. Per token: fill_mask(), sample within it, consume()."""
 
-    def __init__(self, vocab, grammar, _matcher=None):
+    def __init__(self, vocab, grammar, _matcher=None, _unique=None):
         if not isinstance(grammar, Grammar):
             raise TypeError(f"grammar must be a Grammar, got {type(grammar).__name__}")
         self.vocab, self.grammar = vocab, grammar
         self._m = _matcher or vocab.compiled(grammar).deep_copy()
+        self._unique = _unique if _matcher else UniqueItems.of(grammar)   # uniqueItems the grammar leaves to us
         self.mask = np.zeros(vocab.n_words, np.uint32)     # (n_words,) bit i % 32 of word i // 32: token i allowed
         self._pending = None    # the next mask, being computed in the background (a Future), see consume()
 
@@ -443,7 +455,8 @@ class Matcher:
         """An independent matcher at the same position (llguidance's deep copy: no second compile)."""
         if self._pending is not None:
             self.fill_mask()            # never copy while the background mask computation uses the matcher
-        return Matcher(self.vocab, self.grammar, self._m.deep_copy())
+        unique = self._unique.copy() if self._unique is not None else None
+        return Matcher(self.vocab, self.grammar, self._m.deep_copy(), unique)
 
     def fill_mask(self):
         """Fill self.mask with the tokens allowed next and return it. RuntimeError if none is. When consume()
@@ -466,7 +479,16 @@ class Matcher:
                 mask[word] |= bit
             else:
                 mask[word] &= ~bit
+        if self._unique is not None:
+            tokens = self.vocab.token_bytes()
+            self._unique.forbid(mask, tokens)
+            for t in self._unique.risky(tokens):
+                if _allowed(mask, t) and _leads_nowhere(m, self._unique, t, self.vocab, LOOKAHEAD):
+                    mask[t >> 5] &= ~np.uint32(1 << (t & 31))
         if not mask.any():
+            if self._unique is not None and self._unique.n_unique:
+                raise RuntimeError("no token of the vocabulary can continue the output here without repeating an "
+                                   "item of an array whose items must be distinct (uniqueItems)")
             raise RuntimeError("no token of the vocabulary can continue the grammar here")
 
     def consume(self, token):
@@ -483,6 +505,8 @@ class Matcher:
                 raise RuntimeError(f"end-of-generation token {token} refused: the grammar cannot end here")
             self._consume(self.vocab.eos_id)
             return                      # the sequence ends: no next mask
+        if self._unique is not None and not self._unique.feed(self.vocab.tokens[token]):
+            raise RuntimeError(f"grammar refused token {token}: {REPEAT}")
         self._consume(token)
         if not self._m.is_stopped():
             self._pending = _mask_worker().submit(self._compute)
@@ -498,6 +522,32 @@ class Matcher:
     def stopped(self):
         """Nothing but end of generation can follow."""
         return self._m.is_stopped()
+
+
+LOOKAHEAD = 3      # tokens a uniqueItems string item is followed past one that makes it equal an earlier item
+
+
+def _allowed(mask, t):
+    return bool(mask[t >> 5] >> np.uint32(t & 31) & np.uint32(1))
+
+
+def _leads_nowhere(m, unique, t, vocab, depth):
+    """Whether, after token t, the grammar leaves nothing but items repeating earlier ones (t makes a string item
+    equal an earlier one and its end is forced), looking depth tokens further along such tokens only."""
+    m2, u2 = m.deep_copy(), unique.copy()
+    if not m2.consume_token(int(t)) or not u2.feed(vocab.tokens[t]):
+        return False                      # refused anyway: not this function's to judge
+    mask = np.zeros(vocab.n_words, np.uint32)
+    m2.unsafe_compute_mask_ptr(mask.ctypes.data, mask.nbytes)
+    if m2.is_error():
+        return False
+    tokens = vocab.token_bytes()
+    u2.forbid(mask, tokens)
+    if depth:
+        for v in u2.risky(tokens):
+            if _allowed(mask, v) and _leads_nowhere(m2, u2, v, vocab, depth - 1):
+                mask[v >> 5] &= ~np.uint32(1 << (v & 31))
+    return not mask.any()
 
 
 def matchers(model, grammar, n):

@@ -47,7 +47,8 @@ The rules ("==": accepts the same instances):
   and a 2019-09 or later validator ignores it, so there the output keeps what the author meant (valid either way).
 - uniqueItems: false, or maxItems <= 1 -> dropped; a tuple (no items after prefixItems) whose positions are
   pairwise disjoint -> dropped; items from a finite set of values (enum, const, boolean, null) -> allOf the arrays
-  of distinct values (an enum), at most MAX_ARRAYS of them; else refused.
+  of distinct values (an enum), at most MAX_ARRAYS of them; else marked UNIQUE_MARK for the matcher to enforce
+  where rewrite(defer_unique=True) was asked for (engine.unique_items), refused where not (tool arguments).
 - minProperties <= the number of required keys, or maxProperties >= the number of keys an object can have (all in
   properties: additionalProperties false, no patternProperties) -> dropped; maxProperties 0 -> additionalProperties
   false beside them (no key at all); else left to llguidance (it enforces them where every listed key is required).
@@ -72,12 +73,13 @@ from urllib.parse import unquote, urldefrag, urljoin
 
 from fastgguf.errors import GrammarError
 
-__all__ = ["rewrite", "KNOWN_FORMATS", "MAX_ARRAYS"]
+__all__ = ["rewrite", "KNOWN_FORMATS", "MAX_ARRAYS", "UNIQUE_MARK"]
 
 # the formats llguidance 1.9 implements (each name compiled alone; any other is "Unknown format")
 KNOWN_FORMATS = frozenset(("date-time", "time", "date", "duration", "email", "hostname", "ipv4", "ipv6", "uuid",
                            "uri"))
 MAX_ARRAYS = 256        # at most this many arrays enumerated for a uniqueItems
+UNIQUE_MARK = "x-fastgguf-uniqueItems"   # rewrite(defer_unique=True): the items of this array must be distinct
 _BUDGET = 20000         # disjointness steps per rewrite: a proof that needs more is not found (refused)
 _STEPS = 500000         # subschemas the evaluator may visit per rewrite: past it every answer is "unknown"
 _DEPTH = 6              # nesting of properties / items / alternatives a disjointness proof looks into
@@ -105,10 +107,12 @@ _TYPES = ("null", "boolean", "number", "string", "array", "object")
 _MISSING = object()
 
 
-def rewrite(schema, lenient=False):
+def rewrite(schema, lenient=False, defer_unique=False):
     """A schema accepting exactly the instances `schema` accepts, in the subset llguidance compiles (see the module
     docstring). GrammarError names what cannot be rewritten exactly; lenient=True leaves such a keyword as it is
-    instead (llguidance's lenient mode then ignores it). The input is not modified."""
+    instead (llguidance's lenient mode then ignores it). defer_unique=True marks a uniqueItems it cannot rewrite
+    with UNIQUE_MARK instead of refusing it: the caller then enforces it as the output is written
+    (fastgguf.engine.unique_items). The input is not modified."""
     if not isinstance(schema, dict):
         return schema
     try:
@@ -116,9 +120,23 @@ def rewrite(schema, lenient=False):
     except (TypeError, ValueError, RecursionError):
         return schema                             # not JSON: the caller says so
     try:
-        return _Rewriter(_Doc(schema), lenient).run()
+        return _Rewriter(_Doc(schema), lenient, defer_unique).run()
     except RecursionError:
         raise GrammarError("the schema is nested too deeply to rewrite") from None
+
+
+def _perms_at_most(n, sizes, limit):
+    """Whether the arrays of distinct items from n values, of the given sizes, are at most limit in number
+    (counted without building a number of thousands of digits)."""
+    count = 0
+    for k in sizes:
+        p = 1
+        for i in range(k):
+            p *= n - i
+            if count + p > limit:
+                return False
+        count += p
+    return True
 
 
 def _pointer(path):
@@ -910,8 +928,8 @@ def _join(dst, *parts):
 class _Rewriter:
     """One rewrite of one document: each reachable subschema rewritten once, $refs moved with what they name."""
 
-    def __init__(self, doc, lenient):
-        self.doc, self.lenient = doc, lenient
+    def __init__(self, doc, lenient, defer_unique=False):
+        self.doc, self.lenient, self.defer_unique = doc, lenient, defer_unique
         self.prover = _Prover(doc)
         self.placed = {}     # path of a rewritten subschema in the input -> its path in the output
         self.refs = []       # (output dict holding a $ref, path of the input subschema it came from)
@@ -973,6 +991,8 @@ class _Rewriter:
         ctx = () if src in self.doc.targets and not inline else ctx
         out = {}
         for key, value in schema.items():
+            if key == UNIQUE_MARK:
+                continue                          # ours alone: a schema's own says nothing
             handler = self.handlers.get(key)
             if handler is None or not (self.doc.active(key) or key == "dependencies"):
                 self._copy(schema, key, value, out, src, dst, ctx)
@@ -1370,20 +1390,26 @@ class _Rewriter:
         if prefix and (rest is False or top <= len(prefix)):
             if self._all_disjoint(prefix[:int(min(top, len(prefix)))], src + (items,)):
                 return                            # a tuple whose positions cannot hold equal values
-            raise _refuse(key, src, "two positions of the tuple may hold equal values")
+            return self._defer_unique(out, key, src, "two positions of the tuple may hold equal values")
         rest_at = src + ("additionalItems" if isinstance(schema.get("items"), list) else "items",)
         values = None if prefix or rest is _MISSING else self._candidates(rest, rest_at)
         if values is None:
-            raise _refuse(key, src, "repeats can only be excluded where the items come from a small finite set "
-                                    "of values (enum, const, boolean, null)")
+            return self._defer_unique(out, key, src, "repeats can only be excluded where the items come from a "
+                                                     "small finite set of values (enum, const, boolean, null)")
         low = schema.get("minItems") if _num(schema.get("minItems")) else 0
         sizes = range(int(low), int(min(top, len(values))) + 1)
-        count = sum(math.perm(len(values), n) for n in sizes)
-        if count > MAX_ARRAYS:
-            raise _refuse(key, src, f"{count} arrays of distinct items would have to be listed "
-                                    f"(at most {MAX_ARRAYS})")
+        if not _perms_at_most(len(values), sizes, MAX_ARRAYS):
+            return self._defer_unique(out, key, src, f"more than {MAX_ARRAYS} arrays of distinct items would "
+                                                     f"have to be listed")
         arrays = [list(p) for n in sizes for p in itertools.permutations(values, n)]
         self._conjoin(schema, out, {"enum": arrays} if arrays else False)
+
+    def _defer_unique(self, out, key, src, reason):
+        """uniqueItems the grammar cannot express: marked (UNIQUE_MARK) for the matcher to enforce where rewrite()
+        was asked to (unique_items), else refused with the reason."""
+        if not self.defer_unique:
+            raise _refuse(key, src, reason)
+        out[UNIQUE_MARK] = True
 
     def _count(self, schema, key, value, out, src, dst, ctx):
         """minProperties / maxProperties: dropped where the other keywords already force them."""

@@ -1,0 +1,309 @@
+r"""uniqueItems that a grammar cannot express, enforced as the output is written.
+
+    u = UniqueItems.of(grammar)      # None unless the grammar's schema carries UNIQUE_MARK (see below)
+    u.forbid(mask, tokens)           # clear in mask the tokens that would complete a repeated item
+    u.feed(piece)                    # after each consumed token: False (and nothing changed) if it repeats one
+
+A context-free grammar cannot say "no two items alike" over strings, numbers or objects. schema_rewrite enumerates
+the arrays of distinct items where the items come from a small finite set; elsewhere (rewrite(defer_unique=True))
+it leaves UNIQUE_MARK on the array's subschema instead of refusing it, and this module enforces the mark: a scanner
+follows the JSON the model writes; for each open array it knows which subschemas may apply (the schema walked with
+the keys and indices written so far: properties, patternProperties, additionalProperties, prefixItems / items /
+additionalItems, through $ref, allOf, anyOf, oneOf, if/then/else); where one of them carries the mark it refuses any
+token that would complete an item JSON-equal to an earlier item of that array (1 == 1.0, objects unordered, strings
+compared after their escapes: jsonschema's equality). An item is complete at its closing quote or bracket, or, a
+number or literal, at the first byte after it.
+
+Exact where the subschemas that may apply to an array agree (the usual case: one array at one property). Where an
+alternative without uniqueItems may apply to the same array (anyOf [{uniqueItems: true, ...}, {type: array}]),
+repeats are refused there too: stricter than the schema, never looser. Where the grammar leaves no way to go on
+but a repeat (an item's pattern or maxLength forcing its last byte), the mask is empty and the generation ends
+with an error naming uniqueItems: never an invalid document.
+
+Cost: nothing outside the arrays concerned; inside one, a scan of the allowed tokens that can complete an item (in
+a string, those holding a quote: 163 of SmolLM2's 49,152) per step.
+"""
+import json
+import re
+
+import numpy as np
+
+from fastgguf.engine.schema_rewrite import UNIQUE_MARK, _canon, _Doc, _get, _search
+
+__all__ = ["UniqueItems", "TokenBytes", "UNIQUE_MARK", "REPEAT"]
+
+REPEAT = "uniqueItems: the token would repeat an item of an array whose items must be distinct"
+_JSON_LINE = re.compile(r"^json_value: %json (\{.*\})$", re.M)
+_IN_PLACE = ("allOf", "anyOf", "oneOf")              # lists of subschemas applying to the same instance
+_IN_PLACE_ONE = ("if", "then", "else")
+_QUOTE, _BACKSLASH = 0x22, 0x5C
+_WS = frozenset(b" \t\n\r")
+_END = frozenset(b",]}") | _WS                       # what ends a number or literal (and nothing else does)
+_MEMO = 4096                                         # child lookups remembered per schema
+# a frame of the scanner's stack (a list): an open object or array
+_ARR, _CANDS, _UNIQUE, _SEEN, _N, _KEY, _START = range(7)
+# scanner modes: between tokens of JSON, in a string value, in a key, in a number or literal
+_OUT, _STR, _KEYSTR, _PRIM = range(4)
+
+
+class _Places:
+    """Which subschemas of a schema may apply at each place of an instance (frozensets of paths into the schema),
+    walked one key or index at a time and remembered."""
+
+    def __init__(self, schema):
+        self.doc = _Doc(schema)
+        self.root = self._close([()])
+        self._memo = {}
+
+    def _close(self, paths):
+        """paths and every subschema that applies to the same instance as one of them ($ref, allOf, ...)."""
+        out, todo = set(), list(paths)
+        while todo:
+            p = todo.pop()
+            node = _get(self.doc.root, p)
+            if p in out or not isinstance(node, dict):
+                continue
+            out.add(p)
+            ref = node.get("$ref")
+            if isinstance(ref, str):
+                target = self.doc.resolve(ref, self.doc.base_at(p))
+                if target is not None:
+                    todo.append(target.path)
+            for key in _IN_PLACE:
+                if isinstance(node.get(key), list):
+                    todo.extend(p + (key, str(i)) for i in range(len(node[key])))
+            todo.extend(p + (key,) for key in _IN_PLACE_ONE if key in node)
+        return frozenset(out)
+
+    def unique(self, cands):
+        return any(_get(self.doc.root, p).get(UNIQUE_MARK) is True for p in cands)
+
+    def child(self, cands, step):
+        """The places of the value at key `step` (a str) of an object, or at index `step` (an int) of an array."""
+        hit = self._memo.get((cands, step))
+        if hit is None:
+            paths = []
+            for p in cands:
+                node = _get(self.doc.root, p)
+                paths += _index_paths(node, p, step) if isinstance(step, int) else _key_paths(node, p, step)
+            hit = self._close(paths)
+            if len(self._memo) >= _MEMO:
+                self._memo.clear()
+            self._memo[(cands, step)] = hit
+        return hit
+
+
+def _index_paths(node, p, i):
+    """The subschemas of array schema node (at path p) that apply to its item i (every reading of items)."""
+    out = []
+    for tuple_key, rest_key in (("prefixItems", "items"), ("items", "additionalItems")):
+        fixed = node.get(tuple_key)
+        if isinstance(fixed, list):
+            out.append(p + (tuple_key, str(i)) if i < len(fixed) else p + (rest_key,))
+    if isinstance(node.get("items"), dict) and not isinstance(node.get("prefixItems"), list):
+        out.append(p + ("items",))
+    return out
+
+
+def _key_paths(node, p, k):
+    """The subschemas of object schema node (at path p) that apply to its value at key k."""
+    props = node.get("properties")
+    out = [p + ("properties", k)] if isinstance(props, dict) and k in props else []
+    matched = False
+    patterns = node.get("patternProperties")
+    for pattern in patterns if isinstance(patterns, dict) else ():
+        hit = _search(pattern, k)                 # None: not known here; counted as a match (more places, safe)
+        if hit is not False:
+            out.append(p + ("patternProperties", pattern))
+        matched = matched or hit is True
+    if not matched and not (isinstance(props, dict) and k in props):
+        out.append(p + ("additionalProperties",))
+    return out
+
+
+class UniqueItems:
+    """One sequence's scanner over the JSON being written, with the items of each open array marked unique."""
+
+    @classmethod
+    def of(cls, grammar, _places={}):
+        """A fresh UniqueItems for a Grammar whose schema has UNIQUE_MARK, or None."""
+        if grammar.kind != "json_schema" or UNIQUE_MARK not in grammar.text:
+            return None
+        places = _places.get(grammar.text)
+        if places is None:
+            found = _JSON_LINE.search(grammar.text)
+            if found is None:
+                return None
+            schema = json.loads(found.group(1))
+            schema.pop("x-guidance", None)
+            places = _Places(schema)
+            if len(_places) >= 32:
+                _places.clear()
+            _places[grammar.text] = places
+        return cls(places)
+
+    def __init__(self, places):
+        self.places = places
+        self.stack = []          # frames, outermost first: [is array, places, unique, seen items, n, key, start]
+        self.mode = _OUT
+        self.escaped = False
+        self.key_start = 0       # offset in buf of the key string being read
+        self.n_unique = 0        # frames on the stack with unique items
+        self.buf = bytearray()   # everything written so far
+
+    def copy(self):
+        c = self._fork()
+        c.stack = [f[:_SEEN] + [set(f[_SEEN])] + f[_SEEN + 1:] for f in self.stack]
+        c.buf = bytearray(self.buf)
+        return c
+
+    def _fork(self):
+        """A copy for trying a token: frames copied, seen-sets and buf shared (a trial never writes them)."""
+        c = UniqueItems.__new__(UniqueItems)
+        c.places, c.mode, c.escaped = self.places, self.mode, self.escaped
+        c.key_start, c.n_unique = self.key_start, self.n_unique
+        c.stack = [f[:] for f in self.stack]
+        c.buf = self.buf
+        return c
+
+    def feed(self, piece):
+        """Advance past the bytes of a consumed token. False, and nothing changed, where it completes a repeat."""
+        if not self._fork()._scan(piece, False):
+            return False
+        self._scan(piece, True)
+        return True
+
+    def forbid(self, mask, tokens):
+        """Clear in mask ((n_words,) uint32 bits) every token that would complete a repeated item; tokens: the
+        vocabulary's TokenBytes. Outside the arrays with unique items, only a token that opens one and holds two
+        of its items could."""
+        if not self.n_unique:
+            ids = tokens.opening
+        else:
+            ids = tokens.quoted if self.mode in (_STR, _KEYSTR) else tokens.structural
+        bits = np.unpackbits(mask.astype("<u4", copy=False).view(np.uint8), bitorder="little")
+        for t in ids[bits[ids] != 0]:
+            if not self._fork()._scan(tokens.pieces[t], False):
+                mask[t >> 5] &= ~np.uint32(1 << (t & 31))
+
+    def risky(self, tokens):
+        """The ids after which the string item being written would equal an earlier item of its array: where the
+        grammar then forces the string's end (a maxLength, a pattern), they lead nowhere, which Matcher finds by
+        looking one token further (grammar._leads_nowhere). Pieces with escapes are not looked at."""
+        top = self.stack[-1] if self.stack else None
+        if self.mode != _STR or self.escaped or top is None or not top[_ARR] or not top[_UNIQUE]:
+            return []
+        try:
+            partial = json.loads(bytes(self.buf[top[_START]:]) + b'"')
+        except ValueError:                        # ends inside a UTF-8 sequence
+            return []
+        out = []
+        for kind, value in top[_SEEN]:
+            if kind == "str" and len(value) > len(partial) and value.startswith(partial):
+                out += tokens.by_piece.get(value[len(partial):].encode("utf-8", "surrogatepass"), ())
+        return out
+
+    def _scan(self, piece, commit):
+        """Run the bytes of piece; False at the first item equal to an earlier one (only where not commit)."""
+        base = len(self.buf)
+        if commit:
+            self.buf += piece
+        for i, c in enumerate(piece):
+            pos = base + i
+            mode = self.mode
+            if mode == _STR or mode == _KEYSTR:
+                if self.escaped:
+                    self.escaped = False
+                elif c == _BACKSLASH:
+                    self.escaped = True
+                elif c == _QUOTE:
+                    self.mode = _OUT
+                    if mode == _KEYSTR:
+                        self.stack[-1][_KEY] = json.loads(self._text(piece, base, self.key_start, pos + 1))
+                    elif not self._done(piece, base, pos + 1, commit):
+                        return False
+                continue
+            if mode == _PRIM:
+                if c not in _END:
+                    continue
+                self.mode = _OUT
+                if not self._done(piece, base, pos, commit):
+                    return False
+            if not self._structure(c, pos, piece, base, commit):
+                return False
+        return True
+
+    def _structure(self, c, pos, piece, base, commit):
+        """One byte outside strings and literals."""
+        top = self.stack[-1] if self.stack else None
+        if c in _WS or c == 0x3A:                                 # whitespace, ':'
+            return True
+        if c == 0x2C:                                             # ','
+            if top is not None and not top[_ARR]:
+                top[_KEY] = None
+            return True
+        if c == 0x7D or c == 0x5D:                                # '}' ']': an object or array ends
+            if top is not None:
+                self.stack.pop()
+                self.n_unique -= top[_UNIQUE]
+            return self._done(piece, base, pos + 1, commit)
+        if c == _QUOTE and top is not None and not top[_ARR] and top[_KEY] is None:
+            self.mode, self.key_start = _KEYSTR, pos
+            return True
+        if top is not None:
+            top[_START] = pos
+        if c == 0x7B or c == 0x5B:                                # '{' '['
+            cands = self._next_places(top)
+            unique = c == 0x5B and self.places.unique(cands)
+            self.stack.append([c == 0x5B, cands, unique, set(), 0, None, 0])
+            self.n_unique += unique
+        else:
+            self.mode = _STR if c == _QUOTE else _PRIM
+        return True
+
+    def _next_places(self, top):
+        if top is None:
+            return self.places.root
+        if not top[_CANDS]:
+            return top[_CANDS]
+        return self.places.child(top[_CANDS], top[_N] if top[_ARR] else top[_KEY])
+
+    def _done(self, piece, base, end, commit):
+        """A value ended at offset end: an item of the array on top (checked where its items are unique)."""
+        top = self.stack[-1] if self.stack else None
+        if top is None or not top[_ARR]:
+            return True
+        top[_N] += 1
+        if not top[_UNIQUE]:
+            return True
+        item = _canon(json.loads(self._text(piece, base, top[_START], end)))
+        if item in top[_SEEN]:
+            return False
+        if commit:
+            top[_SEEN].add(item)
+        else:
+            top[_SEEN] = top[_SEEN] | {item}
+        return True
+
+    def _text(self, piece, base, start, end):
+        """Bytes [start, end) of what is written, piece being the bytes from offset base on."""
+        if end <= len(self.buf):
+            return bytes(self.buf[start:end])
+        return bytes(self.buf[start:base]) + piece[max(start - base, 0):end - base]
+
+
+class TokenBytes:
+    """A vocabulary's pieces (specials, b"\xff..."-marked, left out), with the ids that can complete an item: in a
+    string (a quote in the piece), elsewhere (a quote, ',', ']', '}' or whitespace), and where no array with unique
+    items is open (a '[' with a ',' after it: an array opened and two of its items written in one token)."""
+
+    def __init__(self, pieces):
+        self.pieces = pieces
+        text = [(i, p) for i, p in enumerate(pieces) if p and not p.startswith(b"\xff")]
+        self.quoted = np.array([i for i, p in text if b'"' in p], np.int64)
+        self.structural = np.array([i for i, p in text if b'"' in p or not _END.isdisjoint(p)], np.int64)
+        self.opening = np.array([i for i, p in text if b"[" in p and b"," in p[p.index(b"["):]], np.int64)
+        self.by_piece = {}       # piece -> ids, of the pieces that are string content as they are (no escapes)
+        for i, p in text:
+            if b'"' not in p and b"\\" not in p and min(p) >= 0x20:
+                self.by_piece.setdefault(p, []).append(i)
