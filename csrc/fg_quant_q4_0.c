@@ -80,6 +80,11 @@ FG_INLINE_AVX2 void q4_0_aux(const char *x, int kc, fg_xaux *aux) {
  * hi[j] elements 16+4j..); each activation's 4-byte groups are broadcast and NIBDOT (fg_nib8_dot_*: AVX2 maddubs, or
  * VNNI dpbusd) gives every row's exact dot with the unsigned nibbles u = q + 8, and sum (u - 8) x = dot(u, x) -
  * 8 * sum(x) (aux.c). Both twins take the same float step, so they agree bit for bit. */
+/* One activation's step over one block of 8 transposed rows: the exact dot minus 8 * sum(x), and the float step;
+ * shared by the lanes tiles and the panel tile, so they agree by construction. */
+#define Q4_0_STEP8(NIBDOT, acc, lo, hi, dw, xq, ax)                                                             \
+    _mm256_fmadd_ps(_mm256_cvtepi32_ps(_mm256_sub_epi32(NIBDOT(lo, hi, xq), _mm256_set1_epi32((ax)->c))),       \
+                    _mm256_mul_ps(dw, _mm256_set1_ps((ax)->d)), acc)
 #define Q4_0_TILE8(NAME, INLINE, NIBDOT)                                                                    \
     INLINE void NAME(const int R, const int M, int first, int kc, const char *w, size_t stride, const char *x, \
                      size_t xs, const fg_xaux (*aux)[FG_KC], float *y, int64_t ldy) {                       \
@@ -91,11 +96,8 @@ FG_INLINE_AVX2 void q4_0_aux(const char *x, int kc, fg_xaux *aux) {
             __m256i lo[4], hi[4];                                                                           \
             fg_rows8_nibbles(wb + offsetof(block_q4_0, qs), stride, R, lo, hi);                             \
             const __m256 dw = fg_rows8_f16(wb + offsetof(block_q4_0, d), stride, R);                        \
-            for (int a = 0; a < M; a++) {                                                                   \
-                const int8_t *xq = ((const block_q8_0 *)(x + a * xs) + i)->qs;                              \
-                const __m256i dot = _mm256_sub_epi32(NIBDOT(lo, hi, xq), _mm256_set1_epi32(aux[a][i].c));   \
-                acc[a] = _mm256_fmadd_ps(_mm256_cvtepi32_ps(dot), _mm256_mul_ps(dw, _mm256_set1_ps(aux[a][i].d)), acc[a]); \
-            }                                                                                               \
+            for (int a = 0; a < M; a++)                                                                     \
+                acc[a] = Q4_0_STEP8(NIBDOT, acc[a], lo, hi, dw, ((const block_q8_0 *)(x + a * xs) + i)->qs, &aux[a][i]); \
         }                                                                                                   \
         fg_store_rows8(R, M, acc, y, ldy);                                                                  \
     }
@@ -123,11 +125,9 @@ FG_INLINE_AVX2 void q4_0_panel_tile8(const int R, const int M, int first, int kc
     fg_load_rows8(R, M, first, acc, y, ldy);
     for (int i = 0; i < kc; i++) {
 #pragma GCC unroll 8 /* the accumulators stay in registers */
-        for (int a = 0; a < M; a++) {
-            const int8_t *xq = ((const block_q8_0 *)(x + a * xs) + i)->qs;
-            const __m256i dot = _mm256_sub_epi32(fg_nib8_dot_avx2(p[i].q, p[i].q + 4, xq), _mm256_set1_epi32(aux[a][i].c));
-            acc[a] = _mm256_fmadd_ps(_mm256_cvtepi32_ps(dot), _mm256_mul_ps(p[i].d, _mm256_set1_ps(aux[a][i].d)), acc[a]);
-        }
+        for (int a = 0; a < M; a++)
+            acc[a] = Q4_0_STEP8(fg_nib8_dot_avx2, acc[a], p[i].q, p[i].q + 4, p[i].d,
+                                ((const block_q8_0 *)(x + a * xs) + i)->qs, &aux[a][i]);
     }
     fg_store_rows8(R, M, acc, y, ldy);
 }

@@ -146,6 +146,19 @@ FG_TARGET_AVX2 static void dequantize_row_q8_1_avx2(const void *x, float *y, int
  * bytes are transposed once for all M activations (t[j] holds elements 4j..4j+3 of every row); each activation's
  * 4-byte groups are broadcast and multiplied by the sign trick (|w| as u8, x with w's sign: right for w = -128, and
  * q8_0 activations stay within +-127; a pair reaches 32512, so each group is widened by its own madd), in two chains. */
+/* One activation's step over one block of 8 transposed rows (t, aw = |t|): the exact dot by the sign trick, in two
+ * chains, and the float step; shared by the lanes tile and the panel tile, so the two agree by construction. */
+FG_INLINE_AVX2 __m256 q8_0_step8(__m256 acc, const __m256i t[8], const __m256i aw[8], __m256 dw, const int8_t *xq,
+                                 const fg_xaux *ax) {
+    const __m256i zero = _mm256_setzero_si256();
+    __m256i d0 = zero, d1 = zero;
+    for (int j = 0; j < 8; j += 2) {
+        d0 = _mm256_add_epi32(d0, fg_dot_u8s8_256(aw[j], _mm256_sign_epi8(fg_bcast32(xq + 4 * j), t[j])));
+        d1 = _mm256_add_epi32(d1, fg_dot_u8s8_256(aw[j + 1], _mm256_sign_epi8(fg_bcast32(xq + 4 * j + 4), t[j + 1])));
+    }
+    const __m256i dot = _mm256_add_epi32(d0, d1);
+    return _mm256_fmadd_ps(_mm256_cvtepi32_ps(dot), _mm256_mul_ps(dw, _mm256_set1_ps(ax->d)), acc);
+}
 FG_INLINE_AVX2 void q8_0_tile8_avx2(const int R, const int M, int first, int kc, const char *w, size_t stride,
                                     const char *x, size_t xs, const fg_xaux (*aux)[FG_KC], float *y, int64_t ldy) {
     const __m256i zero = _mm256_setzero_si256();
@@ -171,16 +184,8 @@ FG_INLINE_AVX2 void q8_0_tile8_avx2(const int R, const int M, int first, int kc,
         fg_rows8_dwords(wb + offsetof(block_q8_0, qs), stride, R, t);
         fg_rows8_dwords(wb + offsetof(block_q8_0, qs) + 16, stride, R, t + 4);
         for (int j = 0; j < 8; j++) aw[j] = _mm256_sign_epi8(t[j], t[j]);
-        for (int a = 0; a < M; a++) {
-            const int8_t *xq = ((const block_q8_0 *)(x + a * xs) + i)->qs;
-            __m256i d0 = zero, d1 = zero;
-            for (int j = 0; j < 8; j += 2) {
-                d0 = _mm256_add_epi32(d0, fg_dot_u8s8_256(aw[j], _mm256_sign_epi8(fg_bcast32(xq + 4 * j), t[j])));
-                d1 = _mm256_add_epi32(d1, fg_dot_u8s8_256(aw[j + 1], _mm256_sign_epi8(fg_bcast32(xq + 4 * j + 4), t[j + 1])));
-            }
-            const __m256i dot = _mm256_add_epi32(d0, d1);
-            acc[a] = _mm256_fmadd_ps(_mm256_cvtepi32_ps(dot), _mm256_mul_ps(dw, _mm256_set1_ps(aux[a][i].d)), acc[a]);
-        }
+        for (int a = 0; a < M; a++)
+            acc[a] = q8_0_step8(acc[a], t, aw, dw, ((const block_q8_0 *)(x + a * xs) + i)->qs, &aux[a][i]);
     }
     fg_store_rows8(R, M, acc, y, ldy);
 }
@@ -205,22 +210,12 @@ FG_INLINE_AVX2 void q8_0_fill8(const int R, int kc, const char *w, size_t stride
 }
 FG_INLINE_AVX2 void q8_0_panel_tile8(const int R, const int M, int first, int kc, const q8_0_panel8 *p, const char *x,
                                      size_t xs, const fg_xaux (*aux)[FG_PANEL_KC], float *y, int64_t ldy) {
-    const __m256i zero = _mm256_setzero_si256();
     __m256 acc[8]; /* [a]: 8 rows */
     fg_load_rows8(R, M, first, acc, y, ldy);
     for (int i = 0; i < kc; i++) {
-        const __m256i *t = p[i].t, *aw = p[i].aw;
 #pragma GCC unroll 8 /* the accumulators stay in registers */
-        for (int a = 0; a < M; a++) {
-            const int8_t *xq = ((const block_q8_0 *)(x + a * xs) + i)->qs;
-            __m256i d0 = zero, d1 = zero;
-            for (int j = 0; j < 8; j += 2) {
-                d0 = _mm256_add_epi32(d0, fg_dot_u8s8_256(aw[j], _mm256_sign_epi8(fg_bcast32(xq + 4 * j), t[j])));
-                d1 = _mm256_add_epi32(d1, fg_dot_u8s8_256(aw[j + 1], _mm256_sign_epi8(fg_bcast32(xq + 4 * j + 4), t[j + 1])));
-            }
-            const __m256i dot = _mm256_add_epi32(d0, d1);
-            acc[a] = _mm256_fmadd_ps(_mm256_cvtepi32_ps(dot), _mm256_mul_ps(p[i].d, _mm256_set1_ps(aux[a][i].d)), acc[a]);
-        }
+        for (int a = 0; a < M; a++)
+            acc[a] = q8_0_step8(acc[a], p[i].t, p[i].aw, p[i].d, ((const block_q8_0 *)(x + a * xs) + i)->qs, &aux[a][i]);
     }
     fg_store_rows8(R, M, acc, y, ldy);
 }
@@ -266,6 +261,14 @@ FG_INLINE_AVX512_VNNI void q8_0_gemv8_vnni(const int R, int first, int kc, const
     fg_store_rows8(R, 1, &acc, y, 0);
 }
 
+/* One activation's step over one block of 16 transposed rows (u = w + 128): the exact dot in one dpbusd chain (the
+ * activations' chains overlap) and the float step; shared by the lanes tile and the panel tile. */
+FG_INLINE_AVX512_VNNI __m512 q8_0_step16(__m512 acc, const __m512i u[8], __m512 dw, const int8_t *xq,
+                                         const fg_xaux *ax) {
+    __m512i dot = _mm512_set1_epi32(-ax->c);
+    for (int j = 0; j < 8; j++) dot = _mm512_dpbusd_epi32(dot, u[j], fg_bcast32_512(xq + 4 * j));
+    return _mm512_fmadd_ps(_mm512_cvtepi32_ps(dot), _mm512_mul_ps(dw, _mm512_set1_ps(ax->d)), acc);
+}
 FG_INLINE_AVX512_VNNI void q8_0_tile16_vnni(const int R, const int M, int first, int kc, const char *w, size_t stride,
                                             const char *x, size_t xs, const fg_xaux (*aux)[FG_KC], float *y, int64_t ldy) {
     if (M == 1) {
@@ -284,12 +287,8 @@ FG_INLINE_AVX512_VNNI void q8_0_tile16_vnni(const int R, const int M, int first,
         fg_rows16_dwords(wb + offsetof(block_q8_0, qs) + 16, stride, R, u + 4);
         for (int j = 0; j < 8; j++) u[j] = _mm512_xor_si512(u[j], flip);
         const __m512 dw = fg_rows16_f16(wb + offsetof(block_q8_0, d), stride, R);
-        for (int a = 0; a < M; a++) {
-            const int8_t *xq = ((const block_q8_0 *)(x + a * xs) + i)->qs;
-            __m512i dot = _mm512_set1_epi32(-aux[a][i].c); /* one chain: the activations' chains overlap */
-            for (int j = 0; j < 8; j++) dot = _mm512_dpbusd_epi32(dot, u[j], fg_bcast32_512(xq + 4 * j));
-            acc[a] = _mm512_fmadd_ps(_mm512_cvtepi32_ps(dot), _mm512_mul_ps(dw, _mm512_set1_ps(aux[a][i].d)), acc[a]);
-        }
+        for (int a = 0; a < M; a++)
+            acc[a] = q8_0_step16(acc[a], u, dw, ((const block_q8_0 *)(x + a * xs) + i)->qs, &aux[a][i]);
     }
     fg_store_rows16(R, M, acc, y, ldy);
 }
@@ -315,12 +314,8 @@ FG_INLINE_AVX512_VNNI void q8_0_panel_tile16(const int R, const int M, int first
     fg_load_rows16(R, M, first, acc, y, ldy);
     for (int i = 0; i < kc; i++) {
 #pragma GCC unroll 16 /* the accumulators stay in registers */
-        for (int a = 0; a < M; a++) {
-            const int8_t *xq = ((const block_q8_0 *)(x + a * xs) + i)->qs;
-            __m512i dot = _mm512_set1_epi32(-aux[a][i].c);
-            for (int j = 0; j < 8; j++) dot = _mm512_dpbusd_epi32(dot, p[i].q[j], fg_bcast32_512(xq + 4 * j));
-            acc[a] = _mm512_fmadd_ps(_mm512_cvtepi32_ps(dot), _mm512_mul_ps(p[i].d, _mm512_set1_ps(aux[a][i].d)), acc[a]);
-        }
+        for (int a = 0; a < M; a++)
+            acc[a] = q8_0_step16(acc[a], p[i].q, p[i].d, ((const block_q8_0 *)(x + a * xs) + i)->qs, &aux[a][i]);
     }
     fg_store_rows16(R, M, acc, y, ldy);
 }
