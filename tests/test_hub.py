@@ -170,3 +170,16 @@ def test_a_killed_pulls_part_files_are_removed_by_the_next_pull(fake):
     os.utime(stale, (old, old))
     hub.pull()
     assert not stale.exists() and live.exists() and other.exists()  # a fresh one may be another pull's, live
+
+
+def test_model_takes_a_catalogue_name(default_model_path, tmp_path, monkeypatch):
+    """fastgguf.Model("smollm2-135m") loads the catalogue's file, as `-m smollm2-135m` does (issue 37: it raised
+    FileNotFoundError); a path is still a path, and a file named like a catalogue entry is reached as ./name."""
+    import fastgguf
+    m = fastgguf.Model("smollm2-135m")
+    assert os.path.samefile(m.path, default_model_path) and m.n_vocab > 0
+    monkeypatch.chdir(tmp_path)
+    with pytest.raises(FileNotFoundError):
+        fastgguf.Model("no-such-model-in-the-catalogue")
+    os.symlink(default_model_path, "smollm2-135m")
+    assert fastgguf.Model("./smollm2-135m").path == "./smollm2-135m"

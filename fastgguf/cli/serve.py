@@ -49,6 +49,9 @@ def register(subparsers) -> None:
     p.add_argument("--alias", default=None,
                    help="the model's id in the API (/v1/models, responses); requests may still name its file "
                         "(default: the file name without .gguf)")
+    p.add_argument("--strict-model-names", action="store_true",
+                   help="a request naming another model than this one (its alias or file name) gets 404 (default: "
+                        "any name is served by this model, as llama-server does)")
     p.add_argument("--slots-show-prompts", action="store_true",
                    help="GET /slots shows each busy slot's prompt text (default: counts only)")
     p.add_argument("--timeout-header", type=float, default=10.0,
@@ -122,7 +125,7 @@ def run(args) -> int:
                      max_queue=args.max_queue, max_body_bytes=args.max_body, ping_interval=args.ping_interval,
                      reasoning_format=args.reasoning_format, body_timeout=args.timeout_body,
                      cors_origins=args.cors_origins, alias=args.alias, slots_show_prompts=args.slots_show_prompts,
-                     sampling_defaults=defaults,
+                     sampling_defaults=defaults, strict_model_names=args.strict_model_names,
                      allowed_hosts=(args.allowed_hosts.split(",") if args.allowed_hosts is not None
                                     else default_hosts(args.host)))
     print(f"fastgguf serve: {os.path.basename(model.path)} on http://{args.host}:{args.port}/v1 "

@@ -22,6 +22,7 @@ import warnings
 import numpy as np
 
 from fastgguf import arch as _arch
+from fastgguf import hub as _hub
 from fastgguf._native import Runner, Weights, _threads_for, check_logits
 from fastgguf.engine.chat import chat as _chat
 from fastgguf.engine.generate import generate as _generate
@@ -37,6 +38,9 @@ MAX_CTX = 1 << 24  # positions; past this int32 position arithmetic in the kerne
 
 class Model:
     """A GGUF model ready to run. `Model(path, n_threads=None, mmap=True)`; n_threads defaults to the physical cores.
+    path may also be a catalogue name (`Model("smollm2-135m")`, `fastgguf list`), as the CLI's -m takes it: fetched
+    into the cache once, checksummed (fastgguf.hub); a bare catalogue name is always the catalogue's model (a file of
+    that name in the working folder is written as a path, "./smollm2-135m").
 
     mmap=True (the default, as llama.cpp) maps the file: loading takes milliseconds and processes share the pages,
     but the file must not change while the model lives. Truncating it (a download into the same path) kills the
@@ -53,7 +57,8 @@ class Model:
             n_threads = check_n_threads(n_threads)
         if not isinstance(mmap, bool):
             raise TypeError(f"mmap must be True or False, got {type(mmap).__name__}")
-        self.path = os.fspath(path)
+        path = os.fspath(path)
+        self.path = _hub.model_path(path) if path in _hub.CATALOGUE else path
         self.file = GGUFFile(self.path, mmap=mmap)
         try:
             a = _arch.get(self.file)

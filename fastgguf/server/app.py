@@ -29,7 +29,8 @@ WORKERS = 4  # threads preparing requests at once (tokenizing, templates, gramma
 
 def create_app(model, *, parallel=None, n_ctx=None, n_threads=None, api_key=None, max_queue=64,
                max_body_bytes=8 << 20, ping_interval=5.0, engine=None, reasoning_format="parsed", allowed_hosts=None,
-               body_timeout=60.0, cors_origins=None, alias=None, slots_show_prompts=False, sampling_defaults=None):
+               body_timeout=60.0, cors_origins=None, alias=None, slots_show_prompts=False, sampling_defaults=None,
+               strict_model_names=False):
     """An ASGI app serving `model` (a fastgguf.Model) with OpenAI's API. `parallel` sequences decode together
     (default: 4; 16 for an encoder, engine.scheduler.default_parallel),
     each in a context of `n_ctx` tokens (default: the model's training context, at most 4096); `max_queue` sequences
@@ -39,6 +40,8 @@ def create_app(model, *, parallel=None, n_ctx=None, n_threads=None, api_key=None
     must arrive within `body_timeout` seconds (408); `cors_origins`: the pages a browser may call from (None: this
     machine's http://localhost, 127.0.0.1 and [::1]; a list or comma-separated string; "*": any; server/cors.py);
     `alias`: the model's id in the API (set as model.alias; its file name is still accepted in requests);
+    `strict_model_names`: a request naming another model gets 404 (set as model.strict_model_names; default: any
+    name is served by this model, as llama-server does);
     `slots_show_prompts`: /slots shows each busy slot's prompt text; `sampling_defaults`: SamplingParams fields for
     requests that do not give them (`fastgguf serve --speculative`: {"speculative": ..., "draft_max": ...}; set as
     model.sampling_defaults)."""
@@ -48,6 +51,7 @@ def create_app(model, *, parallel=None, n_ctx=None, n_threads=None, api_key=None
         n_ctx = min(int(model.n_ctx_train or 4096), 4096)
     if alias:
         model.alias = alias
+    model.strict_model_names = bool(strict_model_names)
     if sampling_defaults:
         SamplingParams(**sampling_defaults)  # bad defaults fail here, not in every request
         model.sampling_defaults = dict(sampling_defaults)

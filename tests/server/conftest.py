@@ -1,11 +1,13 @@
 """A real server for the tests: `python -m fastgguf serve` in a subprocess on a free port of 127.0.0.1, default model,
 --parallel 5 (4 streams and an embedding at once), an API key; the official `openai` client talks to it. Skipped
 when fastapi/uvicorn are missing."""
+import json
 import os
 import socket
 import subprocess
 import sys
 import time
+import urllib.error
 import urllib.request
 
 import pytest
@@ -68,9 +70,29 @@ class Server:
             self.proc.wait()
 
 
+def http(server, method, path, body=None, key=API_KEY, raw=None, headers=None, timeout=60):
+    """The server tests' one HTTP helper: (status, parsed JSON or text, headers) of one raw request (body: JSON to
+    send; raw: bytes to send as they are; key: the Bearer token, None for none)."""
+    data = raw if raw is not None else (json.dumps(body).encode() if body is not None else None)
+    h = {"Content-Type": "application/json", **(headers or {})}
+    if key:
+        h["Authorization"] = f"Bearer {key}"
+    req = urllib.request.Request(server.base + path, data=data, method=method, headers=h)
+    try:
+        with urllib.request.urlopen(req, timeout=timeout) as r:
+            status, text, hdrs = r.status, r.read().decode(), r.headers
+    except urllib.error.HTTPError as e:
+        status, text, hdrs = e.code, e.read().decode(), e.headers
+    try:
+        return status, json.loads(text), hdrs
+    except ValueError:
+        return status, text, hdrs
+
+
 @pytest.fixture(scope="session")
 def server(default_model_path):
-    s = Server(default_model_path, "--parallel", "5", "--ctx-size", "512", "--max-body", "2000000")
+    s = Server(default_model_path, "--parallel", "5", "--ctx-size", "512", "--max-body", "2000000",
+               "--strict-model-names")
     yield s
     s.stop()
 

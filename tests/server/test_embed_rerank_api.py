@@ -3,15 +3,12 @@
 == float == in-process), /v1/rerank and /rerank (Jina/Cohere shape, as llama-server), the errors in OpenAI's shape,
 and /v1/models saying what each model is for."""
 import base64
-import json
-import urllib.error
-import urllib.request
 
 import numpy as np
 import pytest
 
 import fastgguf
-from conftest import API_KEY, Server
+from conftest import API_KEY, Server, http
 
 import models
 
@@ -20,19 +17,13 @@ DOCS = ["Paris is the capital of France.", "Rust is a programming language.", "T
 
 def post(server, path, body, key=API_KEY):
     """(status, parsed JSON) of one raw POST."""
-    h = {"Content-Type": "application/json", **({"Authorization": f"Bearer {key}"} if key else {})}
-    req = urllib.request.Request(server.base + path, data=json.dumps(body).encode(), method="POST", headers=h)
-    try:
-        with urllib.request.urlopen(req, timeout=60) as r:
-            return r.status, json.loads(r.read())
-    except urllib.error.HTTPError as e:
-        return e.code, json.loads(e.read())
+    return http(server, "POST", path, body, key=key)[:2]
 
 
 def get(server, path):
-    req = urllib.request.Request(server.base + path, headers={"Authorization": f"Bearer {API_KEY}"})
-    with urllib.request.urlopen(req, timeout=60) as r:
-        return json.loads(r.read())
+    status, body, _ = http(server, "GET", path)
+    assert status == 200, body
+    return body
 
 
 @pytest.fixture(scope="module")

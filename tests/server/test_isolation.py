@@ -16,8 +16,7 @@ from fastgguf.engine.scheduler import Engine, QueueFull, Request, _Seq
 from fastgguf.engine.stops import MAX_STOP_CHARS, MAX_STOPS
 from fastgguf.api.openai.protocol import MAX_PROMPTS
 
-from conftest import Server  # noqa: E402
-from test_server_api import http  # noqa: E402
+from conftest import Server, http  # noqa: E402
 
 
 # -- the engine alone ----------------------------------------------------------------------------------------------

@@ -8,26 +8,19 @@ import urllib.request
 
 import pytest
 
-from conftest import API_KEY, Server
+from conftest import API_KEY, Server, http
 
 TEXT = "Hello wörld 𝔘𝔫𝔦 ✓"
 
 
 def call(server, path, body=None, key=API_KEY):
-    h = {"Content-Type": "application/json", **({"Authorization": f"Bearer {key}"} if key else {})}
-    req = urllib.request.Request(server.base + path, data=None if body is None else json.dumps(body).encode(),
-                                 method="GET" if body is None else "POST", headers=h)
-    try:
-        with urllib.request.urlopen(req, timeout=60) as r:
-            return r.status, json.loads(r.read())
-    except urllib.error.HTTPError as e:
-        return e.code, json.loads(e.read())
+    return http(server, "GET" if body is None else "POST", path, body, key=key)[:2]
 
 
 @pytest.fixture(scope="module")
 def aliased(default_model_path):
     s = Server(default_model_path, "--parallel", "2", "--ctx-size", "256", "--alias", "my-model",
-               "--slots-show-prompts")
+               "--strict-model-names", "--slots-show-prompts")
     yield s
     s.stop()
 

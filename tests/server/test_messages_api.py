@@ -7,8 +7,7 @@ import json
 import jsonschema
 import pytest
 
-from conftest import API_KEY
-from test_server_api import http
+from conftest import API_KEY, http
 
 anthropic = pytest.importorskip("anthropic")
 

@@ -3,8 +3,7 @@ OpenAI's shape on completions, logprobs and embeddings, while a healthy request 
 400 ('is every token banned by logit_bias?') and returned NaN embeddings."""
 import pytest
 
-from conftest import Server
-from test_server_api import http
+from conftest import Server, http
 import models
 
 BAD, GOOD = 1000, [300, 301, 302]

@@ -6,7 +6,7 @@ import json
 import jsonschema
 import pytest
 
-from test_server_api import http
+from conftest import http
 
 openai = pytest.importorskip("openai")
 

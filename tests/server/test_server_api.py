@@ -11,27 +11,9 @@ import urllib.request
 
 import pytest
 
-from conftest import API_KEY, Server
+from conftest import API_KEY, Server, http
 
 MSGS = [{"role": "user", "content": "Name three colors."}]
-
-
-def http(server, method, path, body=None, key=API_KEY, raw=None, headers=None):
-    """(status, parsed JSON or text, headers) of one raw request."""
-    data = raw if raw is not None else (json.dumps(body).encode() if body is not None else None)
-    h = {"Content-Type": "application/json", **(headers or {})}
-    if key:
-        h["Authorization"] = f"Bearer {key}"
-    req = urllib.request.Request(server.base + path, data=data, method=method, headers=h)
-    try:
-        with urllib.request.urlopen(req, timeout=60) as r:
-            status, text, hdrs = r.status, r.read().decode(), r.headers
-    except urllib.error.HTTPError as e:
-        status, text, hdrs = e.code, e.read().decode(), e.headers
-    try:
-        return status, json.loads(text), hdrs
-    except ValueError:
-        return status, text, hdrs
 
 
 def solo_chat(model, messages, **kw):

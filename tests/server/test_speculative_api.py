@@ -1,12 +1,11 @@
 """Speculative decoding over HTTP: the `speculative` / `draft_max` request fields (the official openai client's
 extra_body), the /metrics counters, and `fastgguf serve --speculative`'s default for requests that do not say."""
 import re
-import urllib.request
 
 import openai
 import pytest
 
-from conftest import API_KEY
+from conftest import API_KEY, http
 from fastgguf.cli import build_parser
 from fastgguf.api.openai.protocol import APIError, sampling_params
 
@@ -15,9 +14,7 @@ PROMPT = ("Copy the list exactly. List: red, orange, yellow, green, blue, indigo
 
 
 def _metric(server, name):
-    req = urllib.request.Request(server.base + "/metrics", headers={"Authorization": f"Bearer {API_KEY}"})
-    with urllib.request.urlopen(req, timeout=30) as r:
-        text = r.read().decode()
+    text = http(server, "GET", "/metrics", key=API_KEY)[1]
     return float(re.search(rf"^{name} (\S+)$", text, re.M).group(1))
 
 

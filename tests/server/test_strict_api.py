@@ -1,24 +1,15 @@
 """API details (issue 24, defect 12): request fields are typed strictly (pydantic's lax mode turned `n: true` into 1
 and `max_tokens: "5"` into 5 before fastgguf's checks), and the model card answers only to the served id, never to
 the server's path of the file."""
-import json
-import urllib.error
 import urllib.parse
-import urllib.request
 
 import pytest
 
+from conftest import http
+
 
 def _call(server, path, body=None):
-    req = urllib.request.Request(server.base + path, method="POST" if body is not None else "GET",
-                                 data=json.dumps(body).encode() if body is not None else None,
-                                 headers={"Content-Type": "application/json",
-                                          "Authorization": f"Bearer {server.api_key}"})
-    try:
-        with urllib.request.urlopen(req, timeout=60) as r:
-            return r.status, json.loads(r.read())
-    except urllib.error.HTTPError as e:
-        return e.code, json.loads(e.read())
+    return http(server, "GET" if body is None else "POST", path, body, key=server.api_key)[:2]
 
 
 @pytest.mark.parametrize("route,field,value", [

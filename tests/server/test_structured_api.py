@@ -8,8 +8,7 @@ import re
 import jsonschema
 import pytest
 
-from conftest import Server
-from test_server_api import http
+from conftest import Server, http
 
 pytest.importorskip("llguidance", reason="the structured extra is not installed: pip install 'fastgguf[structured]'")
 

@@ -8,19 +8,13 @@ import urllib.request
 
 import pytest
 
+from conftest import http
 from fastgguf.api.openai import protocol
 from fastgguf.api.openai.protocol import APIError
 
 
 def _post(server, path, body, timeout=120):
-    req = urllib.request.Request(server.base + path, data=json.dumps(body).encode(), method="POST",
-                                 headers={"Content-Type": "application/json",
-                                          "Authorization": f"Bearer {server.api_key}"})
-    try:
-        with urllib.request.urlopen(req, timeout=timeout) as r:
-            return r.status, json.loads(r.read())
-    except urllib.error.HTTPError as e:
-        return e.code, json.loads(e.read())
+    return http(server, "POST", path, body, key=server.api_key, timeout=timeout)[:2]
 
 
 def test_health_answers_while_a_huge_body_is_tokenized(server):

@@ -182,16 +182,18 @@ def _unsupported(body):
 
 
 def check_model(body, model):
-    """APIError 404 unless the body names no model or this one: its id (model_id: the alias when set), or its file
-    name with or without .gguf (what clients configured before an alias was given still send); never its path on
-    the server's disk, which a client must not be able to probe."""
+    """A body's `model`, when given, must be a string. Any name is served by the one model (as llama-server and LM
+    Studio do: clients send "gpt-3.5-turbo", a Claude name, "test"), unless the model's `strict_model_names` is set
+    (`fastgguf serve --strict-model-names`): then APIError 404 unless it names this one: its id (model_id: the alias
+    when set), or its file name with or without .gguf (what clients configured before an alias was given still
+    send); never its path on the server's disk, which a client must not be able to probe."""
     name = body.get("model")
     if name is None:
         return
     if not isinstance(name, str):
         raise APIError("model must be a string", param="model")
     mid = model_id(model)
-    if name not in (mid, file_id(model), file_id(model) + ".gguf"):
+    if getattr(model, "strict_model_names", False) and name not in (mid, file_id(model), file_id(model) + ".gguf"):
         raise APIError(f"The model {name!r} does not exist (this server serves {mid!r})", status=404,
                        param="model", code="model_not_found")
 
