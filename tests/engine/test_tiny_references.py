@@ -3,7 +3,7 @@ tools/make_tiny_references.py (llama.cpp through llama-cpp-python's bindings, fl
 committed in tests/data/tiny-references.json. The files are rebuilt here (tests/models.py), byte for byte, from
 CASES.
 
-Each case: F32 weights (llama-mxfp4: MXFP4 matrices), 2-4 layers, n_embd 64, 4 query heads of 16, vocabulary 100;
+Each case: F32 weights (llama-mxfp4: MXFP4 matrices), 2-5 layers, n_embd 64, 4 query heads of 16, vocabulary 100;
 GQA (2 KV heads) or MHA, tied or untied output. The mixtures of experts (preset "moe"): experts F32, Q8_0 or
 Q4_K (n_embd 256 there), 8 experts 2 used or 128 used 8. Tolerance: llama.cpp's own flash on/off spread on the same
 file, see test_matches_llama_cpp.
@@ -62,6 +62,8 @@ CASES = {
     # every matrix but the token embedding in MXFP4 (gpt-oss's expert format; llama.cpp takes it for any matrix)
     "llama-mxfp4": ({"tied": False, "wtype": "MXFP4"}, [256]),
     "granite": ({"arch": "granite", "tied": False, "meta": GRANITE_SCALES}, [256]),
+    # NoPE in layer 3 of 5 (llama.cpp's fixed step 4), a RoPE layer after it
+    "smollm3": ({"arch": "smollm3", "n_layer": 5}, [256]),
 }
 # mixtures of experts (models.build options of preset "moe" under "moe"): 8 experts, 2 used unless said
 CASES.update({
