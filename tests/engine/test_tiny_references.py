@@ -1,7 +1,7 @@
 """Tiny random-weight models of every architecture and RoPE variant against llama.cpp: references made once by
 tools/make_tiny_references.py (llama.cpp through llama-cpp-python's bindings, flash attention on and off) and
 committed in tests/data/tiny-references.json. The files are rebuilt here (tests/models.py), byte for byte, from
-CASES.
+CASES, and run teacher-forced through both of fastgguf's paths: the prompt in one call, and one token per call.
 
 Each case: F32 weights (llama-mxfp4: MXFP4 matrices), 2-5 layers, n_embd 64, 4 query heads of 16, vocabulary 100;
 GQA (2 KV heads) or MHA, tied or untied output. The mixtures of experts (preset "moe"): experts F32, Q8_0 or
@@ -104,17 +104,26 @@ def test_references_cover_the_cases(refs):
     assert refs["ids"] == IDS
 
 
+def teacher_forced(m, n_ctx, path):
+    """fastgguf's logits (len(IDS), n_vocab) of IDS at positions 0..: "batch" in one call (the prompt path),
+    "decode" one token per call (the one-row path)."""
+    ctx = m.context(n_ctx)
+    if path == "batch":
+        return ctx.eval(IDS, all_logits=True)
+    return np.array([ctx.runner.step_py(t) for t in IDS])
+
+
+@pytest.mark.parametrize("path", ["batch", "decode"])
 @pytest.mark.parametrize("name", sorted(CASES))
-def test_matches_llama_cpp(tmp_path, refs, name):
+def test_matches_llama_cpp(tmp_path, refs, name, path):
     """Over llama.cpp's top-10 ids at each position, d = max |fastgguf - llama.cpp (flash on)|; s = llama.cpp's
     own largest flash on/off difference on the file (fa_spread). The median d over positions <= s, the largest
     <= 3 s + 1e-3 (measured: medians 0.2-0.65 s, largest 0.85-2.5 s; a RoPE slip such as a missing YaRN ramp or
     magnitude, or the other LongRoPE factors, is 40-1600 s), and the same top-1 wherever llama.cpp's top two are
-    further apart than that bound."""
-    path = build(name, tmp_path / f"{name}.gguf")
-    m = Model(path, n_threads=2)
+    further apart than that bound. fastgguf's both paths against llama.cpp's batch."""
+    m = Model(build(name, tmp_path / f"{name}.gguf"), n_threads=2)
     for run in refs["cases"][name]:
-        got = m.context(run["n_ctx"]).eval(IDS, all_logits=True)
+        got = teacher_forced(m, run["n_ctx"], path)
         s = run["fa_spread"]
         d = []
         for p in run["positions"]:
