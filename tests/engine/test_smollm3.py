@@ -7,6 +7,7 @@ import pytest
 import models
 from fastgguf.arch import Hparams
 from fastgguf.engine.model import Model
+from test_batch import check_same, decode_schedules
 
 IDS = [5, 17, 99, 0, 42, 42, 7, 63, 1, 2]
 
@@ -27,6 +28,13 @@ def test_a_no_rope_step_key_is_ignored_as_llama_cpp_does(tmp_path, value):
     assert keyed.hparams == plain.hparams
     np.testing.assert_array_equal(keyed.context(16).eval(IDS, all_logits=True),
                                   plain.context(16).eval(IDS, all_logits=True))
+
+
+def test_batched_rows_equal_each_alone(tmp_path):
+    """Several sequences' prompts and decode steps in one pass (the NoPE layer among them), bit for bit as each
+    alone."""
+    m = Model(models.build(tmp_path / "s.gguf", arch="smollm3", n_layer=5), n_threads=2)
+    check_same(m, decode_schedules(np.random.default_rng(0), 100, [1, 7, 20], 5), [32, 32, 64], 2)
 
 
 def test_nope_layers_out_of_range_are_refused():
