@@ -313,12 +313,13 @@ static void matmul_residual(const team *t, const fg_mat *w, const float *in, int
     BARRIER(t);
 }
 
-/* Per-head norm (optional) then RoPE of q heads [h0, h1) and k heads [g0, g1) of batch row i. */
+/* Per-head norm (optional) then RoPE of q heads [h0, h1) and k heads [g0, g1) of batch row i (none in a NoPE
+ * layer). */
 static void rope_row(const team *t, const fg_layer *L, float *q, float *k, const float *cs, int h0, int h1, int g0,
                      int g1) {
     if (L->swa) cs += (int64_t)t->w->n_batch * t->m->hp.n_rot; /* the sliding-window layers' table */
     const fg_model *m = t->m;
-    int hd = m->hp.head_dim;
+    int hd = m->hp.head_dim, rot = L->nope ? 0 : m->hp.n_rot;
     if (m->hp.qk_norm_full) { /* whole vectors: called with every head of the row (attention_rows) */
         if (L->q_norm && h1 > h0) fg_rmsnorm(q, q, L->q_norm, (int64_t)m->hp.n_head * hd, m->hp.norm_eps);
         if (L->k_norm && g1 > g0) fg_rmsnorm(k, k, L->k_norm, (int64_t)m->hp.n_head_kv * hd, m->hp.norm_eps);
@@ -326,12 +327,12 @@ static void rope_row(const team *t, const fg_layer *L, float *q, float *k, const
     for (int h = h0; h < h1; h++) {
         float *qh = q + (int64_t)h * hd;
         if (L->q_norm && !m->hp.qk_norm_full) fg_rmsnorm(qh, qh, L->q_norm, hd, m->hp.norm_eps);
-        if (m->hp.n_rot > 0) fg_rope(qh, 1, hd, m->hp.n_rot, cs, m->hp.rope_neox);
+        if (rot > 0) fg_rope(qh, 1, hd, rot, cs, m->hp.rope_neox);
     }
     for (int g = g0; g < g1; g++) {
         float *kh = k + (int64_t)g * hd;
         if (L->k_norm && !m->hp.qk_norm_full) fg_rmsnorm(kh, kh, L->k_norm, hd, m->hp.norm_eps);
-        if (m->hp.n_rot > 0) fg_rope(kh, 1, hd, m->hp.n_rot, cs, m->hp.rope_neox);
+        if (rot > 0) fg_rope(kh, 1, hd, rot, cs, m->hp.rope_neox);
     }
 }
 

@@ -39,6 +39,7 @@ typedef struct {
     const float *ffn_post_norm;   /* optional (n_embd,) RMS norm of the FFN output before the residual add (gemma) */
     int swa;                      /* 1: a sliding-window layer: attends to its last m->hp.n_swa positions only, with
                                    * RoPE base/scale rope_base_swa/rope_freq_scale_swa and a ring of K/V rows */
+    int nope;                     /* 1: a NoPE layer: q and k are not rotated (smollm3's every 4th layer) */
     /* the BERT family (post-norm encoders; all optional, NULL / data NULL when absent): attn_norm and ffn_norm
      * are NULL there (no pre-norm), and w_gate.data NULL means a plain FFN act(x . Wup + b_up) . Wdown */
     const float *bo, *b_up, *b_down;  /* biases of wo (n_embd,), w_up (n_ff,), w_down (n_embd,) */

@@ -127,6 +127,7 @@ cdef extern from "fg_forward.h" nogil:
         const float *attn_post_norm
         const float *ffn_post_norm
         int swa
+        int nope
         const float *bo
         const float *b_up
         const float *b_down

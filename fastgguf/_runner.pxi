@@ -171,10 +171,11 @@ cdef class Weights:
         self.layers = <fg_layer *>calloc(self.m.hp.n_layer, sizeof(fg_layer))
         if self.layers == NULL:
             raise MemoryError()
-        swa_layers = frozenset(hp.swa_layers)
+        swa_layers, nope_layers = frozenset(hp.swa_layers), frozenset(hp.nope_layers)
         for i in range(self.m.hp.n_layer):
             _layer(self, &self.layers[i], layers[i], f"blk.{i}.")
             self.layers[i].swa = 1 if i in swa_layers else 0
+            self.layers[i].nope = 1 if i in nope_layers else 0
         self.m.layers = self.layers
 
     def __dealloc__(self):

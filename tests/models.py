@@ -45,7 +45,7 @@ ARCHS = {
     "llama": "", "granite": "", "gemma": "", "qwen2": "bias", "qwen3": "qk_norm", "phi3": "fused",
     "gemma2": "post_norms", "gemma3": "post_norms qk_norm",
     "qwen3moe": "qk_norm exp_ff", "qwen2moe": "shexp exp_ff", "olmoe": "qk_norm_full", "granitemoe": "",
-    "gpt-oss": "bias sinks exp_ff",
+    "gpt-oss": "bias sinks exp_ff", "smollm3": "",
     "bert": "bias position", "nomic-bert": "fused gate",
 }
 

@@ -62,6 +62,8 @@ class Oracle:
         pattern = md.get(f"{a}.attention.sliding_window_pattern", {"gemma2": 2, "gemma3": 6, "gpt-oss": 2}.get(a, 0))
         self.swa = [bool(self.n_swa) and (pattern == 0 or l % pattern < pattern - 1) for l in range(self.n_layer)]
         self.base_swa = md.get(f"{a}.rope.freq_base_swa", 10000.0 if a == "gemma3" else self.base)
+        # smollm3 (llama.cpp's smollm3.cpp): layers il with (il + 1) % 4 == 0 have no RoPE (NoPE); 4 is fixed there
+        self.rope_layer = [a != "smollm3" or (l + 1) % 4 != 0 for l in range(self.n_layer)]
         self.types = {t.name: t.tensor_type for t in r.tensors}
         # name -> float64 array in numpy order (rows, cols)
         self.w = {t.name: dequantize(t.data, t.tensor_type).astype(np.float64).reshape(tuple(int(d) for d in t.shape[::-1]))
@@ -238,7 +240,8 @@ class Oracle:
             elif p + "attn_q_norm.weight" in W:    # qwen3: per-head RMS norm before RoPE
                 q = self.rmsnorm(q, W[p + "attn_q_norm.weight"])
                 k = self.rmsnorm(k, W[p + "attn_k_norm.weight"])
-            q, k = self.rope(q, pos, self.swa[l], n_ctx or n), self.rope(k, pos, self.swa[l], n_ctx or n)
+            if self.rope_layer[l]:
+                q, k = self.rope(q, pos, self.swa[l], n_ctx or n), self.rope(k, pos, self.swa[l], n_ctx or n)
             v = v.reshape(n, KVH, hd)
             if kv_f16:
                 k, v = k.astype(np.float16).astype(np.float64), v.astype(np.float16).astype(np.float64)

@@ -20,7 +20,8 @@ CLASSIFIER_TENSORS = ("cls.weight", "cls.bias", "cls.output.weight", "cls.output
 ACTIVATIONS = ("silu", "gelu_tanh", "swiglu_oai")
 GATINGS = ("softmax", "sigmoid", "softmax_weight")
 # Hparams fields without an fg_hparams field of their name: Python's alone, or folded into others by as_c()
-NOT_IN_C = ("arch", "n_ctx_train", "pooling", "n_cls_out", "rank_softmax", "causal", "swa_layers", "n_ff_shexp")
+NOT_IN_C = ("arch", "n_ctx_train", "pooling", "n_cls_out", "rank_softmax", "causal", "swa_layers", "n_ff_shexp",
+            "nope_layers")
 
 
 @dataclass(frozen=True)
@@ -49,6 +50,7 @@ class Hparams:
     swa_layers: tuple = ()           # indices of the sliding-window layers
     rope_base_swa: float = 10000.0   # their RoPE base and linear scale
     rope_freq_scale_swa: float = 1.0
+    nope_layers: tuple = ()          # indices of the layers whose q and k are not rotated (NoPE: smollm3)
     # RoPE scaling beyond linear (llama.cpp's rope_yarn; see Arch.rope_scaling): YaRN mixes interpolated and
     # extrapolated angles (ext_factor 1) over correction dims from n_ctx_orig and the betas; cos and sin are
     # multiplied by attn_factor (YaRN's and LongRoPE's magnitude correction)
@@ -93,8 +95,9 @@ class Hparams:
         if self.ffn_act not in ("silu", "gelu_tanh"):
             raise ValueError(f"unknown feed-forward activation {self.ffn_act!r}")
         swa_layers = tuple(self.swa_layers)
-        if any(i < 0 or i >= self.n_layer for i in swa_layers):
-            raise ValueError(f"sliding-window layers {swa_layers} out of range [0, {self.n_layer})")
+        for kind, layers in (("sliding-window", swa_layers), ("NoPE", tuple(self.nope_layers))):
+            if any(i < 0 or i >= self.n_layer for i in layers):
+                raise ValueError(f"{kind} layers {layers} out of range [0, {self.n_layer})")
         if swa_layers and self.n_swa < 1:
             raise ValueError(f"sliding window {self.n_swa} must be >= 1")
         if not self.causal and swa_layers:

@@ -19,7 +19,7 @@ def template(name):
 
 
 @pytest.mark.parametrize("name, thinks", [
-    ("Qwen-Qwen3-0.6B", True), ("deepseek-ai-DeepSeek-R1-Distill-Qwen-32B", True),
+    ("Qwen-Qwen3-0.6B", True), ("deepseek-ai-DeepSeek-R1-Distill-Qwen-32B", True), ("HuggingFaceTB-SmolLM3-3B", True),
     ("Qwen-Qwen2.5-7B-Instruct", False), ("meta-llama-Llama-3.1-8B-Instruct", False),
     ("google-gemma-2-2b-it", False)])
 def test_detect_reasoning(name, thinks):
@@ -36,6 +36,25 @@ def test_starts_inside_from_the_rendered_prompt():
     assert template_kwargs("parsed") == {} and template_kwargs("raw") == {}
     with pytest.raises(ValueError):
         template_kwargs("hidden")
+
+
+def test_smollm3_thinking_modes():
+    """SmolLM3 thinks by default (the model opens <think> itself); enable_thinking=False (reasoning "none") or
+    /no_think in the system message puts an empty, closed block in the prompt; /think or /no_think is taken out of
+    the system message."""
+    smol = template("HuggingFaceTB-SmolLM3-3B")
+    think = render_template(smol, MSGS, add_generation_prompt=True)
+    assert "Reasoning Mode: /think" in think and think.endswith("<|im_start|>assistant\n")
+    assert not starts_inside(think)
+    for off in (render_template(smol, MSGS, add_generation_prompt=True, **template_kwargs("none")),
+                render_template(smol, [{"role": "system", "content": "Be brief. /no_think"}] + MSGS,
+                                add_generation_prompt=True)):
+        assert "Reasoning Mode: /no_think" in off and off.endswith("<|im_start|>assistant\n<think>\n\n</think>\n")
+        assert not starts_inside(off)
+    sys_think = render_template(smol, [{"role": "system", "content": "Be brief. /think"}] + MSGS,
+                                add_generation_prompt=True, enable_thinking=False)
+    assert "Reasoning Mode: /think" in sys_think and "Be brief.\n\n<|im_end|>" in sys_think
+    assert split_reasoning("<think>\nSum.\n</think>\n4") == ("Sum.", "4")
 
 
 QWEN3_REPLY = "<think>\nThe user asks 2+2.\nThat is 4.\n</think>\n\nIt is 4."

@@ -1,9 +1,9 @@
 """Tiny random-weight models of every architecture and RoPE variant against llama.cpp: references made once by
 tools/make_tiny_references.py (llama.cpp through llama-cpp-python's bindings, flash attention on and off) and
 committed in tests/data/tiny-references.json. The files are rebuilt here (tests/models.py), byte for byte, from
-CASES.
+CASES, and run teacher-forced through both of fastgguf's paths: the prompt in one call, and one token per call.
 
-Each case: F32 weights (llama-mxfp4: MXFP4 matrices), 2-4 layers, n_embd 64, 4 query heads of 16, vocabulary 100;
+Each case: F32 weights (llama-mxfp4: MXFP4 matrices), 2-5 layers, n_embd 64, 4 query heads of 16, vocabulary 100;
 GQA (2 KV heads) or MHA, tied or untied output. The mixtures of experts (preset "moe"): experts F32, Q8_0 or
 Q4_K (n_embd 256 there), 8 experts 2 used or 128 used 8. Tolerance: llama.cpp's own flash on/off spread on the same
 file, see test_matches_llama_cpp.
@@ -62,6 +62,8 @@ CASES = {
     # every matrix but the token embedding in MXFP4 (gpt-oss's expert format; llama.cpp takes it for any matrix)
     "llama-mxfp4": ({"tied": False, "wtype": "MXFP4"}, [256]),
     "granite": ({"arch": "granite", "tied": False, "meta": GRANITE_SCALES}, [256]),
+    # NoPE in layer 3 of 5 (llama.cpp's fixed step 4), a RoPE layer after it
+    "smollm3": ({"arch": "smollm3", "n_layer": 5}, [256]),
 }
 # mixtures of experts (models.build options of preset "moe" under "moe"): 8 experts, 2 used unless said
 CASES.update({
@@ -102,17 +104,26 @@ def test_references_cover_the_cases(refs):
     assert refs["ids"] == IDS
 
 
+def teacher_forced(m, n_ctx, path):
+    """fastgguf's logits (len(IDS), n_vocab) of IDS at positions 0..: "batch" in one call (the prompt path),
+    "decode" one token per call (the one-row path)."""
+    ctx = m.context(n_ctx)
+    if path == "batch":
+        return ctx.eval(IDS, all_logits=True)
+    return np.array([ctx.runner.step_py(t) for t in IDS])
+
+
+@pytest.mark.parametrize("path", ["batch", "decode"])
 @pytest.mark.parametrize("name", sorted(CASES))
-def test_matches_llama_cpp(tmp_path, refs, name):
+def test_matches_llama_cpp(tmp_path, refs, name, path):
     """Over llama.cpp's top-10 ids at each position, d = max |fastgguf - llama.cpp (flash on)|; s = llama.cpp's
     own largest flash on/off difference on the file (fa_spread). The median d over positions <= s, the largest
     <= 3 s + 1e-3 (measured: medians 0.2-0.65 s, largest 0.85-2.5 s; a RoPE slip such as a missing YaRN ramp or
     magnitude, or the other LongRoPE factors, is 40-1600 s), and the same top-1 wherever llama.cpp's top two are
-    further apart than that bound."""
-    path = build(name, tmp_path / f"{name}.gguf")
-    m = Model(path, n_threads=2)
+    further apart than that bound. fastgguf's both paths against llama.cpp's batch."""
+    m = Model(build(name, tmp_path / f"{name}.gguf"), n_threads=2)
     for run in refs["cases"][name]:
-        got = m.context(run["n_ctx"]).eval(IDS, all_logits=True)
+        got = teacher_forced(m, run["n_ctx"], path)
         s = run["fa_spread"]
         d = []
         for p in run["positions"]:
