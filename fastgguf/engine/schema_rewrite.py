@@ -17,7 +17,8 @@ The rules ("==": accepts the same instances):
   then exactly one matches iff at least one does. A definition whose oneOf is proved only with what holds where it
   is named is rewritten at each $ref naming it, with that place's context. Disjointness is proved from what each
   side forces (_Facts: $refs followed, allOf merged, cycles cut): types (integer within number), finite value sets
-  (enum/const) refuted by the other side (a three-valued evaluator, _check), numeric, length, item-count and
+  (enum/const) refuted by the other side (a three-valued evaluator, _check), strings a pattern lists
+  (_pattern_words) and the shortest match of any pattern (_pattern_min_len), numeric, length, item-count and
   property-count ranges, array positions both sides have and keys both must have whose schemas are disjoint (a key
   one side requires and the other forbids, e.g. by additionalProperties: false, counts), not {type}, and each
   alternative of an anyOf/oneOf inside a side. The proof is per kind of instance (null, boolean, integer, other
@@ -70,6 +71,11 @@ import json
 import math
 import re
 from urllib.parse import unquote, urldefrag, urljoin
+
+try:
+    import re._parser as _rx_parser      # Python 3.11+
+except ImportError:                      # pragma: no cover - older Pythons
+    import sre_parse as _rx_parser
 
 from fastgguf.errors import GrammarError
 
@@ -338,6 +344,43 @@ def _search(pattern, s):
     return None if rx is None else rx.search(s) is not None
 
 
+_LITERAL = re.compile(r"(?:[A-Za-z0-9 _\-!\"#%&',/:;<=>@`~]|\\[.^$*+?()\[\]{}\\/-])*")
+_ESCAPED = re.compile(r"\\(.)")
+_BACKREF = re.compile(r"\\[1-9]|\\k<")
+
+
+def _pattern_words(pattern):
+    """The strings a pattern allows when it lists them: ^word$ or ^(w1|w2|...)$ of literal ASCII characters (a
+    frozenset); else None. Under ECMA-262 the set is the words; a validator using Python's re also takes each word
+    followed by one newline ($ matches before a final newline there), so those are in the set too."""
+    if not (len(pattern) <= 1000 and pattern.startswith("^") and pattern.endswith("$")
+            and not pattern.endswith("\\$")):
+        return None
+    inner = pattern[1:-1]
+    if inner.startswith("(") and inner.endswith(")") and "(" not in inner[1:] and ")" not in inner[:-1]:
+        inner = inner[1:-1].removeprefix("?:")      # ^(a|b)$; a bare ^a|b$ is (^a)|(b$): its | is refused below
+    elif "|" in inner:
+        return None
+    words = inner.split("|")
+    if not all(_LITERAL.fullmatch(w) for w in words) or any(w.endswith("\\") for w in words):
+        return None
+    words = [_ESCAPED.sub(r"\1", w) for w in words]
+    return frozenset(words) | frozenset(w + "\n" for w in words)
+
+
+def _pattern_min_len(pattern):
+    """A lower bound on the length (code points) of a string a pattern finds a match in: half the shortest match
+    Python's parser reckons (ECMA-262 counts UTF-16 units, two to a code point at most); 0 where the pattern is
+    one Python reads otherwise or not at all."""
+    if not isinstance(pattern, str) or len(pattern) > 1000 or _UNSAFE_RX.search(pattern) or _BACKREF.search(pattern):
+        return 0
+    try:
+        low = _rx_parser.parse(pattern, re.ASCII).getwidth()[0]
+    except (re.error, RecursionError, OverflowError, ValueError, TypeError):
+        return 0
+    return (int(low) + 1) // 2
+
+
 def _unknown_format(f):
     """A format llguidance does not implement: an annotation, dropped (a malformed one is llguidance's to report)."""
     return isinstance(f, str) and f not in KNOWN_FORMATS
@@ -546,6 +589,7 @@ class _Facts:
         self.values = None                       # a finite list of the values allowed, or None
         self.lo, self.lo_x, self.hi, self.hi_x = -math.inf, False, math.inf, False
         self.min_len, self.max_len = 0, math.inf
+        self.strings = None                      # a finite set of the strings allowed (literal patterns), or None
         self.min_items, self.max_items = 0, math.inf
         self.max_props = math.inf
         self.required = set()
@@ -623,6 +667,11 @@ class _Prover:
                 keep = {_canon(x) for x in vals}
                 f.values = vals if f.values is None else [x for x in f.values if _canon(x) in keep]
         self._collect_bounds(active, f)
+        if isinstance(active.get("pattern"), str):
+            words = _pattern_words(active["pattern"])
+            if words is not None:
+                f.strings = words if f.strings is None else f.strings & words
+            f.min_len = max(f.min_len, _pattern_min_len(active["pattern"]))
         if "required" in active and isinstance(active["required"], list):
             f.required |= {k for k in active["required"] if isinstance(k, str)}
         if any(k in active for k in ("items", "prefixItems", "additionalItems")):
@@ -667,7 +716,9 @@ class _Prover:
             empty |= {"integer", "fraction"}
         elif _int_range(f)[0] > _int_range(f)[1]:
             empty.add("integer")
-        if f.min_len > f.max_len:
+        if f.strings is not None:
+            f.strings = frozenset(w for w in f.strings if f.min_len <= len(w) <= f.max_len)
+        if f.min_len > f.max_len or f.strings == frozenset():
             empty.add("string")
         if f.min_items > f.max_items:
             empty.add("array")
@@ -725,18 +776,34 @@ class _Prover:
             (alo, ahi), (blo, bhi) = _int_range(a), _int_range(b)
             return ahi < blo or bhi < alo
         if kind == "string":
-            return a.max_len < b.min_len or b.max_len < a.min_len
+            return a.max_len < b.min_len or b.max_len < a.min_len or self._words_apart(a, b) or \
+                self._words_apart(b, a)
         if kind == "array":
             if a.max_items < b.min_items or b.max_items < a.min_items:
                 return True
             n = min(max(a.min_items, b.min_items), 16)     # indices every instance of both has
-            return depth > 0 and any(self.disjoint(a.at(i), b.at(i), depth - 1) for i in range(int(n)))
+            return depth > 0 and self._some_apart([(a.at(i), b.at(i)) for i in range(int(n))], depth - 1)
         if kind == "object":
             keys = sorted(a.required | b.required)
             if len(keys) > min(a.max_props, b.max_props):
                 return True
-            return depth > 0 and any(self.disjoint(a.prop(k), b.prop(k), depth - 1) for k in keys[:64])
+            return depth > 0 and self._some_apart([(a.prop(k), b.prop(k)) for k in keys[:64]], depth - 1)
         return False
+
+    def _some_apart(self, pairs, depth):
+        """Some (As, Bs) pair is disjoint: first by what each side forces alone (cheap: a discriminating key's
+        values), then looking into alternatives, so the budget goes to the deep proofs last."""
+        return any(self.disjoint(x, y, 0) for x, y in pairs) or (
+            depth > 0 and any(self.disjoint(x, y, depth) for x, y in pairs))
+
+
+    def _words_apart(self, a, b):
+        """a allows finitely many strings (a literal pattern) and b refutes each: its own words, its lengths, or a
+        subschema of b that rejects it."""
+        if a.strings is None:
+            return False
+        return all((b.strings is not None and w not in b.strings) or not b.min_len <= len(w) <= b.max_len
+                   or any(_check(self.doc, n, base, w) is False for n, base in b.nodes) for w in a.strings)
 
 
 def _int_range(f):

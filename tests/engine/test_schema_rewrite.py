@@ -170,6 +170,46 @@ def test_one_of_rewrites():
     assert loose["anyOf"][0]["allOf"][1] == {"type": "object"}
 
 
+def test_one_of_proved_by_what_patterns_force():
+    """A pattern listing its words (^(a|b)$) is a finite set of strings, and any pattern's shortest match bounds a
+    string's length from below: both prove branches apart (a tag told by pattern, a version string or an empty
+    one). A pattern that is not a list of words proves nothing of its strings."""
+    tags = {"type": "object", "required": ["type"], "oneOf": [
+        {"properties": {"type": {"type": "string", "pattern": "^SEQ$"}, "m": {"type": "integer"}}},
+        {"properties": {"type": {"type": "string", "pattern": "^(PREC|PREC_LEFT)$"}, "m": {"type": "integer"}}}]}
+    assert rewrite(tags)["anyOf"] == tags["oneOf"]
+    version = {"oneOf": [{"type": "string", "pattern": "^([0-9]+)\\.([0-9]+)\\.([0-9]+)$"},
+                         {"type": "string", "maxLength": 0}]}
+    assert rewrite(version)["anyOf"] == version["oneOf"]
+    for overlapping in ({"oneOf": [{"type": "string", "pattern": "^a|b$"}, {"type": "string", "pattern": "^(b)$"}]},
+                        {"oneOf": [{"type": "string", "pattern": "^[ab]$"}, {"type": "string", "pattern": "^b$"}]},
+                        {"oneOf": [{"type": "string", "pattern": "a"}, {"type": "string", "maxLength": 1}]},
+                        # "a\n" matches both where $ matches before a final newline (Python's re, jsonschema)
+                        {"oneOf": [{"type": "string", "pattern": "^a$"}, {"type": "string", "pattern": "\\n"}]}):
+        with pytest.raises(GrammarError, match="oneOf at #: branches 0 and 1"):
+            rewrite(overlapping)
+
+
+PATTERNS = ["^a$", "^(a|b)$", "^(?:ab|ba)$", "^a|b$", "^b$", "^(abc|abd)$", "^a\\.$", "^\\^$", "^-$", "ab",
+            "^[ab]$", "^(a)(b)$", "^a\\*$", "^..$", "b$", "^abc", "\\n"]
+
+
+@SETTINGS
+@given(st.lists(st.sampled_from(PATTERNS), min_size=2, max_size=3),
+       st.lists(st.sampled_from(["minLength", "maxLength", None]), min_size=3, max_size=3),
+       st.lists(st.sampled_from(WORDS + ["ab\n", "a\n", ".", "a.", "^", "a*", "PREC"]), min_size=25, max_size=25))
+def test_one_of_over_patterns(patterns, bounds, instances):
+    """oneOf over strings told apart (or not) by patterns and lengths: the rewrite, when made, accepts exactly what
+    the schema accepts (jsonschema, Python's re: a word followed by a newline matches ^word$ there too)."""
+    branches = []
+    for p, b in zip(patterns, bounds):
+        s = {"type": "string", "pattern": p}
+        if b:
+            s[b] = 1
+        branches.append(s)
+    check({"oneOf": branches}, instances, must_rewrite=False)
+
+
 def test_one_of_reads_what_holds_beside_it():
     """As llguidance reads a oneOf: with the other members of an allOf it is in, and, for a definition that cannot be
     rewritten alone, with what holds where it is named (a copy rewritten there)."""
