@@ -796,7 +796,6 @@ class _Prover:
         return any(self.disjoint(x, y, 0) for x, y in pairs) or (
             depth > 0 and any(self.disjoint(x, y, depth) for x, y in pairs))
 
-
     def _words_apart(self, a, b):
         """a allows finitely many strings (a literal pattern) and b refutes each: its own words, its lengths, or a
         subschema of b that rejects it."""
