@@ -17,7 +17,7 @@ from fastgguf.engine.grammar import available as grammar_available, vocabulary
 from fastgguf.engine.params import SamplingParams
 from fastgguf.engine.reasoning import MODES
 from fastgguf.engine.scheduler import Scheduler
-from fastgguf.server import anthropic_api, errors, llama_api, ollama_api, responses_api, schemas as S
+from fastgguf.server import anthropic_api, errors, llama_api, ollama_api, page, responses_api, schemas as S
 from fastgguf.server.cors import Cors
 from fastgguf.server.limits import Guard
 from fastgguf.server.routes import router
@@ -83,5 +83,6 @@ def create_app(model, *, parallel=None, n_ctx=None, n_threads=None, api_key=None
         app.include_router(r, prefix="/v1")
     app.include_router(ollama_api.router)  # Ollama's /api/...
     app.include_router(llama_api.router)  # llama-server's /props, /slots
+    app.include_router(page.router)  # the chat page: GET / and its files under /static/
     return Guard(app, api_key, max_body_bytes, allowed_hosts=allowed_hosts, body_timeout=body_timeout,
                  cors=Cors(cors_origins))

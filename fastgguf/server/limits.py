@@ -8,9 +8,12 @@ import re
 from fastgguf.api.openai.protocol import APIError
 from fastgguf.server.errors import error_response
 
-__all__ = ["Guard", "OPEN_PATHS", "default_hosts", "host_name"]
+__all__ = ["Guard", "OPEN_PATHS", "default_hosts", "host_name", "is_open"]
 
-OPEN_PATHS = ("/health", "/v1/health")  # answered without the API key
+# answered without the API key: health, and the chat page (server/page.py: "/" and its files under /static/), which
+# asks for the key and sends it with the API calls it makes
+OPEN_PATHS = ("/health", "/v1/health", "/")
+OPEN_PREFIX = "/static/"
 DRAIN_LIMIT = 64 << 20  # a body over the limit is read and dropped up to twice the limit, at most this, before the
 #                         413 (a client still sending when the answer comes and the connection closes sees a reset,
 #                         not the 413); past that (an endless chunked body) the 413 is sent and the connection closed
@@ -50,6 +53,11 @@ def _allowed_name(value):
     if name is None:
         raise ValueError(f"allowed host {value!r} is not a host name, an IPv4 address or an [IPv6] address")
     return name
+
+
+def is_open(path):
+    """Whether a request for `path` is answered without the API key."""
+    return path in OPEN_PATHS or path.startswith(OPEN_PREFIX)
 
 
 def _on_loopback(scope):
@@ -111,7 +119,7 @@ class Guard:
     async def _checked(self, scope, receive, send):
         """The API key, then the body's limits, then the app."""
         headers, path = dict(scope["headers"]), scope["path"]
-        if self.key and path not in OPEN_PATHS:
+        if self.key and not is_open(path):
             auth = headers.get(b"authorization", b"")
             # Bearer (OpenAI's clients) or x-api-key (Anthropic's)
             given = auth[7:].strip() if auth[:7].lower() == b"bearer " else headers.get(b"x-api-key", b"").strip()
