@@ -5,7 +5,7 @@ the model, streams a reply, Stop aborts a long generation and keeps its text, a 
 fields" setting, so the text goes through the server, the stream and the renderer as any reply's does), and
 conversations survive a reload. Skipped where selenium, chromium or chromedriver is missing (.ci/run installs them).
 
-CHAT_PAGE_SCREENSHOT=path saves a screenshot of the page after a streamed reply (docs/chat-page.png is one)."""
+CHAT_PAGE_SCREENSHOT=path saves a screenshot of the page (test_screenshot: docs/chat-page.png is one)."""
 import json
 import os
 import re
@@ -150,8 +150,6 @@ def test_streams_a_reply(browser, chat_server):
     assert js(browser, "return window.updates") >= 3
     assert browser.find_element("id", "send").is_displayed() and not browser.find_element("id", "stop").is_displayed()
     assert console_errors(browser) == []
-    if os.environ.get("CHAT_PAGE_SCREENSHOT"):
-        browser.save_screenshot(os.environ["CHAT_PAGE_SCREENSHOT"])
 
 
 def test_stop_keeps_the_partial_reply(browser, chat_server):
@@ -236,3 +234,13 @@ def test_conversations_survive_a_reload(browser, chat_server):
     wait_for(browser, lambda d: js(d, titles) == ["first chat"])
     assert js(browser, "return document.querySelector('.message.user').textContent") == "first chat"
     assert console_errors(browser) == []
+
+
+@pytest.mark.skipif(not os.environ.get("CHAT_PAGE_SCREENSHOT"), reason="CHAT_PAGE_SCREENSHOT=path not set")
+def test_screenshot(browser, chat_server):
+    """CHAT_PAGE_SCREENSHOT=docs/chat-page.png: the README's screenshot (settings open, a reply with code)."""
+    open_page(browser, chat_server, max_tokens="200", temperature="0", system="You are a helpful assistant.")
+    browser.find_element("css selector", "#settings summary").click()
+    send(browser, "Write a Python function that adds two numbers.")
+    wait_for(browser, lambda d: (r := last_reply(d)) and r[2])
+    browser.save_screenshot(os.environ["CHAT_PAGE_SCREENSHOT"])
