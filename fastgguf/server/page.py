@@ -35,11 +35,11 @@ def _file(name):
     return FileResponse(path, media_type=kind, headers=PAGE_HEADERS)
 
 
-@router.get("/")
+@router.api_route("/", methods=["GET", "HEAD"])  # (HEAD /: also Ollama's heartbeat, `ollama` CLI's first request)
 async def index():
     return _file("index.html")
 
 
-@router.get("/static/{name}")
+@router.api_route("/static/{name}", methods=["GET", "HEAD"])
 async def static(name: str):
     return _file(name)

@@ -40,6 +40,8 @@ def test_page_and_files_need_no_key(chat_server):
         status, _, headers = http(chat_server, "GET", "/static/" + name, key=None)
         assert status == 200 and headers["Content-Type"].startswith(kind), name
     assert http(chat_server, "GET", "/v1/models", key=None)[0] == 401
+    status, text, headers = http(chat_server, "HEAD", "/", key=None)
+    assert status == 200 and text == "" and headers["Content-Type"].startswith("text/html")
 
 
 @pytest.mark.parametrize("path", ["/static/nothing.js", "/static/../v1/models", "/static/%2e%2e%2fpage.py",
