@@ -208,7 +208,7 @@ async function send(text) {
   const c = current() || newConversation();
   const system = $("system").value.trim();
   const history = (system ? [{ role: "system", content: system }] : []).concat(
-    c.messages.filter((m) => !m.error).map((m) => ({ role: m.role, content: m.content })));
+    c.messages.filter((m) => !m.error && m.content).map((m) => ({ role: m.role, content: m.content })));
   c.messages.push({ role: "user", content: text });
   if (c.title === "New chat") c.title = text.slice(0, 40);
   const msg = { role: "assistant", content: "", meta: "" };
