@@ -64,6 +64,10 @@ CASES = {
     "granite": ({"arch": "granite", "tied": False, "meta": GRANITE_SCALES}, [256]),
     # NoPE in layer 3 of 5 (llama.cpp's fixed step 4), a RoPE layer after it
     "smollm3": ({"arch": "smollm3", "n_layer": 5}, [256]),
+    # short-convolution layers 0, 1, 3 (3 taps), attention in layer 2; then every attention layer sliding-window
+    "lfm2": ({"arch": "lfm2", "n_layer": 4, "conv_layers": (0, 1, 3)}, [256]),
+    "lfm2-swa": ({"arch": "lfm2", "n_layer": 3, "conv_layers": (1,), "l_cache": 4,
+                  "meta": {"attention.sliding_window": 5}}, [256]),
 }
 # mixtures of experts (models.build options of preset "moe" under "moe"): 8 experts, 2 used unless said
 CASES.update({
