@@ -155,3 +155,18 @@ def test_missing_l_cache_or_tensor_is_named(tmp_path):
             out = w.write(str(tmp_path / "b.gguf"))
             with pytest.raises(GGUFError, match=f"missing (metadata key|tensor) '{drop_key or drop_tensor}'"):
                 Model(out)
+
+
+def test_speculative_decoding_equals_plain(tmp_path):
+    """Drafts rejected (a random draft model), accepted (the model drafting itself) or looked up in the prompt:
+    the target rewinds its conv rings over the rejected tokens and the greedy output stays plain decoding's."""
+    target = Model(models.build(tmp_path / "t.gguf", "vocab", vocab="llama-bpe", arch="lfm2", conv_layers=(0,)),
+                   n_threads=2)
+    noise = Model(models.build(tmp_path / "n.gguf", "vocab", vocab="llama-bpe", seed=3), n_threads=1)
+    prompt = "one two three four one two three four one two"
+    ref = target.generate(prompt, temperature=0, max_tokens=24)
+    for spec in (noise, target, "prompt_lookup"):
+        r = target.generate(prompt, temperature=0, max_tokens=24, speculative=spec, draft_max=4)
+        assert r.token_ids == ref.token_ids, spec
+        if spec is noise:
+            assert r.timings.draft_accepted < r.timings.draft_tokens
