@@ -151,8 +151,8 @@ def build(path, preset="tiny", *, arch=None, wtype=None, vocab=None, seed=None, 
     arch: its layout (ARCHS; the preset's when None; an unknown name writes the llama layout); bias, qk_norm,
     post_norms, fused: True / False override the arch's part. wtype: a ggml type name ("Q8_0", "F16", ...) for the
     preset's quantized roles. sizes: n_embd, n_layer, n_head, n_head_kv, n_ff, n_ctx, n_expert, n_used, n_ff_exp
-    (the experts' width), rope_base; conv_layers, l_cache (lfm2's short-convolution layers and taps). seed: the draws (the preset's when None); scale: {role: spread} over the
-    preset's; tied: no output.weight.
+    (the experts' width), rope_base; conv_layers, l_cache (lfm2's short-convolution layers and taps). seed: the
+    draws (the preset's when None); scale: {role: spread} over the preset's; tied: no output.weight.
     vocab: None (the preset's), "no_vocab" (tokenizer.ggml.model no_vocab: ids only, llama.cpp loads it),
     "wordpiece" (WORDPIECE, as llama.cpp's converter stores it), the name of a vocabulary-only file of llama.cpp
     (tests/data/vocab/ggml-vocab-<name>.gguf.xz), or the path of a GGUF file whose tokenizer.* keys are copied;
