@@ -68,6 +68,8 @@ CASES = {
     "lfm2": ({"arch": "lfm2", "n_layer": 4, "conv_layers": (0, 1, 3)}, [256]),
     "lfm2-swa": ({"arch": "lfm2", "n_layer": 3, "conv_layers": (1,), "l_cache": 4,
                   "meta": {"attention.sliding_window": 5}}, [256]),
+    # Q8_0 matrices (in_proj, out_proj among them; the conv kernel F32): activations quantized as llama.cpp's
+    "lfm2-q8_0": ({"arch": "lfm2", "n_layer": 4, "conv_layers": (0, 1, 3), "wtype": "Q8_0"}, [256]),
 }
 # mixtures of experts (models.build options of preset "moe" under "moe"): 8 experts, 2 used unless said
 CASES.update({
