@@ -4,9 +4,9 @@ committed in tests/data/tiny-references.json. The files are rebuilt here (tests/
 CASES, and run teacher-forced through both of fastgguf's paths: the prompt in one call, and one token per call.
 
 Each case: F32 weights (llama-mxfp4: MXFP4 matrices, lfm2-q8_0: Q8_0), 2-5 layers, n_embd 64, 4 query heads of 16,
-vocabulary 100; GQA (2 KV heads) or MHA, tied or untied output. The mixtures of experts (preset "moe"): experts F32, Q8_0 or
-Q4_K (n_embd 256 there), 8 experts 2 used or 128 used 8. Tolerance: llama.cpp's own flash on/off spread on the same
-file, see test_matches_llama_cpp.
+vocabulary 100; GQA (2 KV heads) or MHA, tied or untied output. The mixtures of experts (preset "moe"): experts F32,
+Q8_0 or Q4_K (n_embd 256 there), 8 experts 2 used or 128 used 8. Tolerance: llama.cpp's own flash on/off spread on
+the same file, see test_matches_llama_cpp.
 
 Where llama.cpp is off, it is llama.cpp: both its attention paths round Q to F16 for the products with the F16 K
 cache (ggml's vec_dot_type of F16 is F16; fastgguf keeps Q in F32), and its flash path also sums V in F16. On these
