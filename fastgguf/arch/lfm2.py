@@ -30,11 +30,12 @@ class Lfm2(Arch):
     vectors = Arch.vectors + ("conv_w",)   # F32 (F16/BF16 widened), as ggml_ssm_conv takes it
 
     def kv_counts(self):
-        """attention.head_count_kv per layer (an array of block_count integers, or one integer for every layer)."""
+        """attention.head_count_kv per layer (an array of block_count integers, or one integer for every layer;
+        absent: head_count, as llama.cpp's get_key_or_arr)."""
         k, n_layer = f"{self.name}.attention.head_count_kv", self.int_key("block_count")
-        v = self.key("attention.head_count_kv")
+        v = self.key("attention.head_count_kv", None)
         if not isinstance(v, np.ndarray):
-            return [self.int_key("attention.head_count_kv")] * n_layer
+            return [self.int_key("attention.head_count_kv", self.int_key("attention.head_count"))] * n_layer
         if v.dtype.kind not in "iu" or v.size != n_layer:
             raise GGUFError(f"{k}: expected {n_layer} integers (0: a short-convolution layer), got an array of "
                             f"{v.size} {v.dtype}")

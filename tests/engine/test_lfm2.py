@@ -205,3 +205,18 @@ def test_scheduler_n2_and_prefix_reuse_equal_plain(tmp_path):
         sch.stop()
     assert first == [ref.text, ref.text] and again == [ref.text]
     assert usage.cached_tokens > 0
+
+
+def test_absent_head_count_kv_means_attention_everywhere(tmp_path):
+    """As llama.cpp's get_key_or_arr: no attention.head_count_kv is head_count KV heads in every layer."""
+    from fastgguf import GGUFFile, GGUFWriter
+    from fastgguf.gguf.quantize import copy_metadata
+    p = models.build(tmp_path / "a.gguf", arch="lfm2", conv_layers=(), n_head_kv=4)
+    with GGUFFile(p) as f:
+        w = GGUFWriter()
+        copy_metadata(f, w, skip=("general.alignment", "lfm2.attention.head_count_kv"))
+        for name, ti in f.tensors.items():
+            w.add_tensor(name, f.tensor(name), ggml_type=ti.type, shape=tuple(ti.shape))
+        out = w.write(str(tmp_path / "b.gguf"))
+    hp = Model(out).hparams
+    assert hp.n_head_kv == 4 and hp.conv_layers == () and hp == Model(p).hparams
