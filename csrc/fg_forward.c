@@ -64,37 +64,75 @@ static size_t priv_bytes(const fg_work *w, const fg_model *m) {
 void fg_kv_free(fg_kv *kv) {
     free64(kv->k_cache);
     free64(kv->v_cache);
+    free64(kv->conv_cache);
     free(kv->layer_row0);
     kv->k_cache = kv->v_cache = NULL;
-    kv->layer_row0 = NULL;
+    kv->conv_cache = NULL;
+    kv->layer_row0 = kv->conv_row0 = NULL;
+}
+
+/* Rows of the rings of a cache of n_ctx positions: sliding-window layers' (*swa) and conv layers' (*conv). */
+static void ring_rows(const fg_model *m, int n_ctx, int *swa, int *conv) {
+    int64_t s = (int64_t)m->hp.n_swa + FG_MAX_BATCH, c = (int64_t)m->hp.n_conv - 1 + FG_MAX_BATCH; /* < 2^31 */
+    *swa = s < n_ctx ? (int)s : n_ctx;
+    *conv = c < n_ctx ? (int)c : n_ctx;
+}
+
+/* Layer il's K/V rows and conv ring rows in a cache of n_ctx positions. */
+static void layer_cache_rows(const fg_model *m, int il, int n_ctx, int64_t *kv_rows, int64_t *conv_rows) {
+    int swa, conv;
+    ring_rows(m, n_ctx, &swa, &conv);
+    const fg_layer *L = &m->layers[il];
+    *kv_rows = L->conv ? 0 : (L->swa ? swa : n_ctx);
+    *conv_rows = L->conv ? conv : 0;
+}
+
+size_t fg_kv_bytes(const fg_model *m, int n_ctx, size_t *conv) {
+    size_t kv_rows = 0, conv_rows = 0;
+    for (int il = 0; il < m->hp.n_layer; il++) {
+        int64_t k, c;
+        layer_cache_rows(m, il, n_ctx, &k, &c);
+        kv_rows += (size_t)k;
+        conv_rows += (size_t)c;
+    }
+    size_t c = conv_rows * m->hp.n_embd * sizeof(float);
+    if (conv) *conv = c;
+    return 2 * kv_rows * m->hp.n_head_kv * m->hp.head_dim * sizeof(uint16_t) + c;
 }
 
 int fg_kv_init(fg_kv *kv, const fg_model *m, int n_ctx) {
     memset(kv, 0, sizeof(*kv));
     kv->n_ctx = n_ctx;
-    int64_t ring = (int64_t)m->hp.n_swa + FG_MAX_BATCH; /* n_swa < 2^31 */
-    kv->n_swa_rows = ring < n_ctx ? (int)ring : n_ctx;
-    kv->layer_row0 = malloc(((size_t)m->hp.n_layer + 1) * sizeof(int64_t));
+    ring_rows(m, n_ctx, &kv->n_swa_rows, &kv->n_conv_rows);
+    int NL = m->hp.n_layer;
+    kv->layer_row0 = malloc(2 * ((size_t)NL + 1) * sizeof(int64_t));
     if (!kv->layer_row0) return -1;
-    kv->layer_row0[0] = 0;
-    for (int il = 0; il < m->hp.n_layer; il++)
-        kv->layer_row0[il + 1] = kv->layer_row0[il] + (m->layers[il].swa ? kv->n_swa_rows : n_ctx);
-    size_t cache = (size_t)kv->layer_row0[m->hp.n_layer] * m->hp.n_head_kv * m->hp.head_dim * sizeof(uint16_t);
-    kv->bytes = 2 * cache;
+    kv->conv_row0 = kv->layer_row0 + NL + 1;
+    kv->layer_row0[0] = kv->conv_row0[0] = 0;
+    for (int il = 0; il < NL; il++) {
+        int64_t k, c;
+        layer_cache_rows(m, il, n_ctx, &k, &c);
+        kv->layer_row0[il + 1] = kv->layer_row0[il] + k;
+        kv->conv_row0[il + 1] = kv->conv_row0[il] + c;
+    }
+    size_t conv, cache = (size_t)kv->layer_row0[NL] * m->hp.n_head_kv * m->hp.head_dim * sizeof(uint16_t);
+    kv->bytes = fg_kv_bytes(m, n_ctx, &conv);
     kv->k_cache = alloc64(cache);
     kv->v_cache = alloc64(cache);
-    if (!kv->k_cache || !kv->v_cache) {
+    kv->conv_cache = alloc64(conv);
+    if (!kv->k_cache || !kv->v_cache || !kv->conv_cache) {
         fg_kv_free(kv);
         return -1;
     }
     memset(kv->k_cache, 0, cache);
     memset(kv->v_cache, 0, cache);
+    memset(kv->conv_cache, 0, conv);
     return 0;
 }
 
 void fg_work_free(fg_work *w) {
     float **fs[] = {&w->kcur, &w->vcur, &w->x, &w->xn, &w->q, &w->att, &w->tmp, &w->gate, &w->up, &w->rope,
-                    &w->rlogits, &w->hg, &w->hu, &w->ye};
+                    &w->rlogits, &w->hg, &w->hu, &w->ye, &w->conv};
     for (size_t i = 0; i < sizeof(fs) / sizeof(fs[0]); i++) {
         free64(*fs[i]);
         *fs[i] = NULL;
@@ -135,7 +173,11 @@ int fg_work_init(fg_work *w, const fg_model *m, int n_batch, int max_ctx, int ma
     w->xq = alloc64(FG_MAX_SLOTS * B * w->xq_row);
     w->priv_size = priv_bytes(w, m);
     w->priv = alloc64(w->priv_size * w->max_threads);
-    int moe_ok = 1;
+    int more_ok = 1; /* the conv layers' and experts' buffers, when the model has them */
+    if (m->hp.n_conv > 0) {
+        w->conv = alloc64(B * 3 * m->hp.n_embd * sizeof(float));
+        more_ok = w->conv != NULL;
+    }
     if (m->hp.n_expert > 0) {
         size_t S = B * m->hp.n_expert_used;
         w->rlogits = alloc64(B * m->hp.n_expert * sizeof(float));
@@ -144,10 +186,10 @@ int fg_work_init(fg_work *w, const fg_model *m, int n_batch, int max_ctx, int ma
         w->hu = alloc64(S * m->hp.n_ff_exp * sizeof(float));
         w->hq = alloc64((S + B) * w->xq_row);
         w->ye = alloc64(S * m->hp.n_embd * sizeof(float));
-        moe_ok = w->rlogits && w->xe && w->hg && w->hu && w->hq && w->ye;
+        more_ok = more_ok && w->rlogits && w->xe && w->hg && w->hu && w->hq && w->ye;
     }
     if (!w->kcur || !w->vcur || !w->x || !w->xn || !w->q || !w->att || !w->tmp || !w->gate || !w->up || !w->rope ||
-        !w->xq || !w->priv || !moe_ok) {
+        !w->xq || !w->priv || !more_ok) {
         fg_work_free(w);
         return -1;
     }
@@ -440,6 +482,49 @@ static void attention_rows(const team *t, const fg_layer *L, int il, int64_t row
     }
 }
 
+/* Layer il's (n_conv_rows, n_embd) ring of bx rows in sequence kv's cache. */
+static float *conv_ring(const fg_model *m, const fg_kv *kv, int il) {
+    return kv->conv_cache + kv->conv_row0[il] * m->hp.n_embd;
+}
+
+/* Channels [c0, c1) of one row's short convolution (ggml_ssm_conv, causal): y[c] = C[c] * sum_{i < K} w[c][i] *
+ * bx_{pos-K+1+i}[c], a float sum in i order; bx of position p is ring row p mod rows (ld floats apart), positions
+ * before 0 are zero (skipped: a reset cache keeps stale rows). The scalar reference. */
+static void shortconv_row(float *y, const float *C, const float *ring, int64_t rows, int64_t ld, int64_t pos,
+                          const float *w, int K, int64_t c0, int64_t c1) {
+    for (int64_t c = c0; c < c1; c++) {
+        float acc = 0.0f;
+        for (int i = 0; i < K; i++) {
+            int64_t p = pos - K + 1 + i;
+            if (p >= 0) acc += w[c * K + i] * ring[(p % rows) * ld + c];
+        }
+        y[c] = C[c] * acc;
+    }
+}
+
+/* A gated short-convolution layer (lfm2; fg_layer conv): B | C | xx = conv_in . attn_norm(x) into w->conv (rows,
+ * 3 n_embd), bx = B * xx into the ring of the row's own sequence at its position, then C * conv into the B third.
+ * Each thread owns the same channels throughout (a row reads only its own channels of earlier rows, which the
+ * same thread wrote before, rows in order), so no barrier: the caller's precedes out_proj. */
+static void shortconv_block(const team *t, const fg_layer *L, int il, int64_t rows) {
+    const fg_model *m = t->m;
+    fg_work *s = t->w;
+    int64_t E = m->hp.n_embd, E3 = 3 * E, r0, r1;
+    const fg_mat *ws[1] = {&L->conv_in};
+    const char *xq[1];
+    size_t xs;
+    prep(t, s->x, rows, E, E, L->attn_norm, ws, 1, xq, &xs);
+    fg_split_rows(E, t->nth, t->ith, ROW_ALIGN, &r0, &r1);
+    for (int k = 0; k < 3; k++) matmul(&L->conv_in, xq[0], xs, rows, s->conv, E3, k * E + r0, k * E + r1);
+    for (int64_t i = 0; i < rows; i++) {
+        const fg_kv *kv = t->seqs[t->seq[i]];
+        float *B = s->conv + i * E3, *ring = conv_ring(m, kv, il);
+        float *bx = ring + (t->pos[i] % kv->n_conv_rows) * E;
+        for (int64_t c = r0; c < r1; c++) bx[c] = B[c] * B[2 * E + c];
+        shortconv_row(B, B + E, ring, kv->n_conv_rows, E, t->pos[i], L->conv_w, m->hp.n_conv, r0, r1);
+    }
+}
+
 /* x = LayerNorm(x) * w + b per row (BERT's post-norms; nothing when w is NULL). Rows split, then a barrier. */
 static void post_layernorm(const team *t, int64_t rows, const float *w, const float *b) {
     if (!w) return;
@@ -646,17 +731,22 @@ static void layer_forward(const team *t, int il, int64_t rows) {
     const char *xq[3];
     size_t xs;
 
-    const fg_mat *qkv[3] = {&L->wq, &L->wk, &L->wv};
-    prep(t, s->x, rows, E, E, L->attn_norm, qkv, 3, xq, &xs);
-    if (rows == 1 && !m->hp.qk_norm_full)
-        attention_one_row(t, L, il, xq, xs);
-    else
-        attention_rows(t, L, il, rows, xq, xs);
-    BARRIER(t);
-
-    /* x += att . Wo (+ bo); BERT: x = LayerNorm(x) */
-    matmul_residual(t, &L->wo, s->att, rows, QD, QD, L->bo, L->attn_post_norm);
-    post_layernorm(t, rows, L->attn_out_norm, L->attn_out_norm_b);
+    if (L->conv) { /* x += conv_out . (C * conv) */
+        shortconv_block(t, L, il, rows);
+        BARRIER(t);
+        matmul_residual(t, &L->conv_out, s->conv, rows, E, 3 * E, NULL, NULL);
+    } else {
+        const fg_mat *qkv[3] = {&L->wq, &L->wk, &L->wv};
+        prep(t, s->x, rows, E, E, L->attn_norm, qkv, 3, xq, &xs);
+        if (rows == 1 && !m->hp.qk_norm_full)
+            attention_one_row(t, L, il, xq, xs);
+        else
+            attention_rows(t, L, il, rows, xq, xs);
+        BARRIER(t);
+        /* x += att . Wo (+ bo); BERT: x = LayerNorm(x) */
+        matmul_residual(t, &L->wo, s->att, rows, QD, QD, L->bo, L->attn_post_norm);
+        post_layernorm(t, rows, L->attn_out_norm, L->attn_out_norm_b);
+    }
 
     if (L->gate_inp.data) {
         moe_ffn(t, L, rows);
@@ -911,25 +1001,35 @@ int fg_forward(const fg_model *m, fg_state *s, const int32_t *tokens, int n_toke
     return rc;
 }
 
+/* Positions [p0, n) of a ring (position p in row p mod its rows, each row `row` bytes) from src's (sr rows) to
+ * dst's (dr rows). */
+static void copy_ring(char *dst, int64_t dr, const char *src, int64_t sr, size_t row, int64_t p0, int64_t n) {
+    for (int64_t p = p0; p < n; p++) memcpy(dst + (p % dr) * row, src + (p % sr) * row, row);
+}
+
 int fg_kv_copy(const fg_model *m, fg_kv *dst, const fg_kv *src, int n) {
     if (n < 0 || n > dst->n_ctx || n > src->n_ctx || dst == src) return -1;
-    int64_t hd = m->hp.head_dim;
+    int64_t hd = m->hp.head_dim, d_conv = m->hp.n_conv - 1;
     size_t row = (size_t)hd * sizeof(uint16_t);
     for (int il = 0; il < m->hp.n_layer; il++) {
+        const fg_layer *L = &m->layers[il];
+        if (L->conv) { /* the state: bx of the last d_conv positions */
+            copy_ring((char *)conv_ring(m, dst, il), dst->n_conv_rows, (const char *)conv_ring(m, src, il),
+                      src->n_conv_rows, (size_t)m->hp.n_embd * sizeof(float), n > d_conv ? n - d_conv : 0, n);
+            continue;
+        }
         int64_t sr = layer_rows(src, il), dr = layer_rows(dst, il), p0 = 0;
-        if (m->layers[il].swa && n > m->hp.n_swa) p0 = n - m->hp.n_swa;
+        if (L->swa && n > m->hp.n_swa) p0 = n - m->hp.n_swa;
         for (int64_t g = 0; g < m->hp.n_head_kv; g++) {
             uint16_t *dk = group_cache(m, dst, dst->k_cache, il, g), *dv = group_cache(m, dst, dst->v_cache, il, g);
             const uint16_t *sk = group_cache(m, src, src->k_cache, il, g), *sv = group_cache(m, src, src->v_cache, il, g);
-            if (!m->layers[il].swa) {
+            if (!L->swa) {
                 memcpy(dk, sk, (size_t)n * row);
                 memcpy(dv, sv, (size_t)n * row);
                 continue;
             }
-            for (int64_t p = p0; p < n; p++) {
-                memcpy(dk + (p % dr) * hd, sk + (p % sr) * hd, row);
-                memcpy(dv + (p % dr) * hd, sv + (p % sr) * hd, row);
-            }
+            copy_ring((char *)dk, dr, (const char *)sk, sr, row, p0, n);
+            copy_ring((char *)dv, dr, (const char *)sv, sr, row, p0, n);
         }
     }
     return 0;

@@ -40,6 +40,13 @@ typedef struct {
     int swa;                      /* 1: a sliding-window layer: attends to its last m->hp.n_swa positions only, with
                                    * RoPE base/scale rope_base_swa/rope_freq_scale_swa and a ring of K/V rows */
     int nope;                     /* 1: a NoPE layer: q and k are not rotated (smollm3's every 4th layer) */
+    /* a gated short-convolution layer instead of attention (lfm2; m->hp.n_conv taps; wq ... wo absent there):
+     * B | C | xx = conv_in . attn_norm(x), bx = B * xx, y[c] = sum_{i < n_conv} conv_w[c][i] bx[pos - n_conv + 1 +
+     * i][c] (bx of positions before 0: zero), out = conv_out . (C * y); bx is kept in a ring (fg_kv) */
+    int conv;                     /* 1: such a layer */
+    fg_mat conv_in;               /* (3 n_embd, n_embd): the B, C and xx rows, in that order */
+    const float *conv_w;          /* (n_embd, n_conv) F32 */
+    fg_mat conv_out;              /* (n_embd, n_embd) */
     /* the BERT family (post-norm encoders; all optional, NULL / data NULL when absent): attn_norm and ffn_norm
      * are NULL there (no pre-norm), and w_gate.data NULL means a plain FFN act(x . Wup + b_up) . Wdown */
     const float *bo, *b_up, *b_down;  /* biases of wo (n_embd,), w_up (n_ff,), w_down (n_embd,) */
@@ -99,6 +106,8 @@ typedef struct {
     int qk_norm_full;             /* 1: q_norm/k_norm are (q_dim,)/(kv_dim,) and RMS-normalise the whole q and k
                                    * vectors, not each head (olmoe); such a model runs every row through the
                                    * batch attention path, which holds whole rows per thread */
+    int n_conv;                   /* taps of the short-convolution layers (fg_layer conv; >= 2), 0: none (lfm2's
+                                   * shortconv.l_cache); their state is the last n_conv - 1 rows of bx */
 } fg_hparams;
 
 /* The model: its numbers and its tensors (pointers into the mapped file). */
@@ -125,12 +134,17 @@ typedef struct {
  * Layer il holds layer_rows[il] rows: n_ctx for a full-attention layer (row = position), and a ring of
  * n_swa_rows = min(n_ctx, n_swa + FG_MAX_BATCH) for a sliding-window layer (row = position mod n_swa_rows): the
  * n_swa positions a query sees plus the rows a chunk writes before its first row reads. Group-major: a layer is
- * n_head_kv blocks (layer_rows, head_dim), so attention over one KV group reads one contiguous stream. */
+ * n_head_kv blocks (layer_rows, head_dim), so attention over one KV group reads one contiguous stream.
+ * A short-convolution layer (fg_layer conv) holds no K/V rows but a ring of n_conv_rows = min(n_ctx, n_conv - 1 +
+ * FG_MAX_BATCH) rows of its bx (F32, row = position mod n_conv_rows): its state is a window of inputs, so the ring
+ * serves rewinds and prefix copies as a sliding-window layer's does. */
 typedef struct {
-    int n_ctx, n_swa_rows;
+    int n_ctx, n_swa_rows, n_conv_rows;
     uint16_t *k_cache, *v_cache;  /* the layers one after another, each (n_head_kv, layer_rows, head_dim) */
-    int64_t *layer_row0;          /* (n_layer + 1,) first row of each layer; the last entry is the total */
-    size_t bytes;                 /* of K and V together */
+    float *conv_cache;            /* the conv layers' rings one after another, each (n_conv_rows, n_embd) */
+    int64_t *layer_row0;          /* (n_layer + 1,) first K/V row of each layer; the last entry is the total */
+    int64_t *conv_row0;           /* (n_layer + 1,) the same for the conv rings' rows (same allocation) */
+    size_t bytes;                 /* of K, V and the conv rings together */
 } fg_kv;
 
 /* Scratch of a forward call: the rows of one chunk (up to n_batch rows, of any sequences), per-thread private
@@ -145,6 +159,8 @@ typedef struct {
     float *q, *att;               /* (n_batch, q_dim) */
     float *tmp;                   /* (n_batch, n_embd) */
     float *gate, *up;             /* (n_batch, n_ff) */
+    float *conv;                  /* (n_batch, 3 n_embd) a conv layer's B | C | xx, then C * y in the B third; NULL
+                                   * without conv layers */
     /* mixture of experts (NULL without): a chunk's n_batch * n_expert_used (row, expert) pairs are "slots",
      * grouped by expert (expert ascending, then row) */
     float *rlogits;               /* (n_batch, n_expert) router logits */
@@ -171,6 +187,9 @@ typedef struct {
 
 /* 0 ok, -1 allocation failure (left freed). */
 int fg_kv_init(fg_kv *kv, const fg_model *m, int n_ctx);
+/* The bytes fg_kv_init(kv, m, n_ctx) allocates for K, V and the conv rings (kv->bytes); *conv (unless NULL): those of
+ * the conv rings alone. */
+size_t fg_kv_bytes(const fg_model *m, int n_ctx, size_t *conv);
 void fg_kv_free(fg_kv *kv);
 /* n_batch: rows per internal chunk; max_ctx: the largest n_ctx of the caches it will serve. 0 ok, -1 allocation
  * failure (left freed). */
@@ -219,7 +238,8 @@ int fg_forward_multi(const fg_model *m, fg_work *w, fg_kv *const *seqs, int n_se
 
 /* Copy positions [0, n) of every layer's K and V from src to dst (caches of the same model): rows 0..n-1 of a
  * full-attention layer, and of a sliding-window ring the last m->hp.n_swa of them (all a later query can see), each
- * to its row in dst's ring. src must hold them (for a ring: src's newest position < n + n_swa_rows - n_swa).
+ * to its row in dst's ring; of a conv layer's ring the last n_conv - 1 bx rows (its state at n). src must hold them
+ * (for a ring: src's newest position < n + ring rows - window).
  * Returns 0; -1 (nothing done) if n < 0, n exceeds either cache's n_ctx, or src == dst. */
 int fg_kv_copy(const fg_model *m, fg_kv *dst, const fg_kv *src, int n);
 

@@ -128,6 +128,10 @@ cdef extern from "fg_forward.h" nogil:
         const float *ffn_post_norm
         int swa
         int nope
+        int conv
+        fg_mat conv_in
+        const float *conv_w
+        fg_mat conv_out
         const float *bo
         const float *b_up
         const float *b_down
@@ -160,6 +164,7 @@ cdef extern from "fg_forward.h" nogil:
         int n_expert, n_expert_used, n_ff_exp, moe_gating, moe_norm_w, moe_act
         float moe_w_scale
         int qk_norm_full
+        int n_conv
 
     ctypedef struct fg_model:
         fg_hparams hp
@@ -175,7 +180,7 @@ cdef extern from "fg_forward.h" nogil:
         const float *tok_norm_b
 
     ctypedef struct fg_kv:
-        int n_ctx, n_swa_rows
+        int n_ctx, n_swa_rows, n_conv_rows
         size_t bytes
 
     ctypedef struct fg_work:
@@ -199,6 +204,7 @@ cdef extern from "fg_forward.h" nogil:
                          const int32_t *logit_rows, int n_logit_rows, float *logits, const int32_t *hidden_rows,
                          int n_hidden_rows, float *hidden, int n_threads)
     int fg_kv_copy(const fg_model *m, fg_kv *dst, const fg_kv *src, int n)
+    size_t fg_kv_bytes(const fg_model *m, int n_ctx, size_t *conv)
 
 
 cdef class Weights:

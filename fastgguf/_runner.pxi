@@ -98,15 +98,20 @@ cdef int _layer(Weights w, fg_layer *L, d, str p) except -1:
     cdef int64_t E = hp.n_embd, QD = <int64_t>hp.n_head * hp.head_dim, KV = <int64_t>hp.n_head_kv * hp.head_dim
     cdef int64_t F = hp.n_ff, hd = hp.head_dim, NE = hp.n_expert  # with experts, F: the shared expert's width
     L.attn_norm = _vec(w, d.get("attn_norm"), E, p + "attn_norm")
-    L.wq = _mat(w, d["wq"], QD, E, p + "attn_q")
-    L.wk = _mat(w, d["wk"], KV, E, p + "attn_k")
-    L.wv = _mat(w, d["wv"], KV, E, p + "attn_v")
+    if L.conv:  # a short-convolution layer instead of attention (Weights.__init__ set L.conv)
+        L.conv_in = _mat(w, d["conv_in"], 3 * E, E, p + "shortconv.in_proj")
+        L.conv_w = _vec2(w, d["conv_w"], E, hp.n_conv, p + "shortconv.conv")
+        L.conv_out = _mat(w, d["conv_out"], E, E, p + "shortconv.out_proj")
+    else:
+        L.wq = _mat(w, d["wq"], QD, E, p + "attn_q")
+        L.wk = _mat(w, d["wk"], KV, E, p + "attn_k")
+        L.wv = _mat(w, d["wv"], KV, E, p + "attn_v")
+        L.wo = _mat(w, d["wo"], E, QD, p + "attn_output")
     L.bq = _vec(w, d.get("bq"), QD, p + "attn_q.bias")
     L.bk = _vec(w, d.get("bk"), KV, p + "attn_k.bias")
     L.bv = _vec(w, d.get("bv"), KV, p + "attn_v.bias")
     L.q_norm = _vec(w, d.get("q_norm"), QD if hp.qk_norm_full else hd, p + "attn_q_norm")
     L.k_norm = _vec(w, d.get("k_norm"), KV if hp.qk_norm_full else hd, p + "attn_k_norm")
-    L.wo = _mat(w, d["wo"], E, QD, p + "attn_output")
     L.ffn_norm = _vec(w, d.get("ffn_norm"), E, p + "ffn_norm")
     L.w_gate = _mat(w, d.get("w_gate"), F, E, p + "ffn_gate")
     L.w_up = _mat(w, d.get("w_up") if NE > 0 else d["w_up"], F, E, p + "ffn_up")
@@ -172,10 +177,12 @@ cdef class Weights:
         if self.layers == NULL:
             raise MemoryError()
         swa_layers, nope_layers = frozenset(hp.swa_layers), frozenset(hp.nope_layers)
+        conv_layers = frozenset(hp.conv_layers)
         for i in range(self.m.hp.n_layer):
-            _layer(self, &self.layers[i], layers[i], f"blk.{i}.")
             self.layers[i].swa = 1 if i in swa_layers else 0
             self.layers[i].nope = 1 if i in nope_layers else 0
+            self.layers[i].conv = 1 if i in conv_layers else 0
+            _layer(self, &self.layers[i], layers[i], f"blk.{i}.")
         self.m.layers = self.layers
 
     def __dealloc__(self):
@@ -194,6 +201,14 @@ cdef class Weights:
     def has_logits(self):
         """False for an encoder (no lm_head): it gives hidden states only."""
         return self.m.output.data != NULL
+
+    def cache_bytes(self, int n_ctx):
+        """(all, conv): the bytes of one sequence's cache of n_ctx positions (Runner.kv_bytes): K and V, and the
+        short-convolution layers' state rings, and those rings alone."""
+        cdef size_t conv = 0
+        if n_ctx < 1:
+            raise ValueError(f"n_ctx must be >= 1, got {n_ctx}")
+        return fg_kv_bytes(&self.m, n_ctx, &conv), conv
 
     @property
     def max_tokens(self):
@@ -257,18 +272,23 @@ cdef class Runner:
 
     @property
     def kv_bytes(self):
-        """Bytes of this runner's KV cache (K and V, F16; sliding-window layers keep a ring, not n_ctx rows)."""
+        """Bytes of this runner's cache: K and V (F16; sliding-window layers keep a ring, not n_ctx rows) and the
+        short-convolution layers' rings of their inputs (F32)."""
         return self.st.kv.bytes
 
     def can_rewind(self, int n_past):
-        """Whether rewind(n_past) keeps a usable cache: always for full-attention models; with sliding-window
-        layers, their ring must still hold the n_swa positions before n_past (else reset and evaluate again)."""
+        """Whether rewind(n_past) keeps a usable cache: always for full-attention models; a ring (sliding-window
+        layers: the n_swa positions a query sees; short-convolution layers: their n_conv - 1 inputs) must still
+        hold the window before n_past (else reset and evaluate again)."""
         if n_past < 0 or n_past > self.n_past:
             return False
-        cdef int n_swa = self.weights.m.hp.n_swa, rows = self.st.kv.n_swa_rows
-        if n_swa == 0 or n_past == 0 or n_past == self.n_past:
+        if n_past == 0 or n_past == self.n_past:
             return True
-        return max(0, n_past - n_swa) >= self.n_past - rows
+        cdef const fg_hparams *hp = &self.weights.m.hp
+        for window, rows in ((hp.n_swa, self.st.kv.n_swa_rows), (hp.n_conv - 1, self.st.kv.n_conv_rows)):
+            if window > 0 and max(0, n_past - window) < self.n_past - rows:
+                return False
+        return True
 
     @n_threads.setter
     def n_threads(self, int n):
@@ -288,8 +308,8 @@ cdef class Runner:
         if n_past < 0 or n_past > self.n_past:
             raise ValueError(f"cannot rewind to {n_past}: {self.n_past} tokens in the cache")
         if not self.can_rewind(n_past):
-            raise ValueError(f"cannot rewind to {n_past} from {self.n_past}: the sliding-window layers no longer "
-                             f"hold the positions before it (see can_rewind; reset instead)")
+            raise ValueError(f"cannot rewind to {n_past} from {self.n_past}: the sliding-window or short-convolution "
+                             f"layers' rings no longer hold the positions before it (see can_rewind; reset instead)")
         self.n_past = n_past
 
     def copy_prefix(self, Runner src, int n):
@@ -301,7 +321,8 @@ cdef class Runner:
         if n < 0 or n > src.n_past or n > self.n_ctx:
             raise ValueError(f"cannot copy {n} positions: the source holds {src.n_past}, this cache {self.n_ctx}")
         if not src.can_rewind(n):
-            raise ValueError(f"the source's sliding-window layers no longer hold the positions before {n}")
+            raise ValueError(f"the source's sliding-window or short-convolution layers' rings no longer hold the "
+                             f"positions before {n}")
         if fg_kv_copy(&self.weights.m, &self.st.kv, &src.st.kv, n) != 0:
             raise RuntimeError("fg_kv_copy failed")
         memcpy(self.ids, src.ids, n * sizeof(int32_t))

@@ -41,11 +41,14 @@ DATA = os.path.join(os.path.dirname(os.path.abspath(__file__)), "data")
 #   exp_ff        the expert width in {arch}.expert_feed_forward_length (else feed_forward_length, with experts)
 #   gate          (encoders) a gated FFN, ffn_gate (nomic-bert)
 #   position      (encoders) learned position embeddings, no RoPE (bert)
+#   shortconv     lfm2: the layers in conv_layers are gated short convolutions (shortconv.in_proj, .conv of
+#                 l_cache taps, .out_proj) instead of attention, attention.head_count_kv a per-layer array (0 there),
+#                 shortconv.l_cache; the output norm is named token_embd_norm
 ARCHS = {
     "llama": "", "granite": "", "gemma": "", "qwen2": "bias", "qwen3": "qk_norm", "phi3": "fused",
     "gemma2": "post_norms", "gemma3": "post_norms qk_norm",
     "qwen3moe": "qk_norm exp_ff", "qwen2moe": "shexp exp_ff", "olmoe": "qk_norm_full", "granitemoe": "",
-    "gpt-oss": "bias sinks exp_ff", "smollm3": "",
+    "gpt-oss": "bias sinks exp_ff", "smollm3": "", "lfm2": "qk_norm shortconv",
     "bert": "bias position", "nomic-bert": "fused gate",
 }
 
@@ -83,12 +86,14 @@ class Preset:
     rope_base: float = 10000.0
     center_f32: bool = False
     biases_first: bool = False
+    conv_layers: tuple = ()   # shortconv: the short-convolution layers, and their conv's taps
+    l_cache: int = 3
 
 
 # the roles' spread when a preset says nothing
 SCALES = {"embd": 1.0, "output_norm": 1.0, "norm": 1.0, "head_norm": 1.0, "qk": 0.2, "matrix": 0.2, "fused": 0.2,
           "output": 0.2, "bias": 0.2, "sinks": 1.0, "router": 1.0, "experts": 0.2, "expert_bias": 0.2,
-          "shexp": 0.2, "shexp_gate": 1.0, "token_types": 0.5, "position": 0.5}
+          "shexp": 0.2, "shexp_gate": 1.0, "token_types": 0.5, "position": 0.5, "conv": 0.5}
 LLAMA_KEYS = ("block_count", "context_length", "embedding_length", "feed_forward_length", "attention.head_count",
               "attention.head_count_kv", "rope.freq_base", "attention.layer_norm_rms_epsilon", "rope.dimension_count")
 EXPERT_KEYS = ("expert_count", "expert_used_count", "expert_feed_forward_length", "expert_shared_feed_forward_length")
@@ -146,8 +151,8 @@ def build(path, preset="tiny", *, arch=None, wtype=None, vocab=None, seed=None, 
     arch: its layout (ARCHS; the preset's when None; an unknown name writes the llama layout); bias, qk_norm,
     post_norms, fused: True / False override the arch's part. wtype: a ggml type name ("Q8_0", "F16", ...) for the
     preset's quantized roles. sizes: n_embd, n_layer, n_head, n_head_kv, n_ff, n_ctx, n_expert, n_used, n_ff_exp
-    (the experts' width), rope_base. seed: the draws (the preset's when None); scale: {role: spread} over the
-    preset's; tied: no output.weight.
+    (the experts' width), rope_base; conv_layers, l_cache (lfm2's short-convolution layers and taps). seed: the
+    draws (the preset's when None); scale: {role: spread} over the preset's; tied: no output.weight.
     vocab: None (the preset's), "no_vocab" (tokenizer.ggml.model no_vocab: ids only, llama.cpp loads it),
     "wordpiece" (WORDPIECE, as llama.cpp's converter stores it), the name of a vocabulary-only file of llama.cpp
     (tests/data/vocab/ggml-vocab-<name>.gguf.xz), or the path of a GGUF file whose tokenizer.* keys are copied;
@@ -207,6 +212,9 @@ def _metadata(w, p, parts, vocab, pooling, head, shared, meta):
         "classifier.output_labels": ["yes", "no"] if head == "qwen3" else None,
         "tokenizer.chat_template.rerank": QWEN3_RERANK_TEMPLATE if head == "qwen3" else None,
     }
+    if "shortconv" in parts:   # per layer: 0 KV heads in a conv layer
+        values["attention.head_count_kv"] = [0 if i in p.conv_layers else p.n_head_kv for i in range(p.n_layer)]
+        meta = {"shortconv.l_cache": p.l_cache, **(meta or {})}
     meta = dict(meta or {})
     n_vocab = p.n_vocab
     for key in p.keys:
@@ -223,10 +231,10 @@ def _metadata(w, p, parts, vocab, pooling, head, shared, meta):
 
 
 def _add(w, key, value, vtype=None):
-    """A value of the given type, or: int -> UINT32, float -> FLOAT32, str -> STRING, list -> ARRAY."""
+    """A value of the given type, or: int -> UINT32, float -> FLOAT32, bool -> BOOL, str -> STRING, list -> ARRAY."""
     if vtype is None:
         vtype = V.ARRAY if isinstance(value, list) else V.STRING if isinstance(value, str) \
-            else V.FLOAT32 if isinstance(value, float) else V.UINT32
+            else V.FLOAT32 if isinstance(value, float) else V.BOOL if isinstance(value, bool) else V.UINT32
     w.add_value(key, value, vtype)
 
 
@@ -357,14 +365,17 @@ def _decoder(t, p, parts, n_vocab, tied, rope_freqs, router, shared, head, nan_e
         t.w.add_tensor("output.weight", _nan_rows(embd, nan_logits))
     else:
         t.add("token_embd.weight", (NV, E), "embd")                               # (n_vocab, n_embd)
-    t.add("output_norm.weight", (E,), "output_norm")
+    t.add("token_embd_norm.weight" if "shortconv" in parts else "output_norm.weight", (E,), "output_norm")
     if not tied and not (nan_embd or nan_logits):
         t.add("output.weight", (NV, E), "output")                                 # (n_vocab, n_embd)
     if rope_freqs:
         t.w.add_tensor("rope_freqs.weight", np.linspace(1.0, 8.0, hd // 2).astype(np.float32))
     for i in range(p.n_layer):
         b = f"blk.{i}."
-        _attention(t, p, parts, b)
+        if i in p.conv_layers:
+            _shortconv(t, p, b)
+        else:
+            _attention(t, p, parts, b)
         if "post_norms" in parts:
             t.add(b + "post_attention_norm.weight", (E,), "norm")
             t.add(b + "post_ffw_norm.weight", (E,), "norm")
@@ -419,6 +430,15 @@ def _attention(t, p, parts, b):
     t.add(b + "attn_output.weight", (E, q), "matrix")                             # (n_embd, n_head head_dim)
     if sinks and not p.biases_first:
         _sinks(t, p, b)
+
+
+def _shortconv(t, p, b):
+    """lfm2's gated short-convolution layer: norm, in_proj (B | C | xx rows), the conv kernel, out_proj."""
+    E = p.n_embd
+    t.add(b + "attn_norm.weight", (E,), "norm")
+    t.add(b + "shortconv.in_proj.weight", (3 * E, E), "matrix")                 # (3 n_embd, n_embd)
+    t.add(b + "shortconv.conv.weight", (E, p.l_cache), "conv")                  # (n_embd, l_cache), F32
+    t.add(b + "shortconv.out_proj.weight", (E, E), "matrix")
 
 
 def _sinks(t, p, b):

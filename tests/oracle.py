@@ -18,6 +18,10 @@ class Oracle:
         self.n_layer = md[f"{a}.block_count"]
         self.n_head = md[f"{a}.attention.head_count"]
         self.n_head_kv = md.get(f"{a}.attention.head_count_kv", self.n_head)
+        # lfm2 (fastgguf/arch/lfm2.py): head_count_kv per layer, 0 in its gated short-convolution layers
+        kv = np.atleast_1d(self.n_head_kv)
+        self.conv = [a == "lfm2" and kv[l % kv.size] == 0 for l in range(md[f"{a}.block_count"])]
+        self.n_head_kv = int(max(kv)) or self.n_head
         self.head_dim = md.get(f"{a}.attention.key_length", self.n_embd // self.n_head)
         self.n_rot = md.get(f"{a}.rope.dimension_count", self.head_dim)
         self.eps = md.get(f"{a}.attention.layer_norm_rms_epsilon", md.get(f"{a}.attention.layer_norm_epsilon", 1e-5))
@@ -35,7 +39,7 @@ class Oracle:
         self.n_ctx_orig = md.get(f"{a}.rope.scaling.original_context_length", n_ctx_train) or n_ctx_train
         self.attn_factor = md.get(f"{a}.rope.scaling.attn_factor", 1.0)
         self.neox = a in ("qwen2", "qwen3", "qwen2moe", "qwen3moe", "olmoe", "gemma", "gemma2", "gemma3", "phi3",
-                          "nomic-bert", "gpt-oss")
+                          "nomic-bert", "gpt-oss", "lfm2")
         # granite (llama.cpp's granite.cpp): embeddings * embedding_scale, scores * attention.scale (instead of
         # 1/sqrt(head_dim)), attention and FFN outputs * residual_scale, logits / logit_scale; 0/absent: none
         self.embd_scale = md.get(f"{a}.embedding_scale", 0.0) or 1.0
@@ -58,9 +62,10 @@ class Oracle:
         self.attn_softcap = md.get(f"{a}.attn_logit_softcapping", 50.0 if a == "gemma2" else 0.0)
         self.final_softcap = md.get(f"{a}.final_logit_softcapping", 30.0 if a == "gemma2" else 0.0)
         self.n_swa = md.get(f"{a}.attention.sliding_window", 4096 if a == "gemma2" else 0) \
-            if a in ("gemma2", "gemma3", "gpt-oss") else 0
+            if a in ("gemma2", "gemma3", "gpt-oss", "lfm2") else 0
         pattern = md.get(f"{a}.attention.sliding_window_pattern", {"gemma2": 2, "gemma3": 6, "gpt-oss": 2}.get(a, 0))
-        self.swa = [bool(self.n_swa) and (pattern == 0 or l % pattern < pattern - 1) for l in range(self.n_layer)]
+        self.swa = [bool(self.n_swa) and not self.conv[l] and (pattern == 0 or l % pattern < pattern - 1)
+                    for l in range(self.n_layer)]
         self.base_swa = md.get(f"{a}.rope.freq_base_swa", 10000.0 if a == "gemma3" else self.base)
         # smollm3 (llama.cpp's smollm3.cpp): layers il with (il + 1) % 4 == 0 have no RoPE (NoPE); 4 is fixed there
         self.rope_layer = [a != "smollm3" or (l + 1) % 4 != 0 for l in range(self.n_layer)]
@@ -70,6 +75,8 @@ class Oracle:
                   for t in r.tensors}
         if "output.weight" not in self.w:
             self.w["output.weight"] = self.w["token_embd.weight"]
+        if a == "lfm2":   # its output norm's name (llama.cpp's LLM_TENSOR_OUTPUT_NORM_LFM2)
+            self.w["output_norm.weight"] = self.w.pop("token_embd_norm.weight")
         qd, kvd = self.n_head * self.head_dim, self.n_head_kv * self.head_dim
         for l in range(self.n_layer):   # phi3's fused matrices: q|k|v rows, gate|up rows
             p = f"blk.{l}."
@@ -219,7 +226,7 @@ class Oracle:
         size (LongRoPE's choice of factors; default len(ids))."""
         W = self.w
         ids = np.asarray(ids)
-        n, hd, H, KVH = len(ids), self.head_dim, self.n_head, self.n_head_kv
+        n = len(ids)
         pos = np.arange(n, dtype=np.float64)
         self.selected = []   # mixtures of experts: the set of experts each row picked, per layer
         x = W["token_embd.weight"][ids] * self.embd_scale
@@ -230,39 +237,10 @@ class Oracle:
         for l in range(self.n_layer):
             p = f"blk.{l}."
             h = self.rmsnorm(x, W[p + "attn_norm.weight"])
-            q = h @ W[p + "attn_q.weight"].T + W.get(p + "attn_q.bias", 0)
-            k = h @ W[p + "attn_k.weight"].T + W.get(p + "attn_k.bias", 0)
-            v = h @ W[p + "attn_v.weight"].T + W.get(p + "attn_v.bias", 0)
-            q, k = q.reshape(n, H, hd), k.reshape(n, KVH, hd)
-            if self.arch == "olmoe":               # RMS norm of the whole q and k vectors, before the heads
-                q = self.rmsnorm(q.reshape(n, -1), W[p + "attn_q_norm.weight"]).reshape(n, H, hd)
-                k = self.rmsnorm(k.reshape(n, -1), W[p + "attn_k_norm.weight"]).reshape(n, KVH, hd)
-            elif p + "attn_q_norm.weight" in W:    # qwen3: per-head RMS norm before RoPE
-                q = self.rmsnorm(q, W[p + "attn_q_norm.weight"])
-                k = self.rmsnorm(k, W[p + "attn_k_norm.weight"])
-            if self.rope_layer[l]:
-                q, k = self.rope(q, pos, self.swa[l], n_ctx or n), self.rope(k, pos, self.swa[l], n_ctx or n)
-            v = v.reshape(n, KVH, hd)
-            if kv_f16:
-                k, v = k.astype(np.float16).astype(np.float64), v.astype(np.float16).astype(np.float64)
-            rep = H // KVH
-            att = np.empty((n, H, hd))
-            for hh in range(H):
-                g = hh // rep
-                s = q[:, hh, :] @ k[:, g, :].T * (self.attn_scale or 1 / np.sqrt(hd))
-                if self.attn_softcap:
-                    s = self.attn_softcap * np.tanh(s / self.attn_softcap)
-                s = s + (window if self.swa[l] else mask)
-                sink = W.get(p + "attn_sinks.weight")   # gpt-oss: one more logit per head, with no value
-                mx = s.max(axis=1, keepdims=True) if sink is None else np.maximum(s.max(axis=1, keepdims=True),
-                                                                                  sink[hh])
-                s = np.exp(s - mx)
-                s /= s.sum(axis=1, keepdims=True) + (0 if sink is None else np.exp(sink[hh] - mx))
-                att[:, hh, :] = s @ v[:, g, :]
-            o = att.reshape(n, H * hd) @ W[p + "attn_output.weight"].T + W.get(p + "attn_output.bias", 0)
-            if p + "post_attention_norm.weight" in W and not self.oss:
-                o = self.rmsnorm(o, W[p + "post_attention_norm.weight"])
-            x = x + o * self.residual_scale
+            if self.conv[l]:
+                x = x + self.shortconv(h, p)
+            else:
+                x = x + self.attention(h, p, l, pos, n_ctx or n, mask, window, kv_f16) * self.residual_scale
             h = self.rmsnorm(x, W[p + ("post_attention_norm.weight" if self.oss else "ffn_norm.weight")])
             if self.n_expert:
                 o = self.moe(h, p)
@@ -276,6 +254,56 @@ class Oracle:
         if self.final_softcap:
             lo = self.final_softcap * np.tanh(lo / self.final_softcap)
         return lo
+
+    def shortconv(self, h, p):
+        """lfm2's gated short convolution of rows h (n, n_embd) (llama.cpp's build_shortconv_block, ggml_ssm_conv):
+        B | C | xx = h in_proj, bx = B * xx, y_t = sum_i conv[:, i] * bx_{t-L+1+i} (zeros before the first row),
+        out = (C * y) out_proj."""
+        W, E = self.w, self.n_embd
+        bcx = h @ W[p + "shortconv.in_proj.weight"].T
+        b, c, xx = bcx[:, :E], bcx[:, E:2 * E], bcx[:, 2 * E:]
+        k = W[p + "shortconv.conv.weight"]                              # (n_embd, L)
+        L = k.shape[1]
+        bx = np.concatenate([np.zeros((L - 1, E)), b * xx])             # L - 1 zero rows: the initial state
+        y = np.stack([sum(k[:, i] * bx[t + i] for i in range(L)) for t in range(len(h))])
+        return (c * y) @ W[p + "shortconv.out_proj.weight"].T
+
+    def attention(self, h, p, l, pos, n_ctx, mask, window, kv_f16):
+        """Layer l's attention output (before the residual add) of normed rows h."""
+        W, n, hd, H, KVH = self.w, len(h), self.head_dim, self.n_head, self.n_head_kv
+        q = h @ W[p + "attn_q.weight"].T + W.get(p + "attn_q.bias", 0)
+        k = h @ W[p + "attn_k.weight"].T + W.get(p + "attn_k.bias", 0)
+        v = h @ W[p + "attn_v.weight"].T + W.get(p + "attn_v.bias", 0)
+        q, k = q.reshape(n, H, hd), k.reshape(n, KVH, hd)
+        if self.arch == "olmoe":               # RMS norm of the whole q and k vectors, before the heads
+            q = self.rmsnorm(q.reshape(n, -1), W[p + "attn_q_norm.weight"]).reshape(n, H, hd)
+            k = self.rmsnorm(k.reshape(n, -1), W[p + "attn_k_norm.weight"]).reshape(n, KVH, hd)
+        elif p + "attn_q_norm.weight" in W:    # qwen3: per-head RMS norm before RoPE
+            q = self.rmsnorm(q, W[p + "attn_q_norm.weight"])
+            k = self.rmsnorm(k, W[p + "attn_k_norm.weight"])
+        if self.rope_layer[l]:
+            q, k = self.rope(q, pos, self.swa[l], n_ctx), self.rope(k, pos, self.swa[l], n_ctx)
+        v = v.reshape(n, KVH, hd)
+        if kv_f16:
+            k, v = k.astype(np.float16).astype(np.float64), v.astype(np.float16).astype(np.float64)
+        rep = H // KVH
+        att = np.empty((n, H, hd))
+        for hh in range(H):
+            g = hh // rep
+            s = q[:, hh, :] @ k[:, g, :].T * (self.attn_scale or 1 / np.sqrt(hd))
+            if self.attn_softcap:
+                s = self.attn_softcap * np.tanh(s / self.attn_softcap)
+            s = s + (window if self.swa[l] else mask)
+            sink = W.get(p + "attn_sinks.weight")   # gpt-oss: one more logit per head, with no value
+            mx = s.max(axis=1, keepdims=True) if sink is None else np.maximum(s.max(axis=1, keepdims=True),
+                                                                              sink[hh])
+            s = np.exp(s - mx)
+            s /= s.sum(axis=1, keepdims=True) + (0 if sink is None else np.exp(sink[hh] - mx))
+            att[:, hh, :] = s @ v[:, g, :]
+        o = att.reshape(n, H * hd) @ W[p + "attn_output.weight"].T + W.get(p + "attn_output.bias", 0)
+        if p + "post_attention_norm.weight" in W and not self.oss:
+            o = self.rmsnorm(o, W[p + "post_attention_norm.weight"])
+        return o
 
 
 def make_reference(model_path, ref_path, out_path):

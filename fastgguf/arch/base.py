@@ -11,6 +11,7 @@ from fastgguf.errors import GGUFError
 from fastgguf.gguf.constants import GGMLType
 
 MAX_DIM = 1 << 20  # the largest width (embedding, feed-forward, heads x head size) or layer count accepted
+MAX_CONV = 1024    # the most taps of a short convolution (lfm2's shortconv.l_cache; its files have 3)
 
 # {arch}.pooling_type values, as llama.cpp's enum llama_pooling_type (gguf-py's PoolingType): index -> name
 POOLING_TYPES = ("none", "mean", "cls", "last", "rank")
@@ -21,7 +22,7 @@ ACTIVATIONS = ("silu", "gelu_tanh", "swiglu_oai")
 GATINGS = ("softmax", "sigmoid", "softmax_weight")
 # Hparams fields without an fg_hparams field of their name: Python's alone, or folded into others by as_c()
 NOT_IN_C = ("arch", "n_ctx_train", "pooling", "n_cls_out", "rank_softmax", "causal", "swa_layers", "n_ff_shexp",
-            "nope_layers")
+            "nope_layers", "conv_layers")
 
 
 @dataclass(frozen=True)
@@ -80,6 +81,10 @@ class Hparams:
     moe_norm_w: bool = False         # the chosen experts' weights divided by their sum
     moe_w_scale: float = 1.0         # and multiplied by this
     qk_norm_full: bool = False       # q_norm/k_norm over the whole q and k vectors, not per head (olmoe)
+    # gated short-convolution layers instead of attention (lfm2): their indices, and the taps of their conv (their
+    # state: the last n_conv - 1 inputs); n_head_kv is then the attention layers' count
+    conv_layers: tuple = ()
+    n_conv: int = 0
 
     def check(self):
         """Raise ValueError on values the forward pass cannot run. A file's values are refused before, by Arch's
@@ -94,10 +99,15 @@ class Hparams:
                              f"{self.rope_beta_fast}, {self.rope_beta_slow}")
         if self.ffn_act not in ("silu", "gelu_tanh"):
             raise ValueError(f"unknown feed-forward activation {self.ffn_act!r}")
-        swa_layers = tuple(self.swa_layers)
-        for kind, layers in (("sliding-window", swa_layers), ("NoPE", tuple(self.nope_layers))):
+        swa_layers, conv_layers = tuple(self.swa_layers), tuple(self.conv_layers)
+        for kind, layers in (("sliding-window", swa_layers), ("NoPE", tuple(self.nope_layers)),
+                             ("short-convolution", conv_layers)):
             if any(i < 0 or i >= self.n_layer for i in layers):
                 raise ValueError(f"{kind} layers {layers} out of range [0, {self.n_layer})")
+        if conv_layers and not (2 <= self.n_conv <= MAX_CONV):
+            raise ValueError(f"short-convolution taps {self.n_conv} out of range [2, {MAX_CONV}]")
+        if conv_layers and (set(conv_layers) & set(swa_layers) or not self.causal):
+            raise ValueError("short-convolution layers must be causal and not sliding-window layers")
         if swa_layers and self.n_swa < 1:
             raise ValueError(f"sliding window {self.n_swa} must be >= 1")
         if not self.causal and swa_layers:
@@ -121,6 +131,7 @@ class Hparams:
             n_ff=self.n_ff_shexp if moe else self.n_ff,   # with experts the dense FFN is the shared expert
             ffn_act=ACTIVATIONS.index(self.ffn_act),
             n_swa=self.n_swa if self.swa_layers else 0,
+            n_conv=self.n_conv if self.conv_layers else 0,
             non_causal=0 if self.causal else 1,
             n_expert_used=self.n_expert_used if moe else 0,
             n_ff_exp=self.n_ff_exp if moe else 0,
@@ -312,6 +323,11 @@ class Arch:
         p = self.int_key("attention.sliding_window_pattern", self.swa_pattern, lo=0, hi=1 << 20)
         return tuple(i for i in range(n_layer) if p == 0 or i % p < p - 1)
 
+    def kv_heads(self, n_head):
+        """The KV head count of the attention layers (attention.head_count_kv, default n_head; a per-layer array
+        only when all its values are equal)."""
+        return self.int_key("attention.head_count_kv", n_head)
+
     def hparams(self):
         """The Hparams of the file; subclasses extend base_hparams() (dataclasses.replace)."""
         return self.base_hparams()
@@ -330,7 +346,7 @@ class Arch:
     def base_hparams(self):
         n_embd = self.int_key("embedding_length")
         n_head = self.int_key("attention.head_count")
-        n_head_kv = self.int_key("attention.head_count_kv", n_head)
+        n_head_kv = self.kv_heads(n_head)
         if n_embd % n_head and f"{self.name}.attention.key_length" not in self.md:
             raise GGUFError(f"{self.name}.embedding_length {n_embd} is not a multiple of "
                             f"{self.name}.attention.head_count {n_head} (and no attention.key_length)")
@@ -470,13 +486,10 @@ class Arch:
         if out["output"] is None and self.has_output:   # tied embeddings
             out["output"] = out["tok_embd"]
         layers = []
-        dense = self.layer_tensors
-        if hp.n_expert:
-            dense = {r: n for r, n in dense.items() if r not in self.shexp_tensors}
         E, NE, FE = hp.n_embd, hp.n_expert, hp.n_ff_exp
         exp_shapes = {"gate_exps": (NE, FE, E), "up_exps": (NE, FE, E), "down_exps": (NE, E, FE)}
         for i in range(hp.n_layer):
-            d = {role: take(role, f"blk.{i}.{n}") for role, n in dense.items()}
+            d = {role: take(role, f"blk.{i}.{n}") for role, n in self.layer_roles(hp, i).items()}
             if hp.n_expert:
                 d.update(self.expert_layer(hp, i, take, exp_shapes, used))
             for role, n in self.optional_layer_tensors.items():
@@ -495,6 +508,13 @@ class Arch:
             raise GGUFError(f"architecture {self.name!r}: tensors fastgguf does not know how to use: "
                             f"{', '.join(unused[:5])}{more}")
         return out
+
+    def layer_roles(self, hp, i):
+        """Layer i's required tensors, role -> name inside blk.i: layer_tensors (with experts, less the shared
+        expert's, which expert_layer takes when the file has one)."""
+        if hp.n_expert:
+            return {r: n for r, n in self.layer_tensors.items() if r not in self.shexp_tensors}
+        return self.layer_tensors
 
     def expert_layer(self, hp, i, take, exp_shapes, used):
         """Layer i's router, expert stacks and optional shared expert (with its gate when shexp_gate)."""

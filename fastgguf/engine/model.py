@@ -87,11 +87,16 @@ class Model:
     def metadata(self):
         return self.file.metadata
 
-    def memory(self):
+    def memory(self, n_ctx=None):
         """Bytes of the weights: file, weights (all tensors, mapped zero-copy), experts (the mixture-of-experts
         stacks), per_token (what one decoded token reads: for a 30B-A3B a small fraction), active_fraction
-        (fastgguf.arch.base.weight_bytes says how each is counted)."""
-        return _arch.base.weight_bytes(self.file, self.hparams)
+        (fastgguf.arch.base.weight_bytes says how each is counted). With n_ctx, also what one sequence's cache of
+        n_ctx positions allocates (each Context, each --parallel slot): cache (K and V, and the short-convolution
+        layers' state rings: Context.runner.kv_bytes) and conv_state (those rings alone; 0 without such layers)."""
+        d = _arch.base.weight_bytes(self.file, self.hparams)
+        if n_ctx is not None:
+            d["cache"], d["conv_state"] = self.weights.cache_bytes(n_ctx)
+        return d
 
     @property
     def n_vocab(self):

@@ -344,7 +344,8 @@ GEMMA_TINY = [
 @pytest.mark.parametrize("opts", [{}, {"tied": False, "bias": True}, {"rope_freqs": True},
                                   {"meta": {**LINEAR, "rope.scaling.factor": 4.0}}, {"arch": "qwen2"},
                                   {"arch": "qwen3"}, {"arch": "phi3", "tied": False},
-                                  {"arch": "smollm3", "n_layer": 5}]   # layer 3 NoPE
+                                  {"arch": "smollm3", "n_layer": 5},   # layer 3 NoPE
+                                  {"arch": "lfm2", "n_layer": 4, "conv_layers": (0, 1, 3)}]   # layer 2 attention
                          + GEMMA_TINY)
 def test_tiny_model_matches_oracle(tmp_path, opts):
     from oracle import Oracle

@@ -3,10 +3,10 @@ tools/make_tiny_references.py (llama.cpp through llama-cpp-python's bindings, fl
 committed in tests/data/tiny-references.json. The files are rebuilt here (tests/models.py), byte for byte, from
 CASES, and run teacher-forced through both of fastgguf's paths: the prompt in one call, and one token per call.
 
-Each case: F32 weights (llama-mxfp4: MXFP4 matrices), 2-5 layers, n_embd 64, 4 query heads of 16, vocabulary 100;
-GQA (2 KV heads) or MHA, tied or untied output. The mixtures of experts (preset "moe"): experts F32, Q8_0 or
-Q4_K (n_embd 256 there), 8 experts 2 used or 128 used 8. Tolerance: llama.cpp's own flash on/off spread on the same
-file, see test_matches_llama_cpp.
+Each case: F32 weights (llama-mxfp4: MXFP4 matrices, lfm2-q8_0: Q8_0), 2-5 layers, n_embd 64, 4 query heads of 16,
+vocabulary 100; GQA (2 KV heads) or MHA, tied or untied output. The mixtures of experts (preset "moe"): experts F32,
+Q8_0 or Q4_K (n_embd 256 there), 8 experts 2 used or 128 used 8. Tolerance: llama.cpp's own flash on/off spread on
+the same file, see test_matches_llama_cpp.
 
 Where llama.cpp is off, it is llama.cpp: both its attention paths round Q to F16 for the products with the F16 K
 cache (ggml's vec_dot_type of F16 is F16; fastgguf keeps Q in F32), and its flash path also sums V in F16. On these
@@ -64,6 +64,12 @@ CASES = {
     "granite": ({"arch": "granite", "tied": False, "meta": GRANITE_SCALES}, [256]),
     # NoPE in layer 3 of 5 (llama.cpp's fixed step 4), a RoPE layer after it
     "smollm3": ({"arch": "smollm3", "n_layer": 5}, [256]),
+    # short-convolution layers 0, 1, 3 (3 taps), attention in layer 2; then every attention layer sliding-window
+    "lfm2": ({"arch": "lfm2", "n_layer": 4, "conv_layers": (0, 1, 3)}, [256]),
+    "lfm2-swa": ({"arch": "lfm2", "n_layer": 3, "conv_layers": (1,), "l_cache": 4,
+                  "meta": {"attention.sliding_window": 5}}, [256]),
+    # Q8_0 matrices (in_proj, out_proj among them; the conv kernel F32): activations quantized as llama.cpp's
+    "lfm2-q8_0": ({"arch": "lfm2", "n_layer": 4, "conv_layers": (0, 1, 3), "wtype": "Q8_0"}, [256]),
 }
 # mixtures of experts (models.build options of preset "moe" under "moe"): 8 experts, 2 used unless said
 CASES.update({

@@ -23,13 +23,14 @@ with _harness.instrumented():
     from fastgguf.gguf import GGUFError, GGUFValueType, GGUFWriter  # noqa: E402
 
 E, H, KVH, HD, F, NV = 32, 2, 1, 16, 32, 16
-ARCHS = ("llama", "qwen2", "qwen3", "qwen3moe", "granitemoe", "gpt-oss")
+ARCHS = ("llama", "qwen2", "qwen3", "qwen3moe", "granitemoe", "gpt-oss", "lfm2")   # new ones last (the corpus)
 NE = 4  # experts of the mixture-of-experts archs
 KEYS = ("expert_count", "expert_used_count", "expert_feed_forward_length", "expert_shared_feed_forward_length",
         "logit_scale", "residual_scale", "embedding_scale", "attention.scale","block_count", "context_length", "embedding_length", "feed_forward_length", "attention.head_count",
         "attention.head_count_kv", "attention.key_length", "attention.value_length", "rope.dimension_count",
         "rope.freq_base", "attention.layer_norm_rms_epsilon", "rope.scaling.type", "rope.scaling.factor",
-        "rope.scale_linear", "attention.sliding_window", "attention.sliding_window_pattern", "rope.freq_base_swa")
+        "rope.scale_linear", "attention.sliding_window", "attention.sliding_window_pattern", "rope.freq_base_swa",
+        "shortconv.l_cache")
 BASE = {"block_count": 1, "context_length": 64, "embedding_length": E, "feed_forward_length": F,
         "attention.head_count": H, "attention.head_count_kv": KVH, "rope.dimension_count": HD,
         "rope.freq_base": 10000.0, "attention.layer_norm_rms_epsilon": 1e-5}
@@ -59,8 +60,13 @@ _OSS_TENSORS.update({"blk.0.attn_q.bias": (H * HD,), "blk.0.attn_k.bias": (KVH *
                      "blk.0.ffn_gate_exps.bias": (NE, F), "blk.0.ffn_up_exps.bias": (NE, F),
                      "blk.0.ffn_down_exps.bias": (NE, E)})
 OSS_BASE = dict(MOE_BASE, **{"attention.sliding_window": 4})
+# lfm2: its one layer a short convolution (head_count_kv [0]) of 3 taps; its output norm is token_embd_norm
+_LFM2_TENSORS = {n.replace("output_norm", "token_embd_norm"): s for n, s in _TENSORS.items()
+                 if not n.startswith("blk.0.attn_") or n.endswith("norm.weight")}
+_LFM2_TENSORS.update({"blk.0.shortconv.in_proj.weight": (3 * E, E), "blk.0.shortconv.conv.weight": (E, 3),
+                      "blk.0.shortconv.out_proj.weight": (E, E)})
 _DATA = {n: (_RNG.standard_normal(s) * 0.3).astype(np.float32)
-         for n, s in {**_TENSORS, **_MOE_TENSORS, **_OSS_TENSORS}.items()}
+         for n, s in {**_TENSORS, **_MOE_TENSORS, **_OSS_TENSORS, **_LFM2_TENSORS}.items()}
 _fd, _PATH = tempfile.mkstemp(suffix=".gguf")
 os.close(_fd)
 
@@ -100,6 +106,8 @@ def build(data):
     if arch == "granitemoe":
         base["logit_scale"] = 2.0
     md = {k: (v, V.FLOAT32 if isinstance(v, float) else V.UINT32) for k, v in base.items()}
+    if arch == "lfm2":
+        md.update({"attention.head_count_kv": ([0], V.ARRAY, V.INT32), "shortconv.l_cache": (3, V.UINT32)})
     for _ in range(src.byte() % 6):
         key = KEYS[src.byte() % len(KEYS)]
         op = src.byte() % 8
@@ -118,7 +126,8 @@ def build(data):
             w.add_array(f"{arch}.{k}", spec[0], spec[2])
         else:
             w.add_value(f"{arch}.{k}", spec[0], spec[1])
-    for name in (_MOE_TENSORS if moe else _OSS_TENSORS if arch == "gpt-oss" else _TENSORS):
+    for name in (_MOE_TENSORS if moe else _OSS_TENSORS if arch == "gpt-oss" else _LFM2_TENSORS if arch == "lfm2"
+                 else _TENSORS):
         w.add_tensor(name, _DATA[name])
     w.write(_PATH)
 
