@@ -1,6 +1,6 @@
 # The C API of csrc/ as Cython sees it (fg_kernels.h, fg_threads.h, fg_forward.h, fg_sample.h) and the cdef classes of
 # fastgguf._native. The only place Cython code declares the C contract.
-from libc.stdint cimport int32_t, int64_t, uint8_t, uint32_t, uint64_t
+from libc.stdint cimport int32_t, int64_t, uint8_t, uint16_t, uint32_t, uint64_t
 
 cdef extern from "fg_kernels.h" nogil:
     enum:
@@ -199,6 +199,9 @@ cdef extern from "fg_forward.h" nogil:
                          const int32_t *logit_rows, int n_logit_rows, float *logits, const int32_t *hidden_rows,
                          int n_hidden_rows, float *hidden, int n_threads)
     int fg_kv_copy(const fg_model *m, fg_kv *dst, const fg_kv *src, int n)
+    int64_t fg_kv_state_size(const fg_model *m, int n)
+    int fg_kv_save(const fg_model *m, const fg_kv *kv, int n, uint16_t *buf)
+    int fg_kv_load(const fg_model *m, fg_kv *kv, int n, const uint16_t *buf)
 
 
 cdef class Weights:
@@ -214,6 +217,7 @@ cdef class Runner:
     cdef readonly Weights weights
     cdef fg_state st
     cdef int _n_threads
+    cdef int _ring_lo           # oldest position the sliding-window rings surely hold (see can_rewind)
     cdef bint _ready
     cdef float *logits          # (n_vocab,) of the last step / eval
     cdef int32_t *ids           # (n_ctx,) the token ids in the cache, positions 0..n_past-1
