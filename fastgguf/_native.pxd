@@ -265,6 +265,8 @@ cdef extern from "fg_sample.h" nogil:
         int64_t n_hist
         int32_t *counts
         int32_t cap_tok
+        int32_t *seen
+        int32_t n_seen
         fg_rng rng
 
     void fg_rng_seed(fg_rng *r, uint64_t seed)

@@ -1,6 +1,6 @@
 """Context.save_state / load_state and pickling (fastgguf.engine.state): a restored context continues bit for bit as
 an uninterrupted one; a state for another model or cache shape, a damaged or truncated file, a failed write each
-fail cleanly."""
+fail cleanly. Sampler.get_state / set_state and pickling."""
 import os
 import pickle
 
@@ -10,6 +10,7 @@ import pytest
 import models
 from fastgguf.engine import state as fstate
 from fastgguf.engine.model import Context, Model
+from fastgguf.engine.sampler import Sampler
 from fastgguf.errors import StateError
 
 SWA = {"arch": "gemma3", "n_layer": 4, "n_ctx": 4096,
@@ -200,3 +201,24 @@ def test_header_fields(tiny, tmp_path):
     with pytest.raises(StateError, match="not a fastgguf state"):
         ctx.load_state(path)
 
+
+def test_sampler_state():
+    logits = np.random.default_rng(0).standard_normal(100).astype(np.float32)
+    s = Sampler(temperature=1.0, top_k=0, top_p=1.0, min_p=0.0, seed=5, repeat_penalty=1.3,
+                frequency_penalty=0.5, n_vocab=100)
+    s.accept_many([1, 2, 3])
+    for _ in range(5):
+        s.accept(s.sample(logits))
+    copies = [pickle.loads(pickle.dumps(s)), Sampler(s.params, n_vocab=100)]
+    copies[1].set_state(s.get_state())
+    want = []
+    for _ in range(20):
+        want.append(s.sample(logits))
+        s.accept(want[-1])
+    for c in copies:
+        assert c.history == s.history[:-20] and c.get_state()["rng"] != s.get_state()["rng"]
+        got = []
+        for _ in range(20):
+            got.append(c.sample(logits))
+            c.accept(got[-1])
+        assert got == want and c.get_state() == s.get_state()
