@@ -100,7 +100,7 @@ class Model:
 
     def sha256(self):
         """The sha256 (hex) of the model file, which a saved state names (Context.save_state). Read from disk on
-        the first call and cached on the Model: about a second per GB (SmolLM2-135M Q4_1, 100 MB: ~0.1 s), so the
+        the first call and cached on the Model: about a second per GB (the default model, 100 MB: 0.2 s), so the
         first save or load of a large model pays it once."""
         return self.sha256_bytes().hex()
 
