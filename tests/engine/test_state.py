@@ -222,3 +222,17 @@ def test_sampler_state():
             got.append(c.sample(logits))
             c.accept(got[-1])
         assert got == want and c.get_state() == s.get_state()
+
+
+def test_longrope_side_of_the_original_context(tmp_path):
+    """LongRoPE (original context 16): keys of a 16-position cache use the short factors, of a longer one the
+    long factors, so a state loads only on its own side."""
+    from test_rope_scaling import LONGROPE, longrope_tensors
+    model = Model(models.build(tmp_path / "lr.gguf", meta=LONGROPE, extra=longrope_tensors()))
+    check_continues(model, prompt(6), via_file(tmp_path, 12), n_ctx=16, steps=4)
+    check_continues(model, prompt(10), via_file(tmp_path, 64), n_ctx=17, steps=4)
+    ctx = model.context(n_ctx=16)
+    ctx.eval(prompt(10))
+    ctx.save_state(tmp_path / "s")
+    with pytest.raises(StateError, match="long_rope is 0, this context's 1"):
+        model.context(n_ctx=17).load_state(tmp_path / "s")
