@@ -55,6 +55,11 @@ class Sampler(_native.Sampler):
         """Continue from a get_state() of a sampler with the same params: the same draws follow."""
         for t in [*state["history"], *(t for t, _ in state["generated"])]:
             check_token_id("token", t, self.n_vocab)
+        counts = [n for _, n in state["generated"]]
+        if (len({t for t, _ in state["generated"]}) != len(counts) or any(not 1 <= n for n in counts)
+                or sum(counts) > len(state["history"])):
+            raise ValueError("generated must be distinct (id, count) pairs, counts >= 1 and together at most the "
+                             "history's length")
         super().set_state(state)
 
     def __reduce__(self):

@@ -222,6 +222,8 @@ def test_sampler_state():
             got.append(c.sample(logits))
             c.accept(got[-1])
         assert got == want and c.get_state() == s.get_state()
+    with pytest.raises(ValueError, match="counts >= 1"):
+        copies[0].set_state(dict(s.get_state(), generated=[(1, 10**12)]))
 
 
 def test_longrope_side_of_the_original_context(tmp_path):
