@@ -3,6 +3,7 @@ build) and GET /slots (what each slot is doing). Both need the API key, as every
 path on the server's disk; /slots shows prompt text only when the server was started with --slots-show-prompts.
 POST /slots/{id}?action=save|restore|erase: an idle slot's KV cache to and from a file (Context.save_state) of
 the --slot-save-path folder, named by a bare file name; 501 without that folder, 503 while the slot is busy."""
+import json
 import os
 import time
 
@@ -93,19 +94,32 @@ def _slot_action(state, i, action, filename):
     return {"id_slot": i, "filename": filename, "n_restored": n, "n_read": size, "timings": {"restore_ms": ms}}
 
 
+async def _body_object(request):
+    """The JSON object a request's body holds ({} when it is empty), or APIError."""
+    raw = await request.body()
+    if not raw.strip():
+        return {}
+    try:
+        body = json.loads(raw)
+    except ValueError:
+        raise APIError("The request body is not valid JSON.") from None
+    if not isinstance(body, dict):
+        raise APIError("the request body must be a JSON object")
+    return body
+
+
 @router.post("/slots/{id_slot}")
-async def slot_action(request: Request, id_slot: int, action: str = ""):
+async def slot_action(request: Request, id_slot: str, action: str = ""):
     state = request.app.state
+    body = await _body_object(request)
     if state.slot_save_path is None or not hasattr(state.engine, "hold_slot"):
         raise APIError("This server does not support slots action (start it with --slot-save-path DIR)",
                        status=501, type="not_supported_error")
+    try:
+        i = int(id_slot)
+    except ValueError:
+        raise APIError(f"Invalid slot ID {id_slot!r}", param="id_slot") from None
     if action not in ("save", "restore", "erase"):
         raise APIError(f"Invalid action {action!r}: save, restore or erase", param="action")
-    filename = None
-    if action != "erase":
-        try:
-            body = await request.json()
-        except ValueError:
-            raise APIError("The request body is not valid JSON.") from None
-        filename = _check_filename(body.get("filename") if isinstance(body, dict) else None)
-    return await in_worker(request, _slot_action, state, id_slot, action, filename)
+    filename = _check_filename(body.get("filename")) if action != "erase" else None
+    return await in_worker(request, _slot_action, state, i, action, filename)

@@ -137,6 +137,7 @@ def test_slot_action_errors(slot_server, server):
              ("/slots/0?action=save", {"filename": "a/b"}, 400, "Invalid filename"),
              ("/slots/0?action=save", {}, 400, "Invalid filename"),
              ("/slots/0?action=bogus", {}, 400, "Invalid action"),
+             ("/slots/x?action=erase", {}, 400, "Invalid slot ID"),
              ("/slots/5?action=erase", {}, 400, "slot 5 does not exist"),
              ("/slots/0?action=restore", {"filename": "missing.bin"}, 404, "no file missing.bin"),
              ("/slots/0?action=restore", {"filename": "junk.bin"}, 400, "not a fastgguf state")]
