@@ -1,7 +1,8 @@
 #!/usr/bin/env bash
 # Fuzz targets (tests/fuzz/fuzz_*.py) for FUZZ_SECONDS each (default 60): the GGUF reader against a reference
 # parser, the tokenizer round trip / streaming decode, chat templates under the rendering budgets, hyperparameter validation
-# and the grammar front end (limits + compile sandbox: a worker death or an over-budget compile is a finding).
+# and the grammar front end (limits + compile sandbox: a worker death or an over-budget compile is a finding), and
+# loading damaged saved states (Context.load_state).
 # atheris (libFuzzer for Python; a manylinux wheel exists for CPython 3.11/3.12 x86_64) goes into a throwaway venv
 # that also sees the packages of $PYTHON (default python3), where fastgguf must be importable (installed, or built
 # in place in this tree). Where atheris cannot be installed, the targets run as a seeded random-mutation loop
@@ -30,7 +31,7 @@ else
 fi
 
 fail=0
-for target in gguf tokenizer chat_template hparams grammar; do
+for target in gguf tokenizer chat_template hparams grammar state; do
     corpus="$TMP/corpus-$target"          # libFuzzer adds new inputs to the first directory: not the seeds
     mkdir -p "$corpus"
     log="$TMP/$target.log"

@@ -1034,3 +1034,46 @@ int fg_kv_copy(const fg_model *m, fg_kv *dst, const fg_kv *src, int n) {
     }
     return 0;
 }
+
+/* First position of layer il a state keeps of n (see fg_kv_state_size). */
+static int64_t state_first(const fg_model *m, int il, int n) {
+    return m->layers[il].swa && n > m->hp.n_swa ? n - m->hp.n_swa : 0;
+}
+
+int64_t fg_kv_state_size(const fg_model *m, int n) {
+    if (n < 0) return -1;
+    int64_t rows = 0;
+    for (int il = 0; il < m->hp.n_layer; il++) rows += n - state_first(m, il, n);
+    return 2 * rows * m->hp.n_head_kv * m->hp.head_dim;
+}
+
+/* fg_kv_save (save != 0: cache -> buf) and fg_kv_load (buf -> cache) in one walk. */
+static int kv_state_io(const fg_model *m, const fg_kv *kv, int n, uint16_t *buf, int save) {
+    if (n < 0 || n > kv->n_ctx) return -1;
+    int64_t hd = m->hp.head_dim;
+    size_t row = (size_t)hd * sizeof(uint16_t);
+    for (int il = 0; il < m->hp.n_layer; il++) {
+        int64_t rows = layer_rows(kv, il), p0 = state_first(m, il, n);
+        for (int kind = 0; kind < 2; kind++) {
+            for (int64_t g = 0; g < m->hp.n_head_kv; g++) {
+                uint16_t *c = group_cache(m, kv, kind ? kv->v_cache : kv->k_cache, il, g);
+                if (!m->layers[il].swa) {
+                    memcpy(save ? buf : c, save ? c : buf, (size_t)n * row);
+                } else {
+                    for (int64_t p = p0; p < n; p++) {
+                        uint16_t *cp = c + (p % rows) * hd, *bp = buf + (p - p0) * hd;
+                        memcpy(save ? bp : cp, save ? cp : bp, row);
+                    }
+                }
+                buf += (n - p0) * hd;
+            }
+        }
+    }
+    return 0;
+}
+
+int fg_kv_save(const fg_model *m, const fg_kv *kv, int n, uint16_t *buf) { return kv_state_io(m, kv, n, buf, 1); }
+
+int fg_kv_load(const fg_model *m, fg_kv *kv, int n, const uint16_t *buf) {
+    return kv_state_io(m, kv, n, (uint16_t *)buf, 0);
+}

@@ -7,11 +7,11 @@ from fastgguf.engine.generate import GenerationResult, GenerationStream  # noqa:
 from fastgguf.engine.model import Context  # noqa: E402,F401
 from fastgguf.engine.params import SamplingParams  # noqa: E402,F401
 from fastgguf.errors import (ChatTemplateError, ConvertError, FastGGUFError, GGUFError, GrammarError,  # noqa: E402,F401
-                             HubError, QuantizeError, TokenizerError)
+                             HubError, QuantizeError, StateError, TokenizerError)
 from fastgguf.gguf import GGUFFile, GGUFWriter  # noqa: E402,F401
 from fastgguf.api.openai.client import Model  # noqa: E402,F401  (engine's Model + the OpenAI-style create_* methods)
 from fastgguf.tokenizer import Tokenizer  # noqa: E402,F401
 
 __all__ = ["Model", "Context", "Tokenizer", "GGUFFile", "GGUFWriter", "SamplingParams", "GenerationResult",
            "GenerationStream", "kernels", "FastGGUFError", "GGUFError", "TokenizerError", "ChatTemplateError",
-           "QuantizeError", "HubError", "GrammarError", "ConvertError", "__version__"]
+           "QuantizeError", "HubError", "GrammarError", "ConvertError", "StateError", "__version__"]

@@ -1,6 +1,6 @@
 # The C API of csrc/ as Cython sees it (fg_kernels.h, fg_threads.h, fg_forward.h, fg_sample.h) and the cdef classes of
 # fastgguf._native. The only place Cython code declares the C contract.
-from libc.stdint cimport int32_t, int64_t, uint8_t, uint32_t, uint64_t
+from libc.stdint cimport int32_t, int64_t, uint8_t, uint16_t, uint32_t, uint64_t
 
 cdef extern from "fg_kernels.h" nogil:
     enum:
@@ -205,6 +205,9 @@ cdef extern from "fg_forward.h" nogil:
                          int n_hidden_rows, float *hidden, int n_threads)
     int fg_kv_copy(const fg_model *m, fg_kv *dst, const fg_kv *src, int n)
     size_t fg_kv_bytes(const fg_model *m, int n_ctx, size_t *conv)
+    int64_t fg_kv_state_size(const fg_model *m, int n)
+    int fg_kv_save(const fg_model *m, const fg_kv *kv, int n, uint16_t *buf)
+    int fg_kv_load(const fg_model *m, fg_kv *kv, int n, const uint16_t *buf)
 
 
 cdef class Weights:
@@ -220,6 +223,8 @@ cdef class Runner:
     cdef readonly Weights weights
     cdef fg_state st
     cdef int _n_threads
+    cdef int _ring_lo[2]        # oldest position the sliding-window [0] and short-convolution [1] rings surely hold
+    cdef void _windows_filled(self, int n)
     cdef bint _ready
     cdef float *logits          # (n_vocab,) of the last step / eval
     cdef int32_t *ids           # (n_ctx,) the token ids in the cache, positions 0..n_past-1
@@ -267,6 +272,8 @@ cdef extern from "fg_sample.h" nogil:
         int64_t n_hist
         int32_t *counts
         int32_t cap_tok
+        int32_t *seen
+        int32_t n_seen
         fg_rng rng
 
     void fg_rng_seed(fg_rng *r, uint64_t seed)

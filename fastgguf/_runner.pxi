@@ -245,6 +245,7 @@ cdef class Runner:
         self.n_vocab = weights.m.hp.n_vocab
         self.n_ctx = n_ctx
         self.n_past = 0
+        self._ring_lo[0] = self._ring_lo[1] = 0
         self._n_threads = n_threads
         self.logits = <float *>calloc(self.n_vocab, sizeof(float))
         self.ids = <int32_t *>calloc(n_ctx, sizeof(int32_t))
@@ -279,14 +280,17 @@ cdef class Runner:
     def can_rewind(self, int n_past):
         """Whether rewind(n_past) keeps a usable cache: always for full-attention models; a ring (sliding-window
         layers: the n_swa positions a query sees; short-convolution layers: their n_conv - 1 inputs) must still
-        hold the window before n_past (else reset and evaluate again)."""
+        hold the window before n_past (else reset and evaluate again): none overwritten since (by the newest
+        position ever written, before a rewind too) nor left out (copy_prefix and load_kv fill only the last
+        window)."""
         if n_past < 0 or n_past > self.n_past:
             return False
         if n_past == 0 or n_past == self.n_past:
             return True
         cdef const fg_hparams *hp = &self.weights.m.hp
-        for window, rows in ((hp.n_swa, self.st.kv.n_swa_rows), (hp.n_conv - 1, self.st.kv.n_conv_rows)):
-            if window > 0 and max(0, n_past - window) < self.n_past - rows:
+        rings = ((hp.n_swa, self.st.kv.n_swa_rows), (hp.n_conv - 1, self.st.kv.n_conv_rows))
+        for k, (window, rows) in enumerate(rings):
+            if window > 0 and max(0, n_past - window) < max(self._ring_lo[k], self.n_past - rows):
                 return False
         return True
 
@@ -302,6 +306,7 @@ cdef class Runner:
     def reset(self):
         """Forget the conversation (the cache is overwritten as new tokens come)."""
         self.n_past = 0
+        self._ring_lo[0] = self._ring_lo[1] = 0
 
     def rewind(self, int n_past):
         """Keep only the first n_past tokens of the cache (0 <= n_past <= current n_past)."""
@@ -310,6 +315,8 @@ cdef class Runner:
         if not self.can_rewind(n_past):
             raise ValueError(f"cannot rewind to {n_past} from {self.n_past}: the sliding-window or short-convolution "
                              f"layers' rings no longer hold the positions before it (see can_rewind; reset instead)")
+        self._ring_lo[0] = max(self._ring_lo[0], self.n_past - self.st.kv.n_swa_rows)
+        self._ring_lo[1] = max(self._ring_lo[1], self.n_past - self.st.kv.n_conv_rows)
         self.n_past = n_past
 
     def copy_prefix(self, Runner src, int n):
@@ -327,6 +334,55 @@ cdef class Runner:
             raise RuntimeError("fg_kv_copy failed")
         memcpy(self.ids, src.ids, n * sizeof(int32_t))
         self.n_past = n
+        self._windows_filled(n)
+
+    cdef void _windows_filled(self, int n):
+        """The cache holds n positions of which the rings hold only the last window (copy_prefix, load_kv)."""
+        self._ring_lo[0] = max(0, n - self.weights.m.hp.n_swa)
+        self._ring_lo[1] = max(0, n - (self.weights.m.hp.n_conv - 1))
+
+    def kv_state_size(self, int n):
+        """uint16 values of the K/V of n positions in a saved state's order (fg_kv_state_size; n_ctx plays no
+        part)."""
+        if n < 0:
+            raise ValueError(f"n must be >= 0, got {n}")
+        return fg_kv_state_size(&self.weights.m, n)
+
+    def save_kv(self):
+        """(token ids (n_past,) int32, K/V (kv_state_size(n_past),) uint16 F16 bits): what load_kv takes back."""
+        cdef int n = self.n_past
+        cdef cnp.ndarray[int32_t, ndim=1] ids = np.empty(n, dtype=np.int32)
+        cdef cnp.ndarray[uint16_t, ndim=1] kv = np.empty(fg_kv_state_size(&self.weights.m, n), dtype=np.uint16)
+        if n:
+            memcpy(&ids[0], self.ids, n * sizeof(int32_t))
+        with nogil:
+            fg_kv_save(&self.weights.m, &self.st.kv, n, <uint16_t *>kv.data)
+        return ids, kv
+
+    def load_kv(self, ids, kv):
+        """Make the cache hold token ids (int32, each < n_vocab) and their K/V (uint16, kv_state_size(len(ids))
+        values, as save_kv gave them): n_past == len(ids) afterwards. ValueError (nothing changed) on a bad length,
+        id or dtype, or more ids than n_ctx."""
+        cdef cnp.ndarray[int32_t, ndim=1] t = np.ascontiguousarray(ids)
+        cdef cnp.ndarray[uint16_t, ndim=1] k = np.ascontiguousarray(kv)
+        cdef int n = t.shape[0]
+        if n > self.n_ctx:
+            raise ValueError(f"{n} positions do not fit this context's n_ctx={self.n_ctx}")
+        if k.shape[0] != fg_kv_state_size(&self.weights.m, n):
+            raise ValueError(f"{k.shape[0]} K/V values for {n} positions, expected {self.kv_state_size(n)}")
+        if n and (t.min() < 0 or t.max() >= self.n_vocab):
+            raise ValueError(f"a token id is out of range [0, {self.n_vocab})")
+        with nogil:
+            fg_kv_load(&self.weights.m, &self.st.kv, n, <const uint16_t *>k.data)
+        if n:
+            memcpy(self.ids, &t[0], n * sizeof(int32_t))
+        self.n_past = n
+        self._windows_filled(n)
+
+    @property
+    def long_rope(self):
+        """Whether this cache's keys use the model's LongRoPE long factors (n_ctx past rope_n_ctx_orig)."""
+        return self.weights.m.rope_freqs_long != NULL and self.n_ctx > self.weights.m.hp.rope_n_ctx_orig
 
     def eval(self, ids, bint all_logits=False):
         """Run ids at positions n_past.. and return float32 logits: (n_vocab,) of the last token, or

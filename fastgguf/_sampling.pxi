@@ -129,6 +129,26 @@ cdef class Sampler:
         """Forget the history (parameters, bias and random state are kept)."""
         fg_sampler_reset(&self.s)
 
+    def get_state(self):
+        """What set_state() takes back to continue exactly here: the random generator's 4 words, every accepted id
+        (oldest first) and the (id, count) of the generated ones in order of first generation."""
+        return {"rng": [int(self.s.rng.s[i]) for i in range(4)], "history": self.history,
+                "generated": [(self.s.seen[j], self.s.counts[self.s.seen[j]]) for j in range(self.s.n_seen)]}
+
+    def set_state(self, state):
+        """Restore what get_state() returned (ids trusted, as accept() trusts them)."""
+        rng = [int(w) for w in state["rng"]]
+        if len(rng) != 4 or not all(0 <= w < 1 << 64 for w in rng) or not any(rng):
+            raise ValueError("rng must be 4 words in [0, 2**64), not all 0")
+        fg_sampler_reset(&self.s)
+        for tok, n in state["generated"]:  # counts and first-generation order, then the history over them
+            for _ in range(n):
+                self.accept(tok, True)
+        self.s.n_hist = 0
+        self.accept_many(state["history"], False)
+        for i in range(4):
+            self.s.rng.s[i] = rng[i]
+
 
 def _check_mask(mask, int n_vocab):
     """mask itself once it is a C-contiguous 1-D uint32 ndarray of at least ceil(n_vocab / 32) words."""

@@ -5,7 +5,7 @@ RuntimeError), so existing handlers keep working. Bad arguments to the API stay 
 The command line maps these to exit codes in one table: fastgguf.cli.EXIT_CODES."""
 
 __all__ = ["FastGGUFError", "GGUFError", "TokenizerError", "ChatTemplateError", "QuantizeError", "HubError",
-           "GrammarError", "ConvertError", "QueueFull"]
+           "GrammarError", "ConvertError", "StateError", "QueueFull"]
 
 
 class FastGGUFError(Exception):
@@ -38,6 +38,11 @@ class ConvertError(FastGGUFError, ValueError):
 
 class GrammarError(FastGGUFError, ValueError):
     """A JSON schema or grammar that structured output cannot enforce exactly (the message is llguidance's)."""
+
+
+class StateError(FastGGUFError, ValueError):
+    """A saved Context state cannot be loaded: not a state file, another format version, damaged or truncated, or
+    for another model or cache shape (the message names the field that differs)."""
 
 
 class QueueFull(RuntimeError):

@@ -307,7 +307,8 @@ def test_no_type_names_in_the_forward_pass():
 
 def test_errors_share_a_base():
     from fastgguf import errors
-    for name in ("GGUFError", "TokenizerError", "ChatTemplateError", "QuantizeError", "HubError", "GrammarError"):
+    for name in ("GGUFError", "TokenizerError", "ChatTemplateError", "QuantizeError", "HubError", "GrammarError",
+                 "StateError"):
         cls = getattr(errors, name)
         assert issubclass(cls, fastgguf.FastGGUFError), name
         assert getattr(fastgguf, name) is cls

@@ -21,8 +21,8 @@ COMMAND_MODULES = [f"fastgguf.cli.{name}" for name in ("info", "pull", "run", "c
 # (exception class, exit code, meaning): the first matching row wins.
 EXIT_CODES = (
     (KeyboardInterrupt, 130, "interrupted"),
-    (FastGGUFError, 1, "the model file, its vocabulary or template, a download, a quantization or a conversion "
-                       "failed"),
+    (FastGGUFError, 1, "the model file, its vocabulary or template, a download, a quantization, a conversion "
+                       "or a saved state failed"),
     (OSError, 1, "a file could not be read or written"),
     (FloatingPointError, 1, "the model computed NaN (a broken model file)"),
     (ValueError, 2, "bad arguments"),

@@ -54,6 +54,9 @@ def register(subparsers) -> None:
                         "any name is served by this model, as llama-server does)")
     p.add_argument("--slots-show-prompts", action="store_true",
                    help="GET /slots shows each busy slot's prompt text (default: counts only)")
+    p.add_argument("--slot-save-path", default=None, metavar="DIR",
+                   help="folder of llama-server's POST /slots/{id}?action=save|restore (a slot's KV cache as a "
+                        "file; default: none, those answer 501)")
     p.add_argument("--timeout-header", type=float, default=10.0,
                    help="seconds a client has to send a request's headers, from connecting or from the previous "
                         "response; then the connection is closed (10)")
@@ -121,10 +124,13 @@ def run(args) -> int:
     if args.draft_max is not None:
         defaults["draft_max"] = args.draft_max
     parallel = args.parallel or default_parallel(model)
+    if args.slot_save_path is not None:
+        os.makedirs(args.slot_save_path, exist_ok=True)
     app = create_app(model, parallel=parallel, n_ctx=args.ctx_size, n_threads=args.threads, api_key=key,
                      max_queue=args.max_queue, max_body_bytes=args.max_body, ping_interval=args.ping_interval,
                      reasoning_format=args.reasoning_format, body_timeout=args.timeout_body,
                      cors_origins=args.cors_origins, alias=args.alias, slots_show_prompts=args.slots_show_prompts,
+                     slot_save_path=args.slot_save_path,
                      sampling_defaults=defaults, strict_model_names=args.strict_model_names,
                      allowed_hosts=(args.allowed_hosts.split(",") if args.allowed_hosts is not None
                                     else default_hosts(args.host)))

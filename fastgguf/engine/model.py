@@ -15,6 +15,8 @@ and its short ones otherwise, as llama.cpp does per context: the same tokens giv
 than in a 128k one.
 """
 import contextlib
+import hashlib
+import io
 import os
 import threading
 import warnings
@@ -26,6 +28,7 @@ from fastgguf import hub as _hub
 from fastgguf._native import Runner, Weights, _threads_for, check_logits
 from fastgguf.engine.chat import chat as _chat
 from fastgguf.engine.generate import generate as _generate
+from fastgguf.engine import state as _state
 from fastgguf.engine.params import check_token_ids
 from fastgguf.engine.threads import check_n_threads, physical_cores  # noqa: F401  (physical_cores: public here)
 from fastgguf.errors import GGUFError
@@ -77,6 +80,8 @@ class Model:
         self.n_threads = _threads_for(physical_cores(), warn=False) if n_threads is None else _threads_for(n_threads)
         self._tokenizer = None
         self._tok_lock = threading.Lock()
+        self._sha256 = None
+        self._sha_lock = threading.Lock()
 
     def __repr__(self):
         hp = self.hparams
@@ -97,6 +102,23 @@ class Model:
         if n_ctx is not None:
             d["cache"], d["conv_state"] = self.weights.cache_bytes(n_ctx)
         return d
+
+    def sha256(self):
+        """The sha256 (hex) of the model file, which a saved state names (Context.save_state). Read from disk on
+        the first call and cached on the Model: about a second per GB (the default model, 100 MB: 0.2 s), so the
+        first save or load of a large model pays it once."""
+        return self.sha256_bytes().hex()
+
+    def sha256_bytes(self):
+        """sha256() as 32 bytes."""
+        with self._sha_lock:
+            if self._sha256 is None:
+                h = hashlib.sha256()
+                with open(self.path, "rb") as f:
+                    for block in iter(lambda: f.read(1 << 24), b""):  # (hashlib.file_digest: Python 3.11)
+                        h.update(block)
+                self._sha256 = h.digest()
+            return self._sha256
 
     @property
     def n_vocab(self):
@@ -167,8 +189,20 @@ class _Claim:
             self._ctx._owner = None
 
 
+def _unpickle_context(model_class, path, n_ctx, n_threads, state):
+    ctx = model_class(path, n_threads=n_threads).context(n_ctx=n_ctx, n_threads=n_threads)
+    ctx._load_state_bytes(state)
+    return ctx
+
+
 class Context:
-    """One conversation over a Model: KV cache of n_ctx positions. Use from one thread at a time."""
+    """One conversation over a Model: KV cache of n_ctx positions. Use from one thread at a time.
+
+    save_state(path) / load_state(path) write and read its state (token ids and their K/V; fastgguf.engine.state
+    says what the file holds and what it is checked against). A pickle of a Context holds the model's class and
+    file path, n_ctx, n_threads and that state (its size: about n_past * n_layer * 4 * kv_dim bytes): unpickling
+    loads the model from the same path (a new Model each time) and refuses, with StateError, a file whose sha256
+    differs from the pickled one's. A sampler's random state is the Sampler's (fastgguf.engine.sampler)."""
 
     def __init__(self, model, n_ctx=4096, n_threads=None):
         if isinstance(n_ctx, bool) or not hasattr(n_ctx, "__index__"):
@@ -283,3 +317,28 @@ class Context:
         """Drop cached tokens after the first n_past."""
         with self._guard():
             self._rewind(n_past)
+
+    def save_state(self, path):
+        """Write the token ids in the cache and their K/V to path (atomically: a temporary file, then os.replace; a
+        failed write leaves an old file intact). The first save or load of a Model hashes its file (Model.sha256)."""
+        with self._guard():
+            _state.save(self, path)
+
+    def load_state(self, path):
+        """Make this context hold the state save_state wrote (n_past and tokens as then; the next logits bit for
+        bit the same). Allowed: any Context of the same model file whose n_ctx holds the saved tokens (LongRoPE
+        models: n_ctx on the same side of the original context). StateError (a ValueError) naming what differs,
+        or on a damaged or truncated file; the context is then unchanged."""
+        with self._guard():
+            _state.load(self, path)
+
+    def _load_state_bytes(self, data):
+        with self._guard():
+            ids, kv = _state.read(self, io.BytesIO(data), len(data))
+            self.runner.load_kv(ids, kv)
+
+    def __reduce__(self):
+        buf = io.BytesIO()
+        with self._guard():
+            _state.write(self, buf)
+        return (_unpickle_context, (type(self.model), self.model.path, self.n_ctx, self.n_threads, buf.getvalue()))

@@ -25,6 +25,12 @@ def _check_n_vocab(n_vocab):
     return int(n_vocab)
 
 
+def _unpickle_sampler(params, n_vocab, state):
+    s = Sampler(params, n_vocab=n_vocab)
+    s.set_state(state)
+    return s
+
+
 class Sampler(_native.Sampler):
     """Turns logits into token ids, as a SamplingParams says (see fastgguf.engine.params for the order of the
     samplers). `Sampler(params, n_vocab=None)` or `Sampler(temperature=..., ...)`: keywords build (or override) the
@@ -39,6 +45,25 @@ class Sampler(_native.Sampler):
                          frequency_penalty=p.frequency_penalty, presence_penalty=p.presence_penalty,
                          logit_bias=check_logit_bias(p.logit_bias, n_vocab), seed=p.seed, n_vocab=n_vocab)
         self.params = p
+
+    def get_state(self):
+        """The sampler's state: random generator, history and counts (set_state takes it back; a pickle of a
+        Sampler holds its params, n_vocab and this)."""
+        return super().get_state()
+
+    def set_state(self, state):
+        """Continue from a get_state() of a sampler with the same params: the same draws follow."""
+        for t in [*state["history"], *(t for t, _ in state["generated"])]:
+            check_token_id("token", t, self.n_vocab)
+        counts = [n for _, n in state["generated"]]
+        if (len({t for t, _ in state["generated"]}) != len(counts) or any(not 1 <= n for n in counts)
+                or sum(counts) > len(state["history"])):
+            raise ValueError("generated must be distinct (id, count) pairs, counts >= 1 and together at most the "
+                             "history's length")
+        super().set_state(state)
+
+    def __reduce__(self):
+        return (_unpickle_sampler, (self.params, self.n_vocab, self.get_state()))
 
     def accept(self, token, generated=True):
         """Record a token id (int, or a decimal string; checked against n_vocab when given): it enters the

@@ -40,6 +40,7 @@ Events a request's sink receives (lists of them), in order:
   Error(error)                                the request failed (no Done follows)
 """
 import collections
+import contextlib
 import itertools
 import math
 import threading
@@ -175,10 +176,11 @@ class _Seq:
 
 
 class _Slot:
-    __slots__ = ("ctx", "seq", "draft")
+    __slots__ = ("ctx", "seq", "draft", "held")
 
     def __init__(self, ctx):
         self.ctx, self.seq = ctx, None
+        self.held = False  # Scheduler.hold_slot: kept from new sequences while another thread uses its Context
         self.draft = None  # (draft model, its Context): kept for the slot's next sequences drafting with that model
 
     def draft_context(self, params, n_ctx):
@@ -234,6 +236,7 @@ class Scheduler:
         self._slots = []
         self._queue = collections.deque()  # _Seq waiting for a slot
         self._cond = threading.Condition()
+        self._step_lock = threading.Lock()  # held by the engine thread during a step (see hold_slot)
         self._thread = None
         self._stopping = False
         # metrics (read without the lock: plain ints and floats)
@@ -325,6 +328,28 @@ class Scheduler:
             out.append(d)
         return out
 
+    @contextlib.contextmanager
+    def hold_slot(self, i):
+        """Slot i's Context, idle and kept from new sequences while the block runs in the caller's thread
+        (llama-server's slot save, restore and erase). ValueError for an id outside [0, parallel); RuntimeError
+        while the slot runs a sequence or is held already. Taken between two steps: a slot idle then is no longer
+        touched by the step that freed it."""
+        with self._step_lock, self._cond:
+            if not 0 <= i < self.parallel:
+                raise ValueError(f"slot {i} does not exist: the ids are 0..{self.parallel - 1}")
+            while len(self._slots) <= i:
+                self._slots.append(_Slot(self.model.context(n_ctx=self.n_ctx, n_threads=self.n_threads)))
+            slot = self._slots[i]
+            if slot.seq is not None or slot.held:
+                raise RuntimeError(f"slot {i} is busy")
+            slot.held = True
+        try:
+            yield slot.ctx
+        finally:
+            with self._cond:
+                slot.held = False
+                self._cond.notify_all()
+
     # -- the thread --------------------------------------------------------------------------------------------
 
     def _run(self):
@@ -336,7 +361,8 @@ class Scheduler:
                     return
             out = collections.defaultdict(list)  # request -> its events of this step
             try:
-                self._step(out)
+                with self._step_lock:
+                    self._step(out)
             except Exception as e:  # noqa: BLE001 - a failed step fails its requests, the engine lives on
                 for slot in self._slots:
                     if slot.seq is not None:
@@ -389,7 +415,7 @@ class Scheduler:
                 if seq.leader is not None and seq.leader.first_logits is None:
                     waiting.append(seq)
                     continue
-                free = [s for s in self._slots if s.seq is None]
+                free = [s for s in self._slots if s.seq is None and not s.held]
                 if not free and len(self._slots) < self.parallel:
                     slot = _Slot(self.model.context(n_ctx=self.n_ctx, n_threads=self.n_threads))
                     self._slots.append(slot)
@@ -404,7 +430,7 @@ class Scheduler:
         """The slot holding seq's prompt evaluated by its leader (still there: not reset or rewound), or None."""
         src = seq.leader.home if seq.leader is not None else None
         n = len(seq.prompt)
-        if src is None or src.ctx.n_past < n or not src.ctx.runner.can_rewind(n):
+        if src is None or src.held or src.ctx.n_past < n or not src.ctx.runner.can_rewind(n):
             return None
         return src if src.ctx.tokens[:n] == seq.prompt else None
 

@@ -4,6 +4,7 @@ Errors are OpenAI's shape {"error": {message, type, param, code}} (server/errors
 own 422 validation format is never sent) or a Host not allowed, 401 bad key, 404 unknown model or route, 408 body too
 slow, 413 body too large, 429 queue full (Retry-After), 500 otherwise. A streamed request that fails after its first chunk gets an `error` event instead.
 """
+import os
 import time
 from contextlib import asynccontextmanager
 
@@ -30,7 +31,7 @@ WORKERS = 4  # threads preparing requests at once (tokenizing, templates, gramma
 def create_app(model, *, parallel=None, n_ctx=None, n_threads=None, api_key=None, max_queue=64,
                max_body_bytes=8 << 20, ping_interval=5.0, engine=None, reasoning_format="parsed", allowed_hosts=None,
                body_timeout=60.0, cors_origins=None, alias=None, slots_show_prompts=False, sampling_defaults=None,
-               strict_model_names=False):
+               strict_model_names=False, slot_save_path=None):
     """An ASGI app serving `model` (a fastgguf.Model) with OpenAI's API. `parallel` sequences decode together
     (default: 4; 16 for an encoder, engine.scheduler.default_parallel),
     each in a context of `n_ctx` tokens (default: the model's training context, at most 4096); `max_queue` sequences
@@ -44,7 +45,7 @@ def create_app(model, *, parallel=None, n_ctx=None, n_threads=None, api_key=None
     name is served by this model, as llama-server does);
     `slots_show_prompts`: /slots shows each busy slot's prompt text; `sampling_defaults`: SamplingParams fields for
     requests that do not give them (`fastgguf serve --speculative`: {"speculative": ..., "draft_max": ...}; set as
-    model.sampling_defaults)."""
+    model.sampling_defaults); `slot_save_path`: the folder of POST /slots/{id}?action=save|restore (None: 501)."""
     if reasoning_format not in MODES:
         raise ValueError(f"reasoning_format must be one of {', '.join(MODES)}, got {reasoning_format!r}")
     if n_ctx is None:
@@ -76,6 +77,7 @@ def create_app(model, *, parallel=None, n_ctx=None, n_threads=None, api_key=None
     app.state.ping_interval = ping_interval
     app.state.reasoning_format = reasoning_format
     app.state.slots_show_prompts = slots_show_prompts
+    app.state.slot_save_path = os.fspath(slot_save_path) if slot_save_path is not None else None
     app.state.workers = anyio.CapacityLimiter(WORKERS)  # routes.in_worker: requests' CPU work, off the event loop
     errors.install(app)
     for r in (router, responses_api.router, anthropic_api.router):   # each with and without /v1

@@ -1,7 +1,11 @@
 """llama-server's extras that tools and web UIs read: GET /props (the model, context size, chat template, slots,
 build) and GET /slots (what each slot is doing). Both need the API key, as every route but /health. Neither shows a
-path on the server's disk; /slots shows prompt text only when the server was started with --slots-show-prompts."""
+path on the server's disk; /slots shows prompt text only when the server was started with --slots-show-prompts.
+POST /slots/{id}?action=save|restore|erase: an idle slot's KV cache to and from a file (Context.save_state) of
+the --slot-save-path folder, named by a bare file name; 501 without that folder, 503 while the slot is busy."""
+import json
 import os
+import time
 
 from fastapi import APIRouter, Request
 
@@ -9,7 +13,8 @@ import fastgguf
 from fastgguf import kernels
 from fastgguf.engine.chat import CHATML_TEMPLATE
 from fastgguf.engine.params import SamplingParams
-from fastgguf.api.openai.protocol import model_id
+from fastgguf.api.openai.protocol import APIError, model_id
+from fastgguf.errors import StateError
 from fastgguf.server.routes import in_worker
 
 __all__ = ["router"]
@@ -53,3 +58,68 @@ async def slots(request: Request):
         if ids is not None and state.slots_show_prompts:
             d["prompt"] = await in_worker(request, state.model.detokenize, ids)
     return out
+
+
+def _check_filename(name):
+    """A bare file name in the slot folder (no folder part, no . or .., no control characters), or APIError."""
+    if (not isinstance(name, str) or not name or len(name.encode("utf-8", "replace")) > 255
+            or name in (".", "..") or any(c in name for c in "/\\:") or any(ord(c) < 32 for c in name)):
+        raise APIError("Invalid filename: a bare file name in the --slot-save-path folder", param="filename")
+    return name
+
+
+def _slot_action(state, i, action, filename):
+    path = os.path.join(state.slot_save_path, filename) if filename else None
+    t = time.perf_counter()
+    try:
+        with state.engine.hold_slot(i) as ctx:
+            if action == "erase":
+                n = ctx.n_past
+                ctx.reset()
+                return {"id_slot": i, "n_erased": n}
+            (ctx.save_state if action == "save" else ctx.load_state)(path)
+            n = ctx.n_past
+    except StateError as e:
+        raise APIError(f"Failed to restore slot from {filename}: {e}", param="filename") from None
+    except FileNotFoundError:
+        raise APIError(f"Failed to restore slot: no file {filename}", status=404, code="not_found") from None
+    except ValueError as e:  # the slot id
+        raise APIError(str(e), param="id_slot") from None
+    except RuntimeError as e:  # busy
+        raise APIError(str(e), status=503, type="unavailable_error") from None
+    ms = (time.perf_counter() - t) * 1e3
+    size = os.path.getsize(path)
+    if action == "save":
+        return {"id_slot": i, "filename": filename, "n_saved": n, "n_written": size, "timings": {"save_ms": ms}}
+    return {"id_slot": i, "filename": filename, "n_restored": n, "n_read": size, "timings": {"restore_ms": ms}}
+
+
+async def _body_object(request):
+    """The JSON object a request's body holds ({} when it is empty), or APIError."""
+    raw = await request.body()
+    if not raw.strip():
+        return {}
+    try:
+        body = json.loads(raw)
+    except ValueError:
+        raise APIError("The request body is not valid JSON.") from None
+    if not isinstance(body, dict):
+        raise APIError("the request body must be a JSON object")
+    return body
+
+
+@router.post("/slots/{id_slot}")
+async def slot_action(request: Request, id_slot: str, action: str = ""):
+    state = request.app.state
+    body = await _body_object(request)
+    if state.slot_save_path is None or not hasattr(state.engine, "hold_slot"):
+        raise APIError("This server does not support slots action (start it with --slot-save-path DIR)",
+                       status=501, type="not_supported_error")
+    try:
+        i = int(id_slot)
+    except ValueError:
+        raise APIError(f"Invalid slot ID {id_slot!r}", param="id_slot") from None
+    if action not in ("save", "restore", "erase"):
+        raise APIError(f"Invalid action {action!r}: save, restore or erase", param="action")
+    filename = _check_filename(body.get("filename")) if action != "erase" else None
+    return await in_worker(request, _slot_action, state, i, action, filename)

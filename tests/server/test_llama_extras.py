@@ -1,5 +1,6 @@
 """llama-server's extras on real servers: GET /props, GET /slots (a busy slot seen mid-stream; its prompt text only
-with --slots-show-prompts), /tokenize with_pieces (llama-server's shape), --alias as the model's id."""
+with --slots-show-prompts), /tokenize with_pieces (llama-server's shape), --alias as the model's id, POST
+/slots/{id}?action=save|restore|erase with --slot-save-path."""
 import json
 import threading
 import time
@@ -100,3 +101,50 @@ def test_tokenize_with_pieces(server, model):
     for b in split:
         with pytest.raises(UnicodeDecodeError):
             bytes(b).decode("utf-8")
+
+
+@pytest.fixture(scope="module")
+def slot_server(default_model_path, tmp_path_factory):
+    folder = tmp_path_factory.mktemp("slots")
+    s = Server(default_model_path, "--parallel", "2", "--ctx-size", "256", "--slot-save-path", str(folder))
+    s.folder = folder
+    yield s
+    s.stop()
+
+
+def test_slot_save_erase_restore(slot_server):
+    """Slot 0's cache saved, erased, restored into slot 1: the same request then reuses its prompt (cached_tokens)
+    and answers the same text."""
+    body = {"prompt": "The capital of France is a city named", "max_tokens": 8, "temperature": 0}
+    status, first = call(slot_server, "/v1/completions", body)
+    assert status == 200
+    n_past = call(slot_server, "/slots")[1][0]["n_past"]
+    status, saved = call(slot_server, "/slots/0?action=save", {"filename": "fr.bin"})
+    assert status == 200 and saved["n_saved"] == n_past > 0 and saved["id_slot"] == 0
+    assert saved["n_written"] == (slot_server.folder / "fr.bin").stat().st_size and "save_ms" in saved["timings"]
+    assert call(slot_server, "/slots/0?action=erase", {}) == (200, {"id_slot": 0, "n_erased": n_past})
+    status, restored = call(slot_server, "/slots/1?action=restore", {"filename": "fr.bin"})
+    assert status == 200 and restored["n_restored"] == n_past and restored["n_read"] == saved["n_written"]
+    assert [s["n_past"] for s in call(slot_server, "/slots")[1]] == [0, n_past]
+    status, again = call(slot_server, "/v1/completions", body)
+    assert again["choices"][0]["text"] == first["choices"][0]["text"]
+    assert again["usage"]["prompt_tokens_details"]["cached_tokens"] > 0
+
+
+def test_slot_action_errors(slot_server, server):
+    (slot_server.folder / "junk.bin").write_bytes(b"not a state " * 20)
+    cases = [("/slots/0?action=save", {"filename": "../x.bin"}, 400, "Invalid filename"),
+             ("/slots/0?action=save", {"filename": "a/b"}, 400, "Invalid filename"),
+             ("/slots/0?action=save", {}, 400, "Invalid filename"),
+             ("/slots/0?action=bogus", {}, 400, "Invalid action"),
+             ("/slots/x?action=erase", {}, 400, "Invalid slot ID"),
+             ("/slots/5?action=erase", {}, 400, "slot 5 does not exist"),
+             ("/slots/0?action=restore", {"filename": "missing.bin"}, 404, "no file missing.bin"),
+             ("/slots/0?action=restore", {"filename": "junk.bin"}, 400, "not a fastgguf state")]
+    for path, body, want, message in cases:
+        status, r = call(slot_server, path, body)
+        assert status == want and message in r["error"]["message"], (path, body, r)
+    status, r = call(server, "/slots/0?action=erase", {})  # no --slot-save-path
+    assert status == 501 and "--slot-save-path" in r["error"]["message"]
+    assert call(slot_server, "/slots/0?action=erase", {}, key=None)[0] == 401
+

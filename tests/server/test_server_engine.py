@@ -172,3 +172,29 @@ def test_echo_prompt_logprobs_equal_full_recompute(model):
         tok, got, top = entries[i]
         assert tok == ids[i] and abs(got - lp[i - 1, ids[i]]) < 1e-9
         assert [t for t, _ in top] == list(np.argsort(-lp[i - 1], kind="stable")[:2])
+
+
+def test_hold_slot_keeps_new_sequences_out(model):
+    """A held slot (POST /slots/{id}?action=...) takes no sequence until released; a second hold, or a hold of a
+    busy slot, is refused."""
+    e = Engine(model, parallel=1, n_ctx=256).start()
+    try:
+        q, no_end = queue.SimpleQueue(), {t: -100.0 for t in model.tokenizer.eog_ids}
+        with e.hold_slot(0) as ctx:
+            assert ctx.n_past == 0
+            with pytest.raises(RuntimeError, match="slot 0 is busy"):
+                with e.hold_slot(0):
+                    pass
+            e.submit(Request([[1, 2, 3]], SamplingParams(max_tokens=200, temperature=0, logit_bias=no_end), q.put))
+            with pytest.raises(queue.Empty):
+                q.get(timeout=0.5)
+            assert e.live_sequences() == 0
+        assert isinstance(q.get(timeout=60)[0], Start)
+        with pytest.raises(RuntimeError, match="busy"):
+            with e.hold_slot(0):
+                pass
+        with pytest.raises(ValueError, match="ids are 0..0"):
+            with e.hold_slot(1):
+                pass
+    finally:
+        e.stop()

@@ -1,0 +1,87 @@
+#!/usr/bin/env python3
+"""Restoring a saved prefix against recomputing it (issue 37: restore >= 10x faster on the default model).
+
+    python benchmarks/bench_state.py                      # 4,000 tokens, 5 rounds, the model's default threads
+    python benchmarks/bench_state.py --tokens 1000 --rounds 3 --threads 2 -m PATH
+
+The prefix: benchmarks/data/library_loans.py tokenized (repeated to --tokens). Timed, medians over --rounds:
+  recompute   ctx.reset(); ctx.eval(prefix) in a Context of n_ctx = tokens + 16
+  save        ctx.save_state(path) (after the first save: the model's sha256 is cached by then)
+  restore     ctx.load_state(path) into a Context that has other tokens (the file warm in the page cache, as a
+              server restoring a state it wrote finds it); also into a fresh Context (its KV allocation included)
+Printed with the state file's size, the first sha256 of the model file (paid once per Model) and a check that the
+restored context's next logits equal the recomputed one's bit for bit."""
+import argparse
+import os
+import statistics
+import sys
+import tempfile
+import time
+
+HERE = os.path.dirname(os.path.abspath(__file__))
+sys.path[:0] = [os.path.join(HERE, "..")]
+
+import numpy as np  # noqa: E402
+
+from fastgguf.engine.model import Model  # noqa: E402
+from fastgguf.hub import default_model_path  # noqa: E402
+
+
+def timed(fn, rounds):
+    times = []
+    for _ in range(rounds):
+        t = time.perf_counter()
+        fn()
+        times.append(time.perf_counter() - t)
+    return statistics.median(times)
+
+
+def main(argv=None):
+    ap = argparse.ArgumentParser(description=__doc__.split("\n")[0])
+    ap.add_argument("-m", "--model", default=None, help="GGUF path or catalogue name (default: the default model)")
+    ap.add_argument("--tokens", type=int, default=4000)
+    ap.add_argument("--rounds", type=int, default=5)
+    ap.add_argument("--threads", type=int, default=None)
+    a = ap.parse_args(argv)
+    model = Model(a.model or default_model_path(download=True), n_threads=a.threads)
+    with open(os.path.join(HERE, "data", "library_loans.py"), encoding="utf-8") as f:
+        ids = model.tokenize(f.read())
+    ids = (ids * (a.tokens // len(ids) + 1))[:a.tokens]
+    t = time.perf_counter()
+    model.sha256()
+    sha_s = time.perf_counter() - t
+    ctx = model.context(n_ctx=a.tokens + 16)
+    other = model.context(n_ctx=a.tokens + 16)
+
+    def recompute():
+        ctx.reset()
+        ctx.eval(ids)
+    recompute_s = timed(recompute, a.rounds)
+    with tempfile.TemporaryDirectory() as tmp:
+        path = os.path.join(tmp, "prefix.fgstate")
+        save_s = timed(lambda: ctx.save_state(path), a.rounds)
+        size = os.path.getsize(path)
+
+        def restore():
+            other.reset()
+            other.eval(ids[:8])
+            t = time.perf_counter()
+            other.load_state(path)
+            return time.perf_counter() - t
+        restore_s = statistics.median(restore() for _ in range(a.rounds))
+        fresh_s = timed(lambda: model.context(n_ctx=a.tokens + 16).load_state(path), a.rounds)
+    same = np.array_equal(ctx.eval([ids[0]]), other.eval([ids[0]]))
+    print(f"{os.path.basename(model.path)}, {a.tokens} tokens, {model.n_threads} threads, {a.rounds} rounds "
+          f"(medians)")
+    print(f"  recompute            {recompute_s * 1e3:9.1f} ms")
+    print(f"  restore              {restore_s * 1e3:9.1f} ms   {recompute_s / restore_s:6.1f}x faster")
+    print(f"  restore, new Context {fresh_s * 1e3:9.1f} ms   {recompute_s / fresh_s:6.1f}x faster")
+    print(f"  save                 {save_s * 1e3:9.1f} ms")
+    print(f"  state file           {size / 1e6:9.1f} MB ({size / a.tokens / 1e3:.1f} kB a token)")
+    print(f"  model sha256, once   {sha_s * 1e3:9.1f} ms")
+    print(f"  next logits equal bit for bit: {same}")
+    return 0 if same else 1
+
+
+if __name__ == "__main__":
+    sys.exit(main())
