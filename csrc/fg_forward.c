@@ -1041,7 +1041,7 @@ static int64_t state_first(const fg_model *m, int il, int n) {
 }
 
 int64_t fg_kv_state_size(const fg_model *m, int n) {
-    if (n < 0) return -1;
+    if (n < 0 || m->hp.n_conv > 0) return -1; /* short-convolution rings: not in this format */
     int64_t rows = 0;
     for (int il = 0; il < m->hp.n_layer; il++) rows += n - state_first(m, il, n);
     return 2 * rows * m->hp.n_head_kv * m->hp.head_dim;
@@ -1049,7 +1049,7 @@ int64_t fg_kv_state_size(const fg_model *m, int n) {
 
 /* fg_kv_save (save != 0: cache -> buf) and fg_kv_load (buf -> cache) in one walk. */
 static int kv_state_io(const fg_model *m, const fg_kv *kv, int n, uint16_t *buf, int save) {
-    if (n < 0 || n > kv->n_ctx) return -1;
+    if (n < 0 || n > kv->n_ctx || m->hp.n_conv > 0) return -1;
     int64_t hd = m->hp.head_dim;
     size_t row = (size_t)hd * sizeof(uint16_t);
     for (int il = 0; il < m->hp.n_layer; il++) {

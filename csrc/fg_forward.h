@@ -246,9 +246,10 @@ int fg_kv_copy(const fg_model *m, fg_kv *dst, const fg_kv *src, int n);
 /* A saved state's K/V: positions [0, n) in an order that does not depend on n_ctx (fastgguf.engine.state). For each
  * layer, K then V, each n_head_kv groups of rows (head_dim F16 values) for the positions a later query can see:
  * 0..n-1 of a full-attention layer, the last min(n, n_swa) of a sliding-window one (as fg_kv_copy).
- * fg_kv_state_size: the uint16 values of n positions (-1 if n < 0). fg_kv_save / fg_kv_load copy them out of / into
- * kv (buf holds fg_kv_state_size(m, n) values; the caller sizes it); kv must hold them (save: for a ring, its newest
- * position < n + n_swa_rows - n_swa). Return 0; -1 (nothing done) if n < 0 or n > kv->n_ctx. */
+ * fg_kv_state_size: the uint16 values of n positions (-1 if n < 0, or if the model has short-convolution layers,
+ * whose rings a state does not hold). fg_kv_save / fg_kv_load copy them out of / into kv (buf holds
+ * fg_kv_state_size(m, n) values; the caller sizes it); kv must hold them (save: for a ring, its newest position
+ * < n + n_swa_rows - n_swa). Return 0; -1 (nothing done) if n < 0, n > kv->n_ctx or short-convolution layers. */
 int64_t fg_kv_state_size(const fg_model *m, int n);
 int fg_kv_save(const fg_model *m, const fg_kv *kv, int n, uint16_t *buf);
 int fg_kv_load(const fg_model *m, fg_kv *kv, int n, const uint16_t *buf);

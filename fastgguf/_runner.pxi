@@ -351,8 +351,11 @@ cdef class Runner:
     def save_kv(self):
         """(token ids (n_past,) int32, K/V (kv_state_size(n_past),) uint16 F16 bits): what load_kv takes back."""
         cdef int n = self.n_past
+        cdef int64_t size = fg_kv_state_size(&self.weights.m, n)
+        if size < 0:
+            raise ValueError("this model's cache has short-convolution rings, which a saved state does not hold")
         cdef cnp.ndarray[int32_t, ndim=1] ids = np.empty(n, dtype=np.int32)
-        cdef cnp.ndarray[uint16_t, ndim=1] kv = np.empty(fg_kv_state_size(&self.weights.m, n), dtype=np.uint16)
+        cdef cnp.ndarray[uint16_t, ndim=1] kv = np.empty(size, dtype=np.uint16)
         if n:
             memcpy(&ids[0], self.ids, n * sizeof(int32_t))
         with nogil:
