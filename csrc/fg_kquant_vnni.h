@@ -6,7 +6,12 @@
  * x signed activations, summed in int32: nothing saturates) times the rows' scale in int32 lanes. The integer sums
  * are the scalar reference's exactly (Q4_K/Q5_K: |sumi| < 8 * 32 * 31 * 128 * 63; Q6_K: < 16 * 16 * 63 * 128 * 128,
  * both < 2^31), and each lane takes the rows8 float step in its order, so results equal the AVX2 gemm, gemv and
- * vec_dot bit for bit. Fewer than FG_KQ_ROWS8_MIN_M activations take the AVX2 kernel (FEW). */
+ * vec_dot bit for bit. Fewer than FG_KQ_ROWS8_MIN_M activations take the AVX2 kernel (FEW).
+ *
+ * The unpacked super-block is the panel (FG_GEMM_FROM_PANEL's idea: unpacked once, read by every activation): the
+ * activations run over it FG_KQ_MT at a time, their int32 sums in registers through all sub-blocks, so a sub-block
+ * costs each activation its SUB dpbusd, a mullo and an add (no sums kept in memory between sub-blocks), and the
+ * bsums term is 8 dpwssd. */
 #ifndef FG_KQUANT_VNNI_H
 #define FG_KQUANT_VNNI_H
 
@@ -16,7 +21,7 @@
 typedef struct {
     __m512i q[64];   /* group g (elements 4g..4g+3): lane r = row r's 4 unsigned weights */
     __m512i sc[16];  /* sub-block j: lane r = row r's scale, int32 */
-    __m512i corr[8]; /* int16 pairs: lane r = the pair that multiplies (bsums[2t], bsums[2t+1]) */
+    __m512i corr[8]; /* int16 pairs: lane r = the pair that multiplies (bsums[2t], bsums[2t+1]); Q6_K: times -32 */
     __m512 d, dmin;  /* lane r: row r's (0 past the last row) */
 } fg_kq_rows16;
 
@@ -25,94 +30,96 @@ FG_INLINE_AVX512_VNNI __m512i fg_join256(__m256i lo, __m256i hi) {
 }
 
 /* Rows 0-7 (h[0]) and 8-15 (h[1]), unpacked with gpm = sub (chunk c = sub-block c), into u. */
-FG_INLINE_AVX512_VNNI void fg_kq_rows16_join(const fg_kq_rows8 h[2], const int sub, fg_kq_rows16 *u) {
+FG_INLINE_AVX512_VNNI void fg_kq_rows16_join(const fg_kq_rows8 h[2], const int sub, const int has_min, fg_kq_rows16 *u) {
     for (int g = 0; g < 64; g++) u->q[g] = fg_join256(h[0].q[g], h[1].q[g]);
     for (int j = 0; j < 64 / sub; j++) { /* (s, s) int16 pairs -> s, sign-extended (Q6_K's scales are signed) */
         const __m512i s = fg_join256(_mm256_load_si256((const __m256i *)h[0].sc[j]),
                                      _mm256_load_si256((const __m256i *)h[1].sc[j]));
         u->sc[j] = _mm512_srai_epi32(_mm512_slli_epi32(s, 16), 16);
     }
-    for (int t = 0; t < 8; t++)
-        u->corr[t] = fg_join256(_mm256_load_si256((const __m256i *)h[0].corr[t]),
-                                _mm256_load_si256((const __m256i *)h[1].corr[t]));
+    for (int t = 0; t < 8; t++) { /* Q6_K: -32 (s, s'), in int16 (|32 s| <= 4096) */
+        const __m512i c = fg_join256(_mm256_load_si256((const __m256i *)h[0].corr[t]),
+                                     _mm256_load_si256((const __m256i *)h[1].corr[t]));
+        u->corr[t] = has_min ? c : _mm512_sub_epi16(_mm512_setzero_si512(), _mm512_slli_epi16(c, 5));
+    }
     u->d = _mm512_castpd_ps(_mm512_insertf64x4(_mm512_castpd256_pd512(_mm256_castps_pd(_mm256_load_ps(h[0].d))),
                                                _mm256_castps_pd(_mm256_load_ps(h[1].d)), 1));
     u->dmin = _mm512_castpd_ps(_mm512_insertf64x4(_mm512_castpd256_pd512(_mm256_castps_pd(_mm256_load_ps(h[0].dmin))),
                                                   _mm256_castps_pd(_mm256_load_ps(h[1].dmin)), 1));
 }
 
-/* acc[a] (lane r: row r) <- the scaled integer sums of super-block i of activations a < na (xstride apart). */
-FG_INLINE_AVX512_VNNI void fg_kq_rows16_isum(const fg_kq_rows16 *u, const int sub, const char *x, size_t xstride,
-                                             int64_t i, int na, __m512i *acc) {
-    for (int a = 0; a < na; a++) acc[a] = _mm512_setzero_si512();
-    for (int j = 0; j < 64 / sub; j++) { /* a sub-block a pass: its groups stay in registers */
-        __m512i wq[8];
-        for (int g = 0; g < sub; g++) wq[g] = u->q[sub * j + g];
-        const __m512i sc = u->sc[j];
-        for (int a = 0; a < na; a++) {
-            const int8_t *xq = ((const block_q8_K *)(x + a * xstride) + i)->qs + 4 * sub * j;
-            __m512i t0 = _mm512_setzero_si512(), t1 = _mm512_setzero_si512(); /* two chains */
-            for (int g = 0; g < sub; g += 2) {
-                int32_t x0, x1;
-                memcpy(&x0, xq + 4 * g, 4);
-                memcpy(&x1, xq + 4 * g + 4, 4);
-                t0 = _mm512_dpbusd_epi32(t0, wq[g], _mm512_set1_epi32(x0));
-                t1 = _mm512_dpbusd_epi32(t1, wq[g + 1], _mm512_set1_epi32(x1));
-            }
-            acc[a] = _mm512_add_epi32(acc[a], _mm512_mullo_epi32(_mm512_add_epi32(t0, t1), sc));
-        }
-    }
-}
-
-/* fg_kq_rows8_step for 16 lanes: (d dx) sumi - (dmin dx) summ, or (d dx) (sumi - 32 corr . bsums) (Q6_K). */
-FG_INLINE_AVX512_VNNI __m512 fg_kq_rows16_step(const fg_kq_rows16 *u, const int has_min, const block_q8_K *xb,
-                                               __m512i isum) {
-    __m512i corr = _mm512_setzero_si512();
+/* corr . bsums of activation block xb, per lane (dpwssd: int16 pairs into int32). */
+FG_INLINE_AVX512_VNNI __m512i fg_kq_rows16_corr(const fg_kq_rows16 *u, const block_q8_K *xb) {
+    __m512i c = _mm512_setzero_si512();
     for (int t = 0; t < 8; t++) {
         int32_t b2;
         memcpy(&b2, xb->bsums + 2 * t, 4);
-        corr = _mm512_add_epi32(corr, _mm512_madd_epi16(u->corr[t], _mm512_set1_epi32(b2)));
+        c = _mm512_dpwssd_epi32(c, u->corr[t], _mm512_set1_epi32(b2));
     }
-    const __m512 dx = _mm512_set1_ps(xb->d);
-    if (!has_min)
-        return _mm512_mul_ps(_mm512_mul_ps(u->d, dx), _mm512_cvtepi32_ps(_mm512_sub_epi32(isum, _mm512_slli_epi32(corr, 5))));
-    const __m512 t0 = _mm512_mul_ps(_mm512_mul_ps(u->d, dx), _mm512_cvtepi32_ps(isum));
-    const __m512 t1 = _mm512_mul_ps(_mm512_mul_ps(u->dmin, dx), _mm512_cvtepi32_ps(corr));
-    return _mm512_sub_ps(t0, t1);
+    return c;
 }
 
-/* The gemm: blocks of 16 rows; per super-block the rows are unpacked once, then activations in groups of 64 (their
- * blocks stay in L1 over the passes) accumulate into y, super-block by super-block as the reference. ROWS8 is the
- * format's AVX2 rows8 unpacker, SUB its groups per scale, FEW the AVX2 gemm for few activations. */
+/* M activations (a constant: their sums stay in registers) of super-block i (x: the first, xstride apart) over the
+ * 16 rows of u: y[a * ldy + r] = (first ? 0 : y) + the rows8 float step, lane r (row r) where mask. Per sub-block its
+ * SUB groups are one dpbusd chain per activation, scaled by the rows' scale in int32; Q6_K's sums start at the bsums
+ * term (u->corr, already -32 times the scale pairs: isum - 32 corr . bsums as one integer), Q4_K's and Q5_K's
+ * mins term (corr . bsums) goes in the float step. */
+FG_INLINE_AVX512_VNNI void fg_kq_rows16_tile(const fg_kq_rows16 *u, const int M, const int sub, const int has_min,
+                                             const char *x, size_t xstride, int64_t i, int first, __mmask16 mask,
+                                             float *y, int64_t ldy) {
+    __m512i isum[16];
+    for (int a = 0; a < M; a++)
+        isum[a] = has_min ? _mm512_setzero_si512()
+                          : fg_kq_rows16_corr(u, (const block_q8_K *)(x + a * xstride) + i);
+    for (int j = 0; j < 64 / sub; j++) {
+        const __m512i sc = u->sc[j];
+        for (int a = 0; a < M; a++) {
+            const int8_t *xq = ((const block_q8_K *)(x + a * xstride) + i)->qs + 4 * sub * j;
+            __m512i t = _mm512_setzero_si512();
+            for (int g = 0; g < sub; g++) {
+                int32_t x4;
+                memcpy(&x4, xq + 4 * g, 4);
+                t = _mm512_dpbusd_epi32(t, u->q[sub * j + g], _mm512_set1_epi32(x4));
+            }
+            isum[a] = _mm512_add_epi32(isum[a], _mm512_mullo_epi32(t, sc));
+        }
+    }
+    for (int a = 0; a < M; a++) {
+        const block_q8_K *xb = (const block_q8_K *)(x + a * xstride) + i;
+        const __m512 dx = _mm512_set1_ps(xb->d);
+        __m512 f = _mm512_mul_ps(_mm512_mul_ps(u->d, dx), _mm512_cvtepi32_ps(isum[a]));
+        if (has_min) /* (d dx) sumi - (dmin dx) summ */
+            f = _mm512_sub_ps(f, _mm512_mul_ps(_mm512_mul_ps(u->dmin, dx), _mm512_cvtepi32_ps(fg_kq_rows16_corr(u, xb))));
+        float *ya = y + a * ldy;
+        const __m512 prev = first ? _mm512_setzero_ps() : _mm512_maskz_loadu_ps(mask, ya);
+        _mm512_mask_storeu_ps(ya, mask, _mm512_add_ps(prev, f));
+    }
+}
+
+/* The gemm: blocks of 16 rows; per super-block the rows are unpacked once, then every activation passes over them,
+ * FG_KQ_MT at a time, accumulating into y super-block by super-block as the reference. ROWS8 is the format's AVX2
+ * rows8 unpacker, SUB its groups per scale, FEW the AVX2 gemm for few activations. */
+#define FG_KQ_MT 8
 #define FG_KQ_GEMM_VNNI(NAME, ROWS8, SUB, HAS_MIN, FEW)                                                          \
-    FG_TARGET_AVX512_VNNI FG_NO_UNROLL_JAM static void NAME(int64_t n, const void *w, size_t stride,             \
-                                                            const void *xq, size_t xq_stride, int64_t m, float *y, \
-                                                            int64_t ldy, int64_t nrows) {                        \
+    FG_TARGET_AVX512_VNNI static void NAME(int64_t n, const void *w, size_t stride, const void *xq,              \
+                                           size_t xq_stride, int64_t m, float *y, int64_t ldy, int64_t nrows) {  \
         if (m < FG_KQ_ROWS8_MIN_M) {                                                                            \
             FEW(n, w, stride, xq, xq_stride, m, y, ldy, nrows);                                                 \
             return;                                                                                             \
         }                                                                                                       \
         fg_kq_rows8 h[2];                                                                                       \
         fg_kq_rows16 u;                                                                                         \
-        __m512i acc[64];                                                                                        \
         for (int64_t rb = 0; rb < nrows; rb += 16) {                                                            \
             const int R = nrows - rb < 16 ? (int)(nrows - rb) : 16;                                             \
             const __mmask16 mask = (__mmask16)((1u << R) - 1u);                                                 \
             for (int64_t i = 0; i < n / QK_K; i++) {                                                            \
                 ROWS8(SUB, R < 8 ? R : 8, (const char *)w + rb * stride, stride, i, &h[0]);                      \
                 ROWS8(SUB, R > 8 ? R - 8 : 0, (const char *)w + (rb + 8) * stride, stride, i, &h[1]);            \
-                fg_kq_rows16_join(h, SUB, &u);                                                                  \
-                for (int64_t a0 = 0; a0 < m; a0 += 64) {                                                        \
-                    const int na = m - a0 < 64 ? (int)(m - a0) : 64;                                            \
-                    const char *xa = (const char *)xq + a0 * xq_stride;                                         \
-                    fg_kq_rows16_isum(&u, SUB, xa, xq_stride, i, na, acc);                                      \
-                    for (int a = 0; a < na; a++) {                                                              \
-                        const __m512 f = fg_kq_rows16_step(&u, HAS_MIN, (const block_q8_K *)(xa + a * xq_stride) + i, \
-                                                           acc[a]);                                             \
-                        float *ya = y + (a0 + a) * ldy + rb;                                                    \
-                        const __m512 prev = i ? _mm512_maskz_loadu_ps(mask, ya) : _mm512_setzero_ps();          \
-                        _mm512_mask_storeu_ps(ya, mask, _mm512_add_ps(prev, f));                                \
-                    }                                                                                           \
+                fg_kq_rows16_join(h, SUB, HAS_MIN, &u);                                                         \
+                for (int64_t a = 0; a < m; a += FG_KQ_MT) {                                                     \
+                    const int M = m - a < FG_KQ_MT ? (int)(m - a) : FG_KQ_MT;                                   \
+                    FG_TILE_M_8(fg_kq_rows16_tile, &u, M, SUB, HAS_MIN, (const char *)xq + a * xq_stride, xq_stride, \
+                                i, i == 0, mask, y + a * ldy + rb, ldy)                                         \
                 }                                                                                               \
             }                                                                                                   \
         }                                                                                                       \
