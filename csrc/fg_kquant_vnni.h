@@ -48,6 +48,15 @@ FG_INLINE_AVX512_VNNI void fg_kq_rows16_join(const fg_kq_rows8 h[2], const int s
                                                   _mm256_castps_pd(_mm256_load_ps(h[1].dmin)), 1));
 }
 
+/* A 16-row unpacker NAME(R, w, stride, i, u) from the format's AVX2 rows8 unpacker: both halves, joined. */
+#define FG_KQ_ROWS16_FROM8(NAME, ROWS8, SUB, HAS_MIN)                                                            \
+    FG_INLINE_AVX512_VNNI void NAME(int R, const char *w, size_t stride, int64_t i, fg_kq_rows16 *u) {          \
+        fg_kq_rows8 h[2];                                                                                       \
+        ROWS8(SUB, R < 8 ? R : 8, w, stride, i, &h[0]);                                                         \
+        ROWS8(SUB, R > 8 ? R - 8 : 0, w + 8 * stride, stride, i, &h[1]);                                        \
+        fg_kq_rows16_join(h, SUB, HAS_MIN, u);                                                                  \
+    }
+
 /* corr . bsums of activation block xb, per lane (dpwssd: int16 pairs into int32). */
 FG_INLINE_AVX512_VNNI __m512i fg_kq_rows16_corr(const fg_kq_rows16 *u, const block_q8_K *xb) {
     __m512i c = _mm512_setzero_si512();
@@ -97,25 +106,23 @@ FG_INLINE_AVX512_VNNI void fg_kq_rows16_tile(const fg_kq_rows16 *u, const int M,
 }
 
 /* The gemm: blocks of 16 rows; per super-block the rows are unpacked once, then every activation passes over them,
- * FG_KQ_MT at a time, accumulating into y super-block by super-block as the reference. ROWS8 is the format's AVX2
- * rows8 unpacker, SUB its groups per scale, FEW the AVX2 gemm for few activations. */
+ * FG_KQ_MT at a time, accumulating into y super-block by super-block as the reference. ROWS16(R, w, stride, i, u)
+ * unpacks the 16 rows (FG_KQ_ROWS16_FROM8, or the format's own), SUB is its groups per scale, FEW the AVX2 gemm for
+ * few activations. */
 #define FG_KQ_MT 8
-#define FG_KQ_GEMM_VNNI(NAME, ROWS8, SUB, HAS_MIN, FEW)                                                          \
+#define FG_KQ_GEMM_VNNI(NAME, ROWS16, SUB, HAS_MIN, FEW)                                                          \
     FG_TARGET_AVX512_VNNI static void NAME(int64_t n, const void *w, size_t stride, const void *xq,              \
                                            size_t xq_stride, int64_t m, float *y, int64_t ldy, int64_t nrows) {  \
         if (m < FG_KQ_ROWS8_MIN_M) {                                                                            \
             FEW(n, w, stride, xq, xq_stride, m, y, ldy, nrows);                                                 \
             return;                                                                                             \
         }                                                                                                       \
-        fg_kq_rows8 h[2];                                                                                       \
         fg_kq_rows16 u;                                                                                         \
         for (int64_t rb = 0; rb < nrows; rb += 16) {                                                            \
             const int R = nrows - rb < 16 ? (int)(nrows - rb) : 16;                                             \
             const __mmask16 mask = (__mmask16)((1u << R) - 1u);                                                 \
             for (int64_t i = 0; i < n / QK_K; i++) {                                                            \
-                ROWS8(SUB, R < 8 ? R : 8, (const char *)w + rb * stride, stride, i, &h[0]);                      \
-                ROWS8(SUB, R > 8 ? R - 8 : 0, (const char *)w + (rb + 8) * stride, stride, i, &h[1]);            \
-                fg_kq_rows16_join(h, SUB, HAS_MIN, &u);                                                         \
+                ROWS16(R, (const char *)w + rb * stride, stride, i, &u);                                         \
                 for (int64_t a = 0; a < m; a += FG_KQ_MT) {                                                     \
                     const int M = m - a < FG_KQ_MT ? (int)(m - a) : FG_KQ_MT;                                   \
                     FG_TILE_M_8(fg_kq_rows16_tile, &u, M, SUB, HAS_MIN, (const char *)xq + a * xq_stride, xq_stride, \
