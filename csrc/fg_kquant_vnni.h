@@ -1,7 +1,7 @@
 /* AVX-512 VNNI gemm of the K-quants (Q4_K, Q5_K, Q6_K) for many activations: rows in lanes, 16 rows per zmm.
  *
  * The design of the AVX2 rows8 gemm (fg_kquant.h), twice as wide and without its int16 stage: per super-block, 16
- * weight rows are unpacked once (two fg_kq_rows8 halves, joined) and every activation passes over them. A
+ * weight rows are unpacked once (in zmm: fg_transpose16_epi32) and every activation passes over them. A
  * sub-block of SUB groups (4 elements each: 32 elements for Q4_K/Q5_K, 16 for Q6_K) is SUB dpbusd (unsigned weights
  * x signed activations, summed in int32: nothing saturates) times the rows' scale in int32 lanes. The integer sums
  * are the scalar reference's exactly (Q4_K/Q5_K: |sumi| < 8 * 32 * 31 * 128 * 63; Q6_K: < 16 * 16 * 63 * 128 * 128,
@@ -25,37 +25,47 @@ typedef struct {
     __m512 d, dmin;  /* lane r: row r's (0 past the last row) */
 } fg_kq_rows16;
 
-FG_INLINE_AVX512_VNNI __m512i fg_join256(__m256i lo, __m256i hi) {
-    return _mm512_inserti64x4(_mm512_castsi256_si512(lo), hi, 1);
+/* Q4_K (five = 0) / Q5_K rows [0, R) (R <= 16) of super-block i into u, in zmm: per row its 8 scales and 8 mins as
+ * int32 (fg_unpack_scales_k4_avx2), then 64 elements at a time: the 32 bytes of nibbles in both 256-bit halves give
+ * elements 64c..64c+31 (low nibbles) and 64c+32..64c+63 (high; Q5_K: bit 4 from bits 2c, 2c+1 of qh), each
+ * transposed once (fg_k4_rows8_avx2 twice and joined: ~2x the ops). */
+FG_INLINE_AVX512_VNNI void fg_k4_rows16_vnni(const int five, int R, const char *w, size_t stride, int64_t i,
+                                             fg_kq_rows16 *u) {
+    const size_t bs = five ? sizeof(block_q5_K) : sizeof(block_q4_K);
+    const size_t qs_off = five ? offsetof(block_q5_K, qs) : offsetof(block_q4_K, qs);
+    const __m512i m4 = _mm512_set1_epi8(0x0f), m10 = _mm512_set1_epi8(0x10);
+    uint16_t dh[16] = {0}, mh[16] = {0};
+    __m512i v[16]; /* [r] -> [g] */
+    for (int r = 0; r < 16; r++) {
+        const uint8_t *b = (const uint8_t *)w + r * stride + i * bs;
+        v[r] = r < R ? _mm512_cvtepu8_epi32(fg_unpack_scales_k4_avx2(b + 4)) : _mm512_setzero_si512();
+        if (r < R) memcpy(&dh[r], b, 2), memcpy(&mh[r], b + 2, 2);
+    }
+    fg_transpose16_epi32(v); /* v[j]: scale j; v[8 + t]: min t */
+    for (int j = 0; j < 8; j++) u->sc[j] = v[j];
+    for (int t = 0; t < 8; t++) u->corr[t] = _mm512_or_si512(v[8 + t], _mm512_slli_epi32(v[8 + t], 16)); /* (m, m) */
+    u->d = _mm512_cvtph_ps(_mm256_loadu_si256((const __m256i *)dh));
+    u->dmin = _mm512_cvtph_ps(_mm256_loadu_si256((const __m256i *)mh));
+    for (int c = 0; c < 4; c++) {
+        for (int r = 0; r < 16; r++) {
+            const uint8_t *b = (const uint8_t *)w + r * stride + i * bs;
+            if (r >= R) {
+                v[r] = _mm512_setzero_si512();
+                continue;
+            }
+            const __m512i q = _mm512_broadcast_i64x4(_mm256_loadu_si256((const __m256i *)(b + qs_off + 32 * c)));
+            v[r] = _mm512_and_si512(_mm512_mask_blend_epi64(0xf0, q, _mm512_srli_epi16(q, 4)), m4);
+            if (five) { /* bits 2c (low half), 2c + 1 (high) of qh -> bit 4 (16-bit shifts; the mask drops the rest) */
+                const __m512i hb = _mm512_srli_epi16(
+                    _mm512_broadcast_i64x4(_mm256_loadu_si256((const __m256i *)(b + offsetof(block_q5_K, qh)))), 2 * c);
+                v[r] = _mm512_or_si512(v[r], _mm512_and_si512(_mm512_mask_blend_epi64(0xf0, _mm512_slli_epi16(hb, 4),
+                                                                                     _mm512_slli_epi16(hb, 3)), m10));
+            }
+        }
+        fg_transpose16_epi32(v);
+        for (int g = 0; g < 16; g++) u->q[16 * c + g] = v[g];
+    }
 }
-
-/* Rows 0-7 (h[0]) and 8-15 (h[1]), unpacked with gpm = sub (chunk c = sub-block c), into u. */
-FG_INLINE_AVX512_VNNI void fg_kq_rows16_join(const fg_kq_rows8 h[2], const int sub, const int has_min, fg_kq_rows16 *u) {
-    for (int g = 0; g < 64; g++) u->q[g] = fg_join256(h[0].q[g], h[1].q[g]);
-    for (int j = 0; j < 64 / sub; j++) { /* (s, s) int16 pairs -> s, sign-extended (Q6_K's scales are signed) */
-        const __m512i s = fg_join256(_mm256_load_si256((const __m256i *)h[0].sc[j]),
-                                     _mm256_load_si256((const __m256i *)h[1].sc[j]));
-        u->sc[j] = _mm512_srai_epi32(_mm512_slli_epi32(s, 16), 16);
-    }
-    for (int t = 0; t < 8; t++) { /* Q6_K: -32 (s, s'), in int16 (|32 s| <= 4096) */
-        const __m512i c = fg_join256(_mm256_load_si256((const __m256i *)h[0].corr[t]),
-                                     _mm256_load_si256((const __m256i *)h[1].corr[t]));
-        u->corr[t] = has_min ? c : _mm512_sub_epi16(_mm512_setzero_si512(), _mm512_slli_epi16(c, 5));
-    }
-    u->d = _mm512_castpd_ps(_mm512_insertf64x4(_mm512_castpd256_pd512(_mm256_castps_pd(_mm256_load_ps(h[0].d))),
-                                               _mm256_castps_pd(_mm256_load_ps(h[1].d)), 1));
-    u->dmin = _mm512_castpd_ps(_mm512_insertf64x4(_mm512_castpd256_pd512(_mm256_castps_pd(_mm256_load_ps(h[0].dmin))),
-                                                  _mm256_castps_pd(_mm256_load_ps(h[1].dmin)), 1));
-}
-
-/* A 16-row unpacker NAME(R, w, stride, i, u) from the format's AVX2 rows8 unpacker: both halves, joined. */
-#define FG_KQ_ROWS16_FROM8(NAME, ROWS8, SUB, HAS_MIN)                                                            \
-    FG_INLINE_AVX512_VNNI void NAME(int R, const char *w, size_t stride, int64_t i, fg_kq_rows16 *u) {          \
-        fg_kq_rows8 h[2];                                                                                       \
-        ROWS8(SUB, R < 8 ? R : 8, w, stride, i, &h[0]);                                                         \
-        ROWS8(SUB, R > 8 ? R - 8 : 0, w + 8 * stride, stride, i, &h[1]);                                        \
-        fg_kq_rows16_join(h, SUB, HAS_MIN, u);                                                                  \
-    }
 
 /* corr . bsums of activation block xb, per lane (dpwssd: int16 pairs into int32). */
 FG_INLINE_AVX512_VNNI __m512i fg_kq_rows16_corr(const fg_kq_rows16 *u, const block_q8_K *xb) {
@@ -107,7 +117,7 @@ FG_INLINE_AVX512_VNNI void fg_kq_rows16_tile(const fg_kq_rows16 *u, const int M,
 
 /* The gemm: blocks of 16 rows; per super-block the rows are unpacked once, then every activation passes over them,
  * FG_KQ_MT at a time, accumulating into y super-block by super-block as the reference. ROWS16(R, w, stride, i, u)
- * unpacks the 16 rows (FG_KQ_ROWS16_FROM8, or the format's own), SUB is its groups per scale, FEW the AVX2 gemm for
+ * unpacks the 16 rows (q6_k_rows16_vnni, fg_k4_rows16_vnni), SUB is its groups per scale, FEW the AVX2 gemm for
  * few activations. */
 #define FG_KQ_MT 8
 #define FG_KQ_GEMM_VNNI(NAME, ROWS16, SUB, HAS_MIN, FEW)                                                          \
