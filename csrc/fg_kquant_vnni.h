@@ -92,6 +92,8 @@ FG_INLINE_AVX512_VNNI void fg_kq_rows16_tile(const fg_kq_rows16 *u, const int M,
                           : fg_kq_rows16_corr(u, (const block_q8_K *)(x + a * xstride) + i);
     for (int j = 0; j < 64 / sub; j++) {
         const __m512i sc = u->sc[j];
+#pragma GCC unroll 16 /* the sums stay in registers (and FG_NO_UNROLL_JAM: gcc would otherwise jam two sub-blocks,
+                       * 16 weight vectors in registers and the sums in memory, the old loop order: 1.1-1.3x slower) */
         for (int a = 0; a < M; a++) {
             const int8_t *xq = ((const block_q8_K *)(x + a * xstride) + i)->qs + 4 * sub * j;
             __m512i t = _mm512_setzero_si512();
@@ -121,8 +123,9 @@ FG_INLINE_AVX512_VNNI void fg_kq_rows16_tile(const fg_kq_rows16 *u, const int M,
  * few activations. */
 #define FG_KQ_MT 8
 #define FG_KQ_GEMM_VNNI(NAME, ROWS16, SUB, HAS_MIN, FEW)                                                          \
-    FG_TARGET_AVX512_VNNI static void NAME(int64_t n, const void *w, size_t stride, const void *xq,              \
-                                           size_t xq_stride, int64_t m, float *y, int64_t ldy, int64_t nrows) {  \
+    FG_TARGET_AVX512_VNNI FG_NO_UNROLL_JAM static void NAME(int64_t n, const void *w, size_t stride,             \
+                                                            const void *xq, size_t xq_stride, int64_t m, float *y, \
+                                                            int64_t ldy, int64_t nrows) {                        \
         if (m < FG_KQ_ROWS8_MIN_M) {                                                                            \
             FEW(n, w, stride, xq, xq_stride, m, y, ldy, nrows);                                                 \
             return;                                                                                             \
