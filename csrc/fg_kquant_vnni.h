@@ -1,12 +1,17 @@
 /* AVX-512 VNNI gemm of the K-quants (Q4_K, Q5_K, Q6_K) for many activations: rows in lanes, 16 rows per zmm.
  *
  * The design of the AVX2 rows8 gemm (fg_kquant.h), twice as wide and without its int16 stage: per super-block, 16
- * weight rows are unpacked once (two fg_kq_rows8 halves, joined) and every activation passes over them. A
+ * weight rows are unpacked once (in zmm: fg_transpose16_epi32) and every activation passes over them. A
  * sub-block of SUB groups (4 elements each: 32 elements for Q4_K/Q5_K, 16 for Q6_K) is SUB dpbusd (unsigned weights
  * x signed activations, summed in int32: nothing saturates) times the rows' scale in int32 lanes. The integer sums
  * are the scalar reference's exactly (Q4_K/Q5_K: |sumi| < 8 * 32 * 31 * 128 * 63; Q6_K: < 16 * 16 * 63 * 128 * 128,
  * both < 2^31), and each lane takes the rows8 float step in its order, so results equal the AVX2 gemm, gemv and
- * vec_dot bit for bit. Fewer than FG_KQ_ROWS8_MIN_M activations take the AVX2 kernel (FEW). */
+ * vec_dot bit for bit. Fewer than FG_KQ_ROWS8_MIN_M activations take the AVX2 kernel (FEW).
+ *
+ * The unpacked super-block is the panel (FG_GEMM_FROM_PANEL's idea: unpacked once, read by every activation): the
+ * activations run over it FG_KQ_MT at a time, their int32 sums in registers through all sub-blocks, so a sub-block
+ * costs each activation its SUB dpbusd, a mullo and an add (no sums kept in memory between sub-blocks), and the
+ * bsums term is 8 dpwssd. */
 #ifndef FG_KQUANT_VNNI_H
 #define FG_KQUANT_VNNI_H
 
@@ -16,75 +21,108 @@
 typedef struct {
     __m512i q[64];   /* group g (elements 4g..4g+3): lane r = row r's 4 unsigned weights */
     __m512i sc[16];  /* sub-block j: lane r = row r's scale, int32 */
-    __m512i corr[8]; /* int16 pairs: lane r = the pair that multiplies (bsums[2t], bsums[2t+1]) */
+    __m512i corr[8]; /* int16 pairs: lane r = the pair that multiplies (bsums[2t], bsums[2t+1]); Q6_K: times -32 */
     __m512 d, dmin;  /* lane r: row r's (0 past the last row) */
 } fg_kq_rows16;
 
-FG_INLINE_AVX512_VNNI __m512i fg_join256(__m256i lo, __m256i hi) {
-    return _mm512_inserti64x4(_mm512_castsi256_si512(lo), hi, 1);
-}
-
-/* Rows 0-7 (h[0]) and 8-15 (h[1]), unpacked with gpm = sub (chunk c = sub-block c), into u. */
-FG_INLINE_AVX512_VNNI void fg_kq_rows16_join(const fg_kq_rows8 h[2], const int sub, fg_kq_rows16 *u) {
-    for (int g = 0; g < 64; g++) u->q[g] = fg_join256(h[0].q[g], h[1].q[g]);
-    for (int j = 0; j < 64 / sub; j++) { /* (s, s) int16 pairs -> s, sign-extended (Q6_K's scales are signed) */
-        const __m512i s = fg_join256(_mm256_load_si256((const __m256i *)h[0].sc[j]),
-                                     _mm256_load_si256((const __m256i *)h[1].sc[j]));
-        u->sc[j] = _mm512_srai_epi32(_mm512_slli_epi32(s, 16), 16);
+/* Q4_K (five = 0) / Q5_K rows [0, R) (R <= 16) of super-block i into u, in zmm: per row its 8 scales and 8 mins as
+ * int32 (fg_unpack_scales_k4_avx2), then 64 elements at a time: the 32 bytes of nibbles in both 256-bit halves give
+ * elements 64c..64c+31 (low nibbles) and 64c+32..64c+63 (high; Q5_K: bit 4 from bits 2c, 2c+1 of qh), each
+ * transposed once (fg_k4_rows8_avx2 twice and joined: ~2x the ops). */
+FG_INLINE_AVX512_VNNI void fg_k4_rows16_vnni(const int five, int R, const char *w, size_t stride, int64_t i,
+                                             fg_kq_rows16 *u) {
+    const size_t bs = five ? sizeof(block_q5_K) : sizeof(block_q4_K);
+    const size_t qs_off = five ? offsetof(block_q5_K, qs) : offsetof(block_q4_K, qs);
+    const __m512i m4 = _mm512_set1_epi8(0x0f), m10 = _mm512_set1_epi8(0x10);
+    uint16_t dh[16] = {0}, mh[16] = {0};
+    __m512i v[16]; /* [r] -> [g] */
+    for (int r = 0; r < 16; r++) {
+        const uint8_t *b = (const uint8_t *)w + r * stride + i * bs;
+        v[r] = r < R ? _mm512_cvtepu8_epi32(fg_unpack_scales_k4_avx2(b + 4)) : _mm512_setzero_si512();
+        if (r < R) memcpy(&dh[r], b, 2), memcpy(&mh[r], b + 2, 2);
     }
-    for (int t = 0; t < 8; t++)
-        u->corr[t] = fg_join256(_mm256_load_si256((const __m256i *)h[0].corr[t]),
-                                _mm256_load_si256((const __m256i *)h[1].corr[t]));
-    u->d = _mm512_castpd_ps(_mm512_insertf64x4(_mm512_castpd256_pd512(_mm256_castps_pd(_mm256_load_ps(h[0].d))),
-                                               _mm256_castps_pd(_mm256_load_ps(h[1].d)), 1));
-    u->dmin = _mm512_castpd_ps(_mm512_insertf64x4(_mm512_castpd256_pd512(_mm256_castps_pd(_mm256_load_ps(h[0].dmin))),
-                                                  _mm256_castps_pd(_mm256_load_ps(h[1].dmin)), 1));
-}
-
-/* acc[a] (lane r: row r) <- the scaled integer sums of super-block i of activations a < na (xstride apart). */
-FG_INLINE_AVX512_VNNI void fg_kq_rows16_isum(const fg_kq_rows16 *u, const int sub, const char *x, size_t xstride,
-                                             int64_t i, int na, __m512i *acc) {
-    for (int a = 0; a < na; a++) acc[a] = _mm512_setzero_si512();
-    for (int j = 0; j < 64 / sub; j++) { /* a sub-block a pass: its groups stay in registers */
-        __m512i wq[8];
-        for (int g = 0; g < sub; g++) wq[g] = u->q[sub * j + g];
-        const __m512i sc = u->sc[j];
-        for (int a = 0; a < na; a++) {
-            const int8_t *xq = ((const block_q8_K *)(x + a * xstride) + i)->qs + 4 * sub * j;
-            __m512i t0 = _mm512_setzero_si512(), t1 = _mm512_setzero_si512(); /* two chains */
-            for (int g = 0; g < sub; g += 2) {
-                int32_t x0, x1;
-                memcpy(&x0, xq + 4 * g, 4);
-                memcpy(&x1, xq + 4 * g + 4, 4);
-                t0 = _mm512_dpbusd_epi32(t0, wq[g], _mm512_set1_epi32(x0));
-                t1 = _mm512_dpbusd_epi32(t1, wq[g + 1], _mm512_set1_epi32(x1));
+    fg_transpose16_epi32(v); /* v[j]: scale j; v[8 + t]: min t */
+    for (int j = 0; j < 8; j++) u->sc[j] = v[j];
+    for (int t = 0; t < 8; t++) u->corr[t] = _mm512_or_si512(v[8 + t], _mm512_slli_epi32(v[8 + t], 16)); /* (m, m) */
+    u->d = _mm512_cvtph_ps(_mm256_loadu_si256((const __m256i *)dh));
+    u->dmin = _mm512_cvtph_ps(_mm256_loadu_si256((const __m256i *)mh));
+    for (int c = 0; c < 4; c++) {
+        for (int r = 0; r < 16; r++) {
+            const uint8_t *b = (const uint8_t *)w + r * stride + i * bs;
+            if (r >= R) {
+                v[r] = _mm512_setzero_si512();
+                continue;
             }
-            acc[a] = _mm512_add_epi32(acc[a], _mm512_mullo_epi32(_mm512_add_epi32(t0, t1), sc));
+            const __m512i q = _mm512_broadcast_i64x4(_mm256_loadu_si256((const __m256i *)(b + qs_off + 32 * c)));
+            v[r] = _mm512_and_si512(_mm512_mask_blend_epi64(0xf0, q, _mm512_srli_epi16(q, 4)), m4);
+            if (five) { /* bits 2c (low half), 2c + 1 (high) of qh -> bit 4 (16-bit shifts; the mask drops the rest) */
+                const __m512i hb = _mm512_srli_epi16(
+                    _mm512_broadcast_i64x4(_mm256_loadu_si256((const __m256i *)(b + offsetof(block_q5_K, qh)))), 2 * c);
+                v[r] = _mm512_or_si512(v[r], _mm512_and_si512(_mm512_mask_blend_epi64(0xf0, _mm512_slli_epi16(hb, 4),
+                                                                                     _mm512_slli_epi16(hb, 3)), m10));
+            }
         }
+        fg_transpose16_epi32(v);
+        for (int g = 0; g < 16; g++) u->q[16 * c + g] = v[g];
     }
 }
 
-/* fg_kq_rows8_step for 16 lanes: (d dx) sumi - (dmin dx) summ, or (d dx) (sumi - 32 corr . bsums) (Q6_K). */
-FG_INLINE_AVX512_VNNI __m512 fg_kq_rows16_step(const fg_kq_rows16 *u, const int has_min, const block_q8_K *xb,
-                                               __m512i isum) {
-    __m512i corr = _mm512_setzero_si512();
+/* corr . bsums of activation block xb, per lane (dpwssd: int16 pairs into int32). */
+FG_INLINE_AVX512_VNNI __m512i fg_kq_rows16_corr(const fg_kq_rows16 *u, const block_q8_K *xb) {
+    __m512i c = _mm512_setzero_si512();
     for (int t = 0; t < 8; t++) {
         int32_t b2;
         memcpy(&b2, xb->bsums + 2 * t, 4);
-        corr = _mm512_add_epi32(corr, _mm512_madd_epi16(u->corr[t], _mm512_set1_epi32(b2)));
+        c = _mm512_dpwssd_epi32(c, u->corr[t], _mm512_set1_epi32(b2));
     }
-    const __m512 dx = _mm512_set1_ps(xb->d);
-    if (!has_min)
-        return _mm512_mul_ps(_mm512_mul_ps(u->d, dx), _mm512_cvtepi32_ps(_mm512_sub_epi32(isum, _mm512_slli_epi32(corr, 5))));
-    const __m512 t0 = _mm512_mul_ps(_mm512_mul_ps(u->d, dx), _mm512_cvtepi32_ps(isum));
-    const __m512 t1 = _mm512_mul_ps(_mm512_mul_ps(u->dmin, dx), _mm512_cvtepi32_ps(corr));
-    return _mm512_sub_ps(t0, t1);
+    return c;
 }
 
-/* The gemm: blocks of 16 rows; per super-block the rows are unpacked once, then activations in groups of 64 (their
- * blocks stay in L1 over the passes) accumulate into y, super-block by super-block as the reference. ROWS8 is the
- * format's AVX2 rows8 unpacker, SUB its groups per scale, FEW the AVX2 gemm for few activations. */
-#define FG_KQ_GEMM_VNNI(NAME, ROWS8, SUB, HAS_MIN, FEW)                                                          \
+/* M activations (a constant: their sums stay in registers) of super-block i (x: the first, xstride apart) over the
+ * 16 rows of u: y[a * ldy + r] = (first ? 0 : y) + the rows8 float step, lane r (row r) where mask. Per sub-block its
+ * SUB groups are one dpbusd chain per activation, scaled by the rows' scale in int32; Q6_K's sums start at the bsums
+ * term (u->corr, already -32 times the scale pairs: isum - 32 corr . bsums as one integer), Q4_K's and Q5_K's
+ * mins term (corr . bsums) goes in the float step. */
+FG_INLINE_AVX512_VNNI void fg_kq_rows16_tile(const fg_kq_rows16 *u, const int M, const int sub, const int has_min,
+                                             const char *x, size_t xstride, int64_t i, int first, __mmask16 mask,
+                                             float *y, int64_t ldy) {
+    __m512i isum[16];
+    for (int a = 0; a < M; a++)
+        isum[a] = has_min ? _mm512_setzero_si512()
+                          : fg_kq_rows16_corr(u, (const block_q8_K *)(x + a * xstride) + i);
+    for (int j = 0; j < 64 / sub; j++) {
+        const __m512i sc = u->sc[j];
+#pragma GCC unroll 16 /* the sums stay in registers (and FG_NO_UNROLL_JAM: gcc would otherwise jam two sub-blocks,
+                       * 16 weight vectors in registers and the sums in memory, the old loop order: 1.1-1.3x slower) */
+        for (int a = 0; a < M; a++) {
+            const int8_t *xq = ((const block_q8_K *)(x + a * xstride) + i)->qs + 4 * sub * j;
+            __m512i t = _mm512_setzero_si512();
+            for (int g = 0; g < sub; g++) {
+                int32_t x4;
+                memcpy(&x4, xq + 4 * g, 4);
+                t = _mm512_dpbusd_epi32(t, u->q[sub * j + g], _mm512_set1_epi32(x4));
+            }
+            isum[a] = _mm512_add_epi32(isum[a], _mm512_mullo_epi32(t, sc));
+        }
+    }
+    for (int a = 0; a < M; a++) {
+        const block_q8_K *xb = (const block_q8_K *)(x + a * xstride) + i;
+        const __m512 dx = _mm512_set1_ps(xb->d);
+        __m512 f = _mm512_mul_ps(_mm512_mul_ps(u->d, dx), _mm512_cvtepi32_ps(isum[a]));
+        if (has_min) /* (d dx) sumi - (dmin dx) summ */
+            f = _mm512_sub_ps(f, _mm512_mul_ps(_mm512_mul_ps(u->dmin, dx), _mm512_cvtepi32_ps(fg_kq_rows16_corr(u, xb))));
+        float *ya = y + a * ldy;
+        const __m512 prev = first ? _mm512_setzero_ps() : _mm512_maskz_loadu_ps(mask, ya);
+        _mm512_mask_storeu_ps(ya, mask, _mm512_add_ps(prev, f));
+    }
+}
+
+/* The gemm: blocks of 16 rows; per super-block the rows are unpacked once, then every activation passes over them,
+ * FG_KQ_MT at a time, accumulating into y super-block by super-block as the reference. ROWS16(R, w, stride, i, u)
+ * unpacks the 16 rows (q6_k_rows16_vnni, fg_k4_rows16_vnni), SUB is its groups per scale, FEW the AVX2 gemm for
+ * few activations. */
+#define FG_KQ_MT 8
+#define FG_KQ_GEMM_VNNI(NAME, ROWS16, SUB, HAS_MIN, FEW)                                                          \
     FG_TARGET_AVX512_VNNI FG_NO_UNROLL_JAM static void NAME(int64_t n, const void *w, size_t stride,             \
                                                             const void *xq, size_t xq_stride, int64_t m, float *y, \
                                                             int64_t ldy, int64_t nrows) {                        \
@@ -92,27 +130,16 @@ FG_INLINE_AVX512_VNNI __m512 fg_kq_rows16_step(const fg_kq_rows16 *u, const int 
             FEW(n, w, stride, xq, xq_stride, m, y, ldy, nrows);                                                 \
             return;                                                                                             \
         }                                                                                                       \
-        fg_kq_rows8 h[2];                                                                                       \
         fg_kq_rows16 u;                                                                                         \
-        __m512i acc[64];                                                                                        \
         for (int64_t rb = 0; rb < nrows; rb += 16) {                                                            \
             const int R = nrows - rb < 16 ? (int)(nrows - rb) : 16;                                             \
             const __mmask16 mask = (__mmask16)((1u << R) - 1u);                                                 \
             for (int64_t i = 0; i < n / QK_K; i++) {                                                            \
-                ROWS8(SUB, R < 8 ? R : 8, (const char *)w + rb * stride, stride, i, &h[0]);                      \
-                ROWS8(SUB, R > 8 ? R - 8 : 0, (const char *)w + (rb + 8) * stride, stride, i, &h[1]);            \
-                fg_kq_rows16_join(h, SUB, &u);                                                                  \
-                for (int64_t a0 = 0; a0 < m; a0 += 64) {                                                        \
-                    const int na = m - a0 < 64 ? (int)(m - a0) : 64;                                            \
-                    const char *xa = (const char *)xq + a0 * xq_stride;                                         \
-                    fg_kq_rows16_isum(&u, SUB, xa, xq_stride, i, na, acc);                                      \
-                    for (int a = 0; a < na; a++) {                                                              \
-                        const __m512 f = fg_kq_rows16_step(&u, HAS_MIN, (const block_q8_K *)(xa + a * xq_stride) + i, \
-                                                           acc[a]);                                             \
-                        float *ya = y + (a0 + a) * ldy + rb;                                                    \
-                        const __m512 prev = i ? _mm512_maskz_loadu_ps(mask, ya) : _mm512_setzero_ps();          \
-                        _mm512_mask_storeu_ps(ya, mask, _mm512_add_ps(prev, f));                                \
-                    }                                                                                           \
+                ROWS16(R, (const char *)w + rb * stride, stride, i, &u);                                         \
+                for (int64_t a = 0; a < m; a += FG_KQ_MT) {                                                     \
+                    const int M = m - a < FG_KQ_MT ? (int)(m - a) : FG_KQ_MT;                                   \
+                    FG_TILE_M_8(fg_kq_rows16_tile, &u, M, SUB, HAS_MIN, (const char *)xq + a * xq_stride, xq_stride, \
+                                i, i == 0, mask, y + a * ldy + rb, ldy)                                         \
                 }                                                                                               \
             }                                                                                                   \
         }                                                                                                       \

@@ -103,7 +103,10 @@ FG_INLINE_AVX2 void q5_k_rows8_avx2(const int gpm, int R, const char *w, size_t 
 FG_KQ_GEMM_AVX2(gemm_q5_k_q8_k_rows8_avx2, q5_k_rows8_avx2, 4, 1) /* 4 groups: 4 * 2 * 31 * 128 < 32768 */
 FG_KQ_KERNELS_AVX2(vec_dot_q5_k_q8_k_avx2, gemv_q5_k_q8_k_avx2, gemm_q5_k_q8_k_avx2, q5_k_tile_avx2,
                    gemm_q5_k_q8_k_rows8_avx2)
-FG_KQ_GEMM_VNNI(gemm_q5_k_q8_k_vnni, q5_k_rows8_avx2, 8, 1, gemm_q5_k_q8_k_avx2)
+FG_INLINE_AVX512_VNNI void q5_k_rows16_vnni(int R, const char *w, size_t stride, int64_t i, fg_kq_rows16 *u) {
+    fg_k4_rows16_vnni(1, R, w, stride, i, u);
+}
+FG_KQ_GEMM_VNNI(gemm_q5_k_q8_k_vnni, q5_k_rows16_vnni, 8, 1, gemm_q5_k_q8_k_avx2)
 #endif /* FG_HAVE_X86 */
 
 #if FG_HAVE_NEON

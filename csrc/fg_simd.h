@@ -16,7 +16,9 @@
  *   kq       fg_kquant_x86.h: for few activations, tiles of R x A <= 8 (row, activation) pairs in the lanes of one
  *            ymm; from FG_KQ_ROWS8_MIN_M activations, rows in lanes (8 rows unpacked and transposed once per
  *            super-block, then every activation); with VNNI, from FG_KQ_ROWS8_MIN_M activations, 16 rows in the
- *            lanes of a zmm (fg_kquant_vnni.h: two 8-row halves joined, dpbusd into int32).
+ *            lanes of a zmm (fg_kquant_vnni.h: unpacked and transposed in zmm once per super-block, the panel
+ *            idea below with one super-block as the panel: 8 activations at a time run over it, their int32 sums
+ *            in registers through its sub-blocks, dpbusd).
  *   panel    FG_GEMM_FROM_PANEL: the lanes tiles from FG_PANEL_MIN_M (32) activations, each tile's blocks unpacked
  *            once into a stack panel and up to 64 activations run over it (Q4_0 and Q8_0, on AVX2 and VNNI).
  *   q5_0     fg_quant_q5_0.c's own rows in lanes: below 16 activations (4 at a time) each row's block sums gathered

@@ -424,6 +424,28 @@ FG_INLINE_AVX2 void fg_transpose8_epi32(__m256i v[8]) {
     }
 }
 
+/* fg_transpose8_epi32 for 16 rows in zmm: v[r] (row r's 16 groups of 4 bytes) -> v[g] (group g of the 16 rows). */
+FG_INLINE_AVX512 void fg_transpose16_epi32(__m512i v[16]) {
+    __m512i t[16], s[16];
+    for (int k = 0; k < 8; k++) {
+        t[2 * k] = _mm512_unpacklo_epi32(v[2 * k], v[2 * k + 1]);     /* per 128-bit lane L: r0 r1 groups 4L, 4L+1 */
+        t[2 * k + 1] = _mm512_unpackhi_epi32(v[2 * k], v[2 * k + 1]); /* groups 4L+2, 4L+3 */
+    }
+    for (int k = 0; k < 4; k++) { /* s[4k + c], lane L: rows 4k..4k+3 of group 4L + c */
+        s[4 * k] = _mm512_unpacklo_epi64(t[4 * k], t[4 * k + 2]);
+        s[4 * k + 1] = _mm512_unpackhi_epi64(t[4 * k], t[4 * k + 2]);
+        s[4 * k + 2] = _mm512_unpacklo_epi64(t[4 * k + 1], t[4 * k + 3]);
+        s[4 * k + 3] = _mm512_unpackhi_epi64(t[4 * k + 1], t[4 * k + 3]);
+    }
+    for (int c = 0; c < 4; c++) { /* the 128-bit lanes L of rows 0-3, 4-7, 8-11, 12-15 -> group 4L + c */
+        const __m512i u0 = _mm512_shuffle_i32x4(s[c], s[4 + c], 0x88), u1 = _mm512_shuffle_i32x4(s[c], s[4 + c], 0xdd);
+        const __m512i u2 = _mm512_shuffle_i32x4(s[8 + c], s[12 + c], 0x88);
+        const __m512i u3 = _mm512_shuffle_i32x4(s[8 + c], s[12 + c], 0xdd);
+        v[c] = _mm512_shuffle_i32x4(u0, u2, 0x88), v[8 + c] = _mm512_shuffle_i32x4(u0, u2, 0xdd);
+        v[4 + c] = _mm512_shuffle_i32x4(u1, u3, 0x88), v[12 + c] = _mm512_shuffle_i32x4(u1, u3, 0xdd);
+    }
+}
+
 /* ---- 16-level table formats (IQ4_NL, MXFP4): blocks of 32, one scale, 16 bytes of nibbles as q4_0 indexing 16 int8
  * levels; dot against Q8_0 as sum += (float)sumi * (dw * dx). The formats differ only in table and scale. ---- */
 enum { FG_SCALE_F16, FG_SCALE_E8M0_HALF }; /* the block scale: fp16 (IQ4_NL), E8M0 halved (MXFP4) */

@@ -248,8 +248,8 @@ static void test_kq_chunks(int isa, const char *name) {
     }
 }
 
-static void test_gemm_m(int isa, const char *name, const long M) {
-    const long n = 2304, R = 37, ldy = R + 3;
+static void test_gemm_m(int isa, const char *name, const long M, const long R) {
+    const long n = 2304, ldy = R + 3;
     for (size_t t = 0; t < sizeof(types) / sizeof(types[0]); t++) {
         const int type = types[t], xtype = fg_vec_dot_type(type);
         const fg_type_kernels *ref = fg_kernels_of(FG_ISA_SCALAR, type), *k = fg_kernels_of(isa, type);
@@ -267,18 +267,21 @@ static void test_gemm_m(int isa, const char *name, const long M) {
             k->gemv(n, w, rs, x + a * xs, ye, R);
             for (long r = 0; r < ldy; r++) ok &= r < R ? y[a * ldy + r] == ye[r] : isnan(y[a * ldy + r]);
         }
-        check(ok, "gemm-many", name, type, n, M);
+        check(ok, "gemm-many", name, type, n, M * 100 + R);
         free(f), free(y), free(ye), free(w), free(x);
     }
 }
 
 /* Gemms that change their loop from many activations up (the panels of FG_GEMM_FROM_PANEL from 32: 64 activations
- * per pass, 64 blocks per panel) against the gemv of each activation, bit for bit, as the m <= 9 test above: 32, 65
- * (a whole pass of 64, then 1) and 70 activations, 37 rows (two 16-row tiles, then 5) and 72 blocks of 32 (a 64-block
- * panel, then 8), with y rows ldy apart and nothing written outside the (m, rows) tile. */
+ * per pass, 64 blocks per panel; the K-quants' VNNI gemm: 8 activations at a time over each 16-row super-block,
+ * unpacked in zmm) against the gemv of each activation, bit for bit, as the m <= 9 test above: 32, 65 (a whole pass of
+ * 64, then 1) and 70 activations (8 x 8, then 6), 37 rows (two 16-row tiles, then 5; and 29: one, then 13) and 72
+ * blocks of 32 (a 64-block panel, then 8) or 9 super-blocks, with y rows ldy apart and nothing written outside the
+ * (m, rows) tile. A failure names M * 100 + rows. */
 static void test_gemm_many(int isa, const char *name) {
     static const long ms[] = {32, 65, 70};
-    for (size_t c = 0; c < sizeof(ms) / sizeof(ms[0]); c++) test_gemm_m(isa, name, ms[c]);
+    for (size_t c = 0; c < sizeof(ms) / sizeof(ms[0]); c++) test_gemm_m(isa, name, ms[c], 37);
+    test_gemm_m(isa, name, 70, 29); /* a 16-row tile, then 13: the K-quants' zmm unpack of 9..15 rows */
 }
 
 static void test_isa(int isa, const char *name) {
