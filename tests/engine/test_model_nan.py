@@ -89,8 +89,7 @@ def test_inf_weight_scale_is_an_error(tmp_path):
     """An inf block scale in ffn_down (what `fastgguf quantize` wrote for a weight of 6e5): 0.2's activation
     quantizer turned the inf activations it gave into zeros, and every logit came out 0.0 with no error."""
     from fastgguf.gguf.quantize import quantize_file
-    from test_reliability_engine import tiny
-    src, dst = tiny(tmp_path / "f32.gguf"), str(tmp_path / "q8.gguf")
+    src, dst = models.build(tmp_path / "f32.gguf", wtype="F32"), str(tmp_path / "q8.gguf")
     quantize_file(src, dst, "q8_0", pure=True)
     with fastgguf.GGUFFile(dst) as f:
         off = f.tensors["blk.0.ffn_down.weight"].offset
