@@ -480,11 +480,7 @@ class Matcher:
             else:
                 mask[word] &= ~bit
         if self._unique is not None:
-            tokens = self.vocab.token_bytes()
-            self._unique.forbid(mask, tokens)
-            for t in self._unique.risky(tokens):
-                if _allowed(mask, t) and _leads_nowhere(m, self._unique, t, self.vocab, LOOKAHEAD):
-                    mask[t >> 5] &= ~np.uint32(1 << (t & 31))
+            _restrict(m, self._unique, mask, self.vocab, LOOKAHEAD)
         if not mask.any():
             if self._unique is not None and self._unique.n_unique:
                 raise RuntimeError("no token of the vocabulary can continue the output here without repeating an "
@@ -524,16 +520,28 @@ class Matcher:
         return self._m.is_stopped()
 
 
-LOOKAHEAD = 3      # tokens a uniqueItems string item is followed past one that makes it equal an earlier item
+LOOKAHEAD = 4      # a uniqueItems string item's risky tokens are followed this deep (the first and 3 after it)
 
 
 def _allowed(mask, t):
     return bool(mask[t >> 5] >> np.uint32(t & 31) & np.uint32(1))
 
 
+def _restrict(m, unique, mask, vocab, depth):
+    """Clear in mask (the grammar's, at llguidance matcher m) the tokens that complete a repeated item, and, depth
+    tokens deep, those after which nothing but repeats is left (unique.risky: a string item made equal to an earlier
+    one, whose end the grammar may force)."""
+    tokens = vocab.token_bytes()
+    unique.forbid(mask, tokens)
+    if depth:
+        for t in unique.risky(tokens):
+            if _allowed(mask, t) and _leads_nowhere(m, unique, t, vocab, depth - 1):
+                mask[t >> 5] &= ~np.uint32(1 << (t & 31))
+
+
 def _leads_nowhere(m, unique, t, vocab, depth):
-    """Whether, after token t, the grammar leaves nothing but items repeating earlier ones (t makes a string item
-    equal an earlier one and its end is forced), looking depth tokens further along such tokens only."""
+    """Whether, after token t, the grammar leaves nothing but items repeating earlier ones (_restrict's mask of the
+    next step, looking depth tokens further, is empty)."""
     m2, u2 = m.deep_copy(), unique.copy()
     if not m2.consume_token(int(t)) or not u2.feed(vocab.tokens[t]):
         return False                      # refused anyway: not this function's to judge
@@ -541,12 +549,7 @@ def _leads_nowhere(m, unique, t, vocab, depth):
     m2.unsafe_compute_mask_ptr(mask.ctypes.data, mask.nbytes)
     if m2.is_error():
         return False
-    tokens = vocab.token_bytes()
-    u2.forbid(mask, tokens)
-    if depth:
-        for v in u2.risky(tokens):
-            if _allowed(mask, v) and _leads_nowhere(m2, u2, v, vocab, depth - 1):
-                mask[v >> 5] &= ~np.uint32(1 << (v & 31))
+    _restrict(m2, u2, mask, vocab, depth)
     return not mask.any()
 
 

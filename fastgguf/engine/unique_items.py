@@ -2,7 +2,7 @@ r"""uniqueItems that a grammar cannot express, enforced as the output is written
 
     u = UniqueItems.of(grammar)      # None unless the grammar's schema carries UNIQUE_MARK (see below)
     u.forbid(mask, tokens)           # clear in mask the tokens that would complete a repeated item
-    u.feed(piece)                    # after each consumed token: False (and nothing changed) if it repeats one
+    u.feed(piece)                    # after each consumed token: False if it repeats one (u is then spent)
 
 A context-free grammar cannot say "no two items alike" over strings, numbers or objects. schema_rewrite enumerates
 the arrays of distinct items where the items come from a small finite set; elsewhere (rewrite(defer_unique=True))
@@ -40,6 +40,7 @@ _QUOTE, _BACKSLASH = 0x22, 0x5C
 _WS = frozenset(b" \t\n\r")
 _END = frozenset(b",]}") | _WS                       # what ends a number or literal (and nothing else does)
 _MEMO = 4096                                         # child lookups remembered per schema
+_PLACES = {}                                         # Grammar.text -> its _Places (shared by its matchers), 32 kept
 # a frame of the scanner's stack (a list): an open object or array
 _ARR, _CANDS, _UNIQUE, _SEEN, _N, _KEY, _START = range(7)
 # scanner modes: between tokens of JSON, in a string value, in a key, in a number or literal
@@ -125,11 +126,11 @@ class UniqueItems:
     """One sequence's scanner over the JSON being written, with the items of each open array marked unique."""
 
     @classmethod
-    def of(cls, grammar, _places={}):
+    def of(cls, grammar):
         """A fresh UniqueItems for a Grammar whose schema has UNIQUE_MARK, or None."""
         if grammar.kind != "json_schema" or UNIQUE_MARK not in grammar.text:
             return None
-        places = _places.get(grammar.text)
+        places = _PLACES.get(grammar.text)
         if places is None:
             found = _JSON_LINE.search(grammar.text)
             if found is None:
@@ -137,9 +138,9 @@ class UniqueItems:
             schema = json.loads(found.group(1))
             schema.pop("x-guidance", None)
             places = _Places(schema)
-            if len(_places) >= 32:
-                _places.clear()
-            _places[grammar.text] = places
+            if len(_PLACES) >= 32:
+                _PLACES.clear()
+            _PLACES[grammar.text] = places
         return cls(places)
 
     def __init__(self, places):
@@ -167,11 +168,9 @@ class UniqueItems:
         return c
 
     def feed(self, piece):
-        """Advance past the bytes of a consumed token. False, and nothing changed, where it completes a repeat."""
-        if not self._fork()._scan(piece, False):
-            return False
-        self._scan(piece, True)
-        return True
+        """Advance past the bytes of a consumed token. False where it completes a repeat: the scanner stops there,
+        spent (the sequence cannot go on; try a token on a copy() to keep going)."""
+        return self._scan(piece, True)
 
     def forbid(self, mask, tokens):
         """Clear in mask ((n_words,) uint32 bits) every token that would complete a repeated item; tokens: the
