@@ -146,7 +146,8 @@ def build(kind, source, lenient=False):
         schema = json.loads(source)
         check_schema(schema)
         try:
-            schema = rewrite(schema, lenient, defer_unique=True)   # what llguidance cannot compile, rewritten
+            schema = rewrite(schema, lenient, defer_unique=True,   # what llguidance cannot compile, rewritten
+                             narrowed=None if lenient else [])      # (or, strict, narrowed: a oneOf's overlap)
         except GrammarError as e:
             raise GrammarError(f"json_schema: {e}") from None
         check_schema(schema)                       # a rewrite may grow it (complements, listed unique arrays)

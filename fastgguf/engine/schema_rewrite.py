@@ -25,7 +25,11 @@ The rules ("==": accepts the same instances):
   number, string, array, object): two branches not proved disjoint on kinds K become Bi -> allOf [Bi, Ci] with Ci
   == not Bj on K and anything on the other kinds, which is exactly oneOf's "not both" (e.g. two object shapes that
   both accept every non-object get Ci == {type: object}). Where not Bj on K cannot be written: GrammarError naming
-  the two branches.
+  the two branches, unless the caller allows narrowing (rewrite(narrowed=[...])): then Ci is the part of not Bj
+  that can be written (complement(part=True): a keyword whose complement cannot be written adds nothing to the
+  union), so fewer instances are accepted, each matching exactly one branch; refused still where no branch is
+  left. not S and if's complement likewise, where the part is not nothing. Narrowing is tried only after the exact
+  rewrite of the whole schema has failed, so nothing that can be rewritten exactly is narrowed.
 - not S == the complement of S, keyword by keyword (not (A and B) == not A or not B), each within the kinds it
   constrains: type -> the other types (refused where integer is excluded but number is not: "a number that is not
   an integer" has no type); enum/const -> the other types, the other boolean, the open intervals around the
@@ -113,12 +117,14 @@ _TYPES = ("null", "boolean", "number", "string", "array", "object")
 _MISSING = object()
 
 
-def rewrite(schema, lenient=False, defer_unique=False):
+def rewrite(schema, lenient=False, defer_unique=False, narrowed=None):
     """A schema accepting exactly the instances `schema` accepts, in the subset llguidance compiles (see the module
     docstring). GrammarError names what cannot be rewritten exactly; lenient=True leaves such a keyword as it is
     instead (llguidance's lenient mode then ignores it). defer_unique=True marks a uniqueItems it cannot rewrite
     with UNIQUE_MARK instead of refusing it: the caller then enforces it as the output is written
-    (fastgguf.engine.unique_items). The input is not modified."""
+    (fastgguf.engine.unique_items). Given a list `narrowed`, a schema that cannot be rewritten exactly may be
+    rewritten to accept fewer instances, every one of them valid (a oneOf whose overlap can be excluded only in
+    part): a line saying where is appended to the list. The input is not modified."""
     if not isinstance(schema, dict):
         return schema
     try:
@@ -126,7 +132,12 @@ def rewrite(schema, lenient=False, defer_unique=False):
     except (TypeError, ValueError, RecursionError):
         return schema                             # not JSON: the caller says so
     try:
-        return _Rewriter(_Doc(schema), lenient, defer_unique).run()
+        try:
+            return _Rewriter(_Doc(schema), lenient, defer_unique).run()
+        except GrammarError:
+            if narrowed is None:
+                raise
+        return _Rewriter(_Doc(schema), lenient, defer_unique, narrowed).run()   # exact where it could be: first
     except RecursionError:
         raise GrammarError("the schema is nested too deeply to rewrite") from None
 
@@ -994,8 +1005,9 @@ def _join(dst, *parts):
 class _Rewriter:
     """One rewrite of one document: each reachable subschema rewritten once, $refs moved with what they name."""
 
-    def __init__(self, doc, lenient, defer_unique=False):
+    def __init__(self, doc, lenient, defer_unique=False, narrowed=None):
         self.doc, self.lenient, self.defer_unique = doc, lenient, defer_unique
+        self.narrowed = narrowed  # None: exact or refused; a list: where fewer instances are accepted (rewrite)
         self.prover = _Prover(doc)
         self.placed = {}     # path of a rewritten subschema in the input -> its path in the output
         self.refs = []       # (output dict holding a $ref, path of the input subschema it came from)
@@ -1238,35 +1250,48 @@ class _Rewriter:
 
     # -- complements
 
-    def complement(self, schema, src, seen=frozenset(), kinds=_ALL_KINDS):
+    def complement(self, schema, src, seen=frozenset(), kinds=_ALL_KINDS, part=False):
         """A schema accepting exactly what the input subschema at src (`schema`) rejects, in rewritten form, among
         instances of the given kinds (what it says of other kinds is unspecified); _Inexpressible where it cannot be
-        written."""
+        written. With part=True, a part of that where the whole cannot be written: a keyword whose complement
+        cannot be written adds nothing to the union (not (A and B) ⊇ not A), so every instance it accepts is still
+        rejected by the input (possibly none: false)."""
         if schema is True or schema is False:
             return _restrict(not schema, kinds)
         if not isinstance(schema, dict):
             raise _Inexpressible("not a schema")
         doc, pieces = self.doc, []
         if "$ref" in schema:
-            ref = schema["$ref"]
-            t = doc.resolve(ref, doc.base_at(src))
-            if t is None:
-                raise _Inexpressible(f"$ref {ref} is not in this document")
-            if t.path in seen:
-                raise _Inexpressible(f"$ref {ref} is recursive")
-            pieces.append(self.complement(t.node, t.path, seen | {t.path}, kinds))
+            try:
+                pieces.append(self._ref_complement(schema["$ref"], src, seen, kinds, part))
+            except _Inexpressible:
+                if not part:
+                    raise
+                pieces.append(False)
             if doc.draft <= 7:
                 return pieces[0]
         for key, arg in schema.items():
             if key != "$ref" and doc.active(key) and _APPLIES.get(key, _ALL_KINDS) & kinds:
-                pieces += self._complement_keyword(schema, key, arg, src, seen, kinds)
+                try:
+                    pieces += self._complement_keyword(schema, key, arg, src, seen, kinds, part)
+                except _Inexpressible:
+                    if not part:
+                        raise
         return _union(pieces)
 
-    def _complement_keyword(self, schema, key, arg, src, seen, kinds):
+    def _ref_complement(self, ref, src, seen, kinds, part):
+        t = self.doc.resolve(ref, self.doc.base_at(src))
+        if t is None:
+            raise _Inexpressible(f"$ref {ref} is not in this document")
+        if t.path in seen:
+            raise _Inexpressible(f"$ref {ref} is recursive")
+        return self.complement(t.node, t.path, seen | {t.path}, kinds, part)
+
+    def _complement_keyword(self, schema, key, arg, src, seen, kinds, part=False):
         """Pieces whose union is, among instances of the kinds, exactly those that keyword `key` of schema
-        rejects."""
+        rejects (with part=True: some of them, see complement)."""
         def sub(s, *path, within=kinds):
-            return self.complement(s, src + (key,) + path, seen, within)
+            return self.complement(s, src + (key,) + path, seen, within, part)
         if key == "type":
             return [_restrict(_type_complement(arg, kinds), kinds)]
         if key in ("enum", "const"):
@@ -1282,7 +1307,8 @@ class _Rewriter:
                 _num(arg) or isinstance(arg, bool)):
             return self._bound_complement(schema, key, arg)
         if key == "properties" and isinstance(arg, dict):
-            if not self._trivial(schema.get("additionalProperties", True)) or schema.get("patternProperties"):
+            if not part and (not self._trivial(schema.get("additionalProperties", True))
+                             or schema.get("patternProperties")):
                 raise _Inexpressible("not properties beside additionalProperties or patternProperties")
             out = [(k, sub(s, k, within=_ALL_KINDS)) for k, s in arg.items()]
             return [{"type": "object", "required": [k], "properties": {k: c}} for k, c in out if c is not False]
@@ -1297,7 +1323,7 @@ class _Rewriter:
             return [{"type": "array", "items": sub(arg, within=_ALL_KINDS)}]
         if key in ("allOf", "anyOf", "oneOf") and isinstance(arg, list):
             parts = [sub(s, str(i)) for i, s in enumerate(arg)]
-            if key == "oneOf" and not self._all_disjoint(arg, src + (key,)):
+            if key == "oneOf" and not part and not self._all_disjoint(arg, src + (key,)):
                 raise _Inexpressible("not oneOf whose branches may overlap")
             return parts if key == "allOf" else [_intersection(parts)]
         if key == "not":
@@ -1360,17 +1386,28 @@ class _Rewriter:
                     rivals.setdefault(j, []).append((i, kinds))
         allowed = self.prover.facts(list(beside)).kinds     # what the context lets through
         negated = {}         # (j, kinds) -> not branch j among those kinds, anything among the others
+        unwritten = []       # [((i, j), why)]: the complement of j written in part only (stricter than oneOf asks)
+        empty = set()        # (j, kinds) whose complement was written as nothing (false)
         for i, js in sorted(rivals.items()):
             for j, kinds in js:
                 if (j, kinds) not in negated:
-                    try:
-                        c = self.complement(value[j], here + (str(j),), kinds=kinds)
-                    except _Inexpressible as e:
-                        raise _refuse(key, src, f"branches {min(i, j)} and {max(i, j)} may both match (not proved "
-                                                f"disjoint) and the complement of branch {j} cannot be written "
-                                                f"({e})") from None
+                    c = self._branch_complement(value[j], here + (str(j),), kinds, (i, j), unwritten)
                     others = _widen(allowed - kinds) - kinds
                     negated[j, kinds] = _union(([{"type": _type_names(others)}] if others else []) + [c])
+                    if c is False:
+                        empty.add((j, kinds))
+        base = self.doc.base_at(src)
+
+        def dead(i):                              # branch i left nothing: all it may be, not branch j refuses
+            mine = _widen(self.prover.facts(list(beside) + [(value[i], base)]).kinds)
+            return any(r in empty and mine <= r[1] for r in rivals.get(i, ()))
+        if unwritten and (self.narrowed is None or all(map(dead, range(len(value))))):
+            (i, j), e = unwritten[0]
+            raise _refuse(key, src, f"branches {min(i, j)} and {max(i, j)} may both match (not proved disjoint) and "
+                                    f"the complement of branch {j} cannot be written ({e})")
+        for (i, j), e in unwritten:
+            self.narrowed.append(f"oneOf at {_pointer(src)}: where branches {min(i, j)} and {max(i, j)} may both "
+                                 f"match, only a part of not branch {j} is allowed beside branch {i} ({e})")
         slot, lst = self._slot(schema, out)
         for i, branch in enumerate(value):
             at = _join(dst, *slot, str(i))
@@ -1380,9 +1417,33 @@ class _Rewriter:
             else:
                 lst.append(self.node(branch, here + (str(i),), at, beside))
 
+    def _branch_complement(self, branch, src, kinds, pair, unwritten):
+        """not branch among the kinds; where that cannot be written whole, a part of it (complement(part=True)):
+        the oneOf then accepts fewer instances than it could, each matching exactly one branch (on the strict
+        side), and a branch whose part is false (nothing) can never be chosen."""
+        try:
+            return self.complement(branch, src, kinds=kinds)
+        except _Inexpressible as e:
+            unwritten.append((pair, e))
+            if self.narrowed is None:
+                return False
+            return self.complement(branch, src, kinds=kinds, part=True)
+
+    def _negate(self, value, src, key):
+        """not value (at src + (key,)); where that cannot be written whole and narrowing is allowed, a part of it
+        that is not nothing (complement(part=True)), the place noted in self.narrowed."""
+        try:
+            return self.complement(value, src + (key,))
+        except _Inexpressible as e:
+            c = False if self.narrowed is None else self.complement(value, src + (key,), part=True)
+            if c is False:
+                raise
+            self.narrowed.append(f"{key} at {_pointer(src)}: only a part of its complement is allowed ({e})")
+            return c
+
     def _not(self, schema, key, value, out, src, dst, ctx):
         try:
-            self._conjoin(schema, out, self.complement(value, src + (key,)))
+            self._conjoin(schema, out, self._negate(value, src, key))
         except _Inexpressible as e:
             raise _refuse(key, src, str(e)) from None
 
@@ -1393,7 +1454,7 @@ class _Rewriter:
         negated = None
         if then is not _MISSING:
             try:
-                negated = self.complement(value, src + (key,))
+                negated = self._negate(value, src, key)
             except _Inexpressible as e:
                 raise _refuse(key, src, f"the complement of the if schema cannot be written ({e})") from None
         slot, lst = self._slot(schema, out)

@@ -259,7 +259,8 @@ def _call_schema(fmt, functions):
     defs, variants = {}, []
     for i, f in enumerate(functions):
         key = f"fg_tool_{i}"
-        defs[key] = _rebase_refs(rewrite(f["parameters"]), f"#/$defs/{key}")    # made compilable, exactly
+        # made compilable: exactly, or accepting fewer instances where a oneOf's overlap is excluded in part
+        defs[key] = _rebase_refs(rewrite(f["parameters"], narrowed=[]), f"#/$defs/{key}")
         props = {}
         if fmt == "llama3":
             props["type"] = {"const": "function"}
