@@ -62,12 +62,14 @@ def gemma3_path():
 
 def pytest_collection_modifyitems(config, items):
     """FASTGGUF_TEST_ISAS=best (or a comma list of ISAs) keeps, of the tests parametrized over instruction sets,
-    only those ISAs: the sanitizer leg of CI runs the whole suite on the best ISA (the scalar leg covers scalar)."""
+    only those ISAs: the sanitizer leg of CI runs the whole suite on the best ISA (the scalar leg covers scalar).
+    FASTGGUF_TEST_ISAS=none keeps none of them: CI's scalar leg (FASTGGUF_ISA=scalar) runs the rest of the suite on
+    the scalar kernels, where a test parametrized over ISAs sets its ISA itself and would repeat the first leg."""
     want = os.environ.get("FASTGGUF_TEST_ISAS")
     if not want:
         return
     from fastgguf import kernels
-    keep = {kernels.available()[-1]} if want == "best" else set(want.split(","))
+    keep = {kernels.available()[-1]} if want == "best" else set() if want == "none" else set(want.split(","))
     selected, deselected = [], []
     for item in items:
         isa = getattr(item, "callspec", None) and item.callspec.params.get("isa")
