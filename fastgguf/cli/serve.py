@@ -122,6 +122,9 @@ def run(args) -> int:
     from fastgguf.server.limits import default_hosts
     from fastgguf.server.transport import serve
     many = serves_many(args)
+    if not many and (args.keep_alive is not None or args.max_memory is not None):
+        print("fastgguf serve: --keep-alive and --max-memory apply to models loaded on demand; the one -m model "
+              "stays loaded", file=sys.stderr, flush=True)
     model = None if many else load_model(args)
     defaults = {}
     if args.draft_model:

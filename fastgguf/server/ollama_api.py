@@ -40,12 +40,17 @@ def _load(raw):
         raise APIError("The request body is not valid JSON.") from None
 
 
-async def _prepare(request, fn, *args):
+async def _body(request):
+    """The request's JSON, parsed in a worker thread (routes.in_worker), not on the event loop (megabytes of
+    messages take a while)."""
+    return await in_worker(request, _load, await request.body())
+
+
+async def _prepare(request, fn, *args, body=None):
     """(lease, fn(model, body, n_ctx, *args)): the model the body names (its keep_alive applied after this request)
-    and the body shaped in a worker thread (routes.in_worker): its JSON is parsed there, not on the event loop
-    (megabytes of messages take a while)."""
-    raw = await request.body()
-    body = await in_worker(request, _load, raw)
+    and the body shaped in a worker thread."""
+    if body is None:
+        body = await _body(request)
     lease = await _use(request, body)
     return lease, await in_worker(request, fn, lease.model, body, lease.engine.n_ctx, *args)
 
@@ -76,13 +81,25 @@ async def chat(request: Request):
 @router.post("/generate")
 async def generate(request: Request):
     t0 = time.perf_counter()
-    lease, (kind, prep) = await _prepare(request, O.prepare_generate)
+    body = await _body(request)
+    if _unloading(body):  # Ollama's way to unload a model: no prompt, keep_alive 0 (a model not loaded stays so)
+        registry = request.app.state.registry
+        entry = registry.resolve(body.get("model") or None, ollama=True)
+        await registry.unload(entry.name)
+        return JSONResponse({"model": body["model"], "created_at": O.now(), "response": "", "done": True,
+                             "done_reason": "unload"})
+    lease, (kind, prep) = await _prepare(request, O.prepare_generate, body=body)
     shaper = O.Shaper(lease.model, chat=kind == "chat", message=False)
-    if kind == "load":  # Ollama's way to load a model (keep_alive 0: to unload it): it is loaded
+    if kind == "load":  # Ollama's way to load a model: it is loaded
         line = shaper._line(done=True)
-        line["done_reason"] = "unload" if lease.entry.keep_alive == 0 else "load"
+        line["done_reason"] = "load"
         return JSONResponse(line)
     return await respond(request, lease, prep, _dialect(lambda model, p: O.Reply(model, p, shaper, t0)))
+
+
+def _unloading(body):
+    return (isinstance(body, dict) and isinstance(body.get("model"), str) and body["model"] and not body.get("prompt")
+            and body.get("keep_alive") is not None and parse_keep_alive(body["keep_alive"]) == 0)
 
 
 async def _embed(request, legacy):

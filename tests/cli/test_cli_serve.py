@@ -28,3 +28,19 @@ def test_serve_is_a_command(capsys):
     for flag in ("--parallel", "--ctx-size", "--api-key", "--port", "--host", "--threads", "--ray", "--replicas",
                  "--max-replicas", "--address"):
         assert flag in out
+
+
+def test_serve_many_models_refuses_bad_flags_before_serving(tmp_path, capsys):
+    import pytest
+    pytest.importorskip("fastapi")
+    pytest.importorskip("uvicorn")
+    a, b = tmp_path / "a.gguf", tmp_path / "b.gguf"
+    a.write_bytes(b"GGUF")
+    b.write_bytes(b"GGUF")
+    for extra, words in ((["-m", str(tmp_path / "missing.gguf")], "missing.gguf"),
+                         (["-m", str(a)], "two -m models have the name 'a'"),
+                         (["-m", str(b), "--max-memory", "lots"], "not a size"),
+                         (["-m", str(b), "--keep-alive", "5 parsecs"], "--keep-alive"),
+                         (["--models-dir", str(tmp_path / "nowhere")], "is not a folder")):
+        assert main(["serve", "-m", str(a), *extra]) != 0
+        assert words in capsys.readouterr().err

@@ -88,9 +88,12 @@ def test_ollama_client_and_keep_alive_zero_unloads(multi):
     assert oc.show("alpha:latest").details.family == "qwen3"
     assert oc.generate(model="beta", prompt="", keep_alive=0).done_reason == "unload"
     assert "beta" not in ps(multi) and statuses(multi)["beta"] == "unloaded"
-    with pytest.raises(ollama.ResponseError) as e:
-        oc.chat(model="beta", messages=HI, keep_alive="5 parsecs")
-    assert e.value.status_code == 400 and "keep_alive" in e.value.error
+    assert oc.generate(model="beta", prompt="", keep_alive=0).done_reason == "unload"   # not loaded to unload it
+    assert "beta" not in ps(multi)
+    for bad in ("5 parsecs", 1e12):
+        with pytest.raises(ollama.ResponseError) as e:
+            oc.chat(model="beta", messages=HI, keep_alive=bad)
+        assert e.value.status_code == 400 and "keep_alive" in e.value.error
     assert "beta" not in ps(multi)                                     # a refused request loads nothing
 
 
