@@ -89,6 +89,7 @@ class Entry:
         self.base_keep_alive = self.keep_alive = keep_alive
         self.state, self.model, self.engine, self.error = "unloaded", None, None, None
         self.leases, self.last_used, self.task = 0, 0.0, None
+        self.reserved = False  # loading with its room in the budget counted (past _make_room)
 
     def names(self):
         return {self.name, *self.aliases}
@@ -129,6 +130,8 @@ class ModelRegistry:
         self.default, self.strict, self.max_memory = default, strict, max_memory
         self.keep_alive, self.clock, self.tick = keep_alive, clock, tick
         self._changed = None   # an asyncio.Condition, made on the loop (start() or first use)
+        self._waiting = 0      # loads waiting for room under the budget (_make_room)
+        self._tasks = set()    # tasks started and not awaited (asyncio holds only weak references to them)
         self._reaper = None
         self.refresh()
 
@@ -204,7 +207,7 @@ class ModelRegistry:
         entry.leases -= 1
         entry.last_used = self.clock()
         if entry.leases == 0 and entry.keep_alive == 0 and entry.state == "loaded":
-            asyncio.ensure_future(self.unload(entry.name))
+            self._spawn(self.unload(entry.name))
         self._notify()
 
     # -- loading and unloading -----------------------------------------------------------------------------------
@@ -213,6 +216,7 @@ class ModelRegistry:
         entry.state, entry.error = "loading", None
         try:
             await self._make_room(entry)
+            entry.reserved = True
             model, engine = await asyncio.to_thread(self._load, entry)
         except Exception as e:  # noqa: BLE001 - whatever the loader raised, for every waiter
             entry.state, entry.error = "unloaded", str(e) or type(e).__name__
@@ -221,7 +225,7 @@ class ModelRegistry:
             entry.state = "unloaded"
             raise
         finally:
-            entry.task = None
+            entry.task, entry.reserved = None, False
             self._notify()
         entry.model, entry.engine, entry.state = model, engine, "loaded"
         entry.size = _measured(model, engine, entry.size)
@@ -236,7 +240,7 @@ class ModelRegistry:
             raise APIError(f"model {entry.name!r} needs about {_gib(entry.size)}, more than the server's memory "
                            f"budget of {_gib(self.max_memory)} (--max-memory)", status=500, type="server_error")
         while True:
-            others = [e for e in self.entries.values() if e is not entry and e.state in ("loaded", "loading")]
+            others = [e for e in self.entries.values() if e is not entry and (e.state == "loaded" or e.reserved)]
             if sum(e.size for e in others) + entry.size <= self.max_memory:
                 return
             idle = [e for e in others if e.state == "loaded" and e.leases == 0]
@@ -244,8 +248,12 @@ class ModelRegistry:
                 await self.unload(min(idle, key=lambda e: e.last_used).name)
                 continue
             cond = self._condition()
-            async with cond:
-                await cond.wait()
+            self._waiting += 1
+            try:
+                async with cond:
+                    await cond.wait()
+            finally:
+                self._waiting -= 1
 
     async def unload(self, name):
         """Unload the model now if it is loaded and no request holds it (True); held: it unloads when its last
@@ -291,9 +299,12 @@ class ModelRegistry:
             await self.expire()
 
     async def stop(self):
-        """Stop the reaper and every engine."""
+        """Stop the reaper and every engine (a load under way is waited for, then stopped too)."""
         if self._reaper is not None:
             self._reaper.cancel()
+        for e in list(self.entries.values()):
+            if e.task is not None:
+                await asyncio.gather(asyncio.shield(e.task), return_exceptions=True)
         for e in list(self.entries.values()):
             if e.state == "loaded":
                 e.leases = 0
@@ -308,12 +319,20 @@ class ModelRegistry:
         return self._changed
 
     def _notify(self):
+        """Wake the loads waiting for room (a model was released or unloaded)."""
+        if not self._waiting:
+            return
         cond = self._condition()
 
         async def wake():
             async with cond:
                 cond.notify_all()
-        asyncio.ensure_future(wake())
+        self._spawn(wake())
+
+    def _spawn(self, coro):
+        task = asyncio.ensure_future(coro)
+        self._tasks.add(task)
+        task.add_done_callback(self._tasks.discard)
 
 
 def _spellings(name):

@@ -155,6 +155,22 @@ def test_a_held_model_is_never_unloaded_for_room():
     run(main())
 
 
+def test_loads_waiting_for_room_do_not_wait_for_each_other():
+    async def main():
+        reg, _, unloaded, _ = make({"a": 100, "b": 100, "c": 100}, max_memory=150)
+        held = await reg.acquire("a")
+        waiting = [asyncio.ensure_future(reg.acquire(n)) for n in ("b", "c")]
+        await asyncio.sleep(0.05)
+        assert not any(w.done() for w in waiting)
+        held.release()
+        done, _ = await asyncio.wait(waiting, timeout=5, return_when=asyncio.FIRST_COMPLETED)
+        assert unloaded == ["a"] and len(done) == 1 and len(reg.loaded()) == 1
+        done.pop().result().release()                                   # the other then gets its turn
+        leases = await asyncio.gather(*waiting)
+        assert {lease.model.name for lease in leases} == {"b", "c"} and len(reg.loaded()) == 1
+    run(main())
+
+
 def test_a_model_larger_than_the_budget_is_a_clear_error():
     async def main():
         reg, calls, _, _ = make({"big": 300, "a": 10}, max_memory=250)
