@@ -29,8 +29,8 @@ class MissingExtra(FastGGUFError):
 def register(subparsers) -> None:
     p = subparsers.add_parser("serve", help="serve the model over HTTP with OpenAI's API")
     p.add_argument("-m", "--model", dest="models", action="append", metavar="MODEL",
-                   help=MODEL_HELP + "; repeat for several, each loaded on its first request (none: the catalogue, "
-                   "loaded on demand)")
+                   help=MODEL_HELP + "; repeat for several, each loaded on its first request (none, and no "
+                   "--models-dir: the catalogue, loaded on demand)")
     add_many_models_args(p)
     p.add_argument("--host", default="127.0.0.1", help="address to listen on (127.0.0.1)")
     p.add_argument("--port", type=int, default=8080, help="port (8080)")
@@ -181,7 +181,7 @@ def model_options(args) -> dict:
 
 def many_models(args, sampling_defaults):
     """The ModelRegistry of `fastgguf serve` with no -m, several, or --models-dir: the -m models by name (a
-    catalogue name, or the file name without .gguf), the files of --models-dir, and, without -m, the catalogue
+    catalogue name, or the file name without .gguf), the files of --models-dir, and, with neither, the catalogue
     (its default model then serves requests naming no known model, unless --strict-model-names)."""
     from fastgguf import hub
     from fastgguf.api.openai.protocol import APIError
@@ -195,6 +195,7 @@ def many_models(args, sampling_defaults):
     except APIError as e:
         raise ValueError(str(e)) from None
     max_memory = M.parse_size(args.max_memory) if args.max_memory else M.default_max_memory()
+    catalogue = not args.models and not args.models_dir
     entries = []
     for m in args.models or ():
         if m in hub.CATALOGUE:
@@ -210,8 +211,8 @@ def many_models(args, sampling_defaults):
     loader = M.Loader(parallel=args.parallel, n_ctx=args.ctx_size, n_threads=args.threads,
                       max_queue=args.max_queue, sampling_defaults=sampling_defaults, model_options=model_options(args))
     return M.ModelRegistry(entries, load=loader, unload=M.stop_engine,
-                           discover=M.discovery(args.models_dir, catalogue=not args.models),
-                           default=None if args.models or args.models_dir else hub.DEFAULT_NAME,
+                           discover=M.discovery(args.models_dir, catalogue=catalogue),
+                           default=hub.DEFAULT_NAME if catalogue else None,
                            strict=args.strict_model_names, max_memory=max_memory, keep_alive=keep_alive)
 
 

@@ -14,6 +14,7 @@ import pytest
 import models
 from conftest import API_KEY, Server, http
 
+anthropic = pytest.importorskip("anthropic")
 openai = pytest.importorskip("openai")
 ollama = pytest.importorskip("ollama")
 
@@ -32,10 +33,17 @@ def cache(tmp_path_factory, default_model_path):
 
 
 @pytest.fixture(scope="module")
-def multi(tmp_path_factory, cache):
+def files(tmp_path_factory):
     root = tmp_path_factory.mktemp("multi")
-    a = models.build(root / "alpha.gguf", "chat", vocab="qwen2", template="Qwen-Qwen3-0.6B", arch="qwen3", seed=1)
-    b = models.build(root / "beta.gguf", "chat", vocab="qwen2", template="Qwen-Qwen3-0.6B", arch="qwen3", seed=2)
+    for seed, name in enumerate(("alpha", "beta"), 1):
+        models.build(root / f"{name}.gguf", "chat", vocab="qwen2", template="Qwen-Qwen3-0.6B", arch="qwen3", seed=seed)
+    return root
+
+
+@pytest.fixture(scope="module")
+def multi(files, cache):
+    root = files
+    a, b = root / "alpha.gguf", root / "beta.gguf"
     (root / "broken.gguf").write_bytes(b"GGUF but not really")
     old = os.environ.get("FASTGGUF_CACHE")
     os.environ["FASTGGUF_CACHE"] = str(cache)
@@ -77,6 +85,8 @@ def test_models_load_on_demand_side_by_side(multi):
     loaded = ps(multi)
     assert set(loaded) == {"alpha", "beta"}
     assert loaded["alpha"]["context_length"] == 256 and loaded["alpha"]["expires_at"] < "9999"
+    claude = anthropic.Anthropic(base_url=multi.base, api_key=API_KEY, max_retries=0, timeout=60)
+    assert claude.messages.create(model="beta", max_tokens=2, messages=HI).model == "beta"
     tags = {m["name"] for m in http(multi, "GET", "/api/tags")[1]["models"]}
     assert tags == {"alpha", "beta", "broken"}
 
@@ -143,3 +153,20 @@ def test_pull_streams_progress_and_delete_keeps_given_files(multi):
     status, body, _ = http(multi, "DELETE", "/api/delete", {"model": "alpha"})
     assert status == 400 and "command line" in body["error"]
     assert http(multi, "DELETE", "/api/delete", {"model": "nope"})[0] == 404
+
+
+def test_models_dir_under_a_memory_budget(files):
+    """--models-dir with a budget that holds one model: loading the other unloads the idle one first."""
+    import fastgguf
+    m = fastgguf.Model(str(files / "alpha.gguf"))
+    one = m.memory(128)["weights"] + m.memory(128)["cache"]
+    s = Server(None, "--models-dir", str(files), "--parallel", "1", "--ctx-size", "128",
+               "--max-memory", str(int(one * 1.5)))
+    try:
+        for name in ("alpha", "beta"):
+            status, body, _ = http(s, "POST", "/v1/completions", {"model": name, "prompt": "Hi", "max_tokens": 2})
+            assert status == 200 and body["model"] == name
+            assert set(ps(s)) == {name}                                  # the other was unloaded for it
+        assert statuses(s) == {"alpha": "unloaded", "beta": "loaded", "broken": "unloaded"}
+    finally:
+        s.stop()
