@@ -93,9 +93,9 @@ def create_app(model=None, *, parallel=None, n_ctx=None, n_threads=None, api_key
 
 
 def one_model(model, loader, *, engine=None, alias=None, strict=False):
-    """The registry of a server of one Model, loaded already and
-    never unloaded by time: it serves any model name unless `strict` (then its id, or its file name with or without
-    .gguf). Unloaded by /models/unload, it loads again from its file on the next request."""
+    """The registry of a server of one Model, loaded already and never unloaded by time: it serves any model name
+    unless `strict` (then its id, or its file name with or without .gguf). Unloaded by /models/unload, it loads
+    again from its file on the next request."""
     name = alias or protocol.model_id(model)
     entry = Entry(name, model.path, "given", keep_alive=None,
                   aliases={protocol.file_id(model), protocol.file_id(model) + ".gguf"})
