@@ -136,16 +136,18 @@ def run(args) -> int:
     parallel = args.parallel or (None if many else default_parallel(model))
     if args.slot_save_path is not None:
         os.makedirs(args.slot_save_path, exist_ok=True)
+    registry = many_models(args, defaults) if many else None
     app = create_app(model, parallel=parallel, n_ctx=args.ctx_size, n_threads=args.threads, api_key=key,
                      max_queue=args.max_queue, max_body_bytes=args.max_body, ping_interval=args.ping_interval,
                      reasoning_format=args.reasoning_format, body_timeout=args.timeout_body,
                      cors_origins=args.cors_origins, alias=args.alias, slots_show_prompts=args.slots_show_prompts,
                      slot_save_path=args.slot_save_path,
                      sampling_defaults=defaults, strict_model_names=args.strict_model_names,
-                     registry=many_models(args, defaults) if many else None,
+                     registry=registry,
                      allowed_hosts=(args.allowed_hosts.split(",") if args.allowed_hosts is not None
                                     else default_hosts(args.host)))
-    what = "models on demand" if many else f"{os.path.basename(model.path)} (parallel {parallel})"
+    what = (f"{len(registry.entries)} models on demand ({', '.join(registry.entries)})" if many
+            else f"{os.path.basename(model.path)} (parallel {parallel})")
     print(f"fastgguf serve: {what} on http://{args.host}:{args.port}/v1", file=sys.stderr, flush=True)
     if args.allowed_hosts is None and args.host not in ("127.0.0.1", "localhost", "::1"):
         print(f"fastgguf serve: only Host headers {', '.join(default_hosts(args.host))} are answered; clients that "
