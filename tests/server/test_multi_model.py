@@ -2,11 +2,13 @@
 models, driven by the official openai and ollama clients. Models load on the first request that names them and run
 side by side; /v1/models, /api/ps and /api/tags tell the truth; Ollama's keep_alive 0 and llama-server's
 /models/unload unload; an unknown name is a 404 in each dialect's shape; a file that fails to load gives its error
-and the others still serve; /api/pull streams Ollama's progress lines from a local cache (no network).
+and the others still serve; /api/pull streams Ollama's progress lines from a local cache (no network); --models-dir
+under a --max-memory that holds one model, and a short --keep-alive.
 The registry's own logic (keep-alive expiry, the memory budget, waiters) is tests/server/test_model_registry.py."""
 import concurrent.futures
 import json
 import os
+import time
 import urllib.request
 
 import pytest
@@ -156,17 +158,23 @@ def test_pull_streams_progress_and_delete_keeps_given_files(multi):
 
 
 def test_models_dir_under_a_memory_budget(files):
-    """--models-dir with a budget that holds one model: loading the other unloads the idle one first."""
+    """--models-dir with a budget that holds one model: loading the other unloads the idle one first; a keep-alive
+    of a second unloads the last one soon after its request."""
     import fastgguf
     m = fastgguf.Model(str(files / "alpha.gguf"))
     one = m.memory(128)["weights"] + m.memory(128)["cache"]
     s = Server(None, "--models-dir", str(files), "--parallel", "1", "--ctx-size", "128",
-               "--max-memory", str(int(one * 1.5)))
+               "--max-memory", str(int(one * 1.5)), "--keep-alive", "1s")
     try:
         for name in ("alpha", "beta"):
             status, body, _ = http(s, "POST", "/v1/completions", {"model": name, "prompt": "Hi", "max_tokens": 2})
             assert status == 200 and body["model"] == name
             assert set(ps(s)) == {name}                                  # the other was unloaded for it
-        assert statuses(s) == {"alpha": "unloaded", "beta": "loaded", "broken": "unloaded"}
+        got = statuses(s)
+        assert (got["alpha"], got["beta"]) == ("unloaded", "loaded")
+        deadline = time.monotonic() + 10
+        while ps(s) and time.monotonic() < deadline:                     # the reaper looks every second
+            time.sleep(0.2)
+        assert ps(s) == {}
     finally:
         s.stop()
