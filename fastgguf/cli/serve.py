@@ -28,7 +28,10 @@ class MissingExtra(FastGGUFError):
 
 def register(subparsers) -> None:
     p = subparsers.add_parser("serve", help="serve the model over HTTP with OpenAI's API")
-    p.add_argument("-m", "--model", help=MODEL_HELP)
+    p.add_argument("-m", "--model", dest="models", action="append", metavar="MODEL",
+                   help=MODEL_HELP + "; repeat for several, each loaded on its first request (none, and no "
+                   "--models-dir: the catalogue, loaded on demand)")
+    add_many_models_args(p)
     p.add_argument("--host", default="127.0.0.1", help="address to listen on (127.0.0.1)")
     p.add_argument("--port", type=int, default=8080, help="port (8080)")
     p.add_argument("--parallel", "-np", type=int, default=None,
@@ -107,7 +110,10 @@ def run(args) -> int:
     if args.ctx_size is not None and args.ctx_size < 2:
         raise ValueError("--ctx-size must be >= 2")
     key = args.api_key or os.environ.get("FASTGGUF_API_KEY") or None
+    args.model = args.models[0] if args.models and len(args.models) == 1 else None
     if args.ray:
+        if args.models and len(args.models) > 1 or args.models_dir:
+            raise ValueError("--ray serves one model: one -m, no --models-dir")
         if args.speculative or args.draft_model or args.draft_max is not None:
             raise ValueError("--speculative, --draft-max and --draft-model are not supported with --ray yet")
         return run_ray(args, key)
@@ -115,7 +121,11 @@ def run(args) -> int:
     from fastgguf.server import create_app
     from fastgguf.server.limits import default_hosts
     from fastgguf.server.transport import serve
-    model = load_model(args)
+    many = serves_many(args)
+    if not many and (args.keep_alive is not None or args.max_memory is not None):
+        print("fastgguf serve: --keep-alive and --max-memory apply to models loaded on demand; the one -m model "
+              "stays loaded", file=sys.stderr, flush=True)
+    model = None if many else load_model(args)
     defaults = {}
     if args.draft_model:
         defaults["speculative"] = load_draft_model(args.draft_model, args.threads)
@@ -123,19 +133,22 @@ def run(args) -> int:
         defaults["speculative"] = args.speculative
     if args.draft_max is not None:
         defaults["draft_max"] = args.draft_max
-    parallel = args.parallel or default_parallel(model)
+    parallel = args.parallel or (None if many else default_parallel(model))
     if args.slot_save_path is not None:
         os.makedirs(args.slot_save_path, exist_ok=True)
+    registry = many_models(args, defaults) if many else None
     app = create_app(model, parallel=parallel, n_ctx=args.ctx_size, n_threads=args.threads, api_key=key,
                      max_queue=args.max_queue, max_body_bytes=args.max_body, ping_interval=args.ping_interval,
                      reasoning_format=args.reasoning_format, body_timeout=args.timeout_body,
                      cors_origins=args.cors_origins, alias=args.alias, slots_show_prompts=args.slots_show_prompts,
                      slot_save_path=args.slot_save_path,
                      sampling_defaults=defaults, strict_model_names=args.strict_model_names,
+                     registry=registry,
                      allowed_hosts=(args.allowed_hosts.split(",") if args.allowed_hosts is not None
                                     else default_hosts(args.host)))
-    print(f"fastgguf serve: {os.path.basename(model.path)} on http://{args.host}:{args.port}/v1 "
-          f"(parallel {parallel})", file=sys.stderr, flush=True)
+    what = (f"{len(registry.entries)} models on demand ({', '.join(registry.entries)})" if many
+            else f"{os.path.basename(model.path)} (parallel {parallel})")
+    print(f"fastgguf serve: {what} on http://{args.host}:{args.port}/v1", file=sys.stderr, flush=True)
     if args.allowed_hosts is None and args.host not in ("127.0.0.1", "localhost", "::1"):
         print(f"fastgguf serve: only Host headers {', '.join(default_hosts(args.host))} are answered; clients that "
               f"reach this server by another name or address need --allowed-hosts NAME,... (or '*')",
@@ -143,6 +156,66 @@ def run(args) -> int:
     serve(app, args.host, args.port, header_timeout=args.timeout_header, keep_alive=args.timeout_keep_alive,
           max_connections=args.max_connections, log_level=args.log_level)
     return 0
+
+
+def add_many_models_args(p) -> None:
+    """The flags of a server of several models (fastgguf.server.models)."""
+    p.add_argument("--models-dir", default=None, metavar="DIR",
+                   help="serve every .gguf file of DIR too, by its file name without .gguf, loaded on demand")
+    p.add_argument("--keep-alive", default=None, metavar="DURATION",
+                   help="how long a model loaded on demand stays loaded after its last request: seconds or a "
+                        "duration (5m, 1h); 0: unload at once; -1: never (5m; a request's keep_alive overrides "
+                        "it; a server of one -m model keeps it loaded)")
+    p.add_argument("--max-memory", default=None, metavar="SIZE",
+                   help="memory budget of the loaded models (weights and caches), e.g. 12G: loading one more "
+                        "first unloads the least recently used idle ones (default: 3/4 of this machine's RAM)")
+
+
+def serves_many(args) -> bool:
+    """Whether the server loads models on demand: no -m (the catalogue), several, or --models-dir."""
+    return not args.models or len(args.models) > 1 or bool(args.models_dir)
+
+
+def model_options(args) -> dict:
+    """Keywords for fastgguf.Model(...) of every model the server loads on demand (beyond n_threads)."""
+    return {}
+
+
+def many_models(args, sampling_defaults):
+    """The ModelRegistry of `fastgguf serve` with no -m, several, or --models-dir: the -m models by name (a
+    catalogue name, or the file name without .gguf), the files of --models-dir, and, with neither, the catalogue
+    (its default model then serves requests naming no known model, unless --strict-model-names)."""
+    from fastgguf import hub
+    from fastgguf.api.openai.protocol import APIError
+    from fastgguf.server import models as M
+    if args.threads is not None and args.threads < 1:
+        raise ValueError(f"--threads must be >= 1, got {args.threads}")
+    if args.models_dir and not os.path.isdir(args.models_dir):
+        raise ValueError(f"--models-dir {args.models_dir!r} is not a folder")
+    try:
+        keep_alive = M.parse_keep_alive(args.keep_alive or M.DEFAULT_KEEP_ALIVE, "--keep-alive")
+    except APIError as e:
+        raise ValueError(str(e)) from None
+    max_memory = M.parse_size(args.max_memory) if args.max_memory else M.default_max_memory()
+    catalogue = not args.models and not args.models_dir
+    entries = []
+    for m in args.models or ():
+        if m in hub.CATALOGUE:
+            e = M.Entry(m, m, "catalogue", hub.CATALOGUE[m].size, keep_alive=keep_alive)
+        elif os.path.isfile(m):
+            name = os.path.basename(m)[:-len(".gguf")] if m.endswith(".gguf") else os.path.basename(m)
+            e = M.Entry(name, os.path.abspath(m), "file", M.file_size(m), keep_alive=keep_alive)
+        else:
+            raise FileNotFoundError(f"-m {m!r}: no such file, and not a catalogue name (fastgguf pull --list)")
+        if e.name in (x.name for x in entries):
+            raise ValueError(f"two -m models have the name {e.name!r}")
+        entries.append(e)
+    loader = M.Loader(parallel=args.parallel, n_ctx=args.ctx_size, n_threads=args.threads,
+                      max_queue=args.max_queue, sampling_defaults=sampling_defaults, model_options=model_options(args))
+    return M.ModelRegistry(entries, load=loader, unload=M.stop_engine,
+                           discover=M.discovery(args.models_dir, catalogue=catalogue),
+                           default=hub.DEFAULT_NAME if catalogue else None,
+                           strict=args.strict_model_names, max_memory=max_memory, keep_alive=keep_alive)
 
 
 APP_NAME = "fastgguf"

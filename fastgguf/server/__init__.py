@@ -3,7 +3,10 @@
     from fastgguf.server import create_app
     app = create_app(fastgguf.Model(path), parallel=4)     # an ASGI app (FastAPI): serve it with uvicorn
 
-HTTP only: app.py builds the app (state: the model and its Scheduler), routes.py the routes (module level;
+    app = create_app(registry=ModelRegistry(...))           # several models loaded on demand (server/models.py)
+
+HTTP only: app.py builds the app (state: a ModelRegistry of the models served, each loaded with its own Scheduler,
+models.py), routes.py the routes (module level;
 responses_api.py, anthropic_api.py and ollama_api.py: OpenAI's Responses, Anthropic's Messages and Ollama's
 /api/..., on routes.respond),
 sse.py frames streams, errors.py turns every exception into its API's error shape, limits.py checks the Host header,

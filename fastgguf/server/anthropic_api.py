@@ -5,7 +5,7 @@ from fastapi import APIRouter, Body, Request
 
 from fastgguf.api.anthropic import MessagesBuilder, count_tokens, prepare_messages
 from fastgguf.server import sse
-from fastgguf.server.routes import Dialect, in_worker, respond
+from fastgguf.server.routes import Dialect, in_worker, respond, use_model
 
 __all__ = ["router"]
 
@@ -17,15 +17,16 @@ router = APIRouter()
                          "tool_result blocks; images refused), max_tokens (required), stop_sequences, temperature, "
                          "top_p, top_k, tools, tool_choice, thinking, stream.")
 async def messages(request: Request, body: dict = Body(...)):
-    state = request.app.state
-    prep = await in_worker(request, prepare_messages, state.model, body, state.engine.n_ctx,
-                           reasoning_format=state.reasoning_format)
+    lease = await use_model(request, body.get("model"))
+    prep = await in_worker(request, prepare_messages, lease.model, body, lease.engine.n_ctx,
+                           reasoning_format=request.app.state.reasoning_format)
     stops = body.get("stop_sequences")
-    return await respond(request, prep, Dialect(lambda model, p: MessagesBuilder(model, p, stops), sse.typed, ""))
+    return await respond(request, lease, prep,
+                         Dialect(lambda model, p: MessagesBuilder(model, p, stops), sse.typed, ""))
 
 
 @router.post("/messages/count_tokens", description="The tokens of a Messages request's rendered prompt.")
 async def messages_count_tokens(request: Request, body: dict = Body(...)):
-    state = request.app.state
-    return await in_worker(request, count_tokens, state.model, body, state.engine.n_ctx,
-                           reasoning_format=state.reasoning_format)
+    lease = await use_model(request, body.get("model"))
+    return await in_worker(request, count_tokens, lease.model, body, lease.engine.n_ctx,
+                           reasoning_format=request.app.state.reasoning_format)

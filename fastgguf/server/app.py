@@ -1,4 +1,5 @@
-"""create_app: the FastAPI app over one model and its Scheduler (HTTP only; the shaping is fastgguf.api).
+"""create_app: the FastAPI app over one model and its Scheduler, or over a ModelRegistry of models loaded on demand
+(server/models.py), each with its own Scheduler (HTTP only; the shaping is fastgguf.api).
 
 Errors are OpenAI's shape {"error": {message, type, param, code}} (server/errors.py): 400 for bad fields (FastAPI's
 own 422 validation format is never sent) or a Host not allowed, 401 bad key, 404 unknown model or route, 408 body too
@@ -14,26 +15,28 @@ from starlette.concurrency import run_in_threadpool
 
 import fastgguf
 from fastgguf.engine import sandbox
-from fastgguf.engine.grammar import available as grammar_available, vocabulary
+from fastgguf.api.openai import protocol
+from fastgguf.engine.grammar import available as grammar_available
 from fastgguf.engine.params import SamplingParams
 from fastgguf.engine.reasoning import MODES
-from fastgguf.engine.scheduler import Scheduler
 from fastgguf.server import anthropic_api, errors, llama_api, ollama_api, page, responses_api, schemas as S
 from fastgguf.server.cors import Cors
 from fastgguf.server.limits import Guard
-from fastgguf.server.routes import router
+from fastgguf.server.models import Entry, Loader, ModelRegistry, file_size, stop_engine, vocabulary
+from fastgguf.server.routes import ReleaseLeases, router
 
-__all__ = ["create_app"]
+__all__ = ["create_app", "one_model"]
 
 WORKERS = 4  # threads preparing requests at once (tokenizing, templates, grammars): more only queue for the GIL
 
 
-def create_app(model, *, parallel=None, n_ctx=None, n_threads=None, api_key=None, max_queue=64,
+def create_app(model=None, *, parallel=None, n_ctx=None, n_threads=None, api_key=None, max_queue=64,
                max_body_bytes=8 << 20, ping_interval=5.0, engine=None, reasoning_format="parsed", allowed_hosts=None,
                body_timeout=60.0, cors_origins=None, alias=None, slots_show_prompts=False, sampling_defaults=None,
-               strict_model_names=False, slot_save_path=None):
-    """An ASGI app serving `model` (a fastgguf.Model) with OpenAI's API. `parallel` sequences decode together
-    (default: 4; 16 for an encoder, engine.scheduler.default_parallel),
+               strict_model_names=False, slot_save_path=None, registry=None):
+    """An ASGI app serving `model` (a fastgguf.Model) with OpenAI's API, or the models of `registry` (a
+    server.models.ModelRegistry: several, loaded on demand; then the per-model settings are its Loader's).
+    `parallel` sequences decode together (default: 4; 16 for an encoder, engine.scheduler.default_parallel),
     each in a context of `n_ctx` tokens (default: the model's training context, at most 4096); `max_queue` sequences
     (prompts x n) may wait (then 429); `api_key`: required as a Bearer token when given; `reasoning_format`: the
     default of a chat request's reasoning_format ("parsed", "raw" or "none"); `allowed_hosts`: the Host header names
@@ -41,38 +44,37 @@ def create_app(model, *, parallel=None, n_ctx=None, n_threads=None, api_key=None
     must arrive within `body_timeout` seconds (408); `cors_origins`: the pages a browser may call from (None: this
     machine's http://localhost, 127.0.0.1 and [::1]; a list or comma-separated string; "*": any; server/cors.py);
     `alias`: the model's id in the API (set as model.alias; its file name is still accepted in requests);
-    `strict_model_names`: a request naming another model gets 404 (set as model.strict_model_names; default: any
-    name is served by this model, as llama-server does);
+    `strict_model_names`: a request naming another model gets 404 (default: any name is served by this model, as
+    llama-server does);
     `slots_show_prompts`: /slots shows each busy slot's prompt text; `sampling_defaults`: SamplingParams fields for
     requests that do not give them (`fastgguf serve --speculative`: {"speculative": ..., "draft_max": ...}; set as
     model.sampling_defaults); `slot_save_path`: the folder of POST /slots/{id}?action=save|restore (None: 501)."""
     if reasoning_format not in MODES:
         raise ValueError(f"reasoning_format must be one of {', '.join(MODES)}, got {reasoning_format!r}")
-    if n_ctx is None:
-        n_ctx = min(int(model.n_ctx_train or 4096), 4096)
-    if alias:
-        model.alias = alias
-    model.strict_model_names = bool(strict_model_names)
     if sampling_defaults:
         SamplingParams(**sampling_defaults)  # bad defaults fail here, not in every request
-        model.sampling_defaults = dict(sampling_defaults)
-    eng = engine or Scheduler(model, parallel=parallel, n_ctx=n_ctx, n_threads=n_threads, max_queue=max_queue)
+    if registry is None:
+        registry = one_model(model, Loader(parallel=parallel, n_ctx=n_ctx, n_threads=n_threads, max_queue=max_queue,
+                                           sampling_defaults=sampling_defaults),
+                             engine=engine, alias=alias, strict=strict_model_names)
 
     @asynccontextmanager
     async def lifespan(app):
-        if grammar_available():  # structured output's vocabulary (0.3 s at 49k tokens, ~3 s at 262k), built once
-            await run_in_threadpool(vocabulary, model)
+        given = registry.loaded()  # a Model handed to create_app: loaded already, its engine started here
+        if grammar_available():
             await run_in_threadpool(sandbox.prestart)  # a compile worker ready (its start: ~0.5 s)
-        eng.start()
+        for e in given:
+            await run_in_threadpool(vocabulary, e.model)
+            e.engine.start()
+        registry.start()
         try:
             yield
         finally:
-            eng.stop(timeout=5)
+            await registry.stop()
 
     app = FastAPI(title="fastgguf", version=fastgguf.__version__, lifespan=lifespan,
                   responses={400: {"model": S.ErrorResponse}})
-    app.state.engine = eng
-    app.state.model = model
+    app.state.registry = registry
     app.state.created = int(time.time())
     app.state.ping_interval = ping_interval
     app.state.reasoning_format = reasoning_format
@@ -84,7 +86,20 @@ def create_app(model, *, parallel=None, n_ctx=None, n_threads=None, api_key=None
         app.include_router(r)
         app.include_router(r, prefix="/v1")
     app.include_router(ollama_api.router)  # Ollama's /api/...
-    app.include_router(llama_api.router)  # llama-server's /props, /slots
+    app.include_router(llama_api.router)  # llama-server's /props, /slots, /models/load, /models/unload
     app.include_router(page.router)  # the chat page: GET / and its files under /static/
-    return Guard(app, api_key, max_body_bytes, allowed_hosts=allowed_hosts, body_timeout=body_timeout,
+    return Guard(ReleaseLeases(app), api_key, max_body_bytes, allowed_hosts=allowed_hosts, body_timeout=body_timeout,
                  cors=Cors(cors_origins))
+
+
+def one_model(model, loader, *, engine=None, alias=None, strict=False):
+    """The registry of a server of one Model, loaded already and never unloaded by time: it serves any model name
+    unless `strict` (then its id, or its file name with or without .gguf). Unloaded by /models/unload, it loads
+    again from its file on the next request."""
+    name = alias or protocol.model_id(model)
+    entry = Entry(name, model.path, "given", keep_alive=None,
+                  aliases={protocol.file_id(model), protocol.file_id(model) + ".gguf"})
+    loader.prepare(model, name)
+    entry.model, entry.engine, entry.state = model, engine or loader.engine(model), "loaded"
+    entry.size = file_size(model.path)
+    return ModelRegistry([entry], load=loader, unload=stop_engine, default=name, strict=strict)

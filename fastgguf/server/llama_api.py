@@ -1,6 +1,8 @@
 """llama-server's extras that tools and web UIs read: GET /props (the model, context size, chat template, slots,
-build) and GET /slots (what each slot is doing). Both need the API key, as every route but /health. Neither shows a
-path on the server's disk; /slots shows prompt text only when the server was started with --slots-show-prompts.
+build) and GET /slots (what each slot is doing), of the model `?model=NAME` names (default: the server's one
+model); its router mode's POST /models/load and /models/unload {"model": NAME}. Each needs the API key, as
+every route but /health. Neither /props nor /slots shows a path on the server's disk; /slots shows prompt text
+only when the server was started with --slots-show-prompts.
 POST /slots/{id}?action=save|restore|erase: an idle slot's KV cache to and from a file (Context.save_state) of
 the --slot-save-path folder, named by a bare file name; 501 without that folder, 503 while the slot is busy."""
 import json
@@ -15,7 +17,7 @@ from fastgguf.engine.chat import CHATML_TEMPLATE
 from fastgguf.engine.params import SamplingParams
 from fastgguf.api.openai.protocol import APIError, model_id
 from fastgguf.errors import StateError
-from fastgguf.server.routes import in_worker
+from fastgguf.server.routes import in_worker, use_model
 
 __all__ = ["router"]
 
@@ -28,8 +30,8 @@ def _piece(tok, tid):
 
 @router.get("/props")
 async def props(request: Request):
-    state = request.app.state
-    model, eng = state.model, state.engine
+    lease = await use_model(request, request.query_params.get("model"))
+    model, eng = lease.model, lease.engine
     tok = model.tokenizer
     defaults = SamplingParams()
     params = {name: getattr(defaults, name) for name in ("temperature", "top_k", "top_p", "min_p", "repeat_penalty",
@@ -51,12 +53,13 @@ async def props(request: Request):
 @router.get("/slots")
 async def slots(request: Request):
     state = request.app.state
-    out = state.engine.slot_states()
+    lease = await use_model(request, request.query_params.get("model"))
+    out = lease.engine.slot_states()
     for d in out:
         ids = d.pop("prompt_ids", None)
         d["is_processing"] = d["state"] == "processing"
         if ids is not None and state.slots_show_prompts:
-            d["prompt"] = await in_worker(request, state.model.detokenize, ids)
+            d["prompt"] = await in_worker(request, lease.model.detokenize, ids)
     return out
 
 
@@ -68,11 +71,11 @@ def _check_filename(name):
     return name
 
 
-def _slot_action(state, i, action, filename):
+def _slot_action(state, engine, i, action, filename):
     path = os.path.join(state.slot_save_path, filename) if filename else None
     t = time.perf_counter()
     try:
-        with state.engine.hold_slot(i) as ctx:
+        with engine.hold_slot(i) as ctx:
             if action == "erase":
                 n = ctx.n_past
                 ctx.reset()
@@ -112,7 +115,8 @@ async def _body_object(request):
 async def slot_action(request: Request, id_slot: str, action: str = ""):
     state = request.app.state
     body = await _body_object(request)
-    if state.slot_save_path is None or not hasattr(state.engine, "hold_slot"):
+    lease = await use_model(request, request.query_params.get("model"))
+    if state.slot_save_path is None or not hasattr(lease.engine, "hold_slot"):
         raise APIError("This server does not support slots action (start it with --slot-save-path DIR)",
                        status=501, type="not_supported_error")
     try:
@@ -122,4 +126,23 @@ async def slot_action(request: Request, id_slot: str, action: str = ""):
     if action not in ("save", "restore", "erase"):
         raise APIError(f"Invalid action {action!r}: save, restore or erase", param="action")
     filename = _check_filename(body.get("filename")) if action != "erase" else None
-    return await in_worker(request, _slot_action, state, i, action, filename)
+    return await in_worker(request, _slot_action, state, lease.engine, i, action, filename)
+
+
+@router.post("/models/load")
+async def models_load(request: Request):
+    """llama-server's router mode: load the model the body names (as a request for it would); {"success": true}
+    once it is loaded, the loader's error otherwise. Its keep-alive starts now."""
+    body = await _body_object(request)
+    await use_model(request, body.get("model"))
+    return {"success": True}
+
+
+@router.post("/models/unload")
+async def models_unload(request: Request):
+    """llama-server's router mode: unload the model the body names now, or, while requests use it, when the last
+    one ends."""
+    body = await _body_object(request)
+    registry = request.app.state.registry
+    await registry.unload(registry.resolve(body.get("model")).name)
+    return {"success": True}

@@ -92,9 +92,10 @@ class FastGGUFServer:
 
 
 def _find_engine(app):
-    """The Engine behind create_app's app (which may be wrapped in its key/body-size guard)."""
+    """The Engine of the one model behind create_app's app (which may be wrapped in its key/body-size guard)."""
     inner = getattr(app, "app", app)
-    return getattr(getattr(inner, "state", None), "engine", None)
+    registry = getattr(getattr(inner, "state", None), "registry", None)
+    return registry.entries[registry.default].engine if registry is not None else None
 
 
 def deployment(model=None, *, replicas=1, max_replicas=None, threads=None, parallel=4, n_ctx=None, api_key=None,

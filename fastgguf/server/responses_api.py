@@ -4,7 +4,7 @@ from fastapi import APIRouter, Body, Request
 
 from fastgguf.api.openai.responses_api import ResponsesBuilder, prepare_responses
 from fastgguf.server import sse
-from fastgguf.server.routes import Dialect, in_worker, respond
+from fastgguf.server.routes import Dialect, in_worker, respond, use_model
 
 __all__ = ["router"]
 
@@ -17,7 +17,8 @@ router = APIRouter()
                          "(function tools), tool_choice, text.format, stream. No stored responses: "
                          "previous_response_id is refused.")
 async def responses(request: Request, body: dict = Body(...)):
-    state = request.app.state
-    prep = await in_worker(request, prepare_responses, state.model, body, state.engine.n_ctx,
-                           reasoning_format=state.reasoning_format)
-    return await respond(request, prep, Dialect(lambda model, p: ResponsesBuilder(model, p, body), sse.typed, ""))
+    lease = await use_model(request, body.get("model"))
+    prep = await in_worker(request, prepare_responses, lease.model, body, lease.engine.n_ctx,
+                           reasoning_format=request.app.state.reasoning_format)
+    return await respond(request, lease, prep,
+                         Dialect(lambda model, p: ResponsesBuilder(model, p, body), sse.typed, ""))

@@ -1,9 +1,11 @@
-"""The HTTP routes, at module level: each reads its model and Scheduler from `request.app.state` (set by create_app).
-A generation route is three calls: protocol.prepare_* (in a worker thread) -> the Scheduler (submit) -> responses'
-builder (respond).
+"""The HTTP routes, at module level: each takes a Lease on the model its request names from the app's ModelRegistry
+(use_model: loaded first if need be; held until the response has been sent, ReleaseLeases) and reads the rest from
+`request.app.state` (set by create_app). A generation route is four calls: use_model -> protocol.prepare_* (in a
+worker thread) -> the model's Scheduler (submit) -> responses' builder (respond).
 
 Every route exists with and without the /v1 prefix (create_app includes the router twice)."""
 import asyncio
+import collections
 import functools
 import json
 import threading
@@ -22,9 +24,41 @@ from fastgguf.server import schemas as S
 from fastgguf.server import sse
 from fastgguf.server.errors import error_response
 
-__all__ = ["router"]
+__all__ = ["router", "use_model", "ReleaseLeases"]
 
 router = APIRouter()
+LEASES = "fastgguf.leases"  # the scope key of a request's Leases
+
+
+class ReleaseLeases:
+    """ASGI middleware: the Leases a request took (use_model) are released once its response has been sent, a
+    stream's last chunk included, or the request failed."""
+
+    def __init__(self, app):
+        self.app = app
+
+    def __getattr__(self, name):  # the FastAPI app's own attributes (openapi, state, ...) through the wrapper
+        return getattr(self.app, name)
+
+    async def __call__(self, scope, receive, send):
+        if scope["type"] != "http":
+            return await self.app(scope, receive, send)
+        leases = scope.setdefault(LEASES, [])
+        try:
+            await self.app(scope, receive, send)
+        finally:
+            for lease in leases:
+                lease.release()
+
+
+async def use_model(request, name, keep_alive=...):
+    """A Lease on the model `name` names (the registry's resolve(): a 404 in the dialect's words for an unknown
+    one), loaded first if need be, held until the response is sent. keep_alive: seconds it stays loaded after this
+    request (None: never; ...: the model's default)."""
+    registry = request.app.state.registry
+    lease = await registry.acquire(name, keep_alive, ollama=request.url.path.startswith("/api/"))
+    request.scope.setdefault(LEASES, []).append(lease)
+    return lease
 
 
 # -- generation ----------------------------------------------------------------------------------------------------
@@ -57,10 +91,11 @@ async def _disconnected(http_req, event):
 
 
 async def prepare(http_req, prepare_fn, body, **kw):
-    """protocol.prepare_*(model, body, n_ctx) in a worker thread (in_worker), before the request is queued."""
-    state = http_req.app.state
-    return await in_worker(http_req, prepare_fn, state.model, body.model_dump(exclude_none=True), state.engine.n_ctx,
-                           **kw)
+    """(lease, protocol.prepare_*(model, body, n_ctx)): the model the body names, and its request prepared in a
+    worker thread (in_worker) before it is queued."""
+    lease = await use_model(http_req, body.model)
+    return lease, await in_worker(http_req, prepare_fn, lease.model, body.model_dump(exclude_none=True),
+                                  lease.engine.n_ctx, **kw)
 
 
 async def _hang_up(http_req, req, q):
@@ -89,18 +124,18 @@ class Dialect(NamedTuple):
 OPENAI = Dialect()
 
 
-async def respond(http_req, prep, dialect=OPENAI):
-    """Submit a prepared request to the app's Scheduler and answer it: a JSON response, or a stream of chunks.
-    Errors before the first token are a real HTTP status; after it, an error event ends the stream. A client that
-    hangs up before anything was sent: 499, its request cancelled."""
+async def respond(http_req, lease, prep, dialect=OPENAI):
+    """Submit a prepared request to its model's Scheduler (lease: use_model's) and answer it: a JSON response, or a
+    stream of chunks. Errors before the first token are a real HTTP status; after it, an error event ends the
+    stream. A client that hangs up before anything was sent: 499, its request cancelled."""
     state = http_req.app.state
     loop = asyncio.get_running_loop()
     q = asyncio.Queue()
     req = prep.request(q.put_nowait, loop)
-    b = dialect.make(state.model, prep)
+    b = dialect.make(lease.model, prep)
     path = http_req.url.path
     try:
-        state.engine.submit(req)
+        lease.engine.submit(req)
     except Exception as e:  # noqa: BLE001 - QueueFull -> 429, a prompt that does not fit -> 400
         return error_response(e, path)
 
@@ -176,13 +211,13 @@ _STREAMS = {200: {"content": {"text/event-stream": {}}}}
 
 @router.post("/chat/completions", response_model=S.ChatCompletion, responses=_STREAMS)
 async def chat_completions(body: S.ChatCompletionRequest, request: Request):
-    return await respond(request, await prepare(request, protocol.prepare_chat, body,
-                                                reasoning_format=request.app.state.reasoning_format))
+    return await respond(request, *await prepare(request, protocol.prepare_chat, body,
+                                                 reasoning_format=request.app.state.reasoning_format))
 
 
 @router.post("/completions", response_model=S.Completion, responses=_STREAMS)
 async def completions(body: S.CompletionRequest, request: Request):
-    return await respond(request, await prepare(request, protocol.prepare_completion, body))
+    return await respond(request, *await prepare(request, protocol.prepare_completion, body))
 
 
 @router.post("/embeddings", response_model=S.EmbeddingResponse,
@@ -190,14 +225,14 @@ async def completions(body: S.CompletionRequest, request: Request):
                          "mean when the file does not say, as for chat models) and L2-normalized; batched with "
                          "generation. A file with pooling none (per-token vectors) is refused, as by llama-server.")
 async def embeddings(body: S.EmbeddingRequest, request: Request):
-    return await respond(request, await prepare(request, protocol.prepare_embedding, body))
+    return await respond(request, *await prepare(request, protocol.prepare_embedding, body))
 
 
 @router.post("/rerank", response_model=S.RerankResponse, response_model_exclude_none=True,
              description="llama-server's rerank (Jina / Cohere shape): each document scored against the query by a "
                          "reranker (pooling rank), results sorted by relevance_score, best first.")
 async def rerank(body: S.RerankRequest, request: Request):
-    return await respond(request, await prepare(request, protocol.prepare_rerank, body))
+    return await respond(request, *await prepare(request, protocol.prepare_rerank, body))
 
 
 # -- models, tokens, health, metrics -------------------------------------------------------------------------------
@@ -206,30 +241,37 @@ CHAT_MODEL_NOTE = ("not an embedding model: its file has no pooling_type, so /v1
                    "hidden states; such vectors are not meant for retrieval")
 
 
-def _card(state):
-    pooling = state.model.hparams.pooling
-    card = {"id": protocol.model_id(state.model), "object": "model", "created": state.created, "owned_by": "fastgguf",
-            "pooling": pooling, "embedding": pooling in ("none", "mean", "cls", "last"), "rerank": pooling == "rank"}
-    if pooling is None:
-        card["note"] = CHAT_MODEL_NOTE
-    return card
+def card(entry, created):
+    """A model's entry in /v1/models: its id, status ({"value": "loaded" | "loading" | "unloaded"}, as llama-server's
+    router mode shows it; "failed" and the error after a load that failed) and, while loaded, what it is for."""
+    c = {"id": entry.name, "object": "model", "created": created, "owned_by": "fastgguf",
+         "status": {"value": entry.state}}
+    if entry.error and entry.state == "unloaded":
+        c["status"].update(failed=True, error=entry.error)
+    if entry.model is not None:
+        pooling = entry.model.hparams.pooling
+        c.update(pooling=pooling, embedding=pooling in ("none", "mean", "cls", "last"), rerank=pooling == "rank")
+        if pooling is None:
+            c["note"] = CHAT_MODEL_NOTE
+    return c
 
 
 @router.get("/models", response_model=S.ModelList)
 async def models(request: Request):
-    return {"object": "list", "data": [_card(request.app.state)]}
+    state = request.app.state
+    state.registry.refresh()
+    return {"object": "list", "data": [card(e, state.created) for e in state.registry.entries.values()]}
 
 
 @router.get("/models/{model_name:path}", response_model=S.ModelCard)
 async def model_card(model_name: str, request: Request):
-    protocol.check_model({"model": model_name}, request.app.state.model)
-    return _card(request.app.state)
+    state = request.app.state
+    return card(state.registry.resolve(model_name), state.created)
 
 
 @router.post("/tokenize", response_model=S.TokenizeResponse)
 async def tokenize(body: S.TokenizeRequest, request: Request):
-    model = request.app.state.model
-    protocol.check_model(body.model_dump(exclude_none=True), model)
+    model = (await use_model(request, body.model)).model
 
     def tokens_json():   # encoded here too: a 2 MB prompt's id list takes FastAPI's encoder most of a second
         ids = model.tokenize(body.content, add_special=body.add_special, parse_special=body.parse_special)
@@ -252,8 +294,7 @@ def _piece(model, t):
 
 @router.post("/detokenize", response_model=S.DetokenizeResponse)
 async def detokenize(body: S.DetokenizeRequest, request: Request):
-    model = request.app.state.model
-    protocol.check_model(body.model_dump(exclude_none=True), model)
+    model = (await use_model(request, body.model)).model
     for t in body.tokens:
         if not 0 <= t < model.n_vocab:
             raise APIError(f"token id {t} is out of range for a vocabulary of {model.n_vocab}", param="tokens")
@@ -267,8 +308,13 @@ async def health():
 
 @router.get("/metrics", response_class=PlainTextResponse)
 async def metrics(request: Request):
-    eng = request.app.state.engine
-    m = eng.m
+    engines = [e.engine for e in request.app.state.registry.loaded()]
+    m = collections.Counter()
+    for eng in engines:
+        m.update(eng.m)
+
+    def total(method):
+        return sum(getattr(eng, method)() for eng in engines)
     rows = [
         ("fastgguf_prompt_tokens_total", "counter", "prompt tokens received (uncached)", m["prompt_tokens"]),
         ("fastgguf_prompt_tokens_evaluated_total", "counter", "prompt tokens evaluated", m["prompt_tokens_evaluated"]),
@@ -280,11 +326,11 @@ async def metrics(request: Request):
          m["draft_accepted"]),
         ("fastgguf_requests_total", "counter", "requests accepted", m["requests"]),
         ("fastgguf_request_errors_total", "counter", "requests that failed in the engine", m["errors"]),
-        ("fastgguf_requests_running", "gauge", "requests with a sequence in a slot", eng.running_requests()),
-        ("fastgguf_requests_queued", "gauge", "requests waiting for a slot", eng.queued_requests()),
+        ("fastgguf_requests_running", "gauge", "requests with a sequence in a slot", total("running_requests")),
+        ("fastgguf_requests_queued", "gauge", "requests waiting for a slot", total("queued_requests")),
         ("fastgguf_sequences_queued", "gauge", "sequences (prompts x n) waiting for a slot; --max-queue bounds it",
-         eng.queued_sequences()),
-        ("fastgguf_slots", "gauge", "parallel sequences (slots)", eng.parallel),
+         total("queued_sequences")),
+        ("fastgguf_slots", "gauge", "parallel sequences (slots)", sum(eng.parallel for eng in engines)),
     ]
     out = []
     for name, kind, help_, v in rows:

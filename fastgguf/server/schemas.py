@@ -231,6 +231,9 @@ class ModelCard(_Loose):
     embedding: Optional[bool] = None  # an embedding model (pooling none, mean, cls or last)
     rerank: Optional[bool] = None  # a reranker (pooling rank): /v1/rerank
     note: Optional[str] = None
+    # llama-server's router mode: {"value": "loaded" | "loading" | "unloaded"}, "failed" and "error" after a load
+    # that failed
+    status: Optional[Dict[str, Any]] = None
 
 
 class ModelList(_Loose):

@@ -31,17 +31,18 @@ def free_port():
 
 class Server:
     def __init__(self, model_path, *extra, api_key=API_KEY, path_first=None, host="127.0.0.1"):
-        """path_first: a folder searched before everything else, fastgguf's own site included (a test's stand-in
-        for an installed package): the server runs in it (`python -m` puts the working directory first on
-        sys.path) and it heads PYTHONPATH. host: the IPv4 address it listens on."""
+        """model_path: the -m model (None: none, e.g. with --models-dir). path_first: a folder searched before
+        everything else, fastgguf's own site included (a test's stand-in for an installed package): the server runs
+        in it (`python -m` puts the working directory first on sys.path) and it heads PYTHONPATH. host: the IPv4
+        address it listens on."""
         self.host, self.port = host, free_port()
         self.base = f"http://{host}:{self.port}"
         self.api_key = api_key
         path = [str(path_first)] if path_first else []
         env = dict(os.environ, PYTHONPATH=os.pathsep.join(path + [ROOT, os.environ.get("PYTHONPATH", "")]))
         env.pop("FASTGGUF_API_KEY", None)
-        cmd = [sys.executable, "-m", "fastgguf", "serve", "-m", model_path, "--host", host, "--port", str(self.port),
-               *extra]
+        cmd = [sys.executable, "-m", "fastgguf", "serve", *(["-m", model_path] if model_path else []), "--host", host,
+               "--port", str(self.port), *extra]
         if api_key:
             cmd += ["--api-key", api_key]
         self.proc = subprocess.Popen(cmd, env=env, cwd=str(path_first or ROOT), stdout=subprocess.PIPE,

@@ -78,7 +78,10 @@ async function loadModels(wanted) {
   }
   const select = $("model");
   select.replaceChildren();
-  for (const m of (await resp.json()).data) select.append(new Option(m.id, m.id));
+  for (const m of (await resp.json()).data) {
+    const st = m.status && m.status.value;  // a server of several models: loaded, loading or unloaded (loads when used)
+    select.append(new Option(st && st !== "loaded" ? `${m.id} (${st})` : m.id, m.id));
+  }
   if (wanted && [...select.options].some((o) => o.value === wanted)) select.value = wanted;
   setStatus(select.options.length ? "" : "No model is served.");
 }
