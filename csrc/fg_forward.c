@@ -65,10 +65,11 @@ void fg_kv_free(fg_kv *kv) {
     free64(kv->k_cache);
     free64(kv->v_cache);
     free64(kv->conv_cache);
+    free64(kv->dn_cache);
     free(kv->layer_row0);
     kv->k_cache = kv->v_cache = NULL;
-    kv->conv_cache = NULL;
-    kv->layer_row0 = kv->conv_row0 = NULL;
+    kv->conv_cache = kv->dn_cache = NULL;
+    kv->layer_row0 = kv->conv_row0 = kv->dn_off = NULL;
 }
 
 /* Rows of the rings of a cache of n_ctx positions: sliding-window layers' (*swa) and conv layers' (*conv). */
@@ -83,21 +84,33 @@ static void layer_cache_rows(const fg_model *m, int il, int n_ctx, int64_t *kv_r
     int swa, conv;
     ring_rows(m, n_ctx, &swa, &conv);
     const fg_layer *L = &m->layers[il];
-    *kv_rows = L->conv ? 0 : (L->swa ? swa : n_ctx);
+    *kv_rows = L->conv || L->deltanet ? 0 : (L->swa ? swa : n_ctx);
     *conv_rows = L->conv ? conv : 0;
 }
 
-size_t fg_kv_bytes(const fg_model *m, int n_ctx, size_t *conv) {
-    size_t kv_rows = 0, conv_rows = 0;
+/* A DeltaNet layer's conv width 2 HK S + HV S, and the floats of its state: the conv ring, then (HV, S, S). */
+static int64_t dn_conv_dim(const fg_model *m) {
+    return (2 * (int64_t)m->hp.dn_k_heads + m->hp.dn_v_heads) * m->hp.dn_state;
+}
+
+static int64_t dn_state_floats(const fg_model *m) {
+    int64_t S = m->hp.dn_state;
+    return (int64_t)m->hp.dn_conv * dn_conv_dim(m) + (int64_t)m->hp.dn_v_heads * S * S;
+}
+
+size_t fg_kv_bytes(const fg_model *m, int n_ctx, size_t *conv, size_t *rec) {
+    size_t kv_rows = 0, conv_rows = 0, dn = 0;
     for (int il = 0; il < m->hp.n_layer; il++) {
         int64_t k, c;
         layer_cache_rows(m, il, n_ctx, &k, &c);
         kv_rows += (size_t)k;
         conv_rows += (size_t)c;
+        if (m->layers[il].deltanet) dn += (size_t)dn_state_floats(m) * sizeof(float);
     }
     size_t c = conv_rows * m->hp.n_embd * sizeof(float);
     if (conv) *conv = c;
-    return 2 * kv_rows * m->hp.n_head_kv * m->hp.head_dim * sizeof(uint16_t) + c;
+    if (rec) *rec = dn;
+    return 2 * kv_rows * m->hp.n_head_kv * m->hp.head_dim * sizeof(uint16_t) + c + dn;
 }
 
 int fg_kv_init(fg_kv *kv, const fg_model *m, int n_ctx) {
@@ -105,34 +118,38 @@ int fg_kv_init(fg_kv *kv, const fg_model *m, int n_ctx) {
     kv->n_ctx = n_ctx;
     ring_rows(m, n_ctx, &kv->n_swa_rows, &kv->n_conv_rows);
     int NL = m->hp.n_layer;
-    kv->layer_row0 = malloc(2 * ((size_t)NL + 1) * sizeof(int64_t));
+    kv->layer_row0 = malloc(3 * ((size_t)NL + 1) * sizeof(int64_t));
     if (!kv->layer_row0) return -1;
     kv->conv_row0 = kv->layer_row0 + NL + 1;
-    kv->layer_row0[0] = kv->conv_row0[0] = 0;
+    kv->dn_off = kv->conv_row0 + NL + 1;
+    kv->layer_row0[0] = kv->conv_row0[0] = kv->dn_off[0] = 0;
     for (int il = 0; il < NL; il++) {
         int64_t k, c;
         layer_cache_rows(m, il, n_ctx, &k, &c);
         kv->layer_row0[il + 1] = kv->layer_row0[il] + k;
         kv->conv_row0[il + 1] = kv->conv_row0[il] + c;
+        kv->dn_off[il + 1] = kv->dn_off[il] + (m->layers[il].deltanet ? dn_state_floats(m) : 0);
     }
-    size_t conv, cache = (size_t)kv->layer_row0[NL] * m->hp.n_head_kv * m->hp.head_dim * sizeof(uint16_t);
-    kv->bytes = fg_kv_bytes(m, n_ctx, &conv);
+    size_t conv, rec, cache = (size_t)kv->layer_row0[NL] * m->hp.n_head_kv * m->hp.head_dim * sizeof(uint16_t);
+    kv->bytes = fg_kv_bytes(m, n_ctx, &conv, &rec);
     kv->k_cache = alloc64(cache);
     kv->v_cache = alloc64(cache);
     kv->conv_cache = alloc64(conv);
-    if (!kv->k_cache || !kv->v_cache || !kv->conv_cache) {
+    kv->dn_cache = alloc64(rec);
+    if (!kv->k_cache || !kv->v_cache || !kv->conv_cache || !kv->dn_cache) {
         fg_kv_free(kv);
         return -1;
     }
     memset(kv->k_cache, 0, cache);
     memset(kv->v_cache, 0, cache);
     memset(kv->conv_cache, 0, conv);
+    memset(kv->dn_cache, 0, rec);
     return 0;
 }
 
 void fg_work_free(fg_work *w) {
     float **fs[] = {&w->kcur, &w->vcur, &w->x, &w->xn, &w->q, &w->att, &w->tmp, &w->gate, &w->up, &w->rope,
-                    &w->rlogits, &w->hg, &w->hu, &w->ye, &w->conv};
+                    &w->rlogits, &w->hg, &w->hu, &w->ye, &w->conv, &w->ag, &w->dn};
     for (size_t i = 0; i < sizeof(fs) / sizeof(fs[0]); i++) {
         free64(*fs[i]);
         *fs[i] = NULL;
@@ -158,6 +175,9 @@ int fg_work_init(fg_work *w, const fg_model *m, int n_batch, int max_ctx, int ma
     if (w->q_dim > w->n_in) w->n_in = w->q_dim;
     if (m->hp.n_ff > w->n_in) w->n_in = m->hp.n_ff;
     if (m->hp.n_expert > 0 && m->hp.n_ff_exp > w->n_in) w->n_in = m->hp.n_ff_exp;
+    int64_t dn_v = (int64_t)m->hp.dn_v_heads * m->hp.dn_state; /* dn_out's input; the recurrence's private q, k, o */
+    if (m->hp.dn_conv > 0 && dn_v > w->n_in) w->n_in = dn_v;
+    if (m->hp.dn_conv > 0 && 3 * (int64_t)m->hp.dn_state > w->n_in) w->n_in = 3 * (int64_t)m->hp.dn_state;
     w->xq_row = max_row_bytes(w->n_in);
     size_t B = (size_t)w->n_batch;
     w->kcur = alloc64(B * w->kv_dim * sizeof(float));
@@ -177,6 +197,14 @@ int fg_work_init(fg_work *w, const fg_model *m, int n_batch, int max_ctx, int ma
     if (m->hp.n_conv > 0) {
         w->conv = alloc64(B * 3 * m->hp.n_embd * sizeof(float));
         more_ok = w->conv != NULL;
+    }
+    if (m->hp.attn_gate) {
+        w->ag = alloc64(B * w->q_dim * sizeof(float));
+        more_ok = more_ok && w->ag;
+    }
+    if (m->hp.dn_conv > 0) {
+        w->dn = alloc64(B * (dn_conv_dim(m) + dn_v + 2 * (int64_t)m->hp.dn_v_heads) * sizeof(float));
+        more_ok = more_ok && w->dn;
     }
     if (m->hp.n_expert > 0) {
         size_t S = B * m->hp.n_expert_used;
@@ -723,26 +751,174 @@ static void moe_ffn(const team *t, const fg_layer *L, int64_t rows) {
     BARRIER(t);
 }
 
+/* ---- gated DeltaNet layers (qwen35; fg_layer deltanet) ---- */
+
+/* Layer il's state in sequence kv's cache: the conv ring (dn_conv, conv_dim), then the (HV, S, S) matrices. */
+static float *dn_state(const fg_kv *kv, int il) { return kv->dn_cache + kv->dn_off[il]; }
+
+static float sigmoid_f(float x) { return 1.0f / (1.0f + expf(-x)); }
+
+/* y (n,) = x / sqrt(sum x^2 + eps) as llama.cpp's build_gdn_l2_norm: rms_norm(x, eps / n) * (1 / sqrt(n)). */
+static void l2norm_as_ggml(float *y, const float *x, int64_t n, float eps) {
+    double sum = 0.0;
+    for (int64_t i = 0; i < n; i++) sum += (double)x[i] * x[i];
+    float sc = 1.0f / sqrtf((float)(sum / (double)n) + eps / (float)n), inv = 1.0f / sqrtf((float)n);
+    for (int64_t i = 0; i < n; i++) y[i] = x[i] * sc * inv;
+}
+
+/* sum of the 8 lanes' partial sums, pairwise */
+static float lanes_sum(const float a[8]) { return ((a[0] + a[4]) + (a[1] + a[5])) + ((a[2] + a[6]) + (a[3] + a[7])); }
+
+/* One token of the gated delta rule on one head (ggml_gated_delta_net, K = 1; M (S, S) with M[j][i] = S[i][j]):
+ * S *= decay; delta_j = (v_j - S[:, j] . k) beta; S[:, j] += k delta_j; o_j = S[:, j] . q * scale. Row j of M
+ * depends on nothing else, so each row runs the three steps in one pass; dots over 8 lanes (vectorised). */
+static void gated_delta_step(float *M, const float *q, const float *k, const float *v, float decay, float beta,
+                             float *o, int64_t S, float scale) {
+    int64_t S8 = S & ~(int64_t)7;
+    for (int64_t j = 0; j < S; j++) {
+        float *mj = M + j * S, ad[8] = {0}, aq[8] = {0};
+        for (int64_t i = 0; i < S8; i += 8)
+            for (int l = 0; l < 8; l++) {
+                float x = mj[i + l] * decay;
+                mj[i + l] = x;
+                ad[l] += x * k[i + l];
+            }
+        for (int64_t i = S8; i < S; i++) {
+            mj[i] *= decay;
+            ad[i - S8] += mj[i] * k[i];
+        }
+        float delta = (v[j] - lanes_sum(ad)) * beta;
+        for (int64_t i = 0; i < S8; i += 8)
+            for (int l = 0; l < 8; l++) {
+                float x = mj[i + l] + k[i + l] * delta;
+                mj[i + l] = x;
+                aq[l] += x * q[i + l];
+            }
+        for (int64_t i = S8; i < S; i++) {
+            mj[i] += k[i] * delta;
+            aq[i - S8] += mj[i] * q[i];
+        }
+        o[j] = lanes_sum(aq) * scale;
+    }
+}
+
+/* The projections of a DeltaNet layer into w->dn (rows, ld): qkv (conv_dim) | z (HV S) | beta (HV) | alpha (HV)
+ * of attn_norm(x); two preps (at most FG_MAX_SLOTS activation types each). Ends with a barrier. */
+static void deltanet_proj(const team *t, const fg_layer *L, int64_t rows, int64_t ld) {
+    const fg_model *m = t->m;
+    fg_work *s = t->w;
+    int64_t E = m->hp.n_embd, CD = dn_conv_dim(m), HV = m->hp.dn_v_heads, VD = HV * m->hp.dn_state, r0, r1;
+    const fg_mat *w1[2] = {&L->dn_qkv, &L->dn_z}, *w2[2] = {&L->dn_beta, &L->dn_alpha};
+    const char *xq[2];
+    size_t xs;
+    prep(t, s->x, rows, E, E, L->attn_norm, w1, 2, xq, &xs);
+    fg_split_rows(CD, t->nth, t->ith, ROW_ALIGN, &r0, &r1);
+    matmul(&L->dn_qkv, xq[0], xs, rows, s->dn, ld, r0, r1);
+    fg_split_rows(VD, t->nth, t->ith, ROW_ALIGN, &r0, &r1);
+    matmul(&L->dn_z, xq[1], xs, rows, s->dn + CD, ld, r0, r1);
+    if (rows > 1) BARRIER(t); /* the shared quantized inputs are read before the next prep rewrites them */
+    prep(t, s->x, rows, E, E, L->attn_norm, w2, 2, xq, &xs);
+    fg_split_rows(HV, t->nth, t->ith, 1, &r0, &r1);
+    matmul(&L->dn_beta, xq[0], xs, rows, s->dn + CD + VD, ld, r0, r1);
+    matmul(&L->dn_alpha, xq[1], xs, rows, s->dn + CD + VD + HV, ld, r0, r1);
+    BARRIER(t);
+}
+
+/* Channels of each row's qkv through the causal conv (ggml_ssm_conv: a float sum over the taps in order; positions
+ * before 0 are zero) and silu, in place; the row's raw qkv goes into its sequence's ring first (row pos mod taps).
+ * Each thread owns the same channels for every row (rows in order), so no barrier between rows. */
+static void deltanet_conv(const team *t, const fg_layer *L, int il, int64_t rows, int64_t ld) {
+    const fg_model *m = t->m;
+    int64_t CD = dn_conv_dim(m), K = m->hp.dn_conv, c0, c1;
+    fg_split_rows(CD, t->nth, t->ith, ROW_ALIGN, &c0, &c1);
+    for (int64_t i = 0; i < rows; i++) {
+        float *x = t->w->dn + i * ld, *ring = dn_state(t->seqs[t->seq[i]], il);
+        int64_t pos = t->pos[i];
+        memcpy(ring + (pos % K) * CD + c0, x + c0, (size_t)(c1 - c0) * sizeof(float));
+        for (int64_t c = c0; c < c1; c++) {
+            float acc = 0.0f;
+            for (int64_t j = 0; j < K; j++) {
+                int64_t p = pos - K + 1 + j;
+                if (p >= 0) acc += ring[(p % K) * CD + c] * L->dn_conv_w[c * K + j];
+            }
+            x[c] = acc / (1.0f + expf(-acc));
+        }
+    }
+}
+
+/* The gated delta rule of v heads split over the team, rows in order (each row on its own sequence's state; a row
+ * at position 0 starts from zeros), then each head's output RMS-normed (dn_norm) times silu(z), written over z. */
+static void deltanet_heads(const team *t, const fg_layer *L, int il, int64_t rows, int64_t ld) {
+    const fg_model *m = t->m;
+    int64_t S = m->hp.dn_state, HK = m->hp.dn_k_heads, HV = m->hp.dn_v_heads, CD = dn_conv_dim(m), VD = HV * S;
+    int64_t h0, h1, ring = (int64_t)m->hp.dn_conv * CD;
+    float eps = m->hp.norm_eps, scale = 1.0f / sqrtf((float)S);
+    float *qn = t->pxn, *kn = qn + S, *o = kn + S; /* private (3 S,) */
+    fg_split_rows(HV, t->nth, t->ith, 1, &h0, &h1);
+    for (int64_t i = 0; i < rows; i++) {
+        float *row = t->w->dn + i * ld, *st = dn_state(t->seqs[t->seq[i]], il) + ring;
+        for (int64_t h = h0; h < h1; h++) {
+            float *M = st + h * S * S, *z = row + CD + h * S;
+            if (t->pos[i] == 0) memset(M, 0, (size_t)(S * S) * sizeof(float));
+            int64_t hk = h % HK; /* ggml's broadcast of q/k heads over v heads */
+            l2norm_as_ggml(qn, row + hk * S, S, eps);
+            l2norm_as_ggml(kn, row + (HK + hk) * S, S, eps);
+            float a = row[CD + VD + HV + h] + L->dn_dt[h];
+            float g = (a > 20.0f ? a : logf(1.0f + expf(a))) * L->dn_a[h]; /* softplus as ggml */
+            gated_delta_step(M, qn, kn, row + 2 * HK * S + h * S, expf(g), sigmoid_f(row[CD + VD + h]), o, S, scale);
+            fg_rmsnorm(o, o, L->dn_norm, S, eps);
+            for (int64_t j = 0; j < S; j++) z[j] = o[j] * (z[j] / (1.0f + expf(-z[j])));
+        }
+    }
+}
+
+/* x += dn_out . (the gated normed output of the delta rule) of a DeltaNet layer. */
+static void deltanet_block(const team *t, const fg_layer *L, int il, int64_t rows) {
+    const fg_model *m = t->m;
+    int64_t CD = dn_conv_dim(m), HV = m->hp.dn_v_heads, VD = HV * m->hp.dn_state, ld = CD + VD + 2 * HV;
+    deltanet_proj(t, L, rows, ld);
+    deltanet_conv(t, L, il, rows, ld);
+    BARRIER(t);
+    deltanet_heads(t, L, il, rows, ld);
+    BARRIER(t);
+    matmul_residual(t, &L->dn_out, t->w->dn + CD, rows, VD, ld, NULL, NULL);
+}
+
+/* att *= sigmoid(wg . attn_norm(x)) (gated attention; xq[3] the prepared input), this thread's columns, then a
+ * barrier. */
+static void attention_gate(const team *t, const fg_layer *L, int64_t rows, const char *xq, size_t xs) {
+    fg_work *s = t->w;
+    int64_t QD = s->q_dim, r0, r1;
+    fg_split_rows(QD, t->nth, t->ith, ROW_ALIGN, &r0, &r1);
+    matmul(&L->wg, xq, xs, rows, s->ag, QD, r0, r1);
+    for (int64_t i = 0; i < rows; i++)
+        for (int64_t r = r0; r < r1; r++) s->att[i * QD + r] *= sigmoid_f(s->ag[i * QD + r]);
+    BARRIER(t);
+}
+
 static void layer_forward(const team *t, int il, int64_t rows) {
     const fg_model *m = t->m;
     fg_work *s = t->w;
     const fg_layer *L = &m->layers[il];
     int64_t E = m->hp.n_embd, QD = s->q_dim, F = m->hp.n_ff, r0, r1;
-    const char *xq[3];
+    const char *xq[4];
     size_t xs;
 
     if (L->conv) { /* x += conv_out . (C * conv) */
         shortconv_block(t, L, il, rows);
         BARRIER(t);
         matmul_residual(t, &L->conv_out, s->conv, rows, E, 3 * E, NULL, NULL);
+    } else if (L->deltanet) {
+        deltanet_block(t, L, il, rows);
     } else {
-        const fg_mat *qkv[3] = {&L->wq, &L->wk, &L->wv};
-        prep(t, s->x, rows, E, E, L->attn_norm, qkv, 3, xq, &xs);
+        const fg_mat *qkv[4] = {&L->wq, &L->wk, &L->wv, &L->wg};
+        prep(t, s->x, rows, E, E, L->attn_norm, qkv, L->wg.data ? 4 : 3, xq, &xs);
         if (rows == 1 && !m->hp.qk_norm_full)
             attention_one_row(t, L, il, xq, xs);
         else
             attention_rows(t, L, il, rows, xq, xs);
         BARRIER(t);
+        if (L->wg.data) attention_gate(t, L, rows, xq[3], xs);
         /* x += att . Wo (+ bo); BERT: x = LayerNorm(x) */
         matmul_residual(t, &L->wo, s->att, rows, QD, QD, L->bo, L->attn_post_norm);
         post_layernorm(t, rows, L->attn_out_norm, L->attn_out_norm_b);
@@ -1013,6 +1189,10 @@ int fg_kv_copy(const fg_model *m, fg_kv *dst, const fg_kv *src, int n) {
     size_t row = (size_t)hd * sizeof(uint16_t);
     for (int il = 0; il < m->hp.n_layer; il++) {
         const fg_layer *L = &m->layers[il];
+        if (L->deltanet) { /* the state after src's last position (the caller's n) */
+            if (n > 0) memcpy(dn_state(dst, il), dn_state(src, il), (size_t)dn_state_floats(m) * sizeof(float));
+            continue;
+        }
         if (L->conv) { /* the state: bx of the last d_conv positions */
             copy_ring((char *)conv_ring(m, dst, il), dst->n_conv_rows, (const char *)conv_ring(m, src, il),
                       src->n_conv_rows, (size_t)m->hp.n_embd * sizeof(float), n > d_conv ? n - d_conv : 0, n);
@@ -1041,7 +1221,7 @@ static int64_t state_first(const fg_model *m, int il, int n) {
 }
 
 int64_t fg_kv_state_size(const fg_model *m, int n) {
-    if (n < 0 || m->hp.n_conv > 0) return -1; /* short-convolution rings: not in this format */
+    if (n < 0 || m->hp.n_conv > 0 || m->hp.dn_conv > 0) return -1; /* recurrent states: not in this format */
     int64_t rows = 0;
     for (int il = 0; il < m->hp.n_layer; il++) rows += n - state_first(m, il, n);
     return 2 * rows * m->hp.n_head_kv * m->hp.head_dim;
@@ -1049,7 +1229,7 @@ int64_t fg_kv_state_size(const fg_model *m, int n) {
 
 /* fg_kv_save (save != 0: cache -> buf) and fg_kv_load (buf -> cache) in one walk. */
 static int kv_state_io(const fg_model *m, const fg_kv *kv, int n, uint16_t *buf, int save) {
-    if (n < 0 || n > kv->n_ctx || m->hp.n_conv > 0) return -1;
+    if (n < 0 || n > kv->n_ctx || m->hp.n_conv > 0 || m->hp.dn_conv > 0) return -1;
     int64_t hd = m->hp.head_dim;
     size_t row = (size_t)hd * sizeof(uint16_t);
     for (int il = 0; il < m->hp.n_layer; il++) {

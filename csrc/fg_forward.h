@@ -63,6 +63,21 @@ typedef struct {
      * softmax with no value; router bias (n_expert,) added to the router logits; expert biases added to each
      * expert's gate/up (n_expert, n_ff_exp) and down (n_expert, n_embd) outputs */
     const float *attn_sinks, *b_gate_inp, *b_gate_exps, *b_up_exps, *b_down_exps;
+    /* gated attention (qwen35; m->hp.attn_gate): the output of attention is multiplied by sigmoid(wg . attn_norm(x))
+     * before wo (the q projection's gate rows, split out of attn_q at load) */
+    fg_mat wg;                    /* (q_dim, n_embd) */
+    /* a gated DeltaNet layer instead of attention (qwen35; fg_hparams dn_*; S = dn_state, HK = dn_k_heads, HV =
+     * dn_v_heads, conv_dim = 2 HK S + HV S): qkv = conv silu(causal conv (dn_conv taps) of dn_qkv . h), q and k
+     * L2-normalised per head, the gated delta rule per v head h (its q/k head h mod HK) on an (S, S) state with
+     * decay exp(softplus(alpha + dn_dt) * dn_a) and rate sigmoid(beta); out = dn_out . (rmsnorm(o) * dn_norm *
+     * silu(z)), z = dn_z . h. State: the conv ring (dn_conv rows of qkv) and the (HV, S, S) matrices (fg_kv) */
+    int deltanet;                 /* 1: such a layer */
+    fg_mat dn_qkv, dn_z;          /* (conv_dim, n_embd), (HV S, n_embd) */
+    fg_mat dn_beta, dn_alpha;     /* (HV, n_embd) each */
+    fg_mat dn_out;                /* (n_embd, HV S) */
+    const float *dn_conv_w;       /* (conv_dim, dn_conv) F32 */
+    const float *dn_dt, *dn_a;    /* (HV,) each: the time-step bias and -exp(A_log) */
+    const float *dn_norm;         /* (S,) */
 } fg_layer;
 
 #define FG_ACT_SILU 0             /* ffn = silu(gate) * up (llama) */
@@ -108,6 +123,9 @@ typedef struct {
                                    * batch attention path, which holds whole rows per thread */
     int n_conv;                   /* taps of the short-convolution layers (fg_layer conv; >= 2), 0: none (lfm2's
                                    * shortconv.l_cache); their state is the last n_conv - 1 rows of bx */
+    int attn_gate;                /* 1: gated attention (fg_layer wg; qwen35) */
+    int dn_conv, dn_state, dn_k_heads, dn_v_heads; /* the DeltaNet layers' (fg_layer deltanet) conv taps (>= 2), head
+                                   * size S, q/k heads and v heads (a multiple of them); dn_conv 0: no such layers */
 } fg_hparams;
 
 /* The model: its numbers and its tensors (pointers into the mapped file). */
@@ -144,7 +162,11 @@ typedef struct {
     float *conv_cache;            /* the conv layers' rings one after another, each (n_conv_rows, n_embd) */
     int64_t *layer_row0;          /* (n_layer + 1,) first K/V row of each layer; the last entry is the total */
     int64_t *conv_row0;           /* (n_layer + 1,) the same for the conv rings' rows (same allocation) */
-    size_t bytes;                 /* of K, V and the conv rings together */
+    float *dn_cache;              /* the DeltaNet layers' states one after another, each a conv ring (dn_conv,
+                                   * conv_dim) (row = position mod dn_conv) then (dn_v_heads, S, S) matrices M[h][j][i]
+                                   * = S_h[i][j] (ggml's transposed layout); a row at position 0 starts from zeros */
+    int64_t *dn_off;              /* (n_layer + 1,) first float of each layer's state (same allocation) */
+    size_t bytes;                 /* of K, V, the conv rings and the DeltaNet states together */
 } fg_kv;
 
 /* Scratch of a forward call: the rows of one chunk (up to n_batch rows, of any sequences), per-thread private
@@ -161,6 +183,9 @@ typedef struct {
     float *gate, *up;             /* (n_batch, n_ff) */
     float *conv;                  /* (n_batch, 3 n_embd) a conv layer's B | C | xx, then C * y in the B third; NULL
                                    * without conv layers */
+    float *ag;                    /* (n_batch, q_dim) the attention gate's logits (attn_gate), else NULL */
+    float *dn;                    /* (n_batch, conv_dim + HV S + 2 HV) a DeltaNet layer's qkv | z | beta | alpha rows;
+                                   * qkv becomes the conv's silu output, z the gated normed output; NULL without */
     /* mixture of experts (NULL without): a chunk's n_batch * n_expert_used (row, expert) pairs are "slots",
      * grouped by expert (expert ascending, then row) */
     float *rlogits;               /* (n_batch, n_expert) router logits */
@@ -187,9 +212,10 @@ typedef struct {
 
 /* 0 ok, -1 allocation failure (left freed). */
 int fg_kv_init(fg_kv *kv, const fg_model *m, int n_ctx);
-/* The bytes fg_kv_init(kv, m, n_ctx) allocates for K, V and the conv rings (kv->bytes); *conv (unless NULL): those of
- * the conv rings alone. */
-size_t fg_kv_bytes(const fg_model *m, int n_ctx, size_t *conv);
+/* The bytes fg_kv_init(kv, m, n_ctx) allocates for K, V, the conv rings and DeltaNet states (kv->bytes); *conv
+ * (unless NULL): those of the short-convolution rings alone; *rec (unless NULL): those of the DeltaNet layers' states
+ * (conv rings and recurrent matrices; independent of n_ctx). */
+size_t fg_kv_bytes(const fg_model *m, int n_ctx, size_t *conv, size_t *rec);
 void fg_kv_free(fg_kv *kv);
 /* n_batch: rows per internal chunk; max_ctx: the largest n_ctx of the caches it will serve. 0 ok, -1 allocation
  * failure (left freed). */
@@ -238,7 +264,8 @@ int fg_forward_multi(const fg_model *m, fg_work *w, fg_kv *const *seqs, int n_se
 
 /* Copy positions [0, n) of every layer's K and V from src to dst (caches of the same model): rows 0..n-1 of a
  * full-attention layer, and of a sliding-window ring the last m->hp.n_swa of them (all a later query can see), each
- * to its row in dst's ring; of a conv layer's ring the last n_conv - 1 bx rows (its state at n). src must hold them
+ * to its row in dst's ring; of a conv layer's ring the last n_conv - 1 bx rows (its state at n); a DeltaNet layer's
+ * whole state (n > 0), which is that after src's last position: valid only when n is src's number of positions. src must hold them
  * (for a ring: src's newest position < n + ring rows - window).
  * Returns 0; -1 (nothing done) if n < 0, n exceeds either cache's n_ctx, or src == dst. */
 int fg_kv_copy(const fg_model *m, fg_kv *dst, const fg_kv *src, int n);
@@ -246,8 +273,8 @@ int fg_kv_copy(const fg_model *m, fg_kv *dst, const fg_kv *src, int n);
 /* A saved state's K/V: positions [0, n) in an order that does not depend on n_ctx (fastgguf.engine.state). For each
  * layer, K then V, each n_head_kv groups of rows (head_dim F16 values) for the positions a later query can see:
  * 0..n-1 of a full-attention layer, the last min(n, n_swa) of a sliding-window one (as fg_kv_copy).
- * fg_kv_state_size: the uint16 values of n positions (-1 if n < 0, or if the model has short-convolution layers,
- * whose rings a state does not hold). fg_kv_save / fg_kv_load copy them out of / into kv (buf holds
+ * fg_kv_state_size: the uint16 values of n positions (-1 if n < 0, or if the model has short-convolution or
+ * DeltaNet layers, whose states a saved state does not hold). fg_kv_save / fg_kv_load copy them out of / into kv (buf holds
  * fg_kv_state_size(m, n) values; the caller sizes it); kv must hold them (save: for a ring, its newest position
  * < n + n_swa_rows - n_swa). Return 0; -1 (nothing done) if n < 0, n > kv->n_ctx or short-convolution layers. */
 int64_t fg_kv_state_size(const fg_model *m, int n);

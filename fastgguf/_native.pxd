@@ -147,6 +147,13 @@ cdef extern from "fg_forward.h" nogil:
         const float *b_gate_exps
         const float *b_up_exps
         const float *b_down_exps
+        fg_mat wg
+        int deltanet
+        fg_mat dn_qkv, dn_z, dn_beta, dn_alpha, dn_out
+        const float *dn_conv_w
+        const float *dn_dt
+        const float *dn_a
+        const float *dn_norm
 
     ctypedef struct fg_hparams:
         int n_embd, n_layer, n_head, n_head_kv, head_dim, n_ff, n_vocab
@@ -165,6 +172,8 @@ cdef extern from "fg_forward.h" nogil:
         float moe_w_scale
         int qk_norm_full
         int n_conv
+        int attn_gate
+        int dn_conv, dn_state, dn_k_heads, dn_v_heads
 
     ctypedef struct fg_model:
         fg_hparams hp
@@ -204,7 +213,7 @@ cdef extern from "fg_forward.h" nogil:
                          const int32_t *logit_rows, int n_logit_rows, float *logits, const int32_t *hidden_rows,
                          int n_hidden_rows, float *hidden, int n_threads)
     int fg_kv_copy(const fg_model *m, fg_kv *dst, const fg_kv *src, int n)
-    size_t fg_kv_bytes(const fg_model *m, int n_ctx, size_t *conv)
+    size_t fg_kv_bytes(const fg_model *m, int n_ctx, size_t *conv, size_t *rec)
     int64_t fg_kv_state_size(const fg_model *m, int n)
     int fg_kv_save(const fg_model *m, const fg_kv *kv, int n, uint16_t *buf)
     int fg_kv_load(const fg_model *m, fg_kv *kv, int n, const uint16_t *buf)

@@ -92,6 +92,33 @@ cdef int _experts(Weights w, fg_layer *L, d, int64_t NE, int64_t FE, int64_t E, 
     return 0
 
 
+cdef int _check_slots(types, str p) except -1:
+    """Matrices quantizing one input need at most FG_MAX_SLOTS activation types (csrc prep)."""
+    dots = {fg_vec_dot_type(t) for t in types}
+    if len(dots) > FG_MAX_SLOTS:
+        raise ValueError(f"{p}: these matrices need {len(dots)} activation types; at most {FG_MAX_SLOTS} are supported")
+    return 0
+
+
+cdef int _deltanet(Weights w, fg_layer *L, d, str p) except -1:
+    """A gated DeltaNet layer's tensors (fg_layer deltanet), checked against fg_hparams dn_*."""
+    cdef const fg_hparams *hp = &w.m.hp
+    cdef int64_t E = hp.n_embd, S = hp.dn_state, HV = hp.dn_v_heads, VD = HV * S
+    cdef int64_t CD = (2 * <int64_t>hp.dn_k_heads + HV) * S
+    L.dn_qkv = _mat(w, d["dn_qkv"], CD, E, p + "attn_qkv")
+    L.dn_z = _mat(w, d["dn_z"], VD, E, p + "attn_gate")
+    L.dn_beta = _mat(w, d["dn_beta"], HV, E, p + "ssm_beta")
+    L.dn_alpha = _mat(w, d["dn_alpha"], HV, E, p + "ssm_alpha")
+    L.dn_out = _mat(w, d["dn_out"], E, VD, p + "ssm_out")
+    L.dn_conv_w = _vec2(w, d["dn_conv_w"], CD, hp.dn_conv, p + "ssm_conv1d")
+    L.dn_dt = _vec(w, d["dn_dt"], HV, p + "ssm_dt.bias")
+    L.dn_a = _vec(w, d["dn_a"], HV, p + "ssm_a")
+    L.dn_norm = _vec(w, d["dn_norm"], S, p + "ssm_norm")
+    _check_slots([L.dn_qkv.type, L.dn_z.type], p + "attn_qkv/attn_gate")
+    _check_slots([L.dn_beta.type, L.dn_alpha.type], p + "ssm_beta/ssm_alpha")
+    return 0
+
+
 cdef int _layer(Weights w, fg_layer *L, d, str p) except -1:
     """Layer d's tensors into L, each checked against its shape (Weights.__init__)."""
     cdef const fg_hparams *hp = &w.m.hp
@@ -102,11 +129,16 @@ cdef int _layer(Weights w, fg_layer *L, d, str p) except -1:
         L.conv_in = _mat(w, d["conv_in"], 3 * E, E, p + "shortconv.in_proj")
         L.conv_w = _vec2(w, d["conv_w"], E, hp.n_conv, p + "shortconv.conv")
         L.conv_out = _mat(w, d["conv_out"], E, E, p + "shortconv.out_proj")
+    elif L.deltanet:  # a gated DeltaNet layer instead of attention (Weights.__init__ set L.deltanet)
+        _deltanet(w, L, d, p)
     else:
         L.wq = _mat(w, d["wq"], QD, E, p + "attn_q")
         L.wk = _mat(w, d["wk"], KV, E, p + "attn_k")
         L.wv = _mat(w, d["wv"], KV, E, p + "attn_v")
         L.wo = _mat(w, d["wo"], E, QD, p + "attn_output")
+        if hp.attn_gate:
+            L.wg = _mat(w, d["wg"], QD, E, p + "attn_q (gate rows)")
+            _check_slots([L.wq.type, L.wk.type, L.wv.type, L.wg.type], p + "attn_q/k/v")
     L.bq = _vec(w, d.get("bq"), QD, p + "attn_q.bias")
     L.bk = _vec(w, d.get("bk"), KV, p + "attn_k.bias")
     L.bv = _vec(w, d.get("bv"), KV, p + "attn_v.bias")
@@ -177,11 +209,12 @@ cdef class Weights:
         if self.layers == NULL:
             raise MemoryError()
         swa_layers, nope_layers = frozenset(hp.swa_layers), frozenset(hp.nope_layers)
-        conv_layers = frozenset(hp.conv_layers)
+        conv_layers, dn_layers = frozenset(hp.conv_layers), frozenset(hp.dn_layers)
         for i in range(self.m.hp.n_layer):
             self.layers[i].swa = 1 if i in swa_layers else 0
             self.layers[i].nope = 1 if i in nope_layers else 0
             self.layers[i].conv = 1 if i in conv_layers else 0
+            self.layers[i].deltanet = 1 if i in dn_layers else 0
             _layer(self, &self.layers[i], layers[i], f"blk.{i}.")
         self.m.layers = self.layers
 
@@ -203,12 +236,13 @@ cdef class Weights:
         return self.m.output.data != NULL
 
     def cache_bytes(self, int n_ctx):
-        """(all, conv): the bytes of one sequence's cache of n_ctx positions (Runner.kv_bytes): K and V, and the
-        short-convolution layers' state rings, and those rings alone."""
-        cdef size_t conv = 0
+        """(all, conv, recurrent): the bytes of one sequence's cache of n_ctx positions (Runner.kv_bytes): K and V,
+        the short-convolution layers' state rings and the DeltaNet layers' states; those rings alone; those states
+        alone (their conv rings and recurrent matrices: fixed, whatever n_ctx)."""
+        cdef size_t conv = 0, rec = 0
         if n_ctx < 1:
             raise ValueError(f"n_ctx must be >= 1, got {n_ctx}")
-        return fg_kv_bytes(&self.m, n_ctx, &conv), conv
+        return fg_kv_bytes(&self.m, n_ctx, &conv, &rec), conv, rec
 
     @property
     def max_tokens(self):
@@ -288,6 +322,8 @@ cdef class Runner:
         if n_past == 0 or n_past == self.n_past:
             return True
         cdef const fg_hparams *hp = &self.weights.m.hp
+        if hp.dn_conv > 0:  # DeltaNet layers keep only the state after the last position: never mid-cache
+            return False
         rings = ((hp.n_swa, self.st.kv.n_swa_rows), (hp.n_conv - 1, self.st.kv.n_conv_rows))
         for k, (window, rows) in enumerate(rings):
             if window > 0 and max(0, n_past - window) < max(self._ring_lo[k], self.n_past - rows):
@@ -353,7 +389,8 @@ cdef class Runner:
         cdef int n = self.n_past
         cdef int64_t size = fg_kv_state_size(&self.weights.m, n)
         if size < 0:
-            raise ValueError("this model's cache has short-convolution rings, which a saved state does not hold")
+            raise ValueError("this model's cache has short-convolution rings or DeltaNet states, which a saved state "
+                             "does not hold")
         cdef cnp.ndarray[int32_t, ndim=1] ids = np.empty(n, dtype=np.int32)
         cdef cnp.ndarray[uint16_t, ndim=1] kv = np.empty(size, dtype=np.uint16)
         if n:

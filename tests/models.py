@@ -44,12 +44,16 @@ DATA = os.path.join(os.path.dirname(os.path.abspath(__file__)), "data")
 #   shortconv     lfm2: the layers in conv_layers are gated short convolutions (shortconv.in_proj, .conv of
 #                 l_cache taps, .out_proj) instead of attention, attention.head_count_kv a per-layer array (0 there),
 #                 shortconv.l_cache; the output norm is named token_embd_norm
+#   deltanet      qwen35: the layers in dn_layers are gated DeltaNet layers (attn_qkv, attn_gate, ssm_*), the others
+#                 gated attention (attn_q of q|gate rows per head, q/k norms); post_attention_norm is the FFN's norm;
+#                 ssm.* keys from Preset.ssm, rope.dimension_sections and attention.recurrent_layers
 ARCHS = {
     "llama": "", "granite": "", "gemma": "", "qwen2": "bias", "qwen3": "qk_norm", "phi3": "fused",
     "gemma2": "post_norms", "gemma3": "post_norms qk_norm",
     "qwen3moe": "qk_norm exp_ff", "qwen2moe": "shexp exp_ff", "olmoe": "qk_norm_full", "granitemoe": "",
     "gpt-oss": "bias sinks exp_ff", "smollm3": "", "lfm2": "qk_norm shortconv",
     "bert": "bias position", "nomic-bert": "fused gate",
+    "qwen35": "deltanet", "qwen35moe": "deltanet shexp exp_ff",
 }
 
 
@@ -88,6 +92,9 @@ class Preset:
     biases_first: bool = False
     conv_layers: tuple = ()   # shortconv: the short-convolution layers, and their conv's taps
     l_cache: int = 3
+    dn_layers: tuple = ()     # deltanet: the DeltaNet layers; ssm: conv taps, head size S, q/k heads, v heads
+    ssm: tuple = (4, 16, 2, 4)
+    n_rot: int = 0            # rope.dimension_count (0: head_dim)
 
 
 # the roles' spread when a preset says nothing
@@ -128,6 +135,11 @@ PRESETS = {
                     "attention.head_count", "attention.head_count_kv", "rope.dimension_count", "rope.freq_base",
                     "attention.layer_norm_rms_epsilon", "pooling_type") + EXPERT_KEYS
                    + ("classifier.output_labels", "tokenizer.chat_template.rerank"), {}, n_ff_exp=32),
+    # qwen35 / qwen35moe: DeltaNet, attention, DeltaNet (3 layers), partial rotary (8 of 16 dims); F32, wtype the
+    # matrices, experts and shared expert (qwen35moe: 4 experts of 32, 2 used, a shared expert)
+    "qwen35": Preset("qwen35", 64, 3, 4, 2, 96, 100, 128, ("vocab",) + LLAMA_KEYS + EXPERT_KEYS, {},
+                     quantized=MATRICES | {"output", "experts", "shexp"}, tied=False, vocab="no_vocab", n_used=2,
+                     n_ff_exp=32, dn_layers=(0, 2), n_rot=8),
     # bert / nomic-bert as llama.cpp's converter writes them, mean pooling, context 512 (the position embeddings'
     # rows, as all-MiniLM-L6-v2); wtype: the 2-D weights but token_types
     "encoder": Preset("bert", 64, 2, 4, 4, 96, 100, 512,
@@ -202,7 +214,8 @@ def _metadata(w, p, parts, vocab, pooling, head, shared, meta):
         "block_count": p.n_layer, "context_length": p.n_ctx, "embedding_length": p.n_embd,
         "feed_forward_length": p.n_ff_exp if moe and "exp_ff" not in parts else p.n_ff,
         "attention.head_count": p.n_head, "attention.head_count_kv": p.n_head_kv,
-        "rope.freq_base": None if "position" in parts else p.rope_base, "rope.dimension_count": p.n_embd // p.n_head,
+        "rope.freq_base": None if "position" in parts else p.rope_base,
+        "rope.dimension_count": p.n_rot or p.n_embd // p.n_head,
         "attention.layer_norm_rms_epsilon": 1e-5, "attention.layer_norm_epsilon": 1e-12, "attention.causal": False,
         "tokenizer.ggml.token_type_count": 2, "general.file_type": 1,   # 1: mostly F16
         "pooling_type": 1 if p.layer == "encoder" and pooling is None else pooling,   # encoders: mean
@@ -215,6 +228,12 @@ def _metadata(w, p, parts, vocab, pooling, head, shared, meta):
     if "shortconv" in parts:   # per layer: 0 KV heads in a conv layer
         values["attention.head_count_kv"] = [0 if i in p.conv_layers else p.n_head_kv for i in range(p.n_layer)]
         meta = {"shortconv.l_cache": p.l_cache, **(meta or {})}
+    if "deltanet" in parts:
+        dc, S, hk, hv = p.ssm
+        meta = {"ssm.conv_kernel": dc, "ssm.state_size": S, "ssm.group_count": hk, "ssm.time_step_rank": hv,
+                "ssm.inner_size": hv * S, "rope.dimension_sections": [p.n_rot // 8, p.n_rot // 8, p.n_rot // 8, 0]
+                if p.n_rot % 8 == 0 else [p.n_rot // 2, 0, 0, 0],
+                "attention.recurrent_layers": [i in p.dn_layers for i in range(p.n_layer)], **(meta or {})}
     meta = dict(meta or {})
     n_vocab = p.n_vocab
     for key in p.keys:
@@ -374,12 +393,14 @@ def _decoder(t, p, parts, n_vocab, tied, rope_freqs, router, shared, head, nan_e
         b = f"blk.{i}."
         if i in p.conv_layers:
             _shortconv(t, p, b)
+        elif "deltanet" in parts:
+            _deltanet(t, p, b) if i in p.dn_layers else _gated_attention(t, p, b)
         else:
             _attention(t, p, parts, b)
         if "post_norms" in parts:
             t.add(b + "post_attention_norm.weight", (E,), "norm")
             t.add(b + "post_ffw_norm.weight", (E,), "norm")
-        t.add(b + ("post_attention_norm.weight" if "sinks" in parts else "ffn_norm.weight"), (E,), "norm")
+        t.add(b + ("post_attention_norm.weight" if parts & {"sinks", "deltanet"} else "ffn_norm.weight"), (E,), "norm")
         if p.n_expert:
             _experts(t, p, parts, b, i, router, shared)
         elif "fused" in parts:
@@ -439,6 +460,35 @@ def _shortconv(t, p, b):
     t.add(b + "shortconv.in_proj.weight", (3 * E, E), "matrix")                 # (3 n_embd, n_embd)
     t.add(b + "shortconv.conv.weight", (E, p.l_cache), "conv")                  # (n_embd, l_cache), F32
     t.add(b + "shortconv.out_proj.weight", (E, E), "matrix")
+
+
+def _deltanet(t, p, b):
+    """qwen35's gated DeltaNet layer: norm, qkv and z projections, conv kernel, dt bias, A (negative), beta and alpha
+    projections, the head norm, the output projection."""
+    E, (dc, S, hk, hv) = p.n_embd, p.ssm
+    cd, vd = (2 * hk + hv) * S, hv * S
+    t.add(b + "attn_norm.weight", (E,), "norm")
+    t.add(b + "attn_qkv.weight", (cd, E), "matrix")                              # q | k | v (conv_dim, n_embd)
+    t.add(b + "attn_gate.weight", (vd, E), "matrix")                             # z (HV S, n_embd)
+    t.add(b + "ssm_conv1d.weight", (cd, dc), "conv")                             # (conv_dim, conv_kernel), F32
+    t.add(b + "ssm_dt.bias", (hv,), "bias")
+    t.add(b + "ssm_a", (hv,), "bias", a=-np.exp(t.draw((hv,), "bias")))         # -exp(A_log)
+    t.add(b + "ssm_beta.weight", (hv, E), "matrix")
+    t.add(b + "ssm_alpha.weight", (hv, E), "matrix")
+    t.add(b + "ssm_norm.weight", (S,), "head_norm")
+    t.add(b + "ssm_out.weight", (E, vd), "matrix")                               # (n_embd, HV S)
+
+
+def _gated_attention(t, p, b):
+    """qwen35's gated attention: attn_q holds per head q then its gate (2 n_head head_dim rows), q/k norms."""
+    E, hd = p.n_embd, p.n_embd // p.n_head
+    t.add(b + "attn_norm.weight", (E,), "norm")
+    t.add(b + "attn_q.weight", (2 * p.n_head * hd, E), "qk")
+    t.add(b + "attn_k.weight", (p.n_head_kv * hd, E), "qk")
+    t.add(b + "attn_v.weight", (p.n_head_kv * hd, E), "matrix")
+    t.add(b + "attn_q_norm.weight", (hd,), "head_norm")
+    t.add(b + "attn_k_norm.weight", (hd,), "head_norm")
+    t.add(b + "attn_output.weight", (E, p.n_head * hd), "matrix")
 
 
 def _sinks(t, p, b):

@@ -39,7 +39,17 @@ class Oracle:
         self.n_ctx_orig = md.get(f"{a}.rope.scaling.original_context_length", n_ctx_train) or n_ctx_train
         self.attn_factor = md.get(f"{a}.rope.scaling.attn_factor", 1.0)
         self.neox = a in ("qwen2", "qwen3", "qwen2moe", "qwen3moe", "olmoe", "gemma", "gemma2", "gemma3", "phi3",
-                          "nomic-bert", "gpt-oss", "lfm2")
+                          "nomic-bert", "gpt-oss", "lfm2", "qwen35", "qwen35moe")
+        # qwen35 (fastgguf/arch/qwen35.py): gated DeltaNet layers (attention.recurrent_layers, else all but every
+        # full_attention_interval-th), gated attention elsewhere, post_attention_norm as the FFN's norm
+        self.qwen35 = a in ("qwen35", "qwen35moe")
+        rec = md.get(f"{a}.attention.recurrent_layers")
+        every = md.get(f"{a}.full_attention_interval", 4)
+        self.dn = [self.qwen35 and (bool(rec[i]) if rec is not None else (i + 1) % every != 0)
+                   for i in range(self.n_layer)]
+        if self.qwen35:
+            self.ssm = {k: md[f"{a}.ssm.{k}"] for k in ("conv_kernel", "state_size", "group_count",
+                                                        "time_step_rank")}
         # granite (llama.cpp's granite.cpp): embeddings * embedding_scale, scores * attention.scale (instead of
         # 1/sqrt(head_dim)), attention and FFN outputs * residual_scale, logits / logit_scale; 0/absent: none
         self.embd_scale = md.get(f"{a}.embedding_scale", 0.0) or 1.0
@@ -81,7 +91,7 @@ class Oracle:
         for l in range(self.n_layer):   # phi3's fused matrices: q|k|v rows, gate|up rows
             p = f"blk.{l}."
             for kind in ("weight", "bias"):
-                if p + f"attn_qkv.{kind}" in self.w:
+                if p + f"attn_qkv.{kind}" in self.w and not self.qwen35:   # qwen35's is its DeltaNet's
                     qkv = self.w.pop(p + f"attn_qkv.{kind}")
                     for x in "qkv":
                         self.types[p + f"attn_{x}.{kind}"] = self.types[p + f"attn_qkv.{kind}"]
@@ -239,9 +249,11 @@ class Oracle:
             h = self.rmsnorm(x, W[p + "attn_norm.weight"])
             if self.conv[l]:
                 x = x + self.shortconv(h, p)
+            elif self.dn[l]:
+                x = x + self.deltanet(h, p)
             else:
                 x = x + self.attention(h, p, l, pos, n_ctx or n, mask, window, kv_f16) * self.residual_scale
-            h = self.rmsnorm(x, W[p + ("post_attention_norm.weight" if self.oss else "ffn_norm.weight")])
+            h = self.rmsnorm(x, W[p + ("post_attention_norm.weight" if self.oss or self.qwen35 else "ffn_norm.weight")])
             if self.n_expert:
                 o = self.moe(h, p)
             else:
@@ -268,10 +280,43 @@ class Oracle:
         y = np.stack([sum(k[:, i] * bx[t + i] for i in range(L)) for t in range(len(h))])
         return (c * y) @ W[p + "shortconv.out_proj.weight"].T
 
+    def deltanet(self, h, p):
+        """qwen35's gated DeltaNet of rows h (n, n_embd) from a zero state (llama.cpp's build_layer_attn_linear,
+        ggml_ssm_conv, ggml_gated_delta_net): qkv = silu(causal conv of h attn_qkv), q and k L2-normalised per head,
+        per v head h (q/k head h mod group_count): S = S exp(g) + k ((v - S^T k) beta)^T, o = S^T q / sqrt(S),
+        g = softplus(h alpha + dt) A, beta = sigmoid(h beta); out = (rmsnorm(o) * silu(z)) ssm_out."""
+        W, n = self.w, len(h)
+        L, S, HK, HV = (self.ssm[k] for k in ("conv_kernel", "state_size", "group_count", "time_step_rank"))
+        qkv = h @ W[p + "attn_qkv.weight"].T
+        z = (h @ W[p + "attn_gate.weight"].T).reshape(n, HV, S)
+        beta = 1 / (1 + np.exp(-(h @ W[p + "ssm_beta.weight"].T)))
+        g = np.log1p(np.exp(h @ W[p + "ssm_alpha.weight"].T + W[p + "ssm_dt.bias"])) * W[p + "ssm_a"]
+        k = W[p + "ssm_conv1d.weight"]                                  # (conv_dim, L)
+        xp = np.concatenate([np.zeros((L - 1, qkv.shape[1])), qkv])
+        y = np.stack([sum(k[:, i] * xp[t + i] for i in range(L)) for t in range(n)])
+        y = y / (1 + np.exp(-y))
+        q, kk = y[:, :HK * S].reshape(n, HK, S), y[:, HK * S:2 * HK * S].reshape(n, HK, S)
+        v = y[:, 2 * HK * S:].reshape(n, HV, S)
+        q = q / np.sqrt((q * q).sum(-1, keepdims=True) + self.eps)
+        kk = kk / np.sqrt((kk * kk).sum(-1, keepdims=True) + self.eps)
+        st, o = np.zeros((HV, S, S)), np.empty((n, HV, S))
+        for t in range(n):
+            for hh in range(HV):
+                a, b = q[t, hh % HK], kk[t, hh % HK]
+                st[hh] *= np.exp(g[t, hh])
+                st[hh] += np.outer(b, (v[t, hh] - st[hh].T @ b) * beta[t, hh])
+                o[t, hh] = st[hh].T @ a / np.sqrt(S)
+        o = self.rmsnorm(o, W[p + "ssm_norm.weight"]) * (z / (1 + np.exp(-z)))
+        return o.reshape(n, HV * S) @ W[p + "ssm_out.weight"].T
+
     def attention(self, h, p, l, pos, n_ctx, mask, window, kv_f16):
         """Layer l's attention output (before the residual add) of normed rows h."""
         W, n, hd, H, KVH = self.w, len(h), self.head_dim, self.n_head, self.n_head_kv
         q = h @ W[p + "attn_q.weight"].T + W.get(p + "attn_q.bias", 0)
+        gate = None
+        if self.qwen35:                        # per head q then its gate (sigmoid-gated output)
+            q4 = q.reshape(n, H, 2, hd)
+            q, gate = q4[:, :, 0].reshape(n, H * hd), q4[:, :, 1].reshape(n, H * hd)
         k = h @ W[p + "attn_k.weight"].T + W.get(p + "attn_k.bias", 0)
         v = h @ W[p + "attn_v.weight"].T + W.get(p + "attn_v.bias", 0)
         q, k = q.reshape(n, H, hd), k.reshape(n, KVH, hd)
@@ -300,8 +345,11 @@ class Oracle:
             s = np.exp(s - mx)
             s /= s.sum(axis=1, keepdims=True) + (0 if sink is None else np.exp(sink[hh] - mx))
             att[:, hh, :] = s @ v[:, g, :]
-        o = att.reshape(n, H * hd) @ W[p + "attn_output.weight"].T + W.get(p + "attn_output.bias", 0)
-        if p + "post_attention_norm.weight" in W and not self.oss:
+        att = att.reshape(n, H * hd)
+        if gate is not None:
+            att = att / (1 + np.exp(-gate))
+        o = att @ W[p + "attn_output.weight"].T + W.get(p + "attn_output.bias", 0)
+        if p + "post_attention_norm.weight" in W and not (self.oss or self.qwen35):
             o = self.rmsnorm(o, W[p + "post_attention_norm.weight"])
         return o
 

@@ -22,7 +22,7 @@ ACTIVATIONS = ("silu", "gelu_tanh", "swiglu_oai")
 GATINGS = ("softmax", "sigmoid", "softmax_weight")
 # Hparams fields without an fg_hparams field of their name: Python's alone, or folded into others by as_c()
 NOT_IN_C = ("arch", "n_ctx_train", "pooling", "n_cls_out", "rank_softmax", "causal", "swa_layers", "n_ff_shexp",
-            "nope_layers", "conv_layers")
+            "nope_layers", "conv_layers", "dn_layers")
 
 
 @dataclass(frozen=True)
@@ -85,6 +85,14 @@ class Hparams:
     # state: the last n_conv - 1 inputs); n_head_kv is then the attention layers' count
     conv_layers: tuple = ()
     n_conv: int = 0
+    # qwen35: gated attention (the q projection's gate rows: attention output times sigmoid(gate)) and gated
+    # DeltaNet layers instead of attention (their indices; conv taps, head size S, q/k heads, v heads)
+    attn_gate: bool = False
+    dn_layers: tuple = ()
+    dn_conv: int = 0
+    dn_state: int = 0
+    dn_k_heads: int = 0
+    dn_v_heads: int = 0
 
     def check(self):
         """Raise ValueError on values the forward pass cannot run. A file's values are refused before, by Arch's
@@ -108,6 +116,13 @@ class Hparams:
             raise ValueError(f"short-convolution taps {self.n_conv} out of range [2, {MAX_CONV}]")
         if conv_layers and (set(conv_layers) & set(swa_layers) or not self.causal):
             raise ValueError("short-convolution layers must be causal and not sliding-window layers")
+        dn_layers = tuple(self.dn_layers)
+        if any(i < 0 or i >= self.n_layer for i in dn_layers) or set(dn_layers) & (set(conv_layers) | set(swa_layers)):
+            raise ValueError(f"DeltaNet layers {dn_layers} out of range or also another kind")
+        if dn_layers and not (2 <= self.dn_conv <= MAX_CONV and self.dn_state >= 1 and self.dn_k_heads >= 1
+                              and self.dn_v_heads % self.dn_k_heads == 0 and self.causal):
+            raise ValueError(f"DeltaNet: conv taps {self.dn_conv} (2..{MAX_CONV}), head size {self.dn_state}, "
+                             f"v heads {self.dn_v_heads} a multiple of k heads {self.dn_k_heads}, causal")
         if swa_layers and self.n_swa < 1:
             raise ValueError(f"sliding window {self.n_swa} must be >= 1")
         if not self.causal and swa_layers:
@@ -132,6 +147,7 @@ class Hparams:
             ffn_act=ACTIVATIONS.index(self.ffn_act),
             n_swa=self.n_swa if self.swa_layers else 0,
             n_conv=self.n_conv if self.conv_layers else 0,
+            dn_conv=self.dn_conv if self.dn_layers else 0,
             non_causal=0 if self.causal else 1,
             n_expert_used=self.n_expert_used if moe else 0,
             n_ff_exp=self.n_ff_exp if moe else 0,
@@ -502,12 +518,17 @@ class Arch:
             layers.append(d)
         out["layers"] = layers
         out["classifier"] = self.classifier(hp, take)
-        unused = [n for n in names if n not in used]
+        unused = [n for n in names if n not in used and not self.skipped_tensor(n, hp)]
         if unused:
             more = f" (and {len(unused) - 5} more)" if len(unused) > 5 else ""
             raise GGUFError(f"architecture {self.name!r}: tensors fastgguf does not know how to use: "
                             f"{', '.join(unused[:5])}{more}")
         return out
+
+    def skipped_tensor(self, name, hp):
+        """Whether tensor `name` is one this architecture knowingly does not run (e.g. qwen35's MTP blocks): not
+        an unused-tensor error. Default: none."""
+        return False
 
     def layer_roles(self, hp, i):
         """Layer i's required tensors, role -> name inside blk.i: layer_tensors (with experts, less the shared
