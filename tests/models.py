@@ -233,7 +233,7 @@ def _metadata(w, p, parts, vocab, pooling, head, shared, meta):
         meta = {"ssm.conv_kernel": dc, "ssm.state_size": S, "ssm.group_count": hk, "ssm.time_step_rank": hv,
                 "ssm.inner_size": hv * S, "rope.dimension_sections": [p.n_rot // 8, p.n_rot // 8, p.n_rot // 8, 0]
                 if p.n_rot % 8 == 0 else [p.n_rot // 2, 0, 0, 0],
-                "attention.recurrent_layers": [i in p.dn_layers for i in range(p.n_layer)], **(meta or {})}
+                **_layer_pattern(p), **(meta or {})}
     meta = dict(meta or {})
     n_vocab = p.n_vocab
     for key in p.keys:
@@ -247,6 +247,15 @@ def _metadata(w, p, parts, vocab, pooling, head, shared, meta):
     for key, value in meta.items():
         _add(w, f"{p.arch}.{key}", value)
     return n_vocab
+
+
+def _layer_pattern(p):
+    """qwen35's layer kinds: full_attention_interval when dn_layers is every layer but each k-th (as converted
+    files say it), else attention.recurrent_layers (one boolean per layer)."""
+    for k in range(2, p.n_layer + 2):
+        if p.dn_layers == tuple(i for i in range(p.n_layer) if (i + 1) % k):
+            return {"full_attention_interval": k}
+    return {"attention.recurrent_layers": [i in p.dn_layers for i in range(p.n_layer)]}
 
 
 def _add(w, key, value, vtype=None):

@@ -3,10 +3,11 @@ tools/make_tiny_references.py (llama.cpp through llama-cpp-python's bindings, fl
 committed in tests/data/tiny-references.json. The files are rebuilt here (tests/models.py), byte for byte, from
 CASES, and run teacher-forced through both of fastgguf's paths: the prompt in one call, and one token per call.
 
-Each case: F32 weights (llama-mxfp4: MXFP4 matrices, lfm2-q8_0: Q8_0), 2-5 layers, n_embd 64, 4 query heads of 16,
-vocabulary 100; GQA (2 KV heads) or MHA, tied or untied output. The mixtures of experts (preset "moe"): experts F32,
-Q8_0 or Q4_K (n_embd 256 there), 8 experts 2 used or 128 used 8. Tolerance: llama.cpp's own flash on/off spread on
-the same file, see test_matches_llama_cpp.
+Each case: F32 weights (llama-mxfp4: MXFP4 matrices, lfm2-q8_0 and qwen35-q8_0: Q8_0), 2-5 layers, n_embd 64, 4
+query heads of 16, vocabulary 100; GQA (2 KV heads) or MHA, tied or untied output. The mixtures of experts (preset
+"moe"): experts F32, Q8_0 or Q4_K (n_embd 256 there), 8 experts 2 used or 128 used 8; qwen35 / qwen35moe (preset
+"qwen35": gated DeltaNet and gated attention layers). Tolerance: llama.cpp's own flash on/off spread on the same
+file, see test_matches_llama_cpp.
 
 Where llama.cpp is off, it is llama.cpp: both its attention paths round Q to F16 for the products with the F16 K
 cache (ggml's vec_dot_type of F16 is F16; fastgguf keeps Q in F32), and its flash path also sums V in F16. On these
@@ -70,6 +71,11 @@ CASES = {
                   "meta": {"attention.sliding_window": 5}}, [256]),
     # Q8_0 matrices (in_proj, out_proj among them; the conv kernel F32): activations quantized as llama.cpp's
     "lfm2-q8_0": ({"arch": "lfm2", "n_layer": 4, "conv_layers": (0, 1, 3), "wtype": "Q8_0"}, [256]),
+    # gated DeltaNet, gated attention, DeltaNet (preset "qwen35": 4 conv taps, S 16, 2 q/k heads, 4 v heads; rope
+    # on 8 of 16 dims); the MoE one (4 experts 2 used, a shared expert of 32); Q8_0 matrices
+    "qwen35": ({"preset": "qwen35"}, [256]),
+    "qwen35moe": ({"preset": "qwen35", "arch": "qwen35moe", "n_expert": 4, "shared": 32}, [256]),
+    "qwen35-q8_0": ({"preset": "qwen35", "wtype": "Q8_0"}, [256]),
 }
 # mixtures of experts (models.build options of preset "moe" under "moe"): 8 experts, 2 used unless said
 CASES.update({
@@ -96,7 +102,8 @@ def build(name, path):
     opts, _ = CASES[name]
     if "moe" in opts:
         return models.build(path, "moe", seed=11, **opts["moe"])
-    return models.build(path, vocab="no_vocab", seed=11, **opts)
+    opts = dict(opts)
+    return models.build(path, opts.pop("preset", "tiny"), vocab="no_vocab", seed=11, **opts)
 
 
 @pytest.fixture(scope="module")
