@@ -23,14 +23,16 @@ with _harness.instrumented():
     from fastgguf.gguf import GGUFError, GGUFValueType, GGUFWriter  # noqa: E402
 
 E, H, KVH, HD, F, NV = 32, 2, 1, 16, 32, 16
-ARCHS = ("llama", "qwen2", "qwen3", "qwen3moe", "granitemoe", "gpt-oss", "lfm2")   # new ones last (the corpus)
+ARCHS = ("llama", "qwen2", "qwen3", "qwen3moe", "granitemoe", "gpt-oss", "lfm2", "qwen35")  # new ones last (corpus)
 NE = 4  # experts of the mixture-of-experts archs
 KEYS = ("expert_count", "expert_used_count", "expert_feed_forward_length", "expert_shared_feed_forward_length",
         "logit_scale", "residual_scale", "embedding_scale", "attention.scale","block_count", "context_length", "embedding_length", "feed_forward_length", "attention.head_count",
         "attention.head_count_kv", "attention.key_length", "attention.value_length", "rope.dimension_count",
         "rope.freq_base", "attention.layer_norm_rms_epsilon", "rope.scaling.type", "rope.scaling.factor",
         "rope.scale_linear", "attention.sliding_window", "attention.sliding_window_pattern", "rope.freq_base_swa",
-        "shortconv.l_cache")
+        "shortconv.l_cache", "ssm.conv_kernel", "ssm.state_size", "ssm.group_count", "ssm.time_step_rank",
+        "ssm.inner_size", "full_attention_interval", "attention.recurrent_layers", "rope.dimension_sections",
+        "nextn_predict_layers")
 BASE = {"block_count": 1, "context_length": 64, "embedding_length": E, "feed_forward_length": F,
         "attention.head_count": H, "attention.head_count_kv": KVH, "rope.dimension_count": HD,
         "rope.freq_base": 10000.0, "attention.layer_norm_rms_epsilon": 1e-5}
@@ -65,8 +67,25 @@ _LFM2_TENSORS = {n.replace("output_norm", "token_embd_norm"): s for n, s in _TEN
                  if not n.startswith("blk.0.attn_") or n.endswith("norm.weight")}
 _LFM2_TENSORS.update({"blk.0.shortconv.in_proj.weight": (3 * E, E), "blk.0.shortconv.conv.weight": (E, 3),
                       "blk.0.shortconv.out_proj.weight": (E, E)})
+# qwen35: layer 0 a gated DeltaNet (conv 3 taps, S 8, 1 q/k head, 2 v heads), layer 1 gated attention (attn_q: q and
+# gate rows per head), post_attention_norm the FFN's norm; IMROPE sections covering every rotated pair
+QWEN35_BASE = {"block_count": 2, "ssm.conv_kernel": 3, "ssm.state_size": 8, "ssm.group_count": 1,
+               "ssm.time_step_rank": 2, "ssm.inner_size": 16, "full_attention_interval": 2}
+_QWEN35_TENSORS = {"token_embd.weight": (NV, E), "output_norm.weight": (E,)}
+for _i in range(2):
+    _b = f"blk.{_i}."
+    _QWEN35_TENSORS.update({_b + "attn_norm.weight": (E,), _b + "post_attention_norm.weight": (E,),
+                            _b + "ffn_gate.weight": (F, E), _b + "ffn_up.weight": (F, E),
+                            _b + "ffn_down.weight": (E, F)})
+_QWEN35_TENSORS.update({"blk.0.attn_qkv.weight": (32, E), "blk.0.attn_gate.weight": (16, E),
+                        "blk.0.ssm_conv1d.weight": (32, 3), "blk.0.ssm_dt.bias": (2,), "blk.0.ssm_a": (2,),
+                        "blk.0.ssm_beta.weight": (2, E), "blk.0.ssm_alpha.weight": (2, E),
+                        "blk.0.ssm_norm.weight": (8,), "blk.0.ssm_out.weight": (E, 16),
+                        "blk.1.attn_q.weight": (2 * H * HD, E), "blk.1.attn_k.weight": (KVH * HD, E),
+                        "blk.1.attn_v.weight": (KVH * HD, E), "blk.1.attn_output.weight": (E, H * HD),
+                        "blk.1.attn_q_norm.weight": (HD,), "blk.1.attn_k_norm.weight": (HD,)})
 _DATA = {n: (_RNG.standard_normal(s) * 0.3).astype(np.float32)
-         for n, s in {**_TENSORS, **_MOE_TENSORS, **_OSS_TENSORS, **_LFM2_TENSORS}.items()}
+         for n, s in {**_TENSORS, **_MOE_TENSORS, **_OSS_TENSORS, **_LFM2_TENSORS, **_QWEN35_TENSORS}.items()}
 _fd, _PATH = tempfile.mkstemp(suffix=".gguf")
 os.close(_fd)
 
@@ -102,12 +121,15 @@ def build(data):
     src = Bytes(data)
     arch = ARCHS[src.byte() % len(ARCHS)]
     moe = arch in ("qwen3moe", "granitemoe")
-    base = dict(BASE, **MOE_BASE) if moe else dict(BASE, **OSS_BASE) if arch == "gpt-oss" else dict(BASE)
+    base = dict(BASE, **MOE_BASE) if moe else dict(BASE, **OSS_BASE) if arch == "gpt-oss" else \
+        dict(BASE, **QWEN35_BASE) if arch == "qwen35" else dict(BASE)
     if arch == "granitemoe":
         base["logit_scale"] = 2.0
     md = {k: (v, V.FLOAT32 if isinstance(v, float) else V.UINT32) for k, v in base.items()}
     if arch == "lfm2":
         md.update({"attention.head_count_kv": ([0], V.ARRAY, V.INT32), "shortconv.l_cache": (3, V.UINT32)})
+    if arch == "qwen35":
+        md["rope.dimension_sections"] = ([3, 3, 2, 0], V.ARRAY, V.INT32)
     for _ in range(src.byte() % 6):
         key = KEYS[src.byte() % len(KEYS)]
         op = src.byte() % 8
@@ -126,8 +148,8 @@ def build(data):
             w.add_array(f"{arch}.{k}", spec[0], spec[2])
         else:
             w.add_value(f"{arch}.{k}", spec[0], spec[1])
-    for name in (_MOE_TENSORS if moe else _OSS_TENSORS if arch == "gpt-oss" else _LFM2_TENSORS if arch == "lfm2"
-                 else _TENSORS):
+    tensors = _QWEN35_TENSORS if arch == "qwen35" else _LFM2_TENSORS if arch == "lfm2" else _TENSORS
+    for name in (_MOE_TENSORS if moe else _OSS_TENSORS if arch == "gpt-oss" else tensors):
         w.add_tensor(name, _DATA[name])
     w.write(_PATH)
 
