@@ -190,6 +190,8 @@ cdef extern from "fg_forward.h" nogil:
 
     ctypedef struct fg_kv:
         int n_ctx, n_swa_rows, n_conv_rows
+        float *dn_cache
+        int64_t *dn_off
         size_t bytes
 
     ctypedef struct fg_work:

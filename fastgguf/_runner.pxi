@@ -372,6 +372,33 @@ cdef class Runner:
         self.n_past = n
         self._windows_filled(n)
 
+    def snapshot(self):
+        """What restore() needs to bring the cache back to now: (n_past, the token ids, a copy of the DeltaNet
+        layers' states (float32; empty without such layers)). Taken before a forward whose rows may be dropped
+        (speculative drafts): a recurrent state cannot be rewound, only restored."""
+        cdef int64_t n = self.st.kv.dn_off[self.weights.m.hp.n_layer]
+        cdef cnp.ndarray[float, ndim=1] states = np.empty(n, dtype=np.float32)
+        if n:
+            memcpy(&states[0], self.st.kv.dn_cache, n * sizeof(float))
+        return self.n_past, self.tokens, states
+
+    def restore(self, snap):
+        """Bring the cache back to a snapshot() of it taken at n_past <= now, with the same tokens since: its
+        DeltaNet states copied back and n_past set (the attention layers' later rows are dropped as by a rewind).
+        Without DeltaNet layers it is rewind(n_past). ValueError (nothing changed) if the snapshot does not fit."""
+        n_past, ids, states = snap
+        cdef cnp.ndarray[float, ndim=1] st = np.ascontiguousarray(states, dtype=np.float32)
+        cdef int64_t n = self.st.kv.dn_off[self.weights.m.hp.n_layer]
+        if not 0 <= n_past <= self.n_past or st.shape[0] != n or list(ids) != self.tokens[:n_past]:
+            raise ValueError("the snapshot is not of this cache's tokens (or holds other states)")
+        if n == 0:
+            self.rewind(n_past)
+            return
+        memcpy(self.st.kv.dn_cache, &st[0], n * sizeof(float))
+        self._ring_lo[0] = max(self._ring_lo[0], self.n_past - self.st.kv.n_swa_rows)
+        self._ring_lo[1] = max(self._ring_lo[1], self.n_past - self.st.kv.n_conv_rows)
+        self.n_past = n_past
+
     cdef void _windows_filled(self, int n):
         """The cache holds n positions of which the rings hold only the last window (copy_prefix, load_kv)."""
         self._ring_lo[0] = max(0, n - self.weights.m.hp.n_swa)

@@ -176,6 +176,10 @@ class Speculation:
         self.drafter, self.ctx = drafter, ctx
         self._ops = (ctx.rewind, ctx.reset, ctx.eval) if guarded else (ctx._rewind, ctx._reset, ctx._eval)
         self.drafts = []
+        # a model with recurrent (DeltaNet) state cannot rewind over rejected drafts: a snapshot of the cache
+        # before each forward with drafts is restored instead, and the accepted tokens evaluated again
+        self._recurrent = bool(getattr(ctx.model.hparams, "dn_layers", ()))
+        self._snap = None
 
     def inputs(self, tok, seq):
         """The tokens of seq's next forward: tok (its next token, sampled, not yet evaluated) and the drafts that
@@ -189,6 +193,7 @@ class Speculation:
                 self.drafts = self.drafter.propose(k) if k > 0 else []
             except Exception:  # noqa: BLE001 - see the class docstring
                 self.drafter = None
+        self._snap = self.ctx.runner.snapshot() if self._recurrent and self.drafts else None
         return [tok] + self.drafts
 
     def verify(self, rows, step):
@@ -214,11 +219,19 @@ class Speculation:
         return Verified(steps, len(drafts), len(steps) - 1 + hit)
 
     def _truncate(self, keep):
-        """Drop the cache's rows after the first `keep` (rejected drafts): a rewind, or where sliding-window layers
-        no longer hold the positions before it, those tokens evaluated again from a fresh cache."""
+        """Drop the cache's rows after the first `keep` (rejected drafts): a rewind; with recurrent (DeltaNet)
+        layers the snapshot taken before the forward restored and the accepted tokens after it evaluated again; or
+        where sliding-window layers no longer hold the positions before it, those tokens evaluated again from a
+        fresh cache."""
         rewind, reset, evaluate = self._ops
+        snap, self._snap = self._snap, None
         if self.ctx.reusable(keep) == keep:
             rewind(keep)
+        elif snap is not None and snap[0] <= keep:
+            tokens = list(self.ctx.tokens[snap[0]:keep])
+            self.ctx.runner.restore(snap)
+            if tokens:
+                evaluate(tokens)
         else:
             tokens = list(self.ctx.tokens[:keep])
             reset()

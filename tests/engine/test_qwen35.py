@@ -83,6 +83,44 @@ def test_recurrent_state_contract(model, full):
     np.testing.assert_array_equal(ctx.eval(IDS, all_logits=True), full)
 
 
+def test_snapshot_restore(model, full):
+    """A snapshot taken at n_past, then more tokens, then restore: the cache is back at n_past (DeltaNet states
+    copied back, the attention rows after it dropped) and continues bit for bit; a snapshot of other tokens or a
+    later position is refused."""
+    ctx = model.context(64)
+    ctx.eval(IDS[:20])
+    snap = ctx.runner.snapshot()
+    ctx.eval(IDS[::-1][:9])
+    ctx.runner.restore(snap)
+    assert ctx.n_past == 20 and ctx.tokens == IDS[:20]
+    np.testing.assert_array_equal(ctx.eval(IDS[20:], all_logits=True), full[20:])
+    other = model.context(64)
+    other.eval(IDS[::-1][:25])
+    with pytest.raises(ValueError, match="snapshot"):
+        other.runner.restore(snap)
+    ctx.reset()
+    with pytest.raises(ValueError, match="snapshot"):
+        ctx.runner.restore(snap)
+
+
+def test_rejected_drafts_restore_the_snapshot(model, full):
+    """Speculation drops rejected rows of a recurrent model by restoring the snapshot taken before the forward and
+    evaluating the accepted tokens again (no reset: it would raise here), landing where plain decoding is."""
+    from fastgguf.engine.speculative import Speculation
+    ctx = model.context(64)
+    ctx.eval(IDS[:10])
+
+    def no_reset():
+        raise AssertionError("reset")
+    ctx.reset = no_reset
+    spec = Speculation(None, ctx)
+    spec.drafts, spec._snap = [1], ctx.runner.snapshot()
+    ctx.eval(IDS[10:15])                      # the next token and 4 drafts
+    spec._truncate(12)                        # 2 kept
+    assert ctx.n_past == 12 and ctx.tokens == IDS[:12] and spec._snap is None
+    np.testing.assert_array_equal(ctx.eval(IDS[12:], all_logits=True), full[12:])
+
+
 def test_saved_state_refused(model, tmp_path):
     from fastgguf.engine.state import StateError
     ctx = model.context(32)
@@ -105,14 +143,17 @@ def chat_model(tmp_path_factory):
 
 
 def test_speculative_decoding_equals_plain(chat_model, tmp_path):
-    """Drafts rejected (a random draft model: the target re-evaluates from a fresh state), accepted (the model
-    drafting itself) or looked up in the prompt: the greedy output stays plain decoding's."""
+    """Drafts rejected (a random draft model: the target restores its snapshot from before the forward and evaluates
+    the accepted tokens again), accepted (the model drafting itself) or looked up in the prompt: the greedy output
+    stays plain decoding's."""
     noise = Model(models.build(tmp_path / "n.gguf", "vocab", vocab="llama-bpe", seed=3), n_threads=1)
     prompt = "one two three four one two three four one two"
     ref = chat_model.generate(prompt, temperature=0, max_tokens=16)
     for spec in (noise, chat_model, "prompt_lookup"):
         r = chat_model.generate(prompt, temperature=0, max_tokens=16, speculative=spec, draft_max=4)
         assert r.token_ids == ref.token_ids, spec
+        if spec is noise:
+            assert r.timings.draft_accepted < r.timings.draft_tokens
 
 
 def test_scheduler_n2_equals_plain(chat_model):
