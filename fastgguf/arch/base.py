@@ -196,6 +196,7 @@ class Arch:
     # model-level tensors besides token_embd: role -> (name, required); encoders change these
     model_tensors = {"output_norm": ("output_norm.weight", True)}
     has_output = True   # False: no lm_head at all, not even tied (encoders)
+    ff_default = KeyError   # feed_forward_length when absent (KeyError: required)
 
     def __init__(self, f):
         self.f = f
@@ -389,7 +390,7 @@ class Arch:
                 raise GGUFError(f"tokenizer.ggml.tokens has {n_tok} tokens but token_embd.weight only {n_vocab} "
                                 f"rows")
         n_ctx_train = self.int_key("context_length", 0, lo=0, hi=(1 << 31) - 1)
-        n_ff = self.int_key("feed_forward_length")
+        n_ff = self.int_key("feed_forward_length", self.ff_default)
         return Hparams(
             arch=self.name,
             n_embd=n_embd,

@@ -140,3 +140,4 @@ class Qwen35Moe(Qwen35):
     name = "qwen35moe"
     moe_ff_key = True
     shexp_gate = True
+    ff_default = 1   # llama.cpp does not require feed_forward_length (its FFNs are the experts and shared expert)

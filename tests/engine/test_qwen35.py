@@ -221,3 +221,18 @@ def test_hostile_hyperparameters_are_named(tmp_path, meta, match):
     p = models.build(tmp_path / "h.gguf", "qwen35", meta=meta)
     with pytest.raises(GGUFError, match=match):
         Model(p)
+
+
+def test_moe_without_feed_forward_length(tmp_path):
+    """qwen35moe's FFNs are the experts and the shared expert: feed_forward_length may be absent (llama.cpp does not
+    require it)."""
+    from fastgguf import GGUFFile, GGUFWriter
+    from fastgguf.gguf.quantize import copy_metadata
+    p = models.build(tmp_path / "a.gguf", "qwen35", **MOE)
+    with GGUFFile(p) as f:
+        w = GGUFWriter()
+        copy_metadata(f, w, skip=("general.alignment", "qwen35moe.feed_forward_length"))
+        for name, ti in f.tensors.items():
+            w.add_tensor(name, f.tensor(name), ggml_type=ti.type, shape=tuple(ti.shape))
+        out = w.write(str(tmp_path / "b.gguf"))
+    np.testing.assert_array_equal(Model(out).context(16).eval(IDS[:6]), Model(p).context(16).eval(IDS[:6]))
