@@ -236,3 +236,13 @@ def test_moe_without_feed_forward_length(tmp_path):
             w.add_tensor(name, f.tensor(name), ggml_type=ti.type, shape=tuple(ti.shape))
         out = w.write(str(tmp_path / "b.gguf"))
     np.testing.assert_array_equal(Model(out).context(16).eval(IDS[:6]), Model(p).context(16).eval(IDS[:6]))
+
+
+def test_all_deltanet_and_all_attention_layers(tmp_path):
+    from oracle import Oracle
+    for dn in ((0, 1, 2), ()):
+        p = models.build(tmp_path / f"d{len(dn)}.gguf", "qwen35", dn_layers=dn)
+        m = Model(p, n_threads=2)
+        assert m.hparams.dn_layers == dn
+        np.testing.assert_allclose(m.context(32).eval(IDS[:12], all_logits=True),
+                                   Oracle(p).forward(IDS[:12], kv_f16=True), atol=1e-3, rtol=1e-3)
