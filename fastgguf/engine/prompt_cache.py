@@ -1,0 +1,235 @@
+"""A persistent prompt cache: the K/V of long prompts on disk, reused across requests and restarts.
+
+    model = fastgguf.Model(path, prompt_cache="~/.cache/fastgguf/prompts", prompt_cache_size=1024)  # MiB
+    fastgguf serve -m MODEL --prompt-cache DIR --prompt-cache-size 1024
+
+After a prompt of at least `min_tokens` tokens (256) is evaluated, its state (fastgguf.engine.state: token ids and
+K/V) is written to DIR, unless a stored file already holds it. Before a prompt is evaluated, the stored file sharing
+the longest prefix with it is found (by its token ids alone, state.read_ids) and, when that prefix is at least
+min_tokens and longer than what the context already holds, its first tokens are restored (state.load(ctx, path, n))
+instead of recomputed: the next logits are bit for bit those of a cold run, and usage's cached_tokens counts the
+restored tokens. generate() (the SDK) and the Scheduler (the server and the OpenAI-style methods) both call the two
+hooks below, reuse_prefix and prompt_evaluated.
+
+Files: `<model key>-<hash of the ids>.fgstate` (state.model_key: the model file's sha256, so models sharing a folder
+never mix), written atomically (a temporary file, then a rename; no fsync: a file damaged by a crash is refused by
+state's checks). A file that is damaged, truncated, or whose header names another model than its name does is
+removed when found; files of other models and any other file are left alone. The folder is bounded by `size_mib`
+(every model's .fgstate files together): before a write, the least recently used files (their mtime, set on every
+write and hit) are removed until the new one fits. Several processes may share a folder (each rescans it per lookup).
+
+Models whose state cannot be saved (short-convolution layers: lfm2) and encoders do not use the cache (a
+RuntimeWarning says so); nor does a folder that cannot be written (a RuntimeWarning; the model works without it).
+"""
+import hashlib
+import os
+import tempfile
+import threading
+import time
+import warnings
+
+import numpy as np
+
+from fastgguf.engine import state as _state
+from fastgguf.errors import StateError
+
+__all__ = ["PromptCache", "open_cache", "reuse_prefix", "prompt_evaluated", "MIN_TOKENS", "DEFAULT_SIZE_MIB"]
+
+MIN_TOKENS = 256        # shorter prompts are neither stored nor restored: recomputing them is cheap
+DEFAULT_SIZE_MIB = 1024
+SUFFIX = ".fgstate"
+
+
+def open_cache(model, directory, size_mib=None, min_tokens=MIN_TOKENS):
+    """Model(prompt_cache=...)'s PromptCache for model, or None (with a RuntimeWarning) where it cannot be used:
+    directory None, a model whose state is not saved, a folder that cannot be created or written."""
+    if directory is None:
+        return None
+    cache = PromptCache(directory, size_mib, min_tokens)  # bad arguments: TypeError / ValueError
+    hp = model.hparams
+    if hp.conv_layers or model.is_encoder:
+        why = "short-convolution layers" if hp.conv_layers else "an encoder"
+        warnings.warn(f"the prompt cache is off for {os.path.basename(model.path)}: {hp.arch} has {why}, whose "
+                      f"state is not saved", RuntimeWarning, stacklevel=3)
+        return None
+    try:
+        os.makedirs(cache.dir, exist_ok=True)
+        with tempfile.TemporaryFile(dir=cache.dir):
+            pass
+    except OSError as e:
+        warnings.warn(f"the prompt cache is off: its folder {cache.dir} cannot be written ({e})", RuntimeWarning,
+                      stacklevel=3)
+        return None
+    return cache
+
+
+class PromptCache:
+    """The files of a prompt-cache folder (see the module docstring). Thread-safe: one lock around its folder."""
+
+    def __init__(self, directory, size_mib=None, min_tokens=MIN_TOKENS):
+        size_mib = DEFAULT_SIZE_MIB if size_mib is None else size_mib
+        if isinstance(size_mib, bool) or not isinstance(size_mib, (int, float)) or not size_mib > 0:
+            raise ValueError(f"prompt_cache_size must be a positive number of MiB, got {size_mib!r}")
+        if isinstance(min_tokens, bool) or not isinstance(min_tokens, int) or min_tokens < 1:
+            raise ValueError(f"prompt_cache_min_tokens must be an int >= 1, got {min_tokens!r}")
+        self.dir = os.path.abspath(os.path.expanduser(os.fspath(directory)))
+        self.max_bytes = int(size_mib * (1 << 20))
+        self.min_tokens = min_tokens
+        self._lock = threading.Lock()
+        self._index = {}  # file name -> its token ids (int32 array), for the files of the keys looked up so far
+        self.hits = self.stores = 0
+
+    def __repr__(self):
+        return f"PromptCache({self.dir!r}, size_mib={self.max_bytes / (1 << 20):g}, min_tokens={self.min_tokens})"
+
+    def _path(self, name):
+        return os.path.join(self.dir, name)
+
+    def _remove(self, name):
+        self._index.pop(name, None)
+        try:
+            os.unlink(self._path(name))
+        except OSError:
+            pass
+
+    def _scan(self, ctx, key):
+        """The index of key's files, brought up to date with the folder: files gone are dropped, new ones read
+        (their ids only); a new one that is damaged or names another model in its header is removed."""
+        try:
+            names = {n for n in os.listdir(self.dir) if n.startswith(key + "-") and n.endswith(SUFFIX)}
+        except OSError:
+            names = set()
+        for n in [n for n in self._index if n.startswith(key + "-") and n not in names]:
+            del self._index[n]
+        sha = ctx.model.sha256_bytes()
+        for n in names - self._index.keys():
+            try:
+                head, ids = _state.read_ids(self._path(n))
+            except FileNotFoundError:
+                continue
+            except (StateError, OSError):
+                self._remove(n)
+                continue
+            if head["sha256"] != sha:
+                self._remove(n)
+                continue
+            self._index[n] = ids
+        return {n: self._index[n] for n in names if n in self._index}
+
+    def _longest(self, ctx, key, ids, limit):
+        """(name, n): the stored file sharing the longest prefix with ids[:limit], n tokens; (None, 0) if none."""
+        arr = np.asarray(ids[:limit], dtype=np.int32)
+        hp = ctx.model.hparams
+        best = (None, 0)
+        for name, stored in self._scan(ctx, key).items():
+            m = min(len(stored), len(arr))
+            if m <= best[1]:
+                continue
+            diff = np.flatnonzero(stored[:m] != arr[:m])
+            n = int(diff[0]) if len(diff) else m
+            if n > best[1] and _state.prefix_loadable(hp, len(stored), n):
+                best = (name, n)
+        return best
+
+    def restore(self, ctx, ids, keep):
+        """Put into ctx the longest stored prefix of ids (at most len(ids) - 1 tokens, at least min_tokens) when
+        it is longer than keep; returns its length, or keep (ctx untouched) when nothing better is stored or the
+        file fails to load (it is then removed). The caller holds ctx."""
+        limit = min(len(ids) - 1, ctx.n_ctx)
+        if limit < max(self.min_tokens, keep + 1):
+            return keep
+        with self._lock:
+            key = _state.model_key(ctx)
+            name, n = self._longest(ctx, key, ids, limit)
+            if name is None or n <= keep or n < self.min_tokens:
+                return keep
+            path = self._path(name)
+            try:
+                _state.load(ctx, path, n)
+            except FileNotFoundError:
+                self._index.pop(name, None)
+                return keep
+            except (StateError, OSError, ValueError):
+                self._remove(name)
+                return keep
+            self._touch(path)
+            self.hits += 1
+            return n
+
+    def store(self, ctx, ids):
+        """Write ctx's state when it holds exactly the prompt ids, of at least min_tokens, and no stored file holds
+        them already (nor a longer prompt starting with them); least recently used files are removed first to
+        keep the folder within its size. A failed write (a full disk) leaves the cache as it was. Never raises
+        for the folder's sake: a cache is an optimisation."""
+        n = len(ids)
+        if n < self.min_tokens or ctx.n_past != n:
+            return False
+        size = _state.file_size(ctx, n)
+        if size > self.max_bytes:
+            return False
+        with self._lock:
+            key = _state.model_key(ctx)
+            if self._longest(ctx, key, ids, n)[1] >= n:
+                return False
+            arr = np.asarray(ids, dtype=np.int32)
+            name = f"{key}-{hashlib.sha256(arr.tobytes()).hexdigest()[:24]}{SUFFIX}"
+            try:
+                self._evict(self.max_bytes - size)
+                _state.save(ctx, self._path(name), durable=False)
+            except OSError as e:
+                warnings.warn(f"the prompt cache could not write {name} in {self.dir}: {e}", RuntimeWarning)
+                return False
+            self._touch(self._path(name))
+            self._index[name] = arr
+            self.stores += 1
+            return True
+
+    def _touch(self, path):
+        """Record a use: the file's mtime is the LRU clock (nanoseconds, so two uses in a row stay ordered)."""
+        try:
+            now = time.time_ns()
+            os.utime(path, ns=(now, now))
+        except OSError:
+            pass
+
+    def _evict(self, budget):
+        """Remove the least recently used .fgstate files of the folder (any model's) until they total <= budget
+        bytes."""
+        files = []
+        with os.scandir(self.dir) as it:
+            for e in it:
+                if e.name.endswith(SUFFIX) and not e.name.startswith("."):
+                    try:
+                        st = e.stat()
+                    except OSError:
+                        continue
+                    files.append((st.st_mtime_ns, st.st_size, e.name))
+        total = sum(f[1] for f in files)
+        for _, size, name in sorted(files):
+            if total <= budget:
+                break
+            self._remove(name)
+            total -= size
+
+
+def reuse_prefix(ctx, ids, keep):
+    """Before a prompt is evaluated: make ctx hold the first tokens of ids that need no evaluation and return how
+    many. keep: what ctx's own cache can keep (generate.reusable_prefix); the model's prompt cache, if any, may
+    restore a longer prefix from disk; otherwise ctx is rewound to keep (reset for 0). The caller holds ctx."""
+    cache = getattr(ctx.model, "prompt_cache", None)
+    if cache is not None:
+        n = cache.restore(ctx, ids, keep)
+        if n > keep:
+            return n
+    if keep == 0:
+        ctx.runner.reset()
+    elif keep < ctx.n_past:
+        ctx.runner.rewind(keep)
+    return keep
+
+
+def prompt_evaluated(ctx, ids):
+    """After a prompt is evaluated (ctx holds exactly ids): store it in the model's prompt cache, if any."""
+    cache = getattr(ctx.model, "prompt_cache", None)
+    if cache is not None:
+        cache.store(ctx, ids)
