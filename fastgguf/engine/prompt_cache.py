@@ -4,7 +4,8 @@
     fastgguf serve -m MODEL --prompt-cache DIR --prompt-cache-size 1024
 
 After a prompt of at least `min_tokens` tokens (256) is evaluated, its state (fastgguf.engine.state: token ids and
-K/V) is written to DIR, unless a stored file already holds it. Before a prompt is evaluated, the stored file sharing
+K/V) is copied out and written to DIR by a writer thread (PromptCache.flush waits for it; so does the interpreter's
+exit), unless a stored file already holds it. Before a prompt is evaluated, the stored file sharing
 the longest prefix with it is found (by its token ids alone, state.read_ids) and, when that prefix is at least
 min_tokens and longer than what the context already holds, its first tokens are restored (state.load(ctx, path, n))
 instead of recomputed: the next logits are bit for bit those of a cold run, and usage's cached_tokens counts the
@@ -21,12 +22,15 @@ write and hit) are removed until the new one fits. Several processes may share a
 Models whose state cannot be saved (short-convolution layers: lfm2) and encoders do not use the cache (a
 RuntimeWarning says so); nor does a folder that cannot be written (a RuntimeWarning; the model works without it).
 """
+import atexit
 import hashlib
 import os
+import queue
 import tempfile
 import threading
 import time
 import warnings
+import weakref
 
 import numpy as np
 
@@ -38,6 +42,16 @@ __all__ = ["PromptCache", "open_cache", "reuse_prefix", "prompt_evaluated", "MIN
 MIN_TOKENS = 256        # shorter prompts are neither stored nor restored: recomputing them is cheap
 DEFAULT_SIZE_MIB = 1024
 SUFFIX = ".fgstate"
+MAX_PENDING = 4         # states copied out and waiting for the writer thread (each as large as its file)
+
+_caches = weakref.WeakSet()
+
+
+@atexit.register
+def _flush_all():
+    """At exit, the queued writes finish (the writer threads are daemons)."""
+    for cache in list(_caches):
+        cache.flush()
 
 
 def open_cache(model, directory, size_mib=None, min_tokens=MIN_TOKENS):
@@ -77,6 +91,10 @@ class PromptCache:
         self.min_tokens = min_tokens
         self._lock = threading.Lock()
         self._index = {}  # file name -> its token ids (int32 array), for the files of the keys looked up so far
+        self._pending = {}  # file name -> its token ids, for the states queued for writing (store)
+        self._jobs = queue.Queue()
+        self._writer = None
+        _caches.add(self)
         self.hits = self.stores = 0
 
     def __repr__(self):
@@ -157,10 +175,11 @@ class PromptCache:
             return n
 
     def store(self, ctx, ids):
-        """Write ctx's state when it holds exactly the prompt ids, of at least min_tokens, and no stored file holds
-        them already (nor a longer prompt starting with them); least recently used files are removed first to
-        keep the folder within its size. A failed write (a full disk) leaves the cache as it was. Never raises
-        for the folder's sake: a cache is an optimisation."""
+        """Queue ctx's state for writing when it holds exactly the prompt ids, of at least min_tokens, and no
+        stored file holds them already (nor a longer prompt starting with them). The state is copied out here (the
+        caller holds ctx) and written by the cache's writer thread (flush() waits for it), so neither generate()
+        nor the Scheduler's other slots wait for the disk; at most MAX_PENDING writes wait (more are dropped).
+        Returns whether it was queued."""
         n = len(ids)
         if n < self.min_tokens or ctx.n_past != n:
             return False
@@ -169,20 +188,48 @@ class PromptCache:
             return False
         with self._lock:
             key = _state.model_key(ctx)
-            if self._longest(ctx, key, ids, n)[1] >= n:
-                return False
             arr = np.asarray(ids, dtype=np.int32)
             name = f"{key}-{hashlib.sha256(arr.tobytes()).hexdigest()[:24]}{SUFFIX}"
-            try:
-                self._evict(self.max_bytes - size)
-                _state.save(ctx, self._path(name), durable=False)
-            except OSError as e:
-                warnings.warn(f"the prompt cache could not write {name} in {self.dir}: {e}", RuntimeWarning)
+            if name in self._pending or len(self._pending) >= MAX_PENDING or \
+                    self._longest(ctx, key, ids, n)[1] >= n:
                 return False
-            self._touch(self._path(name))
-            self._index[name] = arr
+            self._pending[name] = arr
+            if self._writer is None:
+                self._writer = threading.Thread(target=self._write_loop, name="fastgguf-prompt-cache", daemon=True)
+                self._writer.start()
+        self._jobs.put((name, _state.snapshot(ctx), size))
+        return True
+
+    def flush(self):
+        """Wait until the queued writes are on disk."""
+        self._jobs.join()
+
+    def _write_loop(self):
+        while True:
+            name, snap, size = self._jobs.get()
+            try:
+                self._write(name, snap, size)
+            finally:
+                self._jobs.task_done()
+
+    def _write(self, name, snap, size):
+        """Write a queued state: least recently used files removed first to keep the folder within its size; a
+        failed write (a full disk) leaves the cache as it was, with a RuntimeWarning. Never raises: a cache is an
+        optimisation."""
+        path = self._path(name)
+        try:
+            with self._lock:
+                self._evict(self.max_bytes - size)
+            _state.save_snapshot(snap, path, durable=False)
+        except OSError as e:
+            warnings.warn(f"the prompt cache could not write {name} in {self.dir}: {e}", RuntimeWarning)
+            with self._lock:
+                self._pending.pop(name, None)
+            return
+        with self._lock:
+            self._touch(path)
+            self._index[name] = self._pending.pop(name)
             self.stores += 1
-            return True
 
     def _touch(self, path):
         """Record a use: the file's mtime is the LRU clock (nanoseconds, so two uses in a row stay ordered)."""

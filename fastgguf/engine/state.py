@@ -19,8 +19,9 @@ Writing goes to a temporary file in the same folder, then os.replace: a failed w
 
 The persistent prompt cache (fastgguf.engine.prompt_cache) uses the same files: model_key names a model's files,
 read_ids reads only a file's token ids (to find the longest stored prefix of a prompt without reading its K/V),
-load(ctx, path, n) restores only the first n positions of a stored state, and save(..., durable=False) skips the
-fsync (a cache file lost or damaged by a crash is found by the checks below and recomputed).
+load(ctx, path, n) restores only the first n positions of a stored state, snapshot / save_snapshot copy a state out
+to write it later (in another thread), and durable=False skips the fsync (a cache file lost or damaged by a crash is
+found by the checks below and recomputed).
 """
 import os
 import struct
@@ -60,13 +61,24 @@ def _write_body(f, ids, kv):
     f.write(memoryview(kv).cast("B"))
 
 
-def write(ctx, f):
-    """Write ctx's state to the binary file object f (the caller holds ctx's guard)."""
+def snapshot(ctx):
+    """(header bytes, ids, kv): ctx's state, copied out (the caller holds ctx's guard); written by write_snapshot,
+    later or in another thread, whatever ctx does meanwhile."""
     ids, kv = ctx.runner.save_kv()
     head = _expected(ctx)
     head.update(n_past=len(ids), n_kv=len(kv), crc32=zlib.crc32(kv, zlib.crc32(ids)))
-    f.write(_HEAD.pack(*(head[k] for k in _FIELDS)))
+    return _HEAD.pack(*(head[k] for k in _FIELDS)), ids, kv
+
+
+def write_snapshot(f, snap):
+    head, ids, kv = snap
+    f.write(head)
     _write_body(f, ids, kv)
+
+
+def write(ctx, f):
+    """Write ctx's state to the binary file object f (the caller holds ctx's guard)."""
+    write_snapshot(f, snapshot(ctx))
 
 
 def model_key(ctx):
@@ -82,14 +94,18 @@ def file_size(ctx, n):
 
 
 def save(ctx, path, durable=True):
-    """Write ctx's state to path atomically (a temporary file in its folder, flushed, then os.replace). durable:
-    fsync the file before the rename (without: a crash soon after may leave a damaged file, which loading refuses;
-    the prompt cache's files need no more)."""
+    """Write ctx's state to path atomically (a temporary file in its folder, flushed, then os.replace)."""
+    save_snapshot(snapshot(ctx), path, durable)
+
+
+def save_snapshot(snap, path, durable=True):
+    """Write a snapshot(ctx) to path atomically, as save does. durable: fsync the file before the rename (without:
+    a crash soon after may leave a damaged file, which loading refuses; the prompt cache's files need no more)."""
     path = os.fspath(path)
     fd, tmp = tempfile.mkstemp(dir=os.path.dirname(os.path.abspath(path)), prefix=".fgstate-", suffix=".tmp")
     try:
         with os.fdopen(fd, "wb") as f:
-            write(ctx, f)
+            write_snapshot(f, snap)
             f.flush()
             if durable:
                 os.fsync(f.fileno())

@@ -40,8 +40,15 @@ def files(folder):
     return sorted(n for n in os.listdir(folder) if n.endswith(".fgstate"))
 
 
+def flushed(model, result):
+    """result, once model's prompt cache (if any) has written what it queued (a writer thread does)."""
+    if model.prompt_cache is not None:
+        model.prompt_cache.flush()
+    return result
+
+
 def greedy(model, ids):
-    return generate(model, ids, max_tokens=6, temperature=0)
+    return flushed(model, generate(model, ids, max_tokens=6, temperature=0))
 
 
 def test_hit_equals_cold_and_survives_a_restart(paths, tmp_path):
@@ -82,10 +89,9 @@ def test_partial_prefix_and_swa(paths, tmp_path):
 
 def test_scheduler_hits_after_restart(paths, tmp_path):
     p = prompt(50, seed=3)
-    r1 = fastgguf.Model(paths["a"], prompt_cache=tmp_path, prompt_cache_min_tokens=MIN).create_completion(
-        p, max_tokens=4, temperature=0)
-    r2 = fastgguf.Model(paths["a"], prompt_cache=tmp_path, prompt_cache_min_tokens=MIN).create_completion(
-        p + [1, 2, 3], max_tokens=4, temperature=0)
+    m1, m2 = (fastgguf.Model(paths["a"], prompt_cache=tmp_path, prompt_cache_min_tokens=MIN) for _ in range(2))
+    r1 = flushed(m1, m1.create_completion(p, max_tokens=4, temperature=0))
+    r2 = m2.create_completion(p + [1, 2, 3], max_tokens=4, temperature=0)
     assert r1["usage"]["prompt_tokens_details"]["cached_tokens"] == 0
     assert r2["usage"]["prompt_tokens_details"]["cached_tokens"] == 50
     cold = fastgguf.Model(paths["a"]).create_completion(p + [1, 2, 3], max_tokens=4, temperature=0)
@@ -96,6 +102,7 @@ def store(model, ids):
     ctx = model.context(n_ctx=256)
     ctx.eval(ids)
     pc.prompt_evaluated(ctx, ids)
+    flushed(model, None)
 
 
 def restored(model, ids):

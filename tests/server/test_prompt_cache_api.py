@@ -4,6 +4,7 @@ process finds the file), and answers the text of a cold run. A tiny random chat 
 --prompt-cache-min-tokens 16. (A folder that cannot be written: tests/engine/test_prompt_cache.py, the warning
 Model gives, which is the server's.)"""
 import os
+import time
 
 import numpy as np
 import pytest
@@ -33,9 +34,12 @@ def test_cached_tokens_across_requests_and_restarts(model_path, tmp_path):
     try:
         assert complete(s, p)[0] == 0
         assert complete(s, p + [11, 12])[0] == 40
+        deadline = time.time() + 30  # a writer thread writes the files (and finishes at exit)
+        while len([n for n in os.listdir(tmp_path / "pc") if n.endswith(".fgstate")]) < 2 and time.time() < deadline:
+            time.sleep(0.05)
     finally:
         s.stop()
-    assert [n for n in os.listdir(tmp_path / "pc") if n.endswith(".fgstate")]
+    assert len([n for n in os.listdir(tmp_path / "pc") if n.endswith(".fgstate")]) == 2
     s = Server(model_path, *FLAGS, "--prompt-cache", str(tmp_path / "pc"))
     try:
         cached, text = complete(s, p + [13])
