@@ -43,6 +43,7 @@ MIN_TOKENS = 256        # shorter prompts are neither stored nor restored: recom
 DEFAULT_SIZE_MIB = 1024
 SUFFIX = ".fgstate"
 MAX_PENDING = 4         # states copied out and waiting for the writer thread (each as large as its file)
+WRITER_IDLE = 5.0       # seconds the writer thread waits for more before it ends
 
 _caches = weakref.WeakSet()
 
@@ -74,7 +75,17 @@ def open_cache(model, directory, size_mib=None, min_tokens=MIN_TOKENS):
         warnings.warn(f"the prompt cache is off: its folder {cache.dir} cannot be written ({e})", RuntimeWarning,
                       stacklevel=3)
         return None
+    # the model file's sha256 names its files: hashed now in the background (about a second per GB), not by the
+    # first request
+    threading.Thread(target=_hash, args=(model,), name="fastgguf-sha256", daemon=True).start()
     return cache
+
+
+def _hash(model):
+    try:
+        model.sha256()
+    except OSError:  # the file gone: the first lookup says so, or finds nothing
+        pass
 
 
 class PromptCache:
@@ -205,8 +216,17 @@ class PromptCache:
         self._jobs.join()
 
     def _write_loop(self):
+        """The writer thread: writes the queued states; ends when none has been pending for a while (a Model
+        unloaded leaves no thread behind; the next store starts another)."""
         while True:
-            name, snap, size = self._jobs.get()
+            try:
+                name, snap, size = self._jobs.get(timeout=WRITER_IDLE)
+            except queue.Empty:
+                with self._lock:
+                    if not self._pending:
+                        self._writer = None
+                        return
+                continue
             try:
                 self._write(name, snap, size)
             finally:
@@ -221,7 +241,7 @@ class PromptCache:
             with self._lock:
                 self._evict(self.max_bytes - size)
             _state.save_snapshot(snap, path, durable=False)
-        except OSError as e:
+        except Exception as e:  # noqa: BLE001 - a full disk, a folder removed: the writer thread must live on
             warnings.warn(f"the prompt cache could not write {name} in {self.dir}: {e}", RuntimeWarning)
             with self._lock:
                 self._pending.pop(name, None)

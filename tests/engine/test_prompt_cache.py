@@ -188,3 +188,20 @@ def test_unusable_folder_or_model_warns(paths, tmp_path):
     with warnings.catch_warnings():
         warnings.simplefilter("error")
         assert Model(paths["a"], prompt_cache=tmp_path).prompt_cache.min_tokens == pc.MIN_TOKENS
+
+
+def test_a_failed_write_leaves_the_cache_working(paths, tmp_path, monkeypatch):
+    m = cached(paths["a"], tmp_path)
+    a, b = prompt(20, seed=13), prompt(20, seed=14)
+    store(m, a)
+
+    def full_disk(snap, path, durable=True):
+        raise OSError(28, "No space left on device")
+    with monkeypatch.context() as mp:
+        mp.setattr(fstate, "save_snapshot", full_disk)
+        with warnings.catch_warnings(record=True):
+            warnings.simplefilter("always")
+            store(m, b)
+    assert len(files(tmp_path)) == 1 and restored(m, b + [1]) == 0 and restored(m, a + [1]) == 20
+    store(m, b)  # the writer thread lives on
+    assert restored(m, b + [1]) == 20
