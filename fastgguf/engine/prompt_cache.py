@@ -285,7 +285,10 @@ def reuse_prefix(ctx, ids, keep):
     restore a longer prefix from disk; otherwise ctx is rewound to keep (reset for 0). The caller holds ctx."""
     cache = getattr(ctx.model, "prompt_cache", None)
     if cache is not None:
-        n = cache.restore(ctx, ids, keep)
+        try:
+            n = cache.restore(ctx, ids, keep)
+        except OSError:  # the model file gone (its sha256 names the files): recompute
+            n = keep
         if n > keep:
             return n
     if keep == 0:
@@ -299,4 +302,7 @@ def prompt_evaluated(ctx, ids):
     """After a prompt is evaluated (ctx holds exactly ids): store it in the model's prompt cache, if any."""
     cache = getattr(ctx.model, "prompt_cache", None)
     if cache is not None:
-        cache.store(ctx, ids)
+        try:
+            cache.store(ctx, ids)
+        except OSError:  # the model file gone (its sha256 names the files): not stored
+            pass
