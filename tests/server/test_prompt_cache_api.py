@@ -48,3 +48,13 @@ def test_cached_tokens_across_requests_and_restarts(model_path, tmp_path):
     assert cached == 40
     cold = fastgguf.Model(model_path).create_completion(p + [13], max_tokens=3, temperature=0)
     assert text == cold["choices"][0]["text"]
+
+
+def test_flags_become_model_options():
+    """What `fastgguf serve` passes to every fastgguf.Model it loads, one -m or many (serve.model_options)."""
+    from fastgguf.cli import build_parser
+    from fastgguf.cli.serve import model_options
+    args = build_parser().parse_args(["serve", "--prompt-cache", "d", "--prompt-cache-size", "64",
+                                      "--prompt-cache-min-tokens", "32"])
+    assert model_options(args) == {"prompt_cache": "d", "prompt_cache_size": 64.0, "prompt_cache_min_tokens": 32}
+    assert model_options(build_parser().parse_args(["serve"])) == {}
