@@ -85,14 +85,15 @@ def sampling_params(args) -> SamplingParams:
     return SamplingParams(**kw)
 
 
-def load_model(args):
-    """The public fastgguf.Model (create_* included) of -m, through the catalogue."""
+def load_model(args, **options):
+    """The public fastgguf.Model (create_* included) of -m, through the catalogue; options: more Model keywords
+    (serve's prompt cache)."""
     import fastgguf
     from fastgguf import hub
     path = hub.resolve(args.model)
     if args.threads is not None and args.threads < 1:
         raise ValueError(f"--threads must be >= 1, got {args.threads}")
-    return fastgguf.Model(path, n_threads=args.threads)
+    return fastgguf.Model(path, n_threads=args.threads, **options)
 
 
 def load_draft_model(name, threads=None):

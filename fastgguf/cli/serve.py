@@ -32,6 +32,7 @@ def register(subparsers) -> None:
                    help=MODEL_HELP + "; repeat for several, each loaded on its first request (none, and no "
                    "--models-dir: the catalogue, loaded on demand)")
     add_many_models_args(p)
+    add_prompt_cache_args(p)
     p.add_argument("--host", default="127.0.0.1", help="address to listen on (127.0.0.1)")
     p.add_argument("--port", type=int, default=8080, help="port (8080)")
     p.add_argument("--parallel", "-np", type=int, default=None,
@@ -125,7 +126,7 @@ def run(args) -> int:
     if not many and (args.keep_alive is not None or args.max_memory is not None):
         print("fastgguf serve: --keep-alive and --max-memory apply to models loaded on demand; the one -m model "
               "stays loaded", file=sys.stderr, flush=True)
-    model = None if many else load_model(args)
+    model = None if many else load_model(args, **model_options(args))
     defaults = {}
     if args.draft_model:
         defaults["speculative"] = load_draft_model(args.draft_model, args.threads)
@@ -177,8 +178,29 @@ def serves_many(args) -> bool:
 
 
 def model_options(args) -> dict:
-    """Keywords for fastgguf.Model(...) of every model the server loads on demand (beyond n_threads)."""
-    return {}
+    """Keywords for fastgguf.Model(...) of every model the server loads (beyond n_threads)."""
+    return prompt_cache_options(args)
+
+
+def add_prompt_cache_args(p) -> None:
+    """The persistent prompt cache's flags (fastgguf.engine.prompt_cache)."""
+    p.add_argument("--prompt-cache", default=None, metavar="DIR",
+                   help="keep the K/V of long prompts in DIR and restore the longest stored prefix of a prompt "
+                        "instead of evaluating it, across requests and restarts (default: none)")
+    p.add_argument("--prompt-cache-size", type=float, default=None, metavar="MIB",
+                   help="the most MiB the prompt cache's files take; least recently used removed first (1024)")
+    p.add_argument("--prompt-cache-min-tokens", type=int, default=None, metavar="N",
+                   help="shortest prompt stored or prefix restored, in tokens (256)")
+
+
+def prompt_cache_options(args) -> dict:
+    """The Model keywords of --prompt-cache, --prompt-cache-size and --prompt-cache-min-tokens (none unset)."""
+    if args.prompt_cache is None:
+        return {}
+    d = {"prompt_cache": args.prompt_cache, "prompt_cache_size": args.prompt_cache_size}
+    if args.prompt_cache_min_tokens is not None:
+        d["prompt_cache_min_tokens"] = args.prompt_cache_min_tokens
+    return d
 
 
 def many_models(args, sampling_defaults):

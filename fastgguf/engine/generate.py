@@ -17,7 +17,9 @@ which runs fastgguf.engine.speculative.Speculation (the verification rule the Sc
 forward where the drafts are right, the same tokens.
 
 Context reuse: with `context=` given, the tokens it already holds from an earlier generate() call on it are kept when
-they are a prefix of the new prompt (only the rest is evaluated; see usage.cached_tokens), otherwise it is reset.
+they are a prefix of the new prompt (only the rest is evaluated; see usage.cached_tokens), otherwise it is reset. A
+Model with a prompt cache (Model(prompt_cache=DIR): fastgguf.engine.prompt_cache) may restore a longer prefix from
+disk instead (counted in cached_tokens too), and stores long prompts once evaluated.
 """
 import contextlib
 import dataclasses
@@ -29,6 +31,7 @@ from typing import List, Optional
 from fastgguf._native import Runner, generate_ids
 from fastgguf.engine.grammar import matchers
 from fastgguf.engine.params import SamplingParams, check_token_ids
+from fastgguf.engine.prompt_cache import prompt_evaluated, reuse_prefix
 from fastgguf.engine.sampler import Sampler
 from fastgguf.engine.sequence import Sequence
 from fastgguf.engine.speculative import Speculation, check_draft, make_drafter
@@ -252,15 +255,12 @@ def _run(st, context, claim, ids, seq):
     """A generate() stream's body: evaluates the prompt (its cached common prefix reused), then decodes, writing the
     results into st (the stream: a weak proxy) and yielding the text pieces. It owns the context (claim: see
     GenerationStream) and runs each step inside claim.guard()."""
-    keep = reusable_prefix(context, ids)
     t0 = time.perf_counter()
     with claim.guard():
-        if keep == 0:
-            context._reset()
-        elif keep < context.n_past:
-            context._rewind(keep)
+        keep = reuse_prefix(context, ids, reusable_prefix(context, ids))  # from its cache, or the prompt cache's
         logits = context._eval(ids[keep:])  # at least one token, for its logits
-    t1 = time.perf_counter()
+        t1 = time.perf_counter()
+        prompt_evaluated(context, ids)
     st.timings.prompt_seconds = t1 - t0
     st.timings.prompt_tokens_per_second = _rate(len(ids) - keep, t1 - t0)
     st.usage = Usage(prompt_tokens=len(ids), completion_tokens=0, total_tokens=len(ids), cached_tokens=keep)

@@ -28,6 +28,7 @@ from fastgguf import hub as _hub
 from fastgguf._native import Runner, Weights, _threads_for, check_logits
 from fastgguf.engine.chat import chat as _chat
 from fastgguf.engine.generate import generate as _generate
+from fastgguf.engine import prompt_cache as _prompt_cache
 from fastgguf.engine import state as _state
 from fastgguf.engine.params import check_token_ids
 from fastgguf.engine.threads import check_n_threads, physical_cores  # noqa: F401  (physical_cores: public here)
@@ -53,9 +54,16 @@ class Model:
     leaves a model that maps the old file intact.
 
     The public `fastgguf.Model` is fastgguf.api.openai.client.Model, this class plus the OpenAI-style create_*
-    methods (that layer sits above the engine)."""
+    methods (that layer sits above the engine).
 
-    def __init__(self, path, n_threads=None, mmap=True):
+    prompt_cache=DIR keeps the K/V of long prompts (prompt_cache_min_tokens, 256) in DIR, at most
+    prompt_cache_size MiB (1024, least recently used removed first), and restores the longest stored prefix of a
+    later prompt instead of evaluating it, across Models and processes (fastgguf.engine.prompt_cache);
+    `model.prompt_cache` is then its PromptCache (None without one, or where the folder or model cannot use it:
+    a RuntimeWarning says why)."""
+
+    def __init__(self, path, n_threads=None, mmap=True, prompt_cache=None, prompt_cache_size=None,
+                 prompt_cache_min_tokens=_prompt_cache.MIN_TOKENS):
         if n_threads is not None:
             n_threads = check_n_threads(n_threads)
         if not isinstance(mmap, bool):
@@ -82,6 +90,7 @@ class Model:
         self._tok_lock = threading.Lock()
         self._sha256 = None
         self._sha_lock = threading.Lock()
+        self.prompt_cache = _prompt_cache.open_cache(self, prompt_cache, prompt_cache_size, prompt_cache_min_tokens)
 
     def __repr__(self):
         hp = self.hparams

@@ -4,8 +4,9 @@ older name, is the same class).
 One thread owns the model, the slots (`parallel` Contexts, each one live sequence and its KV cache) and the batch.
 Each step it:
   1. admits queued sequences into free slots (the idle slot whose cached tokens share the longest prefix with the
-     prompt is chosen, and only the rest is evaluated: `usage.prompt_tokens_details.cached_tokens`); the later
-     choices of an n > 1 request wait until the first has evaluated the prompt, then copy its KV rows
+     prompt is chosen, and only the rest is evaluated: `usage.prompt_tokens_details.cached_tokens`; a model with a
+     prompt cache may restore a longer prefix from disk, and stores long prompts: fastgguf.engine.prompt_cache); the
+     later choices of an n > 1 request wait until the first has evaluated the prompt, then copy its KV rows
      (Context.copy_prefix) and sample their first token from its logits: the prompt is evaluated once,
   2. drops cancelled requests (a client that went away frees its slots within one step),
   3. gives every sequence its next tokens: a chunk of at most `chunk` prompt tokens while prefilling (a long prompt
@@ -56,6 +57,7 @@ from fastgguf.engine import batch as _batch
 from fastgguf.engine import pooling as _pooling
 from fastgguf.engine.generate import Usage, reusable_prefix
 from fastgguf.engine.params import SamplingParams, is_draft_model
+from fastgguf.engine.prompt_cache import prompt_evaluated, reuse_prefix
 from fastgguf.engine.sequence import Sequence
 from fastgguf.engine.speculative import Speculation, check_draft, draft_context, make_drafter
 from fastgguf.errors import QueueFull
@@ -452,11 +454,7 @@ class Scheduler:
             keep = 0
         else:
             best = max(free, key=lambda s: (reusable_prefix(s.ctx, ids), -s.ctx.n_past))
-            keep = reusable_prefix(best.ctx, ids)
-            if keep == 0:
-                best.ctx.reset()
-            elif keep < best.ctx.n_past:
-                best.ctx.rewind(keep)
+            keep = reuse_prefix(best.ctx, ids, reusable_prefix(best.ctx, ids))  # the prompt cache's, if longer
         best.seq, seq.slot, seq.home, seq.pos = seq, best, best, keep
         if seq.index % req.n == 0:  # prompt tokens are counted once per prompt, not per choice
             req.cached_tokens += keep
@@ -534,6 +532,7 @@ class Scheduler:
             if seq.req.embed:
                 self._embedded(seq, out)
                 return
+            prompt_evaluated(seq.slot.ctx, seq.prompt)  # the model's prompt cache, if any, stores it
             if seq.req.prompt_logprobs:
                 out[seq.req].append(PromptLogprobs(seq.index, seq.prompt_lps))
             if seq.req.n > 1:
