@@ -226,12 +226,7 @@ FG_INLINE_AVX2 __m256 fg_kq_rows8_step(const fg_kq_rows8 *u, const int has_min, 
     return _mm256_sub_ps(t0, t1);
 }
 
-/* GCC's unroll-and-jam fuses two passes of fg_kq_rows8_isum: 16 weight vectors, spilled (1.1-1.4x slower). */
-#if defined(__GNUC__) && !defined(__clang__)
-#define FG_NO_UNROLL_JAM __attribute__((optimize("no-loop-unroll-and-jam")))
-#else
-#define FG_NO_UNROLL_JAM
-#endif
+/* FG_NO_UNROLL_JAM (fg_simd.h): gcc's unroll-and-jam would fuse two passes of fg_kq_rows8_isum, 16 weight vectors, spilled. */
 
 /* The gemm: blocks of 16 rows; per super-block both 8-row halves are unpacked, then activations in groups of 64
  * (their blocks stay in L1 over the 8 passes) accumulate into y, super-block by super-block as the reference. */

@@ -1,5 +1,6 @@
 /* Q4_0 weights: 32 elements per block, x = d * (q - 8), q in 0..15. Dot against Q8_0 activations. */
 #include "fg_simd.h"
+#include "fg_panel_vnni.h"
 
 /* ---- scalar reference (also the tail loop of the SIMD versions) ---- */
 
@@ -137,7 +138,7 @@ FG_GEMM_FROM_PANEL(gemm_q4_0_q8_0_avx2, FG_TARGET_AVX2, q4_0_panel8, q4_0_fill8,
  * activations (as in fg_quant_q4_1.c), 16 at a time: each block's rows are unpacked once per 16 activations (8: 24%
  * slower on 2048x2048 x 256). Without VNNI, AVX-512 runs the AVX2 kernels. */
 Q4_0_TILE8(q4_0_tile8_vnni, FG_INLINE_AVX512_VNNI, fg_nib8_dot_vnni)
-/* One activation's block step over 16 row lanes, shared by the tile and the panel tile (the same float ops). */
+/* One activation's block step over 16 row lanes (the panel tile, fg_panel_vnni.h, takes the same float ops). */
 FG_INLINE_AVX512_VNNI __m512 q4_0_step16(__m512 acc, const __m512i lo[4], const __m512i hi[4], __m512 dw,
                                          const int8_t *xq, const fg_xaux *aux) {
     const __m512i dot = fg_nib16_dot_vnni(_mm512_set1_epi32(-aux->c), lo, hi, xq);
@@ -174,22 +175,8 @@ FG_INLINE_AVX512_VNNI void q4_0_fill16(const int R, int kc, const char *w, size_
         p[i].d = fg_rows16_f16(wb + offsetof(block_q4_0, d), stride, R);
     }
 }
-FG_INLINE_AVX512_VNNI void q4_0_panel_tile16(const int R, const int M, int first, int kc, const fg_panel16 *p,
-                                             const char *x, size_t xs, const fg_xaux (*aux)[FG_PANEL_KC], float *y,
-                                             int64_t ldy) {
-    __m512 acc[16]; /* [a]: 16 rows */
-    fg_load_rows16(R, M, first, acc, y, ldy);
-    for (int i = 0; i < kc; i++) {
-#pragma GCC unroll 16 /* the accumulators stay in registers */
-        for (int a = 0; a < M; a++) {
-            const int8_t *xq = ((const block_q8_0 *)(x + a * xs) + i)->qs;
-            acc[a] = q4_0_step16(acc[a], p[i].q, p[i].q + 4, p[i].d, xq, &aux[a][i]);
-        }
-    }
-    fg_store_rows16(R, M, acc, y, ldy);
-}
-FG_GEMM_FROM_PANEL(gemm_q4_0_q8_0_vnni, FG_TARGET_AVX512_VNNI, fg_panel16, q4_0_fill16, q4_0_panel_tile16, q4_0_aux,
-                   gemm_q4_0_q8_0_vnni_tiles, sizeof(block_q4_0), sizeof(block_q8_0), QK4_0, 16, 16)
+/* The panel gemm (fg_panel_vnni.h) over the tile's unpack, 8 activations in 8 dpbusd chains. */
+FG_GEMM_PANEL_VNNI(gemm_q4_0_q8_0_vnni, q4_0_fill16, q4_0_aux, gemm_q4_0_q8_0_vnni_tiles, sizeof(block_q4_0))
 
 #endif /* FG_HAVE_X86 */
 

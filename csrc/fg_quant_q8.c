@@ -1,6 +1,7 @@
 /* Q8_0 (weights and activations) and Q8_1 (activations for Q4_1 weights): 32 int8 per block. */
 #include <stddef.h>
 #include "fg_simd.h"
+#include "fg_panel_vnni.h"
 
 /* ---- scalar reference ---- */
 
@@ -295,7 +296,7 @@ FG_INLINE_AVX512_VNNI void q8_0_tile16_vnni(const int R, const int M, int first,
 FG_KERNELS_FROM_TILE16(vec_dot_q8_0_q8_0_vnni, gemv_q8_0_q8_0_vnni, gemm_q8_0_q8_0_vnni_tiles, FG_TARGET_AVX512_VNNI,
                        q8_0_tile16_vnni, q8_0_aux128, sizeof(block_q8_0), sizeof(block_q8_0), QK8_0, 8)
 
-/* The 16-row panel: u[8] and the scales of q8_0_tile16_vnni, and its float step, 16 activations at a time. */
+/* The 16-row panel (fg_panel_vnni.h): u[8] and the scales of q8_0_tile16_vnni. */
 FG_INLINE_AVX512_VNNI void q8_0_fill16(const int R, int kc, const char *w, size_t stride, fg_panel16 *p) {
     const __m512i flip = _mm512_set1_epi8((char)0x80);
     for (int i = 0; i < kc; i++) {
@@ -307,20 +308,7 @@ FG_INLINE_AVX512_VNNI void q8_0_fill16(const int R, int kc, const char *w, size_
         p[i].d = fg_rows16_f16(wb + offsetof(block_q8_0, d), stride, R);
     }
 }
-FG_INLINE_AVX512_VNNI void q8_0_panel_tile16(const int R, const int M, int first, int kc, const fg_panel16 *p,
-                                             const char *x, size_t xs, const fg_xaux (*aux)[FG_PANEL_KC], float *y,
-                                             int64_t ldy) {
-    __m512 acc[16]; /* [a]: 16 rows */
-    fg_load_rows16(R, M, first, acc, y, ldy);
-    for (int i = 0; i < kc; i++) {
-#pragma GCC unroll 16 /* the accumulators stay in registers */
-        for (int a = 0; a < M; a++)
-            acc[a] = q8_0_step16(acc[a], p[i].q, p[i].d, ((const block_q8_0 *)(x + a * xs) + i)->qs, &aux[a][i]);
-    }
-    fg_store_rows16(R, M, acc, y, ldy);
-}
-FG_GEMM_FROM_PANEL(gemm_q8_0_q8_0_vnni, FG_TARGET_AVX512_VNNI, fg_panel16, q8_0_fill16, q8_0_panel_tile16, q8_0_aux128,
-                   gemm_q8_0_q8_0_vnni_tiles, sizeof(block_q8_0), sizeof(block_q8_0), QK8_0, 16, 16)
+FG_GEMM_PANEL_VNNI(gemm_q8_0_q8_0_vnni, q8_0_fill16, q8_0_aux128, gemm_q8_0_q8_0_vnni_tiles, sizeof(block_q8_0))
 #endif /* FG_HAVE_X86 */
 
 #if FG_HAVE_NEON

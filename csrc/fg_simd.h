@@ -20,7 +20,8 @@
  *            idea below with one super-block as the panel: 8 activations at a time run over it, their int32 sums
  *            in registers through its sub-blocks, dpbusd).
  *   panel    FG_GEMM_FROM_PANEL: the lanes tiles from FG_PANEL_MIN_M (32) activations, each tile's blocks unpacked
- *            once into a stack panel and up to 64 activations run over it (Q4_0 and Q8_0, on AVX2 and VNNI).
+ *            once into a stack panel and up to 64 activations run over it (Q4_0 and Q8_0, on AVX2; with VNNI
+ *            fg_panel_vnni.h: 16 rows x 32 blocks, up to 256 activations, 8 at a time in 8 dpbusd chains).
  *   q5_0     fg_quant_q5_0.c's own rows in lanes: below 16 activations (4 at a time) each row's block sums gathered
  *            into its lane; from 16, the rows transposed once per block for every activation.
  * Stamps: a format's inner helper written once as a macro and stamped per ISA or extension with its target and its
@@ -198,39 +199,52 @@ typedef struct {
  * activations, and its latency (row loads, transposes, the scales' inserts) is not hidden; here it is paid once per 64
  * activations, and the unpacks of consecutive blocks overlap. PTILE takes the lanes tile's float ops per (row,
  * activation) pair, so GEMM equals FEW (the lanes gemm, run below FG_PANEL_MIN_M) and the gemv bit for bit. The stack
- * holds the panel (FG_PANEL_KC x sizeof(PANEL_T): 18 KB for 8 rows of Q4_0, 37 KB for 16) and the aux (32 KB). */
+ * holds the panel (FG_PANEL_KC x sizeof(PANEL_T): 18 KB for 8 rows of Q4_0, 37 KB for 16) and the aux (32 KB). The
+ * VNNI panels of Q4_0 and Q8_0 take their own sizes (FG_GEMM_FROM_PANEL_KM; fg_panel_vnni.h: 18 KB + 64 KB). */
 #define FG_PANEL_KC 64
 #define FG_PANEL_MG 64
 #define FG_PANEL_MIN_M 32
 #define FG_GEMM_FROM_PANEL(GEMM, TARGET, PANEL_T, FILL, PTILE, AUX, FEW, WBLK, XBLK, BLK, MT, RT)               \
-    TARGET static void GEMM(int64_t n, const void *w, size_t stride, const void *xq, size_t xs, int64_t m,   \
-                            float *y, int64_t ldy, int64_t nrows) {                                          \
-        if (m < FG_PANEL_MIN_M) {                                                                            \
-            FEW(n, w, stride, xq, xs, m, y, ldy, nrows);                                                     \
-            return;                                                                                          \
-        }                                                                                                    \
-        const int64_t nb = n / (BLK);                                                                        \
-        PANEL_T panel[FG_PANEL_KC];                                                                          \
-        fg_xaux aux[FG_PANEL_MG][FG_PANEL_KC];                                                               \
-        for (int64_t a0 = 0; a0 < m; a0 += FG_PANEL_MG) {                                                    \
-            const int mg = m - a0 < FG_PANEL_MG ? (int)(m - a0) : FG_PANEL_MG;                               \
-            for (int64_t k0 = 0; k0 < nb; k0 += FG_PANEL_KC) {                                               \
-                const int kc = nb - k0 < FG_PANEL_KC ? (int)(nb - k0) : FG_PANEL_KC, first = k0 == 0;        \
+    FG_GEMM_FROM_PANEL_KM(GEMM, TARGET, PANEL_T, FILL, PTILE, AUX, FEW, WBLK, XBLK, BLK, MT, RT, FG_PANEL_KC,   \
+                          FG_PANEL_MG)
+/* The same with the panel's KC blocks and the MG activations run over it given (PTILE's aux: fg_xaux (*)[KC]). */
+#define FG_GEMM_FROM_PANEL_KM(GEMM, TARGET, PANEL_T, FILL, PTILE, AUX, FEW, WBLK, XBLK, BLK, MT, RT, KC, MG)  \
+    TARGET static void GEMM(int64_t n, const void *w, size_t stride, const void *xq, size_t xs, int64_t m,    \
+                            float *y, int64_t ldy, int64_t nrows) {                                           \
+        if (m < FG_PANEL_MIN_M) {                                                                             \
+            FEW(n, w, stride, xq, xs, m, y, ldy, nrows);                                                      \
+            return;                                                                                           \
+        }                                                                                                     \
+        const int64_t nb = n / (BLK);                                                                         \
+        PANEL_T panel[KC];                                                                                    \
+        fg_xaux aux[MG][KC];                                                                                  \
+        for (int64_t a0 = 0; a0 < m; a0 += (MG)) {                                                            \
+            const int mg = m - a0 < (MG) ? (int)(m - a0) : (MG);                                              \
+            for (int64_t k0 = 0; k0 < nb; k0 += (KC)) {                                                       \
+                const int kc = nb - k0 < (KC) ? (int)(nb - k0) : (KC), first = k0 == 0;                       \
                 const char *wk = (const char *)w + k0 * (WBLK), *xk = (const char *)xq + a0 * xs + k0 * (XBLK); \
-                for (int i = 0; i < mg; i++) AUX(xk + i * xs, kc, aux[i]);                                   \
-                for (int64_t r = 0; r < nrows; r += (RT)) {                                                  \
-                    const int R = nrows - r < (RT) ? (int)(nrows - r) : (RT);                                \
-                    FILL(R, kc, wk + r * stride, stride, panel);                                             \
-                    for (int a = 0; a < mg; a += (MT)) {                                                     \
-                        const int M = mg - a < (MT) ? mg - a : (MT);                                         \
-                        const fg_xaux(*caux)[FG_PANEL_KC] = (const fg_xaux(*)[FG_PANEL_KC])(aux + a);        \
+                for (int i = 0; i < mg; i++) AUX(xk + i * xs, kc, aux[i]);                                    \
+                for (int64_t r = 0; r < nrows; r += (RT)) {                                                   \
+                    const int R = nrows - r < (RT) ? (int)(nrows - r) : (RT);                                 \
+                    FILL(R, kc, wk + r * stride, stride, panel);                                              \
+                    for (int a = 0; a < mg; a += (MT)) {                                                      \
+                        const int M = mg - a < (MT) ? mg - a : (MT);                                          \
+                        const fg_xaux(*caux)[(KC)] = (const fg_xaux(*)[(KC)])(aux + a);                       \
                         FG_TILE_M_##MT(PTILE, R, M, first, kc, panel, xk + a * xs, xs, caux, y + (a0 + a) * ldy + r, \
-                                       ldy)                                                                  \
-                    }                                                                                        \
-                }                                                                                            \
-            }                                                                                                \
-        }                                                                                                    \
+                                       ldy)                                                                   \
+                    }                                                                                         \
+                }                                                                                             \
+            }                                                                                                 \
+        }                                                                                                     \
     }
+
+/* GCC's unroll-and-jam fuses two passes of a loop whose sums are meant to stay in registers (the K-quant rows8 and
+ * VNNI gemms, the VNNI panel tile): twice the vectors live, spilled (1.1-1.4x slower). Put on the kernel functions. */
+#if defined(__GNUC__) && !defined(__clang__)
+#define FG_NO_UNROLL_JAM __attribute__((optimize("no-loop-unroll-and-jam")))
+#else
+#define FG_NO_UNROLL_JAM
+#endif
 
 /* SIMD code is compiled where the compiler takes target attributes: gcc, clang and clang-cl (which defines __clang__
  * and _M_X64 / _M_ARM64, and like every clang __x86_64__ / __aarch64__ too). MSVC's cl.exe (neither __GNUC__ nor

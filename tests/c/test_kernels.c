@@ -273,13 +273,14 @@ static void test_gemm_m(int isa, const char *name, const long M, const long R) {
 }
 
 /* Gemms that change their loop from many activations up (the panels of FG_GEMM_FROM_PANEL from 32: 64 activations
- * per pass, 64 blocks per panel; the K-quants' VNNI gemm: 8 activations at a time over each 16-row super-block,
+ * per pass, 64 blocks per panel; Q4_0's and Q8_0's VNNI panels, fg_panel_vnni.h: 256 activations per pass, 8 at a
+ * time, 32 blocks per panel; the K-quants' VNNI gemm: 8 activations at a time over each 16-row super-block,
  * unpacked in zmm) against the gemv of each activation, bit for bit, as the m <= 9 test above: 32, 65 (a whole pass of
- * 64, then 1) and 70 activations (8 x 8, then 6), 37 rows (two 16-row tiles, then 5; and 29: one, then 13) and 72
- * blocks of 32 (a 64-block panel, then 8) or 9 super-blocks, with y rows ldy apart and nothing written outside the
- * (m, rows) tile. A failure names M * 100 + rows. */
+ * 64, then 1), 70 activations (8 x 8, then 6) and 263 (a pass of 256, then 7), 37 rows (two 16-row tiles, then 5;
+ * and 29: one, then 13) and 72 blocks of 32 (a 64-block panel, then 8; or two of 32, then 8) or 9 super-blocks, with
+ * y rows ldy apart and nothing written outside the (m, rows) tile. A failure names M * 100 + rows. */
 static void test_gemm_many(int isa, const char *name) {
-    static const long ms[] = {32, 65, 70};
+    static const long ms[] = {32, 65, 70, 263};
     for (size_t c = 0; c < sizeof(ms) / sizeof(ms[0]); c++) test_gemm_m(isa, name, ms[c], 37);
     test_gemm_m(isa, name, 70, 29); /* a 16-row tile, then 13: the K-quants' zmm unpack of 9..15 rows */
 }

@@ -1,0 +1,63 @@
+/* The AVX-512 VNNI panel gemm of Q4_0 and Q8_0 (many activations; FG_GEMM_FROM_PANEL_KM): 16 weight rows in the
+ * lanes of a zmm x up to 8 activations, over a panel of FG_PV_KC blocks unpacked once (fg_panel16: per block 8 zmm of
+ * unsigned row-lane bytes u, q[j] holding elements 4j..4j+3 of every row, and the rows' scales) by the format's FILL,
+ * and up to FG_PV_MG activations run over each panel.
+ *
+ * Shape, per block of the panel: for j = 0..7, q[j] is read once and every activation's 4 bytes at 4j are broadcast
+ * into its own dpbusd chain: M independent chains. (The 16-activation tile it replaces ran one chain of 8 dependent
+ * dpbusd per activation and held 16 accumulators plus the 8 weight vectors, reloading the weights per activation.)
+ * Registers: M float accumulators, M int32 sums, one weight vector, the broadcasts. Sizes: the panel is 16 rows x 32
+ * blocks (18 KB) so that it and 8 activations' blocks (8.7 KB) stay in L1 (64 blocks, 37 KB, did not: 1.1x slower on
+ * 2048x2048 x 256, busy); 256 activations per panel pay its unpack (transposes) once per 256; the aux (each block's
+ * scale and correction per activation) is 64 KB.
+ *
+ * Exactness: each chain is the block's exact dot with u (Q4_0: u = q + 8 in 0..15; Q8_0: u = w + 128), minus aux.c
+ * at the end (Q4_0: 8 * sum(x); Q8_0: 128 * sum(x)), as the format's lanes tile and gemv compute it in another order
+ * (integer sums are order-free and nothing overflows: |dot| < 32 * 255 * 128 < 2^31). Then the same float step per
+ * (row, activation): acc = fma((float)dot, dw * dx, acc), block by block in order, so the gemm equals the gemv bit
+ * for bit. */
+#ifndef FG_PANEL_VNNI_H
+#define FG_PANEL_VNNI_H
+
+#include "fg_simd.h"
+
+#define FG_PV_KC 32
+#define FG_PV_MG 256
+
+#if FG_HAVE_X86
+/* R <= 16 rows (lanes; masked at y) x M <= 8 activations (x, xs apart; M a constant after inlining) over kc <=
+ * FG_PV_KC blocks of the panel p; aux[a][i]: activation a's block i scale and offset correction (aux.c). */
+FG_INLINE_AVX512_VNNI void fg_panel_tile16_vnni(const int R, const int M, int first, int kc, const fg_panel16 *p,
+                                                const char *x, size_t xs, const fg_xaux (*aux)[FG_PV_KC], float *y,
+                                                int64_t ldy) {
+    __m512 acc[8]; /* [a]: 16 rows */
+    fg_load_rows16(R, M, first, acc, y, ldy);
+    for (int i = 0; i < kc; i++) {
+        __m512i t[8]; /* [a]: 16 rows' block dot with u */
+        for (int a = 0; a < M; a++) t[a] = _mm512_setzero_si512();
+        for (int j = 0; j < 8; j++) {
+            const __m512i u = p[i].q[j];
+            for (int a = 0; a < M; a++) {
+                const int8_t *xq = ((const block_q8_0 *)(x + a * xs) + i)->qs;
+                t[a] = _mm512_dpbusd_epi32(t[a], u, fg_bcast32_512(xq + 4 * j));
+            }
+        }
+        /* the correction last: a vector sub from memory, where a chain started at -c took a scalar negation and a
+         * broadcast from a general register per activation (~5% on 2048x2048 x 256, busy) */
+        for (int a = 0; a < M; a++) {
+            const __m512i dot = _mm512_sub_epi32(t[a], _mm512_set1_epi32(aux[a][i].c));
+            acc[a] = _mm512_fmadd_ps(_mm512_cvtepi32_ps(dot), _mm512_mul_ps(p[i].d, _mm512_set1_ps(aux[a][i].d)),
+                                     acc[a]);
+        }
+    }
+    fg_store_rows16(R, M, acc, y, ldy);
+}
+
+/* The gemm NAME from the format's FILL (one block of 16 rows into a fg_panel16) and AUX (its activation's scale and
+ * correction), below FG_PANEL_MIN_M activations the format's lanes gemm FEW. */
+#define FG_GEMM_PANEL_VNNI(NAME, FILL, AUX, FEW, WBLK)                                                              \
+    FG_GEMM_FROM_PANEL_KM(NAME, FG_TARGET_AVX512_VNNI FG_NO_UNROLL_JAM, fg_panel16, FILL, fg_panel_tile16_vnni, AUX, \
+                          FEW, WBLK, sizeof(block_q8_0), 32, 8, 16, FG_PV_KC, FG_PV_MG)
+#endif /* FG_HAVE_X86 */
+
+#endif
