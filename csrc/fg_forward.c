@@ -556,7 +556,8 @@ static void softmax_as_ggml(float *y, const float *x, int64_t n) {
 
 /* The routing of the chunk's rows from w->rlogits (bias added), as llama.cpp's build_moe_ffn: probabilities
  * (softmax or sigmoid of the router logits; softmax-weight: the logits); the n_expert_used largest in descending
- * order, ties to the lower expert (ggml_argsort_top_k: std::sort, an insertion sort for <= 16 experts, so stable
+ * order (of probability + L->exp_probs_b when the layer has that selection bias; the weights are unbiased), ties to
+ * the lower expert (ggml_argsort_top_k: std::sort, an insertion sort for <= 16 experts, so stable
  * there); weights = their probabilities (softmax-weight: their softmax), / their sum (clamped to >= 2^-14) when
  * moe_norm_w, * moe_w_scale unless 0 or 1. Then the slots, grouped by expert: off[e] .. off[e+1] are expert e's, its
  * rows ascending. Every thread computes it whole into its private scratch (a few thousand operations): no
@@ -576,19 +577,27 @@ static void route(const team *t, const fg_layer *L, int64_t rows) {
         else
             memcpy(p, l, (size_t)NE * sizeof(float));
         int32_t *sel = t->sel + i * K;
-        float *w = t->wts + i * K, wsum = 0.0f;
+        float *w = t->wts + i * K;
+        const float *b = L->exp_probs_b;
         for (int64_t j = 0; j < K; j++) {
             int64_t best = -1;
-            for (int64_t e = 0; e < NE; e++)
-                if (best < 0 || p[e] > p[best]) best = e; /* strict: the lower expert wins a tie */
+            float top = 0.0f;
+            for (int64_t e = 0; e < NE; e++) {
+                float v = b ? p[e] + b[e] : p[e]; /* the selection score, in float as ggml_add */
+                if (best < 0 || v > top) { /* strict: the lower expert wins a tie */
+                    best = e;
+                    top = v;
+                }
+            }
             sel[j] = (int32_t)best;
             w[j] = p[best];
-            p[best] = -INFINITY; /* taken (probabilities are >= 0; router logits finite) */
-            wsum += w[j];
+            p[best] = -INFINITY; /* taken (scores are finite unless the file's are not: then any expert, in range) */
             t->off[best + 1]++;
         }
         if (m->hp.moe_gating == FG_GATING_SOFTMAX_WEIGHT) softmax_as_ggml(w, w, K);
-        if (m->hp.moe_norm_w) {
+        if (m->hp.moe_norm_w) { /* the sum of the final weights (softmax-weight: after that softmax) */
+            float wsum = 0.0f;
+            for (int64_t j = 0; j < K; j++) wsum += w[j];
             wsum = wsum < 6.103515625e-5f ? 6.103515625e-5f : wsum;
             for (int64_t j = 0; j < K; j++) w[j] /= wsum;
         }

@@ -63,6 +63,9 @@ typedef struct {
      * softmax with no value; router bias (n_expert,) added to the router logits; expert biases added to each
      * expert's gate/up (n_expert, n_ff_exp) and down (n_expert, n_embd) outputs */
     const float *attn_sinks, *b_gate_inp, *b_gate_exps, *b_up_exps, *b_down_exps;
+    /* optional (n_expert,) expert selection bias (lfm2moe's exp_probs_b, DeepSeek-V3's): added to the
+     * probabilities to choose the top experts only; the weights stay the unbiased probabilities */
+    const float *exp_probs_b;
 } fg_layer;
 
 #define FG_ACT_SILU 0             /* ffn = silu(gate) * up (llama) */
@@ -97,7 +100,8 @@ typedef struct {
      * logits by logit_scale (0 or 1: none, as llama.cpp's 0 = unset) */
     float residual_scale, logit_scale;
     /* mixture of experts (0 experts: every layer is a dense FFN). Each row's FFN: probabilities p = gating(router
-     * logits); the n_expert_used largest (ties: the lower expert first); weights w = their p, divided by their
+     * logits); the n_expert_used largest of p + exp_probs_b (fg_layer; ties: the lower expert first); weights w =
+     * their p (unbiased), divided by their
      * sum when moe_norm_w, times moe_w_scale; out = sum_j w_j down_j(act(gate_j x) * up_j x) in that order, plus
      * the shared expert (fg_layer; n_ff is then its width). FG_GATING_SOFTMAX_WEIGHT: p = the logits, w = softmax
      * of the chosen ones. moe_act: an FG_ACT_* */

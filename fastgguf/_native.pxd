@@ -147,6 +147,7 @@ cdef extern from "fg_forward.h" nogil:
         const float *b_gate_exps
         const float *b_up_exps
         const float *b_down_exps
+        const float *exp_probs_b
 
     ctypedef struct fg_hparams:
         int n_embd, n_layer, n_head, n_head_kv, head_dim, n_ff, n_vocab

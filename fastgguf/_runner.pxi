@@ -80,6 +80,7 @@ cdef int _experts(Weights w, fg_layer *L, d, int64_t NE, int64_t FE, int64_t E, 
     L.b_gate_exps = _vec2(w, d.get("b_gate_exps"), NE, FE, p + "ffn_gate_exps.bias")
     L.b_up_exps = _vec2(w, d.get("b_up_exps"), NE, FE, p + "ffn_up_exps.bias")
     L.b_down_exps = _vec2(w, d.get("b_down_exps"), NE, E, p + "ffn_down_exps.bias")
+    L.exp_probs_b = _vec(w, d.get("exp_probs_b"), NE, p + "exp_probs_b.bias")
     shared = [L.w_gate.data != NULL, L.w_up.data != NULL, L.w_down.data != NULL]
     if any(shared) != all(shared) or (L.gate_inp_shexp != NULL and not all(shared)):
         raise ValueError(f"{p}: a shared expert needs ffn_gate/up/down_shexp (and its gate vector, them)")
@@ -92,11 +93,13 @@ cdef int _experts(Weights w, fg_layer *L, d, int64_t NE, int64_t FE, int64_t E, 
     return 0
 
 
-cdef int _layer(Weights w, fg_layer *L, d, str p) except -1:
-    """Layer d's tensors into L, each checked against its shape (Weights.__init__)."""
+cdef int _layer(Weights w, fg_layer *L, d, str p, bint moe) except -1:
+    """Layer d's tensors into L, each checked against its shape (Weights.__init__); moe: a mixture-of-experts layer
+    (in a model with experts, all but its leading dense layers, Hparams.moe_layer)."""
     cdef const fg_hparams *hp = &w.m.hp
     cdef int64_t E = hp.n_embd, QD = <int64_t>hp.n_head * hp.head_dim, KV = <int64_t>hp.n_head_kv * hp.head_dim
-    cdef int64_t F = hp.n_ff, hd = hp.head_dim, NE = hp.n_expert  # with experts, F: the shared expert's width
+    # in an expert layer F is the shared expert's width (a model with leading dense layers has none: Hparams.check)
+    cdef int64_t F = hp.n_ff, hd = hp.head_dim, NE = hp.n_expert if moe else 0
     L.attn_norm = _vec(w, d.get("attn_norm"), E, p + "attn_norm")
     if L.conv:  # a short-convolution layer instead of attention (Weights.__init__ set L.conv)
         L.conv_in = _mat(w, d["conv_in"], 3 * E, E, p + "shortconv.in_proj")
@@ -146,9 +149,10 @@ cdef class Weights:
         pos_embd (a matrix), type_embd (float32 (n_types, n_embd): row 0 is used), tok_norm, tok_norm_b; their
         layers lack attn_norm, ffn_norm (and w_gate: a plain GELU FFN) and add bo, b_up, b_down, attn_out_norm(_b),
         layer_out_norm(_b).
-        Mixtures of experts (hp.n_expert > 0): every layer has gate_inp (a matrix (n_expert, n_embd)), gate_exps,
-        up_exps, down_exps ((array, type, n_expert, rows, cols) stacks) and optionally a shared expert as
-        w_gate/w_up/w_down (hp.n_ff_shexp wide) with an optional gate vector gate_inp_shexp (n_embd,)."""
+        Mixtures of experts (hp.n_expert > 0): every layer but the hp.n_dense_lead first (dense) has gate_inp (a
+        matrix (n_expert, n_embd)), gate_exps, up_exps, down_exps ((array, type, n_expert, rows, cols) stacks),
+        optionally exp_probs_b (n_expert,) and a shared expert as w_gate/w_up/w_down (hp.n_ff_shexp wide) with an
+        optional gate vector gate_inp_shexp (n_embd,)."""
         cdef int i
         memset(&self.m, 0, sizeof(fg_model))
         self.m.hp = hp.as_c()  # a dict of exactly fg_hparams's fields (Cython refuses one missing)
@@ -182,7 +186,7 @@ cdef class Weights:
             self.layers[i].swa = 1 if i in swa_layers else 0
             self.layers[i].nope = 1 if i in nope_layers else 0
             self.layers[i].conv = 1 if i in conv_layers else 0
-            _layer(self, &self.layers[i], layers[i], f"blk.{i}.")
+            _layer(self, &self.layers[i], layers[i], f"blk.{i}.", hp.moe_layer(i))
         self.m.layers = self.layers
 
     def __dealloc__(self):

@@ -44,11 +44,15 @@ DATA = os.path.join(os.path.dirname(os.path.abspath(__file__)), "data")
 #   shortconv     lfm2: the layers in conv_layers are gated short convolutions (shortconv.in_proj, .conv of
 #                 l_cache taps, .out_proj) instead of attention, attention.head_count_kv a per-layer array (0 there),
 #                 shortconv.l_cache; the output norm is named token_embd_norm
+#   exp_probs_b   lfm2moe: each expert layer's selection bias exp_probs_b.bias (n_expert,) after its router; the
+#                 first n_dense_lead layers dense (leading_dense_block_count); expert_gating_func (default 2,
+#                 sigmoid)
 ARCHS = {
     "llama": "", "granite": "", "gemma": "", "qwen2": "bias", "qwen3": "qk_norm", "phi3": "fused",
     "gemma2": "post_norms", "gemma3": "post_norms qk_norm",
     "qwen3moe": "qk_norm exp_ff", "qwen2moe": "shexp exp_ff", "olmoe": "qk_norm_full", "granitemoe": "",
     "gpt-oss": "bias sinks exp_ff", "smollm3": "", "lfm2": "qk_norm shortconv",
+    "lfm2moe": "qk_norm shortconv exp_ff exp_probs_b",
     "bert": "bias position", "nomic-bert": "fused gate",
 }
 
@@ -88,12 +92,13 @@ class Preset:
     biases_first: bool = False
     conv_layers: tuple = ()   # shortconv: the short-convolution layers, and their conv's taps
     l_cache: int = 3
+    n_dense_lead: int = 0     # exp_probs_b: the leading dense layers
 
 
 # the roles' spread when a preset says nothing
 SCALES = {"embd": 1.0, "output_norm": 1.0, "norm": 1.0, "head_norm": 1.0, "qk": 0.2, "matrix": 0.2, "fused": 0.2,
           "output": 0.2, "bias": 0.2, "sinks": 1.0, "router": 1.0, "experts": 0.2, "expert_bias": 0.2,
-          "shexp": 0.2, "shexp_gate": 1.0, "token_types": 0.5, "position": 0.5, "conv": 0.5}
+          "shexp": 0.2, "shexp_gate": 1.0, "token_types": 0.5, "position": 0.5, "conv": 0.5, "probs_b": 0.5}
 LLAMA_KEYS = ("block_count", "context_length", "embedding_length", "feed_forward_length", "attention.head_count",
               "attention.head_count_kv", "rope.freq_base", "attention.layer_norm_rms_epsilon", "rope.dimension_count")
 EXPERT_KEYS = ("expert_count", "expert_used_count", "expert_feed_forward_length", "expert_shared_feed_forward_length")
@@ -151,7 +156,8 @@ def build(path, preset="tiny", *, arch=None, wtype=None, vocab=None, seed=None, 
     arch: its layout (ARCHS; the preset's when None; an unknown name writes the llama layout); bias, qk_norm,
     post_norms, fused: True / False override the arch's part. wtype: a ggml type name ("Q8_0", "F16", ...) for the
     preset's quantized roles. sizes: n_embd, n_layer, n_head, n_head_kv, n_ff, n_ctx, n_expert, n_used, n_ff_exp
-    (the experts' width), rope_base; conv_layers, l_cache (lfm2's short-convolution layers and taps). seed: the
+    (the experts' width), rope_base; conv_layers, l_cache (lfm2's short-convolution layers and taps), n_dense_lead
+    (lfm2moe's leading dense layers). seed: the
     draws (the preset's when None); scale: {role: spread} over the preset's; tied: no output.weight.
     vocab: None (the preset's), "no_vocab" (tokenizer.ggml.model no_vocab: ids only, llama.cpp loads it),
     "wordpiece" (WORDPIECE, as llama.cpp's converter stores it), the name of a vocabulary-only file of llama.cpp
@@ -215,6 +221,8 @@ def _metadata(w, p, parts, vocab, pooling, head, shared, meta):
     if "shortconv" in parts:   # per layer: 0 KV heads in a conv layer
         values["attention.head_count_kv"] = [0 if i in p.conv_layers else p.n_head_kv for i in range(p.n_layer)]
         meta = {"shortconv.l_cache": p.l_cache, **(meta or {})}
+    if "exp_probs_b" in parts:
+        meta = {"leading_dense_block_count": p.n_dense_lead, "expert_gating_func": 2, **(meta or {})}
     meta = dict(meta or {})
     n_vocab = p.n_vocab
     for key in p.keys:
@@ -380,7 +388,7 @@ def _decoder(t, p, parts, n_vocab, tied, rope_freqs, router, shared, head, nan_e
             t.add(b + "post_attention_norm.weight", (E,), "norm")
             t.add(b + "post_ffw_norm.weight", (E,), "norm")
         t.add(b + ("post_attention_norm.weight" if "sinks" in parts else "ffn_norm.weight"), (E,), "norm")
-        if p.n_expert:
+        if p.n_expert and i >= p.n_dense_lead:
             _experts(t, p, parts, b, i, router, shared)
         elif "fused" in parts:
             t.add(b + "ffn_up.weight", (2 * p.n_ff, E), "fused")                 # gate|up (2 n_ff, n_embd)
@@ -452,6 +460,8 @@ def _experts(t, p, parts, b, i, router, shared):
     E, NE, FE = p.n_embd, p.n_expert, p.n_ff_exp
     r = t.draw((NE, E), "router")
     t.add(b + "ffn_gate_inp.weight", (NE, E), "router", a=router(i, r) if router else r)   # (n_expert, n_embd)
+    if "exp_probs_b" in parts:
+        t.add(b + "exp_probs_b.bias", (NE,), "probs_b")                          # (n_expert,) selection bias
     sinks = "sinks" in parts
     if sinks:
         t.add(b + "ffn_gate_inp.bias", (NE,), "bias")

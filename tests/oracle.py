@@ -20,7 +20,7 @@ class Oracle:
         self.n_head_kv = md.get(f"{a}.attention.head_count_kv", self.n_head)
         # lfm2 (fastgguf/arch/lfm2.py): head_count_kv per layer, 0 in its gated short-convolution layers
         kv = np.atleast_1d(self.n_head_kv)
-        self.conv = [a == "lfm2" and kv[l % kv.size] == 0 for l in range(md[f"{a}.block_count"])]
+        self.conv = [a in ("lfm2", "lfm2moe") and kv[l % kv.size] == 0 for l in range(md[f"{a}.block_count"])]
         self.n_head_kv = int(max(kv)) or self.n_head
         self.head_dim = md.get(f"{a}.attention.key_length", self.n_embd // self.n_head)
         self.n_rot = md.get(f"{a}.rope.dimension_count", self.head_dim)
@@ -39,7 +39,7 @@ class Oracle:
         self.n_ctx_orig = md.get(f"{a}.rope.scaling.original_context_length", n_ctx_train) or n_ctx_train
         self.attn_factor = md.get(f"{a}.rope.scaling.attn_factor", 1.0)
         self.neox = a in ("qwen2", "qwen3", "qwen2moe", "qwen3moe", "olmoe", "gemma", "gemma2", "gemma3", "phi3",
-                          "nomic-bert", "gpt-oss", "lfm2")
+                          "nomic-bert", "gpt-oss", "lfm2", "lfm2moe")
         # granite (llama.cpp's granite.cpp): embeddings * embedding_scale, scores * attention.scale (instead of
         # 1/sqrt(head_dim)), attention and FFN outputs * residual_scale, logits / logit_scale; 0/absent: none
         self.embd_scale = md.get(f"{a}.embedding_scale", 0.0) or 1.0
@@ -52,6 +52,11 @@ class Oracle:
         self.n_expert = md.get(f"{a}.expert_count", 0)
         self.n_used = md.get(f"{a}.expert_used_count", 0)
         self.moe_norm_w = a not in ("qwen2moe", "olmoe", "gpt-oss")
+        # lfm2moe (fastgguf/arch/lfm2moe.py): the first leading_dense_block_count layers dense; probabilities by
+        # expert_gating_func (1 softmax, 2 sigmoid, 3 softmax of the chosen logits); exp_probs_b.bias added to
+        # them to choose the experts, not to weigh them
+        self.n_dense_lead = md.get(f"{a}.leading_dense_block_count", 0)
+        self.gating = md.get(f"{a}.expert_gating_func", 3 if a == "gpt-oss" else 1)
         # gpt-oss (fastgguf/arch/gptoss.py for the facts): the raw router logits (+ bias) choose, the softmax of the
         # chosen ones weighs; experts with biases and the clamped SwiGLU (alpha 1.702, limit 7); attention sinks;
         # its FFN norm is post_attention_norm; sliding window on even layers
@@ -75,7 +80,7 @@ class Oracle:
                   for t in r.tensors}
         if "output.weight" not in self.w:
             self.w["output.weight"] = self.w["token_embd.weight"]
-        if a == "lfm2":   # its output norm's name (llama.cpp's LLM_TENSOR_OUTPUT_NORM_LFM2)
+        if a in ("lfm2", "lfm2moe"):   # its output norm's name (llama.cpp's LLM_TENSOR_OUTPUT_NORM_LFM2)
             self.w["output_norm.weight"] = self.w.pop("token_embd_norm.weight")
         qd, kvd = self.n_head * self.head_dim, self.n_head_kv * self.head_dim
         for l in range(self.n_layer):   # phi3's fused matrices: q|k|v rows, gate|up rows
@@ -199,15 +204,18 @@ class Oracle:
         W = self.w
         logits = h @ W[p + "ffn_gate_inp.weight"].T + W.get(p + "ffn_gate_inp.bias", 0)
         probs = np.exp(logits - logits.max(axis=1, keepdims=True))
-        probs = logits if self.oss else probs / probs.sum(axis=1, keepdims=True)
+        probs = logits if self.gating == 3 else 1 / (1 + np.exp(-logits)) if self.gating == 2 else \
+            probs / probs.sum(axis=1, keepdims=True)
+        choose = probs + W.get(p + "exp_probs_b.bias", 0)
         out = np.zeros_like(h)
         bias = {x: W.get(p + f"ffn_{x}_exps.bias") for x in ("gate", "up", "down")}
         for i in range(len(h)):
-            sel = np.argsort(-probs[i], kind="stable")[:self.n_used]
+            sel = np.argsort(-choose[i], kind="stable")[:self.n_used]
             self.selected.append(set(int(e) for e in sel))
-            wts = probs[i, sel] / (probs[i, sel].sum() if self.moe_norm_w else 1.0)
-            if self.oss:
+            wts = probs[i, sel]
+            if self.gating == 3:
                 wts = np.exp(wts - wts.max()) / np.exp(wts - wts.max()).sum()
+            wts = wts / (wts.sum() if self.moe_norm_w else 1.0)
             for e, wt in zip(sel, wts):
                 b = [0 if bias[x] is None else bias[x][e] for x in ("gate", "up", "down")]
                 out[i] += wt * self.ffn(h[i], W[p + "ffn_gate_exps.weight"][e], W[p + "ffn_up_exps.weight"][e],
@@ -242,7 +250,7 @@ class Oracle:
             else:
                 x = x + self.attention(h, p, l, pos, n_ctx or n, mask, window, kv_f16) * self.residual_scale
             h = self.rmsnorm(x, W[p + ("post_attention_norm.weight" if self.oss else "ffn_norm.weight")])
-            if self.n_expert:
+            if self.n_expert and l >= self.n_dense_lead:
                 o = self.moe(h, p)
             else:
                 o = self.ffn(h, W[p + "ffn_gate.weight"], W[p + "ffn_up.weight"], W[p + "ffn_down.weight"])

@@ -22,7 +22,7 @@ ACTIVATIONS = ("silu", "gelu_tanh", "swiglu_oai")
 GATINGS = ("softmax", "sigmoid", "softmax_weight")
 # Hparams fields without an fg_hparams field of their name: Python's alone, or folded into others by as_c()
 NOT_IN_C = ("arch", "n_ctx_train", "pooling", "n_cls_out", "rank_softmax", "causal", "swa_layers", "n_ff_shexp",
-            "nope_layers", "conv_layers")
+            "nope_layers", "conv_layers", "n_dense_lead")
 
 
 @dataclass(frozen=True)
@@ -79,6 +79,8 @@ class Hparams:
                                      # "softmax_weight": the logits choose, the weights are the chosen ones' softmax
     moe_act: str = ""                # the experts' gated activation: "" as ffn_act, or "swiglu_oai" (gpt-oss)
     moe_norm_w: bool = False         # the chosen experts' weights divided by their sum
+    n_dense_lead: int = 0            # the first layers have a dense FFN (n_ff wide) instead (lfm2moe; no shared
+                                     # expert then: n_ff is the C's one dense width)
     moe_w_scale: float = 1.0         # and multiplied by this
     qk_norm_full: bool = False       # q_norm/k_norm over the whole q and k vectors, not per head (olmoe)
     # gated short-convolution layers instead of attention (lfm2): their indices, and the taps of their conv (their
@@ -119,6 +121,13 @@ class Hparams:
             raise ValueError(f"unknown expert gating {self.moe_gating!r}")
         if self.moe_act not in ("", "swiglu_oai"):
             raise ValueError(f"unknown expert activation {self.moe_act!r}")
+        if not 0 <= self.n_dense_lead <= self.n_layer or (self.n_dense_lead and self.n_ff_shexp):
+            raise ValueError(f"leading dense layers {self.n_dense_lead}: must be in [0, {self.n_layer}], and "
+                             f"without a shared expert")
+
+    def moe_layer(self, i):
+        """Whether layer i is a mixture-of-experts one: with experts, all but the n_dense_lead first."""
+        return self.n_expert > 0 and i >= self.n_dense_lead
 
     def as_c(self):
         """fg_hparams (csrc/fg_forward.h) as {field: value}, after check(): each field is the Hparams field of its
@@ -128,7 +137,8 @@ class Hparams:
         c = {f.name: getattr(self, f.name) for f in fields(self) if f.name not in NOT_IN_C}
         moe = self.n_expert > 0
         c.update(
-            n_ff=self.n_ff_shexp if moe else self.n_ff,   # with experts the dense FFN is the shared expert
+            # with experts the dense FFN is the shared expert, or the leading dense layers' (never both: check())
+            n_ff=self.n_ff_shexp if moe and not self.n_dense_lead else self.n_ff,
             ffn_act=ACTIVATIONS.index(self.ffn_act),
             n_swa=self.n_swa if self.swa_layers else 0,
             n_conv=self.n_conv if self.conv_layers else 0,
@@ -490,7 +500,7 @@ class Arch:
         exp_shapes = {"gate_exps": (NE, FE, E), "up_exps": (NE, FE, E), "down_exps": (NE, E, FE)}
         for i in range(hp.n_layer):
             d = {role: take(role, f"blk.{i}.{n}") for role, n in self.layer_roles(hp, i).items()}
-            if hp.n_expert:
+            if hp.moe_layer(i):
                 d.update(self.expert_layer(hp, i, take, exp_shapes, used))
             for role, n in self.optional_layer_tensors.items():
                 d[role] = take(role, f"blk.{i}.{n}", required=False)
@@ -510,9 +520,9 @@ class Arch:
         return out
 
     def layer_roles(self, hp, i):
-        """Layer i's required tensors, role -> name inside blk.i: layer_tensors (with experts, less the shared
+        """Layer i's required tensors, role -> name inside blk.i: layer_tensors (in an expert layer, less the shared
         expert's, which expert_layer takes when the file has one)."""
-        if hp.n_expert:
+        if hp.moe_layer(i):
             return {r: n for r, n in self.layer_tensors.items() if r not in self.shexp_tensors}
         return self.layer_tensors
 
