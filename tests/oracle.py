@@ -215,7 +215,7 @@ class Oracle:
             wts = probs[i, sel]
             if self.gating == 3:
                 wts = np.exp(wts - wts.max()) / np.exp(wts - wts.max()).sum()
-            wts = wts / (wts.sum() if self.moe_norm_w else 1.0)
+            wts = wts / (max(wts.sum(), 6.103515625e-5) if self.moe_norm_w else 1.0)   # llama.cpp's clamp (F16 min)
             for e, wt in zip(sel, wts):
                 b = [0 if bias[x] is None else bias[x][e] for x in ("gate", "up", "down")]
                 out[i] += wt * self.ffn(h[i], W[p + "ffn_gate_exps.weight"][e], W[p + "ffn_up_exps.weight"][e],
