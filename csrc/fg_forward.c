@@ -65,9 +65,10 @@ void fg_kv_free(fg_kv *kv) {
     free64(kv->k_cache);
     free64(kv->v_cache);
     free64(kv->conv_cache);
+    free64(kv->ssm_cache);
     free(kv->layer_row0);
     kv->k_cache = kv->v_cache = NULL;
-    kv->conv_cache = NULL;
+    kv->conv_cache = kv->ssm_cache = NULL;
     kv->layer_row0 = kv->conv_row0 = NULL;
 }
 
@@ -83,8 +84,27 @@ static void layer_cache_rows(const fg_model *m, int il, int n_ctx, int64_t *kv_r
     int swa, conv;
     ring_rows(m, n_ctx, &swa, &conv);
     const fg_layer *L = &m->layers[il];
-    *kv_rows = L->conv ? 0 : (L->swa ? swa : n_ctx);
+    *kv_rows = L->conv || L->ssm ? 0 : (L->swa ? swa : n_ctx);
     *conv_rows = L->conv ? conv : 0;
+}
+
+int64_t fg_ssm_state_floats(const fg_model *m) {
+    const fg_hparams *h = &m->hp;
+    if (h->ssm_d_state <= 0) return 0;
+    int64_t D = h->ssm_d_inner, GS = (int64_t)h->ssm_n_group * h->ssm_d_state;
+    return (h->ssm_d_conv - 1) * (D + 2 * GS) + D * h->ssm_d_state;
+}
+
+/* The Mamba-2 layers before layer il (its state's index in fg_kv ssm_cache). */
+static int64_t ssm_index(const fg_model *m, int il) {
+    int64_t k = 0;
+    for (int j = 0; j < il; j++) k += m->layers[j].ssm;
+    return k;
+}
+
+/* Layer il's Mamba-2 state in sequence kv's cache: conv inputs (d_conv - 1, D + 2 G S), then (H, D / H, S). */
+static float *ssm_state(const fg_model *m, const fg_kv *kv, int il) {
+    return kv->ssm_cache + ssm_index(m, il) * fg_ssm_state_floats(m);
 }
 
 size_t fg_kv_bytes(const fg_model *m, int n_ctx, size_t *conv) {
@@ -96,6 +116,7 @@ size_t fg_kv_bytes(const fg_model *m, int n_ctx, size_t *conv) {
         conv_rows += (size_t)c;
     }
     size_t c = conv_rows * m->hp.n_embd * sizeof(float);
+    c += (size_t)ssm_index(m, m->hp.n_layer) * (size_t)fg_ssm_state_floats(m) * sizeof(float);
     if (conv) *conv = c;
     return 2 * kv_rows * m->hp.n_head_kv * m->hp.head_dim * sizeof(uint16_t) + c;
 }
@@ -116,23 +137,27 @@ int fg_kv_init(fg_kv *kv, const fg_model *m, int n_ctx) {
         kv->conv_row0[il + 1] = kv->conv_row0[il] + c;
     }
     size_t conv, cache = (size_t)kv->layer_row0[NL] * m->hp.n_head_kv * m->hp.head_dim * sizeof(uint16_t);
+    size_t ssm = (size_t)ssm_index(m, NL) * (size_t)fg_ssm_state_floats(m) * sizeof(float);
     kv->bytes = fg_kv_bytes(m, n_ctx, &conv);
+    conv -= ssm; /* the conv rings' share */
     kv->k_cache = alloc64(cache);
     kv->v_cache = alloc64(cache);
     kv->conv_cache = alloc64(conv);
-    if (!kv->k_cache || !kv->v_cache || !kv->conv_cache) {
+    kv->ssm_cache = ssm ? alloc64(ssm) : NULL;
+    if (!kv->k_cache || !kv->v_cache || !kv->conv_cache || (ssm && !kv->ssm_cache)) {
         fg_kv_free(kv);
         return -1;
     }
     memset(kv->k_cache, 0, cache);
     memset(kv->v_cache, 0, cache);
     memset(kv->conv_cache, 0, conv);
+    if (ssm) memset(kv->ssm_cache, 0, ssm);
     return 0;
 }
 
 void fg_work_free(fg_work *w) {
     float **fs[] = {&w->kcur, &w->vcur, &w->x, &w->xn, &w->q, &w->att, &w->tmp, &w->gate, &w->up, &w->rope,
-                    &w->rlogits, &w->hg, &w->hu, &w->ye, &w->conv};
+                    &w->rlogits, &w->hg, &w->hu, &w->ye, &w->conv, &w->ssm, &w->ssm_y};
     for (size_t i = 0; i < sizeof(fs) / sizeof(fs[0]); i++) {
         free64(*fs[i]);
         *fs[i] = NULL;
@@ -158,6 +183,7 @@ int fg_work_init(fg_work *w, const fg_model *m, int n_batch, int max_ctx, int ma
     if (w->q_dim > w->n_in) w->n_in = w->q_dim;
     if (m->hp.n_ff > w->n_in) w->n_in = m->hp.n_ff;
     if (m->hp.n_expert > 0 && m->hp.n_ff_exp > w->n_in) w->n_in = m->hp.n_ff_exp;
+    if (m->hp.ssm_d_inner > w->n_in) w->n_in = m->hp.ssm_d_inner; /* ssm_out's input */
     w->xq_row = max_row_bytes(w->n_in);
     size_t B = (size_t)w->n_batch;
     w->kcur = alloc64(B * w->kv_dim * sizeof(float));
@@ -177,6 +203,13 @@ int fg_work_init(fg_work *w, const fg_model *m, int n_batch, int max_ctx, int ma
     if (m->hp.n_conv > 0) {
         w->conv = alloc64(B * 3 * m->hp.n_embd * sizeof(float));
         more_ok = w->conv != NULL;
+    }
+    if (m->hp.ssm_d_state > 0) {
+        int64_t D = m->hp.ssm_d_inner, proj = 2 * D + 2 * (int64_t)m->hp.ssm_n_group * m->hp.ssm_d_state +
+                                              m->hp.ssm_n_head;
+        w->ssm = alloc64(B * (size_t)proj * sizeof(float));
+        w->ssm_y = alloc64(B * (size_t)D * sizeof(float));
+        more_ok = more_ok && w->ssm && w->ssm_y;
     }
     if (m->hp.n_expert > 0) {
         size_t S = B * m->hp.n_expert_used;
@@ -525,6 +558,88 @@ static void shortconv_block(const team *t, const fg_layer *L, int il, int64_t ro
     }
 }
 
+/* ---- Mamba-2 layers (granitehybrid; fg_layer ssm says what they compute) ---- */
+
+static float silu1(float v) { return v / (1.0f + expf(-v)); }
+
+/* The causal conv of channels [c0, c1) of row i's xBC (in place: silu(conv + bias)), as ggml_ssm_conv: a float sum
+ * over the d_conv - 1 stored inputs (oldest first) then this one; the state then shifts by this row's inputs. A row
+ * at position 0 starts from zero inputs. st: the layer's (d_conv - 1, cd) state of the row's sequence. */
+static void ssm_conv_row(const fg_layer *L, float *xbc, float *st, int64_t cd, int dc, int pos, int64_t c0,
+                         int64_t c1) {
+    if (pos == 0)
+        for (int k = 0; k < dc - 1; k++) memset(st + k * cd + c0, 0, (size_t)(c1 - c0) * sizeof(float));
+    for (int64_t c = c0; c < c1; c++) {
+        const float *w = L->ssm_conv1d + c * dc;
+        float acc = 0.0f, in = xbc[c];
+        for (int k = 0; k < dc - 1; k++) acc += st[k * cd + c] * w[k];
+        acc += in * w[dc - 1];
+        for (int k = 0; k + 1 < dc - 1; k++) st[k * cd + c] = st[(k + 1) * cd + c];
+        st[(int64_t)(dc - 2) * cd + c] = in;
+        xbc[c] = silu1(L->ssm_conv1d_b ? acc + L->ssm_conv1d_b[c] : acc);
+    }
+}
+
+/* Heads [h0, h1) of row i's selective scan (ggml_ssm_scan with a scalar decay per head): zbd = the row's z | xBC |
+ * dt (xBC after the conv), st: the layer's (H, P, S) scan state of its sequence (zeroed at position 0); y (D,):
+ * the scan's output + D x, times silu(z). The scalar reference. */
+static void ssm_scan_row(const fg_hparams *hp, const fg_layer *L, const float *zbd, float *st, float *y, int pos,
+                         int64_t h0, int64_t h1) {
+    int64_t D = hp->ssm_d_inner, S = hp->ssm_d_state, H = hp->ssm_n_head, P = D / H;
+    int64_t hpg = H / hp->ssm_n_group;
+    const float *x = zbd + D, *B = x + D, *C = B + hp->ssm_n_group * S, *dt = C + hp->ssm_n_group * S;
+    for (int64_t h = h0; h < h1; h++) {
+        float *sh = st + h * P * S, d = dt[h] + L->ssm_dt_b[h];
+        if (pos == 0) memset(sh, 0, (size_t)(P * S) * sizeof(float));
+        float dts = d > 20.0f ? d : logf(1.0f + expf(d)), dA = expf(dts * L->ssm_a[h]);
+        const float *Bg = B + (h / hpg) * S, *Cg = C + (h / hpg) * S;
+        for (int64_t p = 0; p < P; p++) {
+            float xdt = x[h * P + p] * dts, sum = 0.0f, *sp = sh + p * S;
+            for (int64_t k = 0; k < S; k++) {
+                sp[k] = sp[k] * dA + Bg[k] * xdt;
+                sum += sp[k] * Cg[k];
+            }
+            float v = sum + x[h * P + p] * L->ssm_d[h];
+            y[h * P + p] = silu1(zbd[h * P + p]) * v;
+        }
+    }
+}
+
+/* x += residual_scale * ssm_out . (the Mamba-2 mixer of attn_norm(x)), rows in order (a sequence's rows update its
+ * state one after another). Barriers: after in_proj, after the conv (channels split), after the scan (heads split),
+ * after the group norm, then matmul_residual's. */
+static void mamba2_block(const team *t, const fg_layer *L, int il, int64_t rows) {
+    const fg_model *m = t->m;
+    const fg_hparams *hp = &m->hp;
+    fg_work *s = t->w;
+    int64_t E = hp->n_embd, D = hp->ssm_d_inner, GS = (int64_t)hp->ssm_n_group * hp->ssm_d_state;
+    int64_t cd = D + 2 * GS, proj = 2 * D + 2 * GS + hp->ssm_n_head, r0, r1;
+    const fg_mat *ws[1] = {&L->ssm_in};
+    const char *xq[1];
+    size_t xs;
+    prep(t, s->x, rows, E, E, L->attn_norm, ws, 1, xq, &xs);
+    fg_split_rows(proj, t->nth, t->ith, ROW_ALIGN, &r0, &r1);
+    matmul(&L->ssm_in, xq[0], xs, rows, s->ssm, proj, r0, r1);
+    BARRIER(t);
+    fg_split_rows(cd, t->nth, t->ith, ROW_ALIGN, &r0, &r1);
+    for (int64_t i = 0; i < rows && r0 < r1; i++)
+        ssm_conv_row(L, s->ssm + i * proj + D, ssm_state(m, t->seqs[t->seq[i]], il), cd, hp->ssm_d_conv, t->pos[i],
+                     r0, r1);
+    BARRIER(t);
+    fg_split_rows(hp->ssm_n_head, t->nth, t->ith, 1, &r0, &r1);
+    for (int64_t i = 0; i < rows && r0 < r1; i++)
+        ssm_scan_row(hp, L, s->ssm + i * proj, ssm_state(m, t->seqs[t->seq[i]], il) + (hp->ssm_d_conv - 1) * cd,
+                     s->ssm_y + i * D, t->pos[i], r0, r1);
+    BARRIER(t);
+    int64_t gw = D / hp->ssm_n_group; /* the grouped RMS norm */
+    fg_split_rows(rows, t->nth, t->ith, 1, &r0, &r1);
+    for (int64_t i = r0; i < r1; i++)
+        for (int64_t g = 0; g < hp->ssm_n_group; g++)
+            fg_rmsnorm(s->ssm_y + i * D + g * gw, s->ssm_y + i * D + g * gw, L->ssm_norm + g * gw, gw, hp->norm_eps);
+    BARRIER(t);
+    matmul_residual(t, &L->ssm_out, s->ssm_y, rows, D, D, NULL, NULL);
+}
+
 /* x = LayerNorm(x) * w + b per row (BERT's post-norms; nothing when w is NULL). Rows split, then a barrier. */
 static void post_layernorm(const team *t, int64_t rows, const float *w, const float *b) {
     if (!w) return;
@@ -744,6 +859,8 @@ static void layer_forward(const team *t, int il, int64_t rows) {
         shortconv_block(t, L, il, rows);
         BARRIER(t);
         matmul_residual(t, &L->conv_out, s->conv, rows, E, 3 * E, NULL, NULL);
+    } else if (L->ssm) {
+        mamba2_block(t, L, il, rows);
     } else {
         const fg_mat *qkv[3] = {&L->wq, &L->wk, &L->wv};
         prep(t, s->x, rows, E, E, L->attn_norm, qkv, 3, xq, &xs);
@@ -1022,6 +1139,10 @@ int fg_kv_copy(const fg_model *m, fg_kv *dst, const fg_kv *src, int n) {
     size_t row = (size_t)hd * sizeof(uint16_t);
     for (int il = 0; il < m->hp.n_layer; il++) {
         const fg_layer *L = &m->layers[il];
+        if (L->ssm) { /* the state of position n - 1 (the caller's n is src's count) */
+            if (n > 0) memcpy(ssm_state(m, dst, il), ssm_state(m, src, il), (size_t)fg_ssm_state_floats(m) * sizeof(float));
+            continue;
+        }
         if (L->conv) { /* the state: bx of the last d_conv positions */
             copy_ring((char *)conv_ring(m, dst, il), dst->n_conv_rows, (const char *)conv_ring(m, src, il),
                       src->n_conv_rows, (size_t)m->hp.n_embd * sizeof(float), n > d_conv ? n - d_conv : 0, n);
@@ -1050,7 +1171,7 @@ static int64_t state_first(const fg_model *m, int il, int n) {
 }
 
 int64_t fg_kv_state_size(const fg_model *m, int n) {
-    if (n < 0 || m->hp.n_conv > 0) return -1; /* short-convolution rings: not in this format */
+    if (n < 0 || m->hp.n_conv > 0 || m->hp.ssm_d_state > 0) return -1; /* recurrent states: not in this format */
     int64_t rows = 0;
     for (int il = 0; il < m->hp.n_layer; il++) rows += n - state_first(m, il, n);
     return 2 * rows * m->hp.n_head_kv * m->hp.head_dim;
@@ -1058,7 +1179,7 @@ int64_t fg_kv_state_size(const fg_model *m, int n) {
 
 /* fg_kv_save (save != 0: cache -> buf) and fg_kv_load (buf -> cache) in one walk. */
 static int kv_state_io(const fg_model *m, const fg_kv *kv, int n, uint16_t *buf, int save) {
-    if (n < 0 || n > kv->n_ctx || m->hp.n_conv > 0) return -1;
+    if (n < 0 || n > kv->n_ctx || m->hp.n_conv > 0 || m->hp.ssm_d_state > 0) return -1;
     int64_t hd = m->hp.head_dim;
     size_t row = (size_t)hd * sizeof(uint16_t);
     for (int il = 0; il < m->hp.n_layer; il++) {

@@ -66,6 +66,21 @@ typedef struct {
     /* optional (n_expert,) expert selection bias (lfm2moe's exp_probs_b, DeepSeek-V3's): added to the
      * probabilities to choose the top experts only; the weights stay the unbiased probabilities */
     const float *exp_probs_b;
+    /* a Mamba-2 layer instead of attention (granitehybrid; llama.cpp's build_mamba2_layer; m->hp.ssm_*; wq ... wo
+     * absent there). With D = d_inner, S = d_state, G = n_group, H = ssm_n_head heads of P = D / H channels:
+     * z | xBC | dt = ssm_in . attn_norm(x) (D, D + 2 G S, H values); xBC = silu(causal conv of xBC with the
+     * (D + 2 G S, d_conv) kernel ssm_conv1d + ssm_conv1d_b) = x (D) | B (G S) | C (G S); per head h (group
+     * g = h / (H / G)): dt' = softplus(dt[h] + ssm_dt_b[h]), state[h][p][s] = state * exp(dt' ssm_a[h]) +
+     * B[g][s] x[h][p] dt', y[h][p] = sum_s state[h][p][s] C[g][s] + ssm_d[h] x[h][p]; y *= silu(z); y RMS-normed
+     * per group of D / G channels, times ssm_norm; out = ssm_out . y. Its state (fg_kv ssm_cache): the conv's last
+     * d_conv - 1 inputs and the (H, P, S) scan state; a row at position 0 starts from zeros */
+    int ssm;                      /* 1: such a layer */
+    fg_mat ssm_in;                /* (2 D + 2 G S + H, n_embd) */
+    fg_mat ssm_out;               /* (n_embd, D) */
+    const float *ssm_conv1d;      /* (D + 2 G S, d_conv) F32 */
+    const float *ssm_conv1d_b;    /* optional (D + 2 G S,) or NULL */
+    const float *ssm_dt_b, *ssm_a, *ssm_d; /* (H,) each; ssm_a is -exp(A_log) */
+    const float *ssm_norm;        /* (D,) */
 } fg_layer;
 
 #define FG_ACT_SILU 0             /* ffn = silu(gate) * up (llama) */
@@ -112,6 +127,9 @@ typedef struct {
                                    * batch attention path, which holds whole rows per thread */
     int n_conv;                   /* taps of the short-convolution layers (fg_layer conv; >= 2), 0: none (lfm2's
                                    * shortconv.l_cache); their state is the last n_conv - 1 rows of bx */
+    /* Mamba-2 layers (fg_layer ssm; all 0: none): conv taps (>= 2), inner width D, state size S, heads H, groups G
+     * (H % G == 0, D % H == 0) */
+    int ssm_d_conv, ssm_d_inner, ssm_d_state, ssm_n_head, ssm_n_group;
 } fg_hparams;
 
 /* The model: its numbers and its tensors (pointers into the mapped file). */
@@ -146,9 +164,11 @@ typedef struct {
     int n_ctx, n_swa_rows, n_conv_rows;
     uint16_t *k_cache, *v_cache;  /* the layers one after another, each (n_head_kv, layer_rows, head_dim) */
     float *conv_cache;            /* the conv layers' rings one after another, each (n_conv_rows, n_embd) */
+    float *ssm_cache;             /* the Mamba-2 layers' states one after another (fg_ssm_state_floats each): the conv
+                                   * inputs (d_conv - 1, D + 2 G S), then the scan state (H, D / H, S); NULL: none */
     int64_t *layer_row0;          /* (n_layer + 1,) first K/V row of each layer; the last entry is the total */
     int64_t *conv_row0;           /* (n_layer + 1,) the same for the conv rings' rows (same allocation) */
-    size_t bytes;                 /* of K, V and the conv rings together */
+    size_t bytes;                 /* of K, V, the conv rings and the Mamba-2 states together */
 } fg_kv;
 
 /* Scratch of a forward call: the rows of one chunk (up to n_batch rows, of any sequences), per-thread private
@@ -165,6 +185,8 @@ typedef struct {
     float *gate, *up;             /* (n_batch, n_ff) */
     float *conv;                  /* (n_batch, 3 n_embd) a conv layer's B | C | xx, then C * y in the B third; NULL
                                    * without conv layers */
+    float *ssm, *ssm_y;           /* (n_batch, 2 D + 2 G S + H) a Mamba-2 layer's z | xBC | dt, (n_batch, D) its y;
+                                   * NULL without such layers */
     /* mixture of experts (NULL without): a chunk's n_batch * n_expert_used (row, expert) pairs are "slots",
      * grouped by expert (expert ascending, then row) */
     float *rlogits;               /* (n_batch, n_expert) router logits */
@@ -191,8 +213,8 @@ typedef struct {
 
 /* 0 ok, -1 allocation failure (left freed). */
 int fg_kv_init(fg_kv *kv, const fg_model *m, int n_ctx);
-/* The bytes fg_kv_init(kv, m, n_ctx) allocates for K, V and the conv rings (kv->bytes); *conv (unless NULL): those of
- * the conv rings alone. */
+/* The bytes fg_kv_init(kv, m, n_ctx) allocates for K, V, the conv rings and the Mamba-2 states (kv->bytes); *conv
+ * (unless NULL): those of the recurrent state alone (the conv rings and the Mamba-2 states). */
 size_t fg_kv_bytes(const fg_model *m, int n_ctx, size_t *conv);
 void fg_kv_free(fg_kv *kv);
 /* n_batch: rows per internal chunk; max_ctx: the largest n_ctx of the caches it will serve. 0 ok, -1 allocation
@@ -242,10 +264,14 @@ int fg_forward_multi(const fg_model *m, fg_work *w, fg_kv *const *seqs, int n_se
 
 /* Copy positions [0, n) of every layer's K and V from src to dst (caches of the same model): rows 0..n-1 of a
  * full-attention layer, and of a sliding-window ring the last m->hp.n_swa of them (all a later query can see), each
- * to its row in dst's ring; of a conv layer's ring the last n_conv - 1 bx rows (its state at n). src must hold them
- * (for a ring: src's newest position < n + ring rows - window).
+ * to its row in dst's ring; of a conv layer's ring the last n_conv - 1 bx rows (its state at n); of a Mamba-2 layer
+ * its whole state when n > 0 (then n must be src's position count: that state is the one of its newest position).
+ * src must hold them (for a ring: src's newest position < n + ring rows - window).
  * Returns 0; -1 (nothing done) if n < 0, n exceeds either cache's n_ctx, or src == dst. */
 int fg_kv_copy(const fg_model *m, fg_kv *dst, const fg_kv *src, int n);
+/* Floats of one Mamba-2 layer's state (fg_kv ssm_cache), 0 without such layers. Its state is that of src's newest
+ * position only: fg_kv_copy copies it whole (n > 0), so the caller copies n == src's position count only. */
+int64_t fg_ssm_state_floats(const fg_model *m);
 
 /* A saved state's K/V: positions [0, n) in an order that does not depend on n_ctx (fastgguf.engine.state). For each
  * layer, K then V, each n_head_kv groups of rows (head_dim F16 values) for the positions a later query can see:

@@ -148,6 +148,14 @@ cdef extern from "fg_forward.h" nogil:
         const float *b_up_exps
         const float *b_down_exps
         const float *exp_probs_b
+        int ssm
+        fg_mat ssm_in, ssm_out
+        const float *ssm_conv1d
+        const float *ssm_conv1d_b
+        const float *ssm_dt_b
+        const float *ssm_a
+        const float *ssm_d
+        const float *ssm_norm
 
     ctypedef struct fg_hparams:
         int n_embd, n_layer, n_head, n_head_kv, head_dim, n_ff, n_vocab
@@ -166,6 +174,7 @@ cdef extern from "fg_forward.h" nogil:
         float moe_w_scale
         int qk_norm_full
         int n_conv
+        int ssm_d_conv, ssm_d_inner, ssm_d_state, ssm_n_head, ssm_n_group
 
     ctypedef struct fg_model:
         fg_hparams hp

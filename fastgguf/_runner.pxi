@@ -100,11 +100,21 @@ cdef int _layer(Weights w, fg_layer *L, d, str p, bint moe) except -1:
     cdef int64_t E = hp.n_embd, QD = <int64_t>hp.n_head * hp.head_dim, KV = <int64_t>hp.n_head_kv * hp.head_dim
     # in an expert layer F is the shared expert's width (a model with leading dense layers has none: Hparams.check)
     cdef int64_t F = hp.n_ff, hd = hp.head_dim, NE = hp.n_expert if moe else 0
+    cdef int64_t D = hp.ssm_d_inner, CD = hp.ssm_d_inner + 2 * <int64_t>hp.ssm_n_group * hp.ssm_d_state
     L.attn_norm = _vec(w, d.get("attn_norm"), E, p + "attn_norm")
     if L.conv:  # a short-convolution layer instead of attention (Weights.__init__ set L.conv)
         L.conv_in = _mat(w, d["conv_in"], 3 * E, E, p + "shortconv.in_proj")
         L.conv_w = _vec2(w, d["conv_w"], E, hp.n_conv, p + "shortconv.conv")
         L.conv_out = _mat(w, d["conv_out"], E, E, p + "shortconv.out_proj")
+    elif L.ssm:  # a Mamba-2 layer instead of attention (Weights.__init__ set L.ssm)
+        L.ssm_in = _mat(w, d["ssm_in"], D + CD + hp.ssm_n_head, E, p + "ssm_in")
+        L.ssm_conv1d = _vec2(w, d["ssm_conv1d"], CD, hp.ssm_d_conv, p + "ssm_conv1d")
+        L.ssm_conv1d_b = _vec(w, d.get("ssm_conv1d_b"), CD, p + "ssm_conv1d.bias")
+        L.ssm_dt_b = _vec(w, d["ssm_dt_b"], hp.ssm_n_head, p + "ssm_dt.bias")
+        L.ssm_a = _vec(w, d["ssm_a"], hp.ssm_n_head, p + "ssm_a")
+        L.ssm_d = _vec(w, d["ssm_d"], hp.ssm_n_head, p + "ssm_d")
+        L.ssm_norm = _vec(w, d["ssm_norm"], D, p + "ssm_norm")
+        L.ssm_out = _mat(w, d["ssm_out"], E, D, p + "ssm_out")
     else:
         L.wq = _mat(w, d["wq"], QD, E, p + "attn_q")
         L.wk = _mat(w, d["wk"], KV, E, p + "attn_k")
@@ -181,11 +191,12 @@ cdef class Weights:
         if self.layers == NULL:
             raise MemoryError()
         swa_layers, nope_layers = frozenset(hp.swa_layers), frozenset(hp.nope_layers)
-        conv_layers = frozenset(hp.conv_layers)
+        conv_layers, ssm_layers = frozenset(hp.conv_layers), frozenset(hp.ssm_layers)
         for i in range(self.m.hp.n_layer):
             self.layers[i].swa = 1 if i in swa_layers else 0
             self.layers[i].nope = 1 if i in nope_layers else 0
             self.layers[i].conv = 1 if i in conv_layers else 0
+            self.layers[i].ssm = 1 if i in ssm_layers else 0
             _layer(self, &self.layers[i], layers[i], f"blk.{i}.", hp.moe_layer(i))
         self.m.layers = self.layers
 
@@ -286,12 +297,14 @@ cdef class Runner:
         layers: the n_swa positions a query sees; short-convolution layers: their n_conv - 1 inputs) must still
         hold the window before n_past (else reset and evaluate again): none overwritten since (by the newest
         position ever written, before a rewind too) nor left out (copy_prefix and load_kv fill only the last
-        window)."""
+        window). Mamba-2 layers hold the state of the newest position only: to 0 or n_past alone."""
         if n_past < 0 or n_past > self.n_past:
             return False
         if n_past == 0 or n_past == self.n_past:
             return True
         cdef const fg_hparams *hp = &self.weights.m.hp
+        if hp.ssm_d_state > 0:   # Mamba-2 layers: a state of the newest position only, no window to go back in
+            return False
         rings = ((hp.n_swa, self.st.kv.n_swa_rows), (hp.n_conv - 1, self.st.kv.n_conv_rows))
         for k, (window, rows) in enumerate(rings):
             if window > 0 and max(0, n_past - window) < max(self._ring_lo[k], self.n_past - rows):
@@ -318,7 +331,8 @@ cdef class Runner:
             raise ValueError(f"cannot rewind to {n_past}: {self.n_past} tokens in the cache")
         if not self.can_rewind(n_past):
             raise ValueError(f"cannot rewind to {n_past} from {self.n_past}: the sliding-window or short-convolution "
-                             f"layers' rings no longer hold the positions before it (see can_rewind; reset instead)")
+                             f"layers' rings no longer hold the positions before it, or Mamba-2 layers hold only "
+                             f"the newest position's state (see can_rewind; reset instead)")
         self._ring_lo[0] = max(self._ring_lo[0], self.n_past - self.st.kv.n_swa_rows)
         self._ring_lo[1] = max(self._ring_lo[1], self.n_past - self.st.kv.n_conv_rows)
         self.n_past = n_past
@@ -333,7 +347,7 @@ cdef class Runner:
             raise ValueError(f"cannot copy {n} positions: the source holds {src.n_past}, this cache {self.n_ctx}")
         if not src.can_rewind(n):
             raise ValueError(f"the source's sliding-window or short-convolution layers' rings no longer hold the "
-                             f"positions before {n}")
+                             f"positions before {n} (Mamba-2 layers: only all its positions can be copied)")
         if fg_kv_copy(&self.weights.m, &self.st.kv, &src.st.kv, n) != 0:
             raise RuntimeError("fg_kv_copy failed")
         memcpy(self.ids, src.ids, n * sizeof(int32_t))
@@ -357,7 +371,8 @@ cdef class Runner:
         cdef int n = self.n_past
         cdef int64_t size = fg_kv_state_size(&self.weights.m, n)
         if size < 0:
-            raise ValueError("this model's cache has short-convolution rings, which a saved state does not hold")
+            raise ValueError("this model's cache has short-convolution rings or Mamba-2 states, which a saved state "
+                             "does not hold")
         cdef cnp.ndarray[int32_t, ndim=1] ids = np.empty(n, dtype=np.int32)
         cdef cnp.ndarray[uint16_t, ndim=1] kv = np.empty(size, dtype=np.uint16)
         if n:

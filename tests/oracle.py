@@ -21,6 +21,11 @@ class Oracle:
         # lfm2 (fastgguf/arch/lfm2.py): head_count_kv per layer, 0 in its gated short-convolution layers
         kv = np.atleast_1d(self.n_head_kv)
         self.conv = [a in ("lfm2", "lfm2moe") and kv[l % kv.size] == 0 for l in range(md[f"{a}.block_count"])]
+        # granitehybrid: 0 KV heads is a Mamba-2 layer (ssm.*: conv taps, state size, heads, groups); RoPE unless
+        # rope.scaling.finetuned is false
+        self.ssm = [a == "granitehybrid" and kv[l % kv.size] == 0 for l in range(md[f"{a}.block_count"])]
+        self.ssm_dims = [md.get(f"{a}.ssm.{k}", 0) for k in ("conv_kernel", "state_size", "time_step_rank",
+                                                             "group_count")]
         self.n_head_kv = int(max(kv)) or self.n_head
         self.head_dim = md.get(f"{a}.attention.key_length", self.n_embd // self.n_head)
         self.n_rot = md.get(f"{a}.rope.dimension_count", self.head_dim)
@@ -73,7 +78,8 @@ class Oracle:
                     for l in range(self.n_layer)]
         self.base_swa = md.get(f"{a}.rope.freq_base_swa", 10000.0 if a == "gemma3" else self.base)
         # smollm3 (llama.cpp's smollm3.cpp): layers il with (il + 1) % 4 == 0 have no RoPE (NoPE); 4 is fixed there
-        self.rope_layer = [a != "smollm3" or (l + 1) % 4 != 0 for l in range(self.n_layer)]
+        self.rope_layer = [(a != "smollm3" or (l + 1) % 4 != 0) and md.get(f"{a}.rope.scaling.finetuned", True)
+                           for l in range(self.n_layer)]
         self.types = {t.name: t.tensor_type for t in r.tensors}
         # name -> float64 array in numpy order (rows, cols)
         self.w = {t.name: dequantize(t.data, t.tensor_type).astype(np.float64).reshape(tuple(int(d) for d in t.shape[::-1]))
@@ -247,6 +253,8 @@ class Oracle:
             h = self.rmsnorm(x, W[p + "attn_norm.weight"])
             if self.conv[l]:
                 x = x + self.shortconv(h, p)
+            elif self.ssm[l]:
+                x = x + self.mamba2(h, p) * self.residual_scale
             else:
                 x = x + self.attention(h, p, l, pos, n_ctx or n, mask, window, kv_f16) * self.residual_scale
             h = self.rmsnorm(x, W[p + ("post_attention_norm.weight" if self.oss else "ffn_norm.weight")])
@@ -275,6 +283,36 @@ class Oracle:
         bx = np.concatenate([np.zeros((L - 1, E)), b * xx])             # L - 1 zero rows: the initial state
         y = np.stack([sum(k[:, i] * bx[t + i] for i in range(L)) for t in range(len(h))])
         return (c * y) @ W[p + "shortconv.out_proj.weight"].T
+
+    def mamba2(self, h, p):
+        """granitehybrid's Mamba-2 mixer of rows h (n, n_embd) (llama.cpp's build_mamba2_layer, ggml_ssm_conv and
+        ggml_ssm_scan): z | xBC | dt = h in_proj; xBC = silu(causal conv + bias) = x | B | C; per head (group
+        h // (H / G)): dt' = softplus(dt + dt_bias), s = s exp(dt' A) + dt' x B^T, y = s C + D x; y * silu(z),
+        RMS-normed per group, out_proj."""
+        W, n = self.w, len(h)
+        dc, S, H, G = self.ssm_dims
+        D = 2 * self.n_embd
+        P, GS = D // H, G * S
+        zxbcdt = h @ W[p + "ssm_in.weight"].T
+        z, xbc, dt = zxbcdt[:, :D], zxbcdt[:, D:2 * D + 2 * GS], zxbcdt[:, 2 * D + 2 * GS:]
+        k = W[p + "ssm_conv1d.weight"]                                  # (D + 2 G S, d_conv)
+        pad = np.concatenate([np.zeros((dc - 1, xbc.shape[1])), xbc])
+        xbc = np.stack([sum(k[:, i] * pad[t + i] for i in range(dc)) for t in range(n)])
+        xbc = xbc + W.get(p + "ssm_conv1d.bias", 0)
+        xbc = xbc / (1 + np.exp(-xbc))
+        x, B, C = xbc[:, :D].reshape(n, H, P), xbc[:, D:D + GS].reshape(n, G, S), xbc[:, D + GS:].reshape(n, G, S)
+        dt = dt + W[p + "ssm_dt.bias"]
+        dt = np.where(dt > 20, dt, np.log1p(np.exp(np.minimum(dt, 20))))
+        A, Dp = W[p + "ssm_a"].reshape(H), W[p + "ssm_d"].reshape(H)
+        s, y = np.zeros((H, P, S)), np.empty((n, H, P))
+        for t in range(n):
+            for hh in range(H):
+                g = hh // (H // G)
+                s[hh] = s[hh] * np.exp(dt[t, hh] * A[hh]) + np.outer(x[t, hh] * dt[t, hh], B[t, g])
+                y[t, hh] = s[hh] @ C[t, g] + Dp[hh] * x[t, hh]
+        y = y.reshape(n, D) * (z / (1 + np.exp(-z)))
+        y = (self.rmsnorm(y.reshape(n, G, D // G), W[p + "ssm_norm.weight"])).reshape(n, D)
+        return y @ W[p + "ssm_out.weight"].T
 
     def attention(self, h, p, l, pos, n_ctx, mask, window, kv_f16):
         """Layer l's attention output (before the residual add) of normed rows h."""

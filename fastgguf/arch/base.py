@@ -22,7 +22,7 @@ ACTIVATIONS = ("silu", "gelu_tanh", "swiglu_oai")
 GATINGS = ("softmax", "sigmoid", "softmax_weight")
 # Hparams fields without an fg_hparams field of their name: Python's alone, or folded into others by as_c()
 NOT_IN_C = ("arch", "n_ctx_train", "pooling", "n_cls_out", "rank_softmax", "causal", "swa_layers", "n_ff_shexp",
-            "nope_layers", "conv_layers", "n_dense_lead")
+            "nope_layers", "conv_layers", "n_dense_lead", "ssm_layers")
 
 
 @dataclass(frozen=True)
@@ -87,6 +87,15 @@ class Hparams:
     # state: the last n_conv - 1 inputs); n_head_kv is then the attention layers' count
     conv_layers: tuple = ()
     n_conv: int = 0
+    # Mamba-2 layers instead of attention (granitehybrid; csrc/fg_forward.h fg_layer ssm): their indices, conv taps,
+    # inner width, state size, heads (ssm.time_step_rank) and groups; their state: the conv's last d_conv - 1
+    # inputs and the (heads, d_inner / heads, d_state) scan state of the newest position
+    ssm_layers: tuple = ()
+    ssm_d_conv: int = 0
+    ssm_d_inner: int = 0
+    ssm_d_state: int = 0
+    ssm_n_head: int = 0
+    ssm_n_group: int = 0
 
     def check(self):
         """Raise ValueError on values the forward pass cannot run. A file's values are refused before, by Arch's
@@ -110,6 +119,7 @@ class Hparams:
             raise ValueError(f"short-convolution taps {self.n_conv} out of range [2, {MAX_CONV}]")
         if conv_layers and (set(conv_layers) & set(swa_layers) or not self.causal):
             raise ValueError("short-convolution layers must be causal and not sliding-window layers")
+        self.check_ssm(swa_layers, conv_layers)
         if swa_layers and self.n_swa < 1:
             raise ValueError(f"sliding window {self.n_swa} must be >= 1")
         if not self.causal and swa_layers:
@@ -124,6 +134,19 @@ class Hparams:
         if not 0 <= self.n_dense_lead <= self.n_layer or (self.n_dense_lead and self.n_ff_shexp):
             raise ValueError(f"leading dense layers {self.n_dense_lead}: must be in [0, {self.n_layer}], and "
                              f"without a shared expert")
+
+    def check_ssm(self, swa_layers, conv_layers):
+        """The Mamba-2 layers' numbers (check())."""
+        ssm = tuple(self.ssm_layers)
+        if not ssm:
+            return
+        if any(i < 0 or i >= self.n_layer for i in ssm) or set(ssm) & (set(swa_layers) | set(conv_layers)):
+            raise ValueError(f"Mamba-2 layers {ssm} out of range [0, {self.n_layer}) or also another kind")
+        d, h, g = self.ssm_d_inner, self.ssm_n_head, self.ssm_n_group
+        if not (2 <= self.ssm_d_conv <= MAX_CONV and min(d, h, g, self.ssm_d_state) >= 1 and d % h == 0
+                and h % g == 0 and self.causal):
+            raise ValueError(f"Mamba-2: need causal, 2 <= d_conv {self.ssm_d_conv} <= {MAX_CONV}, d_state "
+                             f"{self.ssm_d_state} >= 1, heads {h} dividing d_inner {d}, groups {g} dividing heads")
 
     def moe_layer(self, i):
         """Whether layer i is a mixture-of-experts one: with experts, all but the n_dense_lead first."""
@@ -142,6 +165,8 @@ class Hparams:
             ffn_act=ACTIVATIONS.index(self.ffn_act),
             n_swa=self.n_swa if self.swa_layers else 0,
             n_conv=self.n_conv if self.conv_layers else 0,
+            **{k: getattr(self, k) if self.ssm_layers else 0
+               for k in ("ssm_d_conv", "ssm_d_inner", "ssm_d_state", "ssm_n_head", "ssm_n_group")},
             non_causal=0 if self.causal else 1,
             n_expert_used=self.n_expert_used if moe else 0,
             n_ff_exp=self.n_ff_exp if moe else 0,

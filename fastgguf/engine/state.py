@@ -38,10 +38,12 @@ _MODEL_FIELDS = ("dtype", "n_layer", "n_head_kv", "head_dim", "n_swa", "n_vocab"
 
 def _expected(ctx):
     """The header fields that describe ctx's model and cache (without n_past, n_kv, crc32). StateError for a model
-    with short-convolution layers (lfm2): their rings are not in this format (version 1), so neither side runs."""
+    with short-convolution layers (lfm2) or Mamba-2 layers (granitehybrid): their rings and states are not in this
+    format (version 1), so neither side runs."""
     hp = ctx.model.hparams
-    if hp.conv_layers:
-        raise StateError(f"saving or loading the state of a model with short-convolution layers ({hp.arch}) is not "
+    if hp.conv_layers or hp.ssm_layers:
+        kind = "short-convolution" if hp.conv_layers else "Mamba-2"
+        raise StateError(f"saving or loading the state of a model with {kind} layers ({hp.arch}) is not "
                          f"supported: the format holds K/V rows only")
     return {"magic": MAGIC, "version": VERSION, "header_size": _HEAD.size, "sha256": ctx.model.sha256_bytes(),
             "dtype": DTYPE.ljust(8, b"\0"), "n_ctx": ctx.n_ctx, "n_layer": hp.n_layer, "n_head_kv": hp.n_head_kv,
@@ -57,8 +59,8 @@ def _write_body(f, ids, kv):
 
 def write(ctx, f):
     """Write ctx's state to the binary file object f (the caller holds ctx's guard)."""
+    head = _expected(ctx)   # first: its StateError names what a state cannot hold
     ids, kv = ctx.runner.save_kv()
-    head = _expected(ctx)
     head.update(n_past=len(ids), n_kv=len(kv), crc32=zlib.crc32(kv, zlib.crc32(ids)))
     f.write(_HEAD.pack(*(head[k] for k in _FIELDS)))
     _write_body(f, ids, kv)

@@ -24,7 +24,7 @@ with _harness.instrumented():
 
 E, H, KVH, HD, F, NV = 32, 2, 1, 16, 32, 16
 # new ones last (the corpus)
-ARCHS = ("llama", "qwen2", "qwen3", "qwen3moe", "granitemoe", "gpt-oss", "lfm2", "lfm2moe")
+ARCHS = ("llama", "qwen2", "qwen3", "qwen3moe", "granitemoe", "gpt-oss", "lfm2", "lfm2moe", "granitehybrid")
 NE = 4  # experts of the mixture-of-experts archs
 KEYS = ("expert_count", "expert_used_count", "expert_feed_forward_length", "expert_shared_feed_forward_length",
         "logit_scale", "residual_scale", "embedding_scale", "attention.scale", "block_count", "context_length",
@@ -32,7 +32,9 @@ KEYS = ("expert_count", "expert_used_count", "expert_feed_forward_length", "expe
         "attention.head_count_kv", "attention.key_length", "attention.value_length", "rope.dimension_count",
         "rope.freq_base", "attention.layer_norm_rms_epsilon", "rope.scaling.type", "rope.scaling.factor",
         "rope.scale_linear", "attention.sliding_window", "attention.sliding_window_pattern", "rope.freq_base_swa",
-        "shortconv.l_cache", "leading_dense_block_count", "expert_gating_func", "expert_group_count")
+        "shortconv.l_cache", "leading_dense_block_count", "expert_gating_func", "expert_group_count",
+        "ssm.conv_kernel", "ssm.inner_size", "ssm.state_size", "ssm.time_step_rank", "ssm.group_count",
+        "rope.scaling.finetuned")
 BASE = {"block_count": 1, "context_length": 64, "embedding_length": E, "feed_forward_length": F,
         "attention.head_count": H, "attention.head_count_kv": KVH, "rope.dimension_count": HD,
         "rope.freq_base": 10000.0, "attention.layer_norm_rms_epsilon": 1e-5}
@@ -74,10 +76,20 @@ _LFM2MOE_TENSORS.update({n: s for n, s in _MOE_TENSORS.items()
                          if n.startswith(("blk.0.ffn_gate_", "blk.0.ffn_up_", "blk.0.ffn_down_"))})
 _LFM2MOE_TENSORS["blk.0.exp_probs_b.bias"] = (NE,)
 LFM2MOE_BASE = dict(MOE_BASE, **{"expert_gating_func": 2, "leading_dense_block_count": 0})
+# granitehybrid: its one layer a Mamba-2 one (head_count_kv [0]): inner 2 E, 4 heads in 2 groups, state 8, 4 taps
+SSM = {"ssm.conv_kernel": 4, "ssm.inner_size": 2 * E, "ssm.state_size": 8, "ssm.time_step_rank": 4,
+       "ssm.group_count": 2}
+_CD = 2 * E + 2 * 2 * 8
+_GH_TENSORS = {n: s for n, s in _TENSORS.items() if not n.startswith("blk.0.attn_") or n.endswith("norm.weight")}
+_GH_TENSORS.update({"blk.0.ssm_in.weight": (2 * E + _CD + 4, E),
+                    "blk.0.ssm_conv1d.weight": (_CD, 4), "blk.0.ssm_conv1d.bias": (_CD,), "blk.0.ssm_dt.bias": (4,),
+                    "blk.0.ssm_a": (4, 1), "blk.0.ssm_d": (4, 1), "blk.0.ssm_norm.weight": (2, E),
+                    "blk.0.ssm_out.weight": (E, 2 * E)})
 _DATA = {n: (_RNG.standard_normal(s) * 0.3).astype(np.float32)
-         for n, s in {**_TENSORS, **_MOE_TENSORS, **_OSS_TENSORS, **_LFM2_TENSORS, **_LFM2MOE_TENSORS}.items()}
+         for n, s in {**_TENSORS, **_MOE_TENSORS, **_OSS_TENSORS, **_LFM2_TENSORS, **_LFM2MOE_TENSORS,
+                      **_GH_TENSORS}.items()}
 _ARCH_TENSORS = {"qwen3moe": _MOE_TENSORS, "granitemoe": _MOE_TENSORS, "gpt-oss": _OSS_TENSORS,
-                 "lfm2": _LFM2_TENSORS, "lfm2moe": _LFM2MOE_TENSORS}
+                 "lfm2": _LFM2_TENSORS, "lfm2moe": _LFM2MOE_TENSORS, "granitehybrid": _GH_TENSORS}
 _fd, _PATH = tempfile.mkstemp(suffix=".gguf")
 os.close(_fd)
 
@@ -113,12 +125,15 @@ def build(data):
     src = Bytes(data)
     arch = ARCHS[src.byte() % len(ARCHS)]
     moe = arch in ("qwen3moe", "granitemoe")
-    base = dict(BASE, **{"gpt-oss": OSS_BASE, "lfm2moe": LFM2MOE_BASE}.get(arch, MOE_BASE if moe else {}))
+    base = dict(BASE, **{"gpt-oss": OSS_BASE, "lfm2moe": LFM2MOE_BASE, "granitehybrid": SSM}.get(
+        arch, MOE_BASE if moe else {}))
     if arch == "granitemoe":
         base["logit_scale"] = 2.0
     md = {k: (v, V.FLOAT32 if isinstance(v, float) else V.UINT32) for k, v in base.items()}
     if arch in ("lfm2", "lfm2moe"):
         md.update({"attention.head_count_kv": ([0], V.ARRAY, V.INT32), "shortconv.l_cache": (3, V.UINT32)})
+    if arch == "granitehybrid":
+        md["attention.head_count_kv"] = ([0], V.ARRAY, V.INT32)
     for _ in range(src.byte() % 6):
         key = KEYS[src.byte() % len(KEYS)]
         op = src.byte() % 8
