@@ -94,6 +94,14 @@ CASES.update({
     "lfm2moe-softmax": ({"moe": {"arch": "lfm2moe", "n_layer": 3, "conv_layers": (1,), "n_dense_lead": 0,
                                  "meta": {"expert_gating_func": 1}}}, [256]),
 })
+# granitehybrid: Mamba-2 layers (inner 128, 8 heads in 2 groups, state 16, 4 taps) beside attention, granite's scales;
+# Mamba-2, attention, Mamba-2 with RoPE; and attention, Mamba-2, attention without RoPE (Granite 4.0 H's
+# rope.scaling.finetuned false) with 8 experts and a shared expert
+CASES.update({
+    "granitehybrid": ({"arch": "granitehybrid", "n_layer": 3, "ssm_layers": (0, 2), "meta": GRANITE_SCALES}, [256]),
+    "granitehybrid-moe-nope": ({"moe": {"arch": "granitehybrid", "n_layer": 3, "ssm_layers": (1,), "shared": 40,
+                                        "meta": {**GRANITE_SCALES, "rope.scaling.finetuned": False}}}, [256]),
+})
 # gpt-oss: 4 experts 2 used, a window of 5 on the even layers (shorter than IDS), YaRN as the real files have
 GPTOSS_META = {"attention.sliding_window": 5, **YARN}
 CASES.update({
