@@ -84,7 +84,7 @@ static void layer_cache_rows(const fg_model *m, int il, int n_ctx, int64_t *kv_r
     int swa, conv;
     ring_rows(m, n_ctx, &swa, &conv);
     const fg_layer *L = &m->layers[il];
-    *kv_rows = L->conv || L->deltanet ? 0 : (L->swa ? swa : n_ctx);
+    *kv_rows = L->conv || L->deltanet || L->ssm ? 0 : (L->swa ? swa : n_ctx);
     *conv_rows = L->conv ? conv : 0;
 }
 
@@ -98,6 +98,23 @@ static int64_t dn_state_floats(const fg_model *m) {
     return (int64_t)m->hp.dn_conv * dn_conv_dim(m) + (int64_t)m->hp.dn_v_heads * S * S;
 }
 
+int64_t fg_ssm_state_floats(const fg_model *m) {
+    const fg_hparams *h = &m->hp;
+    if (h->ssm_d_state <= 0) return 0;
+    int64_t D = h->ssm_d_inner, GS = (int64_t)h->ssm_n_group * h->ssm_d_state;
+    return (h->ssm_d_conv - 1) * (D + 2 * GS) + D * h->ssm_d_state;
+}
+
+/* The floats of layer il's recurrent state (fg_kv dn_cache): a DeltaNet or a Mamba-2 layer's, else 0. */
+static int64_t rec_state_floats(const fg_model *m, int il) {
+    const fg_layer *L = &m->layers[il];
+    return L->deltanet ? dn_state_floats(m) : (L->ssm ? fg_ssm_state_floats(m) : 0);
+}
+
+/* Layer il's recurrent state in sequence kv's cache (DeltaNet: ring, then matrices; Mamba-2: conv inputs
+ * (d_conv - 1, D + 2 G S), then (H, D / H, S)). */
+static float *rec_state(const fg_kv *kv, int il) { return kv->dn_cache + kv->dn_off[il]; }
+
 size_t fg_kv_bytes(const fg_model *m, int n_ctx, size_t *conv, size_t *rec) {
     size_t kv_rows = 0, conv_rows = 0, dn = 0;
     for (int il = 0; il < m->hp.n_layer; il++) {
@@ -105,7 +122,7 @@ size_t fg_kv_bytes(const fg_model *m, int n_ctx, size_t *conv, size_t *rec) {
         layer_cache_rows(m, il, n_ctx, &k, &c);
         kv_rows += (size_t)k;
         conv_rows += (size_t)c;
-        if (m->layers[il].deltanet) dn += (size_t)dn_state_floats(m) * sizeof(float);
+        dn += (size_t)rec_state_floats(m, il) * sizeof(float);
     }
     size_t c = conv_rows * m->hp.n_embd * sizeof(float);
     if (conv) *conv = c;
@@ -128,7 +145,7 @@ int fg_kv_init(fg_kv *kv, const fg_model *m, int n_ctx) {
         layer_cache_rows(m, il, n_ctx, &k, &c);
         kv->layer_row0[il + 1] = kv->layer_row0[il] + k;
         kv->conv_row0[il + 1] = kv->conv_row0[il] + c;
-        kv->dn_off[il + 1] = kv->dn_off[il] + (m->layers[il].deltanet ? dn_state_floats(m) : 0);
+        kv->dn_off[il + 1] = kv->dn_off[il] + rec_state_floats(m, il);
     }
     size_t conv, rec, cache = (size_t)kv->layer_row0[NL] * m->hp.n_head_kv * m->hp.head_dim * sizeof(uint16_t);
     kv->bytes = fg_kv_bytes(m, n_ctx, &conv, &rec);
@@ -149,7 +166,7 @@ int fg_kv_init(fg_kv *kv, const fg_model *m, int n_ctx) {
 
 void fg_work_free(fg_work *w) {
     float **fs[] = {&w->kcur, &w->vcur, &w->x, &w->xn, &w->q, &w->att, &w->tmp, &w->gate, &w->up, &w->rope,
-                    &w->rlogits, &w->hg, &w->hu, &w->ye, &w->conv, &w->ag, &w->dn};
+                    &w->rlogits, &w->hg, &w->hu, &w->ye, &w->conv, &w->ag, &w->dn, &w->ssm, &w->ssm_y};
     for (size_t i = 0; i < sizeof(fs) / sizeof(fs[0]); i++) {
         free64(*fs[i]);
         *fs[i] = NULL;
@@ -178,6 +195,7 @@ int fg_work_init(fg_work *w, const fg_model *m, int n_batch, int max_ctx, int ma
     int64_t dn_v = (int64_t)m->hp.dn_v_heads * m->hp.dn_state; /* dn_out's input; the recurrence's private q, k, o */
     if (m->hp.dn_conv > 0 && dn_v > w->n_in) w->n_in = dn_v;
     if (m->hp.dn_conv > 0 && 3 * (int64_t)m->hp.dn_state > w->n_in) w->n_in = 3 * (int64_t)m->hp.dn_state;
+    if (m->hp.ssm_d_inner > w->n_in) w->n_in = m->hp.ssm_d_inner; /* ssm_out's input */
     w->xq_row = max_row_bytes(w->n_in);
     size_t B = (size_t)w->n_batch;
     w->kcur = alloc64(B * w->kv_dim * sizeof(float));
@@ -205,6 +223,13 @@ int fg_work_init(fg_work *w, const fg_model *m, int n_batch, int max_ctx, int ma
     if (m->hp.dn_conv > 0) {
         w->dn = alloc64(B * (dn_conv_dim(m) + dn_v + 2 * (int64_t)m->hp.dn_v_heads) * sizeof(float));
         more_ok = more_ok && w->dn;
+    }
+    if (m->hp.ssm_d_state > 0) {
+        int64_t D = m->hp.ssm_d_inner, proj = 2 * D + 2 * (int64_t)m->hp.ssm_n_group * m->hp.ssm_d_state +
+                                              m->hp.ssm_n_head;
+        w->ssm = alloc64(B * (size_t)proj * sizeof(float));
+        w->ssm_y = alloc64(B * (size_t)D * sizeof(float));
+        more_ok = more_ok && w->ssm && w->ssm_y;
     }
     if (m->hp.n_expert > 0) {
         size_t S = B * m->hp.n_expert_used;
@@ -553,6 +578,88 @@ static void shortconv_block(const team *t, const fg_layer *L, int il, int64_t ro
     }
 }
 
+/* ---- Mamba-2 layers (granitehybrid; fg_layer ssm says what they compute) ---- */
+
+static float silu1(float v) { return v / (1.0f + expf(-v)); }
+
+/* The causal conv of channels [c0, c1) of row i's xBC (in place: silu(conv + bias)), as ggml_ssm_conv: a float sum
+ * over the d_conv - 1 stored inputs (oldest first) then this one; the state then shifts by this row's inputs. A row
+ * at position 0 starts from zero inputs. st: the layer's (d_conv - 1, cd) state of the row's sequence. */
+static void ssm_conv_row(const fg_layer *L, float *xbc, float *st, int64_t cd, int dc, int pos, int64_t c0,
+                         int64_t c1) {
+    if (pos == 0)
+        for (int k = 0; k < dc - 1; k++) memset(st + k * cd + c0, 0, (size_t)(c1 - c0) * sizeof(float));
+    for (int64_t c = c0; c < c1; c++) {
+        const float *w = L->ssm_conv1d + c * dc;
+        float acc = 0.0f, in = xbc[c];
+        for (int k = 0; k < dc - 1; k++) acc += st[k * cd + c] * w[k];
+        acc += in * w[dc - 1];
+        for (int k = 0; k + 1 < dc - 1; k++) st[k * cd + c] = st[(k + 1) * cd + c];
+        st[(int64_t)(dc - 2) * cd + c] = in;
+        xbc[c] = silu1(L->ssm_conv1d_b ? acc + L->ssm_conv1d_b[c] : acc);
+    }
+}
+
+/* Heads [h0, h1) of row i's selective scan (ggml_ssm_scan with a scalar decay per head): zbd = the row's z | xBC |
+ * dt (xBC after the conv), st: the layer's (H, P, S) scan state of its sequence (zeroed at position 0); y (D,):
+ * the scan's output + D x, times silu(z). The scalar reference. */
+static void ssm_scan_row(const fg_hparams *hp, const fg_layer *L, const float *zbd, float *st, float *y, int pos,
+                         int64_t h0, int64_t h1) {
+    int64_t D = hp->ssm_d_inner, S = hp->ssm_d_state, H = hp->ssm_n_head, P = D / H;
+    int64_t hpg = H / hp->ssm_n_group;
+    const float *x = zbd + D, *B = x + D, *C = B + hp->ssm_n_group * S, *dt = C + hp->ssm_n_group * S;
+    for (int64_t h = h0; h < h1; h++) {
+        float *sh = st + h * P * S, d = dt[h] + L->ssm_dt_b[h];
+        if (pos == 0) memset(sh, 0, (size_t)(P * S) * sizeof(float));
+        float dts = d > 20.0f ? d : logf(1.0f + expf(d)), dA = expf(dts * L->ssm_a[h]);
+        const float *Bg = B + (h / hpg) * S, *Cg = C + (h / hpg) * S;
+        for (int64_t p = 0; p < P; p++) {
+            float xdt = x[h * P + p] * dts, sum = 0.0f, *sp = sh + p * S;
+            for (int64_t k = 0; k < S; k++) {
+                sp[k] = sp[k] * dA + Bg[k] * xdt;
+                sum += sp[k] * Cg[k];
+            }
+            float v = sum + x[h * P + p] * L->ssm_d[h];
+            y[h * P + p] = silu1(zbd[h * P + p]) * v;
+        }
+    }
+}
+
+/* x += residual_scale * ssm_out . (the Mamba-2 mixer of attn_norm(x)), rows in order (a sequence's rows update its
+ * state one after another). Barriers: after in_proj, after the conv (channels split), after the scan (heads split),
+ * after the group norm, then matmul_residual's. */
+static void mamba2_block(const team *t, const fg_layer *L, int il, int64_t rows) {
+    const fg_model *m = t->m;
+    const fg_hparams *hp = &m->hp;
+    fg_work *s = t->w;
+    int64_t E = hp->n_embd, D = hp->ssm_d_inner, GS = (int64_t)hp->ssm_n_group * hp->ssm_d_state;
+    int64_t cd = D + 2 * GS, proj = 2 * D + 2 * GS + hp->ssm_n_head, r0, r1;
+    const fg_mat *ws[1] = {&L->ssm_in};
+    const char *xq[1];
+    size_t xs;
+    prep(t, s->x, rows, E, E, L->attn_norm, ws, 1, xq, &xs);
+    fg_split_rows(proj, t->nth, t->ith, ROW_ALIGN, &r0, &r1);
+    matmul(&L->ssm_in, xq[0], xs, rows, s->ssm, proj, r0, r1);
+    BARRIER(t);
+    fg_split_rows(cd, t->nth, t->ith, ROW_ALIGN, &r0, &r1);
+    for (int64_t i = 0; i < rows && r0 < r1; i++)
+        ssm_conv_row(L, s->ssm + i * proj + D, rec_state(t->seqs[t->seq[i]], il), cd, hp->ssm_d_conv, t->pos[i],
+                     r0, r1);
+    BARRIER(t);
+    fg_split_rows(hp->ssm_n_head, t->nth, t->ith, 1, &r0, &r1);
+    for (int64_t i = 0; i < rows && r0 < r1; i++)
+        ssm_scan_row(hp, L, s->ssm + i * proj, rec_state(t->seqs[t->seq[i]], il) + (hp->ssm_d_conv - 1) * cd,
+                     s->ssm_y + i * D, t->pos[i], r0, r1);
+    BARRIER(t);
+    int64_t gw = D / hp->ssm_n_group; /* the grouped RMS norm */
+    fg_split_rows(rows, t->nth, t->ith, 1, &r0, &r1);
+    for (int64_t i = r0; i < r1; i++)
+        for (int64_t g = 0; g < hp->ssm_n_group; g++)
+            fg_rmsnorm(s->ssm_y + i * D + g * gw, s->ssm_y + i * D + g * gw, L->ssm_norm + g * gw, gw, hp->norm_eps);
+    BARRIER(t);
+    matmul_residual(t, &L->ssm_out, s->ssm_y, rows, D, D, NULL, NULL);
+}
+
 /* x = LayerNorm(x) * w + b per row (BERT's post-norms; nothing when w is NULL). Rows split, then a barrier. */
 static void post_layernorm(const team *t, int64_t rows, const float *w, const float *b) {
     if (!w) return;
@@ -584,7 +691,8 @@ static void softmax_as_ggml(float *y, const float *x, int64_t n) {
 
 /* The routing of the chunk's rows from w->rlogits (bias added), as llama.cpp's build_moe_ffn: probabilities
  * (softmax or sigmoid of the router logits; softmax-weight: the logits); the n_expert_used largest in descending
- * order, ties to the lower expert (ggml_argsort_top_k: std::sort, an insertion sort for <= 16 experts, so stable
+ * order (of probability + L->exp_probs_b when the layer has that selection bias; the weights are unbiased), ties to
+ * the lower expert (ggml_argsort_top_k: std::sort, an insertion sort for <= 16 experts, so stable
  * there); weights = their probabilities (softmax-weight: their softmax), / their sum (clamped to >= 2^-14) when
  * moe_norm_w, * moe_w_scale unless 0 or 1. Then the slots, grouped by expert: off[e] .. off[e+1] are expert e's, its
  * rows ascending. Every thread computes it whole into its private scratch (a few thousand operations): no
@@ -604,19 +712,27 @@ static void route(const team *t, const fg_layer *L, int64_t rows) {
         else
             memcpy(p, l, (size_t)NE * sizeof(float));
         int32_t *sel = t->sel + i * K;
-        float *w = t->wts + i * K, wsum = 0.0f;
+        float *w = t->wts + i * K;
+        const float *b = L->exp_probs_b;
         for (int64_t j = 0; j < K; j++) {
             int64_t best = -1;
-            for (int64_t e = 0; e < NE; e++)
-                if (best < 0 || p[e] > p[best]) best = e; /* strict: the lower expert wins a tie */
+            float top = 0.0f;
+            for (int64_t e = 0; e < NE; e++) {
+                float v = b ? p[e] + b[e] : p[e]; /* the selection score, in float as ggml_add */
+                if (best < 0 || v > top) { /* strict: the lower expert wins a tie */
+                    best = e;
+                    top = v;
+                }
+            }
             sel[j] = (int32_t)best;
             w[j] = p[best];
-            p[best] = -INFINITY; /* taken (probabilities are >= 0; router logits finite) */
-            wsum += w[j];
+            p[best] = -INFINITY; /* taken (scores are finite unless the file's are not: then any expert, in range) */
             t->off[best + 1]++;
         }
         if (m->hp.moe_gating == FG_GATING_SOFTMAX_WEIGHT) softmax_as_ggml(w, w, K);
-        if (m->hp.moe_norm_w) {
+        if (m->hp.moe_norm_w) { /* the sum of the final weights (softmax-weight: after that softmax) */
+            float wsum = 0.0f;
+            for (int64_t j = 0; j < K; j++) wsum += w[j];
             wsum = wsum < 6.103515625e-5f ? 6.103515625e-5f : wsum;
             for (int64_t j = 0; j < K; j++) w[j] /= wsum;
         }
@@ -754,7 +870,6 @@ static void moe_ffn(const team *t, const fg_layer *L, int64_t rows) {
 /* ---- gated DeltaNet layers (qwen35; fg_layer deltanet) ---- */
 
 /* Layer il's state in sequence kv's cache: the conv ring (dn_conv, conv_dim), then the (HV, S, S) matrices. */
-static float *dn_state(const fg_kv *kv, int il) { return kv->dn_cache + kv->dn_off[il]; }
 
 static float sigmoid_f(float x) { return 1.0f / (1.0f + expf(-x)); }
 
@@ -832,7 +947,7 @@ static void deltanet_conv(const team *t, const fg_layer *L, int il, int64_t rows
     int64_t CD = dn_conv_dim(m), K = m->hp.dn_conv, c0, c1;
     fg_split_rows(CD, t->nth, t->ith, ROW_ALIGN, &c0, &c1);
     for (int64_t i = 0; i < rows; i++) {
-        float *x = t->w->dn + i * ld, *ring = dn_state(t->seqs[t->seq[i]], il);
+        float *x = t->w->dn + i * ld, *ring = rec_state(t->seqs[t->seq[i]], il);
         int64_t pos = t->pos[i];
         memcpy(ring + (pos % K) * CD + c0, x + c0, (size_t)(c1 - c0) * sizeof(float));
         for (int64_t c = c0; c < c1; c++) {
@@ -856,7 +971,7 @@ static void deltanet_heads(const team *t, const fg_layer *L, int il, int64_t row
     float *qn = t->pxn, *kn = qn + S, *o = kn + S; /* private (3 S,) */
     fg_split_rows(HV, t->nth, t->ith, 1, &h0, &h1);
     for (int64_t i = 0; i < rows; i++) {
-        float *row = t->w->dn + i * ld, *st = dn_state(t->seqs[t->seq[i]], il) + ring;
+        float *row = t->w->dn + i * ld, *st = rec_state(t->seqs[t->seq[i]], il) + ring;
         for (int64_t h = h0; h < h1; h++) {
             float *M = st + h * S * S, *z = row + CD + h * S;
             if (t->pos[i] == 0) memset(M, 0, (size_t)(S * S) * sizeof(float));
@@ -910,6 +1025,8 @@ static void layer_forward(const team *t, int il, int64_t rows) {
         matmul_residual(t, &L->conv_out, s->conv, rows, E, 3 * E, NULL, NULL);
     } else if (L->deltanet) {
         deltanet_block(t, L, il, rows);
+    } else if (L->ssm) {
+        mamba2_block(t, L, il, rows);
     } else {
         const fg_mat *qkv[4] = {&L->wq, &L->wk, &L->wv, &L->wg};
         prep(t, s->x, rows, E, E, L->attn_norm, qkv, L->wg.data ? 4 : 3, xq, &xs);
@@ -1189,8 +1306,9 @@ int fg_kv_copy(const fg_model *m, fg_kv *dst, const fg_kv *src, int n) {
     size_t row = (size_t)hd * sizeof(uint16_t);
     for (int il = 0; il < m->hp.n_layer; il++) {
         const fg_layer *L = &m->layers[il];
-        if (L->deltanet) { /* the state after src's last position (the caller's n) */
-            if (n > 0) memcpy(dn_state(dst, il), dn_state(src, il), (size_t)dn_state_floats(m) * sizeof(float));
+        if (L->deltanet || L->ssm) { /* the state after src's last position (the caller's n is src's count) */
+            if (n > 0)
+                memcpy(rec_state(dst, il), rec_state(src, il), (size_t)rec_state_floats(m, il) * sizeof(float));
             continue;
         }
         if (L->conv) { /* the state: bx of the last d_conv positions */
@@ -1221,7 +1339,7 @@ static int64_t state_first(const fg_model *m, int il, int n) {
 }
 
 int64_t fg_kv_state_size(const fg_model *m, int n) {
-    if (n < 0 || m->hp.n_conv > 0 || m->hp.dn_conv > 0) return -1; /* recurrent states: not in this format */
+    if (n < 0 || m->hp.n_conv > 0 || m->hp.dn_conv > 0 || m->hp.ssm_d_state > 0) return -1; /* recurrent states: not in this format */
     int64_t rows = 0;
     for (int il = 0; il < m->hp.n_layer; il++) rows += n - state_first(m, il, n);
     return 2 * rows * m->hp.n_head_kv * m->hp.head_dim;
@@ -1229,7 +1347,7 @@ int64_t fg_kv_state_size(const fg_model *m, int n) {
 
 /* fg_kv_save (save != 0: cache -> buf) and fg_kv_load (buf -> cache) in one walk. */
 static int kv_state_io(const fg_model *m, const fg_kv *kv, int n, uint16_t *buf, int save) {
-    if (n < 0 || n > kv->n_ctx || m->hp.n_conv > 0 || m->hp.dn_conv > 0) return -1;
+    if (n < 0 || n > kv->n_ctx || m->hp.n_conv > 0 || m->hp.dn_conv > 0 || m->hp.ssm_d_state > 0) return -1;
     int64_t hd = m->hp.head_dim;
     size_t row = (size_t)hd * sizeof(uint16_t);
     for (int il = 0; il < m->hp.n_layer; il++) {

@@ -78,6 +78,24 @@ typedef struct {
     const float *dn_conv_w;       /* (conv_dim, dn_conv) F32 */
     const float *dn_dt, *dn_a;    /* (HV,) each: the time-step bias and -exp(A_log) */
     const float *dn_norm;         /* (S,) */
+    /* optional (n_expert,) expert selection bias (lfm2moe's exp_probs_b, DeepSeek-V3's): added to the
+     * probabilities to choose the top experts only; the weights stay the unbiased probabilities */
+    const float *exp_probs_b;
+    /* a Mamba-2 layer instead of attention (granitehybrid; llama.cpp's build_mamba2_layer; m->hp.ssm_*; wq ... wo
+     * absent there). With D = d_inner, S = d_state, G = n_group, H = ssm_n_head heads of P = D / H channels:
+     * z | xBC | dt = ssm_in . attn_norm(x) (D, D + 2 G S, H values); xBC = silu(causal conv of xBC with the
+     * (D + 2 G S, d_conv) kernel ssm_conv1d + ssm_conv1d_b) = x (D) | B (G S) | C (G S); per head h (group
+     * g = h / (H / G)): dt' = softplus(dt[h] + ssm_dt_b[h]), state[h][p][s] = state * exp(dt' ssm_a[h]) +
+     * B[g][s] x[h][p] dt', y[h][p] = sum_s state[h][p][s] C[g][s] + ssm_d[h] x[h][p]; y *= silu(z); y RMS-normed
+     * per group of D / G channels, times ssm_norm; out = ssm_out . y. Its state (fg_kv dn_cache at dn_off): the conv's last
+     * d_conv - 1 inputs and the (H, P, S) scan state; a row at position 0 starts from zeros */
+    int ssm;                      /* 1: such a layer */
+    fg_mat ssm_in;                /* (2 D + 2 G S + H, n_embd) */
+    fg_mat ssm_out;               /* (n_embd, D) */
+    const float *ssm_conv1d;      /* (D + 2 G S, d_conv) F32 */
+    const float *ssm_conv1d_b;    /* optional (D + 2 G S,) or NULL */
+    const float *ssm_dt_b, *ssm_a, *ssm_d; /* (H,) each; ssm_a is -exp(A_log) */
+    const float *ssm_norm;        /* (D,) */
 } fg_layer;
 
 #define FG_ACT_SILU 0             /* ffn = silu(gate) * up (llama) */
@@ -112,7 +130,8 @@ typedef struct {
      * logits by logit_scale (0 or 1: none, as llama.cpp's 0 = unset) */
     float residual_scale, logit_scale;
     /* mixture of experts (0 experts: every layer is a dense FFN). Each row's FFN: probabilities p = gating(router
-     * logits); the n_expert_used largest (ties: the lower expert first); weights w = their p, divided by their
+     * logits); the n_expert_used largest of p + exp_probs_b (fg_layer; ties: the lower expert first); weights w =
+     * their p (unbiased), divided by their
      * sum when moe_norm_w, times moe_w_scale; out = sum_j w_j down_j(act(gate_j x) * up_j x) in that order, plus
      * the shared expert (fg_layer; n_ff is then its width). FG_GATING_SOFTMAX_WEIGHT: p = the logits, w = softmax
      * of the chosen ones. moe_act: an FG_ACT_* */
@@ -126,6 +145,9 @@ typedef struct {
     int attn_gate;                /* 1: gated attention (fg_layer wg; qwen35) */
     int dn_conv, dn_state, dn_k_heads, dn_v_heads; /* the DeltaNet layers' (fg_layer deltanet) conv taps (>= 2), head
                                    * size S, q/k heads and v heads (a multiple of them); dn_conv 0: no such layers */
+    /* Mamba-2 layers (fg_layer ssm; all 0: none): conv taps (>= 2), inner width D, state size S, heads H, groups G
+     * (H % G == 0, D % H == 0) */
+    int ssm_d_conv, ssm_d_inner, ssm_d_state, ssm_n_head, ssm_n_group;
 } fg_hparams;
 
 /* The model: its numbers and its tensors (pointers into the mapped file). */
@@ -162,11 +184,13 @@ typedef struct {
     float *conv_cache;            /* the conv layers' rings one after another, each (n_conv_rows, n_embd) */
     int64_t *layer_row0;          /* (n_layer + 1,) first K/V row of each layer; the last entry is the total */
     int64_t *conv_row0;           /* (n_layer + 1,) the same for the conv rings' rows (same allocation) */
-    float *dn_cache;              /* the DeltaNet layers' states one after another, each a conv ring (dn_conv,
-                                   * conv_dim) (row = position mod dn_conv) then (dn_v_heads, S, S) matrices M[h][j][i]
-                                   * = S_h[i][j] (ggml's transposed layout); a row at position 0 starts from zeros */
+    float *dn_cache;              /* the recurrent layers' states one after another: a DeltaNet layer's conv ring
+                                   * (dn_conv, conv_dim) (row = position mod dn_conv) then (dn_v_heads, S, S) matrices
+                                   * M[h][j][i] = S_h[i][j] (ggml's transposed layout); a Mamba-2 layer's
+                                   * (fg_ssm_state_floats) conv inputs (d_conv - 1, D + 2 G S) then the scan state
+                                   * (H, D / H, S); a row at position 0 starts from zeros */
     int64_t *dn_off;              /* (n_layer + 1,) first float of each layer's state (same allocation) */
-    size_t bytes;                 /* of K, V, the conv rings and the DeltaNet states together */
+    size_t bytes;                 /* of K, V, the conv rings, the DeltaNet and the Mamba-2 states together */
 } fg_kv;
 
 /* Scratch of a forward call: the rows of one chunk (up to n_batch rows, of any sequences), per-thread private
@@ -186,6 +210,8 @@ typedef struct {
     float *ag;                    /* (n_batch, q_dim) the attention gate's logits (attn_gate), else NULL */
     float *dn;                    /* (n_batch, conv_dim + HV S + 2 HV) a DeltaNet layer's qkv | z | beta | alpha rows;
                                    * qkv becomes the conv's silu output, z the gated normed output; NULL without */
+    float *ssm, *ssm_y;           /* (n_batch, 2 D + 2 G S + H) a Mamba-2 layer's z | xBC | dt, (n_batch, D) its y;
+                                   * NULL without such layers */
     /* mixture of experts (NULL without): a chunk's n_batch * n_expert_used (row, expert) pairs are "slots",
      * grouped by expert (expert ascending, then row) */
     float *rlogits;               /* (n_batch, n_expert) router logits */
@@ -212,9 +238,10 @@ typedef struct {
 
 /* 0 ok, -1 allocation failure (left freed). */
 int fg_kv_init(fg_kv *kv, const fg_model *m, int n_ctx);
-/* The bytes fg_kv_init(kv, m, n_ctx) allocates for K, V, the conv rings and DeltaNet states (kv->bytes); *conv
- * (unless NULL): those of the short-convolution rings alone; *rec (unless NULL): those of the DeltaNet layers' states
- * (conv rings and recurrent matrices; independent of n_ctx). */
+/* The bytes fg_kv_init(kv, m, n_ctx) allocates for K, V, the conv rings and the recurrent states (kv->bytes); *conv
+ * (unless NULL): those of the short-convolution rings alone; *rec (unless NULL): those of the recurrent layers'
+ * states, DeltaNet (conv rings and recurrent matrices) and Mamba-2 (conv inputs and scan state); independent of
+ * n_ctx. */
 size_t fg_kv_bytes(const fg_model *m, int n_ctx, size_t *conv, size_t *rec);
 void fg_kv_free(fg_kv *kv);
 /* n_batch: rows per internal chunk; max_ctx: the largest n_ctx of the caches it will serve. 0 ok, -1 allocation
@@ -264,11 +291,14 @@ int fg_forward_multi(const fg_model *m, fg_work *w, fg_kv *const *seqs, int n_se
 
 /* Copy positions [0, n) of every layer's K and V from src to dst (caches of the same model): rows 0..n-1 of a
  * full-attention layer, and of a sliding-window ring the last m->hp.n_swa of them (all a later query can see), each
- * to its row in dst's ring; of a conv layer's ring the last n_conv - 1 bx rows (its state at n); a DeltaNet layer's
- * whole state (n > 0), which is that after src's last position: valid only when n is src's number of positions. src must hold them
- * (for a ring: src's newest position < n + ring rows - window).
+ * to its row in dst's ring; of a conv layer's ring the last n_conv - 1 bx rows (its state at n); of a DeltaNet or a
+ * Mamba-2 layer its whole state when n > 0 (then n must be src's position count: that state is the one of its newest
+ * position). src must hold them (for a ring: src's newest position < n + ring rows - window).
  * Returns 0; -1 (nothing done) if n < 0, n exceeds either cache's n_ctx, or src == dst. */
 int fg_kv_copy(const fg_model *m, fg_kv *dst, const fg_kv *src, int n);
+/* Floats of one Mamba-2 layer's state (in fg_kv dn_cache), 0 without such layers. Its state is that of src's newest
+ * position only: fg_kv_copy copies it whole (n > 0), so the caller copies n == src's position count only. */
+int64_t fg_ssm_state_floats(const fg_model *m);
 
 /* A saved state's K/V: positions [0, n) in an order that does not depend on n_ctx (fastgguf.engine.state). For each
  * layer, K then V, each n_head_kv groups of rows (head_dim F16 values) for the positions a later query can see:

@@ -80,6 +80,8 @@ def generate_ids(Runner runner, Sampler sampler, int max_tokens, eog_ids, logits
             # the step's token wrote NaN into the cache: drop it, as Context.eval does
             if prev >= 0 and runner.can_rewind(runner.n_past - 1):
                 runner.rewind(runner.n_past - 1)
+            elif prev >= 0:   # a state that cannot go back (Mamba-2 layers; a ring past it): start again
+                runner.reset()
             raise FloatingPointError(NAN_LOGITS)
         _check_sample(tok)
         if acc != 0:

@@ -154,6 +154,15 @@ cdef extern from "fg_forward.h" nogil:
         const float *dn_dt
         const float *dn_a
         const float *dn_norm
+        const float *exp_probs_b
+        int ssm
+        fg_mat ssm_in, ssm_out
+        const float *ssm_conv1d
+        const float *ssm_conv1d_b
+        const float *ssm_dt_b
+        const float *ssm_a
+        const float *ssm_d
+        const float *ssm_norm
 
     ctypedef struct fg_hparams:
         int n_embd, n_layer, n_head, n_head_kv, head_dim, n_ff, n_vocab
@@ -174,6 +183,7 @@ cdef extern from "fg_forward.h" nogil:
         int n_conv
         int attn_gate
         int dn_conv, dn_state, dn_k_heads, dn_v_heads
+        int ssm_d_conv, ssm_d_inner, ssm_d_state, ssm_n_head, ssm_n_group
 
     ctypedef struct fg_model:
         fg_hparams hp

@@ -80,6 +80,7 @@ cdef int _experts(Weights w, fg_layer *L, d, int64_t NE, int64_t FE, int64_t E, 
     L.b_gate_exps = _vec2(w, d.get("b_gate_exps"), NE, FE, p + "ffn_gate_exps.bias")
     L.b_up_exps = _vec2(w, d.get("b_up_exps"), NE, FE, p + "ffn_up_exps.bias")
     L.b_down_exps = _vec2(w, d.get("b_down_exps"), NE, E, p + "ffn_down_exps.bias")
+    L.exp_probs_b = _vec(w, d.get("exp_probs_b"), NE, p + "exp_probs_b.bias")
     shared = [L.w_gate.data != NULL, L.w_up.data != NULL, L.w_down.data != NULL]
     if any(shared) != all(shared) or (L.gate_inp_shexp != NULL and not all(shared)):
         raise ValueError(f"{p}: a shared expert needs ffn_gate/up/down_shexp (and its gate vector, them)")
@@ -119,11 +120,28 @@ cdef int _deltanet(Weights w, fg_layer *L, d, str p) except -1:
     return 0
 
 
-cdef int _layer(Weights w, fg_layer *L, d, str p) except -1:
-    """Layer d's tensors into L, each checked against its shape (Weights.__init__)."""
+cdef int _mamba2(Weights w, fg_layer *L, d, str p) except -1:
+    """A Mamba-2 layer's tensors (fg_layer ssm), checked against fg_hparams ssm_*."""
+    cdef const fg_hparams *hp = &w.m.hp
+    cdef int64_t E = hp.n_embd, D = hp.ssm_d_inner, CD = hp.ssm_d_inner + 2 * <int64_t>hp.ssm_n_group * hp.ssm_d_state
+    L.ssm_in = _mat(w, d["ssm_in"], D + CD + hp.ssm_n_head, E, p + "ssm_in")
+    L.ssm_conv1d = _vec2(w, d["ssm_conv1d"], CD, hp.ssm_d_conv, p + "ssm_conv1d")
+    L.ssm_conv1d_b = _vec(w, d.get("ssm_conv1d_b"), CD, p + "ssm_conv1d.bias")
+    L.ssm_dt_b = _vec(w, d["ssm_dt_b"], hp.ssm_n_head, p + "ssm_dt.bias")
+    L.ssm_a = _vec(w, d["ssm_a"], hp.ssm_n_head, p + "ssm_a")
+    L.ssm_d = _vec(w, d["ssm_d"], hp.ssm_n_head, p + "ssm_d")
+    L.ssm_norm = _vec(w, d["ssm_norm"], D, p + "ssm_norm")
+    L.ssm_out = _mat(w, d["ssm_out"], E, D, p + "ssm_out")
+    return 0
+
+
+cdef int _layer(Weights w, fg_layer *L, d, str p, bint moe) except -1:
+    """Layer d's tensors into L, each checked against its shape (Weights.__init__); moe: a mixture-of-experts layer
+    (in a model with experts, all but its leading dense layers, Hparams.moe_layer)."""
     cdef const fg_hparams *hp = &w.m.hp
     cdef int64_t E = hp.n_embd, QD = <int64_t>hp.n_head * hp.head_dim, KV = <int64_t>hp.n_head_kv * hp.head_dim
-    cdef int64_t F = hp.n_ff, hd = hp.head_dim, NE = hp.n_expert  # with experts, F: the shared expert's width
+    # in an expert layer F is the shared expert's width (a model with leading dense layers has none: Hparams.check)
+    cdef int64_t F = hp.n_ff, hd = hp.head_dim, NE = hp.n_expert if moe else 0
     L.attn_norm = _vec(w, d.get("attn_norm"), E, p + "attn_norm")
     if L.conv:  # a short-convolution layer instead of attention (Weights.__init__ set L.conv)
         L.conv_in = _mat(w, d["conv_in"], 3 * E, E, p + "shortconv.in_proj")
@@ -131,6 +149,8 @@ cdef int _layer(Weights w, fg_layer *L, d, str p) except -1:
         L.conv_out = _mat(w, d["conv_out"], E, E, p + "shortconv.out_proj")
     elif L.deltanet:  # a gated DeltaNet layer instead of attention (Weights.__init__ set L.deltanet)
         _deltanet(w, L, d, p)
+    elif L.ssm:  # a Mamba-2 layer instead of attention (Weights.__init__ set L.ssm)
+        _mamba2(w, L, d, p)
     else:
         L.wq = _mat(w, d["wq"], QD, E, p + "attn_q")
         L.wk = _mat(w, d["wk"], KV, E, p + "attn_k")
@@ -178,9 +198,10 @@ cdef class Weights:
         pos_embd (a matrix), type_embd (float32 (n_types, n_embd): row 0 is used), tok_norm, tok_norm_b; their
         layers lack attn_norm, ffn_norm (and w_gate: a plain GELU FFN) and add bo, b_up, b_down, attn_out_norm(_b),
         layer_out_norm(_b).
-        Mixtures of experts (hp.n_expert > 0): every layer has gate_inp (a matrix (n_expert, n_embd)), gate_exps,
-        up_exps, down_exps ((array, type, n_expert, rows, cols) stacks) and optionally a shared expert as
-        w_gate/w_up/w_down (hp.n_ff_shexp wide) with an optional gate vector gate_inp_shexp (n_embd,)."""
+        Mixtures of experts (hp.n_expert > 0): every layer but the hp.n_dense_lead first (dense) has gate_inp (a
+        matrix (n_expert, n_embd)), gate_exps, up_exps, down_exps ((array, type, n_expert, rows, cols) stacks),
+        optionally exp_probs_b (n_expert,) and a shared expert as w_gate/w_up/w_down (hp.n_ff_shexp wide) with an
+        optional gate vector gate_inp_shexp (n_embd,)."""
         cdef int i
         memset(&self.m, 0, sizeof(fg_model))
         self.m.hp = hp.as_c()  # a dict of exactly fg_hparams's fields (Cython refuses one missing)
@@ -210,12 +231,14 @@ cdef class Weights:
             raise MemoryError()
         swa_layers, nope_layers = frozenset(hp.swa_layers), frozenset(hp.nope_layers)
         conv_layers, dn_layers = frozenset(hp.conv_layers), frozenset(hp.dn_layers)
+        ssm_layers = frozenset(hp.ssm_layers)
         for i in range(self.m.hp.n_layer):
             self.layers[i].swa = 1 if i in swa_layers else 0
             self.layers[i].nope = 1 if i in nope_layers else 0
             self.layers[i].conv = 1 if i in conv_layers else 0
             self.layers[i].deltanet = 1 if i in dn_layers else 0
-            _layer(self, &self.layers[i], layers[i], f"blk.{i}.")
+            self.layers[i].ssm = 1 if i in ssm_layers else 0
+            _layer(self, &self.layers[i], layers[i], f"blk.{i}.", hp.moe_layer(i))
         self.m.layers = self.layers
 
     def __dealloc__(self):
@@ -237,8 +260,8 @@ cdef class Weights:
 
     def cache_bytes(self, int n_ctx):
         """(all, conv, recurrent): the bytes of one sequence's cache of n_ctx positions (Runner.kv_bytes): K and V,
-        the short-convolution layers' state rings and the DeltaNet layers' states; those rings alone; those states
-        alone (their conv rings and recurrent matrices: fixed, whatever n_ctx)."""
+        the short-convolution layers' state rings and the DeltaNet and Mamba-2 layers' states; those rings alone;
+        those states alone (conv rings or inputs and recurrent matrices: fixed, whatever n_ctx)."""
         cdef size_t conv = 0, rec = 0
         if n_ctx < 1:
             raise ValueError(f"n_ctx must be >= 1, got {n_ctx}")
@@ -316,13 +339,13 @@ cdef class Runner:
         layers: the n_swa positions a query sees; short-convolution layers: their n_conv - 1 inputs) must still
         hold the window before n_past (else reset and evaluate again): none overwritten since (by the newest
         position ever written, before a rewind too) nor left out (copy_prefix and load_kv fill only the last
-        window)."""
+        window). DeltaNet and Mamba-2 layers hold the state of the newest position only: to 0 or n_past alone."""
         if n_past < 0 or n_past > self.n_past:
             return False
         if n_past == 0 or n_past == self.n_past:
             return True
         cdef const fg_hparams *hp = &self.weights.m.hp
-        if hp.dn_conv > 0:  # DeltaNet layers keep only the state after the last position: never mid-cache
+        if hp.dn_conv > 0 or hp.ssm_d_state > 0:  # DeltaNet / Mamba-2 layers keep only the newest position's state
             return False
         rings = ((hp.n_swa, self.st.kv.n_swa_rows), (hp.n_conv - 1, self.st.kv.n_conv_rows))
         for k, (window, rows) in enumerate(rings):
@@ -350,7 +373,8 @@ cdef class Runner:
             raise ValueError(f"cannot rewind to {n_past}: {self.n_past} tokens in the cache")
         if not self.can_rewind(n_past):
             raise ValueError(f"cannot rewind to {n_past} from {self.n_past}: the sliding-window or short-convolution "
-                             f"layers' rings no longer hold the positions before it (see can_rewind; reset instead)")
+                             f"layers' rings no longer hold the positions before it, or Mamba-2 layers hold only "
+                             f"the newest position's state (see can_rewind; reset instead)")
         self._ring_lo[0] = max(self._ring_lo[0], self.n_past - self.st.kv.n_swa_rows)
         self._ring_lo[1] = max(self._ring_lo[1], self.n_past - self.st.kv.n_conv_rows)
         self.n_past = n_past
@@ -365,7 +389,7 @@ cdef class Runner:
             raise ValueError(f"cannot copy {n} positions: the source holds {src.n_past}, this cache {self.n_ctx}")
         if not src.can_rewind(n):
             raise ValueError(f"the source's sliding-window or short-convolution layers' rings no longer hold the "
-                             f"positions before {n}")
+                             f"positions before {n} (DeltaNet / Mamba-2 layers: only all its positions can be copied)")
         if fg_kv_copy(&self.weights.m, &self.st.kv, &src.st.kv, n) != 0:
             raise RuntimeError("fg_kv_copy failed")
         memcpy(self.ids, src.ids, n * sizeof(int32_t))
@@ -373,8 +397,8 @@ cdef class Runner:
         self._windows_filled(n)
 
     def snapshot(self):
-        """What restore() needs to bring the cache back to now: (n_past, the token ids, a copy of the DeltaNet
-        layers' states (float32; empty without such layers)). Taken before a forward whose rows may be dropped
+        """What restore() needs to bring the cache back to now: (n_past, the token ids, a copy of the recurrent
+        (DeltaNet, Mamba-2) layers' states (float32; empty without such layers)). Taken before a forward whose rows may be dropped
         (speculative drafts): a recurrent state cannot be rewound, only restored."""
         cdef int64_t n = self.st.kv.dn_off[self.weights.m.hp.n_layer]
         cdef cnp.ndarray[float, ndim=1] states = np.empty(n, dtype=np.float32)
@@ -384,8 +408,9 @@ cdef class Runner:
 
     def restore(self, snap):
         """Bring the cache back to a snapshot() of it taken at n_past <= now, with the same tokens since: its
-        DeltaNet states copied back and n_past set (the attention layers' later rows are dropped as by a rewind).
-        Without DeltaNet layers it is rewind(n_past). ValueError (nothing changed) if the snapshot does not fit."""
+        recurrent (DeltaNet, Mamba-2) states copied back and n_past set (the attention layers' later rows are dropped
+        as by a rewind). Without such layers it is rewind(n_past). ValueError (nothing changed) if the snapshot does
+        not fit."""
         n_past, ids, states = snap
         cdef cnp.ndarray[float, ndim=1] st = np.ascontiguousarray(states, dtype=np.float32)
         cdef int64_t n = self.st.kv.dn_off[self.weights.m.hp.n_layer]
@@ -416,8 +441,8 @@ cdef class Runner:
         cdef int n = self.n_past
         cdef int64_t size = fg_kv_state_size(&self.weights.m, n)
         if size < 0:
-            raise ValueError("this model's cache has short-convolution rings or DeltaNet states, which a saved state "
-                             "does not hold")
+            raise ValueError("this model's cache has short-convolution rings or DeltaNet / Mamba-2 states, which a "
+                             "saved state does not hold")
         cdef cnp.ndarray[int32_t, ndim=1] ids = np.empty(n, dtype=np.int32)
         cdef cnp.ndarray[uint16_t, ndim=1] kv = np.empty(size, dtype=np.uint16)
         if n:

@@ -47,11 +47,18 @@ DATA = os.path.join(os.path.dirname(os.path.abspath(__file__)), "data")
 #   deltanet      qwen35: the layers in dn_layers are gated DeltaNet layers (attn_qkv, attn_gate, ssm_*), the others
 #                 gated attention (attn_q of q|gate rows per head, q/k norms); post_attention_norm is the FFN's norm;
 #                 ssm.* keys from Preset.ssm, rope.dimension_sections and attention.recurrent_layers
+#   exp_probs_b   lfm2moe: each expert layer's selection bias exp_probs_b.bias (n_expert,) after its router; the
+#                 first n_dense_lead layers dense (leading_dense_block_count); expert_gating_func (default 2,
+#                 sigmoid)
+#   ssm           granitehybrid: the layers in ssm_layers are Mamba-2 ones (ssm_in, ssm_conv1d with bias, ssm_dt.bias,
+#                 ssm_a, ssm_d, ssm_norm, ssm_out; inner width 2 n_embd, ssm_heads heads, ssm_groups groups, state
+#                 ssm_state, ssm_conv taps), attention.head_count_kv a per-layer array (0 there), the ssm.* keys
 ARCHS = {
     "llama": "", "granite": "", "gemma": "", "qwen2": "bias", "qwen3": "qk_norm", "phi3": "fused",
     "gemma2": "post_norms", "gemma3": "post_norms qk_norm",
     "qwen3moe": "qk_norm exp_ff", "qwen2moe": "shexp exp_ff", "olmoe": "qk_norm_full", "granitemoe": "",
     "gpt-oss": "bias sinks exp_ff", "smollm3": "", "lfm2": "qk_norm shortconv",
+    "lfm2moe": "qk_norm shortconv exp_ff exp_probs_b", "granitehybrid": "ssm",
     "bert": "bias position", "nomic-bert": "fused gate",
     "qwen35": "deltanet", "qwen35moe": "deltanet shexp exp_ff",
 }
@@ -95,12 +102,19 @@ class Preset:
     dn_layers: tuple = ()     # deltanet: the DeltaNet layers; ssm: conv taps, head size S, q/k heads, v heads
     ssm: tuple = (4, 16, 2, 4)
     n_rot: int = 0            # rope.dimension_count (0: head_dim)
+    n_dense_lead: int = 0     # exp_probs_b: the leading dense layers
+    ssm_layers: tuple = ()    # ssm: the Mamba-2 layers, their heads, groups, state size and conv taps
+    ssm_heads: int = 8
+    ssm_groups: int = 2
+    ssm_state: int = 16
+    ssm_conv: int = 4
 
 
 # the roles' spread when a preset says nothing
 SCALES = {"embd": 1.0, "output_norm": 1.0, "norm": 1.0, "head_norm": 1.0, "qk": 0.2, "matrix": 0.2, "fused": 0.2,
           "output": 0.2, "bias": 0.2, "sinks": 1.0, "router": 1.0, "experts": 0.2, "expert_bias": 0.2,
-          "shexp": 0.2, "shexp_gate": 1.0, "token_types": 0.5, "position": 0.5, "conv": 0.5}
+          "shexp": 0.2, "shexp_gate": 1.0, "token_types": 0.5, "position": 0.5, "conv": 0.5, "probs_b": 0.5,
+          "ssm_dt": 0.5, "ssm_a": 0.5, "ssm_d": 1.0}
 LLAMA_KEYS = ("block_count", "context_length", "embedding_length", "feed_forward_length", "attention.head_count",
               "attention.head_count_kv", "rope.freq_base", "attention.layer_norm_rms_epsilon", "rope.dimension_count")
 EXPERT_KEYS = ("expert_count", "expert_used_count", "expert_feed_forward_length", "expert_shared_feed_forward_length")
@@ -163,7 +177,9 @@ def build(path, preset="tiny", *, arch=None, wtype=None, vocab=None, seed=None, 
     arch: its layout (ARCHS; the preset's when None; an unknown name writes the llama layout); bias, qk_norm,
     post_norms, fused: True / False override the arch's part. wtype: a ggml type name ("Q8_0", "F16", ...) for the
     preset's quantized roles. sizes: n_embd, n_layer, n_head, n_head_kv, n_ff, n_ctx, n_expert, n_used, n_ff_exp
-    (the experts' width), rope_base; conv_layers, l_cache (lfm2's short-convolution layers and taps). seed: the
+    (the experts' width), rope_base; conv_layers, l_cache (lfm2's short-convolution layers and taps), n_dense_lead
+    (lfm2moe's leading dense layers), ssm_layers, ssm_heads, ssm_groups, ssm_state, ssm_conv (granitehybrid's
+    Mamba-2 layers). seed: the
     draws (the preset's when None); scale: {role: spread} over the preset's; tied: no output.weight.
     vocab: None (the preset's), "no_vocab" (tokenizer.ggml.model no_vocab: ids only, llama.cpp loads it),
     "wordpiece" (WORDPIECE, as llama.cpp's converter stores it), the name of a vocabulary-only file of llama.cpp
@@ -234,6 +250,12 @@ def _metadata(w, p, parts, vocab, pooling, head, shared, meta):
                 "ssm.inner_size": hv * S, "rope.dimension_sections": [p.n_rot // 8, p.n_rot // 8, p.n_rot // 8, 0]
                 if p.n_rot % 8 == 0 else [p.n_rot // 2, 0, 0, 0],
                 **_layer_pattern(p), **(meta or {})}
+    if "exp_probs_b" in parts:
+        meta = {"leading_dense_block_count": p.n_dense_lead, "expert_gating_func": 2, **(meta or {})}
+    if "ssm" in parts:   # per layer: 0 KV heads in a Mamba-2 layer
+        values["attention.head_count_kv"] = [0 if i in p.ssm_layers else p.n_head_kv for i in range(p.n_layer)]
+        meta = {"ssm.conv_kernel": p.ssm_conv, "ssm.inner_size": 2 * p.n_embd, "ssm.state_size": p.ssm_state,
+                "ssm.time_step_rank": p.ssm_heads, "ssm.group_count": p.ssm_groups, **(meta or {})}
     meta = dict(meta or {})
     n_vocab = p.n_vocab
     for key in p.keys:
@@ -404,13 +426,15 @@ def _decoder(t, p, parts, n_vocab, tied, rope_freqs, router, shared, head, nan_e
             _shortconv(t, p, b)
         elif "deltanet" in parts:
             _deltanet(t, p, b) if i in p.dn_layers else _gated_attention(t, p, b)
+        elif i in p.ssm_layers:
+            _mamba2(t, p, b)
         else:
             _attention(t, p, parts, b)
         if "post_norms" in parts:
             t.add(b + "post_attention_norm.weight", (E,), "norm")
             t.add(b + "post_ffw_norm.weight", (E,), "norm")
         t.add(b + ("post_attention_norm.weight" if parts & {"sinks", "deltanet"} else "ffn_norm.weight"), (E,), "norm")
-        if p.n_expert:
+        if p.n_expert and i >= p.n_dense_lead:
             _experts(t, p, parts, b, i, router, shared)
         elif "fused" in parts:
             t.add(b + "ffn_up.weight", (2 * p.n_ff, E), "fused")                 # gate|up (2 n_ff, n_embd)
@@ -500,6 +524,22 @@ def _gated_attention(t, p, b):
     t.add(b + "attn_output.weight", (E, p.n_head * hd), "matrix")
 
 
+def _mamba2(t, p, b):
+    """granitehybrid's Mamba-2 layer: norm, in_proj (z | xBC | dt rows), the conv kernel and bias, dt bias, A (as
+    -exp of the draws), D, the per-group norm, out_proj."""
+    E, D, H, G, S = p.n_embd, 2 * p.n_embd, p.ssm_heads, p.ssm_groups, p.ssm_state
+    CD = D + 2 * G * S
+    t.add(b + "attn_norm.weight", (E,), "norm")
+    t.add(b + "ssm_in.weight", (D + CD + H, E), "matrix")                       # (2 D + 2 G S + H, n_embd)
+    t.add(b + "ssm_conv1d.weight", (CD, p.ssm_conv), "conv")                    # (D + 2 G S, d_conv), F32
+    t.add(b + "ssm_conv1d.bias", (CD,), "bias")
+    t.add(b + "ssm_dt.bias", (H,), "ssm_dt")
+    t.add(b + "ssm_a", (H, 1), "ssm_a", a=-np.exp(t.draw((H, 1), "ssm_a")))     # -exp(A_log) (n_head, 1)
+    t.add(b + "ssm_d", (H, 1), "ssm_d")
+    t.add(b + "ssm_norm.weight", (G, D // G), "norm")                           # (n_group, D / n_group)
+    t.add(b + "ssm_out.weight", (E, D), "matrix")                               # (n_embd, D)
+
+
 def _sinks(t, p, b):
     t.add(b + "attn_output.bias", (p.n_embd,), "bias")
     t.add(b + "attn_sinks.weight", (p.n_head,), "sinks")                          # one logit per query head
@@ -511,6 +551,8 @@ def _experts(t, p, parts, b, i, router, shared):
     E, NE, FE = p.n_embd, p.n_expert, p.n_ff_exp
     r = t.draw((NE, E), "router")
     t.add(b + "ffn_gate_inp.weight", (NE, E), "router", a=router(i, r) if router else r)   # (n_expert, n_embd)
+    if "exp_probs_b" in parts:
+        t.add(b + "exp_probs_b.bias", (NE,), "probs_b")                          # (n_expert,) selection bias
     sinks = "sinks" in parts
     if sinks:
         t.add(b + "ffn_gate_inp.bias", (NE,), "bias")

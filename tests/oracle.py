@@ -20,7 +20,12 @@ class Oracle:
         self.n_head_kv = md.get(f"{a}.attention.head_count_kv", self.n_head)
         # lfm2 (fastgguf/arch/lfm2.py): head_count_kv per layer, 0 in its gated short-convolution layers
         kv = np.atleast_1d(self.n_head_kv)
-        self.conv = [a == "lfm2" and kv[l % kv.size] == 0 for l in range(md[f"{a}.block_count"])]
+        self.conv = [a in ("lfm2", "lfm2moe") and kv[l % kv.size] == 0 for l in range(md[f"{a}.block_count"])]
+        # granitehybrid: 0 KV heads is a Mamba-2 layer (ssm.*: conv taps, state size, heads, groups); RoPE unless
+        # rope.scaling.finetuned is false
+        self.ssm = [a == "granitehybrid" and kv[l % kv.size] == 0 for l in range(md[f"{a}.block_count"])]
+        self.ssm_dims = [md.get(f"{a}.ssm.{k}", 0) for k in ("conv_kernel", "state_size", "time_step_rank",
+                                                             "group_count")]
         self.n_head_kv = int(max(kv)) or self.n_head
         self.head_dim = md.get(f"{a}.attention.key_length", self.n_embd // self.n_head)
         self.n_rot = md.get(f"{a}.rope.dimension_count", self.head_dim)
@@ -39,7 +44,7 @@ class Oracle:
         self.n_ctx_orig = md.get(f"{a}.rope.scaling.original_context_length", n_ctx_train) or n_ctx_train
         self.attn_factor = md.get(f"{a}.rope.scaling.attn_factor", 1.0)
         self.neox = a in ("qwen2", "qwen3", "qwen2moe", "qwen3moe", "olmoe", "gemma", "gemma2", "gemma3", "phi3",
-                          "nomic-bert", "gpt-oss", "lfm2", "qwen35", "qwen35moe")
+                          "nomic-bert", "gpt-oss", "lfm2", "lfm2moe", "qwen35", "qwen35moe")
         # qwen35 (fastgguf/arch/qwen35.py): gated DeltaNet layers (attention.recurrent_layers, else all but every
         # full_attention_interval-th), gated attention elsewhere, post_attention_norm as the FFN's norm
         self.qwen35 = a in ("qwen35", "qwen35moe")
@@ -48,8 +53,8 @@ class Oracle:
         self.dn = [self.qwen35 and (bool(rec[i]) if rec is not None else (i + 1) % every != 0)
                    for i in range(self.n_layer)]
         if self.qwen35:
-            self.ssm = {k: md[f"{a}.ssm.{k}"] for k in ("conv_kernel", "state_size", "group_count",
-                                                        "time_step_rank")}
+            self.dn_dims = {k: md[f"{a}.ssm.{k}"] for k in ("conv_kernel", "state_size", "group_count",
+                                                            "time_step_rank")}
         # granite (llama.cpp's granite.cpp): embeddings * embedding_scale, scores * attention.scale (instead of
         # 1/sqrt(head_dim)), attention and FFN outputs * residual_scale, logits / logit_scale; 0/absent: none
         self.embd_scale = md.get(f"{a}.embedding_scale", 0.0) or 1.0
@@ -62,6 +67,11 @@ class Oracle:
         self.n_expert = md.get(f"{a}.expert_count", 0)
         self.n_used = md.get(f"{a}.expert_used_count", 0)
         self.moe_norm_w = a not in ("qwen2moe", "olmoe", "gpt-oss")
+        # lfm2moe (fastgguf/arch/lfm2moe.py): the first leading_dense_block_count layers dense; probabilities by
+        # expert_gating_func (1 softmax, 2 sigmoid, 3 softmax of the chosen logits); exp_probs_b.bias added to
+        # them to choose the experts, not to weigh them
+        self.n_dense_lead = md.get(f"{a}.leading_dense_block_count", 0)
+        self.gating = md.get(f"{a}.expert_gating_func", 3 if a == "gpt-oss" else 1)
         # gpt-oss (fastgguf/arch/gptoss.py for the facts): the raw router logits (+ bias) choose, the softmax of the
         # chosen ones weighs; experts with biases and the clamped SwiGLU (alpha 1.702, limit 7); attention sinks;
         # its FFN norm is post_attention_norm; sliding window on even layers
@@ -78,14 +88,15 @@ class Oracle:
                     for l in range(self.n_layer)]
         self.base_swa = md.get(f"{a}.rope.freq_base_swa", 10000.0 if a == "gemma3" else self.base)
         # smollm3 (llama.cpp's smollm3.cpp): layers il with (il + 1) % 4 == 0 have no RoPE (NoPE); 4 is fixed there
-        self.rope_layer = [a != "smollm3" or (l + 1) % 4 != 0 for l in range(self.n_layer)]
+        self.rope_layer = [(a != "smollm3" or (l + 1) % 4 != 0) and md.get(f"{a}.rope.scaling.finetuned", True)
+                           for l in range(self.n_layer)]
         self.types = {t.name: t.tensor_type for t in r.tensors}
         # name -> float64 array in numpy order (rows, cols)
         self.w = {t.name: dequantize(t.data, t.tensor_type).astype(np.float64).reshape(tuple(int(d) for d in t.shape[::-1]))
                   for t in r.tensors}
         if "output.weight" not in self.w:
             self.w["output.weight"] = self.w["token_embd.weight"]
-        if a == "lfm2":   # its output norm's name (llama.cpp's LLM_TENSOR_OUTPUT_NORM_LFM2)
+        if a in ("lfm2", "lfm2moe"):   # its output norm's name (llama.cpp's LLM_TENSOR_OUTPUT_NORM_LFM2)
             self.w["output_norm.weight"] = self.w.pop("token_embd_norm.weight")
         qd, kvd = self.n_head * self.head_dim, self.n_head_kv * self.head_dim
         for l in range(self.n_layer):   # phi3's fused matrices: q|k|v rows, gate|up rows
@@ -209,15 +220,18 @@ class Oracle:
         W = self.w
         logits = h @ W[p + "ffn_gate_inp.weight"].T + W.get(p + "ffn_gate_inp.bias", 0)
         probs = np.exp(logits - logits.max(axis=1, keepdims=True))
-        probs = logits if self.oss else probs / probs.sum(axis=1, keepdims=True)
+        probs = logits if self.gating == 3 else 1 / (1 + np.exp(-logits)) if self.gating == 2 else \
+            probs / probs.sum(axis=1, keepdims=True)
+        choose = probs + W.get(p + "exp_probs_b.bias", 0)
         out = np.zeros_like(h)
         bias = {x: W.get(p + f"ffn_{x}_exps.bias") for x in ("gate", "up", "down")}
         for i in range(len(h)):
-            sel = np.argsort(-probs[i], kind="stable")[:self.n_used]
+            sel = np.argsort(-choose[i], kind="stable")[:self.n_used]
             self.selected.append(set(int(e) for e in sel))
-            wts = probs[i, sel] / (probs[i, sel].sum() if self.moe_norm_w else 1.0)
-            if self.oss:
+            wts = probs[i, sel]
+            if self.gating == 3:
                 wts = np.exp(wts - wts.max()) / np.exp(wts - wts.max()).sum()
+            wts = wts / (max(wts.sum(), 6.103515625e-5) if self.moe_norm_w else 1.0)   # llama.cpp's clamp (F16 min)
             for e, wt in zip(sel, wts):
                 b = [0 if bias[x] is None else bias[x][e] for x in ("gate", "up", "down")]
                 out[i] += wt * self.ffn(h[i], W[p + "ffn_gate_exps.weight"][e], W[p + "ffn_up_exps.weight"][e],
@@ -251,10 +265,12 @@ class Oracle:
                 x = x + self.shortconv(h, p)
             elif self.dn[l]:
                 x = x + self.deltanet(h, p)
+            elif self.ssm[l]:
+                x = x + self.mamba2(h, p) * self.residual_scale
             else:
                 x = x + self.attention(h, p, l, pos, n_ctx or n, mask, window, kv_f16) * self.residual_scale
             h = self.rmsnorm(x, W[p + ("post_attention_norm.weight" if self.oss or self.qwen35 else "ffn_norm.weight")])
-            if self.n_expert:
+            if self.n_expert and l >= self.n_dense_lead:
                 o = self.moe(h, p)
             else:
                 o = self.ffn(h, W[p + "ffn_gate.weight"], W[p + "ffn_up.weight"], W[p + "ffn_down.weight"])
@@ -286,7 +302,7 @@ class Oracle:
         per v head h (q/k head h mod group_count): S = S exp(g) + k ((v - S^T k) beta)^T, o = S^T q / sqrt(S),
         g = softplus(h alpha + dt) A, beta = sigmoid(h beta); out = (rmsnorm(o) * silu(z)) ssm_out."""
         W, n = self.w, len(h)
-        L, S, HK, HV = (self.ssm[k] for k in ("conv_kernel", "state_size", "group_count", "time_step_rank"))
+        L, S, HK, HV = (self.dn_dims[k] for k in ("conv_kernel", "state_size", "group_count", "time_step_rank"))
         qkv = h @ W[p + "attn_qkv.weight"].T
         z = (h @ W[p + "attn_gate.weight"].T).reshape(n, HV, S)
         beta = 1 / (1 + np.exp(-(h @ W[p + "ssm_beta.weight"].T)))
@@ -308,6 +324,36 @@ class Oracle:
                 o[t, hh] = st[hh].T @ a / np.sqrt(S)
         o = self.rmsnorm(o, W[p + "ssm_norm.weight"]) * (z / (1 + np.exp(-z)))
         return o.reshape(n, HV * S) @ W[p + "ssm_out.weight"].T
+
+    def mamba2(self, h, p):
+        """granitehybrid's Mamba-2 mixer of rows h (n, n_embd) (llama.cpp's build_mamba2_layer, ggml_ssm_conv and
+        ggml_ssm_scan): z | xBC | dt = h in_proj; xBC = silu(causal conv + bias) = x | B | C; per head (group
+        h // (H / G)): dt' = softplus(dt + dt_bias), s = s exp(dt' A) + dt' x B^T, y = s C + D x; y * silu(z),
+        RMS-normed per group, out_proj."""
+        W, n = self.w, len(h)
+        dc, S, H, G = self.ssm_dims
+        D = 2 * self.n_embd
+        P, GS = D // H, G * S
+        zxbcdt = h @ W[p + "ssm_in.weight"].T
+        z, xbc, dt = zxbcdt[:, :D], zxbcdt[:, D:2 * D + 2 * GS], zxbcdt[:, 2 * D + 2 * GS:]
+        k = W[p + "ssm_conv1d.weight"]                                  # (D + 2 G S, d_conv)
+        pad = np.concatenate([np.zeros((dc - 1, xbc.shape[1])), xbc])
+        xbc = np.stack([sum(k[:, i] * pad[t + i] for i in range(dc)) for t in range(n)])
+        xbc = xbc + W.get(p + "ssm_conv1d.bias", 0)
+        xbc = xbc / (1 + np.exp(-xbc))
+        x, B, C = xbc[:, :D].reshape(n, H, P), xbc[:, D:D + GS].reshape(n, G, S), xbc[:, D + GS:].reshape(n, G, S)
+        dt = dt + W[p + "ssm_dt.bias"]
+        dt = np.where(dt > 20, dt, np.log1p(np.exp(np.minimum(dt, 20))))
+        A, Dp = W[p + "ssm_a"].reshape(H), W[p + "ssm_d"].reshape(H)
+        s, y = np.zeros((H, P, S)), np.empty((n, H, P))
+        for t in range(n):
+            for hh in range(H):
+                g = hh // (H // G)
+                s[hh] = s[hh] * np.exp(dt[t, hh] * A[hh]) + np.outer(x[t, hh] * dt[t, hh], B[t, g])
+                y[t, hh] = s[hh] @ C[t, g] + Dp[hh] * x[t, hh]
+        y = y.reshape(n, D) * (z / (1 + np.exp(-z)))
+        y = (self.rmsnorm(y.reshape(n, G, D // G), W[p + "ssm_norm.weight"])).reshape(n, D)
+        return y @ W[p + "ssm_out.weight"].T
 
     def attention(self, h, p, l, pos, n_ctx, mask, window, kv_f16):
         """Layer l's attention output (before the residual add) of normed rows h."""

@@ -22,7 +22,7 @@ ACTIVATIONS = ("silu", "gelu_tanh", "swiglu_oai")
 GATINGS = ("softmax", "sigmoid", "softmax_weight")
 # Hparams fields without an fg_hparams field of their name: Python's alone, or folded into others by as_c()
 NOT_IN_C = ("arch", "n_ctx_train", "pooling", "n_cls_out", "rank_softmax", "causal", "swa_layers", "n_ff_shexp",
-            "nope_layers", "conv_layers", "dn_layers")
+            "nope_layers", "conv_layers", "dn_layers", "n_dense_lead", "ssm_layers")
 
 
 @dataclass(frozen=True)
@@ -79,6 +79,8 @@ class Hparams:
                                      # "softmax_weight": the logits choose, the weights are the chosen ones' softmax
     moe_act: str = ""                # the experts' gated activation: "" as ffn_act, or "swiglu_oai" (gpt-oss)
     moe_norm_w: bool = False         # the chosen experts' weights divided by their sum
+    n_dense_lead: int = 0            # the first layers have a dense FFN (n_ff wide) instead (lfm2moe; no shared
+                                     # expert then: n_ff is the C's one dense width)
     moe_w_scale: float = 1.0         # and multiplied by this
     qk_norm_full: bool = False       # q_norm/k_norm over the whole q and k vectors, not per head (olmoe)
     # gated short-convolution layers instead of attention (lfm2): their indices, and the taps of their conv (their
@@ -93,6 +95,15 @@ class Hparams:
     dn_state: int = 0
     dn_k_heads: int = 0
     dn_v_heads: int = 0
+    # Mamba-2 layers instead of attention (granitehybrid; csrc/fg_forward.h fg_layer ssm): their indices, conv taps,
+    # inner width, state size, heads (ssm.time_step_rank) and groups; their state: the conv's last d_conv - 1
+    # inputs and the (heads, d_inner / heads, d_state) scan state of the newest position
+    ssm_layers: tuple = ()
+    ssm_d_conv: int = 0
+    ssm_d_inner: int = 0
+    ssm_d_state: int = 0
+    ssm_n_head: int = 0
+    ssm_n_group: int = 0
 
     def check(self):
         """Raise ValueError on values the forward pass cannot run. A file's values are refused before, by Arch's
@@ -123,6 +134,7 @@ class Hparams:
                               and self.dn_v_heads % self.dn_k_heads == 0 and self.causal):
             raise ValueError(f"DeltaNet: conv taps {self.dn_conv} (2..{MAX_CONV}), head size {self.dn_state}, "
                              f"v heads {self.dn_v_heads} a multiple of k heads {self.dn_k_heads}, causal")
+        self.check_ssm(swa_layers, conv_layers)
         if swa_layers and self.n_swa < 1:
             raise ValueError(f"sliding window {self.n_swa} must be >= 1")
         if not self.causal and swa_layers:
@@ -134,6 +146,32 @@ class Hparams:
             raise ValueError(f"unknown expert gating {self.moe_gating!r}")
         if self.moe_act not in ("", "swiglu_oai"):
             raise ValueError(f"unknown expert activation {self.moe_act!r}")
+        if not 0 <= self.n_dense_lead <= self.n_layer or (self.n_dense_lead and self.n_ff_shexp):
+            raise ValueError(f"leading dense layers {self.n_dense_lead}: must be in [0, {self.n_layer}], and "
+                             f"without a shared expert")
+
+    def check_ssm(self, swa_layers, conv_layers):
+        """The Mamba-2 layers' numbers (check())."""
+        ssm = tuple(self.ssm_layers)
+        if not ssm:
+            return
+        others = set(swa_layers) | set(conv_layers) | set(self.dn_layers)
+        if any(i < 0 or i >= self.n_layer for i in ssm) or set(ssm) & others:
+            raise ValueError(f"Mamba-2 layers {ssm} out of range [0, {self.n_layer}) or also another kind")
+        d, h, g = self.ssm_d_inner, self.ssm_n_head, self.ssm_n_group
+        if not (2 <= self.ssm_d_conv <= MAX_CONV and min(d, h, g, self.ssm_d_state) >= 1 and d % h == 0
+                and h % g == 0 and self.causal):
+            raise ValueError(f"Mamba-2: need causal, 2 <= d_conv {self.ssm_d_conv} <= {MAX_CONV}, d_state "
+                             f"{self.ssm_d_state} >= 1, heads {h} dividing d_inner {d}, groups {g} dividing heads")
+
+    def recurrent(self):
+        """Whether some layers keep the state of the newest position only (DeltaNet, Mamba-2): no rewind mid-cache
+        (Runner.can_rewind), and speculative drafts restore a snapshot (Runner.snapshot) instead."""
+        return bool(self.dn_layers or self.ssm_layers)
+
+    def moe_layer(self, i):
+        """Whether layer i is a mixture-of-experts one: with experts, all but the n_dense_lead first."""
+        return self.n_expert > 0 and i >= self.n_dense_lead
 
     def as_c(self):
         """fg_hparams (csrc/fg_forward.h) as {field: value}, after check(): each field is the Hparams field of its
@@ -143,11 +181,14 @@ class Hparams:
         c = {f.name: getattr(self, f.name) for f in fields(self) if f.name not in NOT_IN_C}
         moe = self.n_expert > 0
         c.update(
-            n_ff=self.n_ff_shexp if moe else self.n_ff,   # with experts the dense FFN is the shared expert
+            # with experts the dense FFN is the shared expert, or the leading dense layers' (never both: check())
+            n_ff=self.n_ff_shexp if moe and not self.n_dense_lead else self.n_ff,
             ffn_act=ACTIVATIONS.index(self.ffn_act),
             n_swa=self.n_swa if self.swa_layers else 0,
             n_conv=self.n_conv if self.conv_layers else 0,
             dn_conv=self.dn_conv if self.dn_layers else 0,
+            **{k: getattr(self, k) if self.ssm_layers else 0
+               for k in ("ssm_d_conv", "ssm_d_inner", "ssm_d_state", "ssm_n_head", "ssm_n_group")},
             non_causal=0 if self.causal else 1,
             n_expert_used=self.n_expert_used if moe else 0,
             n_ff_exp=self.n_ff_exp if moe else 0,
@@ -507,7 +548,7 @@ class Arch:
         exp_shapes = {"gate_exps": (NE, FE, E), "up_exps": (NE, FE, E), "down_exps": (NE, E, FE)}
         for i in range(hp.n_layer):
             d = {role: take(role, f"blk.{i}.{n}") for role, n in self.layer_roles(hp, i).items()}
-            if hp.n_expert:
+            if hp.moe_layer(i):
                 d.update(self.expert_layer(hp, i, take, exp_shapes, used))
             for role, n in self.optional_layer_tensors.items():
                 d[role] = take(role, f"blk.{i}.{n}", required=False)
@@ -532,9 +573,9 @@ class Arch:
         return False
 
     def layer_roles(self, hp, i):
-        """Layer i's required tensors, role -> name inside blk.i: layer_tensors (with experts, less the shared
+        """Layer i's required tensors, role -> name inside blk.i: layer_tensors (in an expert layer, less the shared
         expert's, which expert_layer takes when the file has one)."""
-        if hp.n_expert:
+        if hp.moe_layer(i):
             return {r: n for r, n in self.layer_tensors.items() if r not in self.shexp_tensors}
         return self.layer_tensors
 

@@ -15,13 +15,16 @@ from fastgguf.errors import GGUFError
 @register
 class Granite(Arch):
     name = "granite"
+    logit_scale_required = True   # granitehybrid: optional (absent or 0: none)
 
     def hparams(self):
         hp = self.base_hparams()
         scale = {k: self.float_key(k, 0.0, lo_open=False)
                  for k in ("embedding_scale", "attention.scale", "residual_scale")}
         with np.errstate(over="ignore", divide="ignore"):
-            logit_scale = np.float32(1.0) / np.float32(self.float_key("logit_scale"))
+            ls = self.float_key("logit_scale") if self.logit_scale_required else \
+                self.float_key("logit_scale", 0.0, lo_open=False) or 1.0
+            logit_scale = np.float32(1.0) / np.float32(ls)
         if not np.isfinite(logit_scale) or not all(np.isfinite(np.float32(v)) for v in scale.values()):
             raise GGUFError(f"{self.name}: logit_scale {self.md.get(self.name + '.logit_scale')!r} or a scale "
                             f"{scale} out of float32 range")

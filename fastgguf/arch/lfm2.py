@@ -9,7 +9,8 @@ token_embd_norm.weight; output tied unless output.weight.
 
 Facts from llama.cpp (src/models/lfm2.cpp, ggml's ssm_conv): shortconv.l_cache is required; with
 attention.sliding_window > 0 every attention layer is a sliding-window one; a non-causal file (LFM2-ColBERT:
-attention.causal false, a symmetric conv and dense_2_out) is refused here, and lfm2moe is not supported."""
+attention.causal false, a symmetric conv and dense_2_out) is refused here. lfm2moe (fastgguf/arch/lfm2moe.py) is
+this with experts after leading dense layers."""
 import dataclasses
 
 import numpy as np
@@ -28,6 +29,7 @@ class Lfm2(Arch):
                     "conv_w": "shortconv.conv.weight", "conv_out": "shortconv.out_proj.weight",
                     **{r: n for r, n in Arch.layer_tensors.items() if r.startswith(("ffn_", "w_"))}}
     vectors = Arch.vectors + ("conv_w",)   # F32 (F16/BF16 widened), as ggml_ssm_conv takes it
+    sliding_window = True   # attention.sliding_window is read (llama.cpp's lfm2 does; its lfm2moe does not)
 
     def kv_counts(self):
         """attention.head_count_kv per layer (an array of block_count integers, or one integer for every layer;
@@ -56,7 +58,7 @@ class Lfm2(Arch):
             raise GGUFError(f"{self.name}.attention.causal = false (LFM2-ColBERT's symmetric conv) is not supported")
         conv = tuple(i for i, c in enumerate(self.kv_counts()) if c == 0)
         n_conv = self.int_key("shortconv.l_cache", lo=2, hi=MAX_CONV)
-        n_swa = self.int_key("attention.sliding_window", 0, lo=0, hi=(1 << 31) - 1)
+        n_swa = self.int_key("attention.sliding_window", 0, lo=0, hi=(1 << 31) - 1) if self.sliding_window else 0
         swa = tuple(i for i in range(hp.n_layer) if i not in conv) if n_swa > 0 else ()
         return dataclasses.replace(hp, conv_layers=conv, n_conv=n_conv, n_swa=n_swa, swa_layers=swa)
 

@@ -106,8 +106,9 @@ class Model:
         stacks), per_token (what one decoded token reads: for a 30B-A3B a small fraction), active_fraction
         (fastgguf.arch.base.weight_bytes says how each is counted). With n_ctx, also what one sequence's cache of
         n_ctx positions allocates (each Context, each --parallel slot): cache (K and V, and the short-convolution
-        layers' state rings and the DeltaNet layers' states: Context.runner.kv_bytes), conv_state (those rings alone;
-        0 without such layers) and recurrent_state (the DeltaNet states alone, whatever n_ctx; 0 without)."""
+        layers' state rings and the DeltaNet and Mamba-2 layers' states: Context.runner.kv_bytes), conv_state (those
+        rings alone; 0 without such layers) and recurrent_state (the DeltaNet and Mamba-2 states alone, whatever
+        n_ctx; 0 without)."""
         d = _arch.base.weight_bytes(self.file, self.hparams)
         if n_ctx is not None:
             d["cache"], d["conv_state"], d["recurrent_state"] = self.weights.cache_bytes(n_ctx)

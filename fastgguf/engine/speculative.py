@@ -176,9 +176,9 @@ class Speculation:
         self.drafter, self.ctx = drafter, ctx
         self._ops = (ctx.rewind, ctx.reset, ctx.eval) if guarded else (ctx._rewind, ctx._reset, ctx._eval)
         self.drafts = []
-        # a model with recurrent (DeltaNet) state cannot rewind over rejected drafts: a snapshot of the cache
-        # before each forward with drafts is restored instead, and the accepted tokens evaluated again
-        self._recurrent = bool(getattr(ctx.model.hparams, "dn_layers", ()))
+        # a model with recurrent (DeltaNet, Mamba-2) state cannot rewind over rejected drafts: a snapshot of the
+        # cache before each forward with drafts is restored instead, and the accepted tokens evaluated again
+        self._recurrent = ctx.model.hparams.recurrent()
         self._snap = None
 
     def inputs(self, tok, seq):
@@ -219,7 +219,7 @@ class Speculation:
         return Verified(steps, len(drafts), len(steps) - 1 + hit)
 
     def _truncate(self, keep):
-        """Drop the cache's rows after the first `keep` (rejected drafts): a rewind; with recurrent (DeltaNet)
+        """Drop the cache's rows after the first `keep` (rejected drafts): a rewind; with recurrent (DeltaNet, Mamba-2)
         layers the snapshot taken before the forward restored and the accepted tokens after it evaluated again; or
         where sliding-window layers no longer hold the positions before it, those tokens evaluated again from a
         fresh cache."""

@@ -49,6 +49,8 @@ def recurrent_kind(hp):
         return "short-convolution"
     if hp.dn_layers:
         return "DeltaNet (recurrent)"
+    if hp.ssm_layers:
+        return "Mamba-2 (recurrent)"
     return None
 
 

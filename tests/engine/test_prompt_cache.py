@@ -186,6 +186,9 @@ def test_unusable_folder_or_model_warns(paths, tmp_path):
     qwen35 = models.build(tmp_path / "qwen35.gguf", "qwen35")
     with pytest.warns(RuntimeWarning, match="DeltaNet"):
         assert Model(qwen35, prompt_cache=tmp_path / "c").prompt_cache is None
+    granitehybrid = models.build(tmp_path / "gh.gguf", arch="granitehybrid", n_layer=3, ssm_layers=(0, 2))
+    with pytest.warns(RuntimeWarning, match="Mamba-2"):
+        assert Model(granitehybrid, prompt_cache=tmp_path / "c").prompt_cache is None
     with pytest.raises(ValueError):
         Model(paths["a"], prompt_cache=tmp_path, prompt_cache_size=0)
     with warnings.catch_warnings():

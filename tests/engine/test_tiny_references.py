@@ -89,6 +89,25 @@ CASES.update({
     "olmoe-mha": ({"moe": {"arch": "olmoe", "n_head_kv": 4}}, [256]),
     "granitemoe-shared": ({"moe": {"arch": "granitemoe", "shared": 40, "meta": GRANITE_SCALES}}, [256]),
 })
+# lfm2moe: lfm2's layers, the first dense(s), then 8 experts 2 used chosen with a selection bias: sigmoid gating
+# (LFM2-8B-A1B's) after one dense layer (conv, then conv, attention, conv with experts), and softmax without any.
+# There the router's near one-hot softmax and the bias often choose two experts of probability < 2^-14 together,
+# whose weights then are p / 2^-14 (llama.cpp's clamp of the sum): a 1e-7 change of p moves them, hence llama.cpp's
+# spread of 1.2e-2 on that file
+CASES.update({
+    "lfm2moe-sigmoid": ({"moe": {"arch": "lfm2moe", "n_layer": 4, "conv_layers": (0, 1, 3), "n_dense_lead": 1}},
+                        [256]),
+    "lfm2moe-softmax": ({"moe": {"arch": "lfm2moe", "n_layer": 3, "conv_layers": (1,), "n_dense_lead": 0,
+                                 "meta": {"expert_gating_func": 1}}}, [256]),
+})
+# granitehybrid: Mamba-2 layers (inner 128, 8 heads in 2 groups, state 16, 4 taps) beside attention, granite's scales;
+# Mamba-2, attention, Mamba-2 with RoPE; and attention, Mamba-2, attention without RoPE (Granite 4.0 H's
+# rope.scaling.finetuned false) with 8 experts and a shared expert
+CASES.update({
+    "granitehybrid": ({"arch": "granitehybrid", "n_layer": 3, "ssm_layers": (0, 2), "meta": GRANITE_SCALES}, [256]),
+    "granitehybrid-moe-nope": ({"moe": {"arch": "granitehybrid", "n_layer": 3, "ssm_layers": (1,), "shared": 40,
+                                        "meta": {**GRANITE_SCALES, "rope.scaling.finetuned": False}}}, [256]),
+})
 # gpt-oss: 4 experts 2 used, a window of 5 on the even layers (shorter than IDS), YaRN as the real files have
 GPTOSS_META = {"attention.sliding_window": 5, **YARN}
 CASES.update({

@@ -23,16 +23,19 @@ with _harness.instrumented():
     from fastgguf.gguf import GGUFError, GGUFValueType, GGUFWriter  # noqa: E402
 
 E, H, KVH, HD, F, NV = 32, 2, 1, 16, 32, 16
-ARCHS = ("llama", "qwen2", "qwen3", "qwen3moe", "granitemoe", "gpt-oss", "lfm2", "qwen35")  # new ones last (corpus)
+# new ones last (the corpus)
+ARCHS = ("llama", "qwen2", "qwen3", "qwen3moe", "granitemoe", "gpt-oss", "lfm2", "qwen35", "lfm2moe", "granitehybrid")
 NE = 4  # experts of the mixture-of-experts archs
 KEYS = ("expert_count", "expert_used_count", "expert_feed_forward_length", "expert_shared_feed_forward_length",
-        "logit_scale", "residual_scale", "embedding_scale", "attention.scale","block_count", "context_length", "embedding_length", "feed_forward_length", "attention.head_count",
+        "logit_scale", "residual_scale", "embedding_scale", "attention.scale", "block_count", "context_length",
+        "embedding_length", "feed_forward_length", "attention.head_count",
         "attention.head_count_kv", "attention.key_length", "attention.value_length", "rope.dimension_count",
         "rope.freq_base", "attention.layer_norm_rms_epsilon", "rope.scaling.type", "rope.scaling.factor",
         "rope.scale_linear", "attention.sliding_window", "attention.sliding_window_pattern", "rope.freq_base_swa",
         "shortconv.l_cache", "ssm.conv_kernel", "ssm.state_size", "ssm.group_count", "ssm.time_step_rank",
         "ssm.inner_size", "full_attention_interval", "attention.recurrent_layers", "rope.dimension_sections",
-        "nextn_predict_layers")
+        "nextn_predict_layers", "leading_dense_block_count", "expert_gating_func", "expert_group_count",
+        "rope.scaling.finetuned")
 BASE = {"block_count": 1, "context_length": 64, "embedding_length": E, "feed_forward_length": F,
         "attention.head_count": H, "attention.head_count_kv": KVH, "rope.dimension_count": HD,
         "rope.freq_base": 10000.0, "attention.layer_norm_rms_epsilon": 1e-5}
@@ -84,8 +87,28 @@ _QWEN35_TENSORS.update({"blk.0.attn_qkv.weight": (32, E), "blk.0.attn_gate.weigh
                         "blk.1.attn_q.weight": (2 * H * HD, E), "blk.1.attn_k.weight": (KVH * HD, E),
                         "blk.1.attn_v.weight": (KVH * HD, E), "blk.1.attn_output.weight": (E, H * HD),
                         "blk.1.attn_q_norm.weight": (HD,), "blk.1.attn_k_norm.weight": (HD,)})
+# lfm2moe: lfm2's layer with experts and their selection bias (no leading dense layer), sigmoid gating
+_LFM2MOE_TENSORS = {n: s for n, s in _LFM2_TENSORS.items()
+                    if not n.startswith("blk.0.ffn_") or n.endswith("norm.weight")}
+_LFM2MOE_TENSORS.update({n: s for n, s in _MOE_TENSORS.items()
+                         if n.startswith(("blk.0.ffn_gate_", "blk.0.ffn_up_", "blk.0.ffn_down_"))})
+_LFM2MOE_TENSORS["blk.0.exp_probs_b.bias"] = (NE,)
+LFM2MOE_BASE = dict(MOE_BASE, **{"expert_gating_func": 2, "leading_dense_block_count": 0})
+# granitehybrid: its one layer a Mamba-2 one (head_count_kv [0]): inner 2 E, 4 heads in 2 groups, state 8, 4 taps
+SSM = {"ssm.conv_kernel": 4, "ssm.inner_size": 2 * E, "ssm.state_size": 8, "ssm.time_step_rank": 4,
+       "ssm.group_count": 2}
+_CD = 2 * E + 2 * 2 * 8
+_GH_TENSORS = {n: s for n, s in _TENSORS.items() if not n.startswith("blk.0.attn_") or n.endswith("norm.weight")}
+_GH_TENSORS.update({"blk.0.ssm_in.weight": (2 * E + _CD + 4, E),
+                    "blk.0.ssm_conv1d.weight": (_CD, 4), "blk.0.ssm_conv1d.bias": (_CD,), "blk.0.ssm_dt.bias": (4,),
+                    "blk.0.ssm_a": (4, 1), "blk.0.ssm_d": (4, 1), "blk.0.ssm_norm.weight": (2, E),
+                    "blk.0.ssm_out.weight": (E, 2 * E)})
 _DATA = {n: (_RNG.standard_normal(s) * 0.3).astype(np.float32)
-         for n, s in {**_TENSORS, **_MOE_TENSORS, **_OSS_TENSORS, **_LFM2_TENSORS, **_QWEN35_TENSORS}.items()}
+         for n, s in {**_TENSORS, **_MOE_TENSORS, **_OSS_TENSORS, **_LFM2_TENSORS, **_QWEN35_TENSORS,
+                      **_LFM2MOE_TENSORS, **_GH_TENSORS}.items()}
+_ARCH_TENSORS = {"qwen3moe": _MOE_TENSORS, "granitemoe": _MOE_TENSORS, "gpt-oss": _OSS_TENSORS,
+                 "lfm2": _LFM2_TENSORS, "qwen35": _QWEN35_TENSORS,
+                 "lfm2moe": _LFM2MOE_TENSORS, "granitehybrid": _GH_TENSORS}
 _fd, _PATH = tempfile.mkstemp(suffix=".gguf")
 os.close(_fd)
 
@@ -121,15 +144,17 @@ def build(data):
     src = Bytes(data)
     arch = ARCHS[src.byte() % len(ARCHS)]
     moe = arch in ("qwen3moe", "granitemoe")
-    base = dict(BASE, **MOE_BASE) if moe else dict(BASE, **OSS_BASE) if arch == "gpt-oss" else \
-        dict(BASE, **QWEN35_BASE) if arch == "qwen35" else dict(BASE)
+    base = dict(BASE, **{"gpt-oss": OSS_BASE, "qwen35": QWEN35_BASE, "lfm2moe": LFM2MOE_BASE,
+                         "granitehybrid": SSM}.get(arch, MOE_BASE if moe else {}))
     if arch == "granitemoe":
         base["logit_scale"] = 2.0
     md = {k: (v, V.FLOAT32 if isinstance(v, float) else V.UINT32) for k, v in base.items()}
-    if arch == "lfm2":
+    if arch in ("lfm2", "lfm2moe"):
         md.update({"attention.head_count_kv": ([0], V.ARRAY, V.INT32), "shortconv.l_cache": (3, V.UINT32)})
     if arch == "qwen35":
         md["rope.dimension_sections"] = ([3, 3, 2, 0], V.ARRAY, V.INT32)
+    if arch == "granitehybrid":
+        md["attention.head_count_kv"] = ([0], V.ARRAY, V.INT32)
     for _ in range(src.byte() % 6):
         key = KEYS[src.byte() % len(KEYS)]
         op = src.byte() % 8
@@ -148,8 +173,7 @@ def build(data):
             w.add_array(f"{arch}.{k}", spec[0], spec[2])
         else:
             w.add_value(f"{arch}.{k}", spec[0], spec[1])
-    tensors = _QWEN35_TENSORS if arch == "qwen35" else _LFM2_TENSORS if arch == "lfm2" else _TENSORS
-    for name in (_MOE_TENSORS if moe else _OSS_TENSORS if arch == "gpt-oss" else tensors):
+    for name in _ARCH_TENSORS.get(arch, _TENSORS):
         w.add_tensor(name, _DATA[name])
     w.write(_PATH)
 
