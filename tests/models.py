@@ -685,3 +685,10 @@ def upcycle(src, dst, n_expert=4, n_used=2, scales=None, seed=0, router=None):
                     w.add_tensor(f"{p}.{kind}_exps.weight", np.stack(exps), ggml_type=t.type,
                                  shape=(n_expert,) + tuple(t.shape))
         return w.write(str(dst))
+
+
+def both_paths(model, ids, n_ctx=64):
+    """The logits of ids teacher-forced in one call (the batch path) and one token per call (the one-row path)."""
+    batch = model.context(n_ctx).eval(ids, all_logits=True)
+    ctx = model.context(n_ctx)
+    return batch, np.array([ctx.runner.step_py(t) for t in ids])

@@ -34,13 +34,6 @@ def model(path):
     return Model(path, n_threads=2)
 
 
-def both_paths(model, ids, n_ctx=64):
-    """The logits of ids teacher-forced in one call (the batch path) and one token per call (the one-row path)."""
-    batch = model.context(n_ctx).eval(ids, all_logits=True)
-    ctx = model.context(n_ctx)
-    return batch, np.array([ctx.runner.step_py(t) for t in ids])
-
-
 def test_hparams_and_memory(model):
     hp = model.hparams
     assert hp.ssm_layers == (0, 2) and hp.n_head_kv == 2 and not hp.rope_neox and hp.nope_layers == ()
@@ -57,7 +50,7 @@ def test_hparams_and_memory(model):
 
 def test_matches_the_oracle(path, model):
     want = Oracle(path).forward(IDS, kv_f16=True)
-    for got in both_paths(model, IDS):
+    for got in models.both_paths(model, IDS):
         np.testing.assert_allclose(got, want, atol=1e-3, rtol=1e-3)
 
 
@@ -71,7 +64,7 @@ def test_variants_match_the_oracle(tmp_path, kw):
     p = build(tmp_path / "v.gguf", **kw)
     m = Model(p, n_threads=2)
     want = Oracle(p).forward(IDS, kv_f16=True)
-    for got in both_paths(m, IDS):
+    for got in models.both_paths(m, IDS):
         np.testing.assert_allclose(got, want, atol=1e-3, rtol=1e-3)
 
 

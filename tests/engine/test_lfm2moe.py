@@ -32,13 +32,6 @@ def model(path):
     return Model(path, n_threads=2)
 
 
-def both_paths(model, ids, n_ctx=64):
-    """The logits of ids teacher-forced in one call (the batch path) and one token per call (the one-row path)."""
-    batch = model.context(n_ctx).eval(ids, all_logits=True)
-    ctx = model.context(n_ctx)
-    return batch, np.array([ctx.runner.step_py(t) for t in ids])
-
-
 def test_hparams_and_layers(model):
     hp = model.hparams
     assert (hp.n_dense_lead, hp.n_expert, hp.n_expert_used, hp.n_ff, hp.n_ff_exp) == (2, 8, 2, 96, 32)
@@ -54,7 +47,7 @@ def test_matches_the_oracle_and_the_bias_chooses(path, model):
     o = Oracle(path)
     want = o.forward(IDS, kv_f16=True)
     chosen = list(o.selected)
-    for got in both_paths(model, IDS):
+    for got in models.both_paths(model, IDS):
         np.testing.assert_allclose(got, want, atol=1e-3, rtol=1e-3)
     for name in [n for n in o.w if n.endswith("exp_probs_b.bias")]:
         o.w[name] = np.zeros_like(o.w[name])
@@ -72,7 +65,7 @@ def test_variants_match_the_oracle(tmp_path, kw):
     p = build(tmp_path / "v.gguf", **kw)
     m = Model(p, n_threads=2)
     want = Oracle(p).forward(IDS, kv_f16=True)
-    for got in both_paths(m, IDS):
+    for got in models.both_paths(m, IDS):
         np.testing.assert_allclose(got, want, atol=1e-3, rtol=1e-3)
     assert m.hparams.n_expert == (0 if kw.get("n_dense_lead") == 4 else kw.get("n_expert", 8))
 
