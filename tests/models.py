@@ -692,3 +692,33 @@ def both_paths(model, ids, n_ctx=64):
     batch = model.context(n_ctx).eval(ids, all_logits=True)
     ctx = model.context(n_ctx)
     return batch, np.array([ctx.runner.step_py(t) for t in ids])
+
+
+def scheduler_n2_then_1(model, ids, params, n_ctx):
+    """An n = 2 request of ids in a 2-slot Scheduler, then an n = 1 request of the same ids on the same slots:
+    (the first's two texts, the second's text, the second's usage)."""
+    import threading
+
+    from fastgguf.engine.scheduler import Delta, Done, Request, Scheduler
+
+    def run(sch, n):
+        done, text, usage = threading.Event(), [""] * n, []
+
+        def sink(events):
+            for e in events:
+                if isinstance(e, Delta):
+                    text[e.index] += e.text
+                elif isinstance(e, Done):
+                    usage.append(e.usage)
+                    done.set()
+        sch.submit(Request([ids], params, sink, n=n))
+        assert done.wait(120)
+        return text, usage[0]
+
+    sch = Scheduler(model, parallel=2, n_ctx=n_ctx, n_threads=2).start()
+    try:
+        first, _ = run(sch, 2)
+        again, usage = run(sch, 1)
+    finally:
+        sch.stop()
+    return first, again[0], usage

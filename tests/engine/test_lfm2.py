@@ -175,35 +175,14 @@ def test_speculative_decoding_equals_plain(tmp_path):
 def test_scheduler_n2_and_prefix_reuse_equal_plain(tmp_path):
     """In the Scheduler the second choice of an n = 2 request copies the first's prefix (copy_prefix: K/V rows and
     conv state), and a later request reuses a slot's cached prefix (a rewind): each gives plain generate()'s text."""
-    from fastgguf.engine.scheduler import Delta, Done, Request, Scheduler
-    import threading
     m = Model(models.build(tmp_path / "t.gguf", "vocab", vocab="llama-bpe", arch="lfm2", conv_layers=(0,)),
               n_threads=2)
     prompt, params = "one two three four one two three four one two", dict(temperature=0, max_tokens=12)
     ids = list(m.tokenize(prompt))
     ref = m.generate(prompt, **params)
 
-    def run(sch, n):
-        done, text, usage = threading.Event(), [""] * n, []
-
-        def sink(events):
-            for e in events:
-                if isinstance(e, Delta):
-                    text[e.index] += e.text
-                elif isinstance(e, Done):
-                    usage.append(e.usage)
-                    done.set()
-        sch.submit(Request([ids], params, sink, n=n))
-        assert done.wait(120)
-        return text, usage[0]
-
-    sch = Scheduler(m, parallel=2, n_ctx=128, n_threads=2).start()
-    try:
-        first, _ = run(sch, 2)
-        again, usage = run(sch, 1)
-    finally:
-        sch.stop()
-    assert first == [ref.text, ref.text] and again == [ref.text]
+    first, again, usage = models.scheduler_n2_then_1(m, ids, params, 128)
+    assert first == [ref.text, ref.text] and again == ref.text
     assert usage.cached_tokens > 0
 
 

@@ -160,34 +160,12 @@ def test_scheduler_n2_equals_plain(chat_model):
     """An n = 2 request in the Scheduler (the second choice copies the first's whole prompt, or evaluates it) and a
     later request on the same slots: plain generate()'s text; cached_tokens truthful (a mid-cache prefix is not
     reused)."""
-    import threading
-
-    from fastgguf.engine.scheduler import Delta, Done, Request, Scheduler
     prompt, params = "one two three four one two three four one two", dict(temperature=0, max_tokens=8)
     ids = list(chat_model.tokenize(prompt))
     ref = chat_model.generate(prompt, **params)
 
-    def run(sch, n):
-        done, text, usage = threading.Event(), [""] * n, []
-
-        def sink(events):
-            for e in events:
-                if isinstance(e, Delta):
-                    text[e.index] += e.text
-                elif isinstance(e, Done):
-                    usage.append(e.usage)
-                    done.set()
-        sch.submit(Request([ids], params, sink, n=n))
-        assert done.wait(120)
-        return text, usage[0]
-
-    sch = Scheduler(chat_model, parallel=2, n_ctx=64, n_threads=2).start()
-    try:
-        first, _ = run(sch, 2)
-        again, usage = run(sch, 1)
-    finally:
-        sch.stop()
-    assert first == [ref.text, ref.text] and again == [ref.text]
+    first, again, usage = models.scheduler_n2_then_1(chat_model, ids, params, 64)
+    assert first == [ref.text, ref.text] and again == ref.text
     assert usage.cached_tokens == 0
 
 
