@@ -56,7 +56,10 @@ The rules ("==": accepts the same instances):
   where rewrite(defer_unique=True) was asked for (engine.unique_items), refused where not (tool arguments).
 - minProperties <= the number of required keys, or maxProperties >= the number of keys an object can have (all in
   properties: additionalProperties false, no patternProperties) -> dropped; maxProperties 0 -> additionalProperties
-  false beside them (no key at all); else left to llguidance (it enforces them where every listed key is required).
+  false beside them (no key at all); where a listed key is optional (llguidance counts only where every listed key
+  is required) -> allOf [anyOf over the sets S of optional keys present: {required: S, properties: {each other
+  optional key: false}}], the sets whose size the bounds rule out left out (at most MAX_KEY_SETS sets; the bounds
+  kept beside it where keys not listed may count); else left to llguidance (it refuses).
 - propertyNames: one every string satisfies -> dropped; a finite set of names (enum/const) -> allOf {properties:
   {each name it accepts: true}, additionalProperties: false}; where every name is listed (additionalProperties
   false, no patternProperties) each is checked now and one it rejects gets properties {name: false}. Else left to
@@ -89,6 +92,7 @@ __all__ = ["rewrite", "KNOWN_FORMATS", "MAX_ARRAYS", "UNIQUE_MARK"]
 KNOWN_FORMATS = frozenset(("date-time", "time", "date", "duration", "email", "hostname", "ipv4", "ipv6", "uuid",
                            "uri"))
 MAX_ARRAYS = 256        # at most this many arrays enumerated for a uniqueItems
+MAX_KEY_SETS = 64       # at most this many sets of optional keys enumerated for a min/maxProperties
 UNIQUE_MARK = "x-fastgguf-uniqueItems"   # rewrite(defer_unique=True): the items of this array must be distinct
 _BUDGET = 20000         # disjointness steps per rewrite: a proof that needs more is not found (refused)
 _STEPS = 500000         # subschemas the evaluator may visit per rewrite: past it every answer is "unknown"
@@ -1012,7 +1016,8 @@ class _Rewriter:
         self.placed = {}     # path of a rewritten subschema in the input -> its path in the output
         self.refs = []       # (output dict holding a $ref, path of the input subschema it came from)
         self.todo = []       # paths of $ref targets still to rewrite
-        self.inlined = set() # paths of $ref targets rewritten where they are named instead (_inline)
+        self.inlined = set()  # paths of $ref targets rewritten where they are named instead (_inline)
+        self.counted = set()  # paths of subschemas whose min/maxProperties became an anyOf (_present_sets)
         self.handlers = {"format": self._format, "oneOf": self._one_of, "not": self._not, "if": self._if,
                          "then": self._skip, "else": self._skip, "dependencies": self._dependent,
                          "dependentRequired": self._dependent, "dependentSchemas": self._dependent,
@@ -1086,7 +1091,26 @@ class _Rewriter:
                 out.update(saved, **({"allOf": saved_all} if "allOf" in saved else {}))
                 out.update({k: copy.deepcopy(schema[k]) for k in (key, "then", "else") if k in schema and
                             (k == key or key == "if")})
+        if isinstance(out.get("patternProperties"), dict) and len(out["patternProperties"]) > 1:
+            self._fold_patterns(out, src)
         return out
+
+    def _fold_patterns(self, out, src):
+        """patternProperties that list their names (^(a|b)$) moved into properties, where llguidance (which
+        refuses two patterns a name may match both of) intersects a listed name's schema with every pattern it
+        matches, as JSON Schema does: exact, since a listed key is not an additional one either."""
+        patterns, props = out["patternProperties"], out.get("properties", {})
+        if not isinstance(props, dict):
+            return
+        for p in list(patterns):
+            words = _pattern_words(p) if isinstance(p, str) else None
+            if not words or src + ("patternProperties", p) in self.doc.targets:
+                continue
+            schema = patterns.pop(p)
+            for w in sorted(w for w in words if not w.endswith("\n")):
+                props[w] = schema if w not in props else {"allOf": [props[w], schema]}
+        if props:
+            out["properties"] = props
 
     def _copy(self, schema, key, value, out, src, dst, ctx):
         """A keyword kept: its subschemas rewritten where its draft applies it (llguidance ignores the others)."""
@@ -1539,7 +1563,8 @@ class _Rewriter:
         out[UNIQUE_MARK] = True
 
     def _count(self, schema, key, value, out, src, dst, ctx):
-        """minProperties / maxProperties: dropped where the other keywords already force them."""
+        """minProperties / maxProperties: dropped where the other keywords already force them; else, where some
+        listed key is optional (which llguidance cannot count), the sets of optional keys present are enumerated."""
         required = schema.get("required") if isinstance(schema.get("required"), list) else []
         required = {k for k in required if isinstance(k, str)}
         props = schema.get("properties") if isinstance(schema.get("properties"), dict) else {}
@@ -1551,8 +1576,34 @@ class _Rewriter:
             return
         elif key == "maxProperties" and value == 0:
             self._conjoin(schema, out, {"additionalProperties": False})     # no key at all
+        elif not set(props) <= required and self._present_sets(schema, src, required, props, closed, out):
+            if not closed:
+                out[key] = value                  # the keys beyond those listed: llguidance counts them
         else:
             out[key] = value
+
+    def _present_sets(self, schema, src, required, props, closed, out):
+        """min/maxProperties where some key in properties is optional: anyOf over the sets S of optional keys an
+        object has ({required: S, properties: {the others: false}}), each with every listed key settled, which
+        llguidance then counts (exact: every object has one such S). Only the sets whose size the bounds allow are
+        kept (where the object is closed, no other key counts; else only maxProperties limits them). At most
+        MAX_KEY_SETS sets; False where there would be more (left to llguidance, which refuses). The anyOf is added
+        once for both keywords."""
+        lo, hi = (schema.get(k) for k in ("minProperties", "maxProperties"))
+        lo = lo if _num(lo) else 0
+        hi = hi if _num(hi) else math.inf
+        optional = [k for k in props if k not in required]
+        n_req = len(required)
+        sizes = [j for j in range(len(optional) + 1) if n_req + j <= hi and (not closed or n_req + j >= lo)]
+        if sum(math.comb(len(optional), j) for j in sizes) > MAX_KEY_SETS:
+            return False
+        if src in self.counted:
+            return True                           # done for the other keyword
+        self.counted.add(src)
+        branches = [{"required": list(s), "properties": {k: False for k in optional if k not in s}}
+                    for j in sizes for s in itertools.combinations(optional, j)]
+        self._all_of(out).append({"anyOf": branches} if branches else False)
+        return True
 
     def _names(self, schema, key, value, out, src, dst, ctx):
         """propertyNames, where the names an object may have are known now."""

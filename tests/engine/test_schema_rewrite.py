@@ -400,6 +400,69 @@ def test_property_names_contains_and_counts(data, instances):
     check(contains, instances, must_rewrite=False)
 
 
+@SETTINGS
+@given(st.data(), INSTANCES)
+def test_counts_over_optional_keys(data, instances):
+    """min/maxProperties where some listed key is optional: rewritten exactly (the sets of optional keys present
+    enumerated), and llguidance compiles what comes out, closed, open or with patternProperties."""
+    llguidance = pytest.importorskip("llguidance")
+    from fastgguf.engine.grammar import _json_lark
+    schema = {"type": "object", "properties": {k: data.draw(simple(2020, 0)) for k in KEYS[:3]}}
+    shape = data.draw(st.sampled_from(["closed", "open", "patterns"]))
+    if shape == "closed":
+        schema["additionalProperties"] = False
+    elif shape == "patterns":
+        schema["patternProperties"] = {"^[ab]": {"type": "integer"}}
+    schema["required"] = data.draw(st.lists(st.sampled_from(KEYS[:3]), max_size=2, unique=True))
+    for key in data.draw(st.lists(st.sampled_from(["minProperties", "maxProperties"]), min_size=1, unique=True)):
+        schema[key] = data.draw(st.integers(0, 4))
+    out = check(schema, instances)
+    err = llguidance.LLMatcher.validate_grammar(_json_lark(out, False))
+    assert not err or "Unsatisfiable" in err, (schema, out, err)
+
+
+def test_counts_over_optional_keys_in_the_matcher():
+    """circleci's step: exactly one key, one of those listed or a custom command's (patternProperties)."""
+    llguidance = pytest.importorskip("llguidance")
+    from fastgguf.engine.grammar import _byte_tokenizer, build, limits
+    schema = {"type": "object", "properties": {"run": {}, "checkout": {}}, "minProperties": 1, "maxProperties": 1,
+              "patternProperties": {"^[a-z][a-z-]+$": {}}}
+    text = build("json_schema", json.dumps(schema))
+
+    def accepts(doc):
+        m = llguidance.LLMatcher(_byte_tokenizer(text), text, log_level=0, limits=limits())
+        return all(m.consume_token(b) for b in doc.encode()) and m.is_accepting()
+
+    for doc in ['{"run": 1}', '{"checkout": "x"}', '{"my-cmd": {}}']:
+        assert accepts(doc) and validator(schema).is_valid(json.loads(doc)), doc
+    for doc in ['{}', '{"run": 1, "checkout": 2}', '{"run": 1, "my-cmd": 2}']:
+        assert not accepts(doc) and not validator(schema).is_valid(json.loads(doc)), doc
+    many = {"type": "object", "properties": {f"k{i}": {} for i in range(12)}, "minProperties": 6}
+    with pytest.raises(GrammarError, match="min/maxProperties"):
+        build("json_schema", json.dumps(many))     # C(12, 6..12) sets: past MAX_KEY_SETS, left to llguidance
+
+
+@SETTINGS
+@given(st.data(), INSTANCES)
+def test_overlapping_pattern_properties_that_list_names(data, instances):
+    """Two patternProperties a name may match both of (which llguidance refuses), one of them listing its names:
+    that one moved into properties, where each listed name's schema is intersected with the patterns it matches."""
+    llguidance = pytest.importorskip("llguidance")
+    from fastgguf.engine.grammar import _json_lark
+    listed = data.draw(st.sampled_from(["^(a|b)$", "^a$", "^(?:a|c)$"]))
+    other = data.draw(st.sampled_from([".*", "^[abc]", "a"]))
+    schema = {"type": "object", "patternProperties": {listed: data.draw(simple(2020, 0)),
+                                                      other: data.draw(simple(2020, 0))}}
+    if data.draw(st.booleans()):
+        schema["properties"] = {"a": data.draw(simple(2020, 0))}
+    if data.draw(st.booleans()):
+        schema["additionalProperties"] = False
+    out = check(schema, instances)
+    assert listed not in out["patternProperties"]
+    err = llguidance.LLMatcher.validate_grammar(_json_lark(out, False))
+    assert not err or "Unsatisfiable" in err, (schema, out, err)
+
+
 def test_property_names_rewrites():
     assert rewrite({"type": "object", "propertyNames": {"type": "string", "minLength": 0}}) == {"type": "object"}
     closed = {"properties": {"ok": {}, "no way": {}}, "additionalProperties": False,
