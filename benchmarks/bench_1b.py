@@ -4,6 +4,7 @@ threads, alternating rounds, medians and ratios; decode as a fraction of the rea
 
     python benchmarks/bench_1b.py --rounds 3 --threads 1 2 --out       # the integrator's run (quiet machine)
     python benchmarks/bench_1b.py --tiny                               # a smoke run: 2 layers, seconds
+    python benchmarks/bench_1b.py --arch lfm2 --quants q4_0 q4_k_m --out  # the hybrid row (issue 36)
 
 Files (built once, cached under ~/.cache/fastgguf/bench):
   llama3.2-1b-shaped.F16.gguf  random weights shaped like Llama 3.2 1B: 16 layers, n_embd 2048, FFN 8192, 32 query
@@ -16,6 +17,13 @@ Files (built once, cached under ~/.cache/fastgguf/bench):
                                the output matrix). llama-bench names it "llama 1B", 1,235,814,400 parameters.
   Building all four took 3 minutes (F16 44 s, Q4_0 15 s, Q4_K_M 111 s, Q8_0 12 s) on the 2-vCPU EPYC under nice
   while other work shared it; peak RSS 3.8 GB (the quantizer holds one output file's tensors); --build-only.
+  lfm2-1.2b-shaped.F16.gguf    (--arch lfm2, issue 36's hybrid row) random weights shaped like LFM2-1.2B: 16 layers,
+                               10 gated short-convolution layers (l_cache 3) and 6 attention layers (2, 5, 8, 10,
+                               12, 14; 32 query heads of 64 over 8 KV heads, q/k norms), n_embd 2048, FFN 8192,
+                               vocabulary 65536 (no_vocab), tied embeddings; made by tests/models.py's writer
+                               (2.61 GB, 76 s), then quantized by llama-quantize as users get such files (Q4_0
+                               0.69 GB in 25 s, Q4_K_M 0.73 GB in 100 s; fastgguf's quantizer where llama-quantize
+                               is not found). llama-bench names it "lfm2 1.2B".
 Measured per file and thread count (fresh subprocesses, engines in alternating order each round): pp512 (one
 512-token batch from an empty context) and tg128 (128 greedy steps after an 8-token prompt; fastgguf: Context.eval
 one token at a time, bench_moe.py's worker; llama-bench: -p 512 -n 128, flash attention off and on, the better
@@ -42,6 +50,12 @@ SHAPES = {"llama3.2-1b-shaped": (2048, 8192, 32, 8, 64, 16, 128256),
           "llama-1b-tiny": (256, 512, 4, 2, 64, 2, 2048)}
 QUANTS = ("q4_0", "q4_k_m", "q8_0", "q6_k")
 TARGETS = {"ratio_tg": 1.3, "decode_fraction": 0.8, "ratio_pp": 1.2}
+# --arch lfm2: name -> tests/models.build's keywords
+HYBRID = {"lfm2-1.2b-shaped": dict(arch="lfm2", n_vocab=65536, n_embd=2048, n_layer=16, n_head=32, n_head_kv=8,
+                                   n_ff=8192, n_ctx=4096, conv_layers=(0, 1, 3, 4, 6, 7, 9, 11, 13, 15)),
+          "lfm2-tiny": dict(arch="lfm2", n_vocab=2048, n_embd=256, n_layer=4, n_head=4, n_head_kv=2, n_ff=512,
+                            n_ctx=4096, conv_layers=(0, 1, 3))}
+LLAMA_QUANTIZE = os.environ.get("LLAMA_QUANTIZE", os.path.expanduser("~/.cache/llama-ref/build/bin/llama-quantize"))
 
 
 def build_f16(path, shape, seed=0):
@@ -91,16 +105,35 @@ def build_f16(path, shape, seed=0):
     w.close()
 
 
-def files(tiny, quants):
-    """quant -> path of the benchmark files, built if missing; and what building them took."""
+def build_hybrid(path, name):
+    """The random hybrid of HYBRID[name] at path, through the tests' GGUF writer (a development checkout)."""
+    sys.path.insert(0, os.path.join(HERE, "..", "tests"))
+    import models
+    models.build(path, wtype="F16", vocab="no_vocab", **HYBRID[name])
+
+
+def quantize(src, dst, q, hybrid):
+    """src quantized to q at dst: a hybrid by llama-quantize where it is found (as users get such files), else by
+    fastgguf's quantizer."""
+    import subprocess
+    if hybrid and os.access(LLAMA_QUANTIZE, os.X_OK):
+        subprocess.run([LLAMA_QUANTIZE, src, dst, q.upper()], check=True, capture_output=True)
+        return
     from fastgguf.gguf.quantize import quantize_file
+    quantize_file(src, dst, q)
+
+
+def files(tiny, quants, arch="llama"):
+    """quant -> path of the benchmark files, built if missing; and what building them took."""
     os.makedirs(CACHE, exist_ok=True)
-    name = "llama-1b-tiny" if tiny else "llama3.2-1b-shaped"
+    hybrid = arch != "llama"
+    name = {("llama", True): "llama-1b-tiny", ("llama", False): "llama3.2-1b-shaped",
+            ("lfm2", True): "lfm2-tiny", ("lfm2", False): "lfm2-1.2b-shaped"}[arch, tiny]
     src = os.path.join(CACHE, f"{name}.F16.gguf")
     built = {}
     if not os.path.exists(src):
         t = time.perf_counter()
-        build_f16(src + ".part", SHAPES[name])
+        (build_hybrid(src + ".part", name) if hybrid else build_f16(src + ".part", SHAPES[name]))
         os.replace(src + ".part", src)
         built["F16"] = time.perf_counter() - t
     out = {}
@@ -108,13 +141,13 @@ def files(tiny, quants):
         out[q] = os.path.join(CACHE, f"{name}.{q.upper()}.gguf")
         if not os.path.exists(out[q]):
             t = time.perf_counter()
-            quantize_file(src, out[q] + ".part", q)
+            quantize(src, out[q] + ".part", q, hybrid)
             os.replace(out[q] + ".part", out[q])
             built[q] = time.perf_counter() - t
     for label, s in built.items():
         p = src if label == "F16" else out[label]
         print(f"built {os.path.basename(p)}: {os.path.getsize(p) / 1e9:.2f} GB in {s:.0f} s", file=sys.stderr)
-    return out, built
+    return name, out, built
 
 
 def main(argv=None):
@@ -125,6 +158,8 @@ def main(argv=None):
     ap.add_argument("--gen", type=int, default=128)
     ap.add_argument("--rounds", type=int, default=3)
     ap.add_argument("--tiny", action="store_true", help="a smoke run: the 2-layer file, pp32 tg8, one round")
+    ap.add_argument("--arch", choices=("llama", "lfm2"), default="llama",
+                    help="lfm2: the LFM2-1.2B-shaped hybrid (issue 36's row) instead of the llama")
     ap.add_argument("--build-only", action="store_true", help="build the files and stop")
     ap.add_argument("--llama-bench", default=os.environ.get(
         "LLAMA_BENCH", os.path.expanduser("~/.cache/llama-ref/build/bin/llama-bench")))
@@ -133,7 +168,7 @@ def main(argv=None):
     a = ap.parse_args(argv)
     if a.tiny:
         a.prompt, a.gen, a.rounds = 32, 8, 1
-    paths, built = files(a.tiny, a.quants)
+    name, paths, built = files(a.tiny, a.quants, a.arch)
     if a.build_only:
         return 0
     bench = a.llama_bench if os.access(a.llama_bench, os.X_OK) else None
@@ -141,7 +176,7 @@ def main(argv=None):
         print(f"llama-bench not found at {a.llama_bench}: fastgguf alone", file=sys.stderr)
     from fastgguf import kernels
     bws = {th: bandwidth(th, 1 << 26 if a.tiny else 1 << 28) for th in a.threads}
-    results = {"date": datetime.datetime.now().isoformat(timespec="seconds"), "cpu": _cpu_model(),
+    results = {"date": datetime.datetime.now().isoformat(timespec="seconds"), "cpu": _cpu_model(), "shape": name,
                "isa": kernels.active(), "load_average": os.getloadavg()[0], "prompt": a.prompt, "gen": a.gen,
                "rounds": a.rounds, "llama_bench": bench, "read_bandwidth_gbs": bws, "build_seconds": built,
                "targets": TARGETS, "rows": []}
@@ -172,7 +207,8 @@ def main(argv=None):
                   file=sys.stderr)
     report(results, bench is not None)
     if a.out is not None:
-        out = a.out or os.path.join(HERE, "results", f"bench-1b-{datetime.date.today()}.json")
+        stem = "bench-1b" if a.arch == "llama" else f"bench-{a.arch}"
+        out = a.out or os.path.join(HERE, "results", f"{stem}-{datetime.date.today()}.json")
         with open(out, "w") as f:
             json.dump(results, f, indent=1)
         print("wrote", out)
@@ -183,7 +219,8 @@ def report(results, with_llama):
     def mark(v, target):
         return f"{v:.2f}x {'met' if v >= target else 'NOT met'}"
 
-    print(f"\n1B-shaped llama ({results['cpu']}, ISA {results['isa']}, load average {results['load_average']:.2f}), "
+    shape = results.get("shape", "llama3.2-1b-shaped")
+    print(f"\n{shape} ({results['cpu']}, ISA {results['isa']}, load average {results['load_average']:.2f}), "
           f"medians of {results['rounds']} alternating rounds; read bandwidth "
           + ", ".join(f"{bw:.1f} GB/s at {th} thr" for th, bw in results["read_bandwidth_gbs"].items()))
     print(f"targets: decode >= {TARGETS['ratio_tg']}x llama.cpp and >= {TARGETS['decode_fraction']:.0%} of the read "
