@@ -1,4 +1,5 @@
-"""Files that are not Python ship: the chat page's (fastgguf/server/static/, server/page.py) are in the sdist and
+"""Files that are not Python ship: the chat page's (fastgguf/server/static/, server/page.py) and the JSON Schema
+meta-schemas (fastgguf/engine/meta_schemas.json) are in the sdist and
 in what a wheel built from that sdist installs, as .ci/run builds it (pyproject.toml's package-data: setuptools puts
 package data in the sdist too, MANIFEST.in needs no line for them). Checked with setuptools' own commands: sdist,
 then build_py in the unpacked sdist (no compiler; setup.py runs Cython on the .pyx files, about 10 s). Where the
@@ -16,6 +17,7 @@ REPO = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 pytestmark = pytest.mark.skipif(not os.path.exists(os.path.join(REPO, "setup.py")),
                                 reason="source tree not available (tests of an installed wheel)")
 STATIC = os.path.join("fastgguf", "server", "static")
+META = os.path.join("fastgguf", "engine", "meta_schemas.json")
 
 
 def setup_py(cwd, *args):
@@ -35,3 +37,4 @@ def test_chat_page_files_ship(tmp_path):
     assert sorted(os.listdir(os.path.join(root, STATIC))) == want
     setup_py(root, "build_py", "--build-lib", str(tmp_path / "lib"))
     assert sorted(os.listdir(tmp_path / "lib" / STATIC)) == want
+    assert os.path.exists(tmp_path / "lib" / META), "the JSON Schema meta-schemas (engine/schema_rewrite.py)"

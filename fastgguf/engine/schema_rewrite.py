@@ -67,6 +67,9 @@ The rules ("==": accepts the same instances):
 - contains S, where S accepts everything or every value the items allow (a finite set) -> minItems 1. Else left to
   llguidance (refused).
 
+A $ref to json-schema.org's meta-schema of draft 4, 6 or 7 ("http://json-schema.org/draft-04/schema#/definitions/
+positiveInteger", as Swagger 2.0 has) in a schema of a draft that reads it alike is pointed at a copy embedded in
+its definitions under a private URI (meta_schemas.json; llguidance resolves no remote $ref and reserves these URIs).
 A $ref to a subschema that moved (oneOf renamed anyOf, then/else placed in an anyOf) is pointed at its new place;
 one to a part that no longer exists (inside a not) is refused. Regexes run here (names, enum strings against
 pattern) only where Python's re and ECMA-262 agree and cannot take long; elsewhere the answer is "unknown", and an
@@ -76,6 +79,7 @@ import copy
 import itertools
 import json
 import math
+import os
 import re
 from urllib.parse import unquote, urldefrag, urljoin
 
@@ -135,6 +139,7 @@ def rewrite(schema, lenient=False, defer_unique=False, narrowed=None):
         json.dumps(schema, allow_nan=False)
     except (TypeError, ValueError, RecursionError):
         return schema                             # not JSON: the caller says so
+    schema = _embed_meta_schemas(schema)
     try:
         try:
             return _Rewriter(_Doc(schema), lenient, defer_unique).run()
@@ -144,6 +149,74 @@ def rewrite(schema, lenient=False, defer_unique=False, narrowed=None):
         return _Rewriter(_Doc(schema), lenient, defer_unique, narrowed).run()   # exact where it could be: first
     except RecursionError:
         raise GrammarError("the schema is nested too deeply to rewrite") from None
+
+
+_META_FILE = os.path.join(os.path.dirname(os.path.abspath(__file__)), "meta_schemas.json")
+_META = {}   # the meta-schemas of drafts 4, 6 and 7 (meta_schemas.json: json-schema.org's documents), read once
+
+
+def _meta_schema(uri):
+    """json-schema.org's meta-schema at uri (http or https, no fragment), or None."""
+    if not _META:
+        with open(_META_FILE, encoding="utf-8") as f:
+            _META.update(json.load(f))
+    return _META.get(uri.replace("https://", "http://", 1))
+
+
+def _embed_meta_schemas(schema):
+    """schema with each $ref to a draft 4-7 meta-schema (Swagger 2.0's "http://json-schema.org/draft-04/schema#/
+    definitions/positiveInteger") pointed at a copy of that meta-schema embedded in its definitions, under a
+    private URI: llguidance resolves no remote $ref and reserves these URIs. Only where the meta-schema's draft
+    reads keywords as the schema's own does (4 in 4; 6 or 7 in 6 or 7) and the schema holds no such document
+    itself; else schema, unchanged (the $ref stays remote, for llguidance to refuse)."""
+    uri = schema.get("$schema")
+    draft = _DRAFTS.get(uri.rstrip("#"), 2020) if isinstance(uri, str) else 2020
+    if draft > 7 or not isinstance(schema.get("definitions", {}), dict):
+        return schema
+    refs = list(_meta_refs(schema, draft))
+    if not refs or any(target is None for _, target in refs):
+        return schema                            # None: the document holds a meta-schema of its own
+    schema = copy.deepcopy(schema)
+    defs = schema.setdefault("definitions", {})
+    for target in {t for _, t in refs}:
+        name = target.rsplit("/", 2)[-2]         # "draft-04"
+        doc = {k: v for k, v in copy.deepcopy(_meta_schema(target)).items() if k not in ("$schema", "id", "$id")}
+        doc["id" if draft == 4 else "$id"] = _META_PRIVATE + name + "/schema#"
+        stack = [doc]
+        while stack:                             # its own "#/definitions/..." made absolute: llguidance reads a
+            node = stack.pop()                   # fragment-only $ref against the root, not an embedded id
+            if isinstance(node, dict):
+                if isinstance(node.get("$ref"), str) and node["$ref"].startswith("#"):
+                    node["$ref"] = _META_PRIVATE + name + "/schema" + node["$ref"]
+                stack.extend(child for _, child, _ in _children(node, defs=True))
+        defs["x-fastgguf-" + name] = doc
+    for node, target in _meta_refs(schema, draft):
+        if target is not None and node["$ref"].startswith(("http://json-schema.org/", "https://json-schema.org/")):
+            frag = urldefrag(node["$ref"])[1]
+            node["$ref"] = _META_PRIVATE + target.rsplit("/", 2)[-2] + "/schema" + ("#" + frag if frag else "")
+    return schema
+
+
+_META_PRIVATE = "https://fastgguf.invalid/json-schema/"   # + "draft-04/schema#": an embedded meta-schema's id
+
+
+def _meta_refs(schema, draft):
+    """(holder, meta-schema URI) of each $ref in schema's subschemas naming a meta-schema its draft can read; (node,
+    None) for a subschema whose own id is a meta-schema's."""
+    family = {4: 4, 6: 6, 7: 6}
+    stack = [schema]
+    while stack:
+        node = stack.pop()
+        if not isinstance(node, dict):
+            continue
+        ref, own = node.get("$ref"), node.get("id" if draft == 4 else "$id")
+        if isinstance(own, str) and own.rstrip("#").replace("https://", "http://", 1) in _DRAFTS:
+            yield node, None
+        if isinstance(ref, str) and ref.startswith(("http://json-schema.org/", "https://json-schema.org/")):
+            target = urldefrag(ref)[0].rstrip("#").replace("https://", "http://", 1)
+            if family.get(_DRAFTS.get(target)) == family.get(draft):
+                yield node, target
+        stack.extend(child for _, child, _ in _children(node, defs=True))
 
 
 def _perms_at_most(n, sizes, limit):

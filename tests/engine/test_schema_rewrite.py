@@ -463,6 +463,35 @@ def test_overlapping_pattern_properties_that_list_names(data, instances):
     assert not err or "Unsatisfiable" in err, (schema, out, err)
 
 
+def test_refs_to_a_drafts_meta_schema():
+    """Swagger 2.0's "$ref": "http://json-schema.org/draft-04/schema#/definitions/positiveInteger": the meta-schema
+    embedded under a private URI (llguidance resolves no remote $ref), its own $refs made absolute; enforced."""
+    llguidance = pytest.importorskip("llguidance")
+    from fastgguf.engine.grammar import _byte_tokenizer, build, limits
+    meta = "http://json-schema.org/draft-04/schema#"
+    schema = {"$schema": meta, "id": "http://example.com/s.json#", "type": "object", "required": ["n", "t"],
+              "properties": {"n": {"$ref": meta + "/definitions/positiveInteger"},
+                             "t": {"$ref": meta + "/properties/type"}}, "additionalProperties": False}
+    out = rewrite(schema, defer_unique=True)
+    assert out["properties"]["n"]["$ref"].startswith("https://fastgguf.invalid/json-schema/draft-04/schema#")
+    assert "x-fastgguf-draft-04" in out["definitions"] and "definitions" not in schema
+    text = build("json_schema", json.dumps(schema))
+
+    def accepts(doc):
+        m = llguidance.LLMatcher(_byte_tokenizer(text), text, log_level=0, limits=limits())
+        return all(m.consume_token(b) for b in doc.encode()) and m.is_accepting()
+
+    for doc, ok in [('{"n": 3, "t": "string"}', True), ('{"n": 0, "t": ["null", "integer"]}', True),
+                    ('{"n": -1, "t": "string"}', False), ('{"n": 3, "t": "text"}', False)]:
+        assert accepts(doc) == ok == validator(schema).is_valid(json.loads(doc)), doc   # (type's uniqueItems:
+    #                                                           the matcher's, engine.unique_items, not llguidance's)
+    draft7 = {"$schema": "http://json-schema.org/draft-07/schema#", "$ref": meta + "/definitions/positiveInteger"}
+    assert rewrite(draft7) == draft7                  # draft 4's keywords read as draft 7's: left remote
+    own = {"$schema": meta, "definitions": {"m": {"id": meta, "definitions": {"p": {"type": "integer"}}}},
+           "$ref": meta + "/definitions/p"}
+    assert "x-fastgguf-draft-04" not in rewrite(own).get("definitions", {})   # a document with its own copy
+
+
 def test_property_names_rewrites():
     assert rewrite({"type": "object", "propertyNames": {"type": "string", "minLength": 0}}) == {"type": "object"}
     closed = {"properties": {"ok": {}, "no way": {}}, "additionalProperties": False,
