@@ -64,6 +64,11 @@ The rules ("==": accepts the same instances):
   {each name it accepts: true}, additionalProperties: false}; where every name is listed (additionalProperties
   false, no patternProperties) each is checked now and one it rejects gets properties {name: false}. Else left to
   llguidance (refused).
+- unevaluatedProperties S, where no anyOf/oneOf/if/then/else/dependentSchemas branch evaluates a property (so what
+  is evaluated does not depend on which validates) -> dropped where an additionalProperties (or a nested
+  unevaluatedProperties) in the allOf / $ref closure evaluates everything; else allOf [{properties: {each evaluated
+  name: true}, patternProperties: {each evaluated pattern: true}, additionalProperties: S}]. Else left to
+  llguidance (refused).
 - contains S, where S accepts everything or every value the items allow (a finite set) -> minItems 1. Else left to
   llguidance (refused).
 
@@ -1095,7 +1100,8 @@ class _Rewriter:
                          "then": self._skip, "else": self._skip, "dependencies": self._dependent,
                          "dependentRequired": self._dependent, "dependentSchemas": self._dependent,
                          "uniqueItems": self._unique, "minProperties": self._count, "maxProperties": self._count,
-                         "propertyNames": self._names, "contains": self._contains, "$ref": self._ref}
+                         "propertyNames": self._names, "contains": self._contains, "$ref": self._ref,
+                         "unevaluatedProperties": self._unevaluated}
 
     def run(self):
         out = self.node(self.doc.root, (), ())
@@ -1677,6 +1683,61 @@ class _Rewriter:
                     for j in sizes for s in itertools.combinations(optional, j)]
         self._all_of(out).append({"anyOf": branches} if branches else False)
         return True
+
+    def _unevaluated(self, schema, key, value, out, src, dst, ctx):
+        """unevaluatedProperties S, where the keywords that evaluate properties at this instance are known without
+        validating it (properties / patternProperties / additionalProperties here, in allOf members and $ref
+        targets, none in an anyOf, oneOf, if/then/else or dependentSchemas): dropped where an additionalProperties
+        (or a nested unevaluatedProperties) evaluates every property, else == allOf [{properties: {each evaluated
+        name: true}, patternProperties: {each evaluated pattern: true}, additionalProperties: S}]. Else left to
+        llguidance (refused)."""
+        found = self._evaluated(schema, self.doc.base_at(src), frozenset(), top=True)
+        if found is None:
+            out[key] = self.node(value, src + (key,), _join(dst, key))
+            return
+        names, patterns, everything = found
+        if everything or value is True or value == {}:
+            return
+        lst = self._all_of(out, src)
+        extra = {"properties": {n: True for n in names}} if names else {}
+        if patterns:
+            extra["patternProperties"] = {p: True for p in patterns}
+        extra["additionalProperties"] = self.node(value, src + (key,), _join(dst, "allOf", str(len(lst)),
+                                                                             "additionalProperties"))
+        lst.append(extra)
+
+    def _evaluated(self, node, base, seen, top=False):
+        """(names, patterns, everything): what the subschema node evaluates of an object's properties wherever it
+        validates, through allOf and $ref; None where that depends on which branch of a conditional applicator
+        validates (one of them evaluates a property) or cannot be followed."""
+        if not isinstance(node, dict):
+            return set(), set(), False
+        props, pats = node.get("properties"), node.get("patternProperties")
+        names = set(props) if isinstance(props, dict) else set()
+        patterns = set(pats) if isinstance(pats, dict) else set()
+        everything = "additionalProperties" in node or (not top and "unevaluatedProperties" in node)
+        parts = [(m, base) for m in node.get("allOf", ()) if isinstance(node.get("allOf"), list)]
+        if "$ref" in node:
+            t = self.doc.resolve(node["$ref"], base)
+            if t is None or t.path in seen:
+                return None
+            seen = seen | {t.path}
+            parts.append((t.node, t.base))
+        for k in ("anyOf", "oneOf", "if", "then", "else", "dependentSchemas", "$recursiveRef", "$dynamicRef"):
+            subs = node.get(k)
+            subs = list(subs.values()) if k == "dependentSchemas" and isinstance(subs, dict) else subs
+            for sub in (subs if isinstance(subs, list) else [subs] if k in node else []):
+                if k.endswith("Ref") or self._evaluated(sub, self.doc.rebase(sub, base) if isinstance(sub, dict)
+                                                        else base, seen) != (set(), set(), False):
+                    return None
+        for sub, b in parts:
+            r = self._evaluated(sub, self.doc.rebase(sub, b) if isinstance(sub, dict) else b, seen)
+            if r is None:
+                return None
+            names |= r[0]
+            patterns |= r[1]
+            everything |= r[2]
+        return names, patterns, everything
 
     def _names(self, schema, key, value, out, src, dst, ctx):
         """propertyNames, where the names an object may have are known now."""

@@ -492,6 +492,31 @@ def test_refs_to_a_drafts_meta_schema():
     assert "x-fastgguf-draft-04" not in rewrite(own).get("definitions", {})   # a document with its own copy
 
 
+@SETTINGS
+@given(st.data(), INSTANCES)
+def test_unevaluated_properties(data, instances):
+    """unevaluatedProperties over properties evaluated here, in allOf members and $ref targets (meltano's plugins:
+    allOf [$ref generic, $ref specific], unevaluatedProperties: false): the evaluated names and patterns listed
+    beside an additionalProperties; left to llguidance where an anyOf branch evaluates a property."""
+    llguidance = pytest.importorskip("llguidance")
+    from fastgguf.engine.grammar import _json_lark
+    member = st.sampled_from([{"properties": {"a": {"type": "integer"}}}, {"properties": {"b": {}}, "required": ["b"]},
+                              {"patternProperties": {"^c": {"type": "string"}}}, {"$ref": "#/$defs/d"},
+                              {"anyOf": [{"required": ["a"]}, {"required": ["b"]}]}, {"type": "object"}])
+    schema = {"$schema": DRAFTS[2020], "allOf": data.draw(st.lists(member, min_size=1, max_size=3)),
+              "$defs": {"d": {"properties": {"c": {"type": "boolean"}}, "allOf": [{"properties": {"b": {}}}]}},
+              "unevaluatedProperties": data.draw(st.sampled_from([False, {"type": "null"}, True]))}
+    if data.draw(st.booleans()):
+        schema["properties"] = {"a": {}}
+    out = check(schema, instances)
+    assert "unevaluatedProperties" not in json.dumps(out)
+    err = llguidance.LLMatcher.validate_grammar(_json_lark(out, False))
+    assert not err or "Unsatisfiable" in err, (schema, out, err)
+    branchy = {"$schema": DRAFTS[2020], "anyOf": [{"properties": {"a": {}}}, {"required": ["b"]}],
+               "unevaluatedProperties": False}
+    assert rewrite(branchy)["unevaluatedProperties"] is False     # which branch evaluates "a" varies: left alone
+
+
 def test_property_names_rewrites():
     assert rewrite({"type": "object", "propertyNames": {"type": "string", "minLength": 0}}) == {"type": "object"}
     closed = {"properties": {"ok": {}, "no way": {}}, "additionalProperties": False,
