@@ -391,7 +391,11 @@ def test_api_key(server, model_name):
     import openai
     for key in (None, "wrong"):
         status, resp, _ = http(server, "GET", "/v1/models", key=key)
+        # OpenAI's code, llama-server's type (its clients read the type, OpenAI's the status and code)
         assert status == 401 and resp["error"]["code"] == "invalid_api_key"
+        assert resp["error"]["type"] == "authentication_error"
+    status, resp, _ = http(server, "POST", "/api/chat", {"model": model_name, "messages": []}, key="wrong")
+    assert status == 401 and isinstance(resp["error"], str)  # Ollama's shape
     bad = openai.OpenAI(base_url=server.base + "/v1", api_key="wrong", max_retries=0)
     with pytest.raises(openai.AuthenticationError):
         bad.models.list()
