@@ -63,16 +63,15 @@ class Cors:
         return self.any, False
 
     def headers(self, origin, host):
-        """The response headers for `origin` (a list of (bytes, bytes)), or None when it is refused. Their names are
-        cased as llama-server's (HTTP does not care; clients written against it may)."""
+        """The response headers for `origin` (a list of (bytes, bytes)), or None when it is refused."""
         ok, credentials = self._allowed(origin, host)
         if not ok:
             return None
         if self.any and not credentials:
-            return [(b"Access-Control-Allow-Origin", b"*")]
-        out = [(b"Access-Control-Allow-Origin", origin.encode("latin-1")), (b"Vary", b"Origin")]
+            return [(b"access-control-allow-origin", b"*")]
+        out = [(b"access-control-allow-origin", origin.encode("latin-1")), (b"vary", b"Origin")]
         if credentials:
-            out.append((b"Access-Control-Allow-Credentials", b"true"))
+            out.append((b"access-control-allow-credentials", b"true"))
         return out
 
     async def __call__(self, scope, receive, send, headers, next_app):
@@ -99,12 +98,12 @@ class Cors:
 
 async def _preflight(send, cors, headers):
     """The answer to a preflight: 200, empty; with the CORS headers `cors` (None: a refused origin, none)."""
-    out = [(b"Content-Length", b"0")]
+    out = [(b"content-length", b"0")]
     if cors is not None:
         asked = headers.get(b"access-control-request-headers", b"").decode("latin-1").lower()
         allow = list(HEADERS) + [h for h in (x.strip() for x in asked.split(",")) if h and h not in HEADERS]
-        out += cors + [(b"Access-Control-Allow-Methods", METHODS.encode()),
-                       (b"Access-Control-Allow-Headers", ", ".join(allow).encode("latin-1")),
-                       (b"Access-Control-Max-Age", MAX_AGE.encode())]
+        out += cors + [(b"access-control-allow-methods", METHODS.encode()),
+                       (b"access-control-allow-headers", ", ".join(allow).encode("latin-1")),
+                       (b"access-control-max-age", MAX_AGE.encode())]
     await send({"type": "http.response.start", "status": 200, "headers": out})
     await send({"type": "http.response.body", "body": b""})

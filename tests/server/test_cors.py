@@ -31,6 +31,18 @@ def request(server, method, path, headers, body=None):
         conn.close()
 
 
+def test_header_names_title_cased(server):
+    """On the wire as llama-server sends them (transport.title_case_head): some clients read them case-sensitively."""
+    conn = http.client.HTTPConnection("127.0.0.1", server.port, timeout=60)
+    try:
+        conn.request("OPTIONS", "/v1/models", headers={"Origin": APP, "Access-Control-Request-Method": "GET"})
+        names = [k for k, _ in conn.getresponse().getheaders()]
+    finally:
+        conn.close()
+    assert "Access-Control-Allow-Origin" in names and "Access-Control-Allow-Credentials" in names
+    assert "Content-Length" in names and not any(n.islower() for n in names)
+
+
 def preflight(server, origin, **extra):
     return request(server, "OPTIONS", "/v1/chat/completions",
                    {"Origin": origin, "Access-Control-Request-Method": "POST",
@@ -108,13 +120,13 @@ def test_listed_origins_get_credentials_and_replace_the_default(listed):
 
 
 def test_origin_lists():
-    assert Cors("*").headers("https://anything.example", "h") == [(b"Access-Control-Allow-Origin", b"*")]
+    assert Cors("*").headers("https://anything.example", "h") == [(b"access-control-allow-origin", b"*")]
     both = Cors(f"*,{APP}").headers(APP, "h")
-    assert (b"Access-Control-Allow-Credentials", b"true") in both
-    assert (b"Access-Control-Allow-Origin", APP.encode()) in both
+    assert (b"access-control-allow-credentials", b"true") in both
+    assert (b"access-control-allow-origin", APP.encode()) in both
     assert Cors("").headers(LOCAL_PAGE, "h") is None and Cors("", keyed=True).headers(APP, "h") is None
     local = Cors("localhost", keyed=True)  # the keyword, as llama-server's --cors-origins localhost
-    assert local.headers("http://[::1]:3000", "h")[0] == (b"Access-Control-Allow-Origin", b"http://[::1]:3000")
+    assert local.headers("http://[::1]:3000", "h")[0] == (b"access-control-allow-origin", b"http://[::1]:3000")
     assert local.headers("http://localhost.evil.com", "h") is None and local.headers(APP, "h") is None
     mixed = Cors(f"localhost,{APP}")
     assert mixed.headers(LOCAL_PAGE, "h") and mixed.headers(APP, "h")
