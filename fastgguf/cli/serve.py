@@ -48,8 +48,9 @@ def register(subparsers) -> None:
                         "'*': any (default: the --host address, localhost, 127.0.0.1, [::1])")
     p.add_argument("--cors-origins", default=None,
                    help="comma-separated origins whose pages may call the server from a browser, with credentials; "
-                        "'*': any page (no credentials); '': none (default: http://localhost, 127.0.0.1 and [::1] "
-                        "on any port, reflected)")
+                        "'localhost': pages on localhost, 127.0.0.1 and [::1] (any scheme and port); '*': any page "
+                        "(no credentials); '': none (default: with --api-key any page, as llama-server; without, "
+                        "'localhost')")
     p.add_argument("--alias", default=None,
                    help="the model's id in the API (/v1/models, responses); requests may still name its file "
                         "(default: the file name without .gguf)")

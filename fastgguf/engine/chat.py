@@ -180,13 +180,14 @@ def prepare_chat(model, messages, params, *, add_generation_prompt=True, templat
 
 
 def tool_chat_prompt(model, messages, params, config, *, add_generation_prompt=True, template=None, check_text=None,
-                     **extra):
+                     continue_final=False, **extra):
     """A chat's prompt and what a caller needs to parse the reply: (prompt text, prompt ids, params, tool-call
     format or None, the template source used); tools (config: a tools.ToolConfig, or None) as apply_tool_template
     renders them (the caller constrains the reply with tools.tool_grammar and parses it in that format). The text tells whether the output starts inside a think block
     (reasoning.starts_inside); the source whether the model thinks (reasoning.detect_reasoning).
     check_text: called with the rendered text before it is tokenized (a server refuses a text that cannot fit its
-    context there, before paying for the tokenization).
+    context there, before paying for the tokenization). continue_final: the last message is an assistant's reply
+    to continue (a prefill): the prompt ends with its content, not with its end of turn (continued_text).
     The ChatML fallback template adds "<|im_end|>" to the stop strings, unless params carry a grammar (it ends the
     reply itself, where only end of generation may follow, and refuses stop strings)."""
     tok = model.tokenizer
@@ -195,8 +196,28 @@ def tool_chat_prompt(model, messages, params, config, *, add_generation_prompt=T
     if template is CHATML_TEMPLATE and CHATML_STOP not in params.stop and params.constraint() is None:
         params = params.replace(stop=params.stop + (CHATML_STOP,))
     tmpl = _template_of(tok, template)
-    text, fmt = apply_tool_template(tok, messages, config, add_generation_prompt=add_generation_prompt,
-                                    template=tmpl, **extra)
+    if continue_final:
+        text, fmt = continued_text(tok, messages, config, template=tmpl, **extra)
+    else:
+        text, fmt = apply_tool_template(tok, messages, config, add_generation_prompt=add_generation_prompt,
+                                        template=tmpl, **extra)
     if check_text is not None:
         check_text(text)
     return text, prompt_text_ids(tok, text), params, fmt, tmpl
+
+
+CONTINUE_MARK = "[[fastgguf:continue-final-message]]"
+
+
+def continued_text(tok, messages, config, *, template=None, **extra):
+    """(prompt text, tool-call format) of a chat whose last message, an assistant's, the model continues: rendered
+    without a generation prompt, with a mark for that message's content, cut at the mark and the content
+    appended (what follows it, the end of the turn, left out). ValueError when the template drops the content."""
+    last = messages[-1]
+    text, fmt = apply_tool_template(tok, list(messages[:-1]) + [dict(last, content=CONTINUE_MARK)], config,
+                                    add_generation_prompt=False, template=template, **extra)
+    at = text.rfind(CONTINUE_MARK)
+    if at < 0:
+        raise ValueError("the chat template does not render the final assistant message's content: it cannot be "
+                         "continued")
+    return text[:at] + (last.get("content") or ""), fmt

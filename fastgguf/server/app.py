@@ -41,8 +41,9 @@ def create_app(model=None, *, parallel=None, n_ctx=None, n_threads=None, api_key
     (prompts x n) may wait (then 429); `api_key`: required as a Bearer token when given; `reasoning_format`: the
     default of a chat request's reasoning_format ("parsed", "raw" or "none"); `allowed_hosts`: the Host header names
     answered (others: 400; None or "*" in it: any; `fastgguf serve` passes limits.default_hosts); a request body
-    must arrive within `body_timeout` seconds (408); `cors_origins`: the pages a browser may call from (None: this
-    machine's http://localhost, 127.0.0.1 and [::1]; a list or comma-separated string; "*": any; server/cors.py);
+    must arrive within `body_timeout` seconds (408); `cors_origins`: the pages a browser may call from (None: any
+    when there is an API key, else "localhost": this machine's; a list or comma-separated string; "*": any;
+    server/cors.py);
     `alias`: the model's id in the API (set as model.alias; its file name is still accepted in requests);
     `strict_model_names`: a request naming another model gets 404 (default: any name is served by this model, as
     llama-server does);
@@ -89,7 +90,7 @@ def create_app(model=None, *, parallel=None, n_ctx=None, n_threads=None, api_key
     app.include_router(llama_api.router)  # llama-server's /props, /slots, /models/load, /models/unload
     app.include_router(page.router)  # the chat page: GET / and its files under /static/
     return Guard(ReleaseLeases(app), api_key, max_body_bytes, allowed_hosts=allowed_hosts, body_timeout=body_timeout,
-                 cors=Cors(cors_origins))
+                 cors=Cors(cors_origins, keyed=bool(api_key)))
 
 
 def one_model(model, loader, *, engine=None, alias=None, strict=False):

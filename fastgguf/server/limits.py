@@ -126,7 +126,7 @@ class Guard:
             if not hmac.compare_digest(given, self.key):
                 return await error_response(APIError(
                     "Invalid API key. Give it as 'Authorization: Bearer KEY' or 'x-api-key: KEY'.", status=401,
-                    code="invalid_api_key"), path)(scope, receive, send)
+                    type="authentication_error", code="invalid_api_key"), path)(scope, receive, send)
         try:
             body = await asyncio.wait_for(self._read_body(scope, receive, send, headers), self.body_timeout)
         except asyncio.TimeoutError:

@@ -4,7 +4,9 @@ model); its router mode's POST /models/load and /models/unload {"model": NAME}. 
 every route but /health. Neither /props nor /slots shows a path on the server's disk; /slots shows prompt text
 only when the server was started with --slots-show-prompts.
 POST /slots/{id}?action=save|restore|erase: an idle slot's KV cache to and from a file (Context.save_state) of
-the --slot-save-path folder, named by a bare file name; 501 without that folder, 503 while the slot is busy."""
+the --slot-save-path folder, named by a bare file name; 501 without that folder, 503 while the slot is busy.
+POST /apply-template (a chat body -> {"prompt": its rendered prompt text}) and /chat/completions/input_tokens (->
+{"input_tokens": its prompt's tokens}): a chat request prepared as /v1/chat/completions does it, never run."""
 import json
 import os
 import time
@@ -15,6 +17,7 @@ import fastgguf
 from fastgguf import kernels
 from fastgguf.engine.chat import CHATML_TEMPLATE
 from fastgguf.engine.params import SamplingParams
+from fastgguf.api.openai import protocol
 from fastgguf.api.openai.protocol import APIError, model_id
 from fastgguf.errors import StateError
 from fastgguf.server.routes import in_worker, use_model
@@ -146,3 +149,24 @@ async def models_unload(request: Request):
     registry = request.app.state.registry
     await registry.unload(registry.resolve(body.get("model")).name)
     return {"success": True}
+
+
+async def _prepared_chat(request):
+    """A chat body prepared as /v1/chat/completions does it (the rendered prompt, its tokens), not run."""
+    body = await _body_object(request)
+    lease = await use_model(request, body.get("model"))
+    return await in_worker(request, protocol.prepare_chat, lease.model, body, lease.engine.n_ctx,
+                           reasoning_format=request.app.state.reasoning_format)
+
+
+@router.post("/apply-template")
+async def apply_template(request: Request):
+    """llama-server's: a chat request's prompt, as the model's chat template renders it."""
+    return {"prompt": (await _prepared_chat(request)).prompt_text}
+
+
+@router.post("/chat/completions/input_tokens")
+@router.post("/v1/chat/completions/input_tokens")
+async def chat_input_tokens(request: Request):
+    """llama-server's: the tokens of a chat request's prompt."""
+    return {"input_tokens": len((await _prepared_chat(request)).prompts[0])}

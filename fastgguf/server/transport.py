@@ -10,11 +10,44 @@ one header byte every few seconds (slowloris), is kept forever, and enough of th
 - a connection limit: past `max_connections` open connections a new one is closed at once (a reset for the client,
   not a 503: answering would need its headers, which is what the attacker withholds).
 A request's body has its own deadline in limits.Guard (body_timeout).
+And header names go out Title-Cased (Content-Type, Access-Control-Allow-Origin), as llama-server and most servers
+send them: uvicorn lower-cases them, which HTTP allows, but some clients look them up case-sensitively (llama.cpp's
+own server tests do, from a plain dict).
 """
+import re
+
 import uvicorn
 from uvicorn.protocols.http.auto import AutoHTTPProtocol
 
 __all__ = ["protocol", "serve"]
+
+
+_HEAD = re.compile(rb"HTTP/1\.[01] \d{3} ")
+_NAME = re.compile(rb"\r\n([!#$%&'*+.^_`|~0-9a-z-]+):")
+
+
+def title_case_head(data):
+    """A response head's header names Title-Cased (b"content-type:" -> b"Content-Type:"); other data as it is."""
+    if not _HEAD.match(data):
+        return data
+    end = data.find(b"\r\n\r\n")
+    if end < 0:
+        return data
+    head = _NAME.sub(lambda m: b"\r\n" + b"-".join(w.capitalize() for w in m[1].split(b"-")) + b":", data[:end])
+    return head + data[end:]
+
+
+class _TitleCaseWrites:
+    """A transport whose write() Title-Cases response heads (title_case_head); everything else is the transport's."""
+
+    def __init__(self, transport):
+        self._transport = transport
+
+    def write(self, data):
+        self._transport.write(title_case_head(bytes(data)))
+
+    def __getattr__(self, name):
+        return getattr(self._transport, name)
 
 
 def protocol(header_timeout, max_connections, base=AutoHTTPProtocol):
@@ -22,7 +55,7 @@ def protocol(header_timeout, max_connections, base=AutoHTTPProtocol):
 
     class Guarded(base):
         def connection_made(self, transport):
-            super().connection_made(transport)
+            super().connection_made(_TitleCaseWrites(transport))
             if len(self.connections) > max_connections:
                 transport.close()
                 return

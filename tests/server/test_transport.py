@@ -299,3 +299,13 @@ def test_an_endless_chunked_body_is_cut_at_the_limit(strict):
         sock.close()
     # the limit is 100 kB: the server reads ~200 kB, the rest sits in the sockets' buffers (MBs on loopback)
     assert answer.startswith(b"HTTP/1.1 413") and sent[0] < 32 << 20, (sent[0], answer[:100])
+
+
+def test_title_case_head():
+    from fastgguf.server.transport import title_case_head
+    head = b"HTTP/1.1 200 OK\r\ncontent-type: text/plain\r\nx-api-key: a-b\r\naccess-control-allow-origin: x\r\n\r\n"
+    assert title_case_head(head + b"content-type: body") == (
+        b"HTTP/1.1 200 OK\r\nContent-Type: text/plain\r\nX-Api-Key: a-b\r\nAccess-Control-Allow-Origin: x\r\n\r\n"
+        b"content-type: body")
+    body = b'{"a": "\r\ncontent-type: x"}'
+    assert title_case_head(body) == body and title_case_head(b"HTTP/1.1 200 OK\r\nhalf") == b"HTTP/1.1 200 OK\r\nhalf"

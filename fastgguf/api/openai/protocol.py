@@ -46,15 +46,19 @@ PASSED_FIELDS = frozenset({api for api, _ in SAMPLING_FIELDS} - {"max_tokens", "
 
 
 class APIError(ValueError):
-    """A request the API refuses, in OpenAI's error shape: `status` (HTTP), `type`, `param`, `code`."""
+    """A request the API refuses, in OpenAI's error shape: `status` (HTTP), `type`, `param`, `code`, and `extra`
+    fields of the error object (llama-server's n_prompt_tokens and n_ctx of a prompt too long)."""
 
-    def __init__(self, message, *, status=400, type="invalid_request_error", param=None, code=None, headers=None):
+    def __init__(self, message, *, status=400, type="invalid_request_error", param=None, code=None, headers=None,
+                 extra=None):
         super().__init__(message)
         self.message, self.status, self.type, self.param, self.code = message, status, type, param, code
-        self.headers = headers or {}
+        self.headers, self.extra = headers or {}, extra or {}
 
     def body(self):
-        return {"error": {"message": self.message, "type": self.type, "param": self.param, "code": self.code}}
+        return {"error": {"message": self.message, "type": self.type, "param": self.param, "code": self.code,
+                          **self.extra}}
+
 
 def model_id(model):
     """The id the API shows for a model: its `alias` attribute when set (`fastgguf serve --alias`), else file_id."""
@@ -86,8 +90,11 @@ def _response_format(body):
     kind = rf.get("type")
     if kind == "text":
         return {}
-    if kind == "json_object":
-        return {"grammar": Grammar.json_object()}
+    if kind == "json_object":  # llama-server's "schema" beside it: that schema (an empty one: any object)
+        schema = rf.get("schema")
+        if schema is not None and not isinstance(schema, Mapping):
+            raise APIError("response_format.schema must be a JSON Schema object", param="response_format")
+        return {"json_schema": schema} if schema else {"grammar": Grammar.json_object()}
     if kind != "json_schema":
         raise APIError(f"response_format.type must be 'text', 'json_object' or 'json_schema', got {kind!r}",
                        param="response_format")
@@ -218,35 +225,47 @@ def check_chars(model, text, n_tokens, param, where=None):
     body size (megabytes of text take seconds to tokenize)."""
     limit = model.tokenizer.max_chars(n_tokens)
     if limit is not None and len(text) > limit:
-        raise APIError(f"This model's maximum context length is {n_tokens} tokens. However, {where or param} has "
-                       f"{len(text)} characters, more than {n_tokens} tokens can spell (at most {limit}). Please "
-                       f"reduce the prompt.", param=param, code="context_length_exceeded")
+        at_least = -(-len(text) * n_tokens // limit)  # the fewest tokens that can spell it (n_prompt_tokens)
+        raise too_long(f"This model's maximum context length is {n_tokens} tokens. However, {where or param} has "
+                       f"{len(text)} characters, more than {n_tokens} tokens can spell (at most {limit}): at least "
+                       f"{at_least} tokens. Please reduce the prompt.", at_least, n_tokens, param)
 
 
-def _fit(prompts, params, n_ctx):
+def too_long(message, n_prompt, n_ctx, param="messages"):
+    """The APIError of a prompt that does not fit the context: 400 with OpenAI's code context_length_exceeded and
+    llama-server's type exceed_context_size_error, n_prompt_tokens and n_ctx (each sequence's context)."""
+    return APIError(message, param=param, type="exceed_context_size_error", code="context_length_exceeded",
+                    extra={"n_prompt_tokens": n_prompt, "n_ctx": n_ctx})
+
+
+def _fit(prompts, params, n_ctx, body):
+    """Each prompt fits the context (too_long), with the max_tokens the body asks for (a default max_tokens does
+    not refuse a request: its generation ends where the context does, finish_reason "length", as llama-server's)."""
+    asked = body.get("max_tokens") is not None or body.get("max_completion_tokens") is not None
     for p in prompts:
         n = len(p)
-        if params.max_tokens is not None and n + params.max_tokens > n_ctx:
-            raise APIError(f"This model's maximum context length is {n_ctx} tokens. However, you requested "
+        if asked and params.max_tokens is not None and n + params.max_tokens > n_ctx:
+            raise too_long(f"This model's maximum context length is {n_ctx} tokens. However, you requested "
                            f"{n + params.max_tokens} tokens ({n} in the prompt, {params.max_tokens} for the "
-                           f"completion). Please reduce the prompt or max_tokens.", param="messages",
-                           code="context_length_exceeded")
+                           f"completion). Please reduce the prompt or max_tokens.", n, n_ctx)
         if n >= n_ctx:
-            raise APIError(f"This model's maximum context length is {n_ctx} tokens. However, the prompt has {n} "
-                           f"tokens. Please reduce the prompt.", param="messages", code="context_length_exceeded")
+            raise too_long(f"This model's maximum context length is {n_ctx} tokens. However, the prompt has {n} "
+                           f"tokens. Please reduce the prompt.", n, n_ctx)
 
 
 class Prepared:
     """A validated request: what the Scheduler needs and how to shape the answer."""
 
     def __init__(self, kind, prompts, params, n, logprobs, stream, include_usage, echo_texts=None, *,
-                 constraints=None, parser=None):
+                 constraints=None, parser=None, prompt_text=None, verbose=False):
         self.kind, self.prompts, self.params, self.n = kind, prompts, params, n
         self.logprobs, self.stream, self.include_usage = logprobs, stream, include_usage
         self.echo_texts = echo_texts  # completions with echo: the prompt text per prompt
         self.prompt_logprobs = echo_texts is not None and logprobs is not None  # echo's tokens get logprobs too
         self.constraints = constraints  # one grammar Matcher per choice (compiled here, not on the engine thread)
         self.parser = parser  # () -> a choice's ChatOutputParser (tool calls, reasoning), or None: plain content
+        self.prompt_text = prompt_text  # a chat's rendered prompt (llama-server's /apply-template)
+        self.verbose = verbose  # llama-server's `verbose`: the response shows the prompt text in its __verbose
 
     def request(self, sink, loop=None):
         """The Scheduler's Request of this one."""
@@ -321,7 +340,7 @@ def prepare_completion(model, body, n_ctx, *, defaults=None):
     if lp is not None and (isinstance(lp, bool) or not isinstance(lp, int) or not 0 <= lp <= 20):
         raise APIError("logprobs must be an integer in [0, 20] for completions", param="logprobs")
     echo = _bool_field(body, "echo")
-    _fit(prompts, params, n_ctx)
+    _fit(prompts, params, n_ctx, body)
     echo_texts = [model.detokenize(p) for p in prompts] if echo else None
     return Prepared("text_completion", prompts, params, n, lp, stream, include_usage, echo_texts,
                     constraints=constraints(model, params, len(prompts) * n))
@@ -456,10 +475,8 @@ _ROLES = {"system": "system", "developer": "system", "user": "user", "assistant"
 
 
 def _messages(messages):
-    if isinstance(messages, str):
-        return [{"role": "user", "content": messages}]
     if not isinstance(messages, list) or not messages:
-        raise APIError("messages must be a non-empty list", param="messages")
+        raise APIError("messages must be a non-empty list of message objects", param="messages")
     out = []
     for i, m in enumerate(messages):
         if not isinstance(m, Mapping):
@@ -511,6 +528,31 @@ def _check_tool_calls(calls, i, role):
                            f"a string, \"arguments\": JSON text}}}}", param="messages")
 
 
+def _continuation(body, msgs):
+    """(add_generation_prompt, continue_final) of a chat body, as llama-server decides them: a final assistant
+    message (without tool_calls) is a prefill the reply continues, unless continue_final_message is false;
+    continue_final_message true asks for it explicitly, and then add_generation_prompt must be false (vLLM's
+    rule)."""
+    add = body.get("add_generation_prompt")
+    cont = body.get("continue_final_message")
+    for name, v in (("add_generation_prompt", add), ("continue_final_message", cont)):
+        if v is not None and not isinstance(v, bool):
+            raise APIError(f"{name} must be a boolean, got {type(v).__name__}", param=name)
+    last = msgs[-1]
+    prefill = last["role"] == "assistant" and not last.get("tool_calls")
+    if cont is None and prefill:
+        if len(msgs) >= 2 and msgs[-2]["role"] == "assistant":
+            raise APIError("Cannot have 2 or more assistant messages at the end of the list.", param="messages")
+        return False, True
+    if cont and add is not False:
+        raise APIError("Cannot set both add_generation_prompt and continue_final_message to true.",
+                       param="continue_final_message")
+    if cont and not prefill:
+        raise APIError("continue_final_message needs a final assistant message without tool_calls",
+                       param="continue_final_message")
+    return add is not False, bool(cont)
+
+
 def prepare_chat(model, body, n_ctx, *, reasoning_format="parsed", defaults=None):
     """A /v1/chat/completions body -> Prepared. reasoning_format: the default of the body's `reasoning_format`
     (how a thinking model's <think> block is returned: "parsed" into reasoning_content, "raw" in content, "none"
@@ -528,9 +570,11 @@ def prepare_chat(model, body, n_ctx, *, reasoning_format="parsed", defaults=None
     user = params   # its constraint (json_schema / grammar / response_format) is applied after the template's stops
     fits = functools.partial(check_chars, model, n_tokens=n_ctx, param="messages", where="the rendered chat prompt")
     try:
+        add, cont = _continuation(body, msgs)
         text, ids, params, fmt, template = tool_chat_prompt(model, msgs, params.replace(json_schema=None,
                                                                                         grammar=None),
-                                                            config, check_text=fits, **template_kwargs(mode))
+                                                            config, check_text=fits, add_generation_prompt=add,
+                                                            continue_final=cont, **template_kwargs(mode))
     except APIError:  # check_text's
         raise
     except ToolError as e:
@@ -546,7 +590,7 @@ def prepare_chat(model, body, n_ctx, *, reasoning_format="parsed", defaults=None
     markers = special_ids(model.tokenizer, tool_fmt) if tool_fmt is not None else {}
     params = chat_constraint(model, params, user, config, tool_fmt, thinks, inside, markers, harmony)
     prompts = [ids]
-    _fit(prompts, params, n_ctx)
+    _fit(prompts, params, n_ctx, body)
     parser = None
     if tool_fmt is not None or thinks:
         # markers that are control tokens must reach the parser as text: the decoder then renders special tokens
@@ -554,7 +598,7 @@ def prepare_chat(model, body, n_ctx, *, reasoning_format="parsed", defaults=None
                                    special_text=bool(markers))
     return Prepared("chat.completion", prompts, params, n, (top or 0) if lp else None, stream, include_usage,
                     constraints=constraints(model, params, n, "tools" if tool_fmt else "response_format"),
-                    parser=parser)
+                    parser=parser, prompt_text=text, verbose=_bool_field(body, "verbose"))
 
 
 def tool_config(body):

@@ -102,6 +102,21 @@ class RerankCollector(EmbeddingCollector):
         return rerank_response(self.model, self.prep, scores, self.usage)
 
 
+def timings(usage, t0, t_first, t_done):
+    """llama-server's `timings` of a request: its prompt (the tokens evaluated, not those in the cache; from
+    submission, queueing included, to the first token) and its generation (first token to done), in ms and per
+    second."""
+    t_first = t_first or t_done
+    prompt_n = usage["prompt_tokens"] - usage["cached_tokens"]
+    out = {"cache_n": usage["cached_tokens"]}
+    for name, n, secs in (("prompt", prompt_n, t_first - t0), ("predicted", usage["completion_tokens"],
+                                                               t_done - t_first)):
+        ms = max(secs, 0.0) * 1e3
+        out.update({f"{name}_n": n, f"{name}_ms": ms, f"{name}_per_token_ms": ms / n if n else 0.0,
+                    f"{name}_per_second": n * 1e3 / ms if n and ms else 0.0})
+    return out
+
+
 def usage_dict(u):
     return {"prompt_tokens": u["prompt_tokens"], "completion_tokens": u["completion_tokens"],
             "total_tokens": u["prompt_tokens"] + u["completion_tokens"],
@@ -125,6 +140,8 @@ class ResponseBuilder:
         self.finish = [None] * n
         self.prompt_lps = [None] * n  # echo with logprobs: the prompt tokens' entries per choice
         self.usage = None
+        self.timings = None  # llama-server's (timings()), once done
+        self.t0, self.t_first = time.perf_counter(), None
         self.error = None
         self.started = False
         # a chat with an output parser (tool calls, reasoning): per choice, its ChatDeltas joined
@@ -242,7 +259,7 @@ class ResponseBuilder:
                 self.started = True
                 for i in range(len(self.texts)):
                     if self.chat:
-                        out.append(self._chunk([{"index": i, "delta": {"role": "assistant", "content": ""},
+                        out.append(self._chunk([{"index": i, "delta": {"role": "assistant", "content": None},
                                                  "logprobs": None, "finish_reason": None}]))
                     elif self.prep.echo_texts and not self.prep.prompt_logprobs:
                         out.append(self._chunk([{"index": i, "text": self.texts[i], "logprobs": None,
@@ -255,6 +272,7 @@ class ResponseBuilder:
             elif isinstance(ev, Delta):
                 i, text, lps = ev.index, ev.text, ev.logprobs
                 self.texts[i] += text
+                self.t_first = self.t_first or time.perf_counter()
                 if self.chat:
                     lp = {"content": self._chat_lp(lps), "refusal": None} if lps is not None else None
                     delta = self._parsed_delta(ev) if self.parsed else {"content": text}
@@ -273,15 +291,19 @@ class ResponseBuilder:
                 else:
                     out.append(self._chunk([{"index": i, "text": "", "logprobs": None, "finish_reason": ev.reason}]))
             elif isinstance(ev, Done):
-                self.usage = usage_dict(ev.usage)
+                self._done(ev)
                 if self.prep.include_usage:
                     c = self._chunk([])
-                    c["usage"] = self.usage
+                    c["usage"], c["timings"] = self.usage, self.timings
                     out.append(c)
             elif isinstance(ev, Error):
                 self.error = ev.error
                 raise ev.error
         return out
+
+    def _done(self, ev):
+        self.usage = usage_dict(ev.usage)
+        self.timings = timings(ev.usage, self.t0, self.t_first, time.perf_counter())
 
     def error_chunk(self, exc):
         """The stream's last chunk for an exception raised after it began: OpenAI's error dict."""
@@ -293,6 +315,7 @@ class ResponseBuilder:
         for ev in events:
             if isinstance(ev, Delta):
                 self.texts[ev.index] += ev.text
+                self.t_first = self.t_first or time.perf_counter()
                 if self.parsed:
                     self._parsed_delta(ev)
                 if ev.logprobs is not None:
@@ -302,7 +325,7 @@ class ResponseBuilder:
             elif isinstance(ev, Finish):
                 self.finish[ev.index] = ev.reason
             elif isinstance(ev, Done):
-                self.usage = usage_dict(ev.usage)
+                self._done(ev)
             elif isinstance(ev, Error):
                 self.error = ev.error
                 raise ev.error
@@ -327,7 +350,9 @@ class ResponseBuilder:
                 choices.append({"index": i, "text": text, "logprobs": lp, "finish_reason": self.finish[i]})
         r = self._head(self.prep.kind if self.chat else "text_completion")
         r["choices"] = choices
-        r["usage"] = self.usage
+        r["usage"], r["timings"] = self.usage, self.timings
+        if self.prep.verbose:  # llama-server's, for debugging: the prompt text
+            r["__verbose"] = {"prompt": self.prep.prompt_text, "content": self.texts[0] if self.texts else ""}
         return r
 
 
