@@ -3,6 +3,7 @@
  * shape as IQ4_NL with another table and scale: the kernels are the 16-level table kernels of fg_simd_x86.h and
  * fg_simd_neon.h. Dot against Q8_0 activations: e_half dx sum kvalues[q] x, as ggml_vec_dot_mxfp4_q8_0. */
 #include "fg_simd.h"
+#include "fg_panel_vnni.h"
 
 /* e2m1 values doubled (ggml's kvalues_mxfp4): 0, 0.5, 1, 1.5, 2, 3, 4, 6 and their negatives (index 8 is -0). */
 static const int8_t fg_kvalues_mxfp4[16] = {0, 1, 2, 3, 4, 6, 8, 12, 0, -1, -2, -3, -4, -6, -8, -12};
@@ -81,6 +82,23 @@ FG_INLINE_AVX2 void mxfp4_tile8_avx2(const int R, const int M, int first, int kc
 
 FG_KERNELS_FROM_TILE8(vec_dot_mxfp4_q8_0_avx2, gemv_mxfp4_q8_0_avx2, gemm_mxfp4_q8_0_avx2, FG_TARGET_AVX2,
                       mxfp4_tile8_avx2, fg_q8_0_aux, sizeof(block_mxfp4), sizeof(block_q8_0), QK_MXFP4, 8)
+
+/* ---- AVX-512 VNNI: u = level + 128 by table lookup, dpbusd, rows in lanes (fg_simd_x86.h's fg_lut4_*_vnni): the
+ * gemv 8 rows at a time, 16-row zmm tiles for a few activations, the panel gemm (fg_panel_vnni.h) for many; every
+ * path bit-exact with the scalar reference. ---- */
+FG_INLINE_AVX512_VNNI void mxfp4_tile16_vnni(const int R, const int M, int first, int kc, const char *w, size_t stride,
+                                              const char *x, size_t xs, const fg_xaux (*aux)[FG_KC], float *y, int64_t ldy) {
+    fg_lut4_tile16_vnni(R, M, first, kc, w, stride, x, xs, aux, y, ldy, fg_kvalues_mxfp4, sizeof(block_mxfp4),
+                        offsetof(block_mxfp4, qs), FG_SCALE_E8M0_HALF);
+}
+FG_KERNELS_FROM_TILE16(vec_dot_mxfp4_q8_0_vnni, gemv_mxfp4_q8_0_vnni, gemm_mxfp4_q8_0_vnni_tiles, FG_TARGET_AVX512_VNNI,
+                       mxfp4_tile16_vnni, fg_q8_0_aux128, sizeof(block_mxfp4), sizeof(block_q8_0), QK_MXFP4, 8)
+FG_INLINE_AVX512_VNNI void mxfp4_fill16(const int R, int kc, const char *w, size_t stride, fg_panel16 *p) {
+    fg_lut4_fill16(R, kc, w, stride, p, fg_kvalues_mxfp4, sizeof(block_mxfp4), offsetof(block_mxfp4, qs),
+                   FG_SCALE_E8M0_HALF);
+}
+FG_GEMM_PANEL_VNNI_PT(gemm_mxfp4_q8_0_vnni, fg_panel_tile16_vnni_mul, mxfp4_fill16, fg_q8_0_aux128,
+                      gemm_mxfp4_q8_0_vnni_tiles, sizeof(block_mxfp4))
 #endif /* FG_HAVE_X86 */
 
 #if FG_HAVE_NEON
@@ -103,6 +121,7 @@ const fg_type_kernels fg_mxfp4_kernels[FG_KERNEL_ROWS] = {
 #if FG_HAVE_X86
     [FG_ISA_AVX2] = {NULL, dequantize_row_mxfp4_avx2, vec_dot_mxfp4_q8_0_avx2, gemv_mxfp4_q8_0_avx2,
                      gemm_mxfp4_q8_0_avx2},
+    [FG_ROW_VNNI] = {NULL, NULL, vec_dot_mxfp4_q8_0_vnni, gemv_mxfp4_q8_0_vnni, gemm_mxfp4_q8_0_vnni},
 #endif
 #if FG_HAVE_NEON
     [FG_ISA_NEON] = {NULL, NULL, vec_dot_mxfp4_q8_0_neon, gemv_mxfp4_q8_0_neon},
