@@ -556,7 +556,7 @@ FG_INLINE_AVX2 void fg_lut4_tile8_avx2(const int R, const int M, int first, int 
  * dpbusd against the signed activation: dot(level, x) = dot(u, x) - 128 * sum(x) (aux.c, fg_q8_0_aux128), exact in
  * int32 (|dot(u, x)| <= 32 * 255 * 128 < 2^31). No per-row horizontal sum: rows in lanes. Each (row, activation) pair
  * takes the scalar references' float step, acc + (float)sumi * (dw * dx), unfused, so every path equals the scalar
- * vec_dot bit for bit. ---- */
+ * vec_dot bit for bit. (fg_rows8_lut4 and fg_lut4_step8 serve MXFP4's AVX2 tile too, with u = level + 12.) ---- */
 
 /* The table of u = level + 128, in each 128-bit lane. */
 FG_INLINE_AVX2 __m256i fg_lut4_table_u8(const int8_t *levels) {
