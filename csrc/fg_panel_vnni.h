@@ -15,7 +15,8 @@
  * at the end (Q4_0: 8 * sum(x); Q8_0: 128 * sum(x)), as the format's lanes tile and gemv compute it in another order
  * (integer sums are order-free and nothing overflows: |dot| < 32 * 255 * 128 < 2^31). Then the same float step per
  * (row, activation): acc = fma((float)dot, dw * dx, acc), block by block in order, so the gemm equals the gemv bit
- * for bit. */
+ * for bit. The 16-level table formats (IQ4_NL, MXFP4) fill it with u = level + 128 by table lookup (fg_lut4_fill16,
+ * fg_simd_x86.h) and take the unfused step (fg_panel_tile16_vnni_mul). */
 #ifndef FG_PANEL_VNNI_H
 #define FG_PANEL_VNNI_H
 
@@ -27,9 +28,9 @@
 #if FG_HAVE_X86
 /* R <= 16 rows (lanes; masked at y) x M <= 8 activations (x, xs apart; M a constant after inlining) over kc <=
  * FG_PV_KC blocks of the panel p; aux[a][i]: activation a's block i scale and offset correction (aux.c). */
-FG_INLINE_AVX512_VNNI void fg_panel_tile16_vnni(const int R, const int M, int first, int kc, const fg_panel16 *p,
-                                                const char *x, size_t xs, const fg_xaux (*aux)[FG_PV_KC], float *y,
-                                                int64_t ldy) {
+FG_INLINE_AVX512_VNNI void fg_panel_tile16_vnni_ops(const int R, const int M, int first, int kc, const fg_panel16 *p,
+                                                    const char *x, size_t xs, const fg_xaux (*aux)[FG_PV_KC], float *y,
+                                                    int64_t ldy, const int fused) {
     __m512 acc[8]; /* [a]: 16 rows */
     fg_load_rows16(R, M, first, acc, y, ldy);
     for (int i = 0; i < kc; i++) {
@@ -46,18 +47,34 @@ FG_INLINE_AVX512_VNNI void fg_panel_tile16_vnni(const int R, const int M, int fi
          * broadcast from a general register per activation (~5% on 2048x2048 x 256, busy) */
         for (int a = 0; a < M; a++) {
             const __m512i dot = _mm512_sub_epi32(t[a], _mm512_set1_epi32(aux[a][i].c));
-            acc[a] = _mm512_fmadd_ps(_mm512_cvtepi32_ps(dot), _mm512_mul_ps(p[i].d, _mm512_set1_ps(aux[a][i].d)),
-                                     acc[a]);
+            const __m512 s = _mm512_mul_ps(p[i].d, _mm512_set1_ps(aux[a][i].d));
+            acc[a] = fused ? _mm512_fmadd_ps(_mm512_cvtepi32_ps(dot), s, acc[a])
+                           : _mm512_add_ps(acc[a], _mm512_mul_ps(_mm512_cvtepi32_ps(dot), s));
         }
     }
     fg_store_rows16(R, M, acc, y, ldy);
 }
+/* The panel tiles: Q4_0 and Q8_0 take the fused step of their lanes tiles; the 16-level table formats (IQ4_NL, MXFP4)
+ * the scalar references' acc + (float)dot * (dw * dx), unfused, so they equal the scalar vec_dot bit for bit. */
+FG_INLINE_AVX512_VNNI void fg_panel_tile16_vnni(const int R, const int M, int first, int kc, const fg_panel16 *p,
+                                                const char *x, size_t xs, const fg_xaux (*aux)[FG_PV_KC], float *y,
+                                                int64_t ldy) {
+    fg_panel_tile16_vnni_ops(R, M, first, kc, p, x, xs, aux, y, ldy, 1);
+}
+FG_INLINE_AVX512_VNNI void fg_panel_tile16_vnni_mul(const int R, const int M, int first, int kc, const fg_panel16 *p,
+                                                    const char *x, size_t xs, const fg_xaux (*aux)[FG_PV_KC], float *y,
+                                                    int64_t ldy) {
+    fg_panel_tile16_vnni_ops(R, M, first, kc, p, x, xs, aux, y, ldy, 0);
+}
 
 /* The gemm NAME from the format's FILL (one block of 16 rows into a fg_panel16) and AUX (its activation's scale and
  * correction), below FG_PANEL_MIN_M activations the format's lanes gemm FEW. */
-#define FG_GEMM_PANEL_VNNI(NAME, FILL, AUX, FEW, WBLK)                                                              \
-    FG_GEMM_FROM_PANEL_KM(NAME, FG_TARGET_AVX512_VNNI FG_NO_UNROLL_JAM, fg_panel16, FILL, fg_panel_tile16_vnni, AUX, \
-                          FEW, WBLK, sizeof(block_q8_0), 32, 8, 16, FG_PV_KC, FG_PV_MG)
+#define FG_GEMM_PANEL_VNNI(NAME, FILL, AUX, FEW, WBLK) \
+    FG_GEMM_PANEL_VNNI_PT(NAME, fg_panel_tile16_vnni, FILL, AUX, FEW, WBLK)
+/* The same with the panel tile PTILE given (fg_panel_tile16_vnni_mul: the unfused float step). */
+#define FG_GEMM_PANEL_VNNI_PT(NAME, PTILE, FILL, AUX, FEW, WBLK)                                                   \
+    FG_GEMM_FROM_PANEL_KM(NAME, FG_TARGET_AVX512_VNNI FG_NO_UNROLL_JAM, fg_panel16, FILL, PTILE, AUX, FEW, WBLK,   \
+                          sizeof(block_q8_0), 32, 8, 16, FG_PV_KC, FG_PV_MG)
 #endif /* FG_HAVE_X86 */
 
 #endif

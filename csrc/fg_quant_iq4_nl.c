@@ -1,6 +1,7 @@
 /* IQ4_NL weights: 32 elements per block, x = d * kvalues[q] with q a 4-bit index into 16 non-uniform levels
  * (fg_kvalues_iq4nl, -127..113), nibbles as q4_0. Dot against Q8_0 activations: d dx sum kvalues[q] x. */
 #include "fg_simd.h"
+#include "fg_panel_vnni.h"
 #include "fg_kquant_ref.h"
 
 /* ---- scalar reference ---- */
@@ -70,6 +71,22 @@ FG_INLINE_AVX2 void iq4_nl_tile8_avx2(const int R, const int M, int first, int k
 
 FG_KERNELS_FROM_TILE8(vec_dot_iq4_nl_q8_0_avx2, gemv_iq4_nl_q8_0_avx2, gemm_iq4_nl_q8_0_avx2, FG_TARGET_AVX2,
                       iq4_nl_tile8_avx2, fg_q8_0_aux, sizeof(block_iq4_nl), sizeof(block_q8_0), QK4_NL, 8)
+
+/* ---- AVX-512 VNNI: u = level + 128 by table lookup, dpbusd, rows in lanes (fg_simd_x86.h's fg_lut4_*_vnni): the
+ * gemv 8 rows at a time, 16-row zmm tiles for a few activations, the panel gemm (fg_panel_vnni.h) for many; every
+ * path bit-exact with the scalar reference. ---- */
+FG_INLINE_AVX512_VNNI void iq4_nl_tile16_vnni(const int R, const int M, int first, int kc, const char *w, size_t stride,
+                                              const char *x, size_t xs, const fg_xaux (*aux)[FG_KC], float *y, int64_t ldy) {
+    fg_lut4_tile16_vnni(R, M, first, kc, w, stride, x, xs, aux, y, ldy, fg_kvalues_iq4nl, sizeof(block_iq4_nl),
+                        offsetof(block_iq4_nl, qs), FG_SCALE_F16);
+}
+FG_KERNELS_FROM_TILE16(vec_dot_iq4_nl_q8_0_vnni, gemv_iq4_nl_q8_0_vnni, gemm_iq4_nl_q8_0_vnni_tiles, FG_TARGET_AVX512_VNNI,
+                       iq4_nl_tile16_vnni, fg_q8_0_aux128, sizeof(block_iq4_nl), sizeof(block_q8_0), QK4_NL, 8)
+FG_INLINE_AVX512_VNNI void iq4_nl_fill16(const int R, int kc, const char *w, size_t stride, fg_panel16 *p) {
+    fg_lut4_fill16(R, kc, w, stride, p, fg_kvalues_iq4nl, sizeof(block_iq4_nl), offsetof(block_iq4_nl, qs), FG_SCALE_F16);
+}
+FG_GEMM_PANEL_VNNI_PT(gemm_iq4_nl_q8_0_vnni, fg_panel_tile16_vnni_mul, iq4_nl_fill16, fg_q8_0_aux128,
+                      gemm_iq4_nl_q8_0_vnni_tiles, sizeof(block_iq4_nl))
 #endif /* FG_HAVE_X86 */
 
 #if FG_HAVE_NEON
@@ -92,6 +109,7 @@ const fg_type_kernels fg_iq4_nl_kernels[FG_KERNEL_ROWS] = {
 #if FG_HAVE_X86
     [FG_ISA_AVX2] = {NULL, dequantize_row_iq4_nl_avx2, vec_dot_iq4_nl_q8_0_avx2, gemv_iq4_nl_q8_0_avx2,
                      gemm_iq4_nl_q8_0_avx2},
+    [FG_ROW_VNNI] = {NULL, NULL, vec_dot_iq4_nl_q8_0_vnni, gemv_iq4_nl_q8_0_vnni, gemm_iq4_nl_q8_0_vnni},
 #endif
 #if FG_HAVE_NEON
     [FG_ISA_NEON] = {NULL, NULL, vec_dot_iq4_nl_q8_0_neon, gemv_iq4_nl_q8_0_neon},

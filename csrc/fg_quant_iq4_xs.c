@@ -111,6 +111,76 @@ FG_INLINE_AVX2 void iq4_xs_rows_avx2(const int R, int64_t nb, const char *w, siz
 }
 FG_DOT_FROM_ROWS(vec_dot_iq4_xs_q8_k_avx2, FG_TARGET_AVX2, iq4_xs_rows_avx2, QK_K)
 FG_GEMV_FROM_ROWS(gemv_iq4_xs_q8_k_avx2, FG_TARGET_AVX2, iq4_xs_rows_avx2, QK_K)
+/* ---- AVX-512 VNNI: rows in lanes (8 per ymm), per sub-block IQ4_NL's unsigned table u = level + 128 looked up from
+ * the transposed nibbles (fg_rows8_lut4) and dotted by dpbusd; the sub-block's sum of x (from the q8_K bsums) takes the
+ * offset back, dot(level, x) = dot(u, x) - 128 * sum(x), and the row's scale ls_j - 32 weighs it in int32 (|sumi| <=
+ * 8 * 32 * 32 * 255 * 128 < 2^31): every row's exact sumi, then the scalar reference's float step, acc + (dw * dx) *
+ * (float)sumi, so gemm, gemv and vec_dot equal the scalar vec_dot bit for bit. No per-row horizontal sum. ---- */
+
+/* Per q8_K activation super-block: its scale (the sub-block sums come from its bsums in the tile). */
+FG_INLINE_AVX2 void iq4_xs_aux(const char *x, int kc, fg_xaux *aux) {
+    const block_q8_K *xb = (const block_q8_K *)x;
+    for (int i = 0; i < kc; i++) {
+        aux[i].d = xb[i].d;
+        aux[i].c = 0;
+    }
+}
+
+/* The 8-byte headers (d, scales_h, scales_l) of 8 rows' super-blocks at p (`stride` apart; rows >= R zero) -> dw (8
+ * floats) and s[j] = ls_j - 32 (8 int32), row i in lane i. */
+FG_INLINE_AVX512_VNNI void iq4_xs_rows8_scales(const char *p, size_t stride, int R, __m256 *dw, __m256i s[8]) {
+    uint64_t h[8] = {0}; /* [r]: row r's header; constant indices after inlining: registers */
+    for (int r = 0; r < 8; r++)
+        if (r < R) memcpy(&h[r], p + r * stride, 8);
+    const __m256i v0 = _mm256_setr_epi64x((long long)h[0], (long long)h[1], (long long)h[2], (long long)h[3]);
+    const __m256i v1 = _mm256_setr_epi64x((long long)h[4], (long long)h[5], (long long)h[6], (long long)h[7]);
+    /* the low dwords (d | scales_h << 16) and the high ones (scales_l) of rows 0..7, in row order */
+    const __m256i lo = _mm256_permute4x64_epi64(
+        _mm256_castps_si256(_mm256_shuffle_ps(_mm256_castsi256_ps(v0), _mm256_castsi256_ps(v1), 0x88)), 0xD8);
+    const __m256i sl = _mm256_permute4x64_epi64(
+        _mm256_castps_si256(_mm256_shuffle_ps(_mm256_castsi256_ps(v0), _mm256_castsi256_ps(v1), 0xDD)), 0xD8);
+    const __m256i sh = _mm256_srli_epi32(lo, 16);
+    *dw = _mm256_cvtph_ps(_mm256_cvtepi32_epi16(lo));
+    for (int j = 0; j < 8; j++) {
+        const __m256i l4 = _mm256_and_si256(_mm256_srli_epi32(sl, 4 * j), _mm256_set1_epi32(0xf));
+        const __m256i h2 = _mm256_and_si256(_mm256_srli_epi32(sh, 2 * j), _mm256_set1_epi32(3));
+        s[j] = _mm256_sub_epi32(_mm256_or_si256(l4, _mm256_slli_epi32(h2, 4)), _mm256_set1_epi32(32));
+    }
+}
+
+/* R <= 8 rows x M <= 8 activations (FG_KERNELS_FROM_TILE8), kc super-blocks. */
+FG_INLINE_AVX512_VNNI void iq4_xs_tile8_vnni(const int R, const int M, int first, int kc, const char *w, size_t stride,
+                                             const char *x, size_t xs, const fg_xaux (*aux)[FG_KC], float *y,
+                                             int64_t ldy) {
+    const __m256i table = fg_lut4_table_u8(fg_kvalues_iq4nl);
+    __m256 acc[8]; /* [a]: 8 rows */
+    fg_load_rows8(R, M, first, acc, y, ldy);
+    for (int i = 0; i < kc; i++) {
+        const char *wb = w + i * sizeof(block_iq4_xs);
+        for (int r = 0; r < R; r++) /* the super-block (136 bytes) 8 rows on */
+            for (int l = 0; l < 3; l++) _mm_prefetch(wb + (size_t)(r + 8) * stride + 64 * l, _MM_HINT_T0);
+        __m256 dw;
+        __m256i s[8], isum[8]; /* s[j]: the rows' ls_j - 32; isum[a]: the rows' exact sumi with activation a */
+        iq4_xs_rows8_scales(wb, stride, R, &dw, s);
+        for (int a = 0; a < M; a++) isum[a] = _mm256_setzero_si256();
+        for (int j = 0; j < 8; j++) {
+            __m256i k[8]; /* u of the rows' sub-block j, as fg_rows8_lut4 */
+            fg_rows8_lut4(wb + offsetof(block_iq4_xs, qs) + 16 * j, stride, R, table, k);
+            for (int a = 0; a < M; a++) {
+                const block_q8_K *xb = (const block_q8_K *)(x + a * xs) + i;
+                const __m256i c = _mm256_set1_epi32(128 * (xb->bsums[2 * j] + xb->bsums[2 * j + 1]));
+                const __m256i dot = _mm256_sub_epi32(fg_nib8_dot_vnni(k, k + 4, xb->qs + 32 * j), c);
+                isum[a] = _mm256_add_epi32(isum[a], _mm256_mullo_epi32(dot, s[j]));
+            }
+        }
+        for (int a = 0; a < M; a++)
+            acc[a] = _mm256_add_ps(acc[a], _mm256_mul_ps(_mm256_mul_ps(dw, _mm256_set1_ps(aux[a][i].d)),
+                                                         _mm256_cvtepi32_ps(isum[a])));
+    }
+    fg_store_rows8(R, M, acc, y, ldy);
+}
+FG_KERNELS_FROM_TILE8(vec_dot_iq4_xs_q8_k_vnni, gemv_iq4_xs_q8_k_vnni, gemm_iq4_xs_q8_k_vnni, FG_TARGET_AVX512_VNNI,
+                      iq4_xs_tile8_vnni, iq4_xs_aux, sizeof(block_iq4_xs), sizeof(block_q8_K), QK_K, 8)
 #endif /* FG_HAVE_X86 */
 
 #if FG_HAVE_NEON
@@ -160,6 +230,7 @@ const fg_type_kernels fg_iq4_xs_kernels[FG_KERNEL_ROWS] = {
     [FG_ISA_SCALAR] = {quantize_row_iq4_xs_scalar, dequantize_row_iq4_xs_scalar, vec_dot_iq4_xs_q8_k_scalar, NULL},
 #if FG_HAVE_X86
     [FG_ISA_AVX2] = {NULL, dequantize_row_iq4_xs_avx2, vec_dot_iq4_xs_q8_k_avx2, gemv_iq4_xs_q8_k_avx2},
+    [FG_ROW_VNNI] = {NULL, NULL, vec_dot_iq4_xs_q8_k_vnni, gemv_iq4_xs_q8_k_vnni, gemm_iq4_xs_q8_k_vnni},
 #endif
 #if FG_HAVE_NEON
     [FG_ISA_NEON] = {NULL, NULL, vec_dot_iq4_xs_q8_k_neon, gemv_iq4_xs_q8_k_neon},

@@ -1,8 +1,10 @@
 /* MXFP4 weights (OCP microscaling, gpt-oss's experts): 32 elements per block, x = 2^(e - 128) * kvalues[q] with e
  * an E8M0 byte and q a 4-bit index into the fp4 e2m1 values doubled (fg_kvalues_mxfp4), nibbles as q4_0. The same
- * shape as IQ4_NL with another table and scale: the kernels are the 16-level table kernels of fg_simd_x86.h and
- * fg_simd_neon.h. Dot against Q8_0 activations: e_half dx sum kvalues[q] x, as ggml_vec_dot_mxfp4_q8_0. */
+ * shape as IQ4_NL with another table and scale: the kernels are the 16-level table kernels of fg_simd_x86.h (VNNI) and
+ * fg_simd_neon.h, and on AVX2 its own (the small levels made unsigned for maddubs). Dot against Q8_0 activations:
+ * e_half dx sum kvalues[q] x, as ggml_vec_dot_mxfp4_q8_0. */
 #include "fg_simd.h"
+#include "fg_panel_vnni.h"
 
 /* e2m1 values doubled (ggml's kvalues_mxfp4): 0, 0.5, 1, 1.5, 2, 3, 4, 6 and their negatives (index 8 is -0). */
 static const int8_t fg_kvalues_mxfp4[16] = {0, 1, 2, 3, 4, 6, 8, 12, 0, -1, -2, -3, -4, -6, -8, -12};
@@ -67,20 +69,78 @@ static float vec_dot_mxfp4_q8_0_scalar(int64_t n, const void *vw, const void *vx
 }
 
 #if FG_HAVE_X86
-/* ---- AVX2: fg_simd_x86.h's 16-level table kernels with the E8M0 scale; bit-exact with the scalar reference ---- */
+/* ---- AVX2: bit-exact with the scalar reference ---- */
 FG_TARGET_AVX2 static void dequantize_row_mxfp4_avx2(const void *vx, float *y, int64_t n) {
     fg_lut4_dequantize_avx2(vx, y, n, fg_kvalues_mxfp4, sizeof(block_mxfp4), offsetof(block_mxfp4, qs),
                             FG_SCALE_E8M0_HALF);
 }
 
+/* The dot kernels: rows in lanes with the levels made unsigned, u = level + 12 in 0..24 (a byte shuffle of the rows'
+ * transposed nibbles, fg_rows8_lut4), maddubs against the signed activation, dot(level, x) = dot(u, x) - 12 * sum(x)
+ * (aux.c): no sign trick, no per-row horizontal sum. A pair of products reaches 2 * 24 * 128 = 6144, so 4 groups sum
+ * in int16 (< 32767) before each widening madd: exact. Then the scalar reference's float step (fg_lut4_step8). */
+
+/* Per q8_0 activation block: its scale and 12 * sum(q). */
+FG_INLINE_AVX2 void mxfp4_aux12(const char *x, int kc, fg_xaux *aux) {
+    const block_q8_0 *xb = (const block_q8_0 *)x;
+    for (int i = 0; i < kc; i++) {
+        aux[i].d = fg_f16(xb[i].d);
+        aux[i].c = 12 * fg_hsum_256i(fg_dot_u8s8_256(_mm256_set1_epi8(1), _mm256_loadu_si256((const __m256i *)xb[i].qs)));
+    }
+}
+
+/* k[j]: u of elements 4j..4j+3 of 8 row lanes (k[4 + j]: 16 + 4j..) . the activation block at xq -> every row's
+ * exact dot(u, x), int32 lanes. */
+FG_INLINE_AVX2 __m256i mxfp4_dot8_avx2(const __m256i k[8], const int8_t *xq) {
+    __m256i s[2]; /* [h]: elements 16h..16h + 15, int16 pair sums */
+    for (int h = 0; h < 2; h++) {
+        s[h] = _mm256_maddubs_epi16(k[4 * h], fg_bcast32(xq + 16 * h));
+        for (int j = 1; j < 4; j++)
+            s[h] = _mm256_add_epi16(s[h], _mm256_maddubs_epi16(k[4 * h + j], fg_bcast32(xq + 16 * h + 4 * j)));
+    }
+    const __m256i one = _mm256_set1_epi16(1);
+    return _mm256_add_epi32(_mm256_madd_epi16(s[0], one), _mm256_madd_epi16(s[1], one));
+}
+
+/* R <= 8 rows x M <= 8 activations (FG_KERNELS_FROM_TILE8), row r in lane r. */
 FG_INLINE_AVX2 void mxfp4_tile8_avx2(const int R, const int M, int first, int kc, const char *w, size_t stride,
                                      const char *x, size_t xs, const fg_xaux (*aux)[FG_KC], float *y, int64_t ldy) {
-    fg_lut4_tile8_avx2(R, M, first, kc, w, stride, x, xs, aux, y, ldy, fg_kvalues_mxfp4, sizeof(block_mxfp4),
-                       offsetof(block_mxfp4, qs), FG_SCALE_E8M0_HALF);
+    const __m256i table = _mm256_broadcastsi128_si256(
+        _mm_add_epi8(_mm_loadu_si128((const __m128i *)fg_kvalues_mxfp4), _mm_set1_epi8(12)));
+    __m256 acc[8]; /* [a]: 8 rows */
+    fg_load_rows8(R, M, first, acc, y, ldy);
+    for (int i = 0; i < kc; i++) {
+        const char *wb = w + i * sizeof(block_mxfp4);
+        fg_prefetch_tile8(w, stride, R, i, kc, sizeof(block_mxfp4));
+        __m256i k[8]; /* u of the 8 rows, as fg_rows8_lut4 */
+        fg_rows8_lut4(wb + offsetof(block_mxfp4, qs), stride, R, table, k);
+        const __m256 dw = fg_rows8_scale(wb, stride, R, FG_SCALE_E8M0_HALF);
+        for (int a = 0; a < M; a++)
+            acc[a] = fg_lut4_step8(acc[a], mxfp4_dot8_avx2(k, ((const block_q8_0 *)(x + a * xs) + i)->qs), dw,
+                                   &aux[a][i]);
+    }
+    fg_store_rows8(R, M, acc, y, ldy);
 }
 
 FG_KERNELS_FROM_TILE8(vec_dot_mxfp4_q8_0_avx2, gemv_mxfp4_q8_0_avx2, gemm_mxfp4_q8_0_avx2, FG_TARGET_AVX2,
-                      mxfp4_tile8_avx2, fg_q8_0_aux, sizeof(block_mxfp4), sizeof(block_q8_0), QK_MXFP4, 8)
+                      mxfp4_tile8_avx2, mxfp4_aux12, sizeof(block_mxfp4), sizeof(block_q8_0), QK_MXFP4, 8)
+
+/* ---- AVX-512 VNNI: u = level + 128 by table lookup, dpbusd, rows in lanes (fg_simd_x86.h's fg_lut4_*_vnni): the
+ * gemv 8 rows at a time, 16-row zmm tiles for a few activations, the panel gemm (fg_panel_vnni.h) for many; every
+ * path bit-exact with the scalar reference. ---- */
+FG_INLINE_AVX512_VNNI void mxfp4_tile16_vnni(const int R, const int M, int first, int kc, const char *w, size_t stride,
+                                              const char *x, size_t xs, const fg_xaux (*aux)[FG_KC], float *y, int64_t ldy) {
+    fg_lut4_tile16_vnni(R, M, first, kc, w, stride, x, xs, aux, y, ldy, fg_kvalues_mxfp4, sizeof(block_mxfp4),
+                        offsetof(block_mxfp4, qs), FG_SCALE_E8M0_HALF);
+}
+FG_KERNELS_FROM_TILE16(vec_dot_mxfp4_q8_0_vnni, gemv_mxfp4_q8_0_vnni, gemm_mxfp4_q8_0_vnni_tiles, FG_TARGET_AVX512_VNNI,
+                       mxfp4_tile16_vnni, fg_q8_0_aux128, sizeof(block_mxfp4), sizeof(block_q8_0), QK_MXFP4, 8)
+FG_INLINE_AVX512_VNNI void mxfp4_fill16(const int R, int kc, const char *w, size_t stride, fg_panel16 *p) {
+    fg_lut4_fill16(R, kc, w, stride, p, fg_kvalues_mxfp4, sizeof(block_mxfp4), offsetof(block_mxfp4, qs),
+                   FG_SCALE_E8M0_HALF);
+}
+FG_GEMM_PANEL_VNNI_PT(gemm_mxfp4_q8_0_vnni, fg_panel_tile16_vnni_mul, mxfp4_fill16, fg_q8_0_aux128,
+                      gemm_mxfp4_q8_0_vnni_tiles, sizeof(block_mxfp4))
 #endif /* FG_HAVE_X86 */
 
 #if FG_HAVE_NEON
@@ -103,6 +163,7 @@ const fg_type_kernels fg_mxfp4_kernels[FG_KERNEL_ROWS] = {
 #if FG_HAVE_X86
     [FG_ISA_AVX2] = {NULL, dequantize_row_mxfp4_avx2, vec_dot_mxfp4_q8_0_avx2, gemv_mxfp4_q8_0_avx2,
                      gemm_mxfp4_q8_0_avx2},
+    [FG_ROW_VNNI] = {NULL, NULL, vec_dot_mxfp4_q8_0_vnni, gemv_mxfp4_q8_0_vnni, gemm_mxfp4_q8_0_vnni},
 #endif
 #if FG_HAVE_NEON
     [FG_ISA_NEON] = {NULL, NULL, vec_dot_mxfp4_q8_0_neon, gemv_mxfp4_q8_0_neon},

@@ -228,15 +228,6 @@ FG_GEMM_FROM_PANEL(gemm_q8_0_q8_0_avx2, FG_TARGET_AVX2, q8_0_panel8, q8_0_fill8,
  * offset back. Same exact sums, same float step: bit-identical to the AVX2 tile. Without VNNI, AVX-512 runs
  * the AVX2 kernels. */
 
-/* Per q8_0 activation block, for the VNNI tiles: its scale and 128 * sum(q). */
-FG_INLINE_AVX2 void q8_0_aux128(const char *x, int kc, fg_xaux *aux) {
-    const block_q8_0 *xb = (const block_q8_0 *)x;
-    for (int i = 0; i < kc; i++) {
-        aux[i].d = fg_f16(xb[i].d);
-        aux[i].c = 128 * fg_hsum_256i(fg_dot_u8s8_256(_mm256_set1_epi8(1), _mm256_loadu_si256((const __m256i *)xb[i].qs)));
-    }
-}
-
 /* The 16-row tile's one-activation case (the gemv), 8 rows at a time by the 8-row tiles' row reduction, with
  * u = w ^ 0x80 (w + 128) as below: one xor and one dpbusd per row and block, where the sign trick takes three ops.
  * The same exact sums and float step as the 8-row tiles. */
@@ -294,7 +285,7 @@ FG_INLINE_AVX512_VNNI void q8_0_tile16_vnni(const int R, const int M, int first,
     fg_store_rows16(R, M, acc, y, ldy);
 }
 FG_KERNELS_FROM_TILE16(vec_dot_q8_0_q8_0_vnni, gemv_q8_0_q8_0_vnni, gemm_q8_0_q8_0_vnni_tiles, FG_TARGET_AVX512_VNNI,
-                       q8_0_tile16_vnni, q8_0_aux128, sizeof(block_q8_0), sizeof(block_q8_0), QK8_0, 8)
+                       q8_0_tile16_vnni, fg_q8_0_aux128, sizeof(block_q8_0), sizeof(block_q8_0), QK8_0, 8)
 
 /* The 16-row panel (fg_panel_vnni.h): u[8] and the scales of q8_0_tile16_vnni. */
 FG_INLINE_AVX512_VNNI void q8_0_fill16(const int R, int kc, const char *w, size_t stride, fg_panel16 *p) {
@@ -308,7 +299,7 @@ FG_INLINE_AVX512_VNNI void q8_0_fill16(const int R, int kc, const char *w, size_
         p[i].d = fg_rows16_f16(wb + offsetof(block_q8_0, d), stride, R);
     }
 }
-FG_GEMM_PANEL_VNNI(gemm_q8_0_q8_0_vnni, q8_0_fill16, q8_0_aux128, gemm_q8_0_q8_0_vnni_tiles, sizeof(block_q8_0))
+FG_GEMM_PANEL_VNNI(gemm_q8_0_q8_0_vnni, q8_0_fill16, fg_q8_0_aux128, gemm_q8_0_q8_0_vnni_tiles, sizeof(block_q8_0))
 #endif /* FG_HAVE_X86 */
 
 #if FG_HAVE_NEON

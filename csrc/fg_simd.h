@@ -21,7 +21,8 @@
  *            in registers through its sub-blocks, dpbusd).
  *   panel    FG_GEMM_FROM_PANEL: the lanes tiles from FG_PANEL_MIN_M (32) activations, each tile's blocks unpacked
  *            once into a stack panel and up to 64 activations run over it (Q4_0 and Q8_0, on AVX2; with VNNI
- *            fg_panel_vnni.h: 16 rows x 32 blocks, up to 256 activations, 8 at a time in 8 dpbusd chains).
+ *            fg_panel_vnni.h, also IQ4_NL and MXFP4: 16 rows x 32 blocks, up to 256 activations, 8 at a time in
+ *            8 dpbusd chains).
  *   q5_0     fg_quant_q5_0.c's own rows in lanes: below 16 activations (4 at a time) each row's block sums gathered
  *            into its lane; from 16, the rows transposed once per block for every activation.
  * Stamps: a format's inner helper written once as a macro and stamped per ISA or extension with its target and its
@@ -36,9 +37,11 @@
  *   Q4_0 Q8_0            lanes 8   =           lanes 16   rows   lanes 8     (both x86 rows: panels from 32)
  *   Q4_1                 lanes 8   =           lanes 16   rows   lanes 8
  *   Q5_0                 q5_0      =           q5_0       rows   lanes 8
- *   Q5_1 IQ4_NL MXFP4    lanes 8   =           -          rows   lanes 8
+ *   Q5_1                 lanes 8   =           -          rows   lanes 8
+ *   IQ4_NL MXFP4         lanes 8   =           lanes 16   rows   lanes 8     (VNNI: panels from 32)
  *   Q4_K Q5_K Q6_K       kq        =           kq (gemm)  rows   lanes 8
- *   Q2_K Q3_K IQ4_XS     rows      =           -          rows   rows
+ *   IQ4_XS               rows      =           lanes 8    rows   rows
+ *   Q2_K Q3_K            rows      =           -          rows   rows
  * Quantize and dequantize kernels (the activation types' quantizers on AVX2 and NEON, the AVX2 dequantizers) are
  * elementwise, of no shape. */
 #ifndef FG_SIMD_H

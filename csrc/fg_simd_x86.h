@@ -263,6 +263,16 @@ FG_INLINE_AVX2 void fg_q8_0_aux(const char *x, int kc, fg_xaux *aux) {
     }
 }
 
+/* Per q8_0 activation block, for the VNNI tiles whose weights are unsigned bytes u = w + 128 (Q8_0, the 16-level
+ * table formats): its scale and 128 * sum(q), so that dot(w, x) = dot(u, x) - aux.c. */
+FG_INLINE_AVX2 void fg_q8_0_aux128(const char *x, int kc, fg_xaux *aux) {
+    const block_q8_0 *xb = (const block_q8_0 *)x;
+    for (int i = 0; i < kc; i++) {
+        aux[i].d = fg_f16(xb[i].d);
+        aux[i].c = 128 * fg_hsum_256i(fg_dot_u8s8_256(_mm256_set1_epi8(1), _mm256_loadu_si256((const __m256i *)xb[i].qs)));
+    }
+}
+
 /* Per q8_1 activation block (q4_1, q5_1 tiles): its scale d and s = d * sum(q), for the weights' offset term. */
 FG_INLINE_AVX2 void fg_q8_1_aux(const char *x, int kc, fg_xaux *aux) {
     const block_q8_1 *xb = (const block_q8_1 *)x;
@@ -538,6 +548,114 @@ FG_INLINE_AVX2 void fg_lut4_tile8_avx2(const int R, const int M, int first, int 
         }
     }
     fg_store_rows8(R, M, acc, y, ldy);
+}
+
+
+/* ---- 16-level table formats with VNNI (AVX-512 VNNI): the levels made unsigned, u = level + 128 (level ^ 0x80, in
+ * 0..255), looked up by byte shuffle from the rows' transposed nibbles (as Q4_0's tiles unpack them) and dotted by
+ * dpbusd against the signed activation: dot(level, x) = dot(u, x) - 128 * sum(x) (aux.c, fg_q8_0_aux128), exact in
+ * int32 (|dot(u, x)| <= 32 * 255 * 128 < 2^31). No per-row horizontal sum: rows in lanes. Each (row, activation) pair
+ * takes the scalar references' float step, acc + (float)sumi * (dw * dx), unfused, so every path equals the scalar
+ * vec_dot bit for bit. (fg_rows8_lut4 and fg_lut4_step8 serve MXFP4's AVX2 tile too, with u = level + 12.) ---- */
+
+/* The table of u = level + 128, in each 128-bit lane. */
+FG_INLINE_AVX2 __m256i fg_lut4_table_u8(const int8_t *levels) {
+    return _mm256_broadcastsi128_si256(_mm_xor_si128(_mm_loadu_si128((const __m128i *)levels), _mm_set1_epi8((char)0x80)));
+}
+
+/* One block of 8 rows (nibbles at p, `stride` apart; rows >= R read as nibble 0) -> k[j]: u of elements 4j..4j+3 of
+ * every row, k[4 + j]: elements 16 + 4j.., row i in lane i. */
+FG_INLINE_AVX2 void fg_rows8_lut4(const char *p, size_t stride, int R, __m256i table, __m256i k[8]) {
+    fg_rows8_nibbles(p, stride, R, k, k + 4);
+    for (int j = 0; j < 8; j++) k[j] = _mm256_shuffle_epi8(table, k[j]);
+}
+
+/* fg_rows8_lut4 for 16 rows in zmm lanes. */
+FG_INLINE_AVX512 void fg_rows16_lut4(const char *p, size_t stride, int R, __m512i table, __m512i k[8]) {
+    fg_rows16_nibbles(p, stride, R, k, k + 4);
+    for (int j = 0; j < 8; j++) k[j] = _mm512_shuffle_epi8(table, k[j]);
+}
+
+/* fg_rows8_scale for 16 rows (lanes >= R: any value). */
+FG_INLINE_AVX512 __m512 fg_rows16_scale(const char *p, size_t stride, int R, const int scale) {
+    return fg_join16(fg_rows8_scale(p, stride, R < 8 ? R : 8, scale), fg_rows8_scale(p + 8 * stride, stride, R - 8, scale));
+}
+
+/* The table formats' float step, 8 and 16 row lanes: acc + (float)(dot - aux.c) * (dw * dx). */
+FG_INLINE_AVX2 __m256 fg_lut4_step8(__m256 acc, __m256i dot, __m256 dw, const fg_xaux *ax) {
+    const __m256 p = _mm256_mul_ps(_mm256_cvtepi32_ps(_mm256_sub_epi32(dot, _mm256_set1_epi32(ax->c))),
+                                   _mm256_mul_ps(dw, _mm256_set1_ps(ax->d)));
+    return _mm256_add_ps(acc, p);
+}
+FG_INLINE_AVX512 __m512 fg_lut4_step16(__m512 acc, __m512i dot, __m512 dw, const fg_xaux *ax) {
+    const __m512 p = _mm512_mul_ps(_mm512_cvtepi32_ps(_mm512_sub_epi32(dot, _mm512_set1_epi32(ax->c))),
+                                   _mm512_mul_ps(dw, _mm512_set1_ps(ax->d)));
+    return _mm512_add_ps(acc, p);
+}
+
+/* R <= 8 rows x M <= 8 activations (the gemv's tile, M = 1, and the 16-row tile's halves), ymm lanes, dpbusd; blocks
+ * of bs bytes, scale at 0, nibbles at qs_off; aux from fg_q8_0_aux128. */
+FG_INLINE_AVX512_VNNI void fg_lut4_tile8_vnni(const int R, const int M, int first, int kc, const char *w, size_t stride,
+                                              const char *x, size_t xs, const fg_xaux (*aux)[FG_KC], float *y,
+                                              int64_t ldy, const int8_t *levels, const size_t bs, const size_t qs_off,
+                                              const int scale) {
+    const __m256i table = fg_lut4_table_u8(levels);
+    __m256 acc[8]; /* [a]: 8 rows */
+    fg_load_rows8(R, M, first, acc, y, ldy);
+    for (int i = 0; i < kc; i++) {
+        const char *wb = w + i * bs;
+        fg_prefetch_tile8(w, stride, R, i, kc, bs);
+        __m256i k[8]; /* [j]: u of elements 4j..4j+3 (j < 4), 16 + 4(j - 4).. (j >= 4) of the 8 rows */
+        fg_rows8_lut4(wb + qs_off, stride, R, table, k);
+        const __m256 dw = fg_rows8_scale(wb, stride, R, scale);
+        for (int a = 0; a < M; a++) {
+            const int8_t *xq = ((const block_q8_0 *)(x + a * xs) + i)->qs;
+            acc[a] = fg_lut4_step8(acc[a], fg_nib8_dot_vnni(k, k + 4, xq), dw, &aux[a][i]);
+        }
+    }
+    fg_store_rows8(R, M, acc, y, ldy);
+}
+
+/* R <= 16 rows x M <= 8 activations in zmm lanes (FG_KERNELS_FROM_TILE16); one activation: the 8-row tile on each
+ * half (the same float ops per lane). */
+FG_INLINE_AVX512_VNNI void fg_lut4_tile16_vnni(const int R, const int M, int first, int kc, const char *w, size_t stride,
+                                               const char *x, size_t xs, const fg_xaux (*aux)[FG_KC], float *y,
+                                               int64_t ldy, const int8_t *levels, const size_t bs, const size_t qs_off,
+                                               const int scale) {
+    if (M == 1) {
+        fg_lut4_tile8_vnni(R < 8 ? R : 8, 1, first, kc, w, stride, x, xs, aux, y, ldy, levels, bs, qs_off, scale);
+        if (R > 8)
+            fg_lut4_tile8_vnni(R - 8, 1, first, kc, w + 8 * stride, stride, x, xs, aux, y + 8, ldy, levels, bs, qs_off,
+                               scale);
+        return;
+    }
+    const __m512i table = _mm512_broadcast_i32x4(_mm256_castsi256_si128(fg_lut4_table_u8(levels)));
+    __m512 acc[8]; /* [a]: 16 rows */
+    fg_load_rows16(R, M, first, acc, y, ldy);
+    for (int i = 0; i < kc; i++) {
+        const char *wb = w + i * bs;
+        fg_prefetch_tile16(w, stride, R, i, kc, bs);
+        __m512i k[8]; /* as fg_lut4_tile8_vnni's, 16 rows */
+        fg_rows16_lut4(wb + qs_off, stride, R, table, k);
+        const __m512 dw = fg_rows16_scale(wb, stride, R, scale);
+        for (int a = 0; a < M; a++) {
+            const int8_t *xq = ((const block_q8_0 *)(x + a * xs) + i)->qs;
+            acc[a] = fg_lut4_step16(acc[a], fg_nib16_dot_vnni(_mm512_setzero_si512(), k, k + 4, xq), dw, &aux[a][i]);
+        }
+    }
+    fg_store_rows16(R, M, acc, y, ldy);
+}
+
+/* The panel fill (fg_panel_vnni.h) of a table format: fg_rows16_lut4 and the scales of kc blocks of 16 rows. */
+FG_INLINE_AVX512_VNNI void fg_lut4_fill16(const int R, int kc, const char *w, size_t stride, fg_panel16 *p,
+                                          const int8_t *levels, const size_t bs, const size_t qs_off, const int scale) {
+    const __m512i table = _mm512_broadcast_i32x4(_mm256_castsi256_si128(fg_lut4_table_u8(levels)));
+    for (int i = 0; i < kc; i++) {
+        const char *wb = w + i * bs;
+        fg_prefetch_tile16(w, stride, R, i, kc, bs);
+        fg_rows16_lut4(wb + qs_off, stride, R, table, p[i].q);
+        p[i].d = fg_rows16_scale(wb, stride, R, scale);
+    }
 }
 
 #endif

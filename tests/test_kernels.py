@@ -227,22 +227,28 @@ def test_q8_0_weights_at_minus_128(isa):
 # with dotprod (base NEON has none; tests/c/test_kernels.c checks the NEON tiles too, under qemu in .ci/kernels.sh)
 _X86_EXACT = ("Q4_1", "Q5_1", "IQ4_NL", "MXFP4")
 ROW_LANE_EXACT = {"avx2": _X86_EXACT, "avx512": _X86_EXACT, "neon": ("Q4_1", "Q5_0", "Q5_1", "IQ4_NL", "MXFP4")}
+# ... and those only an ISA's extension has (IQ4_XS's VNNI tile: its AVX2 rows sum in float lanes, fused)
+ROW_LANE_EXACT_EXT = {"vnni": ("IQ4_XS",)}
 
 
-@pytest.mark.parametrize("t", ["Q4_1", "Q5_0", "Q5_1", "IQ4_NL", "MXFP4"])
+@pytest.mark.parametrize("t", ["Q4_1", "Q5_0", "Q5_1", "IQ4_NL", "MXFP4", "IQ4_XS"])
 def test_row_lane_kernels_equal_scalar_exactly(isa, t):
     """The row-lane kernels take the scalar reference's float step per (row, activation) pair, block by block
-    (Q4_1, Q5_1: sum += (float)sumi * (dw * dx) + mw * sx; Q5_0, IQ4_NL, MXFP4: without the m term), so gemm, gemv
-    and vec_dot all equal the scalar vec_dot bit for bit; n past 128 blocks crosses the tiles' chunk of activation
-    scales, m = 1..9 every activation tile size."""
-    if t not in ROW_LANE_EXACT.get(isa, ()):
-        pytest.skip(f"no exact row-lane {t} tile on {isa}")
+    (Q4_1, Q5_1: sum += (float)sumi * (dw * dx) + mw * sx; Q5_0, IQ4_NL, MXFP4: without the m term; IQ4_XS: sum +=
+    (dw * dx) * (float)sumi per super-block), so gemm, gemv and vec_dot all equal the scalar vec_dot bit for bit; n
+    past 128 blocks crosses the tiles' chunk of activation scales, m = 1..9 every activation tile size (and, from 32,
+    the panel gemms)."""
     prev = kernels.set_isa(isa)
-    if isa == "neon" and kernels.active_ext() != "dotprod":
+    ext = kernels.active_ext()
+    if t not in ROW_LANE_EXACT.get(isa, ()) + ROW_LANE_EXACT_EXT.get(ext, ()):
+        kernels.set_isa(prev)
+        pytest.skip(f"no exact row-lane {t} tile on {isa}")
+    if isa == "neon" and ext != "dotprod":
         kernels.set_isa(prev)
         pytest.skip("NEON without dotprod has no row-lane tiles")
+    sizes = ((256, 9), (256 * 129, 11)) if t == "IQ4_XS" else ((64, 9), (4096 + 96, 11), (96, 37))
     try:
-        for n, rows in ((64, 9), (4096 + 96, 11)):
+        for n, rows in sizes:
             w = kernels.quantize(_data((rows, n), n + rows), t)
             x = _data((9, n), n + 1)
             xq = kernels.quantize(x, kernels.vec_dot_type(t))
@@ -250,6 +256,12 @@ def test_row_lane_kernels_equal_scalar_exactly(isa, t):
                            np.float32)
             for m in range(1, 10):
                 assert np.array_equal(kernels.matmul(w, t, x[:m], n_threads=1), ref[:m]), (n, m)
+            if n <= 4096:  # the panel gemms (32 activations and up), 1-3 blocks, rows not a multiple of 16
+                xm = _data((35, n), n + 2)
+                xmq = kernels.quantize(xm, kernels.vec_dot_type(t))
+                refm = np.array([[kernels.vec_dot(w[r], t, xmq[i], isa="scalar") for r in range(rows)]
+                                 for i in range(35)], np.float32)
+                assert np.array_equal(kernels.matmul(w, t, xm, n_threads=1), refm), (n, 35)
             assert np.array_equal(np.stack([kernels.gemv(w, t, xq[i]) for i in range(9)]), ref), n
             assert np.array_equal(np.array([kernels.vec_dot(w[r], t, xq[0]) for r in range(rows)], np.float32),
                                   ref[0]), n

@@ -61,10 +61,14 @@ static const long odd_float_sizes[] = {1, 7, 13, 33, 100, 577};
 static const long row_counts[] = {1, 2, 3, 4, 5, 7, 9, 17, 27}; /* 27: a 16-row tile and 11 more (both halves) */
 
 /* The row-lane tiles that take the scalar reference's float step per block (no FMA) equal the scalar vec_dot bit for
- * bit, in vec_dot, gemv and gemm. tests/test_kernels.py checks AVX2's; it cannot run on aarch64, so NEON's are
- * checked here (the dotprod tiles: base NEON has none). */
+ * bit, in vec_dot, gemv and gemm. tests/test_kernels.py checks x86's; it cannot run on aarch64, so NEON's are
+ * checked here (the dotprod tiles: base NEON has none), and x86's table formats too (IQ4_NL, MXFP4 on AVX2 and
+ * AVX-512; IQ4_XS with VNNI). */
 static int tile_equals_scalar(int isa, int type) {
-    if (isa != FG_ISA_NEON || !fg_ext_enabled() || !fg_isa_ext_available(isa)) return 0;
+    const int ext = fg_ext_enabled() && fg_isa_ext_available(isa);
+    if (isa == FG_ISA_AVX2 || isa == FG_ISA_AVX512)
+        return type == FG_TYPE_IQ4_NL || type == FG_TYPE_MXFP4 || (ext && type == FG_TYPE_IQ4_XS);
+    if (isa != FG_ISA_NEON || !ext) return 0;
     return type == FG_TYPE_Q4_1 || type == FG_TYPE_Q5_0 || type == FG_TYPE_Q5_1 || type == FG_TYPE_IQ4_NL ||
            type == FG_TYPE_MXFP4 || type == FG_TYPE_Q4_K || type == FG_TYPE_Q5_K || type == FG_TYPE_Q6_K;
 }
@@ -227,7 +231,7 @@ static void test_nonfinite(int isa, const char *name) {
  * cross that for blocks of 32 (4128) but not for super-blocks, so the exact tiles of the K-quants get one size past
  * 128 super-blocks here (9 rows, 3 activations: every pair equals the scalar vec_dot, so gemm == gemv too). */
 static void test_kq_chunks(int isa, const char *name) {
-    static const int ktypes[] = {FG_TYPE_Q4_K, FG_TYPE_Q5_K, FG_TYPE_Q6_K};
+    static const int ktypes[] = {FG_TYPE_Q4_K, FG_TYPE_Q5_K, FG_TYPE_Q6_K, FG_TYPE_IQ4_XS};
     const long n = 129 * 256, R = 9, M = 3;
     for (size_t t = 0; t < sizeof(ktypes) / sizeof(ktypes[0]); t++) {
         const int type = ktypes[t], xtype = fg_vec_dot_type(type);
