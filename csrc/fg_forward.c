@@ -42,9 +42,53 @@ static size_t max_row_bytes(int64_t n) {
     return round64(b > best ? b : best);
 }
 
+/* Layer il's head size and KV heads (the sliding-window layers may have their own: gemma4). */
+static int layer_hd(const fg_model *m, int il) {
+    return m->layers[il].swa && m->hp.head_dim_swa > 0 ? m->hp.head_dim_swa : m->hp.head_dim;
+}
+
+static int layer_g(const fg_model *m, int il) {
+    return m->layers[il].swa && m->hp.n_head_kv_swa > 0 ? m->hp.n_head_kv_swa : m->hp.n_head_kv;
+}
+
+/* The layer whose K/V cache layer il attends over: its own, or an earlier one's (fg_layer kv_reuse). */
+static int kv_layer(const fg_model *m, int il) {
+    return m->layers[il].kv_reuse > 0 ? m->layers[il].kv_reuse - 1 : il;
+}
+
+/* The largest q and k|v widths of a layer, and RoPE dims of a table row (full and sliding-window layers). */
+static int64_t max_q_dim(const fg_model *m) {
+    int64_t a = (int64_t)m->hp.head_dim, b = (int64_t)m->hp.head_dim_swa;
+    return m->hp.n_head * (a > b ? a : b);
+}
+
+static int64_t max_kv_dim(const fg_model *m) {
+    int64_t a = (int64_t)m->hp.n_head_kv * m->hp.head_dim;
+    int64_t b = (int64_t)(m->hp.n_head_kv_swa > 0 ? m->hp.n_head_kv_swa : m->hp.n_head_kv) *
+                (m->hp.head_dim_swa > 0 ? m->hp.head_dim_swa : m->hp.head_dim);
+    return a > b ? a : b;
+}
+
+static int64_t rope_stride(const fg_model *m) {
+    int a = m->hp.n_rot, b = m->hp.n_rot_swa;
+    return a > b ? a : (b > 0 ? b : 1);
+}
+
+/* The model as layer il's attention and FFN see it (team.m while it runs): its head size, KV heads, rotated dims
+ * and FFN width in hp. */
+static void layer_view(fg_model *v, const fg_model *m, int il) {
+    const fg_layer *L = &m->layers[il];
+    *v = *m;
+    v->hp.head_dim = layer_hd(m, il);
+    v->hp.n_head_kv = layer_g(m, il);
+    if (L->swa && m->hp.n_rot_swa > 0) v->hp.n_rot = m->hp.n_rot_swa;
+    if (L->n_ff > 0) v->hp.n_ff = L->n_ff;
+}
+
 /* Query heads whose scores a thread holds at once: a whole row's, or an attention tile's (fg_attention_tile). */
 static int64_t score_heads(const fg_model *m) {
-    int64_t tile = (int64_t)FG_ATT_TILE * (m->hp.n_head / m->hp.n_head_kv);
+    int g = m->hp.n_head_kv_swa > 0 && m->hp.n_head_kv_swa < m->hp.n_head_kv ? m->hp.n_head_kv_swa : m->hp.n_head_kv;
+    int64_t tile = (int64_t)FG_ATT_TILE * (m->hp.n_head / g);
     return tile > m->hp.n_head ? tile : m->hp.n_head;
 }
 
@@ -69,7 +113,7 @@ void fg_kv_free(fg_kv *kv) {
     free(kv->layer_row0);
     kv->k_cache = kv->v_cache = NULL;
     kv->conv_cache = kv->dn_cache = NULL;
-    kv->layer_row0 = kv->conv_row0 = kv->dn_off = NULL;
+    kv->layer_row0 = kv->conv_row0 = kv->dn_off = kv->layer_off = NULL;
 }
 
 /* Rows of the rings of a cache of n_ctx positions: sliding-window layers' (*swa) and conv layers' (*conv). */
@@ -84,7 +128,7 @@ static void layer_cache_rows(const fg_model *m, int il, int n_ctx, int64_t *kv_r
     int swa, conv;
     ring_rows(m, n_ctx, &swa, &conv);
     const fg_layer *L = &m->layers[il];
-    *kv_rows = L->conv || L->deltanet || L->ssm ? 0 : (L->swa ? swa : n_ctx);
+    *kv_rows = L->conv || L->deltanet || L->ssm || L->kv_reuse ? 0 : (L->swa ? swa : n_ctx);
     *conv_rows = L->conv ? conv : 0;
 }
 
@@ -116,18 +160,18 @@ static int64_t rec_state_floats(const fg_model *m, int il) {
 static float *rec_state(const fg_kv *kv, int il) { return kv->dn_cache + kv->dn_off[il]; }
 
 size_t fg_kv_bytes(const fg_model *m, int n_ctx, size_t *conv, size_t *rec) {
-    size_t kv_rows = 0, conv_rows = 0, dn = 0;
+    size_t kv_vals = 0, conv_rows = 0, dn = 0;
     for (int il = 0; il < m->hp.n_layer; il++) {
         int64_t k, c;
         layer_cache_rows(m, il, n_ctx, &k, &c);
-        kv_rows += (size_t)k;
+        kv_vals += (size_t)k * layer_g(m, il) * layer_hd(m, il);
         conv_rows += (size_t)c;
         dn += (size_t)rec_state_floats(m, il) * sizeof(float);
     }
     size_t c = conv_rows * m->hp.n_embd * sizeof(float);
     if (conv) *conv = c;
     if (rec) *rec = dn;
-    return 2 * kv_rows * m->hp.n_head_kv * m->hp.head_dim * sizeof(uint16_t) + c + dn;
+    return 2 * kv_vals * sizeof(uint16_t) + c + dn;
 }
 
 int fg_kv_init(fg_kv *kv, const fg_model *m, int n_ctx) {
@@ -135,19 +179,21 @@ int fg_kv_init(fg_kv *kv, const fg_model *m, int n_ctx) {
     kv->n_ctx = n_ctx;
     ring_rows(m, n_ctx, &kv->n_swa_rows, &kv->n_conv_rows);
     int NL = m->hp.n_layer;
-    kv->layer_row0 = malloc(3 * ((size_t)NL + 1) * sizeof(int64_t));
+    kv->layer_row0 = malloc(4 * ((size_t)NL + 1) * sizeof(int64_t));
     if (!kv->layer_row0) return -1;
     kv->conv_row0 = kv->layer_row0 + NL + 1;
     kv->dn_off = kv->conv_row0 + NL + 1;
-    kv->layer_row0[0] = kv->conv_row0[0] = kv->dn_off[0] = 0;
+    kv->layer_off = kv->dn_off + NL + 1;
+    kv->layer_row0[0] = kv->conv_row0[0] = kv->dn_off[0] = kv->layer_off[0] = 0;
     for (int il = 0; il < NL; il++) {
         int64_t k, c;
         layer_cache_rows(m, il, n_ctx, &k, &c);
         kv->layer_row0[il + 1] = kv->layer_row0[il] + k;
+        kv->layer_off[il + 1] = kv->layer_off[il] + k * layer_g(m, il) * layer_hd(m, il);
         kv->conv_row0[il + 1] = kv->conv_row0[il] + c;
         kv->dn_off[il + 1] = kv->dn_off[il] + rec_state_floats(m, il);
     }
-    size_t conv, rec, cache = (size_t)kv->layer_row0[NL] * m->hp.n_head_kv * m->hp.head_dim * sizeof(uint16_t);
+    size_t conv, rec, cache = (size_t)kv->layer_off[NL] * sizeof(uint16_t);
     kv->bytes = fg_kv_bytes(m, n_ctx, &conv, &rec);
     kv->k_cache = alloc64(cache);
     kv->v_cache = alloc64(cache);
@@ -166,7 +212,7 @@ int fg_kv_init(fg_kv *kv, const fg_model *m, int n_ctx) {
 
 void fg_work_free(fg_work *w) {
     float **fs[] = {&w->kcur, &w->vcur, &w->x, &w->xn, &w->q, &w->att, &w->tmp, &w->gate, &w->up, &w->rope,
-                    &w->rlogits, &w->hg, &w->hu, &w->ye, &w->conv, &w->ag, &w->dn, &w->ssm, &w->ssm_y};
+                    &w->rlogits, &w->hg, &w->hu, &w->ye, &w->conv, &w->ag, &w->dn, &w->ssm, &w->ssm_y, &w->ple};
     for (size_t i = 0; i < sizeof(fs) / sizeof(fs[0]); i++) {
         free64(*fs[i]);
         *fs[i] = NULL;
@@ -186,11 +232,15 @@ int fg_work_init(fg_work *w, const fg_model *m, int n_batch, int max_ctx, int ma
     w->n_batch = n_batch < 1 ? 1 : (n_batch > cap ? cap : n_batch);
     w->max_ctx = max_ctx < 1 ? 1 : max_ctx;
     w->max_threads = max_threads < 1 ? 1 : max_threads;
-    w->q_dim = (int64_t)m->hp.n_head * m->hp.head_dim;
-    w->kv_dim = (int64_t)m->hp.n_head_kv * m->hp.head_dim;
+    w->q_dim = max_q_dim(m);
+    w->kv_dim = max_kv_dim(m);
+    w->rope_stride = rope_stride(m);
+    int64_t n_ple = (int64_t)m->hp.n_layer * m->hp.n_embd_per_layer, F = m->hp.n_ff; /* gate/up hold P too */
+    if (m->hp.n_embd_per_layer > F) F = m->hp.n_embd_per_layer;
     w->n_in = m->hp.n_embd;
+    if (n_ple > w->n_in) w->n_in = n_ple; /* a token's ple_embd row, dequantized into pxn */
     if (w->q_dim > w->n_in) w->n_in = w->q_dim;
-    if (m->hp.n_ff > w->n_in) w->n_in = m->hp.n_ff;
+    if (F > w->n_in) w->n_in = F;
     if (m->hp.n_expert > 0 && m->hp.n_ff_exp > w->n_in) w->n_in = m->hp.n_ff_exp;
     int64_t dn_v = (int64_t)m->hp.dn_v_heads * m->hp.dn_state; /* dn_out's input; the recurrence's private q, k, o */
     if (m->hp.dn_conv > 0 && dn_v > w->n_in) w->n_in = dn_v;
@@ -205,9 +255,9 @@ int fg_work_init(fg_work *w, const fg_model *m, int n_batch, int max_ctx, int ma
     w->q = alloc64(B * w->q_dim * sizeof(float));
     w->att = alloc64(B * w->q_dim * sizeof(float));
     w->tmp = alloc64(B * m->hp.n_embd * sizeof(float));
-    w->gate = alloc64(B * m->hp.n_ff * sizeof(float));
-    w->up = alloc64(B * m->hp.n_ff * sizeof(float));
-    w->rope = alloc64(2 * B * (m->hp.n_rot > 0 ? m->hp.n_rot : 1) * sizeof(float)); /* full and sliding-window layers */
+    w->gate = alloc64(B * F * sizeof(float));
+    w->up = alloc64(B * F * sizeof(float));
+    w->rope = alloc64(2 * B * w->rope_stride * sizeof(float)); /* full and sliding-window layers */
     w->xq = alloc64(FG_MAX_SLOTS * B * w->xq_row);
     w->priv_size = priv_bytes(w, m);
     w->priv = alloc64(w->priv_size * w->max_threads);
@@ -215,6 +265,10 @@ int fg_work_init(fg_work *w, const fg_model *m, int n_batch, int max_ctx, int ma
     if (m->hp.n_conv > 0) {
         w->conv = alloc64(B * 3 * m->hp.n_embd * sizeof(float));
         more_ok = w->conv != NULL;
+    }
+    if (n_ple > 0) {
+        w->ple = alloc64(B * n_ple * sizeof(float));
+        more_ok = more_ok && w->ple;
     }
     if (m->hp.attn_gate) {
         w->ag = alloc64(B * w->q_dim * sizeof(float));
@@ -303,16 +357,18 @@ typedef struct {
 
 static int64_t layer_rows(const fg_kv *kv, int il) { return kv->layer_row0[il + 1] - kv->layer_row0[il]; }
 
-/* Layer il's (layer_rows, head_dim) F16 K or V cache of KV group g (cache: kv->k_cache or kv->v_cache). */
+/* Layer il's (layer_rows, head_dim) F16 K or V cache of KV group g (cache: kv->k_cache or kv->v_cache); a layer
+ * that reuses an earlier layer's K/V (kv_reuse): that layer's. */
 static uint16_t *group_cache(const fg_model *m, const fg_kv *kv, uint16_t *cache, int il, int64_t g) {
-    return cache + (kv->layer_row0[il] * m->hp.n_head_kv + g * layer_rows(kv, il)) * m->hp.head_dim;
+    int src = kv_layer(m, il);
+    return cache + kv->layer_off[src] + g * layer_rows(kv, src) * layer_hd(m, src);
 }
 
 /* The keys a query at position pos of layer il attends to: n of them, the first in row *first of a ring of *ring
  * rows (the whole prefix for a full-attention layer; the last n_swa positions for a sliding-window one). */
 static int64_t attn_span(const fg_model *m, const fg_kv *kv, int il, int64_t pos, int64_t *first, int64_t *ring) {
     int64_t n = pos + 1;
-    *ring = layer_rows(kv, il);
+    *ring = layer_rows(kv, kv_layer(m, il));
     if (m->layers[il].swa && n > m->hp.n_swa) n = m->hp.n_swa;
     *first = (pos + 1 - n) % *ring;
     return n;
@@ -412,7 +468,7 @@ static void matmul_residual(const team *t, const fg_mat *w, const float *in, int
  * layer). */
 static void rope_row(const team *t, const fg_layer *L, float *q, float *k, const float *cs, int h0, int h1, int g0,
                      int g1) {
-    if (L->swa) cs += (int64_t)t->w->n_batch * t->m->hp.n_rot; /* the sliding-window layers' table */
+    if (L->swa) cs += (int64_t)t->w->n_batch * t->w->rope_stride; /* the sliding-window layers' table */
     const fg_model *m = t->m;
     int hd = m->hp.head_dim, rot = L->nope ? 0 : m->hp.n_rot;
     if (m->hp.qk_norm_full) { /* whole vectors: called with every head of the row (attention_rows) */
@@ -441,6 +497,12 @@ static void store_kv(const fg_model *m, const fg_kv *kv, int il, int64_t pos, co
     }
 }
 
+/* V heads [g0, g1) of a row RMS-normalised, no weight (hp.v_norm: gemma4), before they are cached. */
+static void v_norm_heads(const fg_model *m, float *v, int64_t g0, int64_t g1) {
+    for (int64_t g = g0; m->hp.v_norm && g < g1; g++)
+        fg_rmsnorm(v + g * m->hp.head_dim, v + g * m->hp.head_dim, NULL, m->hp.head_dim, m->hp.norm_eps);
+}
+
 /* One row (a decode step). q, k, v = attn_norm(x) . Wq, Wk, Wv with whole heads per thread: the n_head + 2 n_head_kv
  * heads of q|k|v split evenly, so each thread ropes its own q and k heads and stores its k and v heads in the cache
  * with no barrier in between. Then attention split by query head (balanced even when there are fewer KV groups
@@ -450,22 +512,24 @@ static void attention_one_row(const team *t, const fg_layer *L, int il, const ch
     fg_work *s = t->w;
     const fg_kv *kv = t->seqs[t->seq[0]];
     int pos = t->pos[0], H = m->hp.n_head, G = m->hp.n_head_kv, hd = m->hp.head_dim, n_rep = H / G;
-    int64_t QD = s->q_dim, KV = s->kv_dim, u0, u1, h0, h1, first, ring;
+    int GK = L->kv_reuse ? 0 : G; /* the K/V heads this layer computes */
+    int64_t QD = (int64_t)H * hd, KV = (int64_t)G * hd, u0, u1, h0, h1, first, ring;
     int64_t n_keys = attn_span(m, kv, il, pos, &first, &ring);
-    fg_split_rows(H + 2 * G, t->nth, t->ith, 1, &u0, &u1);
+    fg_split_rows(H + 2 * GK, t->nth, t->ith, 1, &u0, &u1);
     h0 = u0 < H ? u0 : H, h1 = u1 < H ? u1 : H;                                     /* q heads */
     matmul(&L->wq, xq[0], xs, 1, s->q, QD, h0 * hd, h1 * hd);
     add_bias(s->q, QD, 1, L->bq, h0 * hd, h1 * hd);
     rope_row(t, L, s->q, s->kcur, s->rope, (int)h0, (int)h1, 0, 0);
-    h0 = u0 - H < 0 ? 0 : (u0 - H < G ? u0 - H : G), h1 = u1 - H < 0 ? 0 : (u1 - H < G ? u1 - H : G); /* k heads */
+    h0 = u0 - H < 0 ? 0 : (u0 - H < GK ? u0 - H : GK), h1 = u1 - H < 0 ? 0 : (u1 - H < GK ? u1 - H : GK); /* k */
     matmul(&L->wk, xq[1], xs, 1, s->kcur, KV, h0 * hd, h1 * hd);
     add_bias(s->kcur, KV, 1, L->bk, h0 * hd, h1 * hd);
     rope_row(t, L, s->q, s->kcur, s->rope, 0, 0, (int)h0, (int)h1);
-    store_kv(m, kv, il, pos, s->kcur, NULL, h0, h1);
-    h0 = u0 - H - G < 0 ? 0 : u0 - H - G, h1 = u1 - H - G < 0 ? 0 : u1 - H - G;      /* v heads */
+    if (h1 > h0) store_kv(m, kv, il, pos, s->kcur, NULL, h0, h1);
+    h0 = u0 - H - GK < 0 ? 0 : u0 - H - GK, h1 = u1 - H - GK < 0 ? 0 : u1 - H - GK;  /* v heads */
     matmul(&L->wv, xq[2], xs, 1, s->vcur, KV, h0 * hd, h1 * hd);
     add_bias(s->vcur, KV, 1, L->bv, h0 * hd, h1 * hd);
-    store_kv(m, kv, il, pos, NULL, s->vcur, h0, h1);
+    v_norm_heads(m, s->vcur, h0, h1);
+    if (h1 > h0) store_kv(m, kv, il, pos, NULL, s->vcur, h0, h1);
     BARRIER(t);
     fg_split_rows(H, t->nth, t->ith, 1, &h0, &h1);
     for (int64_t g = h0 / n_rep; g * n_rep < h1; g++) {
@@ -485,11 +549,12 @@ static void attention_rows(const team *t, const fg_layer *L, int il, int64_t row
     const fg_model *m = t->m;
     fg_work *s = t->w;
     int hd = m->hp.head_dim, G = m->hp.n_head_kv, n_rep = m->hp.n_head / G;
-    int64_t QD = s->q_dim, KV = s->kv_dim, r0, r1;
+    int GK = L->kv_reuse ? 0 : G; /* the K/V heads this layer computes */
+    int64_t QD = (int64_t)m->hp.n_head * hd, KV = (int64_t)G * hd, r0, r1;
     fg_split_rows(QD, t->nth, t->ith, ROW_ALIGN, &r0, &r1);
     matmul(&L->wq, xq[0], xs, rows, s->q, QD, r0, r1);
     add_bias(s->q, QD, rows, L->bq, r0, r1);
-    fg_split_rows(KV, t->nth, t->ith, ROW_ALIGN, &r0, &r1);
+    fg_split_rows(GK * (int64_t)hd, t->nth, t->ith, ROW_ALIGN, &r0, &r1);
     matmul(&L->wk, xq[1], xs, rows, s->kcur, KV, r0, r1);
     add_bias(s->kcur, KV, rows, L->bk, r0, r1);
     matmul(&L->wv, xq[2], xs, rows, s->vcur, KV, r0, r1);
@@ -503,8 +568,9 @@ static void attention_rows(const team *t, const fg_layer *L, int il, int64_t row
         fg_split_rows(rows, t->nth, t->ith, 1, &r0, &r1);
         for (int64_t i = r0; i < r1; i++) {
             const fg_kv *kv = t->seqs[t->seq[i]];
-            rope_row(t, L, s->q + i * QD, s->kcur + i * KV, s->rope + i * m->hp.n_rot, 0, m->hp.n_head, 0, G);
-            store_kv(m, kv, il, t->pos[i], s->kcur + i * KV, s->vcur + i * KV, 0, G);
+            rope_row(t, L, s->q + i * QD, s->kcur + i * KV, s->rope + i * s->rope_stride, 0, m->hp.n_head, 0, GK);
+            v_norm_heads(m, s->vcur + i * KV, 0, GK);
+            if (GK) store_kv(m, kv, il, t->pos[i], s->kcur + i * KV, s->vcur + i * KV, 0, GK);
         }
         BARRIER(t);
     }
@@ -523,8 +589,10 @@ static void attention_rows(const team *t, const fg_layer *L, int il, int64_t row
         for (int g = 0; g < G; g++, u++) {
             if (u % t->nth != t->ith) continue;
             for (int64_t i = i0; fused && i < i1; i++) {
-                rope_row(t, L, s->q + i * QD, s->kcur + i * KV, s->rope + i * m->hp.n_rot, g * n_rep, (g + 1) * n_rep,
-                         g, g + 1);
+                rope_row(t, L, s->q + i * QD, s->kcur + i * KV, s->rope + i * s->rope_stride, g * n_rep, (g + 1) * n_rep,
+                         g, GK ? g + 1 : g);
+                if (!GK) continue;
+                v_norm_heads(m, s->vcur + i * KV, g, g + 1);
                 store_kv(m, kv, il, t->pos[i], s->kcur + i * KV, s->vcur + i * KV, g, g + 1);
             }
             fg_attention_tile(s->att + i0 * QD + g * n_rep * hd, QD, s->q + i0 * QD + g * n_rep * hd, QD, (int)(i1 - i0),
@@ -1003,7 +1071,7 @@ static void deltanet_block(const team *t, const fg_layer *L, int il, int64_t row
  * barrier. */
 static void attention_gate(const team *t, const fg_layer *L, int64_t rows, const char *xq, size_t xs) {
     fg_work *s = t->w;
-    int64_t QD = s->q_dim, r0, r1;
+    int64_t QD = (int64_t)t->m->hp.n_head * t->m->hp.head_dim, r0, r1;
     fg_split_rows(QD, t->nth, t->ith, ROW_ALIGN, &r0, &r1);
     matmul(&L->wg, xq, xs, rows, s->ag, QD, r0, r1);
     for (int64_t i = 0; i < rows; i++)
@@ -1011,12 +1079,42 @@ static void attention_gate(const team *t, const fg_layer *L, int64_t rows, const
     BARRIER(t);
 }
 
+/* gemma4's end of a layer (fg_layer ple_*, out_scale): x += rmsnorm(ple_out . (gelu(ple_gate . x) * its per-layer
+ * input)) * ple_post_norm, then x *= out_scale. */
+static void layer_tail(const team *t, const fg_layer *L, int il, int64_t rows) {
+    const fg_model *m = t->m;
+    fg_work *s = t->w;
+    int64_t E = m->hp.n_embd, P = m->hp.n_embd_per_layer, NP = P * m->hp.n_layer, r0, r1;
+    if (L->ple_gate.data) {
+        const fg_mat *ws[1] = {&L->ple_gate};
+        const char *xq[1];
+        size_t xs;
+        prep(t, s->x, rows, E, E, NULL, ws, 1, xq, &xs);
+        fg_split_rows(P, t->nth, t->ith, ROW_ALIGN, &r0, &r1);
+        matmul(&L->ple_gate, xq[0], xs, rows, s->gate, P, r0, r1);
+        for (int64_t i = 0; i < rows; i++) {
+            float *g = s->gate + i * P;
+            const float *in = s->ple + i * NP + (int64_t)il * P;
+            fg_gelu(g + r0, r1 - r0);
+            for (int64_t r = r0; r < r1; r++) g[r] *= in[r];
+        }
+        BARRIER(t);
+        matmul_residual(t, &L->ple_out, s->gate, rows, P, P, NULL, L->ple_post_norm);
+    }
+    if (L->out_scale) {
+        fg_split_rows(rows, t->nth, t->ith, 1, &r0, &r1);
+        for (int64_t i = r0; i < r1; i++)
+            for (int64_t j = 0; j < E; j++) s->x[i * E + j] *= L->out_scale[0];
+        BARRIER(t);
+    }
+}
+
 static void layer_forward(const team *t, int il, int64_t rows) {
     const fg_model *m = t->m;
     fg_work *s = t->w;
     const fg_layer *L = &m->layers[il];
-    int64_t E = m->hp.n_embd, QD = s->q_dim, F = m->hp.n_ff, r0, r1;
-    const char *xq[4];
+    int64_t E = m->hp.n_embd, QD = (int64_t)m->hp.n_head * m->hp.head_dim, F = m->hp.n_ff, r0, r1;
+    const char *xq[4] = {NULL, NULL, NULL, NULL}; /* a K/V-reusing layer preps wq alone */
     size_t xs;
 
     if (L->conv) { /* x += conv_out . (C * conv) */
@@ -1029,7 +1127,7 @@ static void layer_forward(const team *t, int il, int64_t rows) {
         mamba2_block(t, L, il, rows);
     } else {
         const fg_mat *qkv[4] = {&L->wq, &L->wk, &L->wv, &L->wg};
-        prep(t, s->x, rows, E, E, L->attn_norm, qkv, L->wg.data ? 4 : 3, xq, &xs);
+        prep(t, s->x, rows, E, E, L->attn_norm, qkv, L->kv_reuse ? 1 : (L->wg.data ? 4 : 3), xq, &xs);
         if (rows == 1 && !m->hp.qk_norm_full)
             attention_one_row(t, L, il, xq, xs);
         else
@@ -1071,6 +1169,7 @@ static void layer_forward(const team *t, int il, int64_t rows) {
     BARRIER(t);
     matmul_residual(t, &L->w_down, s->gate, rows, F, F, L->b_down, L->ffn_post_norm);
     post_layernorm(t, rows, L->layer_out_norm, L->layer_out_norm_b);
+    layer_tail(t, L, il, rows);
 }
 
 /* Embeddings and RoPE tables of the chunk's rows (tokens (rows,)) into w->x, w->rope (rows split, no barrier). */
@@ -1093,19 +1192,46 @@ static void embed_rows(const team *t, const int32_t *tokens, int64_t rows) {
             for (int64_t j = 0; j < E; j++) x[j] += t->pxn[j];
         }
         if (m->tok_norm) fg_layernorm(x, x, m->tok_norm, m->tok_norm_b, E, m->hp.norm_eps);
-        if (m->hp.n_rot > 0) {
-            int long_ctx = m->rope_freqs_long && t->seqs[t->seq[i]]->n_ctx > m->hp.rope_n_ctx_orig;
-            fg_rope_cfg c = {m->hp.rope_base, m->hp.rope_freq_scale, long_ctx ? m->rope_freqs_long : m->rope_freqs,
-                             m->hp.rope_ext_factor, m->hp.rope_attn_factor, m->hp.rope_n_ctx_orig, m->hp.rope_beta_fast,
-                             m->hp.rope_beta_slow};
-            fg_rope_table(s->rope + i * m->hp.n_rot, m->hp.n_rot, t->pos[i], &c);
-            if (m->hp.n_swa > 0) {
-                c.base = m->hp.rope_base_swa;
-                c.freq_scale = m->hp.rope_freq_scale_swa;
-                fg_rope_table(s->rope + ((int64_t)s->n_batch + i) * m->hp.n_rot, m->hp.n_rot, t->pos[i], &c);
-            }
+        int long_ctx = m->rope_freqs_long && t->seqs[t->seq[i]]->n_ctx > m->hp.rope_n_ctx_orig;
+        fg_rope_cfg c = {m->hp.rope_base, m->hp.rope_freq_scale, long_ctx ? m->rope_freqs_long : m->rope_freqs,
+                         m->hp.rope_ext_factor, m->hp.rope_attn_factor, m->hp.rope_n_ctx_orig, m->hp.rope_beta_fast,
+                         m->hp.rope_beta_slow};
+        int rot_swa = m->hp.n_rot_swa > 0 ? m->hp.n_rot_swa : m->hp.n_rot;
+        if (m->hp.n_rot > 0) fg_rope_table(s->rope + i * s->rope_stride, m->hp.n_rot, t->pos[i], &c);
+        if (m->hp.n_swa > 0 && rot_swa > 0) {
+            c.base = m->hp.rope_base_swa;
+            c.freq_scale = m->hp.rope_freq_scale_swa;
+            if (m->hp.swa_no_freqs) c.freq_factors = NULL;
+            fg_rope_table(s->rope + ((int64_t)s->n_batch + i) * s->rope_stride, rot_swa, t->pos[i], &c);
         }
     }
+}
+
+/* gemma4's per-layer inputs of the chunk's rows into w->ple (fg_model ple_*), after embed_rows. */
+static void ple_inputs(const team *t, const int32_t *tokens, int64_t rows) {
+    const fg_model *m = t->m;
+    fg_work *s = t->w;
+    int64_t E = m->hp.n_embd, P = m->hp.n_embd_per_layer, NP = P * m->hp.n_layer, r0, r1;
+    const fg_mat *ws[1] = {&m->ple_proj}, *pe = &m->ple_embd;
+    const char *xq[1];
+    size_t xs;
+    prep(t, s->x, rows, E, E, NULL, ws, 1, xq, &xs);
+    fg_split_rows(NP, t->nth, t->ith, ROW_ALIGN, &r0, &r1);
+    matmul(&m->ple_proj, xq[0], xs, rows, s->ple, NP, r0, r1);
+    BARRIER(t);
+    float proj_scale = 1.0f / sqrtf((float)E), tok_scale = sqrtf((float)P), in_scale = 1.0f / sqrtf(2.0f);
+    fg_split_rows(rows, t->nth, t->ith, 1, &r0, &r1);
+    for (int64_t i = r0; i < r1; i++) {
+        fg_dequantize_row(pe->type, (const char *)pe->data + (size_t)tokens[i] * pe->stride, t->pxn, NP);
+        for (int64_t l = 0; l < m->hp.n_layer; l++) {
+            float *y = s->ple + i * NP + l * P;
+            const float *e = t->pxn + l * P;
+            for (int64_t j = 0; j < P; j++) y[j] *= proj_scale;
+            fg_rmsnorm(y, y, m->ple_norm, P, m->hp.norm_eps);
+            for (int64_t j = 0; j < P; j++) y[j] = (y[j] + e[j] * tok_scale) * in_scale;
+        }
+    }
+    BARRIER(t);
 }
 
 /* logits (n_out, n_vocab) = output . output_norm(x) of rows want[0..n_out) (increasing, numbered from the call's
@@ -1244,8 +1370,15 @@ static void forward_task(int ith, int nth, void *arg) {
         t.one_tile = one_tile_each(t.seq, rows);
         embed_rows(&t, a->tokens + c, rows);
         BARRIER(&t);
+        if (m->ple_proj.data) ple_inputs(&t, a->tokens + c, rows);
 
-        for (int il = 0; il < m->hp.n_layer; il++) layer_forward(&t, il, rows);
+        for (int il = 0; il < m->hp.n_layer; il++) {
+            fg_model view;
+            layer_view(&view, m, il);
+            t.m = &view;
+            layer_forward(&t, il, rows);
+            t.m = m;
+        }
 
         int h0 = hi, l0 = li;
         while (hi < a->n_hidden_rows && a->hidden_rows[hi] < c + rows) hi++;
@@ -1302,10 +1435,12 @@ static void copy_ring(char *dst, int64_t dr, const char *src, int64_t sr, size_t
 
 int fg_kv_copy(const fg_model *m, fg_kv *dst, const fg_kv *src, int n) {
     if (n < 0 || n > dst->n_ctx || n > src->n_ctx || dst == src) return -1;
-    int64_t hd = m->hp.head_dim, d_conv = m->hp.n_conv - 1;
-    size_t row = (size_t)hd * sizeof(uint16_t);
+    int64_t d_conv = m->hp.n_conv - 1;
     for (int il = 0; il < m->hp.n_layer; il++) {
         const fg_layer *L = &m->layers[il];
+        int64_t hd = layer_hd(m, il);
+        size_t row = (size_t)hd * sizeof(uint16_t);
+        if (L->kv_reuse) continue; /* no cache of its own */
         if (L->deltanet || L->ssm) { /* the state after src's last position (the caller's n is src's count) */
             if (n > 0)
                 memcpy(rec_state(dst, il), rec_state(src, il), (size_t)rec_state_floats(m, il) * sizeof(float));
@@ -1318,7 +1453,7 @@ int fg_kv_copy(const fg_model *m, fg_kv *dst, const fg_kv *src, int n) {
         }
         int64_t sr = layer_rows(src, il), dr = layer_rows(dst, il), p0 = 0;
         if (L->swa && n > m->hp.n_swa) p0 = n - m->hp.n_swa;
-        for (int64_t g = 0; g < m->hp.n_head_kv; g++) {
+        for (int64_t g = 0; g < layer_g(m, il); g++) {
             uint16_t *dk = group_cache(m, dst, dst->k_cache, il, g), *dv = group_cache(m, dst, dst->v_cache, il, g);
             const uint16_t *sk = group_cache(m, src, src->k_cache, il, g), *sv = group_cache(m, src, src->v_cache, il, g);
             if (!L->swa) {
@@ -1340,20 +1475,21 @@ static int64_t state_first(const fg_model *m, int il, int n) {
 
 int64_t fg_kv_state_size(const fg_model *m, int n) {
     if (n < 0 || m->hp.n_conv > 0 || m->hp.dn_conv > 0 || m->hp.ssm_d_state > 0) return -1; /* recurrent states: not in this format */
-    int64_t rows = 0;
-    for (int il = 0; il < m->hp.n_layer; il++) rows += n - state_first(m, il, n);
-    return 2 * rows * m->hp.n_head_kv * m->hp.head_dim;
+    int64_t vals = 0;
+    for (int il = 0; il < m->hp.n_layer; il++)
+        if (!m->layers[il].kv_reuse) vals += (n - state_first(m, il, n)) * layer_g(m, il) * layer_hd(m, il);
+    return 2 * vals;
 }
 
 /* fg_kv_save (save != 0: cache -> buf) and fg_kv_load (buf -> cache) in one walk. */
 static int kv_state_io(const fg_model *m, const fg_kv *kv, int n, uint16_t *buf, int save) {
     if (n < 0 || n > kv->n_ctx || m->hp.n_conv > 0 || m->hp.dn_conv > 0 || m->hp.ssm_d_state > 0) return -1;
-    int64_t hd = m->hp.head_dim;
-    size_t row = (size_t)hd * sizeof(uint16_t);
     for (int il = 0; il < m->hp.n_layer; il++) {
-        int64_t rows = layer_rows(kv, il), p0 = state_first(m, il, n);
+        int64_t rows = layer_rows(kv, il), p0 = state_first(m, il, n), hd = layer_hd(m, il);
+        size_t row = (size_t)hd * sizeof(uint16_t);
+        if (m->layers[il].kv_reuse) continue; /* no cache of its own */
         for (int kind = 0; kind < 2; kind++) {
-            for (int64_t g = 0; g < m->hp.n_head_kv; g++) {
+            for (int64_t g = 0; g < layer_g(m, il); g++) {
                 uint16_t *c = group_cache(m, kv, kind ? kv->v_cache : kv->k_cache, il, g);
                 if (!m->layers[il].swa) {
                     memcpy(save ? buf : c, save ? c : buf, (size_t)n * row);

@@ -96,6 +96,15 @@ typedef struct {
     const float *ssm_conv1d_b;    /* optional (D + 2 G S,) or NULL */
     const float *ssm_dt_b, *ssm_a, *ssm_d; /* (H,) each; ssm_a is -exp(A_log) */
     const float *ssm_norm;        /* (D,) */
+    /* gemma4 (all optional: 0 / NULL / data NULL when absent) */
+    int n_ff;                     /* this layer's FFN width (its w_gate/w_up rows); 0: hp.n_ff */
+    int kv_reuse;                 /* > 0: this layer computes no K/V and attends over layer kv_reuse - 1's cache (an
+                                   * earlier layer of its kind: same window, head size and KV heads); 0: its own */
+    fg_mat ple_gate;              /* (P, n_embd), P = hp.n_embd_per_layer: after the FFN, x += rmsnorm(ple_out .
+                                   * (gelu(ple_gate . x) * this layer's per-layer input)) * ple_post_norm */
+    fg_mat ple_out;               /* (n_embd, P) */
+    const float *ple_post_norm;   /* (n_embd,) */
+    const float *out_scale;       /* (1,): then x *= out_scale[0] (the layer's output scale) */
 } fg_layer;
 
 #define FG_ACT_SILU 0             /* ffn = silu(gate) * up (llama) */
@@ -148,6 +157,11 @@ typedef struct {
     /* Mamba-2 layers (fg_layer ssm; all 0: none): conv taps (>= 2), inner width D, state size S, heads H, groups G
      * (H % G == 0, D % H == 0) */
     int ssm_d_conv, ssm_d_inner, ssm_d_state, ssm_n_head, ssm_n_group;
+    /* gemma4: the sliding-window layers' own head size, KV heads and rotated dims (0: as the others'); their RoPE
+     * without rope_freqs (swa_no_freqs 1: the factors are the full-attention layers' alone); V RMS-normalised per
+     * head (no weight) before it is cached (v_norm 1); per-layer inputs of P = n_embd_per_layer values per layer
+     * (fg_model ple_*, fg_layer ple_*; 0: none) */
+    int head_dim_swa, n_head_kv_swa, n_rot_swa, swa_no_freqs, v_norm, n_embd_per_layer;
 } fg_hparams;
 
 /* The model: its numbers and its tensors (pointers into the mapped file). */
@@ -166,6 +180,12 @@ typedef struct {
                                    * (bert; data NULL: none); positions >= n_pos are refused */
     const float *type_embd0;      /* optional (n_embd,) token type 0's embedding added to the input, or NULL */
     const float *tok_norm, *tok_norm_b; /* optional (n_embd,): input = LayerNorm(embeddings), or NULL */
+    /* gemma4's per-layer inputs (hp.n_embd_per_layer = P > 0; data NULL: none): for each row, (n_layer, P) values
+     * (rmsnorm(ple_proj . x / sqrt(n_embd)) * ple_norm per layer + ple_embd[token] * sqrt(P)) / sqrt(2), x the
+     * scaled embedding; layer il uses its P (fg_layer ple_gate) */
+    fg_mat ple_embd;              /* (n_vocab, n_layer P) */
+    fg_mat ple_proj;              /* (n_layer P, n_embd) */
+    const float *ple_norm;        /* (P,) */
 } fg_model;
 
 #define FG_MAX_SLOTS 3 /* distinct activation types for one input (q, k, v may differ) */
@@ -183,6 +203,8 @@ typedef struct {
     uint16_t *k_cache, *v_cache;  /* the layers one after another, each (n_head_kv, layer_rows, head_dim) */
     float *conv_cache;            /* the conv layers' rings one after another, each (n_conv_rows, n_embd) */
     int64_t *layer_row0;          /* (n_layer + 1,) first K/V row of each layer; the last entry is the total */
+    int64_t *layer_off;           /* (n_layer + 1,) first value of each layer's K (and V) block: layers may differ
+                                   * in head size and KV heads (gemma4; same allocation) */
     int64_t *conv_row0;           /* (n_layer + 1,) the same for the conv rings' rows (same allocation) */
     float *dn_cache;              /* the recurrent layers' states one after another: a DeltaNet layer's conv ring
                                    * (dn_conv, conv_dim) (row = position mod dn_conv) then (dn_v_heads, S, S) matrices
@@ -219,8 +241,10 @@ typedef struct {
     float *hg, *hu;               /* (slots, n_ff_exp) gate and up outputs, then act(gate) * up in hg */
     char *hq;                     /* (slots + n_batch, xq_row) hg quantized for down, then the shared expert's */
     float *ye;                    /* (slots, n_embd) down outputs */
-    float *rope;                  /* (n_batch, n_rot) cos/sin pairs; then (n_batch, n_rot) of the sliding-window
-                                   * layers when the model has any */
+    float *rope;                  /* (n_batch, rope_stride) cos/sin pairs; then (n_batch, rope_stride) of the
+                                   * sliding-window layers when the model has any */
+    int64_t rope_stride;          /* max(n_rot, n_rot_swa) */
+    float *ple;                   /* (n_batch, n_layer P) the per-layer inputs (fg_model ple_*), else NULL */
     char *xq;                     /* (FG_MAX_SLOTS, n_batch, xq_row) quantized inputs, batch path */
     size_t xq_row;
     char *priv;                   /* (max_threads, priv_size): per-thread xn (n_in), slots, scores (n_head, max_ctx),

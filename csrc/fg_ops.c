@@ -8,6 +8,10 @@ void fg_rmsnorm(float *out, const float *x, const float *w, int64_t n, float eps
     double ss = 0.0; /* double: the sum of 576..8192 squares, exactly enough, at no cost here */
     for (int64_t i = 0; i < n; i++) ss += (double)x[i] * x[i];
     float s = (float)(1.0 / sqrt(ss / (double)n + (double)eps));
+    if (!w) { /* no weight (gemma4's V norm) */
+        for (int64_t i = 0; i < n; i++) out[i] = x[i] * s;
+        return;
+    }
     for (int64_t i = 0; i < n; i++) out[i] = x[i] * s * w[i];
 }
 

@@ -5,7 +5,7 @@
 
 #include <stdint.h>
 
-/* out (n,) = x / rms(x) * w.  out may alias x. */
+/* out (n,) = x / rms(x) * w (w NULL: no weight).  out may alias x. */
 void fg_rmsnorm(float *out, const float *x, const float *w, int64_t n, float eps);
 
 /* out (n,) = (x - mean(x)) / sqrt(var(x) + eps) * w + b (LayerNorm; llama.cpp's ggml_norm then the weight and

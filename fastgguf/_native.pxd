@@ -163,6 +163,11 @@ cdef extern from "fg_forward.h" nogil:
         const float *ssm_a
         const float *ssm_d
         const float *ssm_norm
+        int n_ff
+        int kv_reuse
+        fg_mat ple_gate, ple_out
+        const float *ple_post_norm
+        const float *out_scale
 
     ctypedef struct fg_hparams:
         int n_embd, n_layer, n_head, n_head_kv, head_dim, n_ff, n_vocab
@@ -184,6 +189,7 @@ cdef extern from "fg_forward.h" nogil:
         int attn_gate
         int dn_conv, dn_state, dn_k_heads, dn_v_heads
         int ssm_d_conv, ssm_d_inner, ssm_d_state, ssm_n_head, ssm_n_group
+        int head_dim_swa, n_head_kv_swa, n_rot_swa, swa_no_freqs, v_norm, n_embd_per_layer
 
     ctypedef struct fg_model:
         fg_hparams hp
@@ -197,6 +203,8 @@ cdef extern from "fg_forward.h" nogil:
         const float *type_embd0
         const float *tok_norm
         const float *tok_norm_b
+        fg_mat ple_embd, ple_proj
+        const float *ple_norm
 
     ctypedef struct fg_kv:
         int n_ctx, n_swa_rows, n_conv_rows

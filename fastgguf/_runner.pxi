@@ -139,9 +139,12 @@ cdef int _layer(Weights w, fg_layer *L, d, str p, bint moe) except -1:
     """Layer d's tensors into L, each checked against its shape (Weights.__init__); moe: a mixture-of-experts layer
     (in a model with experts, all but its leading dense layers, Hparams.moe_layer)."""
     cdef const fg_hparams *hp = &w.m.hp
-    cdef int64_t E = hp.n_embd, QD = <int64_t>hp.n_head * hp.head_dim, KV = <int64_t>hp.n_head_kv * hp.head_dim
+    # a sliding-window layer may have its own head size and KV heads, a layer its own FFN width (gemma4)
+    cdef int64_t hd = hp.head_dim_swa if L.swa and hp.head_dim_swa > 0 else hp.head_dim
+    cdef int64_t G = hp.n_head_kv_swa if L.swa and hp.n_head_kv_swa > 0 else hp.n_head_kv
+    cdef int64_t E = hp.n_embd, QD = <int64_t>hp.n_head * hd, KV = G * hd
     # in an expert layer F is the shared expert's width (a model with leading dense layers has none: Hparams.check)
-    cdef int64_t F = hp.n_ff, hd = hp.head_dim, NE = hp.n_expert if moe else 0
+    cdef int64_t F = L.n_ff if L.n_ff > 0 else hp.n_ff, NE = hp.n_expert if moe else 0
     L.attn_norm = _vec(w, d.get("attn_norm"), E, p + "attn_norm")
     if L.conv:  # a short-convolution layer instead of attention (Weights.__init__ set L.conv)
         L.conv_in = _mat(w, d["conv_in"], 3 * E, E, p + "shortconv.in_proj")
@@ -153,8 +156,8 @@ cdef int _layer(Weights w, fg_layer *L, d, str p, bint moe) except -1:
         _mamba2(w, L, d, p)
     else:
         L.wq = _mat(w, d["wq"], QD, E, p + "attn_q")
-        L.wk = _mat(w, d["wk"], KV, E, p + "attn_k")
-        L.wv = _mat(w, d["wv"], KV, E, p + "attn_v")
+        L.wk = _mat(w, d["wk"] if not L.kv_reuse else None, KV, E, p + "attn_k")
+        L.wv = _mat(w, d["wv"] if not L.kv_reuse else None, KV, E, p + "attn_v")
         L.wo = _mat(w, d["wo"], E, QD, p + "attn_output")
         if hp.attn_gate:
             L.wg = _mat(w, d["wg"], QD, E, p + "attn_q (gate rows)")
@@ -180,6 +183,11 @@ cdef int _layer(Weights w, fg_layer *L, d, str p, bint moe) except -1:
     L.attn_out_norm_b = _vec(w, d.get("attn_out_norm_b"), E, p + "attn_output_norm.bias")
     L.layer_out_norm = _vec(w, d.get("layer_out_norm"), E, p + "layer_output_norm")
     L.layer_out_norm_b = _vec(w, d.get("layer_out_norm_b"), E, p + "layer_output_norm.bias")
+    if hp.n_embd_per_layer > 0:  # gemma4's per-layer input
+        L.ple_gate = _mat(w, d["ple_gate"], hp.n_embd_per_layer, E, p + "inp_gate")
+        L.ple_out = _mat(w, d["ple_out"], E, hp.n_embd_per_layer, p + "proj")
+        L.ple_post_norm = _vec(w, d["ple_post_norm"], E, p + "post_norm")
+    L.out_scale = _vec(w, d.get("out_scale"), 1, p + "layer_output_scale")
     if not hp.non_causal and (L.attn_norm == NULL or L.ffn_norm == NULL):
         raise ValueError(f"{p}: a causal model needs attn_norm and ffn_norm")
     return 0
@@ -223,6 +231,11 @@ cdef class Weights:
         self.m.type_embd0 = _vec(self, te, E, "token_types")
         self.m.tok_norm = _vec(self, tensors.get("tok_norm"), E, "token_embd_norm")
         self.m.tok_norm_b = _vec(self, tensors.get("tok_norm_b"), E, "token_embd_norm.bias")
+        cdef int64_t NP = <int64_t>self.m.hp.n_layer * self.m.hp.n_embd_per_layer
+        if NP > 0:  # gemma4's per-layer inputs
+            self.m.ple_embd = _mat(self, tensors["ple_embd"], n_vocab, NP, "per_layer_token_embd")
+            self.m.ple_proj = _mat(self, tensors["ple_proj"], NP, E, "per_layer_model_proj")
+            self.m.ple_norm = _vec(self, tensors["ple_norm"], self.m.hp.n_embd_per_layer, "per_layer_proj_norm")
         layers = tensors["layers"]
         if len(layers) != self.m.hp.n_layer:
             raise ValueError(f"expected {self.m.hp.n_layer} layers, got {len(layers)}")
@@ -238,6 +251,8 @@ cdef class Weights:
             self.layers[i].conv = 1 if i in conv_layers else 0
             self.layers[i].deltanet = 1 if i in dn_layers else 0
             self.layers[i].ssm = 1 if i in ssm_layers else 0
+            self.layers[i].n_ff = hp.ff_layers[i] if hp.ff_layers else 0
+            self.layers[i].kv_reuse = hp.kv_source(i) + 1 if hp.kv_source(i) != i else 0
             _layer(self, &self.layers[i], layers[i], f"blk.{i}.", hp.moe_layer(i))
         self.m.layers = self.layers
 

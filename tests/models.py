@@ -53,6 +53,7 @@ DATA = os.path.join(os.path.dirname(os.path.abspath(__file__)), "data")
 #   ssm           granitehybrid: the layers in ssm_layers are Mamba-2 ones (ssm_in, ssm_conv1d with bias, ssm_dt.bias,
 #                 ssm_a, ssm_d, ssm_norm, ssm_out; inner width 2 n_embd, ssm_heads heads, ssm_groups groups, state
 #                 ssm_state, ssm_conv taps), attention.head_count_kv a per-layer array (0 there), the ssm.* keys
+#   gemma4        its own layout (_gemma4, GEMMA4: the layer kinds, head sizes, K/V sharing, per-layer inputs)
 ARCHS = {
     "llama": "", "granite": "", "gemma": "", "qwen2": "bias", "qwen3": "qk_norm", "phi3": "fused",
     "gemma2": "post_norms", "gemma3": "post_norms qk_norm",
@@ -60,8 +61,22 @@ ARCHS = {
     "gpt-oss": "bias sinks exp_ff", "smollm3": "", "lfm2": "qk_norm shortconv",
     "lfm2moe": "qk_norm shortconv exp_ff exp_probs_b", "granitehybrid": "ssm",
     "bert": "bias position", "nomic-bert": "fused gate",
-    "qwen35": "deltanet", "qwen35moe": "deltanet shexp exp_ff",
+    "qwen35": "deltanet", "qwen35moe": "deltanet shexp exp_ff", "gemma4": "gemma4",
 }
+# gemma4's tiny layout (build(gemma4={...}) overrides): layer kinds (True: sliding-window), the last `shared` layers
+# reusing earlier K/V (layer 4 reads layer 2's, layer 5 layer 3's), head sizes and KV heads of the full / sliding
+# layers, the full layers' rotated pairs (rope_freqs: 1e30 on the others), the sliding window, the per-layer input
+# width P (0: none), the KV-sharing layers' FFN twice as wide, layers without attn_v (V = K's projection), and
+# the KV-sharing layers that still carry attn_k / attn_v / attn_k_norm (unused, as llama.cpp's optional ones)
+GEMMA4 = {"swa": (True, True, True, False, True, False), "shared": 2, "hd": 32, "hd_swa": 16, "kv": 1, "kv_swa": 2,
+          "rot_pairs": 8, "window": 4, "ple": 32, "double_ff": True, "no_v": (1,), "stale_kv": (4,),
+          "softcap": 30.0}
+GEMMA4_KEYS = ("block_count", "context_length", "embedding_length", "feed_forward_length", "attention.head_count",
+               "attention.head_count_kv", "rope.freq_base", "rope.freq_base_swa", "attention.layer_norm_rms_epsilon",
+               "attention.key_length", "attention.value_length", "attention.key_length_swa",
+               "attention.value_length_swa", "rope.dimension_count", "rope.dimension_count_swa",
+               "attention.sliding_window", "attention.sliding_window_pattern", "attention.shared_kv_layers",
+               "embedding_length_per_layer_input", "final_logit_softcapping")
 
 
 @dataclasses.dataclass(frozen=True)
@@ -154,6 +169,9 @@ PRESETS = {
     "qwen35": Preset("qwen35", 64, 3, 4, 2, 96, 100, 128, ("vocab",) + LLAMA_KEYS + EXPERT_KEYS, {},
                      quantized=MATRICES | {"output", "experts", "shexp"}, tied=False, vocab="no_vocab", n_used=2,
                      n_ff_exp=32, dn_layers=(0, 2), n_rot=8),
+    # gemma4 (GEMMA4): 6 layers, n_embd 64, 4 query heads; F32, wtype the matrices and both embeddings
+    "gemma4": Preset("gemma4", 64, 6, 4, 2, 96, 100, 128, ("vocab",) + GEMMA4_KEYS, {"out_scale": (0.2, 1.0)},
+                     quantized=MATRICES | {"embd"}, rope_base=1000000.0),
     # bert / nomic-bert as llama.cpp's converter writes them, mean pooling, context 512 (the position embeddings'
     # rows, as all-MiniLM-L6-v2); wtype: the 2-D weights but token_types
     "encoder": Preset("bert", 64, 2, 4, 4, 96, 100, 512,
@@ -171,7 +189,8 @@ KEY_TYPES = {"rope.freq_base": V.FLOAT32, "attention.layer_norm_rms_epsilon": V.
 
 def build(path, preset="tiny", *, arch=None, wtype=None, vocab=None, seed=None, tied=None, bias=None, qk_norm=None,
           post_norms=None, fused=None, meta=None, extra=None, rope_freqs=False, scale=None, router=None, shared=0,
-          pooling=None, head=None, template=None, control=(), nan_embd=(), nan_logits=(), **sizes):
+          pooling=None, head=None, template=None, control=(), nan_embd=(), nan_logits=(), gemma4=None,
+          **sizes):
     """Write a tiny random `preset` file (PRESETS) to path; returns str(path).
 
     arch: its layout (ARCHS; the preset's when None; an unknown name writes the llama layout); bias, qk_norm,
@@ -204,9 +223,14 @@ def build(path, preset="tiny", *, arch=None, wtype=None, vocab=None, seed=None, 
     w = GGUFWriter()
     w.add_string("general.architecture", p.arch)
     vocab = (vocab or p.vocab, str(path) + ".vocab.gguf", template, control)
+    g4 = {**GEMMA4, **(gemma4 or {})} if "gemma4" in parts else None
+    if g4:
+        meta = {**_gemma4_meta(p, g4), **(meta or {})}
     n_vocab = _metadata(w, p, parts, vocab, pooling, head, shared, meta)
     t = _Tensors(w, p, p.seed if seed is None else seed, wtype, scale)
-    if p.layer == "encoder":
+    if g4:
+        _gemma4(t, p, g4, n_vocab)
+    elif p.layer == "encoder":
         _encoder(t, p, parts, n_vocab)
     else:
         _decoder(t, p, parts, n_vocab, p.tied if tied is None else tied, rope_freqs, router, shared, head,
@@ -262,7 +286,7 @@ def _metadata(w, p, parts, vocab, pooling, head, shared, meta):
         if key == "vocab":
             n_vocab = _write_vocab(w, p.arch, p.n_vocab, *vocab)
             continue
-        value = meta.pop(key, values[key])
+        value = meta.pop(key) if key in meta else values[key]
         if value is not None:
             _add(w, key if key.startswith(("tokenizer.", "general.")) else f"{p.arch}.{key}", value,
                  KEY_TYPES.get(key))
@@ -450,6 +474,65 @@ def _decoder(t, p, parts, n_vocab, tied, rope_freqs, router, shared, head, nan_e
         t.add("cls.bias", (E,), "bias")
         t.add("cls.output.weight", (2, E), "matrix")   # two outputs: qwen3 softmaxes them (one would always score 1)
         t.add("cls.output.bias", (2,), "bias")
+
+
+def _gemma4_ff(p, g4):
+    first_shared = p.n_layer - g4["shared"]
+    return [p.n_ff * (2 if g4["double_ff"] and i >= first_shared else 1) for i in range(p.n_layer)]
+
+
+def _gemma4_meta(p, g4):
+    """gemma4's keys as llama.cpp's converter writes them (conversion/gemma.py Gemma4Model)."""
+    ff = _gemma4_ff(p, g4)
+    return {"feed_forward_length": ff if len(set(ff)) > 1 else ff[0],
+            "attention.head_count_kv": [g4["kv_swa"] if s else g4["kv"] for s in g4["swa"]],
+            "rope.freq_base_swa": 10000.0, "attention.layer_norm_rms_epsilon": 1e-6,
+            "attention.key_length": g4["hd"], "attention.value_length": g4["hd"],
+            "attention.key_length_swa": g4["hd_swa"], "attention.value_length_swa": g4["hd_swa"],
+            "rope.dimension_count": g4["hd"], "rope.dimension_count_swa": g4["hd_swa"],
+            "attention.sliding_window": g4["window"], "attention.sliding_window_pattern": list(g4["swa"]),
+            "attention.shared_kv_layers": g4["shared"], "embedding_length_per_layer_input": g4["ple"],
+            "final_logit_softcapping": g4["softcap"]}
+
+
+def _gemma4(t, p, g4, n_vocab):
+    """gemma4's tensors (GEMMA4): embeddings, per-layer input tables, rope_freqs, output norm; per layer attention
+    (no K/V in the sharing layers unless stale_kv), norms, FFN, per-layer input gate, output scale. Tied output."""
+    E, P, NL, first_shared = p.n_embd, g4["ple"], p.n_layer, p.n_layer - g4["shared"]
+    t.add("token_embd.weight", (n_vocab, E), "embd")
+    if P:
+        t.add("per_layer_token_embd.weight", (n_vocab, NL * P), "embd")          # (n_vocab, n_layer P)
+        t.add("per_layer_model_proj.weight", (NL * P, E), "matrix")              # (n_layer P, n_embd)
+        t.add("per_layer_proj_norm.weight", (P,), "norm")
+    half = g4["hd"] // 2
+    factors = [1.0] * g4["rot_pairs"] + [1e30] * (half - g4["rot_pairs"])   # 1e30: an unrotated pair
+    t.w.add_tensor("rope_freqs.weight", np.array(factors, dtype=np.float32))
+    t.add("output_norm.weight", (E,), "output_norm")
+    for i, (swa, ff) in enumerate(zip(g4["swa"], _gemma4_ff(p, g4))):
+        b, hd = f"blk.{i}.", g4["hd_swa"] if swa else g4["hd"]
+        q, kv = p.n_head * hd, (g4["kv_swa"] if swa else g4["kv"]) * hd
+        own = i < first_shared or i in g4["stale_kv"]
+        t.add(b + "attn_norm.weight", (E,), "norm")
+        t.add(b + "attn_q.weight", (q, E), "qk")
+        if own:
+            t.add(b + "attn_k.weight", (kv, E), "qk")
+            if i not in g4["no_v"]:
+                t.add(b + "attn_v.weight", (kv, E), "matrix")
+        t.add(b + "attn_q_norm.weight", (hd,), "head_norm")
+        if own:
+            t.add(b + "attn_k_norm.weight", (hd,), "head_norm")
+        t.add(b + "attn_output.weight", (E, q), "matrix")
+        t.add(b + "post_attention_norm.weight", (E,), "norm")
+        t.add(b + "ffn_norm.weight", (E,), "norm")
+        t.add(b + "ffn_gate.weight", (ff, E), "matrix")
+        t.add(b + "ffn_up.weight", (ff, E), "matrix")
+        t.add(b + "ffn_down.weight", (E, ff), "matrix")
+        t.add(b + "post_ffw_norm.weight", (E,), "norm")
+        if P:
+            t.add(b + "inp_gate.weight", (P, E), "matrix")                       # (P, n_embd)
+            t.add(b + "proj.weight", (E, P), "matrix")                           # (n_embd, P)
+            t.add(b + "post_norm.weight", (E,), "norm")
+        t.add(b + "layer_output_scale.weight", (1,), "out_scale")
 
 
 def _nan_rows(a, rows):

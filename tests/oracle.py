@@ -82,10 +82,11 @@ class Oracle:
         self.attn_softcap = md.get(f"{a}.attn_logit_softcapping", 50.0 if a == "gemma2" else 0.0)
         self.final_softcap = md.get(f"{a}.final_logit_softcapping", 30.0 if a == "gemma2" else 0.0)
         self.n_swa = md.get(f"{a}.attention.sliding_window", 4096 if a == "gemma2" else 0) \
-            if a in ("gemma2", "gemma3", "gpt-oss", "lfm2") else 0
+            if a in ("gemma2", "gemma3", "gemma4", "gpt-oss", "lfm2") else 0
         pattern = md.get(f"{a}.attention.sliding_window_pattern", {"gemma2": 2, "gemma3": 6, "gpt-oss": 2}.get(a, 0))
         self.swa = [bool(self.n_swa) and not self.conv[l] and (pattern == 0 or l % pattern < pattern - 1)
-                    for l in range(self.n_layer)]
+                    for l in range(self.n_layer)] if not isinstance(pattern, list) else [bool(b) for b in pattern]
+        self.md = md
         self.base_swa = md.get(f"{a}.rope.freq_base_swa", 10000.0 if a == "gemma3" else self.base)
         # smollm3 (llama.cpp's smollm3.cpp): layers il with (il + 1) % 4 == 0 have no RoPE (NoPE); 4 is fixed there
         self.rope_layer = [(a != "smollm3" or (l + 1) % 4 != 0) and md.get(f"{a}.rope.scaling.finetuned", True)
@@ -248,6 +249,8 @@ class Oracle:
         """Logits (len(ids), n_vocab) float64 of ids at positions 0.. (causal). kv_f16: round K (after RoPE) and V
         to float16 as an F16 KV cache does (to compare engines exactly on tiny F32 models). n_ctx: the context
         size (LongRoPE's choice of factors; default len(ids))."""
+        if self.arch == "gemma4":
+            return self.forward_gemma4(ids, kv_f16)
         W = self.w
         ids = np.asarray(ids)
         n = len(ids)
@@ -282,6 +285,84 @@ class Oracle:
         if self.final_softcap:
             lo = self.final_softcap * np.tanh(lo / self.final_softcap)
         return lo
+
+    def forward_gemma4(self, ids, kv_f16=False):
+        """gemma4's logits (facts in fastgguf/arch/gemma4.py, from llama.cpp's gemma4.cpp): per layer kind (sliding
+        or full) its head size, KV heads, rotated dims and RoPE base (the full layers' angles divided by
+        rope_freqs); q, k RMS-normed per head with weights, v without; scores unscaled; the last shared_kv_layers
+        layers attend over the K/V of the last earlier layer of their kind; after the FFN the per-layer input gate
+        and the layer's output scale."""
+        W, md, a = self.w, self.md, self.arch
+        ids = np.asarray(ids)
+        n, E, NL, H = len(ids), self.n_embd, self.n_layer, self.n_head
+        P = md.get(f"{a}.embedding_length_per_layer_input", 0)
+        kvh = np.atleast_1d(md[f"{a}.attention.head_count_kv"])
+        start = NL - md.get(f"{a}.attention.shared_kv_layers", 0)
+        pos = np.arange(n, dtype=np.float64)
+        x = W["token_embd.weight"][ids] * np.sqrt(E)
+        if P:
+            proj = (x @ W["per_layer_model_proj.weight"].T / np.sqrt(E)).reshape(n, NL, P)
+            tok = W["per_layer_token_embd.weight"][ids].reshape(n, NL, P)
+            ple = (self.rmsnorm(proj, W["per_layer_proj_norm.weight"]) + tok * np.sqrt(P)) / np.sqrt(2)
+        mask = np.triu(np.full((n, n), -np.inf), 1)
+        window = mask + np.tril(np.full((n, n), -np.inf), -self.n_swa)
+        gelu = lambda t: 0.5 * t * (1 + np.tanh(np.sqrt(2 / np.pi) * (t + 0.044715 * t ** 3)))  # noqa: E731
+        cache = {}
+        for il in range(NL):
+            p, swa = f"blk.{il}.", self.swa[il]
+            sfx = "_swa" if swa else ""
+            hd, G = md[f"{a}.attention.key_length{sfx}"], int(kvh[il % kvh.size])
+            rot = md.get(f"{a}.rope.dimension_count{sfx}", hd)
+            base = md.get(f"{a}.rope.freq_base_swa", 10000.0) if swa else self.base
+            factors = None if swa else W["rope_freqs.weight"]
+            h = self.rmsnorm(x, W[p + "attn_norm.weight"])
+            q = self.rmsnorm((h @ W[p + "attn_q.weight"].T).reshape(n, H, hd), W[p + "attn_q_norm.weight"])
+            q = self.rope_neox(q, pos, rot, base, factors)
+            src = il if il < start else start - (2 if swa else 1)
+            if src == il:
+                k = (h @ W[p + "attn_k.weight"].T).reshape(n, G, hd)
+                v = (h @ W[p + "attn_v.weight"].T).reshape(n, G, hd) if p + "attn_v.weight" in W else k
+                k = self.rope_neox(self.rmsnorm(k, W[p + "attn_k_norm.weight"]), pos, rot, base, factors)
+                v = v / np.sqrt(np.mean(v * v, axis=-1, keepdims=True) + self.eps)
+                if kv_f16:
+                    k, v = k.astype(np.float16).astype(np.float64), v.astype(np.float16).astype(np.float64)
+                cache[il] = (k, v)
+            k, v = cache[src]
+            att = np.empty((n, H, hd))
+            for hh in range(H):
+                g = hh // (H // G)
+                s = q[:, hh, :] @ k[:, g, :].T + (window if swa else mask)
+                s = np.exp(s - s.max(axis=1, keepdims=True))
+                att[:, hh, :] = (s / s.sum(axis=1, keepdims=True)) @ v[:, g, :]
+            o = att.reshape(n, H * hd) @ W[p + "attn_output.weight"].T
+            x = x + self.rmsnorm(o, W[p + "post_attention_norm.weight"])
+            f = self.rmsnorm(x, W[p + "ffn_norm.weight"])
+            f = (gelu(f @ W[p + "ffn_gate.weight"].T) * (f @ W[p + "ffn_up.weight"].T)) @ W[p + "ffn_down.weight"].T
+            x = x + self.rmsnorm(f, W[p + "post_ffw_norm.weight"])
+            if P:
+                g = gelu(x @ W[p + "inp_gate.weight"].T) * ple[:, il]
+                x = x + self.rmsnorm(g @ W[p + "proj.weight"].T, W[p + "post_norm.weight"])
+            if p + "layer_output_scale.weight" in W:
+                x = x * W[p + "layer_output_scale.weight"][0]
+        self.last_hidden = self.rmsnorm(x, W["output_norm.weight"])
+        lo = self.last_hidden @ W["output.weight"].T
+        if self.final_softcap:
+            lo = self.final_softcap * np.tanh(lo / self.final_softcap)
+        return lo
+
+    @staticmethod
+    def rope_neox(x, pos, n_rot, base, factors=None):
+        """NEOX RoPE of x (n, heads, head_dim) on its first n_rot dims, angles pos * base^(-2i/n_rot) / factors[i]."""
+        half = n_rot // 2
+        inv = base ** (-2.0 * np.arange(half) / n_rot)
+        if factors is not None:
+            inv = inv / factors[:half]
+        th = pos[:, None] * inv[None, :]
+        c, s = np.cos(th)[:, None, :], np.sin(th)[:, None, :]
+        x = x.copy()
+        a, b = x[..., :half].copy(), x[..., half:n_rot].copy()
+        x[..., :half], x[..., half:n_rot] = a * c - b * s, a * s + b * c
+        return x
 
     def shortconv(self, h, p):
         """lfm2's gated short convolution of rows h (n, n_embd) (llama.cpp's build_shortconv_block, ggml_ssm_conv):

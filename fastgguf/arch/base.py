@@ -22,7 +22,7 @@ ACTIVATIONS = ("silu", "gelu_tanh", "swiglu_oai")
 GATINGS = ("softmax", "sigmoid", "softmax_weight")
 # Hparams fields without an fg_hparams field of their name: Python's alone, or folded into others by as_c()
 NOT_IN_C = ("arch", "n_ctx_train", "pooling", "n_cls_out", "rank_softmax", "causal", "swa_layers", "n_ff_shexp",
-            "nope_layers", "conv_layers", "dn_layers", "n_dense_lead", "ssm_layers")
+            "nope_layers", "conv_layers", "dn_layers", "n_dense_lead", "ssm_layers", "ff_layers", "n_kv_from_start")
 
 
 @dataclass(frozen=True)
@@ -104,6 +104,48 @@ class Hparams:
     ssm_d_state: int = 0
     ssm_n_head: int = 0
     ssm_n_group: int = 0
+    # gemma4: the sliding-window layers' own head size, KV heads and rotated dims (0: as the others'), their RoPE
+    # without rope_freqs (swa_no_freqs), V RMS-normed per head before caching (v_norm), per-layer inputs of
+    # n_embd_per_layer values per layer (0: none), per-layer FFN widths (ff_layers: () all n_ff), and layers from
+    # n_kv_from_start on (0: none) attending over an earlier layer's K/V (kv_source)
+    head_dim_swa: int = 0
+    n_head_kv_swa: int = 0
+    n_rot_swa: int = 0
+    swa_no_freqs: bool = False
+    v_norm: bool = False
+    n_embd_per_layer: int = 0
+    ff_layers: tuple = ()
+    n_kv_from_start: int = 0
+
+    def kv_source(self, i):
+        """The layer whose K/V layer i attends over: i itself, or for a layer from n_kv_from_start on the last
+        layer before n_kv_from_start of its kind (as llama.cpp's gemma3n/gemma4 reuse: n_kv_from_start - 2 for a
+        sliding-window layer, n_kv_from_start - 1 for a full one)."""
+        if not self.n_kv_from_start or i < self.n_kv_from_start:
+            return i
+        return self.n_kv_from_start - (2 if i in self.swa_layers else 1)
+
+    def layer_dims(self, i):
+        """Layer i's (head size, KV heads, rotated dims)."""
+        if i in self.swa_layers:
+            return (self.head_dim_swa or self.head_dim, self.n_head_kv_swa or self.n_head_kv,
+                    self.n_rot_swa or self.n_rot)
+        return self.head_dim, self.n_head_kv, self.n_rot
+
+    def check_layers(self):
+        """Per-layer dims, FFN widths and K/V reuse (check())."""
+        for i in range(self.n_layer):
+            hd, g, rot = self.layer_dims(i)
+            if self.n_head % g or rot % 2 or rot > hd:
+                raise ValueError(f"layer {i}: {g} KV heads must divide {self.n_head} heads, rope dims {rot} even "
+                                 f"and <= head size {hd}")
+            j = self.kv_source(i)
+            if j != i and not (0 <= j < self.n_kv_from_start and (j in self.swa_layers) == (i in self.swa_layers)):
+                raise ValueError(f"layer {i} reuses layer {j}'s K/V, which is not an earlier layer of its kind")
+        if self.ff_layers and (len(self.ff_layers) != self.n_layer or min(self.ff_layers) < 1):
+            raise ValueError(f"per-layer FFN widths {self.ff_layers}: need {self.n_layer} widths >= 1")
+        if not 0 <= self.n_kv_from_start <= self.n_layer:
+            raise ValueError(f"first K/V-sharing layer {self.n_kv_from_start} out of range [0, {self.n_layer}]")
 
     def check(self):
         """Raise ValueError on values the forward pass cannot run. A file's values are refused before, by Arch's
@@ -135,6 +177,7 @@ class Hparams:
             raise ValueError(f"DeltaNet: conv taps {self.dn_conv} (2..{MAX_CONV}), head size {self.dn_state}, "
                              f"v heads {self.dn_v_heads} a multiple of k heads {self.dn_k_heads}, causal")
         self.check_ssm(swa_layers, conv_layers)
+        self.check_layers()
         if swa_layers and self.n_swa < 1:
             raise ValueError(f"sliding window {self.n_swa} must be >= 1")
         if not self.causal and swa_layers:
@@ -182,7 +225,7 @@ class Hparams:
         moe = self.n_expert > 0
         c.update(
             # with experts the dense FFN is the shared expert, or the leading dense layers' (never both: check())
-            n_ff=self.n_ff_shexp if moe and not self.n_dense_lead else self.n_ff,
+            n_ff=self.n_ff_shexp if moe and not self.n_dense_lead else max(self.ff_layers or (self.n_ff,)),
             ffn_act=ACTIVATIONS.index(self.ffn_act),
             n_swa=self.n_swa if self.swa_layers else 0,
             n_conv=self.n_conv if self.conv_layers else 0,
@@ -381,6 +424,10 @@ class Arch:
         p = self.int_key("attention.sliding_window_pattern", self.swa_pattern, lo=0, hi=1 << 20)
         return tuple(i for i in range(n_layer) if p == 0 or i % p < p - 1)
 
+    def ff_length(self):
+        """The FFN width (feed_forward_length; a per-layer array only when all its values are equal)."""
+        return self.int_key("feed_forward_length", self.ff_default)
+
     def kv_heads(self, n_head):
         """The KV head count of the attention layers (attention.head_count_kv, default n_head; a per-layer array
         only when all its values are equal)."""
@@ -431,7 +478,7 @@ class Arch:
                 raise GGUFError(f"tokenizer.ggml.tokens has {n_tok} tokens but token_embd.weight only {n_vocab} "
                                 f"rows")
         n_ctx_train = self.int_key("context_length", 0, lo=0, hi=(1 << 31) - 1)
-        n_ff = self.int_key("feed_forward_length", self.ff_default)
+        n_ff = self.ff_length()
         return Hparams(
             arch=self.name,
             n_embd=n_embd,
@@ -553,7 +600,7 @@ class Arch:
             for role, n in self.optional_layer_tensors.items():
                 d[role] = take(role, f"blk.{i}.{n}", required=False)
             d = self.split_layer(d, hp, i)
-            if (d.get("q_norm") is None) != (d.get("k_norm") is None):
+            if d.get("wk") is not None and (d.get("q_norm") is None) != (d.get("k_norm") is None):
                 have, miss = ("attn_q_norm", "attn_k_norm") if d.get("k_norm") is None else ("attn_k_norm",
                                                                                              "attn_q_norm")
                 raise GGUFError(f"blk.{i}: {have}.weight without {miss}.weight (both or neither)")

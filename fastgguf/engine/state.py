@@ -228,10 +228,13 @@ def prefix_kv(hp, kv, n, m):
     then V, n_head_kv groups of rows), or None where that cannot be (prefix_loadable)."""
     if not prefix_loadable(hp, n, m):
         return None
-    hd, rows_of = hp.head_dim, 2 * hp.n_head_kv
     swa = set(hp.swa_layers)
     parts, off = [], 0
     for il in range(hp.n_layer):
+        if hp.kv_source(il) != il:   # no K/V of its own (gemma4's K/V-sharing layers)
+            continue
+        hd, g, _ = hp.layer_dims(il)
+        rows_of = 2 * g
         first = n - hp.n_swa if il in swa and n > hp.n_swa else 0
         first_m = m - hp.n_swa if il in swa and m > hp.n_swa else 0
         size = rows_of * (n - first) * hd

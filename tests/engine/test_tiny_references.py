@@ -76,6 +76,14 @@ CASES = {
     "qwen35": ({"preset": "qwen35"}, [256]),
     "qwen35moe": ({"preset": "qwen35", "arch": "qwen35moe", "n_expert": 4, "shared": 32}, [256]),
     "qwen35-q8_0": ({"preset": "qwen35", "wtype": "Q8_0"}, [256]),
+    # gemma4 (preset "gemma4", tests/models.py GEMMA4): sliding layers 0-2 and 4 (window 4, head 16, 2 KV heads),
+    # full layers 3 and 5 (head 32, 1 KV head, 8 of 16 pairs rotated via rope_freqs), layers 4-5 reusing layers
+    # 2-3's K/V with a doubled FFN, per-layer inputs of 32, no attn_v in layer 1; then Q8_0 matrices and embeddings;
+    # and without per-layer inputs or K/V sharing (the 31B's dense layout, here with attn_v)
+    "gemma4": ({"preset": "gemma4"}, [256]),
+    "gemma4-q8_0": ({"preset": "gemma4", "wtype": "Q8_0"}, [256]),
+    "gemma4-plain": ({"preset": "gemma4", "gemma4": {"ple": 0, "shared": 0, "double_ff": False, "no_v": (),
+                                                     "stale_kv": ()}}, [256]),
 }
 # mixtures of experts (models.build options of preset "moe" under "moe"): 8 experts, 2 used unless said
 CASES.update({

@@ -24,7 +24,8 @@ with _harness.instrumented():
 
 E, H, KVH, HD, F, NV = 32, 2, 1, 16, 32, 16
 # new ones last (the corpus)
-ARCHS = ("llama", "qwen2", "qwen3", "qwen3moe", "granitemoe", "gpt-oss", "lfm2", "qwen35", "lfm2moe", "granitehybrid")
+ARCHS = ("llama", "qwen2", "qwen3", "qwen3moe", "granitemoe", "gpt-oss", "lfm2", "qwen35", "lfm2moe", "granitehybrid",
+         "gemma4")
 NE = 4  # experts of the mixture-of-experts archs
 KEYS = ("expert_count", "expert_used_count", "expert_feed_forward_length", "expert_shared_feed_forward_length",
         "logit_scale", "residual_scale", "embedding_scale", "attention.scale", "block_count", "context_length",
@@ -35,7 +36,9 @@ KEYS = ("expert_count", "expert_used_count", "expert_feed_forward_length", "expe
         "shortconv.l_cache", "ssm.conv_kernel", "ssm.state_size", "ssm.group_count", "ssm.time_step_rank",
         "ssm.inner_size", "full_attention_interval", "attention.recurrent_layers", "rope.dimension_sections",
         "nextn_predict_layers", "leading_dense_block_count", "expert_gating_func", "expert_group_count",
-        "rope.scaling.finetuned")
+        "rope.scaling.finetuned", "attention.key_length_swa", "attention.value_length_swa",
+        "rope.dimension_count_swa", "attention.shared_kv_layers", "embedding_length_per_layer_input",
+        "final_logit_softcapping")
 BASE = {"block_count": 1, "context_length": 64, "embedding_length": E, "feed_forward_length": F,
         "attention.head_count": H, "attention.head_count_kv": KVH, "rope.dimension_count": HD,
         "rope.freq_base": 10000.0, "attention.layer_norm_rms_epsilon": 1e-5}
@@ -103,12 +106,34 @@ _GH_TENSORS.update({"blk.0.ssm_in.weight": (2 * E + _CD + 4, E),
                     "blk.0.ssm_conv1d.weight": (_CD, 4), "blk.0.ssm_conv1d.bias": (_CD,), "blk.0.ssm_dt.bias": (4,),
                     "blk.0.ssm_a": (4, 1), "blk.0.ssm_d": (4, 1), "blk.0.ssm_norm.weight": (2, E),
                     "blk.0.ssm_out.weight": (E, 2 * E)})
+# gemma4: sliding, full, sliding, full (heads of 8 and 16); layers 2-3 reuse layers 0-1's K/V with a doubled FFN;
+# per-layer inputs of 4; rope_freqs for the full layers
+G4_P, G4_SWA = 4, [True, False, True, False]
+GEMMA4_BASE = {"block_count": 4, "attention.key_length": HD, "attention.value_length": HD,
+               "attention.key_length_swa": HD // 2, "attention.value_length_swa": HD // 2,
+               "rope.dimension_count_swa": HD // 2, "attention.sliding_window": 4, "attention.shared_kv_layers": 2,
+               "embedding_length_per_layer_input": G4_P, "final_logit_softcapping": 30.0}
+_G4_TENSORS = {"token_embd.weight": (NV, E), "per_layer_token_embd.weight": (NV, 4 * G4_P),
+               "per_layer_model_proj.weight": (4 * G4_P, E), "per_layer_proj_norm.weight": (G4_P,),
+               "rope_freqs.weight": (HD // 2,), "output_norm.weight": (E,)}
+for _i, _s in enumerate(G4_SWA):
+    _b, _hd, _f = f"blk.{_i}.", HD // 2 if _s else HD, F * (2 if _i >= 2 else 1)
+    _G4_TENSORS.update({_b + "attn_norm.weight": (E,), _b + "attn_q.weight": (H * _hd, E),
+                        _b + "attn_q_norm.weight": (_hd,), _b + "attn_output.weight": (E, H * _hd),
+                        _b + "post_attention_norm.weight": (E,), _b + "ffn_norm.weight": (E,),
+                        _b + "ffn_gate.weight": (_f, E), _b + "ffn_up.weight": (_f, E), _b + "ffn_down.weight": (E, _f),
+                        _b + "post_ffw_norm.weight": (E,), _b + "inp_gate.weight": (G4_P, E),
+                        _b + "proj.weight": (E, G4_P), _b + "post_norm.weight": (E,),
+                        _b + "layer_output_scale.weight": (1,)})
+    if _i < 2:
+        _G4_TENSORS.update({_b + "attn_k.weight": (KVH * _hd, E), _b + "attn_v.weight": (KVH * _hd, E),
+                            _b + "attn_k_norm.weight": (_hd,)})
 _DATA = {n: (_RNG.standard_normal(s) * 0.3).astype(np.float32)
          for n, s in {**_TENSORS, **_MOE_TENSORS, **_OSS_TENSORS, **_LFM2_TENSORS, **_QWEN35_TENSORS,
-                      **_LFM2MOE_TENSORS, **_GH_TENSORS}.items()}
+                      **_LFM2MOE_TENSORS, **_GH_TENSORS, **_G4_TENSORS}.items()}
 _ARCH_TENSORS = {"qwen3moe": _MOE_TENSORS, "granitemoe": _MOE_TENSORS, "gpt-oss": _OSS_TENSORS,
                  "lfm2": _LFM2_TENSORS, "qwen35": _QWEN35_TENSORS,
-                 "lfm2moe": _LFM2MOE_TENSORS, "granitehybrid": _GH_TENSORS}
+                 "lfm2moe": _LFM2MOE_TENSORS, "granitehybrid": _GH_TENSORS, "gemma4": _G4_TENSORS}
 _fd, _PATH = tempfile.mkstemp(suffix=".gguf")
 os.close(_fd)
 
@@ -145,7 +170,7 @@ def build(data):
     arch = ARCHS[src.byte() % len(ARCHS)]
     moe = arch in ("qwen3moe", "granitemoe")
     base = dict(BASE, **{"gpt-oss": OSS_BASE, "qwen35": QWEN35_BASE, "lfm2moe": LFM2MOE_BASE,
-                         "granitehybrid": SSM}.get(arch, MOE_BASE if moe else {}))
+                         "granitehybrid": SSM, "gemma4": GEMMA4_BASE}.get(arch, MOE_BASE if moe else {}))
     if arch == "granitemoe":
         base["logit_scale"] = 2.0
     md = {k: (v, V.FLOAT32 if isinstance(v, float) else V.UINT32) for k, v in base.items()}
@@ -155,6 +180,9 @@ def build(data):
         md["rope.dimension_sections"] = ([3, 3, 2, 0], V.ARRAY, V.INT32)
     if arch == "granitehybrid":
         md["attention.head_count_kv"] = ([0], V.ARRAY, V.INT32)
+    if arch == "gemma4":
+        md["attention.sliding_window_pattern"] = (G4_SWA, V.ARRAY, V.BOOL)
+        md["feed_forward_length"] = ([F, F, 2 * F, 2 * F], V.ARRAY, V.INT32)
     for _ in range(src.byte() % 6):
         key = KEYS[src.byte() % len(KEYS)]
         op = src.byte() % 8
