@@ -53,12 +53,23 @@ def register(subparsers) -> None:
                         "'localhost')")
     p.add_argument("--alias", default=None,
                    help="the model's id in the API (/v1/models, responses); requests may still name its file "
-                        "(default: the file name without .gguf)")
+                        "(default: the file name without .gguf); several, comma-separated: each is accepted, the "
+                        "first in sorted order is the id")
+    p.add_argument("--tags", default=None,
+                   help="comma-separated labels /v1/models lists for the model (llama-server's --tags)")
     p.add_argument("--strict-model-names", action="store_true",
                    help="a request naming another model than this one (its alias or file name) gets 404 (default: "
                         "any name is served by this model, as llama-server does)")
     p.add_argument("--slots-show-prompts", action="store_true",
                    help="GET /slots shows each busy slot's prompt text (default: counts only)")
+    p.add_argument("--no-slots", dest="slots", action="store_false",
+                   help="GET /slots answers 501 (llama-server's --no-slots; default: it shows the slots)")
+    g = p.add_argument_group("defaults of requests that do not say (llama-server's flags)")
+    g.add_argument("--seed", type=int, default=None, help="sampling seed (default: random; -1: random)")
+    g.add_argument("--temp", type=float, default=None, help="temperature (0.8)")
+    g.add_argument("--n-predict", type=int, default=None, metavar="N",
+                   help="tokens to generate (-1: until end-of-generation or a full context; default: 256, and -1 "
+                        "for llama-server's /completion)")
     p.add_argument("--slot-save-path", default=None, metavar="DIR",
                    help="folder of llama-server's POST /slots/{id}?action=save|restore (a slot's KV cache as a "
                         "file; default: none, those answer 501)")
@@ -135,6 +146,7 @@ def run(args) -> int:
         defaults["speculative"] = args.speculative
     if args.draft_max is not None:
         defaults["draft_max"] = args.draft_max
+    defaults.update(request_defaults(args))
     parallel = args.parallel or (None if many else default_parallel(model))
     if args.slot_save_path is not None:
         os.makedirs(args.slot_save_path, exist_ok=True)
@@ -143,7 +155,7 @@ def run(args) -> int:
                      max_queue=args.max_queue, max_body_bytes=args.max_body, ping_interval=args.ping_interval,
                      reasoning_format=args.reasoning_format, body_timeout=args.timeout_body,
                      cors_origins=args.cors_origins, alias=args.alias, slots_show_prompts=args.slots_show_prompts,
-                     slot_save_path=args.slot_save_path,
+                     slot_save_path=args.slot_save_path, slots=args.slots, tags=args.tags,
                      sampling_defaults=defaults, strict_model_names=args.strict_model_names,
                      registry=registry,
                      allowed_hosts=(args.allowed_hosts.split(",") if args.allowed_hosts is not None
@@ -158,6 +170,18 @@ def run(args) -> int:
     serve(app, args.host, args.port, header_timeout=args.timeout_header, keep_alive=args.timeout_keep_alive,
           max_connections=args.max_connections, log_level=args.log_level)
     return 0
+
+
+def request_defaults(args) -> dict:
+    """The SamplingParams defaults of --seed, --temp and --n-predict (none unset; -1 seed or n_predict: none)."""
+    d = {}
+    if args.seed is not None:
+        d["seed"] = None if args.seed == -1 else args.seed
+    if args.temp is not None:
+        d["temperature"] = args.temp
+    if args.n_predict is not None:
+        d["max_tokens"] = None if args.n_predict == -1 else args.n_predict
+    return d
 
 
 def add_many_models_args(p) -> None:

@@ -23,7 +23,7 @@ from fastgguf.server import anthropic_api, errors, llama_api, ollama_api, page, 
 from fastgguf.server.cors import Cors
 from fastgguf.server.limits import Guard
 from fastgguf.server.models import Entry, Loader, ModelRegistry, file_size, stop_engine, vocabulary
-from fastgguf.server.routes import ReleaseLeases, router
+from fastgguf.server.routes import ReleaseLeases, router, v1_router
 
 __all__ = ["create_app", "one_model"]
 
@@ -33,7 +33,7 @@ WORKERS = 4  # threads preparing requests at once (tokenizing, templates, gramma
 def create_app(model=None, *, parallel=None, n_ctx=None, n_threads=None, api_key=None, max_queue=64,
                max_body_bytes=8 << 20, ping_interval=5.0, engine=None, reasoning_format="parsed", allowed_hosts=None,
                body_timeout=60.0, cors_origins=None, alias=None, slots_show_prompts=False, sampling_defaults=None,
-               strict_model_names=False, slot_save_path=None, registry=None):
+               strict_model_names=False, slot_save_path=None, slots=True, tags=None, registry=None):
     """An ASGI app serving `model` (a fastgguf.Model) with OpenAI's API, or the models of `registry` (a
     server.models.ModelRegistry: several, loaded on demand; then the per-model settings are its Loader's).
     `parallel` sequences decode together (default: 4; 16 for an encoder, engine.scheduler.default_parallel),
@@ -44,12 +44,15 @@ def create_app(model=None, *, parallel=None, n_ctx=None, n_threads=None, api_key
     must arrive within `body_timeout` seconds (408); `cors_origins`: the pages a browser may call from (None: any
     when there is an API key, else "localhost": this machine's; a list or comma-separated string; "*": any;
     server/cors.py);
-    `alias`: the model's id in the API (set as model.alias; its file name is still accepted in requests);
+    `alias`: the model's id in the API (set as model.alias; its file name is still accepted in requests; several,
+    comma-separated as llama-server takes them: all are accepted, the first in sorted order is the id, /v1/models
+    lists them as `aliases`); `tags`: labels /v1/models lists (a list or a comma-separated string);
     `strict_model_names`: a request naming another model gets 404 (default: any name is served by this model, as
     llama-server does);
-    `slots_show_prompts`: /slots shows each busy slot's prompt text; `sampling_defaults`: SamplingParams fields for
-    requests that do not give them (`fastgguf serve --speculative`: {"speculative": ..., "draft_max": ...}; set as
-    model.sampling_defaults); `slot_save_path`: the folder of POST /slots/{id}?action=save|restore (None: 501)."""
+    `slots_show_prompts`: /slots shows each busy slot's prompt text (`slots` False: GET /slots answers 501);
+    `sampling_defaults`: SamplingParams fields for requests that do not give them (`fastgguf serve --speculative`:
+    {"speculative": ..., "draft_max": ...}; --seed, --temp, --n-predict; set as model.sampling_defaults);
+    `slot_save_path`: the folder of POST /slots/{id}?action=save|restore (None: 501)."""
     if reasoning_format not in MODES:
         raise ValueError(f"reasoning_format must be one of {', '.join(MODES)}, got {reasoning_format!r}")
     if sampling_defaults:
@@ -57,7 +60,8 @@ def create_app(model=None, *, parallel=None, n_ctx=None, n_threads=None, api_key
     if registry is None:
         registry = one_model(model, Loader(parallel=parallel, n_ctx=n_ctx, n_threads=n_threads, max_queue=max_queue,
                                            sampling_defaults=sampling_defaults),
-                             engine=engine, alias=alias, strict=strict_model_names)
+                             engine=engine, alias=alias, strict=strict_model_names,
+                             tags=tags)
 
     @asynccontextmanager
     async def lifespan(app):
@@ -80,26 +84,36 @@ def create_app(model=None, *, parallel=None, n_ctx=None, n_threads=None, api_key
     app.state.ping_interval = ping_interval
     app.state.reasoning_format = reasoning_format
     app.state.slots_show_prompts = slots_show_prompts
+    app.state.slots_endpoint = slots
     app.state.slot_save_path = os.fspath(slot_save_path) if slot_save_path is not None else None
     app.state.workers = anyio.CapacityLimiter(WORKERS)  # routes.in_worker: requests' CPU work, off the event loop
     errors.install(app)
     for r in (router, responses_api.router, anthropic_api.router):   # each with and without /v1
         app.include_router(r)
         app.include_router(r, prefix="/v1")
+    app.include_router(v1_router, prefix="/v1")  # OpenAI's /v1/completions
     app.include_router(ollama_api.router)  # Ollama's /api/...
-    app.include_router(llama_api.router)  # llama-server's /props, /slots, /models/load, /models/unload
+    app.include_router(llama_api.router)  # llama-server's /completion(s), /props, /slots, /models/load, /models/unload
     app.include_router(page.router)  # the chat page: GET / and its files under /static/
     return Guard(ReleaseLeases(app), api_key, max_body_bytes, allowed_hosts=allowed_hosts, body_timeout=body_timeout,
                  cors=Cors(cors_origins, keyed=bool(api_key)))
 
 
-def one_model(model, loader, *, engine=None, alias=None, strict=False):
+def _names(value):
+    """A list or comma-separated string of names -> the sorted distinct non-empty ones."""
+    items = value.split(",") if isinstance(value, str) else (value or ())
+    return sorted({s.strip() for s in items if s.strip()})
+
+
+def one_model(model, loader, *, engine=None, alias=None, strict=False, tags=None):
     """The registry of a server of one Model, loaded already and never unloaded by time: it serves any model name
     unless `strict` (then its id, or its file name with or without .gguf). Unloaded by /models/unload, it loads
     again from its file on the next request."""
-    name = alias or protocol.model_id(model)
+    aliases = _names(alias)
+    name = aliases[0] if aliases else protocol.model_id(model)
     entry = Entry(name, model.path, "given", keep_alive=None,
-                  aliases={protocol.file_id(model), protocol.file_id(model) + ".gguf"})
+                  aliases={protocol.file_id(model), protocol.file_id(model) + ".gguf", *aliases})
+    entry.shown_aliases, entry.tags = aliases, _names(tags)
     loader.prepare(model, name)
     entry.model, entry.engine, entry.state = model, engine or loader.engine(model), "loaded"
     entry.size = file_size(model.path)

@@ -1,13 +1,14 @@
 """Errors over HTTP: every exception becomes OpenAI's {"error": {message, type, param, code}} through the one
 translation, fastgguf.api.openai.responses.error_body; under Anthropic's paths (anthropic.PATHS) its
 {"type": "error", "error": {type, message}} of the same status, under Ollama's (ollama.PREFIX) its {"error": message}
-(a full queue: 503). FastAPI's own 422 validation format is never sent: a body that does not fit the schema is a 400
-naming the field; an unknown route a 404."""
+(a full queue: 503), under llama-server's native completion (llama.PATHS) its {"error": {code, message, type}}.
+FastAPI's own 422 validation format is never sent: a body that does not fit the schema is a 400 naming the field; an
+unknown route a 404."""
 from fastapi.exceptions import RequestValidationError
 from fastapi.responses import JSONResponse
 from starlette.exceptions import HTTPException as StarletteHTTPException
 
-from fastgguf.api import anthropic, ollama
+from fastgguf.api import anthropic, llama, ollama
 from fastgguf.api.openai.protocol import APIError
 from fastgguf.api.openai.responses import error_body
 
@@ -19,6 +20,8 @@ def error_response(exc, path=""):
     status, body, headers = error_body(exc)
     if path in anthropic.PATHS:
         body = anthropic.error_dict(status, body)
+    elif path in llama.PATHS:
+        body = llama.error_dict(status, body)
     elif path.startswith(ollama.PREFIX + "/"):
         status, body = ollama.error_status(status), ollama.error_dict(body)
     return JSONResponse(body, status_code=status, headers=headers or None)

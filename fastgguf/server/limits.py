@@ -8,7 +8,7 @@ import re
 from fastgguf.api.openai.protocol import APIError
 from fastgguf.server.errors import error_response
 
-__all__ = ["Guard", "OPEN_PATHS", "default_hosts", "host_name", "is_open"]
+__all__ = ["Guard", "OPEN_PATHS", "bind_hosts", "default_hosts", "host_name", "is_open"]
 
 # answered without the API key: health, and the chat page (server/page.py: "/" and its files under /static/), which
 # asks for the key and sends it with the API calls it makes
@@ -20,9 +20,16 @@ DRAIN_LIMIT = 64 << 20  # a body over the limit is read and dropped up to twice 
 
 
 def default_hosts(bound):
-    """The Host names a server bound to address `bound` answers by default: that address and the loopback names
-    (a DNS-rebinding page's requests carry its own host name, and are refused)."""
-    return [bound, "localhost", "127.0.0.1", "[::1]"]
+    """The Host names a server bound to address `bound` (several: comma-separated) answers by default: those
+    addresses (an IPv6 one in brackets, as a Host header gives it) and the loopback names (a DNS-rebinding page's
+    requests carry its own host name, and are refused)."""
+    out = [f"[{b}]" if ":" in b and not b.startswith("[") else b for b in bind_hosts(bound)]
+    return out + [h for h in ("localhost", "127.0.0.1", "[::1]") if h not in out]
+
+
+def bind_hosts(host):
+    """The addresses of `fastgguf serve --host` (llama-server's: one, or several comma-separated)."""
+    return [h.strip() for h in host.split(",") if h.strip()]
 
 
 # an authority (RFC 3986) as a Host header gives it: a bracketed IPv6 literal, or a host name or IPv4 address (no

@@ -1,8 +1,10 @@
-"""llama-server's extras that tools and web UIs read: GET /props (the model, context size, chat template, slots,
-build) and GET /slots (what each slot is doing), of the model `?model=NAME` names (default: the server's one
+"""llama-server's native completion, POST /completion and /completions (fastgguf.api.llama: its request and
+result shapes; the Scheduler and respond() as every generation route), and its extras that tools and web UIs read:
+GET /props (the model, context size, chat template, slots, build) and GET /slots (what each slot is doing), of the
+model `?model=NAME` names (default: the server's one
 model); its router mode's POST /models/load and /models/unload {"model": NAME}. Each needs the API key, as
 every route but /health. Neither /props nor /slots shows a path on the server's disk; /slots shows prompt text
-only when the server was started with --slots-show-prompts.
+only when the server was started with --slots-show-prompts; with --no-slots it answers 501.
 POST /slots/{id}?action=save|restore|erase: an idle slot's KV cache to and from a file (Context.save_state) of
 the --slot-save-path folder, named by a bare file name; 501 without that folder, 503 while the slot is busy.
 POST /apply-template (a chat body -> {"prompt": its rendered prompt text}) and /chat/completions/input_tokens (->
@@ -15,16 +17,36 @@ from fastapi import APIRouter, Request
 
 import fastgguf
 from fastgguf import kernels
+from fastgguf.api.llama import NativeBuilder, generation_settings, prepare_native
 from fastgguf.engine.chat import CHATML_TEMPLATE
 from fastgguf.engine.params import SamplingParams
 from fastgguf.api.openai import protocol
 from fastgguf.api.openai.protocol import APIError, model_id
 from fastgguf.errors import StateError
-from fastgguf.server.routes import in_worker, use_model
+from fastgguf.server import sse
+from fastgguf.server.routes import Dialect, in_worker, respond, use_model
 
 __all__ = ["router"]
 
 router = APIRouter()
+
+
+NATIVE = Dialect(NativeBuilder, sse.data, "")  # a stream of results, no [DONE]
+
+
+@router.post("/completion", responses={200: {"content": {"text/event-stream": {}}}},
+             description="llama-server's native completion: prompt (text, token ids, both mixed, or a list of "
+                         "prompts), n_predict, the sampling fields, logit_bias, ignore_eos, n_probs, samplers, "
+                         "stream, return_tokens, response_fields; a result with content, tokens, stop_type, "
+                         "generation_settings and timings (a list of them for several prompts).")
+async def completion(request: Request):
+    body = await _body_object(request)  # JSON whatever the Content-Type says, as llama-server reads it
+    lease = await use_model(request, body.get("model"))
+    prep = await in_worker(request, prepare_native, lease.model, body, lease.engine.n_ctx)
+    return await respond(request, lease, prep, NATIVE)
+
+
+router.add_api_route("/completions", completion, methods=["POST"], include_in_schema=False)
 
 
 def _piece(tok, tid):
@@ -36,10 +58,8 @@ async def props(request: Request):
     lease = await use_model(request, request.query_params.get("model"))
     model, eng = lease.model, lease.engine
     tok = model.tokenizer
-    defaults = SamplingParams()
-    params = {name: getattr(defaults, name) for name in ("temperature", "top_k", "top_p", "min_p", "repeat_penalty",
-                                                         "repeat_last_n", "frequency_penalty", "presence_penalty")}
-    params["n_predict"] = defaults.max_tokens if defaults.max_tokens is not None else -1
+    params = generation_settings(SamplingParams(**{"max_tokens": None, **(getattr(model, "sampling_defaults", None)
+                                                                          or {})}))
     return {"default_generation_settings": {"id": 0, "n_ctx": eng.n_ctx, "is_processing": False,
                                             "params": params},
             "total_slots": eng.parallel,
@@ -56,6 +76,9 @@ async def props(request: Request):
 @router.get("/slots")
 async def slots(request: Request):
     state = request.app.state
+    if not state.slots_endpoint:
+        raise APIError("This server does not support slots endpoint (started with --no-slots)", status=501,
+                       type="not_supported_error")
     lease = await use_model(request, request.query_params.get("model"))
     out = lease.engine.slot_states()
     for d in out:

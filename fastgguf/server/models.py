@@ -86,6 +86,7 @@ class Entry:
     def __init__(self, name, source, kind="file", size=0, keep_alive=DEFAULT_KEEP_ALIVE, aliases=()):
         self.name, self.source, self.kind, self.size = name, source, kind, size
         self.aliases = set(aliases)
+        self.shown_aliases, self.tags = [], []  # llama-server's --alias a,b and --tags: /v1/models lists them
         self.base_keep_alive = self.keep_alive = keep_alive
         self.state, self.model, self.engine, self.error = "unloaded", None, None, None
         self.leases, self.last_used, self.task = 0, 0.0, None

@@ -3,7 +3,8 @@
 `request.app.state` (set by create_app). A generation route is four calls: use_model -> protocol.prepare_* (in a
 worker thread) -> the model's Scheduler (submit) -> responses' builder (respond).
 
-Every route exists with and without the /v1 prefix (create_app includes the router twice)."""
+Every route of `router` exists with and without the /v1 prefix (create_app includes it twice); `v1_router`'s only
+under /v1 (/completions without it is llama-server's native completion: server/llama_api.py)."""
 import asyncio
 import collections
 import functools
@@ -24,9 +25,10 @@ from fastgguf.server import schemas as S
 from fastgguf.server import sse
 from fastgguf.server.errors import error_response
 
-__all__ = ["router", "use_model", "ReleaseLeases"]
+__all__ = ["router", "v1_router", "use_model", "ReleaseLeases"]
 
 router = APIRouter()
+v1_router = APIRouter()  # routes only under /v1: OpenAI's /v1/completions (llama-server's /completions is its own)
 LEASES = "fastgguf.leases"  # the scope key of a request's Leases
 
 
@@ -215,7 +217,7 @@ async def chat_completions(body: S.ChatCompletionRequest, request: Request):
                                                  reasoning_format=request.app.state.reasoning_format))
 
 
-@router.post("/completions", response_model=S.Completion, responses=_STREAMS)
+@v1_router.post("/completions", response_model=S.Completion, responses=_STREAMS)
 async def completions(body: S.CompletionRequest, request: Request):
     return await respond(request, *await prepare(request, protocol.prepare_completion, body))
 
@@ -242,10 +244,11 @@ CHAT_MODEL_NOTE = ("not an embedding model: its file has no pooling_type, so /v1
 
 
 def card(entry, created):
-    """A model's entry in /v1/models: its id, status ({"value": "loaded" | "loading" | "unloaded"}, as llama-server's
-    router mode shows it; "failed" and the error after a load that failed) and, while loaded, what it is for."""
+    """A model's entry in /v1/models: its id, aliases and tags (llama-server's --alias a,b and --tags), status
+    ({"value": "loaded" | "loading" | "unloaded"}, as llama-server's router mode shows it; "failed" and the error
+    after a load that failed) and, while loaded, what it is for."""
     c = {"id": entry.name, "object": "model", "created": created, "owned_by": "fastgguf",
-         "status": {"value": entry.state}}
+         "status": {"value": entry.state}, "aliases": entry.shown_aliases, "tags": entry.tags}
     if entry.error and entry.state == "unloaded":
         c["status"].update(failed=True, error=entry.error)
     if entry.model is not None:

@@ -234,6 +234,8 @@ class ModelCard(_Loose):
     # llama-server's router mode: {"value": "loaded" | "loading" | "unloaded"}, "failed" and "error" after a load
     # that failed
     status: Optional[Dict[str, Any]] = None
+    aliases: Optional[List[str]] = None  # llama-server's: the names --alias gave, and its --tags
+    tags: Optional[List[str]] = None
 
 
 class ModelList(_Loose):

@@ -15,9 +15,12 @@ send them: uvicorn lower-cases them, which HTTP allows, but some clients look th
 own server tests do, from a plain dict).
 """
 import re
+import socket
 
 import uvicorn
 from uvicorn.protocols.http.auto import AutoHTTPProtocol
+
+from fastgguf.server.limits import bind_hosts
 
 __all__ = ["protocol", "serve"]
 
@@ -88,6 +91,26 @@ def protocol(header_timeout, max_connections, base=AutoHTTPProtocol):
 
 
 def serve(app, host, port, *, header_timeout=10.0, keep_alive=5.0, max_connections=1024, log_level="warning"):
-    """Run `app` with uvicorn until interrupted (see the module's docstring for the limits)."""
-    uvicorn.run(app, host=host, port=port, log_level=log_level, timeout_keep_alive=keep_alive,
-                http=protocol(header_timeout, max_connections))
+    """Run `app` with uvicorn until interrupted (see the module's docstring for the limits). `host`: an address, or
+    several comma-separated (llama-server's --host 127.0.0.1,::1): one server listens on each."""
+    hosts = bind_hosts(host)
+    kw = dict(port=port, log_level=log_level, timeout_keep_alive=keep_alive,
+              http=protocol(header_timeout, max_connections))
+    if len(hosts) == 1:
+        return uvicorn.run(app, host=hosts[0], **kw)
+    server = uvicorn.Server(uvicorn.Config(app, host=hosts[0], **kw))
+    server.run(sockets=[_listen(h, port) for h in hosts])
+    if not server.started:
+        raise SystemExit(3)  # as uvicorn.run: it could not start
+
+
+def _listen(host, port):
+    """A listening socket on host (IPv4 or IPv6, IPv6 only: its IPv4 twin may be bound too) and port."""
+    family = socket.AF_INET6 if ":" in host else socket.AF_INET
+    sock = socket.socket(family, socket.SOCK_STREAM)
+    sock.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
+    if family == socket.AF_INET6:
+        sock.setsockopt(socket.IPPROTO_IPV6, socket.IPV6_V6ONLY, 1)
+    sock.bind((host.strip("[]"), port))
+    sock.set_inheritable(True)
+    return sock

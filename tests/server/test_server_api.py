@@ -295,7 +295,7 @@ BAD = [
     ("/v1/completions", {"prompt": [1, 2, 10 ** 9]}, 400, "prompt", None),
     ("/v1/completions", {"prompt": "hi", "logprobs": 99}, 400, "logprobs", None),
     ("/v1/completions", {"prompt": "hi", "stream_options": {"include_usage": True}}, 400, "stream_options", None),
-    ("/completions", {"prompt": "x " * 600}, 400, "messages", "context_length_exceeded"),
+    ("/v1/completions", {"prompt": "x " * 600}, 400, "messages", "context_length_exceeded"),
     ("/v1/embeddings", {"input": ""}, 400, "input", None),
     ("/v1/embeddings", {"input": []}, 400, "input", None),
     ("/v1/embeddings", {"input": ["fine", ""]}, 400, "input", None),

@@ -379,6 +379,10 @@ def prepare_embedding(model, body, n_ctx, per_token=False):
         raise APIError(f"dimensions must be {model.n_embd} (this model's embedding size); other sizes are "
                        f"{UNSUPPORTED}", param="dimensions", code="unsupported_parameter")
     inp = body.get("input")
+    if isinstance(inp, Mapping) and "content" in inp:
+        inp = _content_text(inp, "input")
+    elif isinstance(inp, list) and inp and not is_token_id(inp[0]):
+        inp = [_content_text(x, f"input[{i}]") if isinstance(x, Mapping) else x for i, x in enumerate(inp)]
     if inp == "" or (isinstance(inp, list) and "" in inp):
         raise APIError("input: an empty string cannot be embedded", param="input")
     if isinstance(inp, list) and len(inp) > MAX_EMBED_INPUTS and not is_token_id(inp[0]):
@@ -386,6 +390,23 @@ def prepare_embedding(model, body, n_ctx, per_token=False):
     prompts = _prompt_list(model, inp, "input", max_input_tokens(model, n_ctx))
     _fit_inputs(model, prompts, n_ctx, "input")
     return EmbeddingPrepared(prompts, fmt)
+
+
+def _content_text(item, where):
+    """llama-server's embedding input {"content": [{"type": "text", "text": ...}, ...]} -> its texts joined (other
+    parts: images, audio, video, are refused: no model here takes them)."""
+    parts = item.get("content")
+    if not isinstance(parts, list):
+        raise APIError(f"{where}: \"content\" must be an array of text parts", param="input")
+    for j, part in enumerate(parts):
+        kind = part.get("type") if isinstance(part, Mapping) else None
+        if kind in ("image_url", "input_audio", "input_video", "file"):
+            raise APIError(f"{where}.content[{j}]: {kind} parts are {UNSUPPORTED} (this model is not multimodal)",
+                           param="input", code="unsupported_parameter")
+        if kind != "text" or not isinstance(part.get("text"), str):
+            raise APIError(f"{where}.content[{j}] must be a text part {{'type': 'text', 'text': ...}}",
+                           param="input")
+    return "".join(part["text"] for part in parts)
 
 
 def _fit_inputs(model, prompts, n_ctx, field):
