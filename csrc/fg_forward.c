@@ -1473,41 +1473,94 @@ static int64_t state_first(const fg_model *m, int il, int n) {
     return m->layers[il].swa && n > m->hp.n_swa ? n - m->hp.n_swa : 0;
 }
 
+/* Whether layer il keeps K/V rows of its own (an attention layer: not a short-convolution, DeltaNet or Mamba-2
+ * one, nor one that attends over an earlier layer's K/V, kv_reuse). */
+static int attn_layer(const fg_model *m, int il) {
+    const fg_layer *L = &m->layers[il];
+    return !(L->conv || L->deltanet || L->ssm || L->kv_reuse);
+}
+
+/* The conv inputs a short-convolution layer's state keeps of n positions: the last min(n, n_conv - 1). */
+static int64_t conv_kept(const fg_model *m, int n) {
+    int64_t d = m->hp.n_conv - 1;
+    return n < d ? n : d;
+}
+
 int64_t fg_kv_state_size(const fg_model *m, int n) {
-    if (n < 0 || m->hp.n_conv > 0 || m->hp.dn_conv > 0 || m->hp.ssm_d_state > 0) return -1; /* recurrent states: not in this format */
+    if (n < 0) return -1;
     int64_t vals = 0;
     for (int il = 0; il < m->hp.n_layer; il++)
-        if (!m->layers[il].kv_reuse) vals += (n - state_first(m, il, n)) * layer_g(m, il) * layer_hd(m, il);
+        if (attn_layer(m, il)) vals += (n - state_first(m, il, n)) * layer_g(m, il) * layer_hd(m, il);
     return 2 * vals;
 }
 
-/* fg_kv_save (save != 0: cache -> buf) and fg_kv_load (buf -> cache) in one walk. */
-static int kv_state_io(const fg_model *m, const fg_kv *kv, int n, uint16_t *buf, int save) {
-    if (n < 0 || n > kv->n_ctx || m->hp.n_conv > 0 || m->hp.dn_conv > 0 || m->hp.ssm_d_state > 0) return -1;
+int64_t fg_rec_state_size(const fg_model *m, int n) {
+    if (n < 0) return -1;
+    int64_t floats = 0;
+    for (int il = 0; il < m->hp.n_layer; il++)
+        floats += m->layers[il].conv ? conv_kept(m, n) * m->hp.n_embd : rec_state_floats(m, il);
+    return floats;
+}
+
+/* Copy `bytes` from the cache to buf (save) or back (load). */
+static void state_copy(void *cache, void *buf, size_t bytes, int save) {
+    memcpy(save ? buf : cache, save ? cache : buf, bytes);
+}
+
+/* The attention layers' K/V of positions [0, n) to buf (save) or back (load), fg_kv_state_size's order: per layer
+ * with a cache of its own, K then V, layer_g groups of layer_hd-wide rows. */
+static void kv_rows_io(const fg_model *m, const fg_kv *kv, int n, uint16_t *buf, int save) {
     for (int il = 0; il < m->hp.n_layer; il++) {
+        if (!attn_layer(m, il)) continue;
         int64_t rows = layer_rows(kv, il), p0 = state_first(m, il, n), hd = layer_hd(m, il);
         size_t row = (size_t)hd * sizeof(uint16_t);
-        if (m->layers[il].kv_reuse) continue; /* no cache of its own */
         for (int kind = 0; kind < 2; kind++) {
             for (int64_t g = 0; g < layer_g(m, il); g++) {
                 uint16_t *c = group_cache(m, kv, kind ? kv->v_cache : kv->k_cache, il, g);
                 if (!m->layers[il].swa) {
-                    memcpy(save ? buf : c, save ? c : buf, (size_t)n * row);
+                    state_copy(c, buf, (size_t)n * row, save);
                 } else {
-                    for (int64_t p = p0; p < n; p++) {
-                        uint16_t *cp = c + (p % rows) * hd, *bp = buf + (p - p0) * hd;
-                        memcpy(save ? bp : cp, save ? cp : bp, row);
-                    }
+                    for (int64_t p = p0; p < n; p++) state_copy(c + (p % rows) * hd, buf + (p - p0) * hd, row, save);
                 }
                 buf += (n - p0) * hd;
             }
         }
     }
+}
+
+/* The recurrent layers' states at position n to buf (save) or back (load), fg_rec_state_size's order. */
+static void rec_io(const fg_model *m, const fg_kv *kv, int n, float *buf, int save) {
+    int64_t E = m->hp.n_embd;
+    for (int il = 0; il < m->hp.n_layer; il++) {
+        if (m->layers[il].conv) { /* the ring's rows of positions [n - kept, n), oldest first */
+            float *ring = conv_ring(m, kv, il);
+            int64_t kept = conv_kept(m, n);
+            for (int64_t p = n - kept; p < n; p++)
+                state_copy(ring + (p % kv->n_conv_rows) * E, buf + (p - n + kept) * E, (size_t)E * sizeof(float), save);
+            buf += kept * E;
+            continue;
+        }
+        int64_t f = rec_state_floats(m, il);
+        if (f) state_copy(rec_state(kv, il), buf, (size_t)f * sizeof(float), save);
+        buf += f;
+    }
+}
+
+/* fg_kv_save (save != 0: cache -> bufs) and fg_kv_load (bufs -> cache), after checking n and the buffers' lengths. */
+static int state_io(const fg_model *m, const fg_kv *kv, int n, uint16_t *kvbuf, int64_t n_kv, float *rec,
+                    int64_t n_rec, int save) {
+    if (n < 0 || n > kv->n_ctx || n_kv != fg_kv_state_size(m, n) || n_rec != fg_rec_state_size(m, n)) return -1;
+    if ((n_kv && !kvbuf) || (n_rec && !rec)) return -1;
+    kv_rows_io(m, kv, n, kvbuf, save);
+    rec_io(m, kv, n, rec, save);
     return 0;
 }
 
-int fg_kv_save(const fg_model *m, const fg_kv *kv, int n, uint16_t *buf) { return kv_state_io(m, kv, n, buf, 1); }
+int fg_kv_save(const fg_model *m, const fg_kv *kv, int n, uint16_t *buf, int64_t n_kv, float *rec, int64_t n_rec) {
+    return state_io(m, kv, n, buf, n_kv, rec, n_rec, 1);
+}
 
-int fg_kv_load(const fg_model *m, fg_kv *kv, int n, const uint16_t *buf) {
-    return kv_state_io(m, kv, n, (uint16_t *)buf, 0);
+int fg_kv_load(const fg_model *m, fg_kv *kv, int n, const uint16_t *buf, int64_t n_kv, const float *rec,
+               int64_t n_rec) {
+    return state_io(m, kv, n, (uint16_t *)buf, n_kv, (float *)rec, n_rec, 0);
 }

@@ -324,15 +324,21 @@ int fg_kv_copy(const fg_model *m, fg_kv *dst, const fg_kv *src, int n);
  * position only: fg_kv_copy copies it whole (n > 0), so the caller copies n == src's position count only. */
 int64_t fg_ssm_state_floats(const fg_model *m);
 
-/* A saved state's K/V: positions [0, n) in an order that does not depend on n_ctx (fastgguf.engine.state). For each
- * layer, K then V, each n_head_kv groups of rows (head_dim F16 values) for the positions a later query can see:
- * 0..n-1 of a full-attention layer, the last min(n, n_swa) of a sliding-window one (as fg_kv_copy).
- * fg_kv_state_size: the uint16 values of n positions (-1 if n < 0, or if the model has short-convolution or
- * DeltaNet layers, whose states a saved state does not hold). fg_kv_save / fg_kv_load copy them out of / into kv (buf holds
- * fg_kv_state_size(m, n) values; the caller sizes it); kv must hold them (save: for a ring, its newest position
- * < n + n_swa_rows - n_swa). Return 0; -1 (nothing done) if n < 0, n > kv->n_ctx or short-convolution layers. */
+/* A saved state: positions [0, n) in an order that does not depend on n_ctx (fastgguf.engine.state, format 2).
+ * K/V (fg_kv_state_size uint16 values): for each attention layer (short-convolution, DeltaNet and Mamba-2 layers
+ * hold none), K then V, each n_head_kv groups of rows (head_dim F16 values) for the positions a later query can
+ * see: 0..n-1 of a full-attention layer, the last min(n, n_swa) of a sliding-window one (as fg_kv_copy).
+ * Recurrent states (fg_rec_state_size floats, F32 as stored), for each layer in order: a short-convolution layer's
+ * ring rows of positions n - min(n, n_conv - 1) .. n - 1 (n_embd floats each, oldest first); a DeltaNet or Mamba-2
+ * layer's whole state as in dn_cache (rec_state_floats: its conv ring or inputs, then its matrices), that of
+ * position n - 1 (zeros or stale at n == 0: a row at position 0 starts from zeros); attention layers nothing.
+ * Sizes: -1 if n < 0. fg_kv_save / fg_kv_load copy both out of / into kv; kv must hold them (save: for a ring, its
+ * newest position < n + ring rows - window; the recurrent states those after position n - 1). Return 0; -1 (nothing
+ * done) if n < 0, n > kv->n_ctx, or n_kv / n_rec (the buffers' lengths) differ from the sizes of n positions. */
 int64_t fg_kv_state_size(const fg_model *m, int n);
-int fg_kv_save(const fg_model *m, const fg_kv *kv, int n, uint16_t *buf);
-int fg_kv_load(const fg_model *m, fg_kv *kv, int n, const uint16_t *buf);
+int64_t fg_rec_state_size(const fg_model *m, int n);
+int fg_kv_save(const fg_model *m, const fg_kv *kv, int n, uint16_t *buf, int64_t n_kv, float *rec, int64_t n_rec);
+int fg_kv_load(const fg_model *m, fg_kv *kv, int n, const uint16_t *buf, int64_t n_kv, const float *rec,
+               int64_t n_rec);
 
 #endif

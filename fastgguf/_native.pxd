@@ -235,8 +235,11 @@ cdef extern from "fg_forward.h" nogil:
     int fg_kv_copy(const fg_model *m, fg_kv *dst, const fg_kv *src, int n)
     size_t fg_kv_bytes(const fg_model *m, int n_ctx, size_t *conv, size_t *rec)
     int64_t fg_kv_state_size(const fg_model *m, int n)
-    int fg_kv_save(const fg_model *m, const fg_kv *kv, int n, uint16_t *buf)
-    int fg_kv_load(const fg_model *m, fg_kv *kv, int n, const uint16_t *buf)
+    int64_t fg_rec_state_size(const fg_model *m, int n)
+    int fg_kv_save(const fg_model *m, const fg_kv *kv, int n, uint16_t *buf, int64_t n_kv, float *rec,
+                   int64_t n_rec)
+    int fg_kv_load(const fg_model *m, fg_kv *kv, int n, const uint16_t *buf, int64_t n_kv, const float *rec,
+                   int64_t n_rec)
 
 
 cdef class Weights:

@@ -445,42 +445,53 @@ cdef class Runner:
         self._ring_lo[1] = max(0, n - (self.weights.m.hp.n_conv - 1))
 
     def kv_state_size(self, int n):
-        """uint16 values of the K/V of n positions in a saved state's order (fg_kv_state_size; n_ctx plays no
-        part)."""
+        """uint16 values of the attention layers' K/V of n positions in a saved state's order (fg_kv_state_size;
+        n_ctx plays no part)."""
         if n < 0:
             raise ValueError(f"n must be >= 0, got {n}")
         return fg_kv_state_size(&self.weights.m, n)
 
+    def rec_state_size(self, int n):
+        """float32 values of the recurrent layers' states at n positions in a saved state's order (short-convolution
+        rings' last n_conv - 1 inputs, DeltaNet and Mamba-2 states: fg_rec_state_size; 0 without such layers)."""
+        if n < 0:
+            raise ValueError(f"n must be >= 0, got {n}")
+        return fg_rec_state_size(&self.weights.m, n)
+
     def save_kv(self):
-        """(token ids (n_past,) int32, K/V (kv_state_size(n_past),) uint16 F16 bits): what load_kv takes back."""
+        """(token ids (n_past,) int32, K/V (kv_state_size(n_past),) uint16 F16 bits, recurrent states
+        (rec_state_size(n_past),) float32): what load_kv takes back."""
         cdef int n = self.n_past
-        cdef int64_t size = fg_kv_state_size(&self.weights.m, n)
-        if size < 0:
-            raise ValueError("this model's cache has short-convolution rings or DeltaNet / Mamba-2 states, which a "
-                             "saved state does not hold")
         cdef cnp.ndarray[int32_t, ndim=1] ids = np.empty(n, dtype=np.int32)
-        cdef cnp.ndarray[uint16_t, ndim=1] kv = np.empty(size, dtype=np.uint16)
+        cdef cnp.ndarray[uint16_t, ndim=1] kv = np.empty(fg_kv_state_size(&self.weights.m, n), dtype=np.uint16)
+        cdef cnp.ndarray[float, ndim=1] rec = np.empty(fg_rec_state_size(&self.weights.m, n), dtype=np.float32)
+        cdef int rc
         if n:
             memcpy(&ids[0], self.ids, n * sizeof(int32_t))
         with nogil:
-            fg_kv_save(&self.weights.m, &self.st.kv, n, <uint16_t *>kv.data)
-        return ids, kv
+            rc = fg_kv_save(&self.weights.m, &self.st.kv, n, <uint16_t *>kv.data, kv.shape[0], <float *>rec.data,
+                            rec.shape[0])
+        if rc != 0:
+            raise RuntimeError("fg_kv_save failed")
+        return ids, kv, rec
 
-    def load_kv(self, ids, kv):
-        """Make the cache hold token ids (int32, each < n_vocab) and their K/V (uint16, kv_state_size(len(ids))
-        values, as save_kv gave them): n_past == len(ids) afterwards. ValueError (nothing changed) on a bad length,
-        id or dtype, or more ids than n_ctx."""
+    def load_kv(self, ids, kv, rec):
+        """Make the cache hold token ids (int32, each < n_vocab), their K/V (uint16, kv_state_size(len(ids)) values)
+        and the recurrent states after them (float32, rec_state_size(len(ids)) values), as save_kv gave them: n_past
+        == len(ids) afterwards. ValueError (nothing changed) on a bad length, id or dtype, or more ids than n_ctx."""
         cdef cnp.ndarray[int32_t, ndim=1] t = np.ascontiguousarray(ids)
         cdef cnp.ndarray[uint16_t, ndim=1] k = np.ascontiguousarray(kv)
-        cdef int n = t.shape[0]
-        if n > self.n_ctx:
-            raise ValueError(f"{n} positions do not fit this context's n_ctx={self.n_ctx}")
-        if k.shape[0] != fg_kv_state_size(&self.weights.m, n):
-            raise ValueError(f"{k.shape[0]} K/V values for {n} positions, expected {self.kv_state_size(n)}")
+        cdef cnp.ndarray[float, ndim=1] r = np.ascontiguousarray(rec)
+        cdef int n = t.shape[0], rc
         if n and (t.min() < 0 or t.max() >= self.n_vocab):
             raise ValueError(f"a token id is out of range [0, {self.n_vocab})")
-        with nogil:
-            fg_kv_load(&self.weights.m, &self.st.kv, n, <const uint16_t *>k.data)
+        with nogil:  # C checks n against n_ctx and the lengths against n's sizes before it copies anything
+            rc = fg_kv_load(&self.weights.m, &self.st.kv, n, <const uint16_t *>k.data, k.shape[0],
+                            <const float *>r.data, r.shape[0])
+        if rc != 0:
+            raise ValueError(f"{n} positions (this context's n_ctx={self.n_ctx}) with {k.shape[0]} K/V values and "
+                             f"{r.shape[0]} recurrent-state values: expected {self.kv_state_size(n)} and "
+                             f"{self.rec_state_size(n)}")
         if n:
             memcpy(self.ids, &t[0], n * sizeof(int32_t))
         self.n_past = n

@@ -209,9 +209,10 @@ def _unpickle_context(model_class, path, n_ctx, n_threads, state):
 class Context:
     """One conversation over a Model: KV cache of n_ctx positions. Use from one thread at a time.
 
-    save_state(path) / load_state(path) write and read its state (token ids and their K/V; fastgguf.engine.state
-    says what the file holds and what it is checked against). A pickle of a Context holds the model's class and
-    file path, n_ctx, n_threads and that state (its size: about n_past * n_layer * 4 * kv_dim bytes): unpickling
+    save_state(path) / load_state(path) write and read its state (token ids, their K/V, and a hybrid model's
+    short-convolution rings and DeltaNet / Mamba-2 states; fastgguf.engine.state says what the file holds and what
+    it is checked against). A pickle of a Context holds the model's class and file path, n_ctx, n_threads and that
+    state (its size: about n_past * n_attention_layers * 4 * kv_dim bytes, plus the fixed recurrent states): unpickling
     loads the model from the same path (a new Model each time) and refuses, with StateError, a file whose sha256
     differs from the pickled one's. A sampler's random state is the Sampler's (fastgguf.engine.sampler)."""
 
@@ -345,8 +346,7 @@ class Context:
 
     def _load_state_bytes(self, data):
         with self._guard():
-            ids, kv = _state.read(self, io.BytesIO(data), len(data))
-            self.runner.load_kv(ids, kv)
+            self.runner.load_kv(*_state.read(self, io.BytesIO(data), len(data)))
 
     def __reduce__(self):
         buf = io.BytesIO()

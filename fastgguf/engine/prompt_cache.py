@@ -19,8 +19,14 @@ removed when found; files of other models and any other file are left alone. The
 (every model's .fgstate files together): before a write, the least recently used files (their mtime, set on every
 write and hit) are removed until the new one fits. Several processes may share a folder (each rescans it per lookup).
 
-Models whose state cannot be saved (recurrent layers: lfm2, qwen35) and encoders do not use the cache (a
-RuntimeWarning says so); nor does a folder that cannot be written (a RuntimeWarning; the model works without it).
+Models with recurrent layers (state.recurrent_kind: lfm2 / lfm2moe short convolutions, qwen35 / qwen35moe DeltaNet,
+granitehybrid Mamba-2) keep the state of their last position only, which cannot be cut back to a prefix: for them
+a file is a checkpoint, stored at the end of a prompt (the same policy: at least min_tokens, not already stored),
+and restored only whole, when its tokens are a prefix of the new prompt (state.prefix_loadable: the one rule, in
+_longest); cached_tokens is then the checkpoint's length, and 0 when only a part of a stored prompt matches (a chat's
+next turn extends the last prompt, so it hits; the same prompt again does not, since one token must be evaluated
+for its logits). Encoders do not use the cache (a RuntimeWarning says so); nor does a folder that cannot be written
+(a RuntimeWarning; the model works without it).
 """
 import atexit
 import hashlib
@@ -57,16 +63,13 @@ def _flush_all():
 
 def open_cache(model, directory, size_mib=None, min_tokens=MIN_TOKENS):
     """Model(prompt_cache=...)'s PromptCache for model, or None (with a RuntimeWarning) where it cannot be used:
-    directory None, a model whose state is not saved, a folder that cannot be created or written."""
+    directory None, an encoder, a folder that cannot be created or written."""
     if directory is None:
         return None
     cache = PromptCache(directory, size_mib, min_tokens)  # bad arguments: TypeError / ValueError
-    hp = model.hparams
-    kind = _state.recurrent_kind(hp)
-    if kind or model.is_encoder:
-        why = f"{kind} layers" if kind else "an encoder"
-        warnings.warn(f"the prompt cache is off for {os.path.basename(model.path)}: {hp.arch} has {why}, whose "
-                      f"state is not saved", RuntimeWarning, stacklevel=3)
+    if model.is_encoder:
+        warnings.warn(f"the prompt cache is off for {os.path.basename(model.path)}: {model.hparams.arch} is an "
+                      f"encoder, which keeps no state between calls", RuntimeWarning, stacklevel=3)
         return None
     try:
         os.makedirs(cache.dir, exist_ok=True)
@@ -147,7 +150,8 @@ class PromptCache:
         return {n: self._index[n] for n in names if n in self._index}
 
     def _longest(self, ctx, key, ids, limit):
-        """(name, n): the stored file sharing the longest prefix with ids[:limit], n tokens; (None, 0) if none."""
+        """(name, n): the stored file sharing the longest loadable prefix with ids[:limit], n tokens (for a model
+        with recurrent layers, a whole file: prefix_loadable); (None, 0) if none."""
         arr = np.asarray(ids[:limit], dtype=np.int32)
         hp = ctx.model.hparams
         best = (None, 0)

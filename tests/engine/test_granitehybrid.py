@@ -145,14 +145,6 @@ def _scheduler_n2(m, prompt):
     assert text == [ref.text, ref.text]
 
 
-def test_saved_state_is_refused(model, tmp_path):
-    from fastgguf.engine.state import StateError
-    ctx = model.context(32)
-    ctx.eval(IDS[:4])
-    with pytest.raises(StateError, match="Mamba-2"):
-        ctx.save_state(str(tmp_path / "s.state"))
-
-
 @pytest.mark.parametrize("meta, match", [
     ({"ssm.inner_size": 64}, r"granitehybrid\.ssm\.inner_size = 64: only 2 \* embedding_length \(128\)"),
     ({"ssm.conv_kernel": 1}, r"granitehybrid\.ssm\.conv_kernel = 1 is out of range"),

@@ -2,7 +2,8 @@
 of recomputed, with the logits and greedy tokens of a cold run and a truthful cached_tokens, across Models (a
 restart), through generate() and the Scheduler; the folder stays within its size (least recently used removed);
 damaged, truncated and foreign files are skipped and removed; two models share a folder; short prompts are not
-stored. Tiny random models, prompts of token ids, a threshold of 16 tokens."""
+stored; models with recurrent layers store checkpoints and restore only a whole one. Tiny random models, prompts
+of token ids, a threshold of 16 tokens."""
 import os
 import warnings
 
@@ -180,15 +181,9 @@ def test_unusable_folder_or_model_warns(paths, tmp_path):
     with pytest.warns(RuntimeWarning, match="cannot be written"):
         m = Model(paths["a"], prompt_cache=tmp_path / "f" / "sub")
     assert m.prompt_cache is None and greedy(m, prompt(40)).usage.cached_tokens == 0
-    lfm2 = models.build(tmp_path / "lfm2.gguf", arch="lfm2", conv_layers=[0], n_ctx=256)
-    with pytest.warns(RuntimeWarning, match="short-convolution"):
-        assert Model(lfm2, prompt_cache=tmp_path / "c").prompt_cache is None
-    qwen35 = models.build(tmp_path / "qwen35.gguf", "qwen35")
-    with pytest.warns(RuntimeWarning, match="DeltaNet"):
-        assert Model(qwen35, prompt_cache=tmp_path / "c").prompt_cache is None
-    granitehybrid = models.build(tmp_path / "gh.gguf", arch="granitehybrid", n_layer=3, ssm_layers=(0, 2))
-    with pytest.warns(RuntimeWarning, match="Mamba-2"):
-        assert Model(granitehybrid, prompt_cache=tmp_path / "c").prompt_cache is None
+    enc = models.build(tmp_path / "bert.gguf", "encoder")
+    with pytest.warns(RuntimeWarning, match="encoder"):
+        assert Model(enc, prompt_cache=tmp_path / "c").prompt_cache is None
     with pytest.raises(ValueError):
         Model(paths["a"], prompt_cache=tmp_path, prompt_cache_size=0)
     with warnings.catch_warnings():
@@ -211,3 +206,47 @@ def test_a_failed_write_leaves_the_cache_working(paths, tmp_path, monkeypatch):
     assert len(files(tmp_path)) == 1 and restored(m, b + [1]) == 0 and restored(m, a + [1]) == 20
     store(m, b)  # the writer thread lives on
     assert restored(m, b + [1]) == 20
+
+
+# the hybrid layouts (test_state.HYBRIDS), each with the "a" file's vocabulary
+HYBRIDS = {"lfm2": dict(arch="lfm2", n_layer=4, conv_layers=(0, 1, 3)),
+           "qwen35": dict(arch="qwen35", n_layer=3, dn_layers=(0, 2), n_rot=8),
+           "granitehybrid": dict(arch="granitehybrid", n_layer=3, ssm_layers=(0, 2))}
+
+
+@pytest.mark.parametrize("arch", sorted(HYBRIDS))
+def test_hybrid_checkpoints(paths, tmp_path, arch):
+    """A model with recurrent layers: the prompt's end is a checkpoint, restored whole after a restart when it is a
+    prefix of the next prompt (cached_tokens its length, the output a cold run's); never a part of one."""
+    path = models.build(tmp_path / "h.gguf", "vocab", vocab=paths["a"], n_ctx=1024, seed=24, **HYBRIDS[arch])
+    p = prompt(40, seed=5)
+    turn2 = p + prompt(6, seed=6)
+    m = cached(path, tmp_path / "c")
+    assert greedy(m, p).usage.cached_tokens == 0 and len(files(tmp_path / "c")) == 1
+    cold = Model(path)
+    for model in (cached(path, tmp_path / "c"), m):  # a restart, then the same Model
+        got = greedy(model, turn2)
+        assert got.usage.cached_tokens == 40 and got.token_ids == greedy(cold, turn2).token_ids
+    assert len(files(tmp_path / "c")) == 2  # turn2 is a checkpoint too
+    ctx = m.context(n_ctx=256)
+    assert pc.reuse_prefix(ctx, turn2 + [3], 0) == 46 and ctx.tokens == turn2
+    ref = cold.context(n_ctx=256)
+    ref.eval(turn2)
+    np.testing.assert_array_equal(ctx.eval([3]), ref.eval([3]))
+    # a prompt sharing 30 of p's tokens, and p itself (its logits need its last token evaluated): nothing restored
+    other = p[:30] + prompt(10, seed=7)
+    for ids in (other, p):
+        got = greedy(cached(path, tmp_path / "c"), ids)
+        assert got.usage.cached_tokens == 0 and got.token_ids == greedy(cold, ids).token_ids
+    assert len(files(tmp_path / "c")) == 3  # other stored; p (already a checkpoint) not again
+
+
+def test_hybrid_scheduler_hits_after_restart(paths, tmp_path):
+    path = models.build(tmp_path / "h.gguf", "vocab", vocab=paths["a"], n_ctx=1024, seed=25, **HYBRIDS["qwen35"])
+    p = prompt(50, seed=8)
+    m1, m2 = (fastgguf.Model(path, prompt_cache=tmp_path / "c", prompt_cache_min_tokens=MIN) for _ in range(2))
+    flushed(m1, m1.create_completion(p, max_tokens=4, temperature=0))
+    r2 = m2.create_completion(p + [1, 2, 3], max_tokens=4, temperature=0)
+    assert r2["usage"]["prompt_tokens_details"]["cached_tokens"] == 50
+    cold = fastgguf.Model(path).create_completion(p + [1, 2, 3], max_tokens=4, temperature=0)
+    assert r2["choices"][0]["text"] == cold["choices"][0]["text"]

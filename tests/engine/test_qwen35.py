@@ -1,7 +1,7 @@
 """qwen35 / qwen35moe (fastgguf/arch/qwen35.py): gated DeltaNet layers beside gated attention. Here: the float64
 oracle on both paths (dense F32, MoE, Q8_0), the layer kinds and memory, the recurrent state's contract (no rewind
 mid-cache, whole-cache reuse and copies, a reset starts from zeros), batched rows equal to each alone, speculative
-and Scheduler outputs equal to plain decoding, saved states refused, hostile hyperparameters named."""
+and Scheduler outputs equal to plain decoding, hostile hyperparameters named (saved states: test_state.py)."""
 import numpy as np
 import pytest
 
@@ -119,14 +119,6 @@ def test_rejected_drafts_restore_the_snapshot(model, full):
     spec._truncate(12)                        # 2 kept
     assert ctx.n_past == 12 and ctx.tokens == IDS[:12] and spec._snap is None
     np.testing.assert_array_equal(ctx.eval(IDS[12:], all_logits=True), full[12:])
-
-
-def test_saved_state_refused(model, tmp_path):
-    from fastgguf.engine.state import StateError
-    ctx = model.context(32)
-    ctx.eval(IDS[:5])
-    with pytest.raises(StateError, match="DeltaNet"):
-        ctx.save_state(tmp_path / "s.bin")
 
 
 def test_batched_rows_equal_each_alone(model):
