@@ -39,6 +39,9 @@ Events a request's sink receives (lists of them), in order:
   Done(usage)                                 every choice ended: a Usage (prompt_tokens, completion_tokens,
                                               total_tokens, cached_tokens; usage["prompt_tokens"] works too)
   Error(error)                                the request failed (no Done follows)
+  Progress(index, total, cache, processed)    (a request with progress=True) prompt `index`'s evaluation: its
+                                              tokens, those reused from a cache, those in the KV cache so far
+                                              (the reused included); once placed, then after each chunk
 """
 import collections
 import contextlib
@@ -63,7 +66,7 @@ from fastgguf.engine.speculative import Speculation, check_draft, draft_context,
 from fastgguf.errors import QueueFull
 
 __all__ = ["Scheduler", "Engine", "default_parallel", "Request", "QueueFull", "Start", "Delta", "Finish",
-           "PromptLogprobs", "Embedding", "Done", "Error"]
+           "PromptLogprobs", "Embedding", "Done", "Error", "Progress"]
 
 CHUNK = 64  # prompt tokens per sequence per step
 
@@ -103,6 +106,14 @@ class Embedding:
 
 
 @dataclass(frozen=True)
+class Progress:
+    index: int
+    total: int
+    cache: int
+    processed: int
+
+
+@dataclass(frozen=True)
 class Done:
     usage: Usage
 
@@ -119,11 +130,12 @@ class Request:
     """One API request: `prompts` (lists of token ids), `n` choices per prompt (choice index = prompt * n + j, seed
     + j), params (SamplingParams), logprobs (None: off; k >= 0: the chosen token's logprob and the k best);
     prompt_logprobs: also the prompt tokens' (echo); embed: an embedding request (one "embedding" event per
-    prompt, nothing sampled; params, n and logprobs unused). `sink(events)` receives lists of events; with `loop`
-    (asyncio) it is called in that loop's thread."""
+    prompt, nothing sampled; params, n and logprobs unused); progress: Progress events while its prompts are
+    evaluated. `sink(events)` receives lists of events; with `loop` (asyncio) it is called in that loop's
+    thread."""
 
     def __init__(self, prompts, params, sink, *, n=1, logprobs=None, loop=None, prompt_logprobs=False,
-                 embed=False, constraints=None, parser=None):
+                 embed=False, constraints=None, parser=None, progress=False):
         self.id = next(_ids)
         self.prompts = [list(p) for p in prompts]
         self.params = SamplingParams.from_args(params)
@@ -140,6 +152,7 @@ class Request:
         self.parser = parser  # () -> a choice's output parser (tool calls, reasoning), or None
         self.logprobs = logprobs
         self.prompt_logprobs = bool(prompt_logprobs) and logprobs is not None and not self.embed
+        self.progress = bool(progress) and not self.embed
         self.sink = sink
         self.loop = loop
         self.cancelled = False
@@ -160,7 +173,7 @@ class _Seq:
     """One choice of a request, in a slot: its place in the batch; `sequence` (a Sequence, from its placement on) does
     the sampling, detokenizing and stopping."""
     __slots__ = ("req", "index", "prompt", "sequence", "slot", "pos", "next_tok", "leader", "home", "first_logits",
-                 "pending", "rows", "prompt_lps", "spec")
+                 "pending", "rows", "prompt_lps", "spec", "cached")
 
     def __init__(self, req, index, prompt, leader=None):
         self.req, self.index, self.prompt = req, index, prompt
@@ -175,6 +188,7 @@ class _Seq:
         self.pos = 0        # prompt tokens in the slot's KV cache
         self.next_tok = -1  # sampled, not yet evaluated
         self.spec = None    # its Speculation (fastgguf.engine.speculative): the rows of each decoding step, verified
+        self.cached = 0     # prompt tokens reused (a slot's or the prompt cache's), not evaluated
 
 
 class _Slot:
@@ -455,13 +469,15 @@ class Scheduler:
         else:
             best = max(free, key=lambda s: (reusable_prefix(s.ctx, ids), -s.ctx.n_past))
             keep = reuse_prefix(best.ctx, ids, reusable_prefix(best.ctx, ids))  # the prompt cache's, if longer
-        best.seq, seq.slot, seq.home, seq.pos = seq, best, best, keep
+        best.seq, seq.slot, seq.home, seq.pos, seq.cached = seq, best, best, keep, keep
         if seq.index % req.n == 0:  # prompt tokens are counted once per prompt, not per choice
             req.cached_tokens += keep
             self.m["prompt_tokens"] += len(ids) - keep
         if req.state == "queued":
             req.state = "running"
             out[req].append(Start())
+        if req.progress and src is None:
+            out[req].append(Progress(seq.index, len(ids), keep, keep))
         if req.embed:
             return
         if seq.prompt_lps is not None:
@@ -527,6 +543,8 @@ class Scheduler:
                 self._score_prompt(seq, res)
                 lg = res[-1]
             seq.pos += n
+            if seq.req.progress:
+                out[seq.req].append(Progress(seq.index, len(seq.prompt), seq.cached, seq.pos))
             if seq.pos < len(seq.prompt):
                 return
             if seq.req.embed:

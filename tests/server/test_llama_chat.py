@@ -88,3 +88,21 @@ def test_input_tokens(server):
     status, r = http(server, "POST", "/v1/chat/completions/input_tokens", {"messages": "x"})[:2]
     assert status == 400 and r["error"]["param"] == "messages"
     assert http(server, "POST", "/apply-template", {"messages": BOOK}, key=None)[0] == 401
+
+
+def test_return_progress(server):
+    """A streamed request with return_progress: chunks without choices report the prompt's evaluation, from the
+    tokens reused (cache == processed) to the whole prompt; a second identical prompt reuses all but its last."""
+    msgs = [{"role": "user", "content": "This is a test " * 40}]
+    reports = []
+    for _ in range(2):
+        chunks = stream_chunks(server, messages=msgs, return_progress=True)
+        reports.append([c["prompt_progress"] for c in chunks if "prompt_progress" in c])
+        assert all(c["choices"] == [] for c in chunks if "prompt_progress" in c)
+    first, again = reports
+    total, cache = first[0]["total"], first[0]["cache"]
+    assert cache == first[0]["processed"] and len(first) == 1 + -(-(total - cache) // 64)  # a report per chunk
+    assert [r["processed"] for r in first] == sorted({r["processed"] for r in first})
+    assert first[-1]["processed"] == first[-1]["total"] and again[-1]["total"] == first[-1]["total"]
+    assert len(again) == 2 and again[0]["cache"] == again[0]["processed"] == again[0]["total"] - 1
+    assert "prompt_progress" not in str(stream_chunks(server, messages=msgs))  # not asked: none

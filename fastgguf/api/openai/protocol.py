@@ -257,7 +257,7 @@ class Prepared:
     """A validated request: what the Scheduler needs and how to shape the answer."""
 
     def __init__(self, kind, prompts, params, n, logprobs, stream, include_usage, echo_texts=None, *,
-                 constraints=None, parser=None, prompt_text=None, verbose=False):
+                 constraints=None, parser=None, prompt_text=None, verbose=False, progress=False):
         self.kind, self.prompts, self.params, self.n = kind, prompts, params, n
         self.logprobs, self.stream, self.include_usage = logprobs, stream, include_usage
         self.echo_texts = echo_texts  # completions with echo: the prompt text per prompt
@@ -266,11 +266,13 @@ class Prepared:
         self.parser = parser  # () -> a choice's ChatOutputParser (tool calls, reasoning), or None: plain content
         self.prompt_text = prompt_text  # a chat's rendered prompt (llama-server's /apply-template)
         self.verbose = verbose  # llama-server's `verbose`: the response shows the prompt text in its __verbose
+        self.progress = progress  # llama-server's `return_progress`: a stream's chunks show the prompt's evaluation
 
     def request(self, sink, loop=None):
         """The Scheduler's Request of this one."""
         return Request(self.prompts, self.params, sink, n=self.n, logprobs=self.logprobs, loop=loop,
-                       prompt_logprobs=self.prompt_logprobs, constraints=self.constraints, parser=self.parser)
+                       prompt_logprobs=self.prompt_logprobs, constraints=self.constraints, parser=self.parser,
+                       progress=self.progress)
 
 
 def _common(model, body, kind, defaults=None):
@@ -619,7 +621,8 @@ def prepare_chat(model, body, n_ctx, *, reasoning_format="parsed", defaults=None
                                    special_text=bool(markers))
     return Prepared("chat.completion", prompts, params, n, (top or 0) if lp else None, stream, include_usage,
                     constraints=constraints(model, params, n, "tools" if tool_fmt else "response_format"),
-                    parser=parser, prompt_text=text, verbose=_bool_field(body, "verbose"))
+                    parser=parser, prompt_text=text, verbose=_bool_field(body, "verbose"),
+                    progress=stream and _bool_field(body, "return_progress"))
 
 
 def tool_config(body):

@@ -15,7 +15,8 @@ import uuid
 import numpy as np
 
 from fastgguf.engine.sandbox import Cancelled
-from fastgguf.engine.scheduler import Delta, Done, Embedding, Error, Finish, PromptLogprobs, QueueFull, Start
+from fastgguf.engine.scheduler import Delta, Done, Embedding, Error, Finish, Progress, PromptLogprobs, QueueFull, \
+    Start
 from fastgguf.api.openai.protocol import APIError, EmbeddingPrepared, RerankPrepared, model_id
 
 __all__ = ["ResponseBuilder", "EmbeddingCollector", "RerankCollector", "builder", "embedding_response",
@@ -264,6 +265,11 @@ class ResponseBuilder:
                     elif self.prep.echo_texts and not self.prep.prompt_logprobs:
                         out.append(self._chunk([{"index": i, "text": self.texts[i], "logprobs": None,
                                                  "finish_reason": None}]))
+            elif isinstance(ev, Progress):  # llama-server's return_progress: a chunk without choices
+                c = self._chunk([])
+                c["prompt_progress"] = {"total": ev.total, "cache": ev.cache, "processed": ev.processed,
+                                        "time_ms": (time.perf_counter() - self.t0) * 1e3}
+                out.append(c)
             elif isinstance(ev, PromptLogprobs):  # the echo, now with its logprobs
                 i = ev.index
                 self.prompt_lps[i] = ev.logprobs
