@@ -247,11 +247,15 @@ class Prepared:
         self.prompt_logprobs = echo_texts is not None and logprobs is not None  # echo's tokens get logprobs too
         self.constraints = constraints  # one grammar Matcher per choice (compiled here, not on the engine thread)
         self.parser = parser  # () -> a choice's ChatOutputParser (tool calls, reasoning), or None: plain content
+        self.submitted = None
 
     def request(self, sink, loop=None):
-        """The Scheduler's Request of this one."""
-        return Request(self.prompts, self.params, sink, n=self.n, logprobs=self.logprobs, loop=loop,
-                       prompt_logprobs=self.prompt_logprobs, constraints=self.constraints, parser=self.parser)
+        """The Scheduler's Request of this one, kept as `submitted` (its counters, such as cached_tokens once its
+        first sequence is placed, are what a builder reports before the request's Done)."""
+        self.submitted = Request(self.prompts, self.params, sink, n=self.n, logprobs=self.logprobs, loop=loop,
+                                 prompt_logprobs=self.prompt_logprobs, constraints=self.constraints,
+                                 parser=self.parser)
+        return self.submitted
 
 
 def _common(model, body, kind, defaults=None):
