@@ -9,7 +9,8 @@ end-of-generation or a full context; `max_tokens` too), the sampling fields Samp
 (temperature, top_k, top_p, min_p, repeat_penalty, repeat_last_n, frequency/presence_penalty, seed (-1: random),
 stop, grammar, json_schema), `logit_bias` ([[token id or text, bias or false], ...] or {"id or text": bias}; a text
 biases each of its tokens), `ignore_eos` (every end-of-generation token banned: logit_bias -inf), `n_probs`
-(completion_probabilities: each token's logprob and the n_probs best, before sampling), `samplers` (a subset of
+(completion_probabilities: each token's logprob and the n_probs best, at most MAX_N_PROBS, before sampling),
+`samplers` (a subset of
 fastgguf's fixed order: the others are turned off), `stream`, `return_tokens`, `response_fields`,
 `timings_per_token`, and `cache_prompt` / `id_slot` / `backend_sampling` (accepted: the slot's cached prefix is
 always reused and the output does not depend on it). llama.cpp samplers fastgguf lacks (mirostat, typical_p, XTC,
@@ -31,6 +32,7 @@ __all__ = ["PATHS", "prepare_native", "NativePrepared", "NativeBuilder", "genera
 
 PATHS = frozenset({"/completion", "/completions"})
 RANDOM_SEED = 0xFFFFFFFF  # llama.cpp's LLAMA_DEFAULT_SEED: a random seed
+MAX_N_PROBS = 100  # each token's entry costs a top-k over the vocabulary and n_probs JSON objects
 SAMPLERS = ("penalties", "top_k", "top_p", "min_p", "temperature")  # fastgguf's order (engine.params)
 _OFF = {"penalties": {"repeat_penalty": 1.0, "frequency_penalty": 0.0, "presence_penalty": 0.0},
         "top_k": {"top_k": 0}, "top_p": {"top_p": 1.0}, "min_p": {"min_p": 0.0}, "temperature": {"temperature": 1.0}}
@@ -230,10 +232,10 @@ class NativePrepared(Prepared):
 
 
 def _sampling(model, body):
-    """SamplingParams of a native body: llama-server's names onto SamplingParams' (n_predict, -1 seeds and
-    n_predict, samplers, logit_bias and ignore_eos)."""
+    """SamplingParams of a native body: llama-server's fields onto SamplingParams' (n_predict, a -1 seed, samplers,
+    logit_bias and ignore_eos; the others have SamplingParams' names)."""
     _absent(body)
-    b = {k: v for k, v in body.items() if k not in ("logit_bias", "n_predict", "max_tokens", "samplers", "logprobs")}
+    b = {k: v for k, v in body.items() if k not in ("logit_bias", "n_predict", "max_tokens", "samplers")}
     n_predict = body.get("n_predict", body.get("max_tokens"))
     if n_predict is not None:
         if isinstance(n_predict, bool) or not isinstance(n_predict, int) or n_predict < -1:
@@ -267,7 +269,7 @@ def prepare_native(model, body, n_ctx):
     _int(body, "id_slot", -1, -1, 1 << 31)
     opts = {"return_tokens": _flag(body, "return_tokens"), "response_fields": fields or [],
             "timings_per_token": _flag(body, "timings_per_token"), "ignore_eos": _flag(body, "ignore_eos")}
-    n_probs = _int(body, "n_probs", 0, 0, model.n_vocab)
+    n_probs = _int(body, "n_probs", 0, 0, min(MAX_N_PROBS, model.n_vocab))
     return NativePrepared(prompts, params, n_probs, _flag(body, "stream"), opts,
                           constraints(model, params, len(prompts), "grammar"))
 

@@ -128,6 +128,7 @@ def test_response_fields(server):
     ({"prompt": "hi", "post_sampling_probs": True}, "post_sampling_probs"),
     ({"prompt": "hi", "samplers": ["temperature", "top_k"]}, "samplers"),
     ({"prompt": "hi", "temperature": -1}, "temperature"),
+    ({"prompt": "hi", "n_probs": 10 ** 6}, "n_probs"),
 ])
 def test_bad_requests(server, body, param):
     status, r = post(server, body)
