@@ -9,7 +9,8 @@ end-of-generation or a full context; `max_tokens` too), the sampling fields Samp
 (temperature, top_k, top_p, min_p, repeat_penalty, repeat_last_n, frequency/presence_penalty, seed (-1: random),
 stop, grammar, json_schema), `logit_bias` ([[token id or text, bias or false], ...] or {"id or text": bias}; a text
 biases each of its tokens), `ignore_eos` (every end-of-generation token banned: logit_bias -inf), `n_probs`
-(completion_probabilities: each token's logprob and the n_probs best, before sampling), `samplers` (a subset of
+(completion_probabilities: each token's logprob and the n_probs best, at most MAX_N_PROBS, before sampling),
+`samplers` (a subset of
 fastgguf's fixed order: the others are turned off), `stream`, `return_tokens`, `response_fields`,
 `timings_per_token`, and `cache_prompt` / `id_slot` / `backend_sampling` (accepted: the slot's cached prefix is
 always reused and the output does not depend on it). llama.cpp samplers fastgguf lacks (mirostat, typical_p, XTC,
@@ -26,10 +27,12 @@ from fastgguf.api.openai.protocol import APIError, MAX_PROMPTS, Prepared, check_
     is_token_id, model_id, sampling_params
 from fastgguf.api.openai.responses import error_body
 
-__all__ = ["PATHS", "prepare_native", "NativePrepared", "NativeBuilder", "generation_settings", "error_dict"]
+__all__ = ["PATHS", "prepare_native", "NativePrepared", "NativeBuilder", "generation_settings", "error_dict", "Clock",
+           "cached_tokens"]
 
 PATHS = frozenset({"/completion", "/completions"})
 RANDOM_SEED = 0xFFFFFFFF  # llama.cpp's LLAMA_DEFAULT_SEED: a random seed
+MAX_N_PROBS = 100  # each token's entry costs a top-k over the vocabulary and n_probs JSON objects
 SAMPLERS = ("penalties", "top_k", "top_p", "min_p", "temperature")  # fastgguf's order (engine.params)
 _OFF = {"penalties": {"repeat_penalty": 1.0, "frequency_penalty": 0.0, "presence_penalty": 0.0},
         "top_k": {"top_k": 0}, "top_p": {"top_p": 1.0}, "min_p": {"min_p": 0.0}, "temperature": {"temperature": 1.0}}
@@ -229,10 +232,10 @@ class NativePrepared(Prepared):
 
 
 def _sampling(model, body):
-    """SamplingParams of a native body: llama-server's names onto SamplingParams' (n_predict, -1 seeds and
-    n_predict, samplers, logit_bias and ignore_eos)."""
+    """SamplingParams of a native body: llama-server's fields onto SamplingParams' (n_predict, a -1 seed, samplers,
+    logit_bias and ignore_eos; the others have SamplingParams' names)."""
     _absent(body)
-    b = {k: v for k, v in body.items() if k not in ("logit_bias", "n_predict", "max_tokens", "samplers", "logprobs")}
+    b = {k: v for k, v in body.items() if k not in ("logit_bias", "n_predict", "max_tokens", "samplers")}
     n_predict = body.get("n_predict", body.get("max_tokens"))
     if n_predict is not None:
         if isinstance(n_predict, bool) or not isinstance(n_predict, int) or n_predict < -1:
@@ -266,7 +269,7 @@ def prepare_native(model, body, n_ctx):
     _int(body, "id_slot", -1, -1, 1 << 31)
     opts = {"return_tokens": _flag(body, "return_tokens"), "response_fields": fields or [],
             "timings_per_token": _flag(body, "timings_per_token"), "ignore_eos": _flag(body, "ignore_eos")}
-    n_probs = _int(body, "n_probs", 0, 0, model.n_vocab)
+    n_probs = _int(body, "n_probs", 0, 0, min(MAX_N_PROBS, model.n_vocab))
     return NativePrepared(prompts, params, n_probs, _flag(body, "stream"), opts,
                           constraints(model, params, len(prompts), "grammar"))
 
@@ -306,13 +309,55 @@ def nested(paths, d):
     return out
 
 
+class Clock:
+    """A request's times as its builder sees them, from the builder's creation (its submission): when its first
+    token came (its prompt was evaluated by then) and when it ended; llama-server's `timings` and `prompt_progress`
+    of them."""
+
+    def __init__(self):
+        self.t0, self.t_first, self.t_end = time.perf_counter(), None, None
+
+    def token(self):
+        if self.t_first is None:
+            self.t_first = time.perf_counter()
+
+    def end(self):
+        self.t_end = time.perf_counter()
+
+    def _ms(self):
+        now = self.t_end or time.perf_counter()
+        t_first = self.t_first or now
+        return (t_first - self.t0) * 1e3, (now - t_first) * 1e3
+
+    def timings(self, n_prompt, cached, n_predicted):
+        """llama-server's timings: the prompt's evaluated tokens (cached ones apart) and the predicted ones."""
+        prompt_ms, gen_ms = self._ms()
+        n_eval = n_prompt - cached
+        return {"cache_n": cached, "prompt_n": n_eval, "prompt_ms": prompt_ms,
+                "prompt_per_token_ms": prompt_ms / max(n_eval, 1),
+                "prompt_per_second": n_eval / (prompt_ms / 1e3) if prompt_ms > 0 else 0.0,
+                "predicted_n": n_predicted, "predicted_ms": gen_ms,
+                "predicted_per_token_ms": gen_ms / n_predicted if n_predicted else 0.0,
+                "predicted_per_second": n_predicted / (gen_ms / 1e3) if gen_ms > 0 else 0.0}
+
+    def progress(self, n_prompt, cached):
+        """llama-server's prompt_progress once the prompt is evaluated (its first token came)."""
+        return {"total": n_prompt, "cache": cached, "processed": n_prompt, "time_ms": self._ms()[0]}
+
+
+def cached_tokens(prep):
+    """The prompt tokens a one-prompt request found cached (0 before it is placed; several prompts: 0)."""
+    req = prep.submitted
+    return req.cached_tokens if req is not None and len(prep.prompts) == 1 else 0
+
+
 class _Choice:
     """One prompt's result so far: its text, token ids, n_probs entries, end, and times."""
 
-    def __init__(self, t0):
+    def __init__(self):
         self.text, self.pending, self.tokens, self.probs = "", "", [], []
         self.finish = None
-        self.t0, self.t_first, self.t_end = t0, None, None
+        self.clock = Clock()
 
 
 class NativeBuilder:
@@ -323,8 +368,7 @@ class NativeBuilder:
     def __init__(self, model, prep):
         self.model, self.prep = model, prep
         self.model_name = model_id(model)
-        t0 = time.perf_counter()
-        self.choices = [_Choice(t0) for _ in prep.prompts]
+        self.choices = [_Choice() for _ in prep.prompts]
         self.usage = None
         self._prompt_texts = None
 
@@ -341,8 +385,8 @@ class NativeBuilder:
         """A Delta's text and tokens into its choice; returns the token entries it carried."""
         c = self.choices[ev.index]
         entries = ev.logprobs or []
-        if entries and c.t_first is None:
-            c.t_first = time.perf_counter()
+        if entries:
+            c.clock.token()
         c.text += ev.text
         c.tokens += [int(e[0]) for e in entries]
         if self.prep.n_probs:
@@ -350,17 +394,8 @@ class NativeBuilder:
         return entries
 
     def _timings(self, i):
-        c, u = self.choices[i], self.usage
-        now = c.t_end or time.perf_counter()
-        t_first = c.t_first or now
-        n_prompt = len(self.prep.prompts[i])
-        cached = u["cached_tokens"] if u is not None and len(self.choices) == 1 else 0
-        prompt_ms, gen_ms, n = (t_first - c.t0) * 1e3, (now - t_first) * 1e3, len(c.tokens)
-        return {"cache_n": cached, "prompt_n": n_prompt - cached, "prompt_ms": prompt_ms,
-                "prompt_per_token_ms": prompt_ms / max(n_prompt - cached, 1),
-                "prompt_per_second": (n_prompt - cached) / (prompt_ms / 1e3) if prompt_ms > 0 else 0.0,
-                "predicted_n": n, "predicted_ms": gen_ms, "predicted_per_token_ms": gen_ms / n if n else 0.0,
-                "predicted_per_second": n / (gen_ms / 1e3) if gen_ms > 0 else 0.0}
+        c = self.choices[i]
+        return c.clock.timings(len(self.prep.prompts[i]), cached_tokens(self.prep), len(c.tokens))
 
     def _partial(self, i, content, token, entry):
         c = self.choices[i]
@@ -394,7 +429,6 @@ class NativeBuilder:
         """The stream's results for a list of events (raises the request's error, if any): a partial result per
         token (text the decoder held back, with no token of its own, joins the next one or the final result)."""
         out = []
-        self.feed([ev for ev in events if isinstance(ev, Done)])  # the usage a final result reports
         for ev in events:
             if isinstance(ev, Delta):
                 c = self.choices[ev.index]
@@ -405,7 +439,7 @@ class NativeBuilder:
                     out.append(self._partial(ev.index, text, int(e[0]), e))
                     if text:
                         c.pending = ""
-            elif isinstance(ev, (Finish, Error)):
+            elif isinstance(ev, (Finish, Done, Error)):
                 self.feed([ev])
                 if isinstance(ev, Finish):
                     out.append(self._result(ev.index, True))
@@ -421,7 +455,8 @@ class NativeBuilder:
                 self._record(ev)
             elif isinstance(ev, Finish):
                 c = self.choices[ev.index]
-                c.finish, c.t_end = (ev.reason, ev.stop), time.perf_counter()
+                c.finish = (ev.reason, ev.stop)
+                c.clock.end()
             elif isinstance(ev, Done):
                 self.usage = ev.usage
             elif isinstance(ev, Error):

@@ -19,6 +19,7 @@ import os
 import sys
 
 from fastgguf.cli.common import MODEL_HELP, load_draft_model, load_model
+from fastgguf.engine.pooling import SETTABLE
 from fastgguf.errors import FastGGUFError
 
 
@@ -62,6 +63,9 @@ def register(subparsers) -> None:
                         "any name is served by this model, as llama-server does)")
     p.add_argument("--slots-show-prompts", action="store_true",
                    help="GET /slots shows each busy slot's prompt text (default: counts only)")
+    p.add_argument("--pooling", default=None, choices=SETTABLE,
+                   help="how embeddings are pooled, over what the model's file says (llama-server's --pooling; "
+                        "none: per-token vectors, which /v1/embeddings refuses)")
     p.add_argument("--no-slots", dest="slots", action="store_false",
                    help="GET /slots answers 501 (llama-server's --no-slots; default: it shows the slots)")
     g = p.add_argument_group("defaults of requests that do not say (llama-server's flags)")
@@ -155,7 +159,7 @@ def run(args) -> int:
                      max_queue=args.max_queue, max_body_bytes=args.max_body, ping_interval=args.ping_interval,
                      reasoning_format=args.reasoning_format, body_timeout=args.timeout_body,
                      cors_origins=args.cors_origins, alias=args.alias, slots_show_prompts=args.slots_show_prompts,
-                     slot_save_path=args.slot_save_path, slots=args.slots, tags=args.tags,
+                     slot_save_path=args.slot_save_path, slots=args.slots, tags=args.tags, pooling=args.pooling,
                      sampling_defaults=defaults, strict_model_names=args.strict_model_names,
                      registry=registry,
                      allowed_hosts=(args.allowed_hosts.split(",") if args.allowed_hosts is not None
@@ -257,7 +261,7 @@ def many_models(args, sampling_defaults):
         if e.name in (x.name for x in entries):
             raise ValueError(f"two -m models have the name {e.name!r}")
         entries.append(e)
-    loader = M.Loader(parallel=args.parallel, n_ctx=args.ctx_size, n_threads=args.threads,
+    loader = M.Loader(parallel=args.parallel, n_ctx=args.ctx_size, n_threads=args.threads, pooling=args.pooling,
                       max_queue=args.max_queue, sampling_defaults=sampling_defaults, model_options=model_options(args))
     return M.ModelRegistry(entries, load=loader, unload=M.stop_engine,
                            discover=M.discovery(args.models_dir, catalogue=catalogue),

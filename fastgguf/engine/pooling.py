@@ -19,7 +19,9 @@ import math
 
 import numpy as np
 
-__all__ = ["pooling_of", "max_input_tokens", "embedding", "normalize", "pool", "rank_scores"]
+__all__ = ["pooling_of", "max_input_tokens", "embedding", "normalize", "pool", "rank_scores", "SETTABLE"]
+
+SETTABLE = ("none", "mean", "cls", "last")  # what a server may set over the file's (rank needs its classifier head)
 
 
 def pooling_of(model):

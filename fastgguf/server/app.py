@@ -33,7 +33,7 @@ WORKERS = 4  # threads preparing requests at once (tokenizing, templates, gramma
 def create_app(model=None, *, parallel=None, n_ctx=None, n_threads=None, api_key=None, max_queue=64,
                max_body_bytes=8 << 20, ping_interval=5.0, engine=None, reasoning_format="parsed", allowed_hosts=None,
                body_timeout=60.0, cors_origins=None, alias=None, slots_show_prompts=False, sampling_defaults=None,
-               strict_model_names=False, slot_save_path=None, slots=True, tags=None, registry=None):
+               strict_model_names=False, slot_save_path=None, slots=True, tags=None, pooling=None, registry=None):
     """An ASGI app serving `model` (a fastgguf.Model) with OpenAI's API, or the models of `registry` (a
     server.models.ModelRegistry: several, loaded on demand; then the per-model settings are its Loader's).
     `parallel` sequences decode together (default: 4; 16 for an encoder, engine.scheduler.default_parallel),
@@ -52,13 +52,15 @@ def create_app(model=None, *, parallel=None, n_ctx=None, n_threads=None, api_key
     `slots_show_prompts`: /slots shows each busy slot's prompt text (`slots` False: GET /slots answers 501);
     `sampling_defaults`: SamplingParams fields for requests that do not give them (`fastgguf serve --speculative`:
     {"speculative": ..., "draft_max": ...}; --seed, --temp, --n-predict; set as model.sampling_defaults);
-    `slot_save_path`: the folder of POST /slots/{id}?action=save|restore (None: 501)."""
+    `slot_save_path`: the folder of POST /slots/{id}?action=save|restore (None: 501); `pooling`: how embeddings
+    are pooled, over what the model's file says (none, mean, cls, last: llama-server's --pooling)."""
     if reasoning_format not in MODES:
         raise ValueError(f"reasoning_format must be one of {', '.join(MODES)}, got {reasoning_format!r}")
     if sampling_defaults:
         SamplingParams(**sampling_defaults)  # bad defaults fail here, not in every request
     if registry is None:
         registry = one_model(model, Loader(parallel=parallel, n_ctx=n_ctx, n_threads=n_threads, max_queue=max_queue,
+                                           pooling=pooling,
                                            sampling_defaults=sampling_defaults),
                              engine=engine, alias=alias, strict=strict_model_names,
                              tags=tags)

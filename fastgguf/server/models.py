@@ -11,12 +11,14 @@ Entry (or a 404 naming it). No web framework is imported here; `load` (entry -> 
 `unload` (engine -> None, in a thread) are the caller's, so the tests drive it with fakes.
 """
 import asyncio
+import dataclasses
 import math
 import os
 import re
 import time
 
 from fastgguf.api.openai.protocol import APIError
+from fastgguf.engine.pooling import SETTABLE
 
 __all__ = ["ModelRegistry", "Entry", "Lease", "Loader", "parse_keep_alive", "parse_size", "discovery", "stop_engine",
            "vocabulary", "default_max_memory", "file_size",
@@ -382,11 +384,15 @@ class Loader:
     """The server's `load`: an Entry's fastgguf.Model (a catalogue name fetched first) with its started Scheduler of
     `parallel` slots (default: engine.scheduler.default_parallel) of `n_ctx` tokens (default: the model's training
     context, at most 4096). `sampling_defaults`: SamplingParams fields for requests that do not give them;
-    `model_options`: more keywords for fastgguf.Model(...) (what `fastgguf serve` passes through)."""
+    `model_options`: more keywords for fastgguf.Model(...) (what `fastgguf serve` passes through); `pooling`: how
+    embeddings are pooled, over what the file says (llama-server's --pooling: none, mean, cls or last)."""
 
     def __init__(self, *, parallel=None, n_ctx=None, n_threads=None, max_queue=64, sampling_defaults=None,
-                 model_options=None):
+                 model_options=None, pooling=None):
+        if pooling not in (None, *SETTABLE):
+            raise ValueError(f"pooling must be one of {', '.join(SETTABLE)}, got {pooling!r}")
         self.parallel, self.n_ctx, self.n_threads, self.max_queue = parallel, n_ctx, n_threads, max_queue
+        self.pooling = pooling
         self.sampling_defaults = dict(sampling_defaults or {})
         self.model_options = dict(model_options or {})
 
@@ -404,6 +410,8 @@ class Loader:
     def prepare(self, model, name):
         """What every served model carries: its id (model.alias) and its sampling defaults."""
         model.alias = name
+        if self.pooling is not None:
+            model.hparams = dataclasses.replace(model.hparams, pooling=self.pooling)
         if self.sampling_defaults:
             model.sampling_defaults = dict(self.sampling_defaults)
 

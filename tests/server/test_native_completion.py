@@ -1,7 +1,8 @@
 """llama-server's native completion (POST /completion and /completions, fastgguf.api.llama) on real servers: the
 result's shape, a stream of per-token results and its final one, token-id and mixed prompts, several prompts, n_probs,
 logit_bias in its list and object forms, ignore_eos, response_fields, server defaults (--seed, --n-predict), and bad
-requests in llama-server's error shape. Also --alias a,b with --tags, and --no-slots."""
+requests in llama-server's error shape. Also llama-server's other conventions: --alias a,b with --tags, --no-slots,
+--pooling, embedding inputs of text parts, and the Responses stream's timings and prompt_progress."""
 import json
 import urllib.request
 
@@ -34,7 +35,7 @@ def stream(server, body):
 def llama_like(default_model_path):
     """A server started with llama-server's flags: request defaults, several aliases and tags, no /slots."""
     s = Server(default_model_path, "--parallel", "2", "--ctx-size", "256", "--seed", "42", "--n-predict", "16",
-               "--temp", "0", "--alias", "tiny,fim,code", "--tags", "chat,small", "--no-slots")
+               "--temp", "0", "--alias", "tiny,fim,code", "--tags", "chat,small", "--no-slots", "--pooling", "none")
     yield s
     s.stop()
 
@@ -127,6 +128,7 @@ def test_response_fields(server):
     ({"prompt": "hi", "post_sampling_probs": True}, "post_sampling_probs"),
     ({"prompt": "hi", "samplers": ["temperature", "top_k"]}, "samplers"),
     ({"prompt": "hi", "temperature": -1}, "temperature"),
+    ({"prompt": "hi", "n_probs": 10 ** 6}, "n_probs"),
 ])
 def test_bad_requests(server, body, param):
     status, r = post(server, body)
@@ -152,3 +154,37 @@ def test_llama_server_flags(llama_like):
 def test_v1_completions_is_still_openai(server, model_name):
     status, r = http(server, "POST", "/v1/completions", {"model": model_name, "prompt": PROMPT, "max_tokens": 2})[:2]
     assert status == 200 and r["object"] == "text_completion" and len(r["choices"]) == 1
+
+
+def test_pooling_none_is_refused_by_v1_embeddings(llama_like):
+    status, r = http(llama_like, "POST", "/v1/embeddings", {"input": "hello"})[:2]
+    assert status == 400 and "Pooling type 'none'" in r["error"]["message"]
+    assert http(llama_like, "GET", "/v1/models")[1]["data"][0]["pooling"] == "none"
+
+
+def test_embedding_text_parts(server):
+    parts = {"content": [{"type": "text", "text": "hello "}, {"type": "text", "text": "world"}]}
+    status, r = http(server, "POST", "/v1/embeddings", {"input": ["hello world", parts]})[:2]
+    assert status == 200 and r["data"][0]["embedding"] == r["data"][1]["embedding"]
+    image = {"content": [{"type": "image_url", "image_url": {"url": "x"}}]}
+    for bad in ([parts["content"]], [{"content": "hello"}], [image], image):
+        status, r = http(server, "POST", "/v1/embeddings", {"input": bad})[:2]
+        assert status == 400 and r["error"]["param"] == "input", r
+
+
+def test_responses_stream_timings_and_progress(server, model_name):
+    body = {"model": model_name, "input": "Say hi", "max_output_tokens": 4, "stream": True,
+            "timings_per_token": True, "return_progress": True}
+    req = urllib.request.Request(server.base + "/v1/responses", data=json.dumps(body).encode(),
+                                 headers={"Content-Type": "application/json", "Authorization": f"Bearer {API_KEY}"})
+    with urllib.request.urlopen(req, timeout=60) as r:
+        events = [json.loads(line[6:]) for line in (x.decode().strip() for x in r) if line.startswith("data: ")]
+    progress = [e for e in events if "prompt_progress" in e]
+    assert len(progress) == 1 and progress[0]["type"] == "response.in_progress"
+    p = progress[0]["prompt_progress"]
+    assert p["total"] == p["processed"] > 0 and 0 <= p["cache"] <= p["processed"]
+    deltas = [e for e in events if e["type"] == "response.output_text.delta"]
+    assert deltas and all("predicted_per_second" in e["timings"] for e in deltas)
+    done = events[-1]
+    assert done["type"] in ("response.completed", "response.incomplete")
+    assert done["timings"]["predicted_n"] == done["response"]["usage"]["output_tokens"]

@@ -267,12 +267,15 @@ class Prepared:
         self.prompt_text = prompt_text  # a chat's rendered prompt (llama-server's /apply-template)
         self.verbose = verbose  # llama-server's `verbose`: the response shows the prompt text in its __verbose
         self.progress = progress  # llama-server's `return_progress`: a stream's chunks show the prompt's evaluation
+        self.submitted = None
 
     def request(self, sink, loop=None):
-        """The Scheduler's Request of this one."""
-        return Request(self.prompts, self.params, sink, n=self.n, logprobs=self.logprobs, loop=loop,
-                       prompt_logprobs=self.prompt_logprobs, constraints=self.constraints, parser=self.parser,
-                       progress=self.progress)
+        """The Scheduler's Request of this one, kept as `submitted` (its counters, such as cached_tokens once its
+        first sequence is placed, are what a builder reports before the request's Done)."""
+        self.submitted = Request(self.prompts, self.params, sink, n=self.n, logprobs=self.logprobs, loop=loop,
+                                 prompt_logprobs=self.prompt_logprobs, constraints=self.constraints,
+                                 parser=self.parser, progress=self.progress)
+        return self.submitted
 
 
 def _common(model, body, kind, defaults=None):

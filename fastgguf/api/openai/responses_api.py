@@ -4,12 +4,15 @@
 same tokens.
 
 Stored responses are not kept: `previous_response_id` (and `conversation`) are refused with a 400 naming the field,
-and every response says "store": false. No web framework is imported here.
+and every response says "store": false. llama-server's telemetry: the stream's completed event carries `timings`;
+with `timings_per_token` each delta event too, and with `return_progress` a response.in_progress event carries
+`prompt_progress` once the prompt is evaluated. No web framework is imported here.
 """
 import time
 import uuid
 from collections.abc import Mapping
 
+from fastgguf.api.llama import Clock, cached_tokens
 from fastgguf.api.openai.protocol import PASSED_FIELDS, APIError, UNSUPPORTED, model_id, prepare_chat
 from fastgguf.api.openai.responses import ResponseBuilder, error_body
 
@@ -184,10 +187,26 @@ class ResponsesBuilder:
         self.item = None      # the open item
         self.finish = None
         self.completed = False
+        self.clock = Clock()
+        self.per_token = body.get("timings_per_token") is True
+        self.progress = body.get("return_progress") is True
 
     @property
     def usage(self):
         return self.chat.usage
+
+    def _timings(self):
+        prep = self.chat.prep
+        n = self.usage["completion_tokens"] if self.usage else prep.submitted.completion_tokens
+        return self.clock.timings(len(prep.prompts[0]), cached_tokens(prep), n)
+
+    def _first_token(self, out):
+        """The first token came (its prompt is evaluated): return_progress's in_progress event."""
+        self.clock.token()
+        if self.progress:
+            prep = self.chat.prep
+            out.append(self._ev("response.in_progress", response=self.response(),
+                                prompt_progress=self.clock.progress(len(prep.prompts[0]), cached_tokens(prep))))
 
     def _ev(self, kind, **fields):
         ev = {"type": kind, "sequence_number": self.seq, **fields}
@@ -288,14 +307,20 @@ class ResponsesBuilder:
             if ch["delta"].get("role"):
                 out.append(self._ev("response.created", response=self.response()))
                 out.append(self._ev("response.in_progress", response=self.response()))
+            elif self.clock.t_first is None:
+                self._first_token(out)
+            n = len(out)
             self._delta(ch["delta"], out)
+            if self.per_token and len(out) > n:
+                out[-1]["timings"] = self._timings()
             if ch["finish_reason"] is not None:
                 self.finish = ch["finish_reason"]
                 self._close(out)
         if self.usage is not None and not self.completed:
             self.completed = True
             status = "incomplete" if self.finish == "length" else "completed"
-            out.append(self._ev("response." + status, response=self.response(status)))
+            self.clock.end()
+            out.append(self._ev("response." + status, response=self.response(status), timings=self._timings()))
         return out
 
     def feed(self, events):
