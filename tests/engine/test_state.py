@@ -154,6 +154,16 @@ def test_failed_write_keeps_old_state(tiny, tmp_path, monkeypatch):
 def test_hostile_files(tiny, tmp_path):
     """Random truncations and byte flips: a StateError and an unchanged context, or (a flip in a field loading
     does not need: the saver's n_ctx) the same state."""
+    check_hostile(tiny, tmp_path)
+
+
+def test_hybrid_hostile_files_random(tmp_path):
+    """The same on a model with Mamba-2 states after its K/V (flips in the states too)."""
+    preset, kw = HYBRIDS["granitehybrid"]
+    check_hostile(Model(models.build(tmp_path / "h.gguf", preset, seed=9, **kw)), tmp_path)
+
+
+def check_hostile(tiny, tmp_path):
     ctx = tiny.context(n_ctx=128)
     ctx.eval(prompt(30))
     path = tmp_path / "s"

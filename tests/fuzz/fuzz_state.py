@@ -1,8 +1,8 @@
 """Fuzz target: Context.load_state (fastgguf.engine.state) on damaged files. The input is either a whole file
-(starting with the state magic) or edits of a valid state of a tiny sliding-window model: a truncation, byte flips,
-a header field overwritten with an edge value. Loading may only raise StateError, leaving the context as it was, or
-succeed, and then the next logits equal the valid state's bit for bit. Nothing else may escape: no MemoryError,
-OverflowError, struct.error or crash.
+(starting with the state magic) or edits of a valid state of a tiny hybrid sliding-window model (its K/V rings and
+a short-convolution state): a truncation, byte flips, a header field overwritten with an edge value. Loading may
+only raise StateError, leaving the context as it was, or succeed, and then the next logits equal the valid state's
+bit for bit. Nothing else may escape: no MemoryError, OverflowError, struct.error or crash.
 
     python tests/fuzz/fuzz_state.py -max_total_time=60 tests/fuzz/corpus/state
 """
@@ -26,8 +26,9 @@ with _harness.instrumented():
 import models  # noqa: E402  (tests/models.py: the tiny files)
 
 _DIR = tempfile.mkdtemp()
-_MODEL = Model(models.build(os.path.join(_DIR, "g.gguf"), arch="gemma3", n_layer=4, n_ctx=64,
-                            meta={"attention.sliding_window": 5, "attention.sliding_window_pattern": 2}))
+# lfm2 with a window: sliding-window attention rings (layers 0, 2) and a short-convolution layer's state (1)
+_MODEL = Model(models.build(os.path.join(_DIR, "l.gguf"), arch="lfm2", n_layer=3, conv_layers=(1,), n_ctx=64,
+                            meta={"attention.sliding_window": 5}))
 _CTX = _MODEL.context(n_ctx=64)
 _CTX.eval(np.arange(20) % 100)
 _PATH = os.path.join(_DIR, "s")
@@ -37,6 +38,8 @@ with open(_PATH, "rb") as f:
 _WANT = _CTX.eval([7])
 _TARGET = _MODEL.context(n_ctx=64)
 EDGES = (0, 1, 2, 5, 19, 20, 21, 64, 65, 255, 2**16, 2**31 - 1, 2**31, 2**32 - 1, 2**63, 2**64 - 1)
+
+
 def _int_fields():
     """(offset, size) of each integer field of the state header."""
     out, at = [], 0
