@@ -111,11 +111,12 @@ FG_INLINE_AVX2 void iq4_xs_rows_avx2(const int R, int64_t nb, const char *w, siz
 }
 FG_DOT_FROM_ROWS(vec_dot_iq4_xs_q8_k_avx2, FG_TARGET_AVX2, iq4_xs_rows_avx2, QK_K)
 FG_GEMV_FROM_ROWS(gemv_iq4_xs_q8_k_avx2, FG_TARGET_AVX2, iq4_xs_rows_avx2, QK_K)
-/* ---- AVX-512 VNNI: rows in lanes (8 per ymm), per sub-block IQ4_NL's unsigned table u = level + 128 looked up from
- * the transposed nibbles (fg_rows8_lut4) and dotted by dpbusd; the sub-block's sum of x (from the q8_K bsums) takes the
- * offset back, dot(level, x) = dot(u, x) - 128 * sum(x), and the row's scale ls_j - 32 weighs it in int32 (|sumi| <=
- * 8 * 32 * 32 * 255 * 128 < 2^31): every row's exact sumi, then the scalar reference's float step, acc + (dw * dx) *
- * (float)sumi, so gemm, gemv and vec_dot equal the scalar vec_dot bit for bit. No per-row horizontal sum. ---- */
+/* ---- AVX-512 VNNI: rows in lanes (8 per ymm for the gemv, 16 per zmm for more activations), per sub-block IQ4_NL's
+ * unsigned table u = level + 128 looked up from the transposed nibbles (fg_rows8_lut4) and dotted by dpbusd; the
+ * sub-block's sum of x (from the q8_K bsums) takes the offset back, dot(level, x) = dot(u, x) - 128 * sum(x), and the
+ * row's scale ls_j - 32 weighs it in int32 (|sumi| <= 8 * 32 * 32 * 127 * 127 < 2^31): every row's exact sumi, then
+ * the scalar reference's float step, acc + (dw * dx) * (float)sumi, so gemm, gemv and vec_dot equal the scalar
+ * vec_dot bit for bit. No per-row horizontal sum. ---- */
 
 /* Per q8_K activation super-block: its scale (the sub-block sums come from its bsums in the tile). */
 FG_INLINE_AVX2 void iq4_xs_aux(const char *x, int kc, fg_xaux *aux) {
@@ -127,8 +128,9 @@ FG_INLINE_AVX2 void iq4_xs_aux(const char *x, int kc, fg_xaux *aux) {
 }
 
 /* The 8-byte headers (d, scales_h, scales_l) of 8 rows' super-blocks at p (`stride` apart; rows >= R zero) -> dw (8
- * floats) and s[j] = ls_j - 32 (8 int32), row i in lane i. */
-FG_INLINE_AVX512_VNNI void iq4_xs_rows8_scales(const char *p, size_t stride, int R, __m256 *dw, __m256i s[8]) {
+ * floats), sl (scales_l) and sh (scales_h), row i in lane i. */
+FG_INLINE_AVX512_VNNI void iq4_xs_rows8_header(const char *p, size_t stride, int R, __m256 *dw, __m256i *sl,
+                                               __m256i *sh) {
     uint64_t h[8] = {0}; /* [r]: row r's header; constant indices after inlining: registers */
     for (int r = 0; r < 8; r++)
         if (r < R) memcpy(&h[r], p + r * stride, 8);
@@ -137,18 +139,33 @@ FG_INLINE_AVX512_VNNI void iq4_xs_rows8_scales(const char *p, size_t stride, int
     /* the low dwords (d | scales_h << 16) and the high ones (scales_l) of rows 0..7, in row order */
     const __m256i lo = _mm256_permute4x64_epi64(
         _mm256_castps_si256(_mm256_shuffle_ps(_mm256_castsi256_ps(v0), _mm256_castsi256_ps(v1), 0x88)), 0xD8);
-    const __m256i sl = _mm256_permute4x64_epi64(
+    *sl = _mm256_permute4x64_epi64(
         _mm256_castps_si256(_mm256_shuffle_ps(_mm256_castsi256_ps(v0), _mm256_castsi256_ps(v1), 0xDD)), 0xD8);
-    const __m256i sh = _mm256_srli_epi32(lo, 16);
+    *sh = _mm256_srli_epi32(lo, 16);
     *dw = _mm256_cvtph_ps(_mm256_cvtepi32_epi16(lo));
-    for (int j = 0; j < 8; j++) {
-        const __m256i l4 = _mm256_and_si256(_mm256_srli_epi32(sl, 4 * j), _mm256_set1_epi32(0xf));
-        const __m256i h2 = _mm256_and_si256(_mm256_srli_epi32(sh, 2 * j), _mm256_set1_epi32(3));
-        s[j] = _mm256_sub_epi32(_mm256_or_si256(l4, _mm256_slli_epi32(h2, 4)), _mm256_set1_epi32(32));
-    }
 }
 
-/* R <= 8 rows x M <= 8 activations (FG_KERNELS_FROM_TILE8), kc super-blocks. */
+/* Sub-block j's scale ls_j - 32 of the row lanes, from their scales_l (sl) and scales_h (sh): 8 and 16 lanes. */
+FG_INLINE_AVX2 __m256i iq4_xs_scale8(__m256i sl, __m256i sh, int j) {
+    const __m256i l4 = _mm256_and_si256(_mm256_srli_epi32(sl, 4 * j), _mm256_set1_epi32(0xf));
+    const __m256i h2 = _mm256_and_si256(_mm256_srli_epi32(sh, 2 * j), _mm256_set1_epi32(3));
+    return _mm256_sub_epi32(_mm256_or_si256(l4, _mm256_slli_epi32(h2, 4)), _mm256_set1_epi32(32));
+}
+FG_INLINE_AVX512 __m512i iq4_xs_scale16(__m512i sl, __m512i sh, int j) {
+    const __m512i l4 = _mm512_and_si512(_mm512_srli_epi32(sl, 4 * j), _mm512_set1_epi32(0xf));
+    const __m512i h2 = _mm512_and_si512(_mm512_srli_epi32(sh, 2 * j), _mm512_set1_epi32(3));
+    return _mm512_sub_epi32(_mm512_or_si512(l4, _mm512_slli_epi32(h2, 4)), _mm512_set1_epi32(32));
+}
+
+/* The correction of activation block xb's sub-block j: 128 * its sum (bsums: sums of 16). */
+#define IQ4_XS_C(xb, j) (128 * ((xb)->bsums[2 * (j)] + (xb)->bsums[2 * (j) + 1]))
+
+/* The super-block of R rows 8 rows on (136 bytes: 3 lines each). */
+#define IQ4_XS_PREFETCH(wb, stride, R)                                                                        \
+    for (int r_ = 0; r_ < (R); r_++)                                                                         \
+        for (int l_ = 0; l_ < 3; l_++) _mm_prefetch((wb) + (size_t)(r_ + 8) * (stride) + 64 * l_, _MM_HINT_T0)
+
+/* R <= 8 rows x M <= 8 activations, kc super-blocks: the gemv (M = 1) and the 16-row tile's halves. */
 FG_INLINE_AVX512_VNNI void iq4_xs_tile8_vnni(const int R, const int M, int first, int kc, const char *w, size_t stride,
                                              const char *x, size_t xs, const fg_xaux (*aux)[FG_KC], float *y,
                                              int64_t ldy) {
@@ -157,20 +174,20 @@ FG_INLINE_AVX512_VNNI void iq4_xs_tile8_vnni(const int R, const int M, int first
     fg_load_rows8(R, M, first, acc, y, ldy);
     for (int i = 0; i < kc; i++) {
         const char *wb = w + i * sizeof(block_iq4_xs);
-        for (int r = 0; r < R; r++) /* the super-block (136 bytes) 8 rows on */
-            for (int l = 0; l < 3; l++) _mm_prefetch(wb + (size_t)(r + 8) * stride + 64 * l, _MM_HINT_T0);
+        IQ4_XS_PREFETCH(wb, stride, R);
         __m256 dw;
-        __m256i s[8], isum[8]; /* s[j]: the rows' ls_j - 32; isum[a]: the rows' exact sumi with activation a */
-        iq4_xs_rows8_scales(wb, stride, R, &dw, s);
+        __m256i sl, sh, isum[8]; /* isum[a]: the rows' exact sumi with activation a */
+        iq4_xs_rows8_header(wb, stride, R, &dw, &sl, &sh);
         for (int a = 0; a < M; a++) isum[a] = _mm256_setzero_si256();
         for (int j = 0; j < 8; j++) {
             __m256i k[8]; /* u of the rows' sub-block j, as fg_rows8_lut4 */
             fg_rows8_lut4(wb + offsetof(block_iq4_xs, qs) + 16 * j, stride, R, table, k);
+            const __m256i sj = iq4_xs_scale8(sl, sh, j);
             for (int a = 0; a < M; a++) {
                 const block_q8_K *xb = (const block_q8_K *)(x + a * xs) + i;
-                const __m256i c = _mm256_set1_epi32(128 * (xb->bsums[2 * j] + xb->bsums[2 * j + 1]));
-                const __m256i dot = _mm256_sub_epi32(fg_nib8_dot_vnni(k, k + 4, xb->qs + 32 * j), c);
-                isum[a] = _mm256_add_epi32(isum[a], _mm256_mullo_epi32(dot, s[j]));
+                const __m256i dot = _mm256_sub_epi32(fg_nib8_dot_vnni(k, k + 4, xb->qs + 32 * j),
+                                                     _mm256_set1_epi32(IQ4_XS_C(xb, j)));
+                isum[a] = _mm256_add_epi32(isum[a], _mm256_mullo_epi32(dot, sj));
             }
         }
         for (int a = 0; a < M; a++)
@@ -179,8 +196,49 @@ FG_INLINE_AVX512_VNNI void iq4_xs_tile8_vnni(const int R, const int M, int first
     }
     fg_store_rows8(R, M, acc, y, ldy);
 }
-FG_KERNELS_FROM_TILE8(vec_dot_iq4_xs_q8_k_vnni, gemv_iq4_xs_q8_k_vnni, gemm_iq4_xs_q8_k_vnni, FG_TARGET_AVX512_VNNI,
-                      iq4_xs_tile8_vnni, iq4_xs_aux, sizeof(block_iq4_xs), sizeof(block_q8_K), QK_K, 8)
+
+/* R <= 16 rows x M <= 8 activations in zmm lanes (FG_KERNELS_FROM_TILE16): one activation, the 8-row tile on each half;
+ * more, the 16 rows' sub-blocks unpacked once for all of them. The same exact sumi and float step per lane. */
+FG_INLINE_AVX512_VNNI void iq4_xs_tile16_vnni(const int R, const int M, int first, int kc, const char *w, size_t stride,
+                                              const char *x, size_t xs, const fg_xaux (*aux)[FG_KC], float *y,
+                                              int64_t ldy) {
+    if (M == 1) {
+        FG_TILE16_GEMV(iq4_xs_tile8_vnni, R, first, kc, w, stride, x, xs, aux, y, ldy);
+        return;
+    }
+    const __m512i table = _mm512_broadcast_i32x4(_mm256_castsi256_si128(fg_lut4_table_u8(fg_kvalues_iq4nl)));
+    __m512 acc[8]; /* [a]: 16 rows */
+    fg_load_rows16(R, M, first, acc, y, ldy);
+    for (int i = 0; i < kc; i++) {
+        const char *wb = w + i * sizeof(block_iq4_xs);
+        IQ4_XS_PREFETCH(wb, stride, R);
+        __m256 dw0, dw1;
+        __m256i sl0, sl1, sh0, sh1;
+        iq4_xs_rows8_header(wb, stride, R < 8 ? R : 8, &dw0, &sl0, &sh0);
+        iq4_xs_rows8_header(wb + 8 * stride, stride, R - 8, &dw1, &sl1, &sh1);
+        const __m512 dw = fg_join16(dw0, dw1);
+        const __m512i sl = _mm512_inserti64x4(_mm512_castsi256_si512(sl0), sl1, 1);
+        const __m512i sh = _mm512_inserti64x4(_mm512_castsi256_si512(sh0), sh1, 1);
+        __m512i isum[8]; /* [a]: the rows' exact sumi with activation a */
+        for (int a = 0; a < M; a++) isum[a] = _mm512_setzero_si512();
+        for (int j = 0; j < 8; j++) {
+            __m512i k[8]; /* u of the rows' sub-block j, as fg_rows16_lut4 */
+            fg_rows16_lut4(wb + offsetof(block_iq4_xs, qs) + 16 * j, stride, R, table, k);
+            const __m512i sj = iq4_xs_scale16(sl, sh, j);
+            for (int a = 0; a < M; a++) {
+                const block_q8_K *xb = (const block_q8_K *)(x + a * xs) + i;
+                const __m512i dot = fg_nib16_dot_vnni(_mm512_set1_epi32(-IQ4_XS_C(xb, j)), k, k + 4, xb->qs + 32 * j);
+                isum[a] = _mm512_add_epi32(isum[a], _mm512_mullo_epi32(dot, sj));
+            }
+        }
+        for (int a = 0; a < M; a++)
+            acc[a] = _mm512_add_ps(acc[a], _mm512_mul_ps(_mm512_mul_ps(dw, _mm512_set1_ps(aux[a][i].d)),
+                                                         _mm512_cvtepi32_ps(isum[a])));
+    }
+    fg_store_rows16(R, M, acc, y, ldy);
+}
+FG_KERNELS_FROM_TILE16(vec_dot_iq4_xs_q8_k_vnni, gemv_iq4_xs_q8_k_vnni, gemm_iq4_xs_q8_k_vnni, FG_TARGET_AVX512_VNNI,
+                       iq4_xs_tile16_vnni, iq4_xs_aux, sizeof(block_iq4_xs), sizeof(block_q8_K), QK_K, 8)
 #endif /* FG_HAVE_X86 */
 
 #if FG_HAVE_NEON
