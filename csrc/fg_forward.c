@@ -212,7 +212,7 @@ int fg_kv_init(fg_kv *kv, const fg_model *m, int n_ctx) {
 
 void fg_work_free(fg_work *w) {
     float **fs[] = {&w->kcur, &w->vcur, &w->x, &w->xn, &w->q, &w->att, &w->tmp, &w->gate, &w->up, &w->rope,
-                    &w->rlogits, &w->hg, &w->hu, &w->ye, &w->conv, &w->ag, &w->dn, &w->ssm, &w->ssm_y, &w->ple};
+                    &w->rlogits, &w->hg, &w->hu, &w->ye, &w->conv, &w->ag, &w->dn, &w->ssm, &w->ssm_y, &w->ple, &w->res};
     for (size_t i = 0; i < sizeof(fs) / sizeof(fs[0]); i++) {
         free64(*fs[i]);
         *fs[i] = NULL;
@@ -269,6 +269,10 @@ int fg_work_init(fg_work *w, const fg_model *m, int n_batch, int max_ctx, int ma
     if (n_ple > 0) {
         w->ple = alloc64(B * n_ple * sizeof(float));
         more_ok = more_ok && w->ple;
+    }
+    if (m->hp.moe_dense) {
+        w->res = alloc64(B * m->hp.n_embd * sizeof(float));
+        more_ok = more_ok && w->res;
     }
     if (m->hp.attn_gate) {
         w->ag = alloc64(B * w->q_dim * sizeof(float));
@@ -841,23 +845,60 @@ static void gated_act(int act, float *gate, const float *up, int64_t n) {
  * routing only, and its k experts are summed in its own top-k order: batched == solo, whatever the threads.
  * Barriers: after the router, after the gather (rows > 1), after gate/up, after the quantization for down, at the
  * end. */
+/* The experts' weighted sum on this thread's columns [c0, c1) (the rows' routing: route): x += residual_scale *
+ * (sum_j w_j y_j + g * shared expert (in tmp; sh)); gemma4 (moe_post_norm): x += moe_post_norm(sum_j w_j y_j), the
+ * sums into tmp first, then each row normed whole. */
+static void moe_sum(const team *t, const fg_layer *L, int64_t rows, int64_t c0, int64_t c1, int sh) {
+    const fg_model *m = t->m;
+    fg_work *s = t->w;
+    int64_t E = m->hp.n_embd, K = m->hp.n_expert_used, r0, r1;
+    for (int64_t i = 0; i < rows; i++) {
+        const int32_t *sl = t->slot_of + i * K;
+        const float *w = t->wts + i * K;
+        float g = L->gate_inp_shexp ? t->shg[i] : 1.0f, *x = s->x + i * E;
+        for (int64_t c = c0; c < c1; c++) {
+            float acc = s->ye[sl[0] * E + c] * w[0];
+            for (int64_t j = 1; j < K; j++) acc += s->ye[sl[j] * E + c] * w[j];
+            if (L->moe_post_norm) {
+                s->tmp[i * E + c] = acc;
+                continue;
+            }
+            if (sh) acc += L->gate_inp_shexp ? s->tmp[i * E + c] * g : s->tmp[i * E + c];
+            if (m->hp.residual_scale != 0.0f && m->hp.residual_scale != 1.0f) acc *= m->hp.residual_scale;
+            x[c] += acc;
+        }
+    }
+    BARRIER(t);
+    if (!L->moe_post_norm) return;
+    fg_split_rows(rows, t->nth, t->ith, 1, &r0, &r1);
+    for (int64_t i = r0; i < r1; i++) {
+        fg_rmsnorm(s->tmp + i * E, s->tmp + i * E, L->moe_post_norm, E, m->hp.norm_eps);
+        for (int64_t c = 0; c < E; c++) s->x[i * E + c] += s->tmp[i * E + c];
+    }
+    BARRIER(t);
+}
+
 static void moe_ffn(const team *t, const fg_layer *L, int64_t rows) {
     const fg_model *m = t->m;
     fg_work *s = t->w;
     int64_t E = m->hp.n_embd, NE = m->hp.n_expert, K = m->hp.n_expert_used, FE = m->hp.n_ff_exp, F = m->hp.n_ff;
     int64_t S = rows * K;
     int64_t r0, r1;
-    int sh = L->w_up.data != NULL; /* a shared expert */
+    int sh = L->w_up.data != NULL && !L->moe_post_norm; /* a shared expert (gemma4's dense FFN runs apart) */
     const char *xq[5];
     size_t xs, xr = s->xq_row;
     const fg_mat *ws[5] = {&L->gate_inp, &L->gate_exps.m, &L->up_exps.m, &L->w_gate, &L->w_up};
-    prep(t, s->x, rows, E, E, L->ffn_norm, ws, sh ? 5 : 3, xq, &xs);
+    const float *src = L->moe_post_norm ? s->res : s->x; /* gemma4: the router and experts read r (gemma4_moe) */
+    prep(t, src, rows, E, E, L->router_norm ? L->router_norm : L->ffn_norm, ws, L->router_norm ? 1 : (sh ? 5 : 3),
+         xq, &xs);
 
     fg_split_rows(NE, t->nth, t->ith, ROW_ALIGN, &r0, &r1);
     matmul(&L->gate_inp, xq[0], xs, rows, s->rlogits, NE, r0, r1);
     add_bias(s->rlogits, NE, rows, L->b_gate_inp, r0, r1);
     BARRIER(t);
     route(t, L, rows);
+    if (L->router_norm) /* gemma4: the experts' own input norm (the router's input is no longer read) */
+        prep(t, src, rows, E, E, L->exp_norm, ws + 1, 2, xq + 1, &xs);
 
     /* the experts' inputs in slot order (one row: every expert's input is that row) */
     const char *in_g = xq[1], *in_u = xq[2];
@@ -909,8 +950,8 @@ static void moe_ffn(const team *t, const fg_layer *L, int64_t rows) {
     }
     BARRIER(t);
 
-    /* down of each selected expert (and the shared one, into tmp), this thread's columns; then the weighted sum
-     * on the same columns (no barrier between): x += residual_scale * (sum_j w_j y_j + g * shared) */
+    /* down of each selected expert (times its down_exps_s) and of the shared one (into tmp), this thread's
+     * columns; then their weighted sum on the same columns (moe_sum; no barrier between) */
     fg_split_rows(E, t->nth, t->ith, ROW_ALIGN, &r0, &r1);
     for (int64_t e = 0; e < NE; e++) {
         int64_t o = t->off[e], n = t->off[e + 1] - o;
@@ -918,21 +959,11 @@ static void moe_ffn(const team *t, const fg_layer *L, int64_t rows) {
         fg_mat d = expert(&L->down_exps, e);
         matmul(&d, s->hq + o * xr, xr, n, s->ye + o * E, E, r0, r1);
         add_bias(s->ye + o * E, E, n, expert_bias(L->b_down_exps, e, E), r0, r1);
+        for (int64_t j = o; L->down_exps_s && j < o + n; j++) /* gemma4: each expert's output scale */
+            for (int64_t c = r0; c < r1; c++) s->ye[j * E + c] *= L->down_exps_s[e];
     }
     if (sh) matmul(&L->w_down, s->hq + S * xr, xr, rows, s->tmp, E, r0, r1);
-    for (int64_t i = 0; i < rows; i++) {
-        const int32_t *sl = t->slot_of + i * K;
-        const float *w = t->wts + i * K;
-        float g = L->gate_inp_shexp ? t->shg[i] : 1.0f, *x = s->x + i * E;
-        for (int64_t c = r0; c < r1; c++) {
-            float acc = s->ye[sl[0] * E + c] * w[0];
-            for (int64_t j = 1; j < K; j++) acc += s->ye[sl[j] * E + c] * w[j];
-            if (sh) acc += L->gate_inp_shexp ? s->tmp[i * E + c] * g : s->tmp[i * E + c];
-            if (m->hp.residual_scale != 0.0f && m->hp.residual_scale != 1.0f) acc *= m->hp.residual_scale;
-            x[c] += acc;
-        }
-    }
-    BARRIER(t);
+    moe_sum(t, L, rows, r0, r1, sh);
 }
 
 /* ---- gated DeltaNet layers (qwen35; fg_layer deltanet) ---- */
@@ -1109,11 +1140,14 @@ static void layer_tail(const team *t, const fg_layer *L, int il, int64_t rows) {
     }
 }
 
+static void dense_ffn(const team *t, const fg_layer *L, const float *src, int64_t rows, const float *post_norm);
+static void gemma4_moe(const team *t, const fg_layer *L, int64_t rows);
+
 static void layer_forward(const team *t, int il, int64_t rows) {
     const fg_model *m = t->m;
     fg_work *s = t->w;
     const fg_layer *L = &m->layers[il];
-    int64_t E = m->hp.n_embd, QD = (int64_t)m->hp.n_head * m->hp.head_dim, F = m->hp.n_ff, r0, r1;
+    int64_t E = m->hp.n_embd, QD = (int64_t)m->hp.n_head * m->hp.head_dim;
     const char *xq[4] = {NULL, NULL, NULL, NULL}; /* a K/V-reusing layer preps wq alone */
     size_t xs;
 
@@ -1139,22 +1173,35 @@ static void layer_forward(const team *t, int il, int64_t rows) {
         post_layernorm(t, rows, L->attn_out_norm, L->attn_out_norm_b);
     }
 
-    if (L->gate_inp.data) {
+    if (L->moe_post_norm) {
+        gemma4_moe(t, L, rows);
+    } else if (L->gate_inp.data) {
         moe_ffn(t, L, rows);
-        return;
+    } else {
+        dense_ffn(t, L, s->x, rows, L->ffn_post_norm);
+        post_layernorm(t, rows, L->layer_out_norm, L->layer_out_norm_b);
     }
-    /* x += (act(ffn_norm(x) . Wgate) * (ffn_norm(x) . Wup)) . Wdown; each thread owns the same gate and up rows.
-     * Without Wgate (BERT): x += act(x . Wup + b_up) . Wdown + b_down, then x = LayerNorm(x) */
+    layer_tail(t, L, il, rows);
+}
+
+/* x += post_norm(act(ffn_norm(src) . Wgate) * (ffn_norm(src) . Wup)) . Wdown) (post_norm NULL: none); each thread owns
+ * the same gate and up rows. Without Wgate (BERT): x += act(src . Wup + b_up) . Wdown + b_down. */
+static void dense_ffn(const team *t, const fg_layer *L, const float *src, int64_t rows, const float *post_norm) {
+    const fg_model *m = t->m;
+    fg_work *s = t->w;
+    int64_t E = m->hp.n_embd, F = m->hp.n_ff, r0, r1;
+    const char *xq[2];
+    size_t xs;
     fg_split_rows(F, t->nth, t->ith, ROW_ALIGN, &r0, &r1);
     if (!L->w_gate.data) {
         const fg_mat *u[1] = {&L->w_up};
-        prep(t, s->x, rows, E, E, L->ffn_norm, u, 1, xq, &xs);
+        prep(t, src, rows, E, E, L->ffn_norm, u, 1, xq, &xs);
         matmul(&L->w_up, xq[0], xs, rows, s->gate, F, r0, r1);
         add_bias(s->gate, F, rows, L->b_up, r0, r1);
         for (int64_t i = 0; i < rows; i++) fg_gelu(s->gate + i * F + r0, r1 - r0);
     } else {
         const fg_mat *gu[2] = {&L->w_gate, &L->w_up};
-        prep(t, s->x, rows, E, E, L->ffn_norm, gu, 2, xq, &xs);
+        prep(t, src, rows, E, E, L->ffn_norm, gu, 2, xq, &xs);
         matmul(&L->w_gate, xq[0], xs, rows, s->gate, F, r0, r1);
         matmul(&L->w_up, xq[1], xs, rows, s->up, F, r0, r1);
         add_bias(s->up, F, rows, L->b_up, r0, r1);
@@ -1167,9 +1214,26 @@ static void layer_forward(const team *t, int il, int64_t rows) {
         }
     }
     BARRIER(t);
-    matmul_residual(t, &L->w_down, s->gate, rows, F, F, L->b_down, L->ffn_post_norm);
-    post_layernorm(t, rows, L->layer_out_norm, L->layer_out_norm_b);
-    layer_tail(t, L, il, rows);
+    matmul_residual(t, &L->w_down, s->gate, rows, F, F, L->b_down, post_norm);
+}
+
+/* gemma4's mixture-of-experts FFN (fg_layer moe_post_norm): with r = x, x = r + ffn_post_norm(dense (ffn_norm,
+ * ffn_post_norm_1) + experts (exp_norm, router_norm, moe_post_norm)), each RMS norm times its weight. */
+static void gemma4_moe(const team *t, const fg_layer *L, int64_t rows) {
+    fg_work *s = t->w;
+    int64_t E = t->m->hp.n_embd, r0, r1;
+    fg_split_rows(rows, t->nth, t->ith, 1, &r0, &r1);
+    memcpy(s->res + r0 * E, s->x + r0 * E, (size_t)((r1 - r0) * E) * sizeof(float));
+    memset(s->x + r0 * E, 0, (size_t)((r1 - r0) * E) * sizeof(float));
+    BARRIER(t);
+    dense_ffn(t, L, s->res, rows, L->ffn_post_norm_1);
+    moe_ffn(t, L, rows);
+    for (int64_t i = r0; i < r1; i++) {
+        float *x = s->x + i * E;
+        fg_rmsnorm(x, x, L->ffn_post_norm, E, t->m->hp.norm_eps);
+        for (int64_t c = 0; c < E; c++) x[c] += s->res[i * E + c];
+    }
+    BARRIER(t);
 }
 
 /* Embeddings and RoPE tables of the chunk's rows (tokens (rows,)) into w->x, w->rope (rows split, no barrier). */

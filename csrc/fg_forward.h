@@ -105,6 +105,11 @@ typedef struct {
     fg_mat ple_out;               /* (n_embd, P) */
     const float *ple_post_norm;   /* (n_embd,) */
     const float *out_scale;       /* (1,): then x *= out_scale[0] (the layer's output scale) */
+    /* gemma4's mixture of experts (moe_post_norm not NULL; hp.moe_dense): with r = x after attention, x = r +
+     * rmsnorm(ffn_post_norm_1-normed dense FFN of ffn_norm(r) + moe_post_norm-normed experts) * ffn_post_norm; the
+     * router reads rmsnorm(r) * router_norm, the experts rmsnorm(r) * exp_norm; expert e's output times
+     * down_exps_s[e] (optional) */
+    const float *ffn_post_norm_1, *moe_post_norm, *router_norm, *exp_norm, *down_exps_s;
 } fg_layer;
 
 #define FG_ACT_SILU 0             /* ffn = silu(gate) * up (llama) */
@@ -162,6 +167,7 @@ typedef struct {
      * head (no weight) before it is cached (v_norm 1); per-layer inputs of P = n_embd_per_layer values per layer
      * (fg_model ple_*, fg_layer ple_*; 0: none) */
     int head_dim_swa, n_head_kv_swa, n_rot_swa, swa_no_freqs, v_norm, n_embd_per_layer;
+    int moe_dense;                /* 1: gemma4's experts beside a dense FFN of n_ff (fg_layer moe_post_norm) */
 } fg_hparams;
 
 /* The model: its numbers and its tensors (pointers into the mapped file). */
@@ -245,6 +251,7 @@ typedef struct {
                                    * sliding-window layers when the model has any */
     int64_t rope_stride;          /* max(n_rot, n_rot_swa) */
     float *ple;                   /* (n_batch, n_layer P) the per-layer inputs (fg_model ple_*), else NULL */
+    float *res;                   /* (n_batch, n_embd) gemma4's MoE layer input r (hp.moe_dense), else NULL */
     char *xq;                     /* (FG_MAX_SLOTS, n_batch, xq_row) quantized inputs, batch path */
     size_t xq_row;
     char *priv;                   /* (max_threads, priv_size): per-thread xn (n_in), slots, scores (n_head, max_ctx),

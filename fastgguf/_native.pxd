@@ -168,6 +168,11 @@ cdef extern from "fg_forward.h" nogil:
         fg_mat ple_gate, ple_out
         const float *ple_post_norm
         const float *out_scale
+        const float *ffn_post_norm_1
+        const float *moe_post_norm
+        const float *router_norm
+        const float *exp_norm
+        const float *down_exps_s
 
     ctypedef struct fg_hparams:
         int n_embd, n_layer, n_head, n_head_kv, head_dim, n_ff, n_vocab
@@ -190,6 +195,7 @@ cdef extern from "fg_forward.h" nogil:
         int dn_conv, dn_state, dn_k_heads, dn_v_heads
         int ssm_d_conv, ssm_d_inner, ssm_d_state, ssm_n_head, ssm_n_group
         int head_dim_swa, n_head_kv_swa, n_rot_swa, swa_no_freqs, v_norm, n_embd_per_layer
+        int moe_dense
 
     ctypedef struct fg_model:
         fg_hparams hp

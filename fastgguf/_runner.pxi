@@ -188,6 +188,12 @@ cdef int _layer(Weights w, fg_layer *L, d, str p, bint moe) except -1:
         L.ple_out = _mat(w, d["ple_out"], E, hp.n_embd_per_layer, p + "proj")
         L.ple_post_norm = _vec(w, d["ple_post_norm"], E, p + "post_norm")
     L.out_scale = _vec(w, d.get("out_scale"), 1, p + "layer_output_scale")
+    if NE > 0 and hp.moe_dense:  # gemma4's experts beside the dense FFN
+        L.ffn_post_norm_1 = _vec(w, d["ffn_post_norm_1"], E, p + "post_ffw_norm_1")
+        L.moe_post_norm = _vec(w, d["moe_post_norm"], E, p + "post_ffw_norm_2")
+        L.router_norm = _vec(w, d["router_norm"], E, p + "ffn_gate_inp.scale")
+        L.exp_norm = _vec(w, d["exp_norm"], E, p + "pre_ffw_norm_2")
+        L.down_exps_s = _vec(w, d.get("down_exps_s"), NE, p + "ffn_down_exps.scale")
     if not hp.non_causal and (L.attn_norm == NULL or L.ffn_norm == NULL):
         raise ValueError(f"{p}: a causal model needs attn_norm and ffn_norm")
     return 0

@@ -67,10 +67,12 @@ ARCHS = {
 # reusing earlier K/V (layer 4 reads layer 2's, layer 5 layer 3's), head sizes and KV heads of the full / sliding
 # layers, the full layers' rotated pairs (rope_freqs: 1e30 on the others), the sliding window, the per-layer input
 # width P (0: none), the KV-sharing layers' FFN twice as wide, layers without attn_v (V = K's projection), and
-# the KV-sharing layers that still carry attn_k / attn_v / attn_k_norm (unused, as llama.cpp's optional ones)
+# the KV-sharing layers that still carry attn_k / attn_v / attn_k_norm (unused, as llama.cpp's optional ones);
+# n_expert > 0: the MoE layout (n_used of n_expert experts n_ff_exp wide in every layer, gate|up fused in the
+# layers of fused_exps)
 GEMMA4 = {"swa": (True, True, True, False, True, False), "shared": 2, "hd": 32, "hd_swa": 16, "kv": 1, "kv_swa": 2,
           "rot_pairs": 8, "window": 4, "ple": 32, "double_ff": True, "no_v": (1,), "stale_kv": (4,),
-          "softcap": 30.0}
+          "softcap": 30.0, "n_expert": 0, "n_used": 2, "n_ff_exp": 32, "fused_exps": ()}
 GEMMA4_KEYS = ("block_count", "context_length", "embedding_length", "feed_forward_length", "attention.head_count",
                "attention.head_count_kv", "rope.freq_base", "rope.freq_base_swa", "attention.layer_norm_rms_epsilon",
                "attention.key_length", "attention.value_length", "attention.key_length_swa",
@@ -169,9 +171,9 @@ PRESETS = {
     "qwen35": Preset("qwen35", 64, 3, 4, 2, 96, 100, 128, ("vocab",) + LLAMA_KEYS + EXPERT_KEYS, {},
                      quantized=MATRICES | {"output", "experts", "shexp"}, tied=False, vocab="no_vocab", n_used=2,
                      n_ff_exp=32, dn_layers=(0, 2), n_rot=8),
-    # gemma4 (GEMMA4): 6 layers, n_embd 64, 4 query heads; F32, wtype the matrices and both embeddings
+    # gemma4 (GEMMA4): 6 layers, n_embd 64, 4 query heads; F32, wtype the matrices, both embeddings and experts
     "gemma4": Preset("gemma4", 64, 6, 4, 2, 96, 100, 128, ("vocab",) + GEMMA4_KEYS, {"out_scale": (0.2, 1.0)},
-                     quantized=MATRICES | {"embd"}, rope_base=1000000.0),
+                     quantized=MATRICES | {"embd", "experts"}, rope_base=1000000.0),
     # bert / nomic-bert as llama.cpp's converter writes them, mean pooling, context 512 (the position embeddings'
     # rows, as all-MiniLM-L6-v2); wtype: the 2-D weights but token_types
     "encoder": Preset("bert", 64, 2, 4, 4, 96, 100, 512,
@@ -492,7 +494,9 @@ def _gemma4_meta(p, g4):
             "rope.dimension_count": g4["hd"], "rope.dimension_count_swa": g4["hd_swa"],
             "attention.sliding_window": g4["window"], "attention.sliding_window_pattern": list(g4["swa"]),
             "attention.shared_kv_layers": g4["shared"], "embedding_length_per_layer_input": g4["ple"],
-            "final_logit_softcapping": g4["softcap"]}
+            "final_logit_softcapping": g4["softcap"],
+            **({"expert_count": g4["n_expert"], "expert_used_count": g4["n_used"],
+                "expert_feed_forward_length": g4["n_ff_exp"]} if g4["n_expert"] else {})}
 
 
 def _gemma4(t, p, g4, n_vocab):
@@ -527,12 +531,32 @@ def _gemma4(t, p, g4, n_vocab):
         t.add(b + "ffn_gate.weight", (ff, E), "matrix")
         t.add(b + "ffn_up.weight", (ff, E), "matrix")
         t.add(b + "ffn_down.weight", (E, ff), "matrix")
+        if g4["n_expert"]:
+            _gemma4_experts(t, g4, b, E, i in g4["fused_exps"])
         t.add(b + "post_ffw_norm.weight", (E,), "norm")
         if P:
             t.add(b + "inp_gate.weight", (P, E), "matrix")                       # (P, n_embd)
             t.add(b + "proj.weight", (E, P), "matrix")                           # (n_embd, P)
             t.add(b + "post_norm.weight", (E,), "norm")
         t.add(b + "layer_output_scale.weight", (1,), "out_scale")
+
+
+def _gemma4_experts(t, g4, b, E, fused):
+    """gemma4's MoE part of a layer (llama.cpp's names): the dense FFN's post norm, the experts' input norm, the
+    router and its input scale, the expert stacks (gate|up fused or not), per-expert output scales, their post norm."""
+    NE, FE = g4["n_expert"], g4["n_ff_exp"]
+    t.add(b + "post_ffw_norm_1.weight", (E,), "norm")
+    t.add(b + "pre_ffw_norm_2.weight", (E,), "norm")
+    t.add(b + "ffn_gate_inp.weight", (NE, E), "router")
+    t.add(b + "ffn_gate_inp.scale", (E,), "norm")
+    if fused:
+        t.add(b + "ffn_gate_up_exps.weight", (NE, 2 * FE, E), "experts")          # per expert gate rows, up rows
+    else:
+        t.add(b + "ffn_gate_exps.weight", (NE, FE, E), "experts")
+        t.add(b + "ffn_up_exps.weight", (NE, FE, E), "experts")
+    t.add(b + "ffn_down_exps.weight", (NE, E, FE), "experts")
+    t.add(b + "ffn_down_exps.scale", (NE,), "out_scale")
+    t.add(b + "post_ffw_norm_2.weight", (E,), "norm")
 
 
 def _nan_rows(a, rows):

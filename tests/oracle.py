@@ -338,6 +338,8 @@ class Oracle:
             x = x + self.rmsnorm(o, W[p + "post_attention_norm.weight"])
             f = self.rmsnorm(x, W[p + "ffn_norm.weight"])
             f = (gelu(f @ W[p + "ffn_gate.weight"].T) * (f @ W[p + "ffn_up.weight"].T)) @ W[p + "ffn_down.weight"].T
+            if p + "ffn_gate_inp.weight" in W:
+                f = self.rmsnorm(f, W[p + "post_ffw_norm_1.weight"]) + self.gemma4_experts(x, p, gelu)
             x = x + self.rmsnorm(f, W[p + "post_ffw_norm.weight"])
             if P:
                 g = gelu(x @ W[p + "inp_gate.weight"].T) * ple[:, il]
@@ -349,6 +351,31 @@ class Oracle:
         if self.final_softcap:
             lo = self.final_softcap * np.tanh(lo / self.final_softcap)
         return lo
+
+    def gemma4_experts(self, x, p, gelu):
+        """gemma4's experts of rows x: routed from rmsnorm(x) / sqrt(n_embd) * ffn_gate_inp.scale (softmax, the
+        n_used largest, weights renormalised), each on rmsnorm(x) * pre_ffw_norm_2 and scaled by its
+        ffn_down_exps.scale, their sum RMS-normed by post_ffw_norm_2."""
+        W = self.w
+        r = self.rmsnorm(x, 1.0) / np.sqrt(self.n_embd) * W[p + "ffn_gate_inp.scale"]
+        logits = r @ W[p + "ffn_gate_inp.weight"].T
+        probs = np.exp(logits - logits.max(axis=1, keepdims=True))
+        probs /= probs.sum(axis=1, keepdims=True)
+        h = self.rmsnorm(x, W[p + "pre_ffw_norm_2.weight"])
+        if p + "ffn_gate_up_exps.weight" in W:
+            gu = W[p + "ffn_gate_up_exps.weight"]
+            gate, up = gu[:, :gu.shape[1] // 2], gu[:, gu.shape[1] // 2:]
+        else:
+            gate, up = W[p + "ffn_gate_exps.weight"], W[p + "ffn_up_exps.weight"]
+        scale = W.get(p + "ffn_down_exps.scale", np.ones(len(gate)))
+        out = np.zeros_like(x)
+        for i in range(len(x)):
+            sel = np.argsort(-probs[i], kind="stable")[:self.n_used]
+            wts = probs[i, sel] / probs[i, sel].sum()
+            for e, wt in zip(sel, wts):
+                y = (gelu(gate[e] @ h[i]) * (up[e] @ h[i])) @ W[p + "ffn_down_exps.weight"][e].T
+                out[i] += wt * scale[e] * y
+        return self.rmsnorm(out, W[p + "post_ffw_norm_2.weight"])
 
     @staticmethod
     def rope_neox(x, pos, n_rot, base, factors=None):

@@ -116,6 +116,7 @@ class Hparams:
     n_embd_per_layer: int = 0
     ff_layers: tuple = ()
     n_kv_from_start: int = 0
+    moe_dense: bool = False          # gemma4: the experts beside a dense FFN of n_ff (no shared expert)
 
     def kv_source(self, i):
         """The layer whose K/V layer i attends over: i itself, or for a layer from n_kv_from_start on the last
@@ -225,7 +226,8 @@ class Hparams:
         moe = self.n_expert > 0
         c.update(
             # with experts the dense FFN is the shared expert, or the leading dense layers' (never both: check())
-            n_ff=self.n_ff_shexp if moe and not self.n_dense_lead else max(self.ff_layers or (self.n_ff,)),
+            n_ff=self.n_ff_shexp if moe and not (self.n_dense_lead or self.moe_dense)
+            else max(self.ff_layers or (self.n_ff,)),
             ffn_act=ACTIVATIONS.index(self.ffn_act),
             n_swa=self.n_swa if self.swa_layers else 0,
             n_conv=self.n_conv if self.conv_layers else 0,

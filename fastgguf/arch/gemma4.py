@@ -1,5 +1,6 @@
-"""gemma4 (Gemma 4 text, the dense E2B / E4B layout): gemma3's layer (NEOX RoPE, embeddings times sqrt(n_embd), q and
-k RMS-normed per head, post-attention and post-FFN norms, GELU-tanh FFN, tied output, final logit soft-cap) with:
+"""gemma4 (Gemma 4 text: the E2B / E4B layout, the dense 31B's and the MoE 26B-A4B's): gemma3's layer (NEOX RoPE,
+embeddings times sqrt(n_embd), q and k RMS-normed per head, post-attention and post-FFN norms, GELU-tanh FFN, tied
+output, final logit soft-cap) with:
   * sliding-window and full-attention layers of their own head size, KV heads and rotated dims
     (attention.key_length_swa, rope.dimension_count_swa, a per-layer attention.head_count_kv); the full layers'
     RoPE divides by rope_freqs.weight (1e30 on the unrotated pairs: "proportional" RoPE), the sliding ones' does not;
@@ -9,8 +10,12 @@ k RMS-normed per head, post-attention and post-FFN norms, GELU-tanh FFN, tied ou
   * per-layer inputs (embedding_length_per_layer_input = P): per token, per layer, P values from
     per_layer_token_embd and per_layer_model_proj of the scaled embedding, gated into the residual after the FFN
     (inp_gate, proj, post_norm); then the layer's output times layer_output_scale.
-attn_v.weight may be absent (V is then K's projection, before its norm and RoPE). Not supported: the MoE layout
-(26B-A4B: ffn_gate_inp), a fused attn_qkv, the vision / audio towers (a separate mmproj file).
+  * the MoE layout (expert_count > 0, every layer): beside the dense FFN, whose output post_ffw_norm_1 norms, softmax-
+    routed experts (weights renormalised; gate and up apart or fused in ffn_gate_up_exps; each expert's output times
+    its ffn_down_exps.scale) on rmsnorm(x) * pre_ffw_norm_2, the router reading rmsnorm(x) / sqrt(n_embd) *
+    ffn_gate_inp.scale, their sum normed by post_ffw_norm_2; the two added, then post_ffw_norm.
+attn_v.weight may be absent (V is then K's projection, before its norm and RoPE). Not supported: a fused attn_qkv,
+a mix of dense and expert layers, the vision / audio towers (a separate mmproj file).
 
 Facts from llama.cpp (src/models/gemma4.cpp, llama-model.cpp, llama-hparams.cpp, conversion/gemma.py): its norm
 weights are stored as they are used (no "1 +"); a KV-sharing layer il reads layer n_kv_from_start - 2 (sliding) or
@@ -38,7 +43,13 @@ class Gemma4(Gemma3):
     ple_model_tensors = {"ple_embd": ("per_layer_token_embd.weight", True),
                          "ple_proj": ("per_layer_model_proj.weight", True),
                          "ple_norm": ("per_layer_proj_norm.weight", True)}
-    vectors = Gemma3.vectors + ("ple_post_norm", "out_scale", "ple_norm")
+    # the MoE layout (26B-A4B): beside the dense FFN (its output normed by post_ffw_norm_1) the experts, on their own
+    # normed input, routed from rmsnorm(x) / sqrt(n_embd) * ffn_gate_inp.scale, their sum normed by post_ffw_norm_2
+    moe_tensors = {"ffn_post_norm_1": "post_ffw_norm_1.weight", "moe_post_norm": "post_ffw_norm_2.weight",
+                   "router_scale": "ffn_gate_inp.scale", "exp_norm": "pre_ffw_norm_2.weight"}
+    moe_ff_key = True
+    vectors = Gemma3.vectors + ("ple_post_norm", "out_scale", "ple_norm", "ffn_post_norm_1", "moe_post_norm",
+                                "router_scale", "exp_norm", "down_exps_s")
 
     def swa_flags(self):
         """attention.sliding_window_pattern: one boolean per layer (required: llama.cpp's get_arr)."""
@@ -88,9 +99,6 @@ class Gemma4(Gemma3):
         return max(self.ff_widths())
 
     def hparams(self):
-        if self.int_key("expert_count", 0, lo=0, hi=4096):
-            raise GGUFError(f"{self.name}: the mixture-of-experts layout ({self.name}.expert_count > 0: Gemma 4 "
-                            f"26B-A4B's shared MLP beside routed experts) is not supported yet")
         hp = super().hparams()
         swa = self.swa_flags()
         if any(swa) and hp.n_swa < 1:
@@ -111,7 +119,8 @@ class Gemma4(Gemma3):
         return dataclasses.replace(
             hp, attn_scale=1.0, head_dim_swa=hd_swa, n_head_kv_swa=g_swa, n_rot_swa=n_rot_swa, swa_no_freqs=True,
             v_norm=True, n_embd_per_layer=self.int_key("embedding_length_per_layer_input", lo=0),
-            ff_layers=ff if len(set(ff)) > 1 else (), n_kv_from_start=self.kv_from_start(hp.n_layer, swa))
+            ff_layers=ff if len(set(ff)) > 1 else (), n_kv_from_start=self.kv_from_start(hp.n_layer, swa),
+            moe_dense=hp.n_expert > 0, n_ff_shexp=0)
 
     def kv_from_start(self, n_layer, swa):
         """The first layer without K/V of its own (0: every layer has its own): block_count - shared_kv_layers.
@@ -133,7 +142,30 @@ class Gemma4(Gemma3):
             roles.update(self.kv_tensors)
         if hp.n_embd_per_layer:
             roles.update(self.ple_tensors)
+        if hp.moe_layer(i):
+            roles.update(self.moe_tensors)
         return roles
+
+    def expert_layer(self, hp, i, take, exp_shapes, used):
+        """The router and expert stacks: gate and up apart or fused (ffn_gate_up_exps: per expert gate rows then up
+        rows), and the optional per-expert output scale ffn_down_exps.scale."""
+        fused = f"blk.{i}.ffn_gate_up_exps.weight"
+        if fused not in self.f.tensors:
+            d = super().expert_layer(hp, i, take, exp_shapes, used)
+        else:
+            NE, FE, E = hp.n_expert, hp.n_ff_exp, hp.n_embd
+            used.add(fused)
+            arr, t = self.matrix3(fused, (NE, 2 * FE, E))[:2]
+            a = np.asarray(arr)
+            d = {"gate_inp": take("gate_inp", f"blk.{i}.ffn_gate_inp.weight"), "gate_exps": (a[:, :FE], t, NE, FE, E),
+                 "up_exps": (a[:, FE:], t, NE, FE, E)}
+            name = f"blk.{i}.ffn_down_exps.weight"
+            if name not in self.f.tensors:
+                raise GGUFError(f"{self.f.path}: missing tensor {name!r} for architecture {self.name!r}")
+            used.add(name)
+            d["down_exps"] = self.matrix3(name, exp_shapes["down_exps"])
+        d["down_exps_s"] = take("down_exps_s", f"blk.{i}.ffn_down_exps.scale", required=False)
+        return d
 
     def split_layer(self, d, hp, i):
         if hp.kv_source(i) != i:   # attends over an earlier layer's K/V: its own k, v, k_norm unused
@@ -141,6 +173,9 @@ class Gemma4(Gemma3):
                 d.pop(role, None)
         elif d.get("wv") is None:
             d["wv"] = d["wk"]
+        if "router_scale" in d:   # the router's input norm weight: ffn_gate_inp.scale / sqrt(n_embd), in float32
+            inv = np.float32(1.0) / np.sqrt(np.float32(hp.n_embd))
+            d["router_norm"] = (np.asarray(d.pop("router_scale"), dtype=np.float32) * inv).astype(np.float32)
         if d.get("out_scale") is not None and d["out_scale"].shape != (1,):
             raise GGUFError(f"tensor 'blk.{i}.layer_output_scale.weight' has shape {d['out_scale'].shape}, "
                             f"expected (1,)")

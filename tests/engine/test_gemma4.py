@@ -56,6 +56,23 @@ def test_past_the_ring_matches_oracle(path, model):
     np.testing.assert_allclose([dec.runner.step_py(t) for t in ids], want, atol=3e-3, rtol=1e-3)
 
 
+def test_moe_layout_matches_oracle(tmp_path):
+    """The MoE layout (test_tiny_references' GEMMA4_MOE: 4 experts of 32, 2 used, beside the dense FFN; gate|up fused
+    in layer 1) past the ring on both paths; batched rows == each alone."""
+    from oracle import Oracle
+    from test_tiny_references import GEMMA4_MOE
+    p = models.build(tmp_path / "moe.gguf", "gemma4", vocab="no_vocab", seed=11, gemma4=GEMMA4_MOE)
+    m = Model(p, n_threads=2)
+    assert m.hparams.moe_dense and m.hparams.n_ff_exp == 32 and m.weights.c_hparams["n_ff"] == 96
+    ids = [int(t) for t in np.random.default_rng(5).integers(0, 100, 270)]
+    want = Oracle(p).forward(ids, kv_f16=True)
+    ctx = m.context(300)
+    got = ctx.eval(ids[:260], all_logits=True)
+    steps = [ctx.runner.step_py(t) for t in ids[260:]]
+    np.testing.assert_allclose(np.concatenate([got, steps]), want, atol=3e-3, rtol=1e-3)
+    check_same(m, decode_schedules(np.random.default_rng(1), 100, [1, 9, 20], 4), [32, 32, 64], 2)
+
+
 def test_both_paths_and_cached_decode_equal_recompute(model):
     batch, one = models.both_paths(model, IDS)
     np.testing.assert_array_equal(batch, one)
@@ -142,7 +159,7 @@ def test_chat_template(messages, extra):
     ({"attention.sliding_window_pattern": [True] * 5}, "sliding_window_pattern"),
     ({"attention.head_count_kv": [2, 2, 1, 1, 2, 1]}, "head_count_kv"),  # sliding layers' counts differ
     ({"attention.key_length_swa": 24}, "value_length_swa"),
-    ({"expert_count": 4}, "mixture-of-experts"),
+    ({"expert_count": 4, "expert_used_count": 2}, "missing tensor"),     # experts said, none there
 ])
 def test_bad_keys_are_named(tmp_path, meta, match):
     with pytest.raises(GGUFError, match=match):

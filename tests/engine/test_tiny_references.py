@@ -37,6 +37,8 @@ LONGROPE = {"rope.scaling.type": "longrope", "rope.scaling.original_context_leng
 
 GRANITE_SCALES = {"embedding_scale": 2.0, "attention.scale": 0.2, "residual_scale": 0.5, "logit_scale": 3.0}
 
+GEMMA4_MOE = {"ple": 0, "shared": 0, "double_ff": False, "no_v": (3, 5), "stale_kv": (), "n_expert": 4,
+              "fused_exps": (1,)}
 # name -> (models.build options, context sizes)
 CASES = {
     "llama-gqa-tied": ({}, [256]),
@@ -84,6 +86,10 @@ CASES = {
     "gemma4-q8_0": ({"preset": "gemma4", "wtype": "Q8_0"}, [256]),
     "gemma4-plain": ({"preset": "gemma4", "gemma4": {"ple": 0, "shared": 0, "double_ff": False, "no_v": (),
                                                      "stale_kv": ()}}, [256]),
+    # the MoE layout (26B-A4B's: no per-layer inputs or K/V sharing, no attn_v in the full layers): 4 experts of 32,
+    # 2 used, beside the dense FFN, gate|up fused in layer 1; F32, then Q8_0 matrices and experts
+    "gemma4-moe": ({"preset": "gemma4", "gemma4": GEMMA4_MOE}, [256]),
+    "gemma4-moe-q8_0": ({"preset": "gemma4", "wtype": "Q8_0", "gemma4": GEMMA4_MOE}, [256]),
 }
 # mixtures of experts (models.build options of preset "moe" under "moe"): 8 experts, 2 used unless said
 CASES.update({

@@ -128,9 +128,18 @@ for _i, _s in enumerate(G4_SWA):
     if _i < 2:
         _G4_TENSORS.update({_b + "attn_k.weight": (KVH * _hd, E), _b + "attn_v.weight": (KVH * _hd, E),
                             _b + "attn_k_norm.weight": (_hd,)})
+# and its MoE layout (a second byte's low bit): NE experts beside the dense FFN in every layer
+_G4_MOE_TENSORS = dict(_G4_TENSORS)
+for _i in range(4):
+    _b = f"blk.{_i}."
+    _G4_MOE_TENSORS.update({_b + "post_ffw_norm_1.weight": (E,), _b + "pre_ffw_norm_2.weight": (E,),
+                            _b + "ffn_gate_inp.weight": (NE, E), _b + "ffn_gate_inp.scale": (E,),
+                            _b + "ffn_gate_exps.weight": (NE, F, E), _b + "ffn_up_exps.weight": (NE, F, E),
+                            _b + "ffn_down_exps.weight": (NE, E, F), _b + "ffn_down_exps.scale": (NE,),
+                            _b + "post_ffw_norm_2.weight": (E,)})
 _DATA = {n: (_RNG.standard_normal(s) * 0.3).astype(np.float32)
          for n, s in {**_TENSORS, **_MOE_TENSORS, **_OSS_TENSORS, **_LFM2_TENSORS, **_QWEN35_TENSORS,
-                      **_LFM2MOE_TENSORS, **_GH_TENSORS, **_G4_TENSORS}.items()}
+                      **_LFM2MOE_TENSORS, **_GH_TENSORS, **_G4_MOE_TENSORS}.items()}
 _ARCH_TENSORS = {"qwen3moe": _MOE_TENSORS, "granitemoe": _MOE_TENSORS, "gpt-oss": _OSS_TENSORS,
                  "lfm2": _LFM2_TENSORS, "qwen35": _QWEN35_TENSORS,
                  "lfm2moe": _LFM2MOE_TENSORS, "granitehybrid": _GH_TENSORS, "gemma4": _G4_TENSORS}
@@ -180,6 +189,9 @@ def build(data):
         md["rope.dimension_sections"] = ([3, 3, 2, 0], V.ARRAY, V.INT32)
     if arch == "granitehybrid":
         md["attention.head_count_kv"] = ([0], V.ARRAY, V.INT32)
+    g4_moe = arch == "gemma4" and src.byte() & 1
+    if g4_moe:
+        md.update({k: (v, V.UINT32) for k, v in MOE_BASE.items()})
     if arch == "gemma4":
         md["attention.sliding_window_pattern"] = (G4_SWA, V.ARRAY, V.BOOL)
         md["feed_forward_length"] = ([F, F, 2 * F, 2 * F], V.ARRAY, V.INT32)
@@ -201,7 +213,7 @@ def build(data):
             w.add_array(f"{arch}.{k}", spec[0], spec[2])
         else:
             w.add_value(f"{arch}.{k}", spec[0], spec[1])
-    for name in _ARCH_TENSORS.get(arch, _TENSORS):
+    for name in _G4_MOE_TENSORS if g4_moe else _ARCH_TENSORS.get(arch, _TENSORS):
         w.add_tensor(name, _DATA[name])
     w.write(_PATH)
 
