@@ -121,18 +121,22 @@ def build_moe(path, arch, shape, seed=0):
     w.close()
 
 
-def files(tiny):
-    """name -> path of the benchmark files, built if missing."""
+def files(tiny, only=None):
+    """name -> path of the benchmark files (those in `only` where given), built if missing."""
     from fastgguf import hub
     from models import upcycle
     os.makedirs(CACHE, exist_ok=True)
     out = {}
     for name in ("qwen3moe-tiny", "gpt-oss-tiny") if tiny else ("qwen3moe-a3b-mini", "gpt-oss-20b-mini"):
+        if only and name not in only:
+            continue
         out[name] = os.path.join(CACHE, f"{name}.gguf")
         if not os.path.exists(out[name]):
             build_moe(out[name] + ".part", *SHAPES[name])
             os.replace(out[name] + ".part", out[name])
     up = os.path.join(CACHE, "smollm2-upcycled-4x2.gguf")
+    if only and "smollm2-upcycled-4x2" not in only:
+        return out
     if not os.path.exists(up):
         upcycle(hub.default_model_path(), up + ".part")
         os.replace(up + ".part", up)
@@ -196,6 +200,8 @@ def main(argv=None):
     ap.add_argument("--llama-bench", default=os.environ.get(
         "LLAMA_BENCH", os.path.expanduser("~/.cache/llama-ref/build/bin/llama-bench")))
     ap.add_argument("--json", help="output path (default benchmarks/results/bench-moe-<date>.json)")
+    ap.add_argument("--only", nargs="+", help="just these files (qwen3moe-a3b-mini, gpt-oss-20b-mini, "
+                                              "smollm2-upcycled-4x2; the -tiny ones with --tiny)")
     a = ap.parse_args(argv)
     if a.worker:
         a.threads = a.threads[0]
@@ -207,7 +213,7 @@ def main(argv=None):
     bw = kernels.read_bandwidth(1 << 26 if a.tiny else 1 << 29)
     results = {"date": datetime.datetime.now().isoformat(timespec="seconds"), "prompt": a.prompt, "gen": a.gen,
                "rounds": a.rounds, "llama_bench": bench, "read_bandwidth": bw, "models": {}}
-    for name, path in files(a.tiny).items():
+    for name, path in files(a.tiny, a.only).items():
         per = results["models"][name] = {"path": path, "threads": {}}
         for th in a.threads:
             runs = {"fastgguf": [], "llama.cpp": []}
