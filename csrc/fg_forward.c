@@ -1074,7 +1074,7 @@ static void deltanet_heads(const team *t, const fg_layer *L, int il, int64_t row
         for (int64_t h = h0; h < h1; h++) {
             float *M = st + h * S * S, *z = row + CD + h * S;
             if (t->pos[i] == 0) memset(M, 0, (size_t)(S * S) * sizeof(float));
-            int64_t hk = h % HK; /* ggml's broadcast of q/k heads over v heads */
+            int64_t hk = m->hp.dn_kv_grouped ? h / (HV / HK) : h % HK; /* fg_hparams dn_kv_grouped */
             l2norm_as_ggml(qn, row + hk * S, S, eps);
             l2norm_as_ggml(kn, row + (HK + hk) * S, S, eps);
             float a = row[CD + VD + HV + h] + L->dn_dt[h];

@@ -159,6 +159,8 @@ typedef struct {
     int attn_gate;                /* 1: gated attention (fg_layer wg; qwen35) */
     int dn_conv, dn_state, dn_k_heads, dn_v_heads; /* the DeltaNet layers' (fg_layer deltanet) conv taps (>= 2), head
                                    * size S, q/k heads and v heads (a multiple of them); dn_conv 0: no such layers */
+    int dn_kv_grouped;            /* 1: v head h reads q/k head h / (HV / HK) (qwen3next's repeat-interleave); 0: h mod HK
+                                   * (qwen35's broadcast) */
     /* Mamba-2 layers (fg_layer ssm; all 0: none): conv taps (>= 2), inner width D, state size S, heads H, groups G
      * (H % G == 0, D % H == 0) */
     int ssm_d_conv, ssm_d_inner, ssm_d_state, ssm_n_head, ssm_n_group;

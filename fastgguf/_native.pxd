@@ -193,6 +193,7 @@ cdef extern from "fg_forward.h" nogil:
         int n_conv
         int attn_gate
         int dn_conv, dn_state, dn_k_heads, dn_v_heads
+        int dn_kv_grouped
         int ssm_d_conv, ssm_d_inner, ssm_d_state, ssm_n_head, ssm_n_group
         int head_dim_swa, n_head_kv_swa, n_rot_swa, swa_no_freqs, v_norm, n_embd_per_layer
         int moe_dense

@@ -47,6 +47,9 @@ DATA = os.path.join(os.path.dirname(os.path.abspath(__file__)), "data")
 #   deltanet      qwen35: the layers in dn_layers are gated DeltaNet layers (attn_qkv, attn_gate, ssm_*), the others
 #                 gated attention (attn_q of q|gate rows per head, q/k norms); post_attention_norm is the FFN's norm;
 #                 ssm.* keys from Preset.ssm, rope.dimension_sections and attention.recurrent_layers
+#   next          qwen3next (with deltanet): no rope.dimension_sections; the DeltaNet layers' q|k|v|z in ssm_in and
+#                 beta|alpha in ssm_ba, interleaved per q/k head group (its legacy files); with fused:
+#                 attn_qkv and attn_gate as qwen35's (the current converter's), ssm_ba still
 #   exp_probs_b   lfm2moe: each expert layer's selection bias exp_probs_b.bias (n_expert,) after its router; the
 #                 first n_dense_lead layers dense (leading_dense_block_count); expert_gating_func (default 2,
 #                 sigmoid)
@@ -62,6 +65,7 @@ ARCHS = {
     "lfm2moe": "qk_norm shortconv exp_ff exp_probs_b", "granitehybrid": "ssm",
     "bert": "bias position", "nomic-bert": "fused gate",
     "qwen35": "deltanet", "qwen35moe": "deltanet shexp exp_ff", "gemma4": "gemma4",
+    "qwen3next": "deltanet shexp exp_ff next",
 }
 # gemma4's tiny layout (build(gemma4={...}) overrides): layer kinds (True: sliding-window), the last `shared` layers
 # reusing earlier K/V (layer 4 reads layer 2's, layer 5 layer 3's), head sizes and KV heads of the full / sliding
@@ -272,10 +276,10 @@ def _metadata(w, p, parts, vocab, pooling, head, shared, meta):
         meta = {"shortconv.l_cache": p.l_cache, **(meta or {})}
     if "deltanet" in parts:
         dc, S, hk, hv = p.ssm
+        sections = {} if "next" in parts else {"rope.dimension_sections": [p.n_rot // 8, p.n_rot // 8, p.n_rot // 8, 0]
+                                               if p.n_rot % 8 == 0 else [p.n_rot // 2, 0, 0, 0]}
         meta = {"ssm.conv_kernel": dc, "ssm.state_size": S, "ssm.group_count": hk, "ssm.time_step_rank": hv,
-                "ssm.inner_size": hv * S, "rope.dimension_sections": [p.n_rot // 8, p.n_rot // 8, p.n_rot // 8, 0]
-                if p.n_rot % 8 == 0 else [p.n_rot // 2, 0, 0, 0],
-                **_layer_pattern(p), **(meta or {})}
+                "ssm.inner_size": hv * S, **sections, **_layer_pattern(p), **(meta or {})}
     if "exp_probs_b" in parts:
         meta = {"leading_dense_block_count": p.n_dense_lead, "expert_gating_func": 2, **(meta or {})}
     if "ssm" in parts:   # per layer: 0 KV heads in a Mamba-2 layer
@@ -451,7 +455,7 @@ def _decoder(t, p, parts, n_vocab, tied, rope_freqs, router, shared, head, nan_e
         if i in p.conv_layers:
             _shortconv(t, p, b)
         elif "deltanet" in parts:
-            _deltanet(t, p, b) if i in p.dn_layers else _gated_attention(t, p, b)
+            _deltanet(t, p, parts, b) if i in p.dn_layers else _gated_attention(t, p, b)
         elif i in p.ssm_layers:
             _mamba2(t, p, b)
         else:
@@ -602,19 +606,25 @@ def _shortconv(t, p, b):
     t.add(b + "shortconv.out_proj.weight", (E, E), "matrix")
 
 
-def _deltanet(t, p, b):
+def _deltanet(t, p, parts, b):
     """qwen35's gated DeltaNet layer: norm, qkv and z projections, conv kernel, dt bias, A (negative), beta and alpha
-    projections, the head norm, the output projection."""
+    projections, the head norm, the output projection (next: qwen3next's fused ssm_in and ssm_ba)."""
     E, (dc, S, hk, hv) = p.n_embd, p.ssm
     cd, vd = (2 * hk + hv) * S, hv * S
     t.add(b + "attn_norm.weight", (E,), "norm")
-    t.add(b + "attn_qkv.weight", (cd, E), "matrix")                              # q | k | v (conv_dim, n_embd)
-    t.add(b + "attn_gate.weight", (vd, E), "matrix")                             # z (HV S, n_embd)
+    if "next" in parts and "fused" not in parts:   # per q/k head group q (S) | k (S) | v (r S) | z (r S)
+        t.add(b + "ssm_in.weight", (2 * cd - 2 * hk * S, E), "matrix")
+    else:
+        t.add(b + "attn_qkv.weight", (cd, E), "matrix")                          # q | k | v (conv_dim, n_embd)
+        t.add(b + "attn_gate.weight", (vd, E), "matrix")                         # z (HV S, n_embd)
     t.add(b + "ssm_conv1d.weight", (cd, dc), "conv")                             # (conv_dim, conv_kernel), F32
     t.add(b + "ssm_dt.bias", (hv,), "bias")
     t.add(b + "ssm_a", (hv,), "bias", a=-np.exp(t.draw((hv,), "bias")))         # -exp(A_log)
-    t.add(b + "ssm_beta.weight", (hv, E), "matrix")
-    t.add(b + "ssm_alpha.weight", (hv, E), "matrix")
+    if "next" in parts:                                                          # per group beta (r) | alpha (r)
+        t.add(b + "ssm_ba.weight", (2 * hv, E), "matrix")
+    else:
+        t.add(b + "ssm_beta.weight", (hv, E), "matrix")
+        t.add(b + "ssm_alpha.weight", (hv, E), "matrix")
     t.add(b + "ssm_norm.weight", (S,), "head_norm")
     t.add(b + "ssm_out.weight", (E, vd), "matrix")                               # (n_embd, HV S)
 

@@ -95,6 +95,7 @@ class Hparams:
     dn_state: int = 0
     dn_k_heads: int = 0
     dn_v_heads: int = 0
+    dn_kv_grouped: bool = False    # v head h takes q/k head h // (v heads / q/k heads) (qwen3next), else h % q/k heads
     # Mamba-2 layers instead of attention (granitehybrid; csrc/fg_forward.h fg_layer ssm): their indices, conv taps,
     # inner width, state size, heads (ssm.time_step_rank) and groups; their state: the conv's last d_conv - 1
     # inputs and the (heads, d_inner / heads, d_state) scan state of the newest position

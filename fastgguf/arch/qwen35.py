@@ -1,7 +1,7 @@
-"""qwen35 / qwen35moe (Qwen3.5, dense and MoE): gated DeltaNet linear-attention layers interleaved with gated full
-attention (docs/qwen35-design.md). Every layer is x += mixer(rms_norm(x, attn_norm)), then x +=
-ffn(rms_norm(x, post_attention_norm)) (a SwiGLU FFN; qwen35moe: softmax-routed experts, weights normalised, plus a
-shared expert scaled by sigmoid(ffn_gate_inp_shexp . x)).
+"""qwen35 / qwen35moe (Qwen3.5, dense and MoE) and qwen3next (their predecessor: Qwen3Next at the end): gated
+DeltaNet linear-attention layers interleaved with gated full attention (docs/qwen35-design.md). Every layer is
+x += mixer(rms_norm(x, attn_norm)), then x += ffn(rms_norm(x, post_attention_norm)) (a SwiGLU FFN; qwen35moe:
+softmax-routed experts, weights normalised, plus a shared expert scaled by sigmoid(ffn_gate_inp_shexp . x)).
   * Full attention (every full_attention_interval-th layer, or attention.recurrent_layers false): attn_q gives per
     head [q (head_dim) | gate (head_dim)], q and k RMS-normed per head, NEOX RoPE on the first rope.dimension_count
     dims, scores times 1/sqrt(head_dim), the output times sigmoid(gate), then attn_output. The gate rows are split
@@ -141,3 +141,62 @@ class Qwen35Moe(Qwen35):
     moe_ff_key = True
     shexp_gate = True
     ff_default = 1   # llama.cpp does not require feed_forward_length (its FFNs are the experts and shared expert)
+
+
+@register
+class Qwen3Next(Qwen35Moe):
+    """qwen3next (Qwen3-Next-80B-A3B), qwen35moe's predecessor, as llama.cpp's src/models/qwen3next.cpp: the same
+    layers, with plain NEOX RoPE (no rope.dimension_sections); v head h reads q/k head h // (v heads / q/k heads)
+    (a repeat-interleave, not qwen35's broadcast); q|k|v|z in one ssm_in per q/k head group (legacy files; the
+    current converter writes attn_qkv and attn_gate, qwen35's) split at load; beta|alpha in one ssm_ba per
+    q/k head group, split at load; experts required (expert_count > 0), and the shared expert too, of
+    expert_shared_feed_forward_length (default feed_forward_length)."""
+    name = "qwen3next"
+
+    def rope_text(self, n_rot):
+        """Plain RoPE (ggml_rope_ext): no sections to check."""
+
+    def experts(self, n_ff):
+        e = super().experts(n_ff)
+        if not e:
+            raise GGUFError(f"{self.name}.expert_count must be > 0 (llama.cpp: {self.name} cannot have zero experts)")
+        return {**e, "n_ff_shexp": e["n_ff_shexp"] or n_ff}
+
+    def hparams(self):
+        return dataclasses.replace(super().hparams(), dn_kv_grouped=True)
+
+    def layer_roles(self, hp, i):
+        roles = super().layer_roles(hp, i)
+        if i in hp.dn_layers:
+            del roles["dn_beta"], roles["dn_alpha"]
+            roles["dn_ba"] = "ssm_ba.weight"
+            if f"blk.{i}.ssm_in.weight" in self.f.tensors:   # legacy files: q|k|v|z in one
+                del roles["dn_qkv"], roles["dn_z"]
+                roles["dn_in"] = "ssm_in.weight"
+        return roles
+
+    def split_layer(self, d, hp, i):
+        if i not in hp.dn_layers:
+            return super().split_layer(d, hp, i)
+        S, HK, HV = hp.dn_state, hp.dn_k_heads, hp.dn_v_heads
+        r = HV // HK
+
+        def groups(role, name, per_group):   # (HK, per_group, -1): the rows of each q/k head group
+            arr, t, rows, cols = d.pop(role)
+            if rows != HK * per_group:
+                raise GGUFError(f"tensor 'blk.{i}.{name}' has {rows} rows, expected {HK * per_group} "
+                                f"({self.name}.ssm.group_count {HK} groups of {per_group})")
+            return np.asarray(arr).reshape(HK, per_group, -1), t, cols
+
+        def rows(a, t, cols):
+            a = np.ascontiguousarray(a).reshape(-1, a.shape[-1])
+            return (a, t, a.shape[0], cols)
+
+        if "dn_in" in d:   # per group [q (S) | k (S) | v (r S) | z (r S)]: llama.cpp's build_qkvz legacy path
+            a, t, cols = groups("dn_in", "ssm_in.weight", 2 * S + 2 * r * S)
+            d["dn_qkv"] = rows(np.concatenate([a[:, :S].reshape(HK * S, -1), a[:, S:2 * S].reshape(HK * S, -1),
+                                               a[:, 2 * S:(2 + r) * S].reshape(HV * S, -1)]), t, cols)
+            d["dn_z"] = rows(a[:, (2 + r) * S:], t, cols)
+        a, t, cols = groups("dn_ba", "ssm_ba.weight", 2 * r)   # per group [beta (r) | alpha (r)]
+        d["dn_beta"], d["dn_alpha"] = rows(a[:, :r], t, cols), rows(a[:, r:], t, cols)
+        return super().split_layer(d, hp, i)

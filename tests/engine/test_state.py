@@ -282,12 +282,13 @@ def test_version_1_still_loads(tiny, tmp_path):
         ctx.load_state(tmp_path / "v1")
 
 
-# the hybrid layouts of test_lfm2, test_lfm2moe, test_qwen35 (and its qwen35moe), test_granitehybrid
+# the hybrid layouts of test_lfm2, test_lfm2moe, test_qwen35 (and its qwen35moe), test_qwen3next, test_granitehybrid
 HYBRIDS = {
     "lfm2": ("tiny", dict(arch="lfm2", n_layer=4, conv_layers=(0, 1, 3))),
     "lfm2moe": ("moe", dict(arch="lfm2moe", n_layer=4, conv_layers=(0, 1, 3), n_dense_lead=2)),
     "qwen35": ("qwen35", {}),
     "qwen35moe": ("qwen35", dict(arch="qwen35moe", n_expert=4, shared=32)),
+    "qwen3next": ("qwen35", dict(arch="qwen3next", n_expert=4, shared=32)),
     "granitehybrid": ("tiny", dict(arch="granitehybrid", n_layer=3, ssm_layers=(0, 2))),
 }
 

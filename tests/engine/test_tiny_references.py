@@ -5,8 +5,8 @@ CASES, and run teacher-forced through both of fastgguf's paths: the prompt in on
 
 Each case: F32 weights (llama-mxfp4: MXFP4 matrices, lfm2-q8_0 and qwen35-q8_0: Q8_0), 2-5 layers, n_embd 64, 4
 query heads of 16, vocabulary 100; GQA (2 KV heads) or MHA, tied or untied output. The mixtures of experts (preset
-"moe"): experts F32, Q8_0 or Q4_K (n_embd 256 there), 8 experts 2 used or 128 used 8; qwen35 / qwen35moe (preset
-"qwen35": gated DeltaNet and gated attention layers). Tolerance: llama.cpp's own flash on/off spread on the same
+"moe"): experts F32, Q8_0 or Q4_K (n_embd 256 there), 8 experts 2 used or 128 used 8; qwen35 / qwen35moe / qwen3next
+(preset "qwen35": gated DeltaNet and gated attention layers). Tolerance: llama.cpp's own flash on/off spread on the same
 file, see test_matches_llama_cpp.
 
 Where llama.cpp is off, it is llama.cpp: both its attention paths round Q to F16 for the products with the F16 K
@@ -78,6 +78,11 @@ CASES = {
     "qwen35": ({"preset": "qwen35"}, [256]),
     "qwen35moe": ({"preset": "qwen35", "arch": "qwen35moe", "n_expert": 4, "shared": 32}, [256]),
     "qwen35-q8_0": ({"preset": "qwen35", "wtype": "Q8_0"}, [256]),
+    # qwen3next: qwen35moe's layers with plain NEOX RoPE, v head h on q/k head h // 2 (repeat-interleave), q|k|v|z
+    # in ssm_in and beta|alpha in ssm_ba per q/k head group (legacy files); then attn_qkv / attn_gate (the
+    # current converter's)
+    "qwen3next": ({"preset": "qwen35", "arch": "qwen3next", "n_expert": 4, "shared": 32}, [256]),
+    "qwen3next-qkv": ({"preset": "qwen35", "arch": "qwen3next", "n_expert": 4, "shared": 32, "fused": True}, [256]),
     # gemma4 (preset "gemma4", tests/models.py GEMMA4): sliding layers 0-2 and 4 (window 4, head 16, 2 KV heads),
     # full layers 3 and 5 (head 32, 1 KV head, 8 of 16 pairs rotated via rope_freqs), layers 4-5 reusing layers
     # 2-3's K/V with a doubled FFN, per-layer inputs of 32, no attn_v in layer 1; then Q8_0 matrices and embeddings;

@@ -25,7 +25,7 @@ with _harness.instrumented():
 E, H, KVH, HD, F, NV = 32, 2, 1, 16, 32, 16
 # new ones last (the corpus)
 ARCHS = ("llama", "qwen2", "qwen3", "qwen3moe", "granitemoe", "gpt-oss", "lfm2", "qwen35", "lfm2moe", "granitehybrid",
-         "gemma4")
+         "gemma4", "qwen3next")
 NE = 4  # experts of the mixture-of-experts archs
 KEYS = ("expert_count", "expert_used_count", "expert_feed_forward_length", "expert_shared_feed_forward_length",
         "logit_scale", "residual_scale", "embedding_scale", "attention.scale", "block_count", "context_length",
@@ -90,6 +90,20 @@ _QWEN35_TENSORS.update({"blk.0.attn_qkv.weight": (32, E), "blk.0.attn_gate.weigh
                         "blk.1.attn_q.weight": (2 * H * HD, E), "blk.1.attn_k.weight": (KVH * HD, E),
                         "blk.1.attn_v.weight": (KVH * HD, E), "blk.1.attn_output.weight": (E, H * HD),
                         "blk.1.attn_q_norm.weight": (HD,), "blk.1.attn_k_norm.weight": (HD,)})
+# qwen3next: qwen35's two layers, the DeltaNet's q|k|v|z in ssm_in and beta|alpha in ssm_ba (per q/k head
+# group), NE experts and a shared expert (feed_forward_length wide) in both, plain RoPE
+QWEN3NEXT_BASE = dict(QWEN35_BASE, **MOE_BASE)
+_Q3N_TENSORS = {n: s for n, s in _QWEN35_TENSORS.items()
+                if n.split(".", 2)[-1] not in ("attn_qkv.weight", "attn_gate.weight", "ssm_beta.weight",
+                                               "ssm_alpha.weight", "ffn_gate.weight", "ffn_up.weight",
+                                               "ffn_down.weight")}
+_Q3N_TENSORS.update({"blk.0.ssm_in.weight": (48, E), "blk.0.ssm_ba.weight": (4, E)})
+for _i in range(2):
+    _b = f"blk.{_i}."
+    _Q3N_TENSORS.update({_b + "ffn_gate_inp.weight": (NE, E), _b + "ffn_gate_exps.weight": (NE, F, E),
+                         _b + "ffn_up_exps.weight": (NE, F, E), _b + "ffn_down_exps.weight": (NE, E, F),
+                         _b + "ffn_gate_shexp.weight": (F, E), _b + "ffn_up_shexp.weight": (F, E),
+                         _b + "ffn_down_shexp.weight": (E, F), _b + "ffn_gate_inp_shexp.weight": (E,)})
 # lfm2moe: lfm2's layer with experts and their selection bias (no leading dense layer), sigmoid gating
 _LFM2MOE_TENSORS = {n: s for n, s in _LFM2_TENSORS.items()
                     if not n.startswith("blk.0.ffn_") or n.endswith("norm.weight")}
@@ -139,10 +153,11 @@ for _i in range(4):
                             _b + "post_ffw_norm_2.weight": (E,)})
 _DATA = {n: (_RNG.standard_normal(s) * 0.3).astype(np.float32)
          for n, s in {**_TENSORS, **_MOE_TENSORS, **_OSS_TENSORS, **_LFM2_TENSORS, **_QWEN35_TENSORS,
-                      **_LFM2MOE_TENSORS, **_GH_TENSORS, **_G4_MOE_TENSORS}.items()}
+                      **_LFM2MOE_TENSORS, **_GH_TENSORS, **_G4_MOE_TENSORS, **_Q3N_TENSORS}.items()}
 _ARCH_TENSORS = {"qwen3moe": _MOE_TENSORS, "granitemoe": _MOE_TENSORS, "gpt-oss": _OSS_TENSORS,
                  "lfm2": _LFM2_TENSORS, "qwen35": _QWEN35_TENSORS,
-                 "lfm2moe": _LFM2MOE_TENSORS, "granitehybrid": _GH_TENSORS, "gemma4": _G4_TENSORS}
+                 "lfm2moe": _LFM2MOE_TENSORS, "granitehybrid": _GH_TENSORS, "gemma4": _G4_TENSORS,
+                 "qwen3next": _Q3N_TENSORS}
 _fd, _PATH = tempfile.mkstemp(suffix=".gguf")
 os.close(_fd)
 
@@ -179,7 +194,8 @@ def build(data):
     arch = ARCHS[src.byte() % len(ARCHS)]
     moe = arch in ("qwen3moe", "granitemoe")
     base = dict(BASE, **{"gpt-oss": OSS_BASE, "qwen35": QWEN35_BASE, "lfm2moe": LFM2MOE_BASE,
-                         "granitehybrid": SSM, "gemma4": GEMMA4_BASE}.get(arch, MOE_BASE if moe else {}))
+                         "granitehybrid": SSM, "gemma4": GEMMA4_BASE,
+                         "qwen3next": QWEN3NEXT_BASE}.get(arch, MOE_BASE if moe else {}))
     if arch == "granitemoe":
         base["logit_scale"] = 2.0
     md = {k: (v, V.FLOAT32 if isinstance(v, float) else V.UINT32) for k, v in base.items()}
