@@ -4,7 +4,7 @@ threads, alternating rounds, medians and ratios; decode as a fraction of the rea
 
     python benchmarks/bench_1b.py --rounds 3 --threads 1 2 --out       # the integrator's run (quiet machine)
     python benchmarks/bench_1b.py --tiny                               # a smoke run: 2 layers, seconds
-    python benchmarks/bench_1b.py --arch lfm2 --quants q4_0 q4_k_m --out  # the hybrid row (issue 36)
+    python benchmarks/bench_1b.py --arch lfm2 --quants q4_0 q4_k_m --out  # the hybrid rows (issue 36; also qwen35)
 
 Files (built once, cached under ~/.cache/fastgguf/bench):
   llama3.2-1b-shaped.F16.gguf  random weights shaped like Llama 3.2 1B: 16 layers, n_embd 2048, FFN 8192, 32 query
@@ -24,6 +24,10 @@ Files (built once, cached under ~/.cache/fastgguf/bench):
                                (2.61 GB, 76 s), then quantized by llama-quantize as users get such files (Q4_0
                                0.69 GB in 25 s, Q4_K_M 0.73 GB in 100 s; fastgguf's quantizer where llama-quantize
                                is not found). llama-bench names it "lfm2 1.2B".
+  qwen35-0.8b-shaped.F16.gguf  (--arch qwen35) random weights shaped like a Qwen3.5-0.8B: 24 layers, 18 gated DeltaNet
+                               (conv 4, state 128, 16 q/k and 16 v heads) and every 4th gated attention (8 query heads
+                               of 128 over 2 KV heads, 32 rotated dims), n_embd 1024, FFN 3584, vocabulary 151936,
+                               tied; 1.58 GB in 18 s; Q4_0 0.40 GB, Q4_K_M 0.42 GB by llama-quantize ("qwen35 0.8B").
 Measured per file and thread count (fresh subprocesses, engines in alternating order each round): pp512 (one
 512-token batch from an empty context) and tg128 (128 greedy steps after an 8-token prompt; fastgguf: Context.eval
 one token at a time, bench_moe.py's worker; llama-bench: -p 512 -n 128, flash attention off and on, the better
@@ -50,11 +54,16 @@ SHAPES = {"llama3.2-1b-shaped": (2048, 8192, 32, 8, 64, 16, 128256),
           "llama-1b-tiny": (256, 512, 4, 2, 64, 2, 2048)}
 QUANTS = ("q4_0", "q4_k_m", "q8_0", "q6_k")
 TARGETS = {"ratio_tg": 1.3, "decode_fraction": 0.8, "ratio_pp": 1.2}
-# --arch lfm2: name -> tests/models.build's keywords
+# --arch lfm2 / qwen35: name -> tests/models.build's keywords (preset: its tiny preset, else "tiny")
 HYBRID = {"lfm2-1.2b-shaped": dict(arch="lfm2", n_vocab=65536, n_embd=2048, n_layer=16, n_head=32, n_head_kv=8,
                                    n_ff=8192, n_ctx=4096, conv_layers=(0, 1, 3, 4, 6, 7, 9, 11, 13, 15)),
           "lfm2-tiny": dict(arch="lfm2", n_vocab=2048, n_embd=256, n_layer=4, n_head=4, n_head_kv=2, n_ff=512,
-                            n_ctx=4096, conv_layers=(0, 1, 3))}
+                            n_ctx=4096, conv_layers=(0, 1, 3)),
+          "qwen35-0.8b-shaped": dict(preset="qwen35", n_vocab=151936, n_embd=1024, n_layer=24, n_head=8, n_head_kv=2,
+                                     n_ff=3584, n_ctx=4096, n_rot=32, ssm=(4, 128, 16, 16), tied=True,
+                                     dn_layers=tuple(i for i in range(24) if (i + 1) % 4)),
+          "qwen35-tiny": dict(preset="qwen35", n_vocab=2048, n_embd=256, n_layer=4, n_head=4, n_head_kv=2, n_ff=512,
+                              n_ctx=4096, n_rot=16, ssm=(4, 32, 4, 4), tied=True, dn_layers=(0, 1, 2))}
 LLAMA_QUANTIZE = os.environ.get("LLAMA_QUANTIZE", os.path.expanduser("~/.cache/llama-ref/build/bin/llama-quantize"))
 
 
@@ -109,7 +118,8 @@ def build_hybrid(path, name):
     """The random hybrid of HYBRID[name] at path, through the tests' GGUF writer (a development checkout)."""
     sys.path.insert(0, os.path.join(HERE, "..", "tests"))
     import models
-    models.build(path, wtype="F16", vocab="no_vocab", **HYBRID[name])
+    kw = dict(HYBRID[name])
+    models.build(path, kw.pop("preset", "tiny"), wtype="F16", vocab="no_vocab", **kw)
 
 
 def quantize(src, dst, q, hybrid):
@@ -128,7 +138,8 @@ def files(tiny, quants, arch="llama"):
     os.makedirs(CACHE, exist_ok=True)
     hybrid = arch != "llama"
     name = {("llama", True): "llama-1b-tiny", ("llama", False): "llama3.2-1b-shaped",
-            ("lfm2", True): "lfm2-tiny", ("lfm2", False): "lfm2-1.2b-shaped"}[arch, tiny]
+            ("lfm2", True): "lfm2-tiny", ("lfm2", False): "lfm2-1.2b-shaped",
+            ("qwen35", True): "qwen35-tiny", ("qwen35", False): "qwen35-0.8b-shaped"}[arch, tiny]
     src = os.path.join(CACHE, f"{name}.F16.gguf")
     built = {}
     if not os.path.exists(src):
@@ -158,8 +169,8 @@ def main(argv=None):
     ap.add_argument("--gen", type=int, default=128)
     ap.add_argument("--rounds", type=int, default=3)
     ap.add_argument("--tiny", action="store_true", help="a smoke run: the 2-layer file, pp32 tg8, one round")
-    ap.add_argument("--arch", choices=("llama", "lfm2"), default="llama",
-                    help="lfm2: the LFM2-1.2B-shaped hybrid (issue 36's row) instead of the llama")
+    ap.add_argument("--arch", choices=("llama", "lfm2", "qwen35"), default="llama",
+                    help="lfm2 / qwen35: the LFM2-1.2B- or Qwen3.5-0.8B-shaped hybrid (issue 36's rows)")
     ap.add_argument("--build-only", action="store_true", help="build the files and stop")
     ap.add_argument("--llama-bench", default=os.environ.get(
         "LLAMA_BENCH", os.path.expanduser("~/.cache/llama-ref/build/bin/llama-bench")))
