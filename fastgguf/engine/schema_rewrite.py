@@ -1183,10 +1183,12 @@ class _Rewriter:
             return
         for p in list(patterns):
             words = _pattern_words(p) if isinstance(p, str) else None
-            if not words or src + ("patternProperties", p) in self.doc.targets:
-                continue
+            words = sorted(w for w in words or () if not w.endswith("\n"))
+            if not words or src + ("patternProperties", p) in self.doc.targets or any(
+                    src + ("properties", w) in self.doc.targets for w in words):
+                continue                          # (a $ref names what would move or change)
             schema = patterns.pop(p)
-            for w in sorted(w for w in words if not w.endswith("\n")):
+            for w in words:
                 props[w] = schema if w not in props else {"allOf": [props[w], schema]}
         if props:
             out["properties"] = props
