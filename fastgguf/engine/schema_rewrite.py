@@ -1718,7 +1718,8 @@ class _Rewriter:
         names = set(props) if isinstance(props, dict) else set()
         patterns = set(pats) if isinstance(pats, dict) else set()
         everything = "additionalProperties" in node or (not top and "unevaluatedProperties" in node)
-        parts = [(m, base) for m in node.get("allOf", ()) if isinstance(node.get("allOf"), list)]
+        members = node.get("allOf")
+        parts = [(m, base) for m in members] if isinstance(members, list) else []
         if "$ref" in node:
             t = self.doc.resolve(node["$ref"], base)
             if t is None or t.path in seen:
