@@ -39,7 +39,8 @@ one token at a time, bench_moe.py's worker; llama-bench: -p 512 -n 128, flash at
 kept). Decode's share of the bandwidth: Model.memory()['per_token'] (the tied embedding counted whole: it is the
 output matrix) x tokens/s / the read bandwidth at that thread count (compare.bandwidth), measured before the files.
 Targets (issue 35): pp512 >= 1.3x llama.cpp; decode >= 90% of the read bandwidth, and >= 1.25x llama.cpp where
-llama.cpp reads less than 75% of it (where both sit at the wall, >= 1.0x).
+llama.cpp reads less than 75% of it (where both sit at the wall, >= 1.0x); peak RSS (each process's own, pp512 and
+tg128 in one process for both) no more than llama.cpp's + 10%.
 JSON: only with --out (benchmarks/results/bench-1b-<date>.json, or the path given)."""
 import argparse
 import datetime
@@ -59,7 +60,7 @@ from compare import _cpu_model, bandwidth  # noqa: E402
 SHAPES = {"llama3.2-1b-shaped": (2048, 8192, 32, 8, 64, 16, 128256),
           "llama-1b-tiny": (256, 512, 4, 2, 64, 2, 2048)}
 QUANTS = ("q4_0", "q4_k_m", "q8_0", "q6_k")
-TARGETS = {"ratio_tg": 1.25, "decode_fraction": 0.9, "ratio_pp": 1.3, "llama_wall": 0.75}
+TARGETS = {"ratio_tg": 1.25, "decode_fraction": 0.9, "ratio_pp": 1.3, "llama_wall": 0.75, "rss": 1.1}
 # --arch lfm2 / qwen35: name -> tests/models.build's keywords (preset: its tiny preset, else "tiny")
 HYBRID = {"lfm2-1.2b-shaped": dict(arch="lfm2", n_vocab=65536, n_embd=2048, n_layer=16, n_head=32, n_head_kv=8,
                                    n_ff=8192, n_ctx=4096, conv_layers=(0, 1, 3, 4, 6, 7, 9, 11, 13, 15)),
@@ -215,7 +216,7 @@ def main(argv=None):
             row = {"quant": q, "threads": th, "path": path, "file_bytes": os.path.getsize(path), "memory": mem,
                    "runs": runs}
             for e in engines:
-                for k in ("pp_tps", "tg_tps"):
+                for k in ("pp_tps", "tg_tps", "peak_rss_mb"):
                     row[f"{e}_{k}"] = statistics.median(x[k] for x in runs[e])
             row["decode_gbps"] = mem["per_token"] * row["fastgguf_tg_tps"] / 1e9
             row["decode_fraction"] = row["decode_gbps"] / bws[th]
@@ -238,6 +239,17 @@ def main(argv=None):
     return 0
 
 
+def _rss(row, with_llama):
+    """The peak RSS cell: fastgguf's (llama.cpp's), and the memory target (<= llama.cpp's + 10%)."""
+    f = row.get("fastgguf_peak_rss_mb")
+    if f is None:
+        return "-"
+    if not with_llama:
+        return f"{f:.0f}"
+    ll = row["llama.cpp_peak_rss_mb"]
+    return f"{f:.0f} ({ll:.0f}) {'met' if f <= ll * TARGETS['rss'] else 'NOT met'}"
+
+
 def report(results, with_llama):
     def mark(v, target):
         return f"{v:.2f}x {'met' if v >= target else 'NOT met'}"
@@ -254,8 +266,8 @@ def report(results, with_llama):
           f"llama.cpp where llama.cpp reads < {TARGETS['llama_wall']:.0%} of it (else >= 1.0x); "
           f"pp{results['prompt']} >= {TARGETS['ratio_pp']}x")
     print(f"| file | thr | MB/token | tg{results['gen']} fastgguf | tg llama.cpp | tg ratio | fastgguf % of bandwidth "
-          f"(llama.cpp) | pp{results['prompt']} fastgguf | pp llama.cpp | pp ratio |")
-    print("|---" * 10 + "|")
+          f"(llama.cpp) | pp{results['prompt']} fastgguf | pp llama.cpp | pp ratio | peak RSS MB (llama.cpp) |")
+    print("|---" * 11 + "|")
     for r in results["rows"]:
         met = r["decode_fraction"] >= TARGETS["decode_fraction"]
         frac = f"{r['decode_fraction']:.0%} {'met' if met else 'NOT met'}"
@@ -265,7 +277,7 @@ def report(results, with_llama):
                  f"{r['llama.cpp_tg_tps']:.2f}" if with_llama else "-",
                  mark_tg(r) if with_llama else "-", frac,
                  f"{r['fastgguf_pp_tps']:.1f}", f"{r['llama.cpp_pp_tps']:.1f}" if with_llama else "-",
-                 mark(r["ratio_pp"], TARGETS["ratio_pp"]) if with_llama else "-"]
+                 mark(r["ratio_pp"], TARGETS["ratio_pp"]) if with_llama else "-", _rss(r, with_llama)]
         print("| " + " | ".join(cells) + " |")
 
 

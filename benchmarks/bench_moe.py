@@ -165,23 +165,36 @@ def worker(a):
                       "involuntary_switches": resource.getrusage(resource.RUSAGE_SELF).ru_nivcsw}))
 
 
+def run_measured(cmd, env=None):
+    """cmd run to its end: (exit status, stdout, stderr, the child's own peak RSS in MB). os.wait4 reaps it, so the
+    peak is this child's alone (RUSAGE_CHILDREN would be the largest of every child so far)."""
+    import tempfile
+    with tempfile.TemporaryFile("w+") as out, tempfile.TemporaryFile("w+") as err:
+        p = subprocess.Popen(cmd, stdout=out, stderr=err, text=True, env=env)
+        _, status, usage = os.wait4(p.pid, 0)
+        p.returncode = os.waitstatus_to_exitcode(status)
+        out.seek(0)
+        err.seek(0)
+        return p.returncode, out.read(), err.read(), usage.ru_maxrss / 1024
+
+
 def run_fastgguf(model, threads, prompt, gen):
     cmd = [sys.executable, os.path.abspath(__file__), "--worker", "--model", model, "--threads", str(threads),
            "--prompt", str(prompt), "--gen", str(gen)]
-    p = subprocess.run(cmd, capture_output=True, text=True, env=dict(os.environ, PYTHONPATH=os.path.join(HERE, "..")))
-    if p.returncode != 0:
-        raise RuntimeError(f"fastgguf worker failed:\n{p.stderr[-3000:]}")
-    return json.loads(p.stdout.strip().splitlines()[-1])
+    rc, out, err, rss = run_measured(cmd, env=dict(os.environ, PYTHONPATH=os.path.join(HERE, "..")))
+    if rc != 0:
+        raise RuntimeError(f"fastgguf worker failed:\n{err[-3000:]}")
+    return dict(json.loads(out.strip().splitlines()[-1]), peak_rss_mb=rss)
 
 
 def run_llama_bench(bench, model, threads, prompt, gen):
     cmd = [bench, "-m", model, "-p", str(prompt), "-n", str(gen), "-t", str(threads), "-fa", "0,1", "-r", "1",
            "-o", "json"]
-    p = subprocess.run(cmd, capture_output=True, text=True)
-    if p.returncode != 0:
-        raise RuntimeError(f"llama-bench failed ({p.returncode}):\n{p.stderr[-3000:]}")
-    out = {}
-    for t in json.loads(p.stdout):
+    rc, stdout, err, rss = run_measured(cmd)
+    if rc != 0:
+        raise RuntimeError(f"llama-bench failed ({rc}):\n{err[-3000:]}")
+    out = {"peak_rss_mb": rss}
+    for t in json.loads(stdout):
         key = "pp_tps" if t["n_gen"] == 0 else "tg_tps"
         out[key] = max(out.get(key, 0.0), t["avg_ts"])
     return out
