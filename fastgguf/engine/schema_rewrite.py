@@ -1096,6 +1096,7 @@ class _Rewriter:
         self.todo = []       # paths of $ref targets still to rewrite
         self.inlined = set()  # paths of $ref targets rewritten where they are named instead (_inline)
         self.counted = set()  # paths of subschemas whose min/maxProperties became an anyOf (_present_sets)
+        self.if_test = False  # True while an if's complement is written: a known format there is refused (_if)
         self.handlers = {"format": self._format, "oneOf": self._one_of, "not": self._not, "if": self._if,
                          "then": self._skip, "else": self._skip, "dependencies": self._dependent,
                          "dependentRequired": self._dependent, "dependentSchemas": self._dependent,
@@ -1422,8 +1423,8 @@ class _Rewriter:
             return []
         if key == "patternProperties" and isinstance(arg, dict) and all(map(self._trivial, arg.values())):
             return []
-        if key == "format" and _unknown_format(arg):
-            return []
+        if key == "format" and (_unknown_format(arg) or not self.if_test):
+            return []                             # nothing: read as the annotation it may be (see _if)
         if key == "contains" and not {"minContains", "maxContains"} & set(schema):
             return [{"type": "array", "items": sub(arg, within=_ALL_KINDS)}]
         if key in ("allOf", "anyOf", "oneOf") and isinstance(arg, list):
@@ -1558,10 +1559,13 @@ class _Rewriter:
             return                                # no constraint
         negated = None
         if then is not _MISSING:
+            saved, self.if_test = self.if_test, True   # a known format in the test: not read as nothing (_if)
             try:
                 negated = self._negate(value, src, key)
             except _Inexpressible as e:
                 raise _refuse(key, src, f"the complement of the if schema cannot be written ({e})") from None
+            finally:
+                self.if_test = saved
         slot, lst = self._slot(schema, out)
 
         beside = self._beside(schema, src, ctx, key)

@@ -196,8 +196,6 @@ NARROWED = [  # (schema, instances it accepts, instances only the narrowed rewri
     # a string with an "a" that is not 1 long: the other branch's complement (not pattern) cannot be written, so
     # only strings of length >= 2 are offered for the first branch, and the second (maxLength 1) is never chosen
     ({"oneOf": [{"type": "string", "pattern": "a"}, {"type": "string", "maxLength": 1}]}, ["ab", "ba"], ["b", ""]),
-    # zapp-schema's homepage (JSON Schema Store): a URI or "."; not format is nothing under annotation semantics
-    ({"oneOf": [{"format": "uri"}, {"enum": ["."]}]}, ["https://x.org/"], []),
     # an object shape or an array of them, the shape open to arrays (no type): objects and non-arrays only
     ({"oneOf": [{"properties": {"n": {"type": "string"}}}, {"type": "array", "items": {"type": "integer"}}]},
      [{"n": "x"}, "s", 1], [[1, "a"], ["a"]]),
@@ -260,6 +258,52 @@ def test_one_of_reads_what_holds_beside_it():
         rewrite({**named, "properties": {"x": {"$ref": "#/$defs/op"}}})
     ignored = {"type": "array", "additionalItems": alone}        # no list of items: nobody reads additionalItems
     assert rewrite(ignored) == ignored
+
+
+# formats jsonschema's own FormatChecker tests without extra packages, and strings of each and of none
+CHECKED_FORMATS = ["date", "email", "ipv4", "ipv6", "uuid"]
+FORMAT_WORDS = ["2020-01-02", "1.2.3.4", "::1", "a@b.c", "12345678-1234-5678-1234-567812345678", "a", "", "ab"]
+
+
+def both_readings(schema):
+    """Whether an instance is valid under the schema read both ways: format an annotation (jsonschema's default)
+    and format an assertion (its FormatChecker): what a known format's output must be."""
+    loose = validator(schema)
+    strict = type(loose)(schema, format_checker=type(loose).FORMAT_CHECKER)
+    return lambda x: loose.is_valid(x) and strict.is_valid(x)
+
+
+@SETTINGS
+@given(st.sampled_from(sorted(DRAFTS)), st.sampled_from(["oneOf", "not"]),
+       st.lists(st.one_of(st.sampled_from(CHECKED_FORMATS).map(lambda f: {"format": f}),
+                          st.sampled_from(FORMAT_WORDS).map(lambda w: {"enum": [w]}),
+                          st.sampled_from([{"maxLength": 3}, {"type": "number"}, {}])), min_size=1, max_size=3),
+       st.lists(st.sampled_from(FORMAT_WORDS + [1, None]), min_size=10, max_size=10))
+def test_known_format_in_a_complement_is_read_as_an_annotation(draft, key, branches, instances):
+    """not {format: F} and a oneOf's other branch's format: a validator may read F as an annotation (every string
+    matches it), so its complement among strings is nothing. The rewrite (F still enforced where it is asked for)
+    accepts exactly the instances valid under both readings."""
+    schema = {"$schema": DRAFTS[draft], key: branches if key == "oneOf" else {"allOf": branches}}
+    out = rewrite(schema)
+    valid, after = both_readings(schema), validator(out)
+    strict = type(after)(out, format_checker=type(after).FORMAT_CHECKER)
+    for x in instances:
+        assert valid(x) == (after.is_valid(x) and strict.is_valid(x)), (schema, out, x)
+
+
+def test_known_formats_in_a_one_of():
+    """JSON Schema Store's statamic blueprint: a date or a date-time, exactly one; a validator that reads formats
+    as annotations finds every string matching both, so no string is valid under both readings: the property
+    cannot be written (optional, it is left out) and the rest of the schema compiles."""
+    for one_of in ([{"format": "date"}, {"format": "date-time"}],
+                   [{"format": "host-name"}, {"format": "ipv4"}, {"format": "ipv6"}]):   # host-name: unknown
+        schema = {"type": "object", "properties": {"d": {"type": "string", "oneOf": one_of}, "n": {"type": "integer"}}}
+        out = check(schema, [{}, {"n": 1}, {"d": "2020-01-02"}, {"d": "1.2.3.4"}, {"d": "x"}, {"d": 1}])
+        assert not validator(out).is_valid({"d": "2020-01-02"}) and compiles(out) is None
+    # a URI or "." (zapp-schema's homepage): URIs other than "."
+    check({"oneOf": [{"format": "uri"}, {"enum": ["."]}]}, [".", "x", 1])
+    assert rewrite({"oneOf": [{"format": "uri"}, {"enum": ["."]}]})["anyOf"][1] == {
+        "allOf": [{"enum": ["."]}, {"type": ["null", "boolean", "number", "array", "object"]}]}
 
 
 @SETTINGS
