@@ -479,6 +479,18 @@ def _unknown_format(f):
     return isinstance(f, str) and f not in KNOWN_FORMATS
 
 
+def _angles_literal(pattern):
+    """pattern with each \\< and \\> written \\x3c and \\x3e: a literal < and > in ECMA-262 (an identity escape)
+    and in Python's re (which jsonschema uses), where llguidance's regex syntax reads a word boundary (refused as
+    look-around): the same strings match."""
+    out, i = [], 0
+    while i < len(pattern):
+        c = pattern[i:i + 2] if pattern[i] == "\\" else pattern[i]
+        out.append({"\\<": "\\x3c", "\\>": "\\x3e"}.get(c, c))
+        i += len(c)
+    return "".join(out)
+
+
 def _and3(results):
     """Three-valued and: False if any is False, None if any is unknown, else True."""
     out = True
@@ -1084,6 +1096,123 @@ def _join(dst, *parts):
 
 # ------------------------------------------------------------------------------------------------ the rewrite
 
+# -- key presence (_Rewriter._presence_cover)
+
+MAX_PRESENCE_TERMS = 64   # an allOf of presence tests whose product llguidance would list past this is recomputed
+MAX_PRESENCE_KEYS = 16    # ... where they read at most this many keys
+
+
+def _presence(f):
+    """f as a test of which keys an object has, or None: a tree of ("and"/"or", [trees]), ("has", k),
+    ("lacks", k) and ("object",), read from true/false, type object, required, properties {k: false}, allOf and
+    anyOf (what dependencies, not required and min/maxProperties rewrite into)."""
+    if f is True or f is False:
+        return ("and" if f else "or", [])
+    if not isinstance(f, dict) or not f or not set(f) <= {"type", "required", "properties", "allOf", "anyOf"}:
+        return None
+    parts = []
+    for key, arg in f.items():
+        if key == "type":
+            if arg not in ("object", ["object"]):
+                return None
+            parts.append(("object",))
+        elif key == "required":
+            if not isinstance(arg, list) or not all(isinstance(k, str) for k in arg):
+                return None
+            parts += [("has", k) for k in arg]
+        elif key == "properties":
+            if not isinstance(arg, dict) or any(v is not False for v in arg.values()):
+                return None
+            parts += [("lacks", k) for k in arg]
+        else:
+            if not isinstance(arg, list) or not arg:
+                return None
+            subs = [_presence(m) for m in arg]
+            if None in subs:
+                return None
+            parts.append(("and" if key == "allOf" else "or", subs))
+    return ("and", parts)
+
+
+def _terms(t):
+    """How many object shapes llguidance lists for the presence test t (an anyOf adds, an allOf multiplies)."""
+    if t[0] == "and":
+        return math.prod(_terms(s) for s in t[1])
+    return sum(_terms(s) for s in t[1]) if t[0] == "or" else 1
+
+
+def _keys_read(t, out):
+    if t[0] in ("has", "lacks"):
+        out[t[1]] = out.get(t[1], 0) + 1
+    for s in t[1] if t[0] in ("and", "or") else ():
+        _keys_read(s, out)
+    return out
+
+
+def _assign(t, known):
+    """t with what `known` (key -> present, "" -> is an object) settles replaced by True/False, simplified."""
+    op = t[0]
+    if op == "object":
+        return known.get("", t)
+    if op in ("has", "lacks"):
+        v = known.get(t[1])
+        return t if v is None else v == (op == "has")
+    unit = op == "and"                            # and: True is neutral, False absorbs; or: the reverse
+    subs = []
+    for s in t[1]:
+        s = _assign(s, known)
+        if s is (not unit):
+            return not unit
+        if s is not unit:
+            subs.append(s)
+    return unit if not subs else subs[0] if len(subs) == 1 else (op, subs)
+
+
+def _non_object(t):
+    """Whether the presence test t accepts a non-object (required and properties say nothing of one)."""
+    if t[0] in ("and", "or"):
+        return (all if t[0] == "and" else any)(map(_non_object, t[1]))
+    return t[0] != "object"
+
+
+def _first_key(t):
+    return t[1] if t[0] in ("has", "lacks") else next(filter(None, map(_first_key, t[1])), None) \
+        if t[0] in ("and", "or") else None
+
+
+def _cubes(t, cube):
+    """The sets of settled keys (key -> present) under which the presence test t holds, together covering
+    exactly the objects it accepts (a Shannon expansion on one key at a time)."""
+    if t is True or t is False:
+        return [dict(cube)] if t else []
+    k = _first_key(t)
+    hi = _cubes(_assign(t, {k: True}), {**cube, k: True})
+    lo = _cubes(_assign(t, {k: False}), {**cube, k: False})
+    strip = [{a: b for a, b in c.items() if a != k} for c in hi]
+    if strip == [{a: b for a, b in c.items() if a != k} for c in lo]:
+        return strip                              # k does not matter here
+    return hi + lo
+
+
+def _merge_cubes(cubes):
+    """Cubes that differ in one key's presence only merged into one without that key, until none do."""
+    cubes = [frozenset(c.items()) for c in cubes]
+    changed = True
+    while changed:
+        changed, seen = False, set(cubes)
+        for a in cubes:
+            for k, v in a:
+                b = (a - {(k, v)}) | {(k, not v)}
+                if b in seen:
+                    merged = a - {(k, v)}
+                    cubes = [c for c in cubes if c not in (a, b)] + [merged]
+                    changed = True
+                    break
+            if changed:
+                break
+    return [dict(c) for c in cubes]
+
+
 class _Rewriter:
     """One rewrite of one document: each reachable subschema rewritten once, $refs moved with what they name."""
 
@@ -1102,7 +1231,7 @@ class _Rewriter:
                          "dependentRequired": self._dependent, "dependentSchemas": self._dependent,
                          "uniqueItems": self._unique, "minProperties": self._count, "maxProperties": self._count,
                          "propertyNames": self._names, "contains": self._contains, "$ref": self._ref,
-                         "unevaluatedProperties": self._unevaluated}
+                         "unevaluatedProperties": self._unevaluated, "pattern": self._pattern}
 
     def run(self):
         out = self.node(self.doc.root, (), ())
@@ -1173,7 +1302,51 @@ class _Rewriter:
                             (k == key or key == "if")})
         if isinstance(out.get("patternProperties"), dict) and len(out["patternProperties"]) > 1:
             self._fold_patterns(out, src)
+        if isinstance(out.get("allOf"), list) and not self.lenient:
+            self._presence_cover(out, dst)
         return out
+
+    def _presence_cover(self, out, dst):
+        """The anyOf and allOf members of out that test only which keys an object has (dependencies, not
+        required, counted key sets), where llguidance would multiply them out past MAX_PRESENCE_TERMS shapes,
+        replaced by one anyOf of key sets (each {required: present, properties: {absent: false}}) that accepts
+        exactly the same objects, found by expanding on one key at a time, plus the non-objects where the tests
+        let them through: exact, the same test computed over every assignment of the keys it reads."""
+        members = [("anyOf",)] if isinstance(out.get("anyOf"), list) else []
+        members += [("allOf", str(i)) for i in range(len(out["allOf"]))]
+        tests = [(at, _presence({"anyOf": out["anyOf"]} if at == ("anyOf",) else out["allOf"][int(at[1])]))
+                 for at in members]
+        tests = [(at, t) for at, t in tests if t is not None]
+        whole = ("and", [t for _, t in tests])
+        if len(tests) < 2 or _terms(whole) <= MAX_PRESENCE_TERMS:
+            return
+        counts = _keys_read(whole, {})
+        if len(counts) > MAX_PRESENCE_KEYS or dst is not None and any(
+                path in self.doc.targets and any(at[:len(m)] == m for m in (dst + at for at, _ in tests))
+                for path, at in self.placed.items()):
+            return                                # too many keys, or a $ref names a part of a test
+        non_object = _non_object(whole)
+        found = _merge_cubes(_cubes(_assign(whole, {"": True}), {}))
+        if len(found) >= _terms(whole):
+            return
+        shapes = [{**({} if non_object else {"type": "object"}),
+                   **({"required": [k for k, v in c.items() if v]} if any(c.values()) else {}),
+                   **({"properties": {k: False for k, v in c.items() if not v}} if not all(c.values()) else {})}
+                  for c in found]
+        if non_object:
+            shapes.insert(0, {"type": [t for t in _TYPES if t != "object"]})
+        for at, _ in reversed(tests):
+            if at == ("anyOf",):
+                del out["anyOf"]
+            else:
+                del out["allOf"][int(at[1])]
+        cover = True if {} in shapes else shapes[0] if len(shapes) == 1 else {"anyOf": shapes} if shapes else False
+        if "anyOf" not in out and isinstance(cover, dict) and "anyOf" in cover:
+            out["anyOf"] = cover["anyOf"]
+        elif cover is not True:
+            out["allOf"].append(cover)
+        if not out["allOf"]:
+            del out["allOf"]
 
     def _fold_patterns(self, out, src):
         """patternProperties that list their names (^(a|b)$) moved into properties, where llguidance (which
@@ -1474,6 +1647,9 @@ class _Rewriter:
     def _format(self, schema, key, value, out, src, dst, ctx):
         if not isinstance(value, str) or value in KNOWN_FORMATS:
             out[key] = value                      # else an annotation llguidance does not know: dropped
+
+    def _pattern(self, schema, key, value, out, src, dst, ctx):
+        out[key] = _angles_literal(value) if isinstance(value, str) else value
 
     def _skip(self, schema, key, value, out, src, dst, ctx):
         """then / else: rewritten with their if (without one they do nothing)."""

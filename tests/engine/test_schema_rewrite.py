@@ -10,6 +10,7 @@
 """
 import copy
 import json
+import re
 
 import pytest
 
@@ -393,6 +394,91 @@ def test_dependencies_in_2020_12_are_enforced_as_draft_7_meant():
     assert out == {"type": "object", "anyOf": [{"properties": {"a": False}}, {"required": ["a", "b"]}]}
     assert not validator(out).is_valid({"a": 1})
     assert validator(out).is_valid({"a": 1, "b": 2}) and validator(out).is_valid({"b": 2})
+
+
+ANGLE_PIECES = ["\\<", "\\>", "\\\\<", "[\\<a]", "[^\\>]", "a", ".", "<", "\\\\", "(\\<|b)", "+"]
+
+
+@SETTINGS
+@given(st.lists(st.sampled_from(ANGLE_PIECES), min_size=1, max_size=5), st.booleans(),
+       st.lists(st.text("<>a\\b", max_size=4), min_size=20, max_size=20))
+def test_pattern_angle_escapes(pieces, anchored, instances):
+    """\\< and \\> are a literal < and > to ECMA-262 and Python's re, word boundaries to llguidance's regex syntax
+    (refused as look-around): written \\x3c / \\x3e, the same strings match, and it compiles."""
+    pattern = ("^" if anchored else "") + "".join(pieces)
+    try:
+        jsonschema.validators.validator_for({}).check_schema({"pattern": pattern})
+        re.compile(pattern)
+    except Exception:
+        return                                    # not a regular expression: nothing to compare
+    out = check({"type": "string", "pattern": pattern}, instances)
+    assert "\\<" not in out["pattern"].replace("\\\\", "") and "\\>" not in out["pattern"].replace("\\\\", "")
+
+
+def test_pattern_angle_escapes_example():
+    """A person's "Name <mail@host.org>" (JSONSchemaBench Github_hard o72113): refused as look-around before."""
+    schema = {"type": "string", "pattern": "^.+\\<.+@.+\\..+\\>$"}
+    out = check(schema, ["A <a@b.c>", "A a@b.c", "<a@b.c>", "A <a@b.c> "])
+    assert out["pattern"] == "^.+\\x3c.+@.+\\..+\\x3e$" and compiles(out) is None
+
+
+PRESENCE = ["a", "b", "c", "d", "e"]
+ALL_KEY_SETS = [{k: 1 for i, k in enumerate(PRESENCE) if m >> i & 1} for m in range(32)] + [None, "x", 1, []]
+
+
+@st.composite
+def presence_test(draw, draft):
+    """A subschema that tests only which keys an object has: required, not required, an anyOf of them."""
+    keys = st.lists(st.sampled_from(PRESENCE), min_size=1, max_size=3, unique=True)
+    shape = draw(st.sampled_from(["required", "not", "anyOf"]))
+    if shape == "required":
+        return {"required": draw(keys)}
+    if shape == "not":
+        return {"not": {"required": draw(keys)}}
+    return {"anyOf": [{"required": [k]} for k in draw(keys)]}
+
+
+@SETTINGS
+@given(st.data(), st.sampled_from([4, 7, 2020]))
+def test_presence_tests_become_key_sets(data, draft):
+    """dependencies / not required / anyOf of required side by side (which llguidance multiplies out) recomputed
+    as one anyOf of key sets: the same verdict on every set of the keys they read, and on non-objects (the cover
+    forced here on any two tests, not only past MAX_PRESENCE_TERMS shapes)."""
+    from unittest import mock
+
+    from fastgguf.engine import schema_rewrite
+    deps = {k: data.draw(st.one_of(st.lists(st.sampled_from(PRESENCE), max_size=3, unique=True),
+                                   presence_test(draft)))
+            for k in data.draw(st.lists(st.sampled_from(PRESENCE), min_size=1, max_size=4, unique=True))}
+    schema = {"properties": {k: {"type": "integer"} for k in PRESENCE}}
+    if data.draw(st.booleans()):
+        schema["type"] = "object"
+    if data.draw(st.booleans()):
+        schema.update(data.draw(presence_test(draft)))
+    if draft == 2020:
+        schema["dependentRequired"] = {k: v for k, v in deps.items() if isinstance(v, list)}
+        schema["dependentSchemas"] = {k: v for k, v in deps.items() if not isinstance(v, list)}
+    else:
+        schema["dependencies"] = deps
+    with mock.patch.object(schema_rewrite, "MAX_PRESENCE_TERMS", 1):
+        check(document(draft, schema), ALL_KEY_SETS + [{"a": "x"}], must_rewrite=False)
+
+
+def test_presence_tests_listed_compactly():
+    """JSON Schema Store's JFrog file spec: 6 dependencies (3 of them not required) beside an anyOf of 4 required
+    keys, which llguidance multiplied out past its size limit; as key sets, 10 shapes."""
+    spec = {"$schema": DRAFTS[7], "additionalProperties": False,
+            "properties": {k: {"type": "string"} for k in "pabuxyzlo"},
+            "anyOf": [{"required": ["p"]}, {"required": ["a"]}, {"required": ["b"]}, {"required": ["u"]}],
+            "dependencies": {"p": {"not": {"required": ["a"]}}, "a": {"not": {"required": ["p", "x", "y", "z"]}},
+                             "b": {"not": {"required": ["u", "l", "o"]}}, "u": {"not": {"required": ["b", "l", "o"]}},
+                             "x": ["b"], "y": ["b"]}}
+    out = rewrite(spec)
+    assert "allOf" not in out and len(out["anyOf"]) <= 12, out
+    assert out["anyOf"][0] == {"type": ["null", "boolean", "number", "string", "array"]}
+    sets = [{k: "v" for i, k in enumerate("pabuxyzlo") if m >> i & 1} for m in range(512)]
+    check(spec, sets + [1, None])
+    assert compiles(out) is None
 
 
 @st.composite
