@@ -12,6 +12,11 @@ The rules ("==": accepts the same instances):
 
 - format is an annotation unless the format-assertion vocabulary is in use (2020-12; earlier drafts leave it to the
   implementation): one llguidance does not implement is dropped; one it does (KNOWN_FORMATS) is kept, enforced.
+  The output must be valid under both readings, so in a complement (not, a oneOf's other branches) a known format
+  rejects nothing, as read as an annotation: exactly the instances valid under both (not A is within not S where
+  the asserted S is within the annotation A). Not in an if's test (its positive side would enforce it): refused.
+- \< and \> in a pattern (literal < and > in ECMA-262 and Python's re; word boundaries to llguidance) are
+  written \x3c and \x3e.
 - oneOf [B0..Bn] == anyOf [B0..Bn] when every two branches are disjoint (no instance matches both) where its
   context holds (the keywords beside it, the other members of an allOf it is in; as llguidance checks a oneOf):
   then exactly one matches iff at least one does. A definition whose oneOf is proved only with what holds where it
@@ -38,14 +43,22 @@ The rules ("==": accepts the same instances):
   [k] -> objects without k (properties {k: false}); properties {k: S} -> objects with k whose value is in not S;
   min/max length, items, properties, minimum/maximum and the exclusive bounds -> the opposite bound within the
   type; contains S -> arrays whose items are all in not S; allOf/anyOf by de Morgan, not not S == S, a disjoint
-  oneOf as anyOf, $ref followed. Refused: pattern, known formats, multipleOf, items, additionalProperties,
-  patternProperties, uniqueItems, if/then/else, dependencies, propertyNames, a recursive $ref, arrays or objects
-  in enum.
+  oneOf as anyOf, $ref followed; a known format -> nothing (above); pattern ^[C]{low,high}$ -> too short, too
+  long by 2 (Python's $ takes a final newline), or a character outside C and not a newline (exact where C's
+  characters read alike in every dialect, C holds a newline and the run is unbounded; else a part, for narrowing:
+  _class_run_complement). Refused: any other pattern, a known format in an if's test, multipleOf, items,
+  additionalProperties, patternProperties, uniqueItems, if/then/else, dependencies, propertyNames, a recursive
+  $ref, arrays or objects in enum.
 - if I then T else E == anyOf [allOf [I, T], allOf [not I, E]]; without else == anyOf [not I, T]; without then ==
   anyOf [I, E] (no complement needed); neither: no constraint. Refused when not I cannot be written. Several allOf
   members that are if/then/else on one property's value (the discriminator form) become one anyOf over the cases
   (a non-object, no such key, each set of values the same ifs accept, any other value: in each case every if's
   verdict is known) instead of an anyOf each, which llguidance would multiply out; cases the context excludes go.
+- Presence tests side by side (allOf/anyOf members made only of required, properties {k: false}, type object:
+  what dependencies, not required and counted key sets become) that llguidance would multiply past
+  MAX_PRESENCE_TERMS object shapes, reading at most MAX_PRESENCE_KEYS keys -> one anyOf of key sets (Shannon
+  expansion on one key at a time, sets differing in one key merged), plus the non-objects where they pass: the
+  same verdict on every assignment of those keys.
 - dependentRequired {a: [b..]} == anyOf [{properties: {a: false}}, {required: [a, b..]}]; dependentSchemas {a: S}
   == anyOf [{properties: {a: false}}, allOf [{required: [a]}, S]]; dependencies likewise. A non-object passes both
   sides, as it passes the keyword. dependencies is enforced in every draft: llguidance refuses it in every draft,
@@ -1004,6 +1017,76 @@ def _rx_char(c, in_class=False):
     return "\\" + c if c in ("\\]^-[" if in_class else "\\^$.|?*+()[]{}") else c
 
 
+# \s in each dialect: Python's re (str.isspace), ECMA-262 (WhiteSpace, LineTerminator: also U+FEFF) and
+# llguidance's regex syntax (Unicode White_Space: also U+0085): their union, where a complement must hold for all
+_ANY_SPACE = frozenset("\t\n\x0b\x0c\r\x1c\x1d\x1e\x1f \x85\xa0\u1680\u2028\u2029\u202f\u205f\u3000\ufeff"
+                       + "".join(map(chr, range(0x2000, 0x200b))))
+
+
+def _class_run_complement(pattern):
+    """For a pattern ^[C]{low,high}$ (+, *, {n}, ...; C literal characters, ranges, \\s and \\d, or one
+    character): pieces whose union is strings it does not match, and whether they are all of them; None for any
+    other pattern. In every dialect such a string is shorter than low, longer than high + 1 (Python's $ also
+    matches before a final newline), or holds a character outside C and other than a newline. Left out (so not
+    exact) where the dialects differ: \\s and \\d (the union of every dialect's is counted in C), and the
+    strings those three pieces miss, where high is finite or C has no newline (a newline inside, one more
+    character)."""
+    try:
+        tree = list(_rx_parser.parse(pattern))
+    except Exception:
+        return None
+    c = _rx_parser._constants if hasattr(_rx_parser, "_constants") else _rx_parser
+    if len(tree) != 3 or tree[0] != (c.AT, c.AT_BEGINNING) or tree[2] != (c.AT, c.AT_END) \
+            or tree[1][0] not in (c.MAX_REPEAT, c.MIN_REPEAT):
+        return None
+    low, high, body = tree[1][1]
+    body = list(body)
+    if len(body) != 1 or body[0][0] not in (c.IN, c.LITERAL):
+        return None
+    chars, exact = set(), high == c.MAXREPEAT
+    for op, arg in body[0][1] if body[0][0] == c.IN else body:
+        if op == c.LITERAL:
+            chars.add(chr(arg))
+        elif op == c.RANGE and arg[1] - arg[0] < 256:
+            chars.update(map(chr, range(arg[0], arg[1] + 1)))
+        elif op == c.CATEGORY and arg in (c.CATEGORY_SPACE, c.CATEGORY_DIGIT):
+            chars |= _ANY_SPACE if arg == c.CATEGORY_SPACE else _any_digit()
+            exact = False
+        else:
+            return None
+    if "\n" not in chars:
+        chars.add("\n")
+        exact = False
+    pieces = [{"type": "string", "maxLength": low - 1}] if low else []
+    if high != c.MAXREPEAT:
+        pieces.append({"type": "string", "minLength": high + 2})
+    return pieces + [{"type": "string", "pattern": "[^" + _class_text(chars) + "]"}], exact
+
+
+def _class_text(chars):
+    """The characters as the inside of a regex class, runs of 3 or more as ranges."""
+    out, run = [], []
+    for ch in sorted(chars) + [None]:
+        if run and (ch is None or ord(ch) != ord(run[-1]) + 1):
+            ends = [run[0], run[-1]] if len(run) >= 3 else run
+            out.append(("-" if len(run) >= 3 else "").join(_rx_char(x, True) for x in ends))
+            run = []
+        if ch is not None:
+            run.append(ch)
+    return "".join(out)
+
+
+_DIGITS = []
+
+
+def _any_digit():
+    """Every decimal digit of Unicode (Python's \\d, as its re tests it; ECMA-262's and llguidance's are 0-9),
+    listed once per process (0.1 s)."""
+    if not _DIGITS:
+        _DIGITS.append(frozenset(filter(str.isdecimal, map(chr, range(0x110000)))))
+    return _DIGITS[0]
+
+
 def _not_among(words):
     """A pattern finding, at the start, every string of the words' (common) length that is none of them: a prefix
     of some word, then a character no word continues that prefix with."""
@@ -1596,6 +1679,12 @@ class _Rewriter:
             return []
         if key == "patternProperties" and isinstance(arg, dict) and all(map(self._trivial, arg.values())):
             return []
+        if key == "pattern" and isinstance(arg, str) and _class_run_complement(arg) is not None:
+            pieces, exact = _class_run_complement(arg)
+            if exact or part:
+                return pieces
+            raise _Inexpressible("the complement of pattern differs between regex dialects (\\s, \\d, a bounded run, "
+                                "a final newline)")
         if key == "format" and (_unknown_format(arg) or not self.if_test):
             return []                             # nothing: read as the annotation it may be (see _if)
         if key == "contains" and not {"minContains", "maxContains"} & set(schema):

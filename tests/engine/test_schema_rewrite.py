@@ -422,6 +422,39 @@ def test_pattern_angle_escapes_example():
     assert out["pattern"] == "^.+\\x3c.+@.+\\..+\\x3e$" and compiles(out) is None
 
 
+@SETTINGS
+@given(st.lists(st.sampled_from(["a", "b", "a-c", "\\s", "\\d", "\\-", "\\n", ".", "\\\\"]), min_size=1, max_size=3,
+                unique=True), st.sampled_from(["+", "*", "{2}", "{1,2}", "{0,1}"]), st.sampled_from(["not", "oneOf"]),
+       st.lists(st.text("ab1-.\\ \n\x1c\x85\ufeff\u0663z", max_size=4), min_size=25, max_size=25))
+def test_not_pattern_of_one_class(parts, quantifier, key, instances):
+    """not ^[C]{low,high}$: strings too short, too long (by 2: Python's $ takes a final newline) and those with a
+    character outside C and not a newline; exact where C's characters mean the same in every dialect, C holds a
+    newline and the run is unbounded, else narrowed (every dialect's \\s and \\d counted in C): what the rewrite
+    accepts, the schema does (exactly, where it says so), and it compiles."""
+    negated = {"type": "string", "pattern": "^[" + "".join(parts) + "]" + quantifier + "$"}
+    schema = {"not": negated} if key == "not" else {"oneOf": [negated, {"type": "string"}]}
+    out = check(schema, instances + ["", "a", "z", "ab", "abc", "1\n", "a\na"], must_rewrite=False)
+    exact = not {"\\s", "\\d"} & set(parts) and "\\n" in parts and quantifier in "+*"
+    assert out is not None or not exact
+
+
+def test_not_pattern_of_one_class_example():
+    """JSONSchemaBench Github_ultra o65418: a name that is not only punctuation and spaces."""
+    schema = {"type": "string", "minLength": 1, "not": {"pattern": "^[\\.\\,\\*\\\\\\-\\s\\{\\}\\(\\)]+$"}}
+    with pytest.raises(GrammarError, match="not at #: the complement of pattern differs between regex dialects"):
+        rewrite(schema)
+    narrowed = []
+    out = rewrite(schema, narrowed=narrowed)
+    assert narrowed == ["not at #: only a part of its complement is allowed (the complement of pattern differs "
+                        "between regex dialects (\\s, \\d, a bounded run, a final newline))"]
+    valid = validator(out)
+    assert [valid.is_valid(x) for x in ["Ann", " -A", "", " ", "(.)", "\ufeff", "a\n"]] == [
+        True, True, False, False, False, False, True]
+    exact = {"not": {"pattern": "^[a-c\\n]*$"}}
+    assert rewrite(exact) == {"type": "string", "pattern": "[^\\u000aa-c]"}
+    check(exact, ["", "abc", "abd", "a\n", "d"])
+
+
 PRESENCE = ["a", "b", "c", "d", "e"]
 ALL_KEY_SETS = [{k: 1 for i, k in enumerate(PRESENCE) if m >> i & 1} for m in range(32)] + [None, "x", 1, []]
 
