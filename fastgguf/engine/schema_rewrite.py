@@ -1263,14 +1263,17 @@ def _first_key(t):
         if t[0] in ("and", "or") else None
 
 
-def _cubes(t, cube):
+def _cubes(t, cube, budget):
     """The sets of settled keys (key -> present) under which the presence test t holds, together covering
-    exactly the objects it accepts (a Shannon expansion on one key at a time)."""
+    exactly the objects it accepts (a Shannon expansion on one key at a time); None past budget[0] of them."""
     if t is True or t is False:
-        return [dict(cube)] if t else []
+        budget[0] -= t
+        return None if budget[0] < 0 else [dict(cube)] if t else []
     k = _first_key(t)
-    hi = _cubes(_assign(t, {k: True}), {**cube, k: True})
-    lo = _cubes(_assign(t, {k: False}), {**cube, k: False})
+    hi = _cubes(_assign(t, {k: True}), {**cube, k: True}, budget)
+    lo = None if hi is None else _cubes(_assign(t, {k: False}), {**cube, k: False}, budget)
+    if lo is None:
+        return None
     strip = [{a: b for a, b in c.items() if a != k} for c in hi]
     if strip == [{a: b for a, b in c.items() if a != k} for c in lo]:
         return strip                              # k does not matter here
@@ -1409,9 +1412,10 @@ class _Rewriter:
                 for path, at in self.placed.items()):
             return                                # too many keys, or a $ref names a part of a test
         non_object = _non_object(whole)
-        found = _merge_cubes(_cubes(_assign(whole, {"": True}), {}))
-        if len(found) >= _terms(whole):
-            return
+        found = _cubes(_assign(whole, {"": True}), {}, [4 * MAX_PRESENCE_TERMS])
+        if found is None or len(_merge_cubes(found)) >= _terms(whole):
+            return                                # no fewer shapes (or too many to merge)
+        found = _merge_cubes(found)
         shapes = [{**({} if non_object else {"type": "object"}),
                    **({"required": [k for k, v in c.items() if v]} if any(c.values()) else {}),
                    **({"properties": {k: False for k, v in c.items() if not v}} if not all(c.values()) else {})}

@@ -512,6 +512,13 @@ def test_presence_tests_listed_compactly():
     sets = [{k: "v" for i, k in enumerate("pabuxyzlo") if m >> i & 1} for m in range(512)]
     check(spec, sets + [1, None])
     assert compiles(out) is None
+    # past 16 keys, or more key sets than 4 x 64 before merging, the tests are left as they were
+    keys = [f"k{i}" for i in range(17)]
+    ring = {"$schema": DRAFTS[7], "dependencies": {k: {"not": {"required": [keys[i - 1]]}} for i, k in enumerate(keys)}}
+    assert len(rewrite(ring)["allOf"]) == 16
+    ring["dependencies"].pop("k16")
+    ring["dependencies"] = {k: {"not": {"required": [keys[i - 1], keys[i - 5]]}} for i, k in enumerate(keys[:16])}
+    assert len(rewrite(ring)["allOf"]) == 15
 
 
 @st.composite
