@@ -1408,9 +1408,9 @@ class _Rewriter:
             return
         counts = _keys_read(whole, {})
         if len(counts) > MAX_PRESENCE_KEYS or dst is not None and any(
-                path in self.doc.targets and any(at[:len(m)] == m for m in (dst + at for at, _ in tests))
+                path in self.doc.targets and at[:len(dst) + 1] in (dst + ("allOf",), dst + ("anyOf",))
                 for path, at in self.placed.items()):
-            return                                # too many keys, or a $ref names a part of a test
+            return                                # too many keys, or a $ref names a member (which would move)
         non_object = _non_object(whole)
         found = _cubes(_assign(whole, {"": True}), {}, [4 * MAX_PRESENCE_TERMS])
         if found is None or len(_merge_cubes(found)) >= _terms(whole):

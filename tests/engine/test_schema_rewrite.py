@@ -512,6 +512,15 @@ def test_presence_tests_listed_compactly():
     sets = [{k: "v" for i, k in enumerate("pabuxyzlo") if m >> i & 1} for m in range(512)]
     check(spec, sets + [1, None])
     assert compiles(out) is None
+    # a $ref naming an allOf member (which the cover would move): left as they were, the $ref right
+    named = {**spec, "allOf": [{"properties": {"p": {"minLength": 1}}}], "properties": {
+        **spec["properties"], "q": {"$ref": "#/allOf/0"}}}
+    out = rewrite(named)
+    ref = out["properties"]["q"]["$ref"]
+    assert len(out["allOf"]) > 2 and ref.startswith("#/allOf/")
+    assert out["allOf"][int(ref.rsplit("/", 1)[1])] == named["allOf"][0]
+    for x in [{"q": "", "p": "x"}, {"q": "x", "p": "x"}, {"q": "", "b": "x"}]:    # (too large for llguidance)
+        assert validator(named).is_valid(x) == validator(out).is_valid(x)
     # past 16 keys, or more key sets than 4 x 64 before merging, the tests are left as they were
     keys = [f"k{i}" for i in range(17)]
     ring = {"$schema": DRAFTS[7], "dependencies": {k: {"not": {"required": [keys[i - 1]]}} for i, k in enumerate(keys)}}
