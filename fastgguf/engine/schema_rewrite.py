@@ -12,6 +12,11 @@ The rules ("==": accepts the same instances):
 
 - format is an annotation unless the format-assertion vocabulary is in use (2020-12; earlier drafts leave it to the
   implementation): one llguidance does not implement is dropped; one it does (KNOWN_FORMATS) is kept, enforced.
+  The output must be valid under both readings, so in a complement (not, a oneOf's other branches) a known format
+  rejects nothing, as read as an annotation: exactly the instances valid under both (not A is within not S where
+  the asserted S is within the annotation A). Not in an if's test (its positive side would enforce it): refused.
+- \< and \> in a pattern (literal < and > in ECMA-262 and Python's re; word boundaries to llguidance) are
+  written \x3c and \x3e.
 - oneOf [B0..Bn] == anyOf [B0..Bn] when every two branches are disjoint (no instance matches both) where its
   context holds (the keywords beside it, the other members of an allOf it is in; as llguidance checks a oneOf):
   then exactly one matches iff at least one does. A definition whose oneOf is proved only with what holds where it
@@ -38,14 +43,22 @@ The rules ("==": accepts the same instances):
   [k] -> objects without k (properties {k: false}); properties {k: S} -> objects with k whose value is in not S;
   min/max length, items, properties, minimum/maximum and the exclusive bounds -> the opposite bound within the
   type; contains S -> arrays whose items are all in not S; allOf/anyOf by de Morgan, not not S == S, a disjoint
-  oneOf as anyOf, $ref followed. Refused: pattern, known formats, multipleOf, items, additionalProperties,
-  patternProperties, uniqueItems, if/then/else, dependencies, propertyNames, a recursive $ref, arrays or objects
-  in enum.
+  oneOf as anyOf, $ref followed; a known format -> nothing (above); pattern ^[C]{low,high}$ -> too short, too
+  long by 2 (Python's $ takes a final newline), or a character outside C and not a newline (exact where C's
+  characters read alike in every dialect, C holds a newline and the run is unbounded; else a part, for narrowing:
+  _class_run_complement). Refused: any other pattern, a known format in an if's test, multipleOf, items,
+  additionalProperties, patternProperties, uniqueItems, if/then/else, dependencies, propertyNames, a recursive
+  $ref, arrays or objects in enum.
 - if I then T else E == anyOf [allOf [I, T], allOf [not I, E]]; without else == anyOf [not I, T]; without then ==
   anyOf [I, E] (no complement needed); neither: no constraint. Refused when not I cannot be written. Several allOf
   members that are if/then/else on one property's value (the discriminator form) become one anyOf over the cases
   (a non-object, no such key, each set of values the same ifs accept, any other value: in each case every if's
   verdict is known) instead of an anyOf each, which llguidance would multiply out; cases the context excludes go.
+- Presence tests side by side (allOf/anyOf members made only of required, properties {k: false}, type object:
+  what dependencies, not required and counted key sets become) that llguidance would multiply past
+  MAX_PRESENCE_TERMS object shapes, reading at most MAX_PRESENCE_KEYS keys -> one anyOf of key sets (Shannon
+  expansion on one key at a time, sets differing in one key merged), plus the non-objects where they pass: the
+  same verdict on every assignment of those keys.
 - dependentRequired {a: [b..]} == anyOf [{properties: {a: false}}, {required: [a, b..]}]; dependentSchemas {a: S}
   == anyOf [{properties: {a: false}}, allOf [{required: [a]}, S]]; dependencies likewise. A non-object passes both
   sides, as it passes the keyword. dependencies is enforced in every draft: llguidance refuses it in every draft,
@@ -477,6 +490,18 @@ def _pattern_min_len(pattern):
 def _unknown_format(f):
     """A format llguidance does not implement: an annotation, dropped (a malformed one is llguidance's to report)."""
     return isinstance(f, str) and f not in KNOWN_FORMATS
+
+
+def _angles_literal(pattern):
+    """pattern with each \\< and \\> written \\x3c and \\x3e: a literal < and > in ECMA-262 (an identity escape)
+    and in Python's re (which jsonschema uses), where llguidance's regex syntax reads a word boundary (refused as
+    look-around): the same strings match."""
+    out, i = [], 0
+    while i < len(pattern):
+        c = pattern[i:i + 2] if pattern[i] == "\\" else pattern[i]
+        out.append({"\\<": "\\x3c", "\\>": "\\x3e"}.get(c, c))
+        i += len(c)
+    return "".join(out)
 
 
 def _and3(results):
@@ -992,6 +1017,76 @@ def _rx_char(c, in_class=False):
     return "\\" + c if c in ("\\]^-[" if in_class else "\\^$.|?*+()[]{}") else c
 
 
+# \s in each dialect: Python's re (str.isspace), ECMA-262 (WhiteSpace, LineTerminator: also U+FEFF) and
+# llguidance's regex syntax (Unicode White_Space: also U+0085): their union, where a complement must hold for all
+_ANY_SPACE = frozenset("\t\n\x0b\x0c\r\x1c\x1d\x1e\x1f \x85\xa0\u1680\u2028\u2029\u202f\u205f\u3000\ufeff"
+                       + "".join(map(chr, range(0x2000, 0x200b))))
+
+
+def _class_run_complement(pattern):
+    """For a pattern ^[C]{low,high}$ (+, *, {n}, ...; C literal characters, ranges, \\s and \\d, or one
+    character): pieces whose union is strings it does not match, and whether they are all of them; None for any
+    other pattern. In every dialect such a string is shorter than low, longer than high + 1 (Python's $ also
+    matches before a final newline), or holds a character outside C and other than a newline. Left out (so not
+    exact) where the dialects differ: \\s and \\d (the union of every dialect's is counted in C), and the
+    strings those three pieces miss, where high is finite or C has no newline (a newline inside, one more
+    character)."""
+    try:
+        tree = list(_rx_parser.parse(pattern))
+    except Exception:
+        return None
+    c = _rx_parser._constants if hasattr(_rx_parser, "_constants") else _rx_parser
+    if len(tree) != 3 or tree[0] != (c.AT, c.AT_BEGINNING) or tree[2] != (c.AT, c.AT_END) \
+            or tree[1][0] not in (c.MAX_REPEAT, c.MIN_REPEAT):
+        return None
+    low, high, body = tree[1][1]
+    body = list(body)
+    if len(body) != 1 or body[0][0] not in (c.IN, c.LITERAL):
+        return None
+    chars, exact = set(), high == c.MAXREPEAT
+    for op, arg in body[0][1] if body[0][0] == c.IN else body:
+        if op == c.LITERAL:
+            chars.add(chr(arg))
+        elif op == c.RANGE and arg[1] - arg[0] < 256:
+            chars.update(map(chr, range(arg[0], arg[1] + 1)))
+        elif op == c.CATEGORY and arg in (c.CATEGORY_SPACE, c.CATEGORY_DIGIT):
+            chars |= _ANY_SPACE if arg == c.CATEGORY_SPACE else _any_digit()
+            exact = False
+        else:
+            return None
+    if "\n" not in chars:
+        chars.add("\n")
+        exact = False
+    pieces = [{"type": "string", "maxLength": low - 1}] if low else []
+    if high != c.MAXREPEAT:
+        pieces.append({"type": "string", "minLength": high + 2})
+    return pieces + [{"type": "string", "pattern": "[^" + _class_text(chars) + "]"}], exact
+
+
+def _class_text(chars):
+    """The characters as the inside of a regex class, runs of 3 or more as ranges."""
+    out, run = [], []
+    for ch in sorted(chars) + [None]:
+        if run and (ch is None or ord(ch) != ord(run[-1]) + 1):
+            ends = [run[0], run[-1]] if len(run) >= 3 else run
+            out.append(("-" if len(run) >= 3 else "").join(_rx_char(x, True) for x in ends))
+            run = []
+        if ch is not None:
+            run.append(ch)
+    return "".join(out)
+
+
+_DIGITS = []
+
+
+def _any_digit():
+    """Every decimal digit of Unicode (Python's \\d, as its re tests it; ECMA-262's and llguidance's are 0-9),
+    listed once per process (0.1 s)."""
+    if not _DIGITS:
+        _DIGITS.append(frozenset(filter(str.isdecimal, map(chr, range(0x110000)))))
+    return _DIGITS[0]
+
+
 def _not_among(words):
     """A pattern finding, at the start, every string of the words' (common) length that is none of them: a prefix
     of some word, then a character no word continues that prefix with."""
@@ -1084,6 +1179,126 @@ def _join(dst, *parts):
 
 # ------------------------------------------------------------------------------------------------ the rewrite
 
+# -- key presence (_Rewriter._presence_cover)
+
+MAX_PRESENCE_TERMS = 64   # an allOf of presence tests whose product llguidance would list past this is recomputed
+MAX_PRESENCE_KEYS = 16    # ... where they read at most this many keys
+
+
+def _presence(f):
+    """f as a test of which keys an object has, or None: a tree of ("and"/"or", [trees]), ("has", k),
+    ("lacks", k) and ("object",), read from true/false, type object, required, properties {k: false}, allOf and
+    anyOf (what dependencies, not required and min/maxProperties rewrite into)."""
+    if f is True or f is False:
+        return ("and" if f else "or", [])
+    if not isinstance(f, dict) or not f or not set(f) <= {"type", "required", "properties", "allOf", "anyOf"}:
+        return None
+    parts = []
+    for key, arg in f.items():
+        if key == "type":
+            if arg not in ("object", ["object"]):
+                return None
+            parts.append(("object",))
+        elif key == "required":
+            if not isinstance(arg, list) or not all(isinstance(k, str) for k in arg):
+                return None
+            parts += [("has", k) for k in arg]
+        elif key == "properties":
+            if not isinstance(arg, dict) or any(v is not False for v in arg.values()):
+                return None
+            parts += [("lacks", k) for k in arg]
+        else:
+            if not isinstance(arg, list) or not arg:
+                return None
+            subs = [_presence(m) for m in arg]
+            if None in subs:
+                return None
+            parts.append(("and" if key == "allOf" else "or", subs))
+    return ("and", parts)
+
+
+def _terms(t):
+    """How many object shapes llguidance lists for the presence test t (an anyOf adds, an allOf multiplies)."""
+    if t[0] == "and":
+        return math.prod(_terms(s) for s in t[1])
+    return sum(_terms(s) for s in t[1]) if t[0] == "or" else 1
+
+
+def _keys_read(t, out):
+    if t[0] in ("has", "lacks"):
+        out[t[1]] = out.get(t[1], 0) + 1
+    for s in t[1] if t[0] in ("and", "or") else ():
+        _keys_read(s, out)
+    return out
+
+
+def _assign(t, known):
+    """t with what `known` (key -> present, "" -> is an object) settles replaced by True/False, simplified."""
+    op = t[0]
+    if op == "object":
+        return known.get("", t)
+    if op in ("has", "lacks"):
+        v = known.get(t[1])
+        return t if v is None else v == (op == "has")
+    unit = op == "and"                            # and: True is neutral, False absorbs; or: the reverse
+    subs = []
+    for s in t[1]:
+        s = _assign(s, known)
+        if s is (not unit):
+            return not unit
+        if s is not unit:
+            subs.append(s)
+    return unit if not subs else subs[0] if len(subs) == 1 else (op, subs)
+
+
+def _non_object(t):
+    """Whether the presence test t accepts a non-object (required and properties say nothing of one)."""
+    if t[0] in ("and", "or"):
+        return (all if t[0] == "and" else any)(map(_non_object, t[1]))
+    return t[0] != "object"
+
+
+def _first_key(t):
+    return t[1] if t[0] in ("has", "lacks") else next(filter(None, map(_first_key, t[1])), None) \
+        if t[0] in ("and", "or") else None
+
+
+def _cubes(t, cube, budget):
+    """The sets of settled keys (key -> present) under which the presence test t holds, together covering
+    exactly the objects it accepts (a Shannon expansion on one key at a time); None past budget[0] of them."""
+    if t is True or t is False:
+        budget[0] -= t
+        return None if budget[0] < 0 else [dict(cube)] if t else []
+    k = _first_key(t)
+    hi = _cubes(_assign(t, {k: True}), {**cube, k: True}, budget)
+    lo = None if hi is None else _cubes(_assign(t, {k: False}), {**cube, k: False}, budget)
+    if lo is None:
+        return None
+    strip = [{a: b for a, b in c.items() if a != k} for c in hi]
+    if strip == [{a: b for a, b in c.items() if a != k} for c in lo]:
+        return strip                              # k does not matter here
+    return hi + lo
+
+
+def _merge_cubes(cubes):
+    """Cubes that differ in one key's presence only merged into one without that key, until none do."""
+    cubes = [frozenset(c.items()) for c in cubes]
+    changed = True
+    while changed:
+        changed, seen = False, set(cubes)
+        for a in cubes:
+            for k, v in a:
+                b = (a - {(k, v)}) | {(k, not v)}
+                if b in seen:
+                    merged = a - {(k, v)}
+                    cubes = [c for c in cubes if c not in (a, b)] + [merged]
+                    changed = True
+                    break
+            if changed:
+                break
+    return [dict(c) for c in cubes]
+
+
 class _Rewriter:
     """One rewrite of one document: each reachable subschema rewritten once, $refs moved with what they name."""
 
@@ -1096,12 +1311,13 @@ class _Rewriter:
         self.todo = []       # paths of $ref targets still to rewrite
         self.inlined = set()  # paths of $ref targets rewritten where they are named instead (_inline)
         self.counted = set()  # paths of subschemas whose min/maxProperties became an anyOf (_present_sets)
+        self.if_test = False  # True while an if's complement is written: a known format there is refused (_if)
         self.handlers = {"format": self._format, "oneOf": self._one_of, "not": self._not, "if": self._if,
                          "then": self._skip, "else": self._skip, "dependencies": self._dependent,
                          "dependentRequired": self._dependent, "dependentSchemas": self._dependent,
                          "uniqueItems": self._unique, "minProperties": self._count, "maxProperties": self._count,
                          "propertyNames": self._names, "contains": self._contains, "$ref": self._ref,
-                         "unevaluatedProperties": self._unevaluated}
+                         "unevaluatedProperties": self._unevaluated, "pattern": self._pattern}
 
     def run(self):
         out = self.node(self.doc.root, (), ())
@@ -1172,7 +1388,52 @@ class _Rewriter:
                             (k == key or key == "if")})
         if isinstance(out.get("patternProperties"), dict) and len(out["patternProperties"]) > 1:
             self._fold_patterns(out, src)
+        if isinstance(out.get("allOf"), list) and not self.lenient:
+            self._presence_cover(out, dst)
         return out
+
+    def _presence_cover(self, out, dst):
+        """The anyOf and allOf members of out that test only which keys an object has (dependencies, not
+        required, counted key sets), where llguidance would multiply them out past MAX_PRESENCE_TERMS shapes,
+        replaced by one anyOf of key sets (each {required: present, properties: {absent: false}}) that accepts
+        exactly the same objects, found by expanding on one key at a time, plus the non-objects where the tests
+        let them through: exact, the same test computed over every assignment of the keys it reads."""
+        members = [("anyOf",)] if isinstance(out.get("anyOf"), list) else []
+        members += [("allOf", str(i)) for i in range(len(out["allOf"]))]
+        tests = [(at, _presence({"anyOf": out["anyOf"]} if at == ("anyOf",) else out["allOf"][int(at[1])]))
+                 for at in members]
+        tests = [(at, t) for at, t in tests if t is not None]
+        whole = ("and", [t for _, t in tests])
+        if len(tests) < 2 or _terms(whole) <= MAX_PRESENCE_TERMS:
+            return
+        counts = _keys_read(whole, {})
+        if len(counts) > MAX_PRESENCE_KEYS or dst is not None and any(
+                path in self.doc.targets and at[:len(dst) + 1] in (dst + ("allOf",), dst + ("anyOf",))
+                for path, at in self.placed.items()):
+            return                                # too many keys, or a $ref names a member (which would move)
+        non_object = _non_object(whole)
+        found = _cubes(_assign(whole, {"": True}), {}, [4 * MAX_PRESENCE_TERMS])
+        if found is None or len(_merge_cubes(found)) >= _terms(whole):
+            return                                # no fewer shapes (or too many to merge)
+        found = _merge_cubes(found)
+        shapes = [{**({} if non_object else {"type": "object"}),
+                   **({"required": [k for k, v in c.items() if v]} if any(c.values()) else {}),
+                   **({"properties": {k: False for k, v in c.items() if not v}} if not all(c.values()) else {})}
+                  for c in found]
+        if non_object:
+            shapes.insert(0, {"type": [t for t in _TYPES if t != "object"]})
+        for at, _ in reversed(tests):
+            if at == ("anyOf",):
+                del out["anyOf"]
+            else:
+                del out["allOf"][int(at[1])]
+        cover = True if {} in shapes else shapes[0] if len(shapes) == 1 else {"anyOf": shapes} if shapes else False
+        if "anyOf" not in out and isinstance(cover, dict) and "anyOf" in cover:
+            out["anyOf"] = cover["anyOf"]
+        elif cover is not True:
+            out["allOf"].append(cover)
+        if not out["allOf"]:
+            del out["allOf"]
 
     def _fold_patterns(self, out, src):
         """patternProperties that list their names (^(a|b)$) moved into properties, where llguidance (which
@@ -1422,8 +1683,14 @@ class _Rewriter:
             return []
         if key == "patternProperties" and isinstance(arg, dict) and all(map(self._trivial, arg.values())):
             return []
-        if key == "format" and _unknown_format(arg):
-            return []
+        if key == "pattern" and isinstance(arg, str) and _class_run_complement(arg) is not None:
+            pieces, exact = _class_run_complement(arg)
+            if exact or part:
+                return pieces
+            raise _Inexpressible("the complement of pattern differs between regex dialects (\\s, \\d, a bounded run, "
+                                "a final newline)")
+        if key == "format" and (_unknown_format(arg) or not self.if_test):
+            return []                             # nothing: read as the annotation it may be (see _if)
         if key == "contains" and not {"minContains", "maxContains"} & set(schema):
             return [{"type": "array", "items": sub(arg, within=_ALL_KINDS)}]
         if key in ("allOf", "anyOf", "oneOf") and isinstance(arg, list):
@@ -1473,6 +1740,9 @@ class _Rewriter:
     def _format(self, schema, key, value, out, src, dst, ctx):
         if not isinstance(value, str) or value in KNOWN_FORMATS:
             out[key] = value                      # else an annotation llguidance does not know: dropped
+
+    def _pattern(self, schema, key, value, out, src, dst, ctx):
+        out[key] = _angles_literal(value) if isinstance(value, str) else value
 
     def _skip(self, schema, key, value, out, src, dst, ctx):
         """then / else: rewritten with their if (without one they do nothing)."""
@@ -1558,10 +1828,13 @@ class _Rewriter:
             return                                # no constraint
         negated = None
         if then is not _MISSING:
+            saved, self.if_test = self.if_test, True   # a known format in the test: not read as nothing (_if)
             try:
                 negated = self._negate(value, src, key)
             except _Inexpressible as e:
                 raise _refuse(key, src, f"the complement of the if schema cannot be written ({e})") from None
+            finally:
+                self.if_test = saved
         slot, lst = self._slot(schema, out)
 
         beside = self._beside(schema, src, ctx, key)

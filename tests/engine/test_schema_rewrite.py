@@ -10,6 +10,7 @@
 """
 import copy
 import json
+import re
 
 import pytest
 
@@ -196,8 +197,6 @@ NARROWED = [  # (schema, instances it accepts, instances only the narrowed rewri
     # a string with an "a" that is not 1 long: the other branch's complement (not pattern) cannot be written, so
     # only strings of length >= 2 are offered for the first branch, and the second (maxLength 1) is never chosen
     ({"oneOf": [{"type": "string", "pattern": "a"}, {"type": "string", "maxLength": 1}]}, ["ab", "ba"], ["b", ""]),
-    # zapp-schema's homepage (JSON Schema Store): a URI or "."; not format is nothing under annotation semantics
-    ({"oneOf": [{"format": "uri"}, {"enum": ["."]}]}, ["https://x.org/"], []),
     # an object shape or an array of them, the shape open to arrays (no type): objects and non-arrays only
     ({"oneOf": [{"properties": {"n": {"type": "string"}}}, {"type": "array", "items": {"type": "integer"}}]},
      [{"n": "x"}, "s", 1], [[1, "a"], ["a"]]),
@@ -260,6 +259,52 @@ def test_one_of_reads_what_holds_beside_it():
         rewrite({**named, "properties": {"x": {"$ref": "#/$defs/op"}}})
     ignored = {"type": "array", "additionalItems": alone}        # no list of items: nobody reads additionalItems
     assert rewrite(ignored) == ignored
+
+
+# formats jsonschema's own FormatChecker tests without extra packages, and strings of each and of none
+CHECKED_FORMATS = ["date", "email", "ipv4", "ipv6", "uuid"]
+FORMAT_WORDS = ["2020-01-02", "1.2.3.4", "::1", "a@b.c", "12345678-1234-5678-1234-567812345678", "a", "", "ab"]
+
+
+def both_readings(schema):
+    """Whether an instance is valid under the schema read both ways: format an annotation (jsonschema's default)
+    and format an assertion (its FormatChecker): what a known format's output must be."""
+    loose = validator(schema)
+    strict = type(loose)(schema, format_checker=type(loose).FORMAT_CHECKER)
+    return lambda x: loose.is_valid(x) and strict.is_valid(x)
+
+
+@SETTINGS
+@given(st.sampled_from(sorted(DRAFTS)), st.sampled_from(["oneOf", "not"]),
+       st.lists(st.one_of(st.sampled_from(CHECKED_FORMATS).map(lambda f: {"format": f}),
+                          st.sampled_from(FORMAT_WORDS).map(lambda w: {"enum": [w]}),
+                          st.sampled_from([{"maxLength": 3}, {"type": "number"}, {}])), min_size=1, max_size=3),
+       st.lists(st.sampled_from(FORMAT_WORDS + [1, None]), min_size=10, max_size=10))
+def test_known_format_in_a_complement_is_read_as_an_annotation(draft, key, branches, instances):
+    """not {format: F} and a oneOf's other branch's format: a validator may read F as an annotation (every string
+    matches it), so its complement among strings is nothing. The rewrite (F still enforced where it is asked for)
+    accepts exactly the instances valid under both readings."""
+    schema = {"$schema": DRAFTS[draft], key: branches if key == "oneOf" else {"allOf": branches}}
+    out = rewrite(schema)
+    valid, after = both_readings(schema), validator(out)
+    strict = type(after)(out, format_checker=type(after).FORMAT_CHECKER)
+    for x in instances:
+        assert valid(x) == (after.is_valid(x) and strict.is_valid(x)), (schema, out, x)
+
+
+def test_known_formats_in_a_one_of():
+    """JSON Schema Store's statamic blueprint: a date or a date-time, exactly one; a validator that reads formats
+    as annotations finds every string matching both, so no string is valid under both readings: the property
+    cannot be written (optional, it is left out) and the rest of the schema compiles."""
+    for one_of in ([{"format": "date"}, {"format": "date-time"}],
+                   [{"format": "host-name"}, {"format": "ipv4"}, {"format": "ipv6"}]):   # host-name: unknown
+        schema = {"type": "object", "properties": {"d": {"type": "string", "oneOf": one_of}, "n": {"type": "integer"}}}
+        out = check(schema, [{}, {"n": 1}, {"d": "2020-01-02"}, {"d": "1.2.3.4"}, {"d": "x"}, {"d": 1}])
+        assert not validator(out).is_valid({"d": "2020-01-02"}) and compiles(out) is None
+    # a URI or "." (zapp-schema's homepage): URIs other than "."
+    check({"oneOf": [{"format": "uri"}, {"enum": ["."]}]}, [".", "x", 1])
+    assert rewrite({"oneOf": [{"format": "uri"}, {"enum": ["."]}]})["anyOf"][1] == {
+        "allOf": [{"enum": ["."]}, {"type": ["null", "boolean", "number", "array", "object"]}]}
 
 
 @SETTINGS
@@ -349,6 +394,140 @@ def test_dependencies_in_2020_12_are_enforced_as_draft_7_meant():
     assert out == {"type": "object", "anyOf": [{"properties": {"a": False}}, {"required": ["a", "b"]}]}
     assert not validator(out).is_valid({"a": 1})
     assert validator(out).is_valid({"a": 1, "b": 2}) and validator(out).is_valid({"b": 2})
+
+
+ANGLE_PIECES = ["\\<", "\\>", "\\\\<", "[\\<a]", "[^\\>]", "a", ".", "<", "\\\\", "(\\<|b)", "+"]
+
+
+@SETTINGS
+@given(st.lists(st.sampled_from(ANGLE_PIECES), min_size=1, max_size=5), st.booleans(),
+       st.lists(st.text("<>a\\b", max_size=4), min_size=20, max_size=20))
+def test_pattern_angle_escapes(pieces, anchored, instances):
+    """\\< and \\> are a literal < and > to ECMA-262 and Python's re, word boundaries to llguidance's regex syntax
+    (refused as look-around): written \\x3c / \\x3e, the same strings match, and it compiles."""
+    pattern = ("^" if anchored else "") + "".join(pieces)
+    try:
+        jsonschema.validators.validator_for({}).check_schema({"pattern": pattern})
+        re.compile(pattern)
+    except Exception:
+        return                                    # not a regular expression: nothing to compare
+    out = check({"type": "string", "pattern": pattern}, instances)
+    assert "\\<" not in out["pattern"].replace("\\\\", "") and "\\>" not in out["pattern"].replace("\\\\", "")
+
+
+def test_pattern_angle_escapes_example():
+    """A person's "Name <mail@host.org>" (JSONSchemaBench Github_hard o72113): refused as look-around before."""
+    schema = {"type": "string", "pattern": "^.+\\<.+@.+\\..+\\>$"}
+    out = check(schema, ["A <a@b.c>", "A a@b.c", "<a@b.c>", "A <a@b.c> "])
+    assert out["pattern"] == "^.+\\x3c.+@.+\\..+\\x3e$" and compiles(out) is None
+
+
+@SETTINGS
+@given(st.lists(st.sampled_from(["a", "b", "a-c", "\\s", "\\d", "\\-", "\\n", ".", "\\\\"]), min_size=1, max_size=3,
+                unique=True), st.sampled_from(["+", "*", "{2}", "{1,2}", "{0,1}"]), st.sampled_from(["not", "oneOf"]),
+       st.lists(st.text("ab1-.\\ \n\x1c\x85\ufeff\u0663z", max_size=4), min_size=25, max_size=25))
+def test_not_pattern_of_one_class(parts, quantifier, key, instances):
+    """not ^[C]{low,high}$: strings too short, too long (by 2: Python's $ takes a final newline) and those with a
+    character outside C and not a newline; exact where C's characters mean the same in every dialect, C holds a
+    newline and the run is unbounded, else narrowed (every dialect's \\s and \\d counted in C): what the rewrite
+    accepts, the schema does (exactly, where it says so), and it compiles."""
+    negated = {"type": "string", "pattern": "^[" + "".join(parts) + "]" + quantifier + "$"}
+    schema = {"not": negated} if key == "not" else {"oneOf": [negated, {"type": "string"}]}
+    out = check(schema, instances + ["", "a", "z", "ab", "abc", "1\n", "a\na"], must_rewrite=False)
+    exact = not {"\\s", "\\d"} & set(parts) and "\\n" in parts and quantifier in "+*"
+    assert out is not None or not exact
+
+
+def test_not_pattern_of_one_class_example():
+    """JSONSchemaBench Github_ultra o65418: a name that is not only punctuation and spaces."""
+    schema = {"type": "string", "minLength": 1, "not": {"pattern": "^[\\.\\,\\*\\\\\\-\\s\\{\\}\\(\\)]+$"}}
+    with pytest.raises(GrammarError, match="not at #: the complement of pattern differs between regex dialects"):
+        rewrite(schema)
+    narrowed = []
+    out = rewrite(schema, narrowed=narrowed)
+    assert narrowed == ["not at #: only a part of its complement is allowed (the complement of pattern differs "
+                        "between regex dialects (\\s, \\d, a bounded run, a final newline))"]
+    valid = validator(out)
+    assert [valid.is_valid(x) for x in ["Ann", " -A", "", " ", "(.)", "\ufeff", "a\n"]] == [
+        True, True, False, False, False, False, True]
+    exact = {"not": {"pattern": "^[a-c\\n]*$"}}
+    assert rewrite(exact) == {"type": "string", "pattern": "[^\\u000aa-c]"}
+    check(exact, ["", "abc", "abd", "a\n", "d"])
+
+
+PRESENCE = ["a", "b", "c", "d", "e"]
+ALL_KEY_SETS = [{k: 1 for i, k in enumerate(PRESENCE) if m >> i & 1} for m in range(32)] + [None, "x", 1, []]
+
+
+@st.composite
+def presence_test(draw, draft):
+    """A subschema that tests only which keys an object has: required, not required, an anyOf of them."""
+    keys = st.lists(st.sampled_from(PRESENCE), min_size=1, max_size=3, unique=True)
+    shape = draw(st.sampled_from(["required", "not", "anyOf"]))
+    if shape == "required":
+        return {"required": draw(keys)}
+    if shape == "not":
+        return {"not": {"required": draw(keys)}}
+    return {"anyOf": [{"required": [k]} for k in draw(keys)]}
+
+
+@SETTINGS
+@given(st.data(), st.sampled_from([4, 7, 2020]))
+def test_presence_tests_become_key_sets(data, draft):
+    """dependencies / not required / anyOf of required side by side (which llguidance multiplies out) recomputed
+    as one anyOf of key sets: the same verdict on every set of the keys they read, and on non-objects (the cover
+    forced here on any two tests, not only past MAX_PRESENCE_TERMS shapes)."""
+    from unittest import mock
+
+    from fastgguf.engine import schema_rewrite
+    deps = {k: data.draw(st.one_of(st.lists(st.sampled_from(PRESENCE), max_size=3, unique=True),
+                                   presence_test(draft)))
+            for k in data.draw(st.lists(st.sampled_from(PRESENCE), min_size=1, max_size=4, unique=True))}
+    schema = {"properties": {k: {"type": "integer"} for k in PRESENCE}}
+    if data.draw(st.booleans()):
+        schema["type"] = "object"
+    if data.draw(st.booleans()):
+        schema.update(data.draw(presence_test(draft)))
+    if draft == 2020:
+        schema["dependentRequired"] = {k: v for k, v in deps.items() if isinstance(v, list)}
+        schema["dependentSchemas"] = {k: v for k, v in deps.items() if not isinstance(v, list)}
+    else:
+        schema["dependencies"] = deps
+    with mock.patch.object(schema_rewrite, "MAX_PRESENCE_TERMS", 1):
+        check(document(draft, schema), ALL_KEY_SETS + [{"a": "x"}], must_rewrite=False)
+
+
+def test_presence_tests_listed_compactly():
+    """JSON Schema Store's JFrog file spec: 6 dependencies (3 of them not required) beside an anyOf of 4 required
+    keys, which llguidance multiplied out past its size limit; as key sets, 10 shapes."""
+    spec = {"$schema": DRAFTS[7], "additionalProperties": False,
+            "properties": {k: {"type": "string"} for k in "pabuxyzlo"},
+            "anyOf": [{"required": ["p"]}, {"required": ["a"]}, {"required": ["b"]}, {"required": ["u"]}],
+            "dependencies": {"p": {"not": {"required": ["a"]}}, "a": {"not": {"required": ["p", "x", "y", "z"]}},
+                             "b": {"not": {"required": ["u", "l", "o"]}}, "u": {"not": {"required": ["b", "l", "o"]}},
+                             "x": ["b"], "y": ["b"]}}
+    out = rewrite(spec)
+    assert "allOf" not in out and len(out["anyOf"]) <= 12, out
+    assert out["anyOf"][0] == {"type": ["null", "boolean", "number", "string", "array"]}
+    sets = [{k: "v" for i, k in enumerate("pabuxyzlo") if m >> i & 1} for m in range(512)]
+    check(spec, sets + [1, None])
+    assert compiles(out) is None
+    # a $ref naming an allOf member (which the cover would move): left as they were, the $ref right
+    named = {**spec, "allOf": [{"properties": {"p": {"minLength": 1}}}], "properties": {
+        **spec["properties"], "q": {"$ref": "#/allOf/0"}}}
+    out = rewrite(named)
+    ref = out["properties"]["q"]["$ref"]
+    assert len(out["allOf"]) > 2 and ref.startswith("#/allOf/")
+    assert out["allOf"][int(ref.rsplit("/", 1)[1])] == named["allOf"][0]
+    for x in [{"q": "", "p": "x"}, {"q": "x", "p": "x"}, {"q": "", "b": "x"}]:    # (too large for llguidance)
+        assert validator(named).is_valid(x) == validator(out).is_valid(x)
+    # past 16 keys, or more key sets than 4 x 64 before merging, the tests are left as they were
+    keys = [f"k{i}" for i in range(17)]
+    ring = {"$schema": DRAFTS[7], "dependencies": {k: {"not": {"required": [keys[i - 1]]}} for i, k in enumerate(keys)}}
+    assert len(rewrite(ring)["allOf"]) == 16
+    ring["dependencies"].pop("k16")
+    ring["dependencies"] = {k: {"not": {"required": [keys[i - 1], keys[i - 5]]}} for i, k in enumerate(keys[:16])}
+    assert len(rewrite(ring)["allOf"]) == 15
 
 
 @st.composite
