@@ -89,9 +89,9 @@ FG_TARGET_AVX2 static void dequantize_row_q4_k_avx2(const void *vx, float *y, in
 }
 
 /* The tile (fg_kquant_x86.h) with Q4_K's layout. */
-FG_INLINE_AVX2 void q4_k_tile_avx2(int R, const int A, int64_t nb, const char *w, size_t stride, const char *x,
-                                   size_t xstride, float *y, int64_t ldy) {
-    fg_k4_tile_avx2(0, R, A, nb, w, stride, x, xstride, y, ldy);
+FG_INLINE_AVX2 void q4_k_tile_avx2(int R, const int A, int64_t nb, const char *w, size_t stride, size_t ahead,
+                                   const char *x, size_t xstride, float *y, int64_t ldy) {
+    fg_k4_tile_avx2(0, R, A, nb, w, stride, ahead, x, xstride, y, ldy);
 }
 FG_INLINE_AVX2 void q4_k_rows8_avx2(const int gpm, int R, const char *w, size_t stride, int64_t i, fg_kq_rows8 *u) {
     fg_k4_rows8_avx2(0, gpm, R, w, stride, i, u);

@@ -131,8 +131,8 @@ FG_TARGET_AVX2 static void dequantize_row_q6_k_avx2(const void *vx, float *y, in
 /* Q6_K tile. Per row and half (128 elements): 4 x 32 unsigned bytes q (0..63),
  * each maddubs'd with the activation, the int16 pair sums of each 16-element sub-block weighted by its int8
  * scale in the madd; the -32 offset as -32 (bsums . scales). */
-FG_INLINE_AVX2 void q6_k_tile_avx2(int R, const int A, int64_t nb, const char *w, size_t stride, const char *x,
-                                   size_t xstride, float *y, int64_t ldy) {
+FG_INLINE_AVX2 void q6_k_tile_avx2(int R, const int A, int64_t nb, const char *w, size_t stride, size_t ahead,
+                                   const char *x, size_t xstride, float *y, int64_t ldy) {
     __m256i row, act;
     fg_kq_lanes(R, A, &row, &act);
     __m256 acc = _mm256_setzero_ps();
@@ -143,7 +143,7 @@ FG_INLINE_AVX2 void q6_k_tile_avx2(int R, const int A, int64_t nb, const char *w
         for (int r = 0; r < R; r++) {
             const block_q6_K *b = (const block_q6_K *)(w + r * stride) + i;
             if (A == 1)
-                for (int c = 0; c < 256; c += 64) _mm_prefetch((const char *)b + 8 * stride + c, _MM_HINT_T0);
+                for (int c = 0; c < 256; c += 64) _mm_prefetch((const char *)b + ahead + c, _MM_HINT_T0);
             dh[r] = b->d;
             const __m256i sc16 = _mm256_cvtepi8_epi16(_mm_loadu_si128((const __m128i *)b->scales));
             __m256i s[8]; /* the A int32 sums of this row */
