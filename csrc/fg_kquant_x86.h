@@ -57,7 +57,7 @@ FG_INLINE_AVX2 __m256 fg_kq_spread_dx(const int A, const char *x, size_t xstride
  * 2k+1 high; Q5_K ors bit 4 from qh), each maddubs'd with the activation's 32 bytes, the int16 pair sums
  * weighted by the 6-bit scale in the widening madd. The mins term is bsums (16 x int16) . mins (each twice). */
 FG_INLINE_AVX2 void fg_k4_tile_avx2(const int five, int R, const int A, int64_t nb, const char *w, size_t stride,
-                                    const char *x, size_t xstride, float *y, int64_t ldy) {
+                                    size_t ahead, const char *x, size_t xstride, float *y, int64_t ldy) {
     const size_t bs = five ? sizeof(block_q5_K) : sizeof(block_q4_K);
     const size_t qs_off = five ? offsetof(block_q5_K, qs) : offsetof(block_q4_K, qs);
     const __m256i m4 = _mm256_set1_epi8(0x0f), m10 = _mm256_set1_epi8(0x10);
@@ -71,9 +71,9 @@ FG_INLINE_AVX2 void fg_k4_tile_avx2(const int five, int R, const int A, int64_t 
         for (int r = 0; r < R; r++) {
             const uint8_t *b = (const uint8_t *)w + r * stride + i * bs; /* d, dmin, scales[12], (qh[32]), qs[128] */
             if (A == 1) {
-                _mm_prefetch((const char *)b + 8 * stride, _MM_HINT_T0);
-                _mm_prefetch((const char *)b + 8 * stride + 64, _MM_HINT_T0);
-                _mm_prefetch((const char *)b + 8 * stride + bs - 1, _MM_HINT_T0);
+                _mm_prefetch((const char *)b + ahead, _MM_HINT_T0);
+                _mm_prefetch((const char *)b + ahead + 64, _MM_HINT_T0);
+                _mm_prefetch((const char *)b + ahead + bs - 1, _MM_HINT_T0);
             }
             memcpy(&dh[r], b, 2);
             memcpy(&mh[r], b + 2, 2);
@@ -264,26 +264,34 @@ FG_INLINE_AVX2 __m256 fg_kq_rows8_step(const fg_kq_rows8 *u, const int has_min, 
     }
 
 /* vec_dot, gemv (8 rows per tile) and gemm (8 activations x 1 row per tile; the 1..7 activations left as
- * 8 / A rows x A) of one K-quant format from its tile TILE(R, A, nb, w, stride, x, xstride, y, ldy). Tiles run
- * over activations outside and the rows inside, so a group of activations stays in L1 while the rows (a block
- * of 16 from fg_gemm_rows) pass over it. */
+ * 8 / A rows x A) of one K-quant format from its tile TILE(R, A, nb, w, stride, ahead, x, xstride, y, ldy) (one
+ * activation: each row's block asks for the bytes `ahead` of it). Tiles run over activations outside and the rows
+ * inside, so a group of activations stays in L1 while the rows (a block of 16 from fg_gemm_rows) pass over it. The
+ * gemv's tiles take their 8 rows from 8 runs of the matrix, as the VNNI gemv (fg_kquant_vnni.h: 8 ascending
+ * streams, each asking for the same block a row on). */
 #define FG_KQ_TAIL_COLS(TILE, A)                                                                              \
     for (int64_t r = 0; r < nrows; r += 8 / (A))                                                             \
-        TILE(nrows - r < 8 / (A) ? (int)(nrows - r) : 8 / (A), A, nb, wr + r * stride, stride, xr + a * xq_stride, \
-             xq_stride, y + a * ldy + r, ldy)
+        TILE(nrows - r < 8 / (A) ? (int)(nrows - r) : 8 / (A), A, nb, wr + r * stride, stride, 8 * stride,      \
+             xr + a * xq_stride, xq_stride, y + a * ldy + r, ldy)
 #ifndef FG_KQ_ROWS8_MIN_M
 #define FG_KQ_ROWS8_MIN_M 8 /* from this many activations the rows-in-lanes gemm (MANY) beats the tiles */
 #endif
 #define FG_KQ_KERNELS_AVX2(DOT, GEMV, GEMM, TILE, MANY)                                                       \
     FG_TARGET_AVX2 static float DOT(int64_t n, const void *w, const void *x) {                                \
         float y;                                                                                              \
-        TILE(1, 1, n / QK_K, (const char *)w, 0, (const char *)x, 0, &y, 0);                                  \
+        TILE(1, 1, n / QK_K, (const char *)w, 0, 0, (const char *)x, 0, &y, 0);                               \
         return y;                                                                                             \
     }                                                                                                         \
     FG_TARGET_AVX2 static void GEMV(int64_t n, const void *w, size_t stride, const void *x, float *y, int64_t nrows) { \
-        for (int64_t r = 0; r < nrows; r += 8)                                                                \
-            TILE(nrows - r < 8 ? (int)(nrows - r) : 8, 1, n / QK_K, (const char *)w + r * stride, stride,    \
-                 (const char *)x, 0, y + r, 0);                                                               \
+        const int64_t q = nrows / 8; /* 8 streams, as FG_KQ_GEMV_VNNI: tile t takes row t of 8 runs of q rows */ \
+        float t8[8];                                                                                          \
+        for (int64_t t = 0; t < q; t++) {                                                                     \
+            TILE(8, 1, n / QK_K, (const char *)w + t * stride, q * stride, stride, (const char *)x, 0, t8, 0); \
+            for (int r = 0; r < 8; r++) y[t + r * q] = t8[r];                                                 \
+        }                                                                                                     \
+        if (nrows > 8 * q)                                                                                    \
+            TILE((int)(nrows - 8 * q), 1, n / QK_K, (const char *)w + 8 * q * stride, stride, 8 * stride,     \
+                 (const char *)x, 0, y + 8 * q, 0);                                                           \
     }                                                                                                         \
     FG_TARGET_AVX2 static void GEMM(int64_t n, const void *w, size_t stride, const void *xq, size_t xq_stride, \
                                     int64_t m, float *y, int64_t ldy, int64_t nrows) {                        \

@@ -93,9 +93,9 @@ FG_TARGET_AVX2 static void dequantize_row_q5_k_avx2(const void *vx, float *y, in
 }
 
 /* ---- AVX2: the Q4_K tile (fg_kquant_x86.h) with the fifth bit or-ed in ---- */
-FG_INLINE_AVX2 void q5_k_tile_avx2(int R, const int A, int64_t nb, const char *w, size_t stride, const char *x,
-                                   size_t xstride, float *y, int64_t ldy) {
-    fg_k4_tile_avx2(1, R, A, nb, w, stride, x, xstride, y, ldy);
+FG_INLINE_AVX2 void q5_k_tile_avx2(int R, const int A, int64_t nb, const char *w, size_t stride, size_t ahead,
+                                   const char *x, size_t xstride, float *y, int64_t ldy) {
+    fg_k4_tile_avx2(1, R, A, nb, w, stride, ahead, x, xstride, y, ldy);
 }
 FG_INLINE_AVX2 void q5_k_rows8_avx2(const int gpm, int R, const char *w, size_t stride, int64_t i, fg_kq_rows8 *u) {
     fg_k4_rows8_avx2(1, gpm, R, w, stride, i, u);
