@@ -175,6 +175,16 @@ FG_INLINE_AVX512 void f32p_tile_avx512(const int R, const int M, int64_t n, cons
             for (int a = 0; a < M; a++) acc[r][a] = _mm512_fmadd_ps(wv, xv[a], acc[r][a]);
         }
     }
+    if (R == 4 && M == 4) { /* the 16 sums at once: acc[r][a] (v[4 r + a]) to lane 4 a + r, one store per activation */
+        const __m512 v[16] = {acc[0][0], acc[0][1], acc[0][2], acc[0][3], acc[1][0], acc[1][1], acc[1][2], acc[1][3],
+                              acc[2][0], acc[2][1], acc[2][2], acc[2][3], acc[3][0], acc[3][1], acc[3][2], acc[3][3]};
+        const __m512 sums = fg_hsum16_512(v);
+        _mm_storeu_ps(y, _mm512_castps512_ps128(sums));
+        _mm_storeu_ps(y + ldy, _mm512_extractf32x4_ps(sums, 1));
+        _mm_storeu_ps(y + 2 * ldy, _mm512_extractf32x4_ps(sums, 2));
+        _mm_storeu_ps(y + 3 * ldy, _mm512_extractf32x4_ps(sums, 3));
+        return;
+    }
     for (int r = 0; r < R; r++)
         for (int a = 0; a < M; a++) y[a * ldy + r] = fg_hsum_512(acc[r][a]);
 }
@@ -246,8 +256,9 @@ FLOAT_KERNELS_NEON(bf16, LOAD4_BF16, load_bf16)
 #endif /* FG_HAVE_NEON */
 
 #if FG_HAVE_X86
-#define X86_ROWS_G(t, a, g) [FG_ISA_AVX2] = {NULL, a, vec_dot_##t##_f32_avx2, gemv_##t##_f32_avx2, gemm_##t##_f32_avx2}, \
-                            [FG_ISA_AVX512] = {NULL, a, vec_dot_##t##_f32_avx512, gemv_##t##_f32_avx512, g},
+#define X86_ROWS_G(t, a, g)                                                                              \
+    [FG_ISA_AVX2] = {NULL, a, vec_dot_##t##_f32_avx2, gemv_##t##_f32_avx2, gemm_##t##_f32_avx2},                    \
+    [FG_ISA_AVX512] = {NULL, a, vec_dot_##t##_f32_avx512, gemv_##t##_f32_avx512, g},
 #define X86_ROWS(t, a) X86_ROWS_G(t, a, gemm_##t##_f32_avx512)
 #else
 #define X86_ROWS_G(t, a, g)
