@@ -4,6 +4,7 @@ same converted file, at batch 1 and 64 and 1 and 2 threads; and the latency of o
 
     python benchmarks/bench_embed.py [--rounds 5] [--types f16,q8_0] [--threads 1,2] [--batch 64]
     python benchmarks/bench_embed.py --smoke        # tiny counts: checks that everything runs, no figures
+    python benchmarks/bench_embed.py --json out.json   # the figures as JSON too (with the load average)
 
 Files: the catalogue's source wheel (fastgguf.hub.source_path("all-minilm-l6-v2")) converted by fastgguf.convert
 into a temporary folder. Inputs: --batch short sentences (8 to 16 tokens each, deterministic).
@@ -12,10 +13,12 @@ into a temporary folder. Inputs: --batch short sentences (8 to 16 tokens each, d
 - llama.cpp: llama-embedding's loop (LlamaEmbedder) on libllama (LLAMA_BIN, default ~/.cache/llama-ref/build/bin,
   from ../shared/tools/build-llama-cpp.sh) with t threads, timed in-process the same way; batch 64 packs the inputs
   into decodes of up to 512 tokens as llama-embedding does.
-Each figure is the median over --rounds rounds, alternating fastgguf and llama.cpp round by round; the ratio is fastgguf's embeddings/s over llama.cpp's (>= 1.0: as
-fast or faster). Run it on a quiet machine: on a shared one the figures mean little.
+Each figure is the median over --rounds rounds, alternating fastgguf and llama.cpp round by round; the ratio is
+fastgguf's embeddings/s over llama.cpp's (>= 1.0: as fast or faster). Run it on a quiet machine: on a shared one
+the figures mean little.
 """
 import argparse
+import json
 import os
 import platform
 import re
@@ -201,6 +204,7 @@ def main(argv=None):
     ap.add_argument("--rounds", type=int, default=5)
     ap.add_argument("--smoke", action="store_true", help="tiny counts (1 round, batch 4, 2 singles, 1 thread)")
     ap.add_argument("--no-llama", action="store_true", help="fastgguf only")
+    ap.add_argument("--json", help="also write the figures to this JSON file")
     a = ap.parse_args(argv)
     if a.smoke:
         a.batch, a.single, a.rounds, a.threads = 4, 2, 1, "1"
@@ -212,6 +216,7 @@ def main(argv=None):
     print(f"cpu: {cpu_model()}; fastgguf {fastgguf.__version__}, kernels {fastgguf.kernels.active()}; "
           f"llama.cpp: {llama_bin('libllama.so') if have_llama else 'not run'}")
     print(f"{a.batch} inputs of 8-16 tokens, {a.single} one by one, median of {a.rounds} rounds")
+    load0 = os.getloadavg()[0] if hasattr(os, "getloadavg") else None
     wheel = hub.source_path(NAME)
     hdr = f"{'type':<6} {'thr':>3} {'batch':>5} {'fastgguf emb/s':>15} {'llama.cpp emb/s':>16} {'ratio':>6}"
     with tempfile.TemporaryDirectory() as tmp:
@@ -234,6 +239,17 @@ def main(argv=None):
         print("single short query latency (embed of a 6-token query), ms:")
         for t, th, lat, llat in lat_rows:
             print(f"  {t:<6} {th} thread(s): fastgguf {lat:.2f}" + (f", llama.cpp {llat:.2f}" if llat else ""))
+        load1 = os.getloadavg()[0] if hasattr(os, "getloadavg") else None
+        print(f"load average (1 min) at start / end: {load0} / {load1}")
+        if a.json:
+            out = {"cpu": cpu_model(), "isa": fastgguf.kernels.active(), "cores": os.cpu_count(),
+                   "load_average": [load0, load1], "batch": a.batch, "single": a.single, "rounds": a.rounds,
+                   "rows": [{"type": t, "threads": th, "batch": b, "fastgguf_emb_s": f, "llama_emb_s": ll,
+                             "ratio": f / ll if ll else None} for t, th, b, f, ll in rows],
+                   "query_latency_ms": [{"type": t, "threads": th, "fastgguf": lat, "llama": llat}
+                                        for t, th, lat, llat in lat_rows]}
+            with open(a.json, "w") as f:
+                json.dump(out, f, indent=1)
 
 
 if __name__ == "__main__":

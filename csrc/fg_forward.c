@@ -419,6 +419,21 @@ static void prep(const team *t, const float *src, int64_t rows, int64_t n, int64
     BARRIER(t);
 }
 
+/* prep, except where every matrix takes F32 rows (F32, F16, BF16 weights) with no norm over several rows: there the
+ * quantize would be a copy, so the matrices read src's rows in place (no copy, no barrier). The caller makes sure src
+ * was complete before its last barrier and stays unwritten until its next one. */
+static void prep_rows(const team *t, const float *src, int64_t rows, int64_t n, int64_t ld, const float *norm,
+                      const fg_mat *const *ws, int nw, const char **xq, size_t *xq_stride) {
+    int in_place = rows > 1 && !norm;
+    for (int j = 0; j < nw && in_place; j++) in_place = fg_vec_dot_type(ws[j]->type) == FG_TYPE_F32;
+    if (!in_place) {
+        prep(t, src, rows, n, ld, norm, ws, nw, xq, xq_stride);
+        return;
+    }
+    for (int j = 0; j < nw; j++) xq[j] = (const char *)src;
+    *xq_stride = (size_t)ld * sizeof(float);
+}
+
 /* Y[i*ldy + r] = W_r . x_i for this thread's rows r in [r0, r1), i < rows. */
 static void matmul(const fg_mat *w, const char *xq, size_t xq_stride, int64_t rows, float *y, int64_t ldy,
                    int64_t r0, int64_t r1) {
@@ -435,6 +450,15 @@ static void add_bias(float *y, int64_t ldy, int64_t rows, const float *b, int64_
         for (int64_t r = r0; r < r1; r++) y[i * ldy + r] += b[r];
 }
 
+/* x[r] += y[r] (times hp.residual_scale where it is neither 0 nor 1) for r in [r0, r1). */
+static void residual_add(const team *t, float *x, const float *y, int64_t r0, int64_t r1) {
+    float rs = t->m->hp.residual_scale;
+    if (rs != 0.0f && rs != 1.0f)
+        for (int64_t r = r0; r < r1; r++) x[r] += y[r] * rs;
+    else
+        for (int64_t r = r0; r < r1; r++) x[r] += y[r];
+}
+
 /* x[i, r] += W_r . in_i (+ bias[r]) for own rows: the output projections with the residual add fused. With
  * post_norm (gemma): x_i += rmsnorm(W . in_i) * post_norm, which needs the whole product first (rows split after a
  * barrier). */
@@ -445,7 +469,7 @@ static void matmul_residual(const team *t, const fg_mat *w, const float *in, int
     const char *xq[1];
     size_t xs;
     int64_t r0, r1, E = t->m->hp.n_embd;
-    prep(t, in, rows, n, ld, NULL, ws, 1, xq, &xs);
+    prep_rows(t, in, rows, n, ld, NULL, ws, 1, xq, &xs);
     fg_split_rows(w->rows, t->nth, t->ith, ROW_ALIGN, &r0, &r1);
     matmul(w, xq[0], xs, rows, s->tmp, E, r0, r1);
     add_bias(s->tmp, E, rows, bias, r0, r1);
@@ -459,12 +483,30 @@ static void matmul_residual(const team *t, const fg_mat *w, const float *in, int
         BARRIER(t);
         return;
     }
-    float rs = t->m->hp.residual_scale;
-    for (int64_t i = 0; i < rows; i++)
-        if (rs != 0.0f && rs != 1.0f)
-            for (int64_t r = r0; r < r1; r++) s->x[i * E + r] += s->tmp[i * E + r] * rs;
-        else
-            for (int64_t r = r0; r < r1; r++) s->x[i * E + r] += s->tmp[i * E + r];
+    for (int64_t i = 0; i < rows; i++) residual_add(t, s->x + i * E, s->tmp + i * E, r0, r1);
+    BARRIER(t);
+}
+
+/* x_i = LayerNorm(x_i + W . in_i (+ bias)) * ln + ln_b (BERT's post-norm layers): the product by columns, a barrier,
+ * then the residual add and the norm by rows, a barrier; matmul_residual then post_layernorm took two more barriers
+ * for the same float ops. */
+static void matmul_residual_ln(const team *t, const fg_mat *w, const float *in, int64_t rows, int64_t n, int64_t ld,
+                               const float *bias, const float *ln, const float *ln_b) {
+    fg_work *s = t->w;
+    const fg_mat *ws[1] = {w};
+    const char *xq[1];
+    size_t xs;
+    int64_t r0, r1, E = t->m->hp.n_embd;
+    prep_rows(t, in, rows, n, ld, NULL, ws, 1, xq, &xs);
+    fg_split_rows(w->rows, t->nth, t->ith, ROW_ALIGN, &r0, &r1);
+    matmul(w, xq[0], xs, rows, s->tmp, E, r0, r1);
+    add_bias(s->tmp, E, rows, bias, r0, r1);
+    BARRIER(t);
+    fg_split_rows(rows, t->nth, t->ith, 1, &r0, &r1);
+    for (int64_t i = r0; i < r1; i++) {
+        residual_add(t, s->x + i * E, s->tmp + i * E, 0, E);
+        fg_layernorm(s->x + i * E, s->x + i * E, ln, ln_b, E, t->m->hp.norm_eps);
+    }
     BARRIER(t);
 }
 
@@ -1161,7 +1203,7 @@ static void layer_forward(const team *t, int il, int64_t rows) {
         mamba2_block(t, L, il, rows);
     } else {
         const fg_mat *qkv[4] = {&L->wq, &L->wk, &L->wv, &L->wg};
-        prep(t, s->x, rows, E, E, L->attn_norm, qkv, L->kv_reuse ? 1 : (L->wg.data ? 4 : 3), xq, &xs);
+        prep_rows(t, s->x, rows, E, E, L->attn_norm, qkv, L->kv_reuse ? 1 : (L->wg.data ? 4 : 3), xq, &xs);
         if (rows == 1 && !m->hp.qk_norm_full)
             attention_one_row(t, L, il, xq, xs);
         else
@@ -1169,8 +1211,12 @@ static void layer_forward(const team *t, int il, int64_t rows) {
         BARRIER(t);
         if (L->wg.data) attention_gate(t, L, rows, xq[3], xs);
         /* x += att . Wo (+ bo); BERT: x = LayerNorm(x) */
-        matmul_residual(t, &L->wo, s->att, rows, QD, QD, L->bo, L->attn_post_norm);
-        post_layernorm(t, rows, L->attn_out_norm, L->attn_out_norm_b);
+        if (L->attn_out_norm && !L->attn_post_norm) {
+            matmul_residual_ln(t, &L->wo, s->att, rows, QD, QD, L->bo, L->attn_out_norm, L->attn_out_norm_b);
+        } else {
+            matmul_residual(t, &L->wo, s->att, rows, QD, QD, L->bo, L->attn_post_norm);
+            post_layernorm(t, rows, L->attn_out_norm, L->attn_out_norm_b);
+        }
     }
 
     if (L->moe_post_norm) {
@@ -1178,14 +1224,14 @@ static void layer_forward(const team *t, int il, int64_t rows) {
     } else if (L->gate_inp.data) {
         moe_ffn(t, L, rows);
     } else {
-        dense_ffn(t, L, s->x, rows, L->ffn_post_norm);
-        post_layernorm(t, rows, L->layer_out_norm, L->layer_out_norm_b);
+        dense_ffn(t, L, s->x, rows, L->ffn_post_norm); /* with BERT's x = LayerNorm(x) */
     }
     layer_tail(t, L, il, rows);
 }
 
 /* x += post_norm(act(ffn_norm(src) . Wgate) * (ffn_norm(src) . Wup)) . Wdown) (post_norm NULL: none); each thread owns
- * the same gate and up rows. Without Wgate (BERT): x += act(src . Wup + b_up) . Wdown + b_down. */
+ * the same gate and up rows. Without Wgate (BERT): x += act(src . Wup + b_up) . Wdown + b_down, then with
+ * layer_out_norm x = LayerNorm(x). */
 static void dense_ffn(const team *t, const fg_layer *L, const float *src, int64_t rows, const float *post_norm) {
     const fg_model *m = t->m;
     fg_work *s = t->w;
@@ -1195,13 +1241,13 @@ static void dense_ffn(const team *t, const fg_layer *L, const float *src, int64_
     fg_split_rows(F, t->nth, t->ith, ROW_ALIGN, &r0, &r1);
     if (!L->w_gate.data) {
         const fg_mat *u[1] = {&L->w_up};
-        prep(t, src, rows, E, E, L->ffn_norm, u, 1, xq, &xs);
+        prep_rows(t, src, rows, E, E, L->ffn_norm, u, 1, xq, &xs);
         matmul(&L->w_up, xq[0], xs, rows, s->gate, F, r0, r1);
         add_bias(s->gate, F, rows, L->b_up, r0, r1);
         for (int64_t i = 0; i < rows; i++) fg_gelu(s->gate + i * F + r0, r1 - r0);
     } else {
         const fg_mat *gu[2] = {&L->w_gate, &L->w_up};
-        prep(t, src, rows, E, E, L->ffn_norm, gu, 2, xq, &xs);
+        prep_rows(t, src, rows, E, E, L->ffn_norm, gu, 2, xq, &xs);
         matmul(&L->w_gate, xq[0], xs, rows, s->gate, F, r0, r1);
         matmul(&L->w_up, xq[1], xs, rows, s->up, F, r0, r1);
         add_bias(s->up, F, rows, L->b_up, r0, r1);
@@ -1214,7 +1260,12 @@ static void dense_ffn(const team *t, const fg_layer *L, const float *src, int64_
         }
     }
     BARRIER(t);
-    matmul_residual(t, &L->w_down, s->gate, rows, F, F, L->b_down, post_norm);
+    if (L->layer_out_norm && !post_norm) {
+        matmul_residual_ln(t, &L->w_down, s->gate, rows, F, F, L->b_down, L->layer_out_norm, L->layer_out_norm_b);
+    } else {
+        matmul_residual(t, &L->w_down, s->gate, rows, F, F, L->b_down, post_norm);
+        post_layernorm(t, rows, L->layer_out_norm, L->layer_out_norm_b);
+    }
 }
 
 /* gemma4's mixture-of-experts FFN (fg_layer moe_post_norm): with r = x, x = r + ffn_post_norm(dense (ffn_norm,

@@ -225,6 +225,18 @@ FG_TARGET_AVX2 static void swiglu_avx2(float *out, const float *gate, const floa
     for (; i < n; i++) out[i] = gate[i] / (1.0f + expf(-gate[i])) * up[i];
 }
 
+/* gelu_scalar's formula with exp_avx2 (geglu_avx2 without the up factor). */
+FG_TARGET_AVX2 static void gelu_avx2(float *x, int64_t n) {
+    int64_t i = 0;
+    const __m256 one = _mm256_set1_ps(1.0f), c = _mm256_set1_ps(-GELU_2C), a = _mm256_set1_ps(GELU_A);
+    for (; i + 8 <= n; i += 8) {
+        __m256 g = _mm256_loadu_ps(x + i);
+        __m256 z = _mm256_mul_ps(c, _mm256_add_ps(g, _mm256_mul_ps(a, _mm256_mul_ps(g, _mm256_mul_ps(g, g)))));
+        _mm256_storeu_ps(x + i, _mm256_div_ps(g, _mm256_add_ps(one, exp_avx2(z))));
+    }
+    gelu_scalar(x + i, n - i);
+}
+
 FG_TARGET_AVX2 static void geglu_avx2(float *out, const float *gate, const float *up, int64_t n) {
     int64_t i = 0;
     const __m256 one = _mm256_set1_ps(1.0f), c = _mm256_set1_ps(-GELU_2C), a = _mm256_set1_ps(GELU_A);
@@ -497,7 +509,15 @@ void fg_attention_group(float *out, const float *q, int n_rep, int head_dim, con
                       scores);
 }
 
-void fg_gelu(float *x, int64_t n) { gelu_scalar(x, n); }
+void fg_gelu(float *x, int64_t n) {
+#ifdef FG_HAVE_X86
+    if (use_avx2(8)) {
+        gelu_avx2(x, n);
+        return;
+    }
+#endif
+    gelu_scalar(x, n);
+}
 
 void fg_softcap(float *x, int64_t n, float cap) {
     if (cap > 0.0f) softcap_scalar(x, n, cap);

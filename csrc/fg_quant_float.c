@@ -153,6 +153,64 @@ FG_TARGET_AVX2 static void dequantize_row_bf16_avx2(const void *vx, float *y, in
 FLOAT_KERNELS_AVX512(f32, float, LOAD16_F32)   /* 16 accumulators + 4 activations + 1 weight of 32 zmm */
 FLOAT_KERNELS_AVX512(f16, uint16_t, LOAD16_F16)
 FLOAT_KERNELS_AVX512(bf16, uint16_t, LOAD16_BF16)
+
+/* F16 gemm with a converted panel: f16_tile_avx512 converts each weight vector (vcvtph2ps, 2 uops on the FMA ports)
+ * once per 4 activations, a third of the tile's FMA-port work. Here a panel of weight rows is converted to F32 once
+ * (exact) into a 64-byte-aligned stack buffer, zero-padded to a multiple of 16 (what the masked load gives), and
+ * every activation runs over it with the F32 tile: each (row, activation) pair takes the same float ops in the same
+ * order as f16_tile_avx512, so this gemm equals the F16 gemv and vec_dot bit for bit. Few activations (m < 4) or
+ * rows too long for the buffer: the F16 tiles. */
+#define F16_PANEL_FLOATS 16384 /* 64 KB: up to 40 rows of 384, 8 of 1536, 4 of 4096 */
+FG_INLINE_AVX512 void f32p_tile_avx512(const int R, const int M, int64_t n, const char *w, size_t stride,
+                                       const void *vx, size_t xs, float *y, int64_t ldy) {
+    __m512 acc[4][4]; /* [R][M] */
+    for (int r = 0; r < R; r++)
+        for (int a = 0; a < M; a++) acc[r][a] = _mm512_setzero_ps();
+    for (int64_t j = 0; j < n; j += 16) {
+        const __mmask16 m = n - j >= 16 ? 0xffff : (__mmask16)((1u << (n - j)) - 1);
+        __m512 xv[4];
+        for (int a = 0; a < M; a++) xv[a] = _mm512_maskz_loadu_ps(m, (const float *)((const char *)vx + a * xs) + j);
+        for (int r = 0; r < R; r++) {
+            const __m512 wv = _mm512_load_ps((const float *)(w + r * stride) + j); /* zero past n */
+            for (int a = 0; a < M; a++) acc[r][a] = _mm512_fmadd_ps(wv, xv[a], acc[r][a]);
+        }
+    }
+    if (R == 4 && M == 4) { /* the 16 sums at once: acc[r][a] (v[4 r + a]) to lane 4 a + r, one store per activation */
+        const __m512 v[16] = {acc[0][0], acc[0][1], acc[0][2], acc[0][3], acc[1][0], acc[1][1], acc[1][2], acc[1][3],
+                              acc[2][0], acc[2][1], acc[2][2], acc[2][3], acc[3][0], acc[3][1], acc[3][2], acc[3][3]};
+        const __m512 sums = fg_hsum16_512(v);
+        _mm_storeu_ps(y, _mm512_castps512_ps128(sums));
+        _mm_storeu_ps(y + ldy, _mm512_extractf32x4_ps(sums, 1));
+        _mm_storeu_ps(y + 2 * ldy, _mm512_extractf32x4_ps(sums, 2));
+        _mm_storeu_ps(y + 3 * ldy, _mm512_extractf32x4_ps(sums, 3));
+        return;
+    }
+    for (int r = 0; r < R; r++)
+        for (int a = 0; a < M; a++) y[a * ldy + r] = fg_hsum_512(acc[r][a]);
+}
+FG_GEMM_FROM_TILE(gemm_f32p_avx512, FG_TARGET_AVX512, f32p_tile_avx512, 1, 4, 4)
+
+FG_TARGET_AVX512 static void gemm_f16_panel_avx512(int64_t n, const void *w, size_t stride, const void *xq, size_t xs,
+                                                   int64_t m, float *y, int64_t ldy, int64_t nrows) {
+    const int64_t n16 = (n + 15) & ~(int64_t)15, per = (F16_PANEL_FLOATS / n16) & ~(int64_t)3;
+    if (m < 4 || per < 4) {
+        gemm_f16_f32_avx512(n, w, stride, xq, xs, m, y, ldy, nrows);
+        return;
+    }
+    float buf[F16_PANEL_FLOATS + 16]; /* (rows of the panel, n16), from the first 64-byte boundary */
+    float *panel = (float *)(((uintptr_t)buf + 63) & ~(uintptr_t)63);
+    for (int64_t r0 = 0; r0 < nrows; r0 += per) {
+        const int64_t pr = nrows - r0 < per ? nrows - r0 : per;
+        for (int64_t r = 0; r < pr; r++) {
+            const char *wr = (const char *)w + (size_t)(r0 + r) * stride;
+            for (int64_t j = 0; j < n16; j += 16) {
+                const __mmask16 k = n - j >= 16 ? 0xffff : (__mmask16)((1u << (n - j)) - 1);
+                _mm512_store_ps(panel + r * n16 + j, LOAD16_F16(wr, j, k));
+            }
+        }
+        gemm_f32p_avx512(n, panel, (size_t)n16 * sizeof(float), xq, xs, m, y + r0, ldy, pr);
+    }
+}
 #endif /* FG_HAVE_X86 */
 
 #if FG_HAVE_NEON
@@ -198,9 +256,12 @@ FLOAT_KERNELS_NEON(bf16, LOAD4_BF16, load_bf16)
 #endif /* FG_HAVE_NEON */
 
 #if FG_HAVE_X86
-#define X86_ROWS(t, a) [FG_ISA_AVX2] = {NULL, a, vec_dot_##t##_f32_avx2, gemv_##t##_f32_avx2, gemm_##t##_f32_avx2}, \
-                       [FG_ISA_AVX512] = {NULL, a, vec_dot_##t##_f32_avx512, gemv_##t##_f32_avx512, gemm_##t##_f32_avx512},
+#define X86_ROWS_G(t, a, g)                                                                              \
+    [FG_ISA_AVX2] = {NULL, a, vec_dot_##t##_f32_avx2, gemv_##t##_f32_avx2, gemm_##t##_f32_avx2},                    \
+    [FG_ISA_AVX512] = {NULL, a, vec_dot_##t##_f32_avx512, gemv_##t##_f32_avx512, g},
+#define X86_ROWS(t, a) X86_ROWS_G(t, a, gemm_##t##_f32_avx512)
 #else
+#define X86_ROWS_G(t, a, g)
 #define X86_ROWS(t, a)
 #endif
 #if FG_HAVE_NEON
@@ -215,7 +276,7 @@ const fg_type_kernels fg_f32_kernels[FG_KERNEL_ROWS] = {
 };
 const fg_type_kernels fg_f16_kernels[FG_KERNEL_ROWS] = {
     [FG_ISA_SCALAR] = {quantize_row_f16_scalar, dequantize_row_f16_scalar, vec_dot_f16_f32_scalar, NULL},
-    X86_ROWS(f16, dequantize_row_f16_avx2) NEON_ROW(f16)
+    X86_ROWS_G(f16, dequantize_row_f16_avx2, gemm_f16_panel_avx512) NEON_ROW(f16)
 };
 const fg_type_kernels fg_bf16_kernels[FG_KERNEL_ROWS] = {
     [FG_ISA_SCALAR] = {quantize_row_bf16_scalar, dequantize_row_bf16_scalar, vec_dot_bf16_f32_scalar, NULL},

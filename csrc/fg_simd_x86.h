@@ -290,7 +290,33 @@ FG_INLINE_AVX2 __m256 fg_q8_1_step8(__m256 acc, __m256i sumi, __m256 dw, __m256 
     return _mm256_add_ps(acc, _mm256_add_ps(p, _mm256_mul_ps(mw, _mm256_set1_ps(aux->s))));
 }
 
-FG_INLINE_AVX512 float fg_hsum_512(__m512 v) { return _mm512_reduce_add_ps(v); }
+/* The sum of 16 floats by halves: lanes (i, i + 8), then (i, i + 4), (i, i + 2), (0, 1), the tree GCC's and clang's
+ * _mm512_reduce_add_ps take, spelled out so that fg_hsum16_512 (the same tree for 16 vectors at once) equals it on
+ * every compiler. */
+FG_INLINE_AVX512 float fg_hsum_512(__m512 v) {
+    const __m256 hi = _mm256_castpd_ps(_mm512_extractf64x4_pd(_mm512_castps_pd(v), 1));
+    const __m256 h = _mm256_add_ps(_mm512_castps512_ps256(v), hi);
+    __m128 q = _mm_add_ps(_mm256_castps256_ps128(h), _mm256_extractf128_ps(h, 1));
+    q = _mm_add_ps(q, _mm_movehl_ps(q, q));
+    return _mm_cvtss_f32(_mm_add_ss(q, _mm_movehdup_ps(q)));
+}
+
+/* fg_hsum_512 of v[0..16) at once, transposed (15 adds and 30 shuffles where 16 sums take 112 ops): lane
+ * 4 j + k of the result is the sum of v[4 k + j]. */
+FG_INLINE_AVX512 __m512 fg_hsum16_512(const __m512 v[16]) {
+    __m512 a[8], b[4], c[2];
+    for (int p = 0; p < 8; p++) /* (i, i + 8): v[2p] in 128-bit lanes 0-1, v[2p + 1] in 2-3 */
+        a[p] = _mm512_add_ps(_mm512_shuffle_f32x4(v[2 * p], v[2 * p + 1], 0x44),
+                             _mm512_shuffle_f32x4(v[2 * p], v[2 * p + 1], 0xEE));
+    for (int p = 0; p < 4; p++) /* (i, i + 4): lane j holds v[4p + j] */
+        b[p] = _mm512_add_ps(_mm512_shuffle_f32x4(a[2 * p], a[2 * p + 1], 0x88),
+                             _mm512_shuffle_f32x4(a[2 * p], a[2 * p + 1], 0xDD));
+    for (int p = 0; p < 2; p++) /* (i, i + 2): lane j holds v[8p + j] (elements 0-1) and v[8p + 4 + j] (2-3) */
+        c[p] = _mm512_add_ps(_mm512_shuffle_ps(b[2 * p], b[2 * p + 1], _MM_SHUFFLE(1, 0, 1, 0)),
+                             _mm512_shuffle_ps(b[2 * p], b[2 * p + 1], _MM_SHUFFLE(3, 2, 3, 2)));
+    return _mm512_add_ps(_mm512_shuffle_ps(c[0], c[1], _MM_SHUFFLE(2, 0, 2, 0)), /* (0, 1) */
+                         _mm512_shuffle_ps(c[0], c[1], _MM_SHUFFLE(3, 1, 3, 1)));
+}
 
 /* ---- 16-row zmm tiles (FG_KERNELS_FROM_TILE16, AVX-512 + VNNI): the row-lane design of the ymm tiles with row i in
  * 32-bit lane i of a zmm, so one broadcast + dpbusd serves 16 rows and the float step covers 16 pairs per op. Each

@@ -203,6 +203,29 @@ def test_matmul_many_rows_equals_gemv_per_row(isa, t):
         kernels.set_isa(prev)
 
 
+def test_f16_panel_gemm_equals_gemv_and_scalar(isa):
+    """F16's AVX-512 gemm converts a panel of weight rows to F32 once (64 KB: 16384 // n16 rows, a multiple of 4) and
+    runs every activation over it, from 4 activations up: bit for bit the gemv of each activation, and within
+    DOT_RTOL of the scalar vec_dot. Rows of odd length (a masked tail), several panels and a short last one (389:
+    40 rows a panel, 43 rows; 1541: 8 a panel), and a length past the buffer (4100: the F16 tiles)."""
+    prev = kernels.set_isa(isa)
+    try:
+        for n, rows in ((389, 43), (1541, 19), (4100, 5)):
+            w = kernels.quantize(_data((rows, n), n + rows), "F16")
+            wf = kernels.dequantize(w, "F16", n).astype(np.float64)
+            for m in (3, 4, 7):
+                x = _data((m, n), n + m)
+                got = kernels.matmul(w, "F16", x, n_threads=1)
+                for i in range(m):
+                    assert np.array_equal(got[i], kernels.gemv(w, "F16", x[i], isa=isa)), (n, rows, m, i)
+                    ref = kernels.gemv(w, "F16", x[i], isa="scalar")
+                    bound = DOT_RTOL * (np.abs(wf) @ np.abs(x[i].astype(np.float64))) + 1e-30
+                    assert np.all(np.abs(got[i] - ref) <= bound), (n, rows, m, i)
+                assert np.array_equal(kernels.matmul(w, "F16", x, n_threads=2), got), (n, rows, m)
+    finally:
+        kernels.set_isa(prev)
+
+
 def test_q8_0_weights_at_minus_128(isa):
     """Q8_0 weights may hold -128 (a file's bytes, though our quantizer stops at -127): the dot stays exact and the
     gemm (8-row tiles sharing a transpose) still equals the gemv (8 rows reduced in registers) bit for bit."""
