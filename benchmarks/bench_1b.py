@@ -43,7 +43,8 @@ llama.cpp reads less than 75% of it (where both sit at the wall, >= 1.0x); peak 
 tg128 in one process for both) no more than llama.cpp's + 10%.
 --long (issue 35, long context: attention dominates): pp4096 (one 4096-token eval from an empty context) and tg64 at
 depth 4096 (64 greedy steps after it), the Q4_0 file by default. fastgguf: one fresh worker per round, a context of
-4096 + 64 + 64 rows, the timed 4096-token eval then the timed steps (long_worker); llama-bench: two runs per round,
+4096 + 64 + 64 rows, the timed 4096-token eval then the timed steps (long_worker; also per second of its CPU
+time, for comparing builds on a busy machine); llama-bench: two runs per round,
 -p 4096 -n 0 and -p 0 -n 64 -d 4096 (the depth filled untimed), -fa 0,1, the better kept. Target: both >= 1.3x.
 --long --tiny: the 2-layer file, pp64 and tg8 at depth 64, seconds.
 JSON: only with --out (benchmarks/results/bench-1b-<date>.json, or the path given)."""
@@ -187,14 +188,16 @@ def long_worker(a):
     m = Model(a.model, n_threads=a.threads[0])
     ids = [int(t) for t in np.random.default_rng(1).integers(1, m.n_vocab, a.prompt)]
     ctx = m.context(a.prompt + a.gen + 64)
-    t = time.perf_counter()
+    t, c = time.perf_counter(), time.process_time()
     logits = ctx.eval(ids)
-    pp = a.prompt / (time.perf_counter() - t)
-    t = time.perf_counter()
+    pp, pp_cpu = a.prompt / (time.perf_counter() - t), a.prompt / (time.process_time() - c)
+    t, c = time.perf_counter(), time.process_time()
     for _ in range(a.gen):
         logits = ctx.eval([int(np.argmax(logits))])
-    tg = a.gen / (time.perf_counter() - t)
-    print(json.dumps({"pp_tps": pp, "tg_tps": tg}))
+    tg, tg_cpu = a.gen / (time.perf_counter() - t), a.gen / (time.process_time() - c)
+    # *_cpu_tps: tokens per second of the process's CPU time (all its threads): on a busy machine, where the wall
+    # clock counts the time other processes hold the cores, the steadier figure for comparing builds at 1 thread
+    print(json.dumps({"pp_tps": pp, "tg_tps": tg, "pp_cpu_tps": pp_cpu, "tg_cpu_tps": tg_cpu}))
 
 
 def run_long_fastgguf(path, threads, prompt, gen):
