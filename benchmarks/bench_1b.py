@@ -41,12 +41,19 @@ output matrix) x tokens/s / the read bandwidth at that thread count (compare.ban
 Targets (issue 35): pp512 >= 1.3x llama.cpp; decode >= 90% of the read bandwidth, and >= 1.25x llama.cpp where
 llama.cpp reads less than 75% of it (where both sit at the wall, >= 1.0x); peak RSS (each process's own, pp512 and
 tg128 in one process for both) no more than llama.cpp's + 10%.
+--long (issue 35, long context: attention dominates): pp4096 (one 4096-token eval from an empty context) and tg64 at
+depth 4096 (64 greedy steps after it), the Q4_0 file by default. fastgguf: one fresh worker per round, a context of
+4096 + 64 + 64 rows, the timed 4096-token eval then the timed steps (long_worker; also per second of its CPU
+time, for comparing builds on a busy machine); llama-bench: two runs per round,
+-p 4096 -n 0 and -p 0 -n 64 -d 4096 (the depth filled untimed), -fa 0,1, the better kept. Target: both >= 1.3x.
+--long --tiny: the 2-layer file, pp64 and tg8 at depth 64, seconds.
 JSON: only with --out (benchmarks/results/bench-1b-<date>.json, or the path given)."""
 import argparse
 import datetime
 import json
 import os
 import statistics
+import subprocess
 import sys
 import time
 
@@ -61,6 +68,7 @@ SHAPES = {"llama3.2-1b-shaped": (2048, 8192, 32, 8, 64, 16, 128256),
           "llama-1b-tiny": (256, 512, 4, 2, 64, 2, 2048)}
 QUANTS = ("q4_0", "q4_k_m", "q8_0", "q6_k")
 TARGETS = {"ratio_tg": 1.25, "decode_fraction": 0.9, "ratio_pp": 1.3, "llama_wall": 0.75, "rss": 1.1}
+LONG_TARGETS = {"ratio_pp": 1.3, "ratio_tg": 1.3}
 # --arch lfm2 / qwen35: name -> tests/models.build's keywords (preset: its tiny preset, else "tiny")
 HYBRID = {"lfm2-1.2b-shaped": dict(arch="lfm2", n_vocab=65536, n_embd=2048, n_layer=16, n_head=32, n_head_kv=8,
                                    n_ff=8192, n_ctx=4096, conv_layers=(0, 1, 3, 4, 6, 7, 9, 11, 13, 15)),
@@ -136,7 +144,6 @@ def build_hybrid(path, name):
 def quantize(src, dst, q, hybrid):
     """src quantized to q at dst: a file of tests/models.py's writer (hybrids, qwen3) by llama-quantize where it is
     found (as users get such files), else by fastgguf's quantizer."""
-    import subprocess
     if hybrid and os.access(LLAMA_QUANTIZE, os.X_OK):
         subprocess.run([LLAMA_QUANTIZE, src, dst, q.upper()], check=True, capture_output=True)
         return
@@ -173,12 +180,107 @@ def files(tiny, quants, arch="llama"):
     return name, out, built
 
 
+def long_worker(a):
+    """One fastgguf long-context measurement in this (fresh) process: a.prompt tokens in one eval (pp), then a.gen
+    greedy steps at that depth (tg); prints JSON."""
+    import numpy as np
+    from fastgguf.engine.model import Model
+    m = Model(a.model, n_threads=a.threads[0])
+    ids = [int(t) for t in np.random.default_rng(1).integers(1, m.n_vocab, a.prompt)]
+    ctx = m.context(a.prompt + a.gen + 64)
+    t, c = time.perf_counter(), time.process_time()
+    logits = ctx.eval(ids)
+    pp, pp_cpu = a.prompt / (time.perf_counter() - t), a.prompt / (time.process_time() - c)
+    t, c = time.perf_counter(), time.process_time()
+    for _ in range(a.gen):
+        logits = ctx.eval([int(np.argmax(logits))])
+    tg, tg_cpu = a.gen / (time.perf_counter() - t), a.gen / (time.process_time() - c)
+    # *_cpu_tps: tokens per second of the process's CPU time (all its threads): on a busy machine, where the wall
+    # clock counts the time other processes hold the cores, the steadier figure for comparing builds at 1 thread
+    print(json.dumps({"pp_tps": pp, "tg_tps": tg, "pp_cpu_tps": pp_cpu, "tg_cpu_tps": tg_cpu}))
+
+
+def run_long_fastgguf(path, threads, prompt, gen):
+    cmd = [sys.executable, os.path.abspath(__file__), "--long-worker", "--model", path, "--threads", str(threads),
+           "--prompt", str(prompt), "--gen", str(gen)]
+    p = subprocess.run(cmd, capture_output=True, text=True, env=dict(os.environ, PYTHONPATH=os.path.join(HERE, "..")))
+    if p.returncode != 0:
+        raise RuntimeError(f"fastgguf long worker failed:\n{p.stderr[-3000:]}")
+    return json.loads(p.stdout.strip().splitlines()[-1])
+
+
+def run_long_llama(bench, path, threads, prompt, gen):
+    """llama-bench's pp<prompt> from an empty context and tg<gen> at depth <prompt>, flash attention off and on, the
+    better of each."""
+    pp = run_llama_bench(bench, path, threads, prompt, 0)
+    tg = run_llama_bench_depth(bench, path, threads, gen, prompt)
+    return {"pp_tps": pp["pp_tps"], "tg_tps": tg}
+
+
+def run_llama_bench_depth(bench, path, threads, gen, depth):
+    cmd = [bench, "-m", path, "-p", "0", "-n", str(gen), "-d", str(depth), "-t", str(threads), "-fa", "0,1",
+           "-r", "1", "-o", "json"]
+    p = subprocess.run(cmd, capture_output=True, text=True)
+    if p.returncode != 0:
+        raise RuntimeError(f"llama-bench failed ({p.returncode}):\n{p.stderr[-3000:]}")
+    return max(t["avg_ts"] for t in json.loads(p.stdout))
+
+
+def long_main(a, name, paths, bench):
+    """--long: pp<prompt> and tg<gen> at depth <prompt>, per file and thread count, alternating rounds."""
+    from fastgguf import kernels
+    engines = ["fastgguf"] + (["llama.cpp"] if bench else [])
+    results = {"date": datetime.datetime.now().isoformat(timespec="seconds"), "cpu": _cpu_model(), "shape": name,
+               "mode": "long", "isa": kernels.active(), "load_average": os.getloadavg(),
+               "prompt": a.prompt, "gen": a.gen, "depth": a.prompt, "rounds": a.rounds, "llama_bench": bench,
+               "targets": LONG_TARGETS, "rows": []}
+    for q, path in paths.items():
+        for th in a.threads:
+            runs = {e: [] for e in engines}
+            for r in range(a.rounds):
+                for e in engines if r % 2 == 0 else engines[::-1]:
+                    runs[e].append(run_long_fastgguf(path, th, a.prompt, a.gen) if e == "fastgguf"
+                                   else run_long_llama(bench, path, th, a.prompt, a.gen))
+                    print(f"  {q} t{th} round {r} {e}: {runs[e][-1]}", file=sys.stderr)
+            row = {"quant": q, "threads": th, "path": path, "runs": runs, "load_average_after": os.getloadavg()}
+            for e in engines:
+                for k in ("pp_tps", "tg_tps"):
+                    row[f"{e}_{k}"] = statistics.median(x[k] for x in runs[e])
+            if bench:
+                row["ratio_pp"] = row["fastgguf_pp_tps"] / row["llama.cpp_pp_tps"]
+                row["ratio_tg"] = row["fastgguf_tg_tps"] / row["llama.cpp_tg_tps"]
+            results["rows"].append(row)
+    long_report(results, bench is not None)
+    return results
+
+
+def long_report(results, with_llama):
+    p, g = results["prompt"], results["gen"]
+    print(f"\n{results['shape']} long context ({results['cpu']}, ISA {results['isa']}, load average "
+          f"{results['load_average'][0]:.2f} at start), medians of {results['rounds']} alternating rounds")
+    print(f"targets: pp{p} and tg{g} at depth {p} >= {LONG_TARGETS['ratio_pp']}x llama.cpp")
+    print(f"| file | thr | pp{p} fastgguf | pp llama.cpp | pp ratio | tg{g}@d{p} fastgguf | tg llama.cpp | tg ratio |")
+    print("|---" * 8 + "|")
+    for r in results["rows"]:
+        def ratio(k):
+            return f"{r[k]:.2f}x {'met' if r[k] >= LONG_TARGETS[k] else 'NOT met'}" if with_llama else "-"
+        cells = [r["quant"], str(r["threads"]), f"{r['fastgguf_pp_tps']:.1f}",
+                 f"{r['llama.cpp_pp_tps']:.1f}" if with_llama else "-", ratio("ratio_pp"),
+                 f"{r['fastgguf_tg_tps']:.2f}", f"{r['llama.cpp_tg_tps']:.2f}" if with_llama else "-",
+                 ratio("ratio_tg")]
+        print("| " + " | ".join(cells) + " |")
+
+
 def main(argv=None):
     ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     ap.add_argument("--threads", type=int, nargs="+", default=[1, 2])
-    ap.add_argument("--quants", nargs="+", default=list(QUANTS), choices=QUANTS)
-    ap.add_argument("--prompt", type=int, default=512)
-    ap.add_argument("--gen", type=int, default=128)
+    ap.add_argument("--quants", nargs="+", default=None, choices=QUANTS,
+                    help="default: all (--long: q4_0)")
+    ap.add_argument("--prompt", type=int, default=None, help="default 512 (--long: 4096, the depth of its tg)")
+    ap.add_argument("--gen", type=int, default=None, help="default 128 (--long: 64)")
+    ap.add_argument("--long", action="store_true", help="pp4096 and tg64 at depth 4096 (issue 35's long context)")
+    ap.add_argument("--long-worker", action="store_true", help=argparse.SUPPRESS)
+    ap.add_argument("--model", help=argparse.SUPPRESS)
     ap.add_argument("--rounds", type=int, default=3)
     ap.add_argument("--tiny", action="store_true", help="a smoke run: the 2-layer file, pp32 tg8, one round")
     ap.add_argument("--arch", choices=("llama", "lfm2", "qwen35", "qwen3"), default="llama",
@@ -190,14 +292,27 @@ def main(argv=None):
     ap.add_argument("--out", nargs="?", const="", default=None,
                     help="write the JSON (default path benchmarks/results/bench-1b-<date>.json)")
     a = ap.parse_args(argv)
+    if a.long_worker:
+        return long_worker(a)
+    a.quants = a.quants or (["q4_0"] if a.long else list(QUANTS))
+    a.prompt = a.prompt or (4096 if a.long else 512)
+    a.gen = a.gen or (64 if a.long else 128)
     if a.tiny:
-        a.prompt, a.gen, a.rounds = 32, 8, 1
+        a.prompt, a.gen, a.rounds = (64 if a.long else 32), 8, 1
     name, paths, built = files(a.tiny, a.quants, a.arch)
     if a.build_only:
         return 0
     bench = a.llama_bench if os.access(a.llama_bench, os.X_OK) else None
     if bench is None:
         print(f"llama-bench not found at {a.llama_bench}: fastgguf alone", file=sys.stderr)
+    if a.long:
+        results = long_main(a, name, paths, bench)
+        if a.out is not None:
+            out = a.out or os.path.join(HERE, "results", f"bench-1b-long-{datetime.date.today()}.json")
+            with open(out, "w") as f:
+                json.dump(results, f, indent=1)
+            print("wrote", out)
+        return 0
     from fastgguf import kernels
     bws = {th: bandwidth(th, 1 << 26 if a.tiny else 1 << 28) for th in a.threads}
     results = {"date": datetime.datetime.now().isoformat(timespec="seconds"), "cpu": _cpu_model(), "shape": name,

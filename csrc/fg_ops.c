@@ -387,43 +387,248 @@ FG_TARGET_AVX2 static void attention_tile_avx2(float *out, int64_t out_stride, c
     }
 }
 
-/* ---- AVX-512 twin of the attention: each K/V slice converted once for all R heads, accumulators in registers
- * (R <= 8 a constant after inlining, head_dim % 16 == 0) ---- */
-FG_INLINE_AVX512 void attention_512_r(const int R, float *out, const float *q, int hd, const uint16_t *k,
-                                      const uint16_t *v, int64_t kv_stride, int64_t n, int64_t first, int64_t ring,
-                                      float scale, float softcap, const float *sinks, float *scores) {
-    __m512 acc[8];
-    for (int64_t t = 0; t < n; t++) {
-        const uint16_t *kt = k + ring_slot(first, t, ring) * kv_stride;
-        for (int r = 0; r < R; r++) acc[r] = _mm512_setzero_ps();
-        for (int d = 0; d < hd; d += 16) {
-            __m512 kd = _mm512_cvtph_ps(_mm256_loadu_si256((const __m256i *)(kt + d)));
-            for (int r = 0; r < R; r++) acc[r] = _mm512_fmadd_ps(_mm512_loadu_ps(q + r * hd + d), kd, acc[r]);
+/* ---- AVX-512 twin of the attention tile (head_dim % 16 == 0, <= ATT_HD512): as the AVX2 tile, each block of keys'
+ * K (then V) rows converted once into a float buffer for all the tile's nq * n_rep heads. A score is q . k summed by
+ * fma over the head's 16-float slices in order into one vector from 0, then across its lanes by hsum16_512's tree
+ * (lanes i and i + 8, then + 4, + 2, + 1), times scale; 16 keys are scored at once (score16_512: the same tree for
+ * the 16 vectors together, each output lane the tree of one key's vector), so a score does not depend on where the
+ * blocks start (the scores are those of the per-query kernel this replaced, one key at a time by
+ * _mm512_reduce_add_ps, whose order under gcc is this tree). softmax_512, then P . V: o = fma(p, v, o) over the keys
+ * in order from 0 for each output element. A query's output is thus the same alone, in any tile and in any block
+ * alignment. ---- */
+#define ATT_KB 16     /* keys per K block: one score16_512 */
+#define ATT_HD512 512 /* the widest head the AVX-512 tile takes: its buffer is ATT_KB rows of it (32 KB) */
+
+/* rows_to_f32_avx2 on AVX-512: rows [j, j + kn) (slot j mod ring) into buf (kn, hd), 16 halves at a time, each run
+ * of rows adjacent in memory (stride == hd, the engine's caches, up to the ring's end) as one stream, asked for
+ * ATT_PF512 bytes ahead (a hint: a prefetch beyond the cache faults on nothing). */
+#define ATT_PF512 1024
+FG_INLINE_AVX512 void rows_to_f32_512(float *buf, const uint16_t *c, int64_t stride, int64_t j, int kn, int hd,
+                                      int64_t ring) {
+    int64_t row = j % ring;
+    for (int u = 0; u < kn;) {
+        int64_t run = stride == hd ? (kn - u < ring - row ? kn - u : ring - row) : 1, m = run * hd;
+        const uint16_t *src = c + row * stride;
+        float *dst = buf + (int64_t)u * hd;
+        for (int64_t e = 0; e < m; e += 16) {
+            if (e % 32 == 0) _mm_prefetch((const char *)(src + e) + ATT_PF512, _MM_HINT_T0);
+            _mm512_storeu_ps(dst + e, _mm512_cvtph_ps(_mm256_loadu_si256((const __m256i *)(src + e))));
         }
-        for (int r = 0; r < R; r++) scores[r * n + t] = _mm512_reduce_add_ps(acc[r]) * scale;
-    }
-    if (softcap > 0.0f) softcap_scalar(scores, (int64_t)R * n, softcap);
-    for (int r = 0; r < R; r++) softmax_avx2(scores + r * n, n, sinks ? sinks + r : NULL);
-    for (int d = 0; d < hd; d += 16) {  /* out[:, d:d+16] = P . V[:, d:d+16] */
-        for (int r = 0; r < R; r++) acc[r] = _mm512_setzero_ps();
-        for (int64_t t = 0; t < n; t++) {
-            __m512 vd = _mm512_cvtph_ps(_mm256_loadu_si256((const __m256i *)(v + ring_slot(first, t, ring) * kv_stride + d)));
-            for (int r = 0; r < R; r++) acc[r] = _mm512_fmadd_ps(_mm512_set1_ps(scores[r * n + t]), vd, acc[r]);
-        }
-        for (int r = 0; r < R; r++) _mm512_storeu_ps(out + r * hd + d, acc[r]);
+        u += (int)run;
+        row += run;
+        if (row >= ring) row -= ring;
     }
 }
 
-FG_TARGET_AVX512 static void attention_avx512(float *out, const float *q, int n_rep, int hd, const uint16_t *k,
-                                              const uint16_t *v, int64_t kv_stride, int64_t n, int64_t first,
-                                              int64_t ring, float scale, float softcap, const float *sinks,
-                                              float *scores) {
-    switch (n_rep) {
-#define CASE(R)                                                                                                  \
-    case R: attention_512_r(R, out, q, hd, k, v, kv_stride, n, first, ring, scale, softcap, sinks, scores); break;
-        CASE(1) CASE(2) CASE(3) CASE(4) CASE(5) CASE(6) CASE(7) CASE(8)
-#undef CASE
+/* The sum of x's 16 lanes: ((x0 + x8) + (x4 + x12)) + ((x2 + x10) + (x6 + x14)) + the same from x1: the tree
+ * score16_512 applies to 16 vectors at once. */
+FG_INLINE_AVX512 float hsum16_512(__m512 x) {
+    __m256 hi = _mm256_castpd_ps(_mm512_extractf64x4_pd(_mm512_castps_pd(x), 1)); /* no AVX512DQ needed */
+    __m256 t3 = _mm256_add_ps(_mm512_castps512_ps256(x), hi);
+    __m128 t6 = _mm_add_ps(_mm256_castps256_ps128(t3), _mm256_extractf128_ps(t3, 1));
+    __m128 t8 = _mm_add_ps(t6, _mm_movehl_ps(t6, t6));
+    return _mm_cvtss_f32(t8) + _mm_cvtss_f32(_mm_shuffle_ps(t8, t8, 1));
+}
+
+/* Lane c = hsum16_512(a[c]) for 16 vectors: the same additions in the same pairs, done as a transposing tree. */
+FG_INLINE_AVX512 __m512 reduce16_512(const __m512 *a) {
+    __m512 b[8], c[4], d[2];
+    for (int m = 0; m < 8; m++) /* lanes 0-7: t3 of a[2m], lanes 8-15: of a[2m + 1] */
+        b[m] = _mm512_add_ps(_mm512_shuffle_f32x4(a[2 * m], a[2 * m + 1], 0x44),
+                             _mm512_shuffle_f32x4(a[2 * m], a[2 * m + 1], 0xEE));
+    for (int m = 0; m < 4; m++) /* 128-bit lane L: t6 of a[4m + L] */
+        c[m] = _mm512_add_ps(_mm512_shuffle_f32x4(b[2 * m], b[2 * m + 1], 0x88),
+                             _mm512_shuffle_f32x4(b[2 * m], b[2 * m + 1], 0xDD));
+    for (int m = 0; m < 2; m++) /* lane L: t8 of a[8m + L], of a[8m + 4 + L] */
+        d[m] = _mm512_add_ps(_mm512_shuffle_ps(c[2 * m], c[2 * m + 1], 0x44),
+                             _mm512_shuffle_ps(c[2 * m], c[2 * m + 1], 0xEE));
+    __m512 e = _mm512_add_ps(_mm512_shuffle_ps(d[0], d[1], 0x88), _mm512_shuffle_ps(d[0], d[1], 0xDD));
+    /* e[4L + i] = the sum of a[4i + L] */
+    return _mm512_permutexvar_ps(_mm512_setr_epi32(0, 4, 8, 12, 1, 5, 9, 13, 2, 6, 10, 14, 3, 7, 11, 15), e);
+}
+
+/* exp_avx2 on 16 lanes: the same ops, lane for lane the same bits. */
+FG_INLINE_AVX512 __m512 exp_512(__m512 x) {
+    x = _mm512_min_ps(_mm512_max_ps(x, _mm512_set1_ps(-87.0f)), _mm512_set1_ps(88.0f));
+    __m512 fx = _mm512_roundscale_ps(_mm512_mul_ps(x, _mm512_set1_ps(1.44269504088896341f)),
+                                     _MM_FROUND_TO_NEAREST_INT | _MM_FROUND_NO_EXC);
+    x = _mm512_fnmadd_ps(fx, _mm512_set1_ps(0.693359375f), x);
+    x = _mm512_fnmadd_ps(fx, _mm512_set1_ps(-2.12194440e-4f), x);
+    __m512 z = _mm512_mul_ps(x, x), y = _mm512_set1_ps(1.9875691500e-4f);
+    y = _mm512_fmadd_ps(y, x, _mm512_set1_ps(1.3981999507e-3f));
+    y = _mm512_fmadd_ps(y, x, _mm512_set1_ps(8.3334519073e-3f));
+    y = _mm512_fmadd_ps(y, x, _mm512_set1_ps(4.1665795894e-2f));
+    y = _mm512_fmadd_ps(y, x, _mm512_set1_ps(1.6666665459e-1f));
+    y = _mm512_fmadd_ps(y, x, _mm512_set1_ps(5.0000001201e-1f));
+    y = _mm512_add_ps(_mm512_fmadd_ps(y, z, x), _mm512_set1_ps(1.0f));
+    __m512i e = _mm512_slli_epi32(_mm512_add_epi32(_mm512_cvtps_epi32(fx), _mm512_set1_epi32(127)), 23);
+    return _mm512_mul_ps(y, _mm512_castsi512_ps(e));
+}
+
+/* softmax_scalar (sink: as there) 16 lanes at a time, the tail under a mask: exp_512 of every score (the tail's
+ * too, unlike softmax_avx2's expf), their sum in 16 lanes then hsum16_512, times 1 / sum. */
+FG_TARGET_AVX512 static void softmax_512(float *x, int64_t n, const float *sink) {
+    int64_t i = 0;
+    __m512 m16 = _mm512_set1_ps(x[0]);
+    for (; i + 16 <= n; i += 16) m16 = _mm512_max_ps(m16, _mm512_loadu_ps(x + i));
+    __mmask16 tail = (__mmask16)((1u << (n - i)) - 1);
+    m16 = _mm512_mask_max_ps(m16, tail, m16, _mm512_maskz_loadu_ps(tail, x + i));
+    float mx = _mm512_reduce_max_ps(m16);
+    if (sink && *sink > mx) mx = *sink;
+    __m512 vm = _mm512_set1_ps(mx), s16 = _mm512_setzero_ps();
+    for (i = 0; i + 16 <= n; i += 16) {
+        __m512 e = exp_512(_mm512_sub_ps(_mm512_loadu_ps(x + i), vm));
+        _mm512_storeu_ps(x + i, e);
+        s16 = _mm512_add_ps(s16, e);
+    }
+    __m512 e = exp_512(_mm512_sub_ps(_mm512_maskz_loadu_ps(tail, x + i), vm));
+    _mm512_mask_storeu_ps(x + i, tail, e);
+    float sum = hsum16_512(_mm512_mask_add_ps(s16, tail, s16, e));
+    if (sink) sum += expf(*sink - mx);
+    __m512 inv = _mm512_set1_ps(1.0f / sum);
+    for (i = 0; i + 16 <= n; i += 16) _mm512_storeu_ps(x + i, _mm512_mul_ps(_mm512_loadu_ps(x + i), inv));
+    _mm512_mask_storeu_ps(x + i, tail, _mm512_mul_ps(_mm512_maskz_loadu_ps(tail, x + i), inv));
+}
+
+/* The scores (unscaled) of one query head against 16 keys (rows of kf, hd floats apart): lane c, key c. */
+FG_INLINE_AVX512 __m512 score16_512(const float *qr, const float *kf, int hd) {
+    __m512 a[ATT_KB];
+    for (int c = 0; c < ATT_KB; c++) a[c] = _mm512_setzero_ps();
+    for (int d = 0; d < hd; d += 16) {
+        __m512 qd = _mm512_loadu_ps(qr + d);
+        for (int c = 0; c < ATT_KB; c++) a[c] = _mm512_fmadd_ps(qd, _mm512_loadu_ps(kf + c * hd + d), a[c]);
+    }
+    return reduce16_512(a);
+}
+
+/* The scores phase of attention_tile_avx512: sc[i], query i's (n_rep, n[i]) scores in `scores`; keys [j0, j1). */
+FG_TARGET_AVX512 static void scores_512(float *buf, const float *q, int64_t q_stride, int nq, int n_rep, int hd,
+                                        const uint16_t *k, int64_t kv_stride, const int64_t *lo, const int64_t *n,
+                                        int64_t ring, float scale, float *scores, const int64_t *sc, int64_t j0,
+                                        int64_t j1) {
+    const __m512 vs = _mm512_set1_ps(scale);
+    for (int64_t jb = j0; jb < j1; jb += ATT_KB) {
+        int kn = j1 - jb < ATT_KB ? (int)(j1 - jb) : ATT_KB;
+        rows_to_f32_512(buf, k, kv_stride, jb, kn, hd, ring);
+        if (kn < ATT_KB) memset(buf + kn * hd, 0, sizeof(float) * (size_t)(ATT_KB - kn) * hd); /* lanes not kept */
+        for (int i = 0; i < nq; i++) {
+            int64_t a = jb > lo[i] ? jb : lo[i], b = jb + kn < lo[i] + n[i] ? jb + kn : lo[i] + n[i];
+            for (int r = 0; r < n_rep && a < b; r++) {
+                float *s = scores + sc[i] + r * n[i] + (a - lo[i]), tmp[ATT_KB]; /* scores of keys a.. */
+                const float *qr = q + i * q_stride + r * hd; /* the common head sizes as constants: immediate offsets */
+                __m512 x = _mm512_mul_ps(hd == 64    ? score16_512(qr, buf, 64)
+                                         : hd == 128 ? score16_512(qr, buf, 128)
+                                                     : score16_512(qr, buf, hd),
+                                         vs);
+                if (a == jb && b - a == ATT_KB) {
+                    _mm512_storeu_ps(s, x);
+                } else {
+                    _mm512_storeu_ps(tmp, x);
+                    memcpy(s, tmp + (a - jb), sizeof(float) * (size_t)(b - a));
+                }
+            }
+        }
+    }
+}
+
+/* o[r * ho + c * 16 ..] += sum over keys u < m of p[r * hp + u] * vf[u * hd + c * 16 ..], for NR heads and ND
+ * 16-float slices (constants after inlining: the NR * ND accumulators stay in registers), keys in order. */
+FG_INLINE_AVX512 void pv_512(const int NR, const int ND, float *o, int64_t ho, const float *p, int64_t hp,
+                             const float *vf, int hd, int64_t m) {
+    __m512 acc[4][4], vv[4];
+    for (int r = 0; r < NR; r++)
+        for (int c = 0; c < ND; c++) acc[r][c] = _mm512_loadu_ps(o + r * ho + 16 * c);
+    for (int64_t u = 0; u < m; u++) {
+        for (int c = 0; c < ND; c++) vv[c] = _mm512_loadu_ps(vf + u * hd + 16 * c);
+        for (int r = 0; r < NR; r++) {
+            __m512 pu = _mm512_set1_ps(p[r * hp + u]);
+            for (int c = 0; c < ND; c++) acc[r][c] = _mm512_fmadd_ps(pu, vv[c], acc[r][c]);
+        }
+    }
+    for (int r = 0; r < NR; r++)
+        for (int c = 0; c < ND; c++) _mm512_storeu_ps(o + r * ho + 16 * c, acc[r][c]);
+}
+
+/* pv_512 over F16 rows (keys j .. j + m - 1, slot j mod ring, rows stride halves apart) converted as they are read:
+ * for a lone query (a decode step), whose every V row serves its NR heads once (a buffer would add a store and a
+ * load per element). The same fmas in the same order: the same bits. */
+FG_INLINE_AVX512 void pv_f16_512(const int NR, const int ND, float *o, int64_t ho, const float *p, int64_t hp,
+                                 const uint16_t *v, int64_t stride, int64_t j, int64_t m, int64_t ring) {
+    __m512 acc[4][4], vv[4];
+    int64_t row = j % ring;
+    for (int r = 0; r < NR; r++)
+        for (int c = 0; c < ND; c++) acc[r][c] = _mm512_loadu_ps(o + r * ho + 16 * c);
+    for (int64_t u = 0; u < m; u++) {
+        const uint16_t *vr = v + row * stride;
+        _mm_prefetch((const char *)vr + ATT_PF512, _MM_HINT_T0);
+        for (int c = 0; c < ND; c++) vv[c] = _mm512_cvtph_ps(_mm256_loadu_si256((const __m256i *)(vr + 16 * c)));
+        for (int r = 0; r < NR; r++) {
+            __m512 pu = _mm512_set1_ps(p[r * hp + u]);
+            for (int c = 0; c < ND; c++) acc[r][c] = _mm512_fmadd_ps(pu, vv[c], acc[r][c]);
+        }
+        if (++row == ring) row = 0;
+    }
+    for (int r = 0; r < NR; r++)
+        for (int c = 0; c < ND; c++) _mm512_storeu_ps(o + r * ho + 16 * c, acc[r][c]);
+}
+
+FG_TARGET_AVX512 static void pv_any_512(int nr, int nd, float *o, int64_t ho, const float *p, int64_t hp,
+                                        const float *vf, int hd, int64_t m) {
+    switch (nr * 4 + nd - 5) { /* nr, nd in 1..4 */
+#define PV(NR, ND) case (NR) * 4 + (ND) - 5: pv_512(NR, ND, o, ho, p, hp, vf, hd, m); break;
+        PV(1, 1) PV(1, 2) PV(1, 3) PV(1, 4) PV(2, 1) PV(2, 2) PV(2, 3) PV(2, 4)
+        PV(3, 1) PV(3, 2) PV(3, 3) PV(3, 4) PV(4, 1) PV(4, 2) PV(4, 3) PV(4, 4)
+#undef PV
     default: break;
+    }
+}
+
+FG_TARGET_AVX512 static void pv_f16_any_512(int nr, int nd, float *o, int64_t ho, const float *p, int64_t hp,
+                                            const uint16_t *v, int64_t stride, int64_t j, int64_t m, int64_t ring) {
+    switch (nr * 4 + nd - 5) { /* nr, nd in 1..4 */
+#define PV(NR, ND) case (NR) * 4 + (ND) - 5: pv_f16_512(NR, ND, o, ho, p, hp, v, stride, j, m, ring); break;
+        PV(1, 1) PV(1, 2) PV(1, 3) PV(1, 4) PV(2, 1) PV(2, 2) PV(2, 3) PV(2, 4)
+        PV(3, 1) PV(3, 2) PV(3, 3) PV(3, 4) PV(4, 1) PV(4, 2) PV(4, 3) PV(4, 4)
+#undef PV
+    default: break;
+    }
+}
+
+/* A tile of nq queries (see fg_attention_tile) on AVX-512: the union [j0, j1) of their windows in blocks. */
+FG_TARGET_AVX512 static void attention_tile_avx512(float *out, int64_t out_stride, const float *q, int64_t q_stride,
+                                                   int nq, int n_rep, int hd, const uint16_t *k, const uint16_t *v,
+                                                   int64_t kv_stride, const int64_t *lo, const int64_t *n,
+                                                   int64_t ring, float scale, float softcap, const float *sinks,
+                                                   float *scores) {
+    float buf[ATT_KB * ATT_HD512];                          /* (16, hd) K rows or (vb, hd) V rows */
+    int64_t j0 = lo[0], j1 = lo[0] + n[0], sc[FG_ATT_TILE]; /* sc[i]: query i's (n_rep, n[i]) scores */
+    for (int i = 0, off = 0; i < nq; off += n_rep * n[i], i++) {
+        sc[i] = off;
+        j0 = lo[i] < j0 ? lo[i] : j0;
+        j1 = lo[i] + n[i] > j1 ? lo[i] + n[i] : j1;
+    }
+    scores_512(buf, q, q_stride, nq, n_rep, hd, k, kv_stride, lo, n, ring, scale, scores, sc, j0, j1);
+    for (int i = 0; i < nq; i++) {
+        if (softcap > 0.0f) softcap_scalar(scores + sc[i], (int64_t)n_rep * n[i], softcap);
+        for (int r = 0; r < n_rep; r++) softmax_512(scores + sc[i] + r * n[i], n[i], sinks ? sinks + r : NULL);
+        memset(out + i * out_stride, 0, sizeof(float) * (size_t)n_rep * hd);
+    }
+    if (nq == 1 && n_rep <= 4 && hd <= 64) { /* a lone query: every head's output in registers, V read once */
+        pv_f16_any_512(n_rep, hd / 16, out, hd, scores, n[0], v, kv_stride, lo[0], n[0], ring);
+        return;
+    }
+    int vb = ATT_KB * ATT_HD512 / hd;
+    for (int64_t jb = j0; jb < j1; jb += vb) {
+        int kn = j1 - jb < vb ? (int)(j1 - jb) : vb;
+        rows_to_f32_512(buf, v, kv_stride, jb, kn, hd, ring);
+        for (int i = 0; i < nq; i++) {
+            int64_t a = jb > lo[i] ? jb : lo[i], b = jb + kn < lo[i] + n[i] ? jb + kn : lo[i] + n[i];
+            for (int r0 = 0; r0 < n_rep && a < b; r0 += 4) /* 4 heads x 64 floats of output at a time */
+                for (int d = 0; d < hd; d += 64)
+                    pv_any_512(n_rep - r0 < 4 ? n_rep - r0 : 4, hd - d < 64 ? (hd - d) / 16 : 4,
+                               out + i * out_stride + r0 * hd + d, hd, scores + sc[i] + r0 * n[i] + (a - lo[i]),
+                               n[i], buf + (a - jb) * hd + d, hd, b - a);
+        }
     }
 }
 #endif
@@ -481,25 +686,21 @@ void fg_attention_tile(float *out, int64_t out_stride, const float *q, int64_t q
                        const int64_t *n, int64_t ring, float scale, float softcap, const float *sinks,
                        float *scores) {
 #ifdef FG_HAVE_X86
-    int avx512 = fg_isa_active() == FG_ISA_AVX512 && head_dim % 16 == 0 && n_rep >= 1 && n_rep <= 8;
-    if (!avx512 && use_avx2(head_dim) && head_dim <= ATT_BUF / 8) {
+    if (fg_isa_active() == FG_ISA_AVX512 && head_dim % 16 == 0 && head_dim <= ATT_HD512 && n_rep >= 1 &&
+        n_rep <= 8) {
+        attention_tile_avx512(out, out_stride, q, q_stride, nq, n_rep, head_dim, k, v, kv_stride, lo, n, ring, scale,
+                              softcap, sinks, scores);
+        return;
+    }
+    if (use_avx2(head_dim) && head_dim <= ATT_BUF / 8) {
         attention_tile_avx2(out, out_stride, q, q_stride, nq, n_rep, head_dim, k, v, kv_stride, lo, n, ring, scale,
                             softcap, sinks, scores);
         return;
     }
 #endif
-    for (int i = 0; i < nq; i++) { /* one query at a time */
-        float *o = out + i * out_stride;
-        const float *qi = q + i * q_stride;
-        int64_t first = lo[i] % ring;
-#ifdef FG_HAVE_X86
-        if (avx512) {
-            attention_avx512(o, qi, n_rep, head_dim, k, v, kv_stride, n[i], first, ring, scale, softcap, sinks, scores);
-            continue;
-        }
-#endif
-        attention_scalar(o, qi, n_rep, head_dim, k, v, kv_stride, n[i], first, ring, scale, softcap, sinks, scores);
-    }
+    for (int i = 0; i < nq; i++) /* one query at a time */
+        attention_scalar(out + i * out_stride, q + i * q_stride, n_rep, head_dim, k, v, kv_stride, n[i],
+                         lo[i] % ring, ring, scale, softcap, sinks, scores);
 }
 
 void fg_attention_group(float *out, const float *q, int n_rep, int head_dim, const uint16_t *k, const uint16_t *v,

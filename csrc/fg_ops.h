@@ -62,9 +62,10 @@ void fg_f32_to_f16_row(uint16_t *y, const float *x, int64_t n);
  * full-length cache: ring = n_ctx, first = 0), key t at slot (first + t) mod ring, rows kv_stride elements apart;
  * out: (n_rep, head_dim). Scores are q.k * scale, then soft-capped (softcap > 0: softcap * tanh(s / softcap)).
  * sinks (n_rep,) or NULL: head r's softmax has one more logit sinks[r] with no value (gpt-oss's attention sinks).
- * Each K and V row is read once for the whole group (it stays in L1 while the group's query heads use it).
- * scores: scratch of n_rep * n floats. AVX-512 when active and head_dim % 16 == 0 and n_rep <= 8; else AVX2
- * (F16C+FMA) on x86 when head_dim % 8 == 0 and head_dim <= 512; else scalar. */
+ * Each K and V row is read once for the whole group (converted to float in blocks that stay in L1 while the
+ * group's query heads use them). scores: scratch of n_rep * n floats. AVX-512 when active and head_dim % 16 == 0,
+ * head_dim <= 512 and n_rep <= 8; else AVX2 (F16C+FMA) on x86 when head_dim % 8 == 0 and head_dim <= 512; else
+ * scalar. */
 void fg_attention_group(float *out, const float *q, int n_rep, int head_dim, const uint16_t *k, const uint16_t *v,
                         int64_t kv_stride, int64_t n, int64_t first, int64_t ring, float scale, float softcap,
                         const float *sinks, float *scores);
@@ -76,8 +77,8 @@ void fg_attention_group(float *out, const float *q, int n_rep, int head_dim, con
 /* fg_attention_group for nq <= FG_ATT_TILE queries of one sequence and one KV head group at once: query i's
  * n_rep heads at q + i * q_stride, its output at out + i * out_stride; its n[i] >= 1 keys are the absolute
  * positions lo[i] .. lo[i] + n[i] - 1, position p at ring slot p mod ring. Each query's output is bit-identical to
- * fg_attention_group's for it alone (on AVX2 the K and V rows are read once for the tile; other ISAs run the
- * queries one by one). scores: scratch of n_rep * (n[0] + ... + n[nq-1]) floats. */
+ * fg_attention_group's for it alone (on AVX2 and AVX-512 the K and V rows are read once for the tile; scalar runs
+ * the queries one by one). scores: scratch of n_rep * (n[0] + ... + n[nq-1]) floats. */
 void fg_attention_tile(float *out, int64_t out_stride, const float *q, int64_t q_stride, int nq, int n_rep,
                        int head_dim, const uint16_t *k, const uint16_t *v, int64_t kv_stride, const int64_t *lo,
                        const int64_t *n, int64_t ring, float scale, float softcap, const float *sinks,

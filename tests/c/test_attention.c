@@ -55,10 +55,12 @@ static void reference(double *out, const float *q, int n_rep, int hd, const uint
     free(p);
 }
 
-/* nq queries at positions pos[], each seeing at most `window` keys (0: all up to its own position) */
-static void check_case(const char *isa, int n_rep, int hd, int nq, const int64_t *pos, int64_t window,
+/* nq queries at positions pos[], each seeing at most `window` keys (0: all up to its own position); the last KV
+ * group of `groups`: rows kv_stride = groups * hd apart, offset g * hd (groups 1: the rows adjacent, as the engine's
+ * per-group caches) */
+static void check_case(const char *isa, int groups, int n_rep, int hd, int nq, const int64_t *pos, int64_t window,
                        float softcap, const float *sinks) {
-    const int groups = 2, g = 1; /* the second KV group of two: rows kv_stride apart, offset g * hd */
+    const int g = groups - 1;
     int64_t stride = (int64_t)groups * hd, ring = 0, lo[FG_ATT_TILE], n[FG_ATT_TILE], total = 0;
     for (int i = 0; i < nq; i++) {
         n[i] = window > 0 && pos[i] + 1 > window ? window : pos[i] + 1;
@@ -98,8 +100,9 @@ static void check_case(const char *isa, int n_rep, int hd, int nq, const int64_t
     passed += ok_bits + ok_ref;
     failed += !ok_bits + !ok_ref;
     if (!ok_bits || !ok_ref)
-        printf("FAIL %s n_rep=%d hd=%d nq=%d pos0=%ld window=%ld softcap=%g sinks=%d: %s\n", isa, n_rep, hd, nq,
-               (long)pos[0], (long)window, softcap, sinks != NULL, !ok_bits ? "tile != one by one" : "off the float64 reference");
+        printf("FAIL %s groups=%d n_rep=%d hd=%d nq=%d pos0=%ld window=%ld softcap=%g sinks=%d: %s\n", isa, groups,
+               n_rep, hd, nq, (long)pos[0], (long)window, softcap, sinks != NULL,
+               !ok_bits ? "tile != one by one" : "off the float64 reference");
     free(k), free(v), free(row), free(q), free(out), free(one), free(scores), free(ref);
 }
 
@@ -126,7 +129,7 @@ static void check_gelu(int isa, int64_t n) {
 
 int main(void) {
     fg_init();
-    static const int reps[] = {1, 3, 5}, hds[] = {8, 24, 64, 72, 256};
+    static const int reps[] = {1, 3, 5}, hds[] = {8, 24, 64, 72, 80, 256};
     static const int64_t starts[] = {0, 5, 37, 130}, scattered[] = {3, 40, 4, 9}, windows[] = {0, 13};
     static const float sink_vals[] = {0.5f, -1.0f, 2.5f, 0.0f, 1.5f}; /* one per head (n_rep <= 5); 2.5 beats most
                                                                        * scores, so the max comes from the sink */
@@ -134,21 +137,23 @@ int main(void) {
         if (!fg_isa_available(isa)) continue;
         fg_set_isa(isa);
         int before = failed;
-        for (int a = 0; a < 3; a++)
-            for (int b = 0; b < 5; b++)
-                for (int w = 0; w < 2; w++)
-                    for (int cap = 0; cap < 3; cap++) { /* plain, soft-capped, with sinks */
-                        float softcap = cap == 1 ? 3.0f : 0.0f;
-                        const float *sinks = cap == 2 ? sink_vals : NULL;
-                        for (int nq = 1; nq <= FG_ATT_TILE; nq++)
-                            for (int s = 0; s < 4; s++) {
-                                int64_t pos[FG_ATT_TILE];
-                                for (int i = 0; i < nq; i++) pos[i] = starts[s] + i;
-                                check_case(fg_isa_name(isa), reps[a], hds[b], nq, pos, windows[w], softcap, sinks);
-                            }
-                        check_case(fg_isa_name(isa), reps[a], hds[b], FG_ATT_TILE, scattered, windows[w], softcap,
-                                   sinks);
-                    }
+        for (int gr = 1; gr <= 2; gr++) /* groups */
+            for (int a = 0; a < 3; a++)
+                for (int b = 0; b < 6; b++)
+                    for (int w = 0; w < 2; w++)
+                        for (int cap = 0; cap < 3; cap++) { /* plain, soft-capped, with sinks */
+                            float softcap = cap == 1 ? 3.0f : 0.0f;
+                            const float *sinks = cap == 2 ? sink_vals : NULL;
+                            for (int nq = 1; nq <= FG_ATT_TILE; nq++)
+                                for (int s = 0; s < 4; s++) {
+                                    int64_t pos[FG_ATT_TILE];
+                                    for (int i = 0; i < nq; i++) pos[i] = starts[s] + i;
+                                    check_case(fg_isa_name(isa), gr, reps[a], hds[b], nq, pos, windows[w], softcap,
+                                               sinks);
+                                }
+                            check_case(fg_isa_name(isa), gr, reps[a], hds[b], FG_ATT_TILE, scattered, windows[w],
+                                       softcap, sinks);
+                        }
         for (int64_t n = 1; n <= 41; n += 4) check_gelu(isa, n);
         check_gelu(isa, 1541);
         printf("%s: %s\n", fg_isa_name(isa), failed == before ? "ok" : "FAILED");
