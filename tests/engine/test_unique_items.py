@@ -1,5 +1,6 @@
 """uniqueItems enforced as the output is written (fastgguf.engine.unique_items), against jsonschema's equality."""
 import json
+import os
 import random
 import re
 
@@ -380,3 +381,23 @@ def test_generated_arrays_of_a_finite_set_are_valid(bpe, values, min_items, rng)
     if text is not None:
         doc = json.loads(text)
         assert jsonschema.Draft202012Validator(schema).is_valid(doc), text
+
+
+def test_real_schema_with_a_large_enum_never_dead_ends(default_model_path):
+    """JsonSchemaStore's github-workflow-template-properties (JSONSchemaBench): categories are distinct items of 865
+    language names. Greedy, the default model wrote "Cloud Firestore Security Rules", then "Cloud Firestore
+    Security" again, and the generation ended in the uniqueItems RuntimeError (the lookahead sees only a single
+    token completing a repeat). Now it ends in "stop" or "length", and a "stop" text is valid."""
+    pytest.importorskip("llguidance")
+    from fastgguf import Model
+    path = os.path.join(os.path.dirname(os.path.dirname(os.path.abspath(__file__))), "data", "schemas",
+                        "github-workflow-template-properties.json")
+    with open(path) as f:
+        schema = json.load(f)
+    model = Model(default_model_path, n_threads=1)
+    r = model.chat([{"role": "user", "content": "Write a realistic JSON instance of this JSON Schema:\n"
+                     + json.dumps(schema)[:3000]}], max_tokens=256, temperature=0, json_schema=schema)
+    assert r.finish_reason in ("stop", "length"), r.finish_reason
+    assert '"Cloud Firestore Security Rules"' in r.text                # past the former dead end
+    if r.finish_reason == "stop":
+        assert jsonschema.Draft7Validator(schema).is_valid(json.loads(r.text)), r.text
