@@ -72,6 +72,7 @@ class _Places:
         self.root = self._close([()])
         self._memo = {}
         self._choices = {}       # (roots, index) -> _Choices or None
+        self._sets = {}          # _Values -> its _Choices: one per set, whichever items share it (and its cache)
         self._items = {}         # path -> _Values of the subschema there
 
     def _close(self, paths):
@@ -122,7 +123,11 @@ class _Places:
                 values = _join(values, self._array(p, i, 0))
             if len(self._choices) >= _MEMO:
                 self._choices.clear()
-            self._choices[key] = _Choices.of(values) if roots else None
+            if roots and values not in self._sets:
+                if len(self._sets) >= _MEMO:
+                    self._sets.clear()
+                self._sets[values] = _Choices.of(values)
+            self._choices[key] = self._sets[values] if roots else None
         return self._choices[key]
 
     def _array(self, p, i, depth):
@@ -254,8 +259,8 @@ class _Choices:
         hit = self._steps.get(key)
         if hit is None:
             hit = self._pieces(prefix, tokens)
-            if len(self._steps) >= _STEPS_KEPT:
-                self._steps.clear()
+            if len(self._steps) >= _STEPS_KEPT:          # the item's start (the costliest) stays
+                self._steps = {k: v for k, v in self._steps.items() if not k[1]}
             self._steps[key] = hit
         ids, lo, hi = hit
         used = np.array(sorted(self.index[k] for k in seen if k in self.index), np.int64)
