@@ -521,7 +521,9 @@ class Matcher:
         return self._m.is_stopped()
 
 
-LOOKAHEAD = 4      # a uniqueItems string item's risky tokens are followed this deep (the first and 3 after it)
+# a uniqueItems string item's risky tokens are followed this deep (the first and 3 after it); items of a finite set
+# of strings need none: unique_items keeps them on the values not written yet
+LOOKAHEAD = 4
 
 
 def _allowed(mask, t):

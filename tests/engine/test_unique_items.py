@@ -1,6 +1,8 @@
 """uniqueItems enforced as the output is written (fastgguf.engine.unique_items), against jsonschema's equality."""
 import json
+import os
 import random
+import re
 
 import jsonschema
 import numpy as np
@@ -250,3 +252,152 @@ def test_matcher_looks_past_a_string_that_would_be_forced_to_repeat(vocab_path):
     (b,), (c,) = tok.tokenize_raw("b"), tok.tokenize_raw("c")
     assert not mask[b >> 5] >> np.uint32(b & 31) & np.uint32(1)
     assert mask[c >> 5] >> np.uint32(c & 31) & np.uint32(1)
+
+
+# -- items from a finite set of strings: kept on the values not written yet, no dead end -----------------------------
+
+def test_choices_follow_refs_all_of_and_alternatives():
+    def choices(schema, i=0):
+        places = _Places(rewrite(schema, defer_unique=True))
+        return places.choices(((),), i)
+    abc = ["abc", "abd", "x", "y", "z", "w"]
+    c = choices({"type": "array", "items": {"type": "string", "enum": abc}, "uniqueItems": True})
+    assert c.texts == sorted(t.encode() for t in abc) and c.only
+    c = choices({"$defs": {"l": {"enum": abc + [1]}}, "type": "array", "uniqueItems": True,
+                 "items": {"allOf": [{"$ref": "#/$defs/l"}, {"enum": ["abc", "x", "q", 1]}]}})
+    assert c.texts == [b"abc", b"x"] and not c.only                 # the number 1 may be an item too
+    c = choices({"type": "array", "uniqueItems": True, "items": {"anyOf": [{"const": "a"}, {"enum": abc}]}})
+    assert len(c.texts) == 7 and c.only
+    c = choices({"anyOf": [{"type": "array", "items": {"enum": abc}}, {"type": "string"}], "uniqueItems": True})
+    assert len(c.texts) == 6                                        # the string branch holds no array
+    for loose in ({"anyOf": [{"type": "array", "items": {"enum": abc}}, {"type": "array"}], "uniqueItems": True},
+                  {"type": "array", "items": {"anyOf": [{"enum": abc}, {"type": "string"}]}, "uniqueItems": True},
+                  {"type": "array", "items": {"enum": abc + ['q"uote']}, "uniqueItems": True},   # spelled escaped
+                  {"type": "array", "items": {"type": "string"}, "uniqueItems": True}):
+        assert choices(loose) is None, loose
+    tuple_ = {"type": "array", "prefixItems": [{"type": "string"}], "items": {"enum": abc}, "uniqueItems": True}
+    assert choices(tuple_, 0) is None and len(choices(tuple_, 1).texts) == 6
+
+
+def test_forbid_keeps_a_finite_string_item_on_values_not_written():
+    """Values "abc" and "abd" written: in a third item, "a" and "ab" lead only to repeats and are refused (the
+    grammar's mask, all ones here, allows them); the closing quote only on a value; once every value is written,
+    no ',' (no item may follow)."""
+    pieces = [b'"', b'a', b'ab', b'b', b'c', b'd', b'x', b'"]', b'", ', b',', b' ', b'xy', b'y', b'"x', b', "a']
+    vocab = TokenBytes(pieces)
+    schema = {"type": "array", "items": {"enum": ["abc", "abd", "x", "xy", "y", "bcd"]}, "uniqueItems": True}
+
+    def allowed_after(text):
+        u = tracker(schema)
+        assert u.feed(text.encode())
+        mask = np.full(1, 0xFFFFFFFF, np.uint32)
+        u.forbid(mask, vocab)
+        return {pieces[i] for i in range(len(pieces)) if mask[0] >> i & 1}
+
+    assert allowed_after('["abc", "abd", "') == {b'x', b'xy', b'y', b'b'}
+    assert allowed_after('["abc", "abd", "b') == {b'c'}
+    closing = {b'"', b'"]', b'"x'}                                # ('"x': the grammar's to refuse)
+    assert allowed_after('["abc", "abd", "x') == closing | {b'", ', b'y'}
+    after = allowed_after('["abc", "abd", "x"')
+    assert b', "a' not in after and b',' in after and b'", ' not in after   # '"a' leads only to repeats
+    assert allowed_after('["abc", "x') == closing | {b'", ', b'y'}
+    assert b'", ' not in allowed_after('["abc", "abd", "x", "y", "bcd", "x')   # xy would be the last value
+    full = allowed_after('["abc", "abd", "x", "y", "bcd", "xy"')
+    assert b',' not in full and b' ' in full
+    assert not tracker(schema).feed(b'["abc", "abd", "x", "y", "bcd", "xy",')
+    assert not tracker(schema).feed(b'["q"]')                                 # not a value of the set
+
+
+def test_tiny_enum_no_dead_end(vocab_path):
+    """The model wants to write "ab" again and again: values "abc" and "abd" are written, so after '"ab' only
+    repeats would be left. The uniqueItems lookahead (4 tokens, for a single token completing a repeat) let "ab"
+    through and then found no token (RuntimeError); now "a" and "ab" are refused at once and the array ends valid."""
+    pytest.importorskip("llguidance")
+    from fastgguf.engine.grammar import Grammar, Matcher, Vocabulary
+    from fastgguf.tokenizer import Tokenizer
+    tok = Tokenizer(vocab_path("llama-bpe"))
+    vocab = Vocabulary(tok)
+    schema = {"type": "array", "items": {"enum": ["abc", "abd", "x1", "x2", "x3", "x4"]}, "uniqueItems": True}
+    assert UNIQUE_MARK in Grammar.json_schema(schema).text        # over 256 arrays: left to the scanner
+    m = Matcher(vocab, Grammar.json_schema(schema))
+    for t in tok.tokenize_raw('["abc", "abd", "'):
+        m.fill_mask()
+        m.consume(t)
+    prefs = [tok.tokenize_raw(p)[0] for p in ("ab", "a", "b")] + [tok.tokenize_raw(p)[0] for p in ('"]', "]")]
+    text = b'["abc", "abd", "'
+    for _ in range(20):
+        mask = m.fill_mask()
+        ok = [t for t in prefs if mask[t >> 5] >> np.uint32(t & 31) & np.uint32(1)]
+        t = ok[0] if ok else int(np.flatnonzero(np.unpackbits(mask.view(np.uint8), bitorder="little"))[0])
+        if t in vocab.eog_ids:
+            break
+        m.consume(t)
+        text += vocab.tokens[t]
+    doc = json.loads(text)
+    assert jsonschema.Draft202012Validator(schema).is_valid(doc) and len(doc) == 3, text
+
+
+@pytest.fixture(scope="module")
+def bpe(vocab_path):
+    pytest.importorskip("llguidance")
+    from fastgguf.engine.grammar import Vocabulary
+    from fastgguf.tokenizer import Tokenizer
+    return Vocabulary(Tokenizer(vocab_path("llama-bpe")))
+
+
+def walk(m, vocab, rng, limit=400):
+    """A model that likes to repeat: in a string item, with odds 4 in 5, a token that spells on towards an item
+    written before (where the mask allows one), else any allowed token. The bytes written (RuntimeError where no
+    token is allowed: a dead end)."""
+    text = b""
+    for _ in range(limit):
+        mask = m.fill_mask()
+        ids = np.flatnonzero(np.unpackbits(mask.view(np.uint8), bitorder="little"))
+        if text.count(b'"') % 2:
+            partial = text[text.rindex(b'"') + 1:]
+            rests = [d[len(partial):] for d in re.findall(rb'"([^"]*)"', text) if d.startswith(partial)]
+            liked = [t for t in ids if any(r.startswith(vocab.tokens[t]) for r in rests if r)]
+            if liked and rng.random() < 0.8:
+                ids = liked
+        t = int(rng.choice(list(ids)))
+        if t in vocab.eog_ids:
+            return text
+        m.consume(t)
+        text += vocab.tokens[t]
+    return None
+
+
+@settings(max_examples=30, deadline=None, derandomize=True)
+@given(st.lists(st.text(alphabet="abé", min_size=1, max_size=4), min_size=6, max_size=9, unique=True),
+       st.integers(0, 3), st.randoms(use_true_random=False))
+def test_generated_arrays_of_a_finite_set_are_valid(bpe, values, min_items, rng):
+    """Random enums of short strings that are prefixes of one another, written by a model that likes to repeat:
+    never a dead end (the mask is never empty), and what ends is valid under jsonschema."""
+    from fastgguf.engine.grammar import Grammar, Matcher
+    schema = {"type": "array", "items": {"type": "string", "enum": values}, "uniqueItems": True,
+              "minItems": min_items}
+    m = Matcher(bpe, Grammar.json_schema(schema))
+    text = walk(m, bpe, rng)
+    if text is not None:
+        doc = json.loads(text)
+        assert jsonschema.Draft202012Validator(schema).is_valid(doc), text
+
+
+def test_real_schema_with_a_large_enum_never_dead_ends(default_model_path):
+    """JsonSchemaStore's github-workflow-template-properties (JSONSchemaBench): categories are distinct items of 865
+    language names. Greedy, the default model wrote "Cloud Firestore Security Rules", then "Cloud Firestore
+    Security" again, and the generation ended in the uniqueItems RuntimeError (the lookahead sees only a single
+    token completing a repeat). Now it ends in "stop" or "length", and a "stop" text is valid."""
+    pytest.importorskip("llguidance")
+    from fastgguf import Model
+    path = os.path.join(os.path.dirname(os.path.dirname(os.path.abspath(__file__))), "data", "schemas",
+                        "github-workflow-template-properties.json")
+    with open(path) as f:
+        schema = json.load(f)
+    model = Model(default_model_path, n_threads=1)
+    r = model.chat([{"role": "user", "content": "Write a realistic JSON instance of this JSON Schema:\n"
+                     + json.dumps(schema)[:3000]}], max_tokens=256, temperature=0, json_schema=schema)
+    assert r.finish_reason in ("stop", "length"), r.finish_reason
+    assert '"Cloud Firestore Security Rules"' in r.text                # past the former dead end
+    if r.finish_reason == "stop":
+        assert jsonschema.Draft7Validator(schema).is_valid(json.loads(r.text)), r.text
