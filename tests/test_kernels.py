@@ -204,10 +204,11 @@ def test_matmul_many_rows_equals_gemv_per_row(isa, t):
 
 
 def test_f16_panel_gemm_equals_gemv_and_scalar(isa):
-    """F16's AVX-512 gemm converts a panel of weight rows to F32 once (64 KB: 16384 // n16 rows, a multiple of 4) and
-    runs every activation over it, from 4 activations up: bit for bit the gemv of each activation, and within
-    DOT_RTOL of the scalar vec_dot. Rows of odd length (a masked tail), several panels and a short last one (389:
-    40 rows a panel, 43 rows; 1541: 8 a panel), and a length past the buffer (4100: the F16 tiles)."""
+    """F16's AVX-512 gemm converts a panel of weight rows to F32 once (32 KB under 128 activations, else 64 KB: that
+    // n16 rows, a multiple of 4) and runs every activation over it, from 4 activations up: bit for bit the gemv of
+    each activation, and within DOT_RTOL of the scalar vec_dot. Rows of odd length (a masked tail), several panels and
+    a short last one (389: 20 rows a panel, 43 rows; 1541: 4 a panel), and a length past the buffer (4100: the F16
+    tiles)."""
     prev = kernels.set_isa(isa)
     try:
         for n, rows in ((389, 43), (1541, 19), (4100, 5)):
