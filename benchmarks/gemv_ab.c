@@ -1,10 +1,10 @@
-/* A/B of one-activation GEMVs (Q4_0, Q4_1 or Q8_0 weights, random blocks, beyond cache) between two builds of the
+/* A/B of one-activation GEMVs (Q4_0, Q4_1, Q5_1 or Q8_0 weights, random blocks, beyond cache) between two builds of the
  * kernels, dlopen'ed into one process and run alternately, each for `secs` seconds per round; prints GB/s of weights
  * read and whether both builds give the same floats. Build each side's csrc/ (kernel files as .ci/kernels.sh lists
  * them) as
  *   gcc -std=gnu11 -O3 -ffp-contract=off -fPIC -shared -pthread -Wl,-Bsymbolic -I. <kernel files> -lm -o libX.so
  * into ./libbase.so and ./libnew.so, then: gcc -O2 -Icsrc benchmarks/gemv_ab.c -ldl -o ab
- *   ./ab TYPE ISA N MB ROUNDS SECS   (TYPE 2 = Q4_0, 3 = Q4_1, 8 = Q8_0; ISA 1 = AVX2, 2 = AVX-512 (+VNNI)) */
+ *   ./ab TYPE ISA N MB ROUNDS SECS   (TYPE 2 = Q4_0, 3 = Q4_1, 7 = Q5_1, 8 = Q8_0; ISA 1 = AVX2, 2 = AVX-512 + VNNI) */
 #include <dlfcn.h>
 #include <stdint.h>
 #include <stdio.h>
@@ -19,7 +19,9 @@ int main(int argc, char **argv) {
     int rounds = atoi(argv[5]); double secs = atof(argv[6]);
     void *h[2] = {dlopen("./libbase.so", RTLD_NOW | RTLD_LOCAL), dlopen("./libnew.so", RTLD_NOW | RTLD_LOCAL)};
     if (!h[0] || !h[1]) { fprintf(stderr, "%s\n", dlerror()); return 1; }
-    size_t bs = type == FG_TYPE_Q4_0 ? 18 : type == FG_TYPE_Q4_1 ? 20 : 34, rs = (size_t)(n / 32) * bs;
+    const int q81 = type == FG_TYPE_Q4_1 || type == FG_TYPE_Q5_1; /* activation Q8_1, else Q8_0 */
+    size_t bs = type == FG_TYPE_Q4_0 ? 18 : type == FG_TYPE_Q4_1 ? 20 : type == FG_TYPE_Q5_1 ? 24 : 34;
+    size_t rs = (size_t)(n / 32) * bs;
     long rows = (long)(mb * 1e6 / rs);
     unsigned char *w = aligned_alloc(64, (rs * rows + 63) / 64 * 64);
     uint64_t s = 88172645463325252ull;
@@ -30,7 +32,7 @@ int main(int argc, char **argv) {
     unsigned char *xq = malloc(n / 32 * 36 + 64);
     kof_fn kof[2];
     for (int v = 0; v < 2; v++) kof[v] = (kof_fn)dlsym(h[v], "fg_kernels_of");
-    kof[0](FG_ISA_SCALAR, type == FG_TYPE_Q4_1 ? FG_TYPE_Q8_1 : FG_TYPE_Q8_0)->quantize(x, xq, n);
+    kof[0](FG_ISA_SCALAR, q81 ? FG_TYPE_Q8_1 : FG_TYPE_Q8_0)->quantize(x, xq, n);
     for (int v = 0; v < 2; v++) kof[v](isa, type)->gemv(n, w, rs, xq, y[v], rows);
     printf("rows %ld x %ld (%.0f MB), same result: %s\n", rows, n, rs * rows / 1e6,
            memcmp(y[0], y[1], rows * 4) ? "NO" : "yes");

@@ -292,10 +292,10 @@ def test_row_lane_kernels_equal_scalar_exactly(isa, t):
         kernels.set_isa(prev)
 
 
-@pytest.mark.parametrize("t", ["Q4_0", "Q8_0", "Q4_1"])
+@pytest.mark.parametrize("t", ["Q4_0", "Q8_0", "Q4_1", "Q5_1"])
 def test_stream_gemv_equals_vec_dot_exactly(isa, t):
-    """Q4_0's, Q8_0's and Q4_1's x86 gemv reads the rows as 8 ascending streams (FG_GEMV_STREAMS: tile t takes rows
-    t, t + q, ..., t + 7q, then the nrows % 8 left) with the per-row float steps of the gemm's tiles, so every row
+    """The x86 gemv of Q4_0, Q8_0, Q4_1 and Q5_1 reads the rows as 8 ascending streams (FG_GEMV_STREAMS: tile t takes
+    rows t, t + q, ..., t + 7q, then the nrows % 8 left) with the per-row float steps of the gemm's tiles, so every row
     equals its vec_dot bit for bit: rows with and without a remainder, n within one chunk of activation scales,
     across chunks (4096 + 96) and past the streams' 1024 blocks (the gemm's path)."""
     for n, rows in ((64, 8), (2048 + 32, 29), (4096 + 96, 21), (1024 * 32 + 64, 10)):
