@@ -86,14 +86,16 @@ FG_INLINE_AVX2 void q4_0_aux(const char *x, int kc, fg_xaux *aux) {
 #define Q4_0_STEP8(NIBDOT, acc, lo, hi, dw, xq, ax)                                                             \
     _mm256_fmadd_ps(_mm256_cvtepi32_ps(_mm256_sub_epi32(NIBDOT(lo, hi, xq), _mm256_set1_epi32((ax)->c))),       \
                     _mm256_mul_ps(dw, _mm256_set1_ps((ax)->d)), acc)
+/* NAME##_at asks for each row's block `ahead` bytes on (fg_prefetch_rows8); NAME (the tiles' shape) 8 rows on;
+ * NAME##_gemv is the one-activation tile of the streams gemv (FG_GEMV_STREAMS). */
 #define Q4_0_TILE8(NAME, INLINE, NIBDOT)                                                                    \
-    INLINE void NAME(const int R, const int M, int first, int kc, const char *w, size_t stride, const char *x, \
-                     size_t xs, const fg_xaux (*aux)[FG_KC], float *y, int64_t ldy) {                       \
+    INLINE void NAME##_at(const int R, const int M, int first, int kc, const char *w, size_t stride, size_t ahead, \
+                          const char *x, size_t xs, const fg_xaux (*aux)[FG_KC], float *y, int64_t ldy) {    \
         __m256 acc[8]; /* [a]: 8 rows */                                                                    \
         fg_load_rows8(R, M, first, acc, y, ldy);                                                            \
         for (int i = 0; i < kc; i++) {                                                                      \
             const char *wb = w + i * sizeof(block_q4_0);                                                    \
-            fg_prefetch_tile8(w, stride, R, i, kc, sizeof(block_q4_0));                                     \
+            fg_prefetch_rows8(w, stride, ahead, R, i, kc, sizeof(block_q4_0));                              \
             __m256i lo[4], hi[4];                                                                           \
             fg_rows8_nibbles(wb + offsetof(block_q4_0, qs), stride, R, lo, hi);                             \
             const __m256 dw = fg_rows8_f16(wb + offsetof(block_q4_0, d), stride, R);                        \
@@ -101,10 +103,20 @@ FG_INLINE_AVX2 void q4_0_aux(const char *x, int kc, fg_xaux *aux) {
                 acc[a] = Q4_0_STEP8(NIBDOT, acc[a], lo, hi, dw, ((const block_q8_0 *)(x + a * xs) + i)->qs, &aux[a][i]); \
         }                                                                                                   \
         fg_store_rows8(R, M, acc, y, ldy);                                                                  \
+    }                                                                                                       \
+    INLINE void NAME(const int R, const int M, int first, int kc, const char *w, size_t stride, const char *x, \
+                     size_t xs, const fg_xaux (*aux)[FG_KC], float *y, int64_t ldy) {                       \
+        NAME##_at(R, M, first, kc, w, stride, 8 * stride, x, xs, aux, y, ldy);                              \
+    }                                                                                                       \
+    INLINE void NAME##_gemv(const int R, int first, int kc, const char *w, size_t stride, size_t ahead,     \
+                            const char *x, const fg_xaux (*aux)[FG_KC], float *y) {                         \
+        NAME##_at(R, 1, first, kc, w, stride, ahead, x, 0, aux, y, 0);                                      \
     }
 Q4_0_TILE8(q4_0_tile8_avx2, FG_INLINE_AVX2, fg_nib8_dot_avx2)
-FG_KERNELS_FROM_TILE8(vec_dot_q4_0_q8_0_avx2, gemv_q4_0_q8_0_avx2, gemm_q4_0_q8_0_avx2_tiles, FG_TARGET_AVX2,
-                      q4_0_tile8_avx2, q4_0_aux, sizeof(block_q4_0), sizeof(block_q8_0), QK4_0, 8)
+FG_GEMM_DOT_FROM_TILE(vec_dot_q4_0_q8_0_avx2, gemm_q4_0_q8_0_avx2_tiles, FG_TARGET_AVX2, q4_0_tile8_avx2, q4_0_aux,
+                      sizeof(block_q4_0), sizeof(block_q8_0), QK4_0, 8, 8)
+FG_GEMV_STREAMS(gemv_q4_0_q8_0_avx2, FG_TARGET_AVX2, q4_0_tile8_avx2_gemv, gemm_q4_0_q8_0_avx2_tiles, q4_0_aux,
+                sizeof(block_q4_0), sizeof(block_q8_0), QK4_0)
 
 /* Panels for many activations (FG_GEMM_FROM_PANEL): one block of 8 (AVX2) or 16 (VNNI) rows as the lanes tiles unpack
  * it, and those tiles' float steps over it. */
@@ -165,8 +177,10 @@ FG_INLINE_AVX512_VNNI void q4_0_tile16_vnni(const int R, const int M, int first,
     }
     fg_store_rows16(R, M, acc, y, ldy);
 }
-FG_KERNELS_FROM_TILE16(vec_dot_q4_0_q8_0_vnni, gemv_q4_0_q8_0_vnni, gemm_q4_0_q8_0_vnni_tiles, FG_TARGET_AVX512_VNNI,
-                       q4_0_tile16_vnni, q4_0_aux, sizeof(block_q4_0), sizeof(block_q8_0), QK4_0, 16)
+FG_GEMM_DOT_FROM_TILE(vec_dot_q4_0_q8_0_vnni, gemm_q4_0_q8_0_vnni_tiles, FG_TARGET_AVX512_VNNI, q4_0_tile16_vnni,
+                      q4_0_aux, sizeof(block_q4_0), sizeof(block_q8_0), QK4_0, 16, 16)
+FG_GEMV_STREAMS(gemv_q4_0_q8_0_vnni, FG_TARGET_AVX512_VNNI, q4_0_tile8_vnni_gemv, gemm_q4_0_q8_0_vnni_tiles, q4_0_aux,
+                sizeof(block_q4_0), sizeof(block_q8_0), QK4_0)
 FG_INLINE_AVX512_VNNI void q4_0_fill16(const int R, int kc, const char *w, size_t stride, fg_panel16 *p) {
     for (int i = 0; i < kc; i++) {
         const char *wb = w + i * sizeof(block_q4_0);

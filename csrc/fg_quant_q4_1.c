@@ -77,7 +77,9 @@ FG_TARGET_AVX2 static void dequantize_row_q4_1_avx2(const void *vx, float *y, in
  * nibbles in one ymm, low nibbles against the activation's first 16 bytes of each block, high against the last 16,
  * DOT2 the u8.s8 dot, then fg_hsum8x2_epi32 puts the 8 rows' sums into lanes; no transpose where nothing would share
  * it). sum_j (d q_j + m) dx x_j = d dx sum(q x) + m s: fg_q8_1_step8, the scalar reference's float step, so every
- * path of every twin (AVX2: maddubs; AVX-512: the same tile with VNNI dpbusd) equals the scalar vec_dot bit for bit. */
+ * path of every twin (AVX2: maddubs; AVX-512: the same tile with VNNI dpbusd) equals the scalar vec_dot bit for bit.
+ * NAME##_at asks for each row's block `ahead` bytes on (fg_prefetch_rows8); NAME (the tiles' shape) 8 rows on;
+ * NAME##_gemv is the one-activation tile of the streams gemv (FG_GEMV_STREAMS). */
 #define Q4_1_TILE8(NAME, INLINE, DOT2, NIBDOT)                                                              \
     INLINE __m256 NAME##_pair(const int R, const char *wb, size_t stride, const block_q8_1 *xb,             \
                               const fg_xaux *aux, __m256 acc) {                                             \
@@ -99,20 +101,20 @@ FG_TARGET_AVX2 static void dequantize_row_q4_1_avx2(const void *vx, float *y, in
         }                                                                                                   \
         return acc;                                                                                         \
     }                                                                                                       \
-    INLINE void NAME(const int R, const int M, int first, int kc, const char *w, size_t stride, const char *x, \
-                     size_t xs, const fg_xaux (*aux)[FG_KC], float *y, int64_t ldy) {                       \
+    INLINE void NAME##_at(const int R, const int M, int first, int kc, const char *w, size_t stride, size_t ahead, \
+                          const char *x, size_t xs, const fg_xaux (*aux)[FG_KC], float *y, int64_t ldy) {    \
         __m256 acc[8]; /* [a]: 8 rows */                                                                    \
         fg_load_rows8(R, M, first, acc, y, ldy);                                                            \
         int i = 0;                                                                                          \
         if (M == 1)                                                                                         \
             for (; i + 2 <= kc; i += 2) {                                                                   \
-                fg_prefetch_tile8(w, stride, R, i, kc, sizeof(block_q4_1));                                 \
-                fg_prefetch_tile8(w, stride, R, i + 1, kc, sizeof(block_q4_1));                             \
+                fg_prefetch_rows8(w, stride, ahead, R, i, kc, sizeof(block_q4_1));                          \
+                fg_prefetch_rows8(w, stride, ahead, R, i + 1, kc, sizeof(block_q4_1));                      \
                 acc[0] = NAME##_pair(R, w + i * sizeof(block_q4_1), stride, (const block_q8_1 *)x + i, aux[0] + i, acc[0]); \
             }                                                                                               \
         for (; i < kc; i++) {                                                                               \
             const char *wb = w + i * sizeof(block_q4_1);                                                    \
-            fg_prefetch_tile8(w, stride, R, i, kc, sizeof(block_q4_1));                                     \
+            fg_prefetch_rows8(w, stride, ahead, R, i, kc, sizeof(block_q4_1));                              \
             __m256i lo[4], hi[4];                                                                           \
             fg_rows8_nibbles(wb + offsetof(block_q4_1, qs), stride, R, lo, hi);                             \
             __m256 dw, mw;                                                                                  \
@@ -123,10 +125,20 @@ FG_TARGET_AVX2 static void dequantize_row_q4_1_avx2(const void *vx, float *y, in
             }                                                                                               \
         }                                                                                                   \
         fg_store_rows8(R, M, acc, y, ldy);                                                                  \
+    }                                                                                                       \
+    INLINE void NAME(const int R, const int M, int first, int kc, const char *w, size_t stride, const char *x, \
+                     size_t xs, const fg_xaux (*aux)[FG_KC], float *y, int64_t ldy) {                       \
+        NAME##_at(R, M, first, kc, w, stride, 8 * stride, x, xs, aux, y, ldy);                              \
+    }                                                                                                       \
+    INLINE void NAME##_gemv(const int R, int first, int kc, const char *w, size_t stride, size_t ahead,     \
+                            const char *x, const fg_xaux (*aux)[FG_KC], float *y) {                         \
+        NAME##_at(R, 1, first, kc, w, stride, ahead, x, 0, aux, y, 0);                                      \
     }
 Q4_1_TILE8(q4_1_tile8_avx2, FG_INLINE_AVX2, FG_DOT2_U8S8_256, fg_nib8_dot_avx2)
-FG_KERNELS_FROM_TILE8(vec_dot_q4_1_q8_1_avx2, gemv_q4_1_q8_1_avx2, gemm_q4_1_q8_1_avx2, FG_TARGET_AVX2, q4_1_tile8_avx2,
-                      fg_q8_1_aux, sizeof(block_q4_1), sizeof(block_q8_1), QK4_1, 8)
+FG_GEMM_DOT_FROM_TILE(vec_dot_q4_1_q8_1_avx2, gemm_q4_1_q8_1_avx2, FG_TARGET_AVX2, q4_1_tile8_avx2, fg_q8_1_aux,
+                      sizeof(block_q4_1), sizeof(block_q8_1), QK4_1, 8, 8)
+FG_GEMV_STREAMS(gemv_q4_1_q8_1_avx2, FG_TARGET_AVX2, q4_1_tile8_avx2_gemv, gemm_q4_1_q8_1_avx2, fg_q8_1_aux,
+                sizeof(block_q4_1), sizeof(block_q8_1), QK4_1)
 /* AVX-512 + VNNI: the same tile with dpbusd (256-bit, AVX512VL) for the gemv, and its 16-row zmm twin for more
  * activations (fg_rows16_*: rows in the 16 lanes, one broadcast + dpbusd and one float step per 16 pairs). Without
  * VNNI, AVX-512 runs the AVX2 kernels. */
@@ -153,8 +165,10 @@ FG_INLINE_AVX512_VNNI void q4_1_tile16_vnni(const int R, const int M, int first,
     }
     fg_store_rows16(R, M, acc, y, ldy);
 }
-FG_KERNELS_FROM_TILE16(vec_dot_q4_1_q8_1_vnni, gemv_q4_1_q8_1_vnni, gemm_q4_1_q8_1_vnni, FG_TARGET_AVX512_VNNI,
-                       q4_1_tile16_vnni, fg_q8_1_aux, sizeof(block_q4_1), sizeof(block_q8_1), QK4_1, 8)
+FG_GEMM_DOT_FROM_TILE(vec_dot_q4_1_q8_1_vnni, gemm_q4_1_q8_1_vnni, FG_TARGET_AVX512_VNNI, q4_1_tile16_vnni,
+                      fg_q8_1_aux, sizeof(block_q4_1), sizeof(block_q8_1), QK4_1, 8, 16)
+FG_GEMV_STREAMS(gemv_q4_1_q8_1_vnni, FG_TARGET_AVX512_VNNI, q4_1_tile8_vnni_gemv, gemm_q4_1_q8_1_vnni, fg_q8_1_aux,
+                sizeof(block_q4_1), sizeof(block_q8_1), QK4_1)
 #endif /* FG_HAVE_X86 */
 
 #if FG_HAVE_NEON

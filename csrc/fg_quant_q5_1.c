@@ -93,16 +93,19 @@ FG_TARGET_AVX2 static void dequantize_row_q5_1_avx2(const void *vx, float *y, in
  * q (0..31) is unpacked once in element order; one activation (the gemv) dots every row with it and reduces the 8
  * rows' partial sums into lanes, more share a transpose (v[g] lane r: row r's elements 4g..4g+3) against their
  * broadcast 4-byte groups, 4 maddubs summed in int16 (4 * 2 * 31 * 127 < 32767) per madd. Either way every lane takes
- * the scalar reference's float step, sum += (float)sumi * (dw * dx) + mw * sx, so all paths equal it bit for bit. */
-FG_INLINE_AVX2 void q5_1_tile8_avx2(const int R, const int M, int first, int kc, const char *w, size_t stride,
-                                    const char *x, size_t xs, const fg_xaux (*aux)[FG_KC], float *y, int64_t ldy) {
+ * the scalar reference's float step, sum += (float)sumi * (dw * dx) + mw * sx, so all paths equal it bit for bit.
+ * Each row's block asks for the bytes `ahead` of it (fg_prefetch_rows8): 8 rows on in the tiles (q5_1_tile8_avx2),
+ * the stream's next row in the gemv (q5_1_gemv8_avx2, FG_GEMV_STREAMS). */
+FG_INLINE_AVX2 void q5_1_tile8_at_avx2(const int R, const int M, int first, int kc, const char *w, size_t stride,
+                                       size_t ahead, const char *x, size_t xs, const fg_xaux (*aux)[FG_KC], float *y,
+                                       int64_t ldy) {
     const __m256i ones = _mm256_set1_epi16(1);
     __m256 acc[8]; /* [a]: 8 rows */
     fg_load_rows8(R, M, first, acc, y, ldy);
     for (int i = 0; i < kc; i++) {
         const char *wb = w + i * sizeof(block_q5_1);
         __m256i v[8]; /* [r]: row r's 32 q in element order */
-        fg_prefetch_tile8(w, stride, R, i, kc, sizeof(block_q5_1));
+        fg_prefetch_rows8(w, stride, ahead, R, i, kc, sizeof(block_q5_1));
         for (int r = 0; r < 8; r++) {
             v[r] = _mm256_setzero_si256();
             if (r >= R) continue;
@@ -131,9 +134,19 @@ FG_INLINE_AVX2 void q5_1_tile8_avx2(const int R, const int M, int first, int kc,
     }
     fg_store_rows8(R, M, acc, y, ldy);
 }
+FG_INLINE_AVX2 void q5_1_tile8_avx2(const int R, const int M, int first, int kc, const char *w, size_t stride,
+                                    const char *x, size_t xs, const fg_xaux (*aux)[FG_KC], float *y, int64_t ldy) {
+    q5_1_tile8_at_avx2(R, M, first, kc, w, stride, 8 * stride, x, xs, aux, y, ldy);
+}
+FG_INLINE_AVX2 void q5_1_gemv8_avx2(const int R, int first, int kc, const char *w, size_t stride, size_t ahead,
+                                    const char *x, const fg_xaux (*aux)[FG_KC], float *y) {
+    q5_1_tile8_at_avx2(R, 1, first, kc, w, stride, ahead, x, 0, aux, y, 0);
+}
 
-FG_KERNELS_FROM_TILE8(vec_dot_q5_1_q8_1_avx2, gemv_q5_1_q8_1_avx2, gemm_q5_1_q8_1_avx2, FG_TARGET_AVX2, q5_1_tile8_avx2,
-                      fg_q8_1_aux, sizeof(block_q5_1), sizeof(block_q8_1), QK5_1, 8)
+FG_GEMM_DOT_FROM_TILE(vec_dot_q5_1_q8_1_avx2, gemm_q5_1_q8_1_avx2, FG_TARGET_AVX2, q5_1_tile8_avx2, fg_q8_1_aux,
+                      sizeof(block_q5_1), sizeof(block_q8_1), QK5_1, 8, 8)
+FG_GEMV_STREAMS(gemv_q5_1_q8_1_avx2, FG_TARGET_AVX2, q5_1_gemv8_avx2, gemm_q5_1_q8_1_avx2, fg_q8_1_aux,
+                sizeof(block_q5_1), sizeof(block_q8_1), QK5_1)
 #endif /* FG_HAVE_X86 */
 
 #if FG_HAVE_NEON

@@ -160,27 +160,41 @@ FG_INLINE_AVX2 __m256 q8_0_step8(__m256 acc, const __m256i t[8], const __m256i a
     const __m256i dot = _mm256_add_epi32(d0, d1);
     return _mm256_fmadd_ps(_mm256_cvtepi32_ps(dot), _mm256_mul_ps(dw, _mm256_set1_ps(ax->d)), acc);
 }
+/* One activation (the gemv; nothing to share a transpose with): each row's sums by the same sign trick (w = -128 too),
+ * the 8 rows' reduced into lanes; each row's block asks for the bytes `ahead` of it (fg_prefetch_rows8). */
+FG_INLINE_AVX2 void q8_0_gemv8_avx2(const int R, int first, int kc, const char *w, size_t stride, size_t ahead,
+                                    const char *x, const fg_xaux (*aux)[FG_KC], float *y) {
+    const __m256i zero = _mm256_setzero_si256();
+    __m256 acc;
+    fg_load_rows8(R, 1, first, &acc, y, 0);
+    for (int i = 0; i < kc; i++) {
+        const char *wb = w + i * sizeof(block_q8_0);
+        fg_prefetch_rows8(w, stride, ahead, R, i, kc, sizeof(block_q8_0));
+        const __m256 dw = fg_rows8_f16(wb + offsetof(block_q8_0, d), stride, R);
+        const __m256i xq = _mm256_loadu_si256((const __m256i *)((const block_q8_0 *)x + i)->qs);
+        __m256i v[8]; /* [r]: 8 int32 partial sums of row r */
+        for (int r = 0; r < 8; r++) {
+            const __m256i wq =
+                r < R ? _mm256_loadu_si256((const __m256i *)(wb + r * stride + offsetof(block_q8_0, qs))) : zero;
+            v[r] = fg_dot_u8s8_256(_mm256_sign_epi8(wq, wq), _mm256_sign_epi8(xq, wq));
+        }
+        const __m256i dot = fg_hsum8_epi32(v);
+        acc = _mm256_fmadd_ps(_mm256_cvtepi32_ps(dot), _mm256_mul_ps(dw, _mm256_set1_ps(aux[0][i].d)), acc);
+    }
+    fg_store_rows8(R, 1, &acc, y, 0);
+}
 FG_INLINE_AVX2 void q8_0_tile8_avx2(const int R, const int M, int first, int kc, const char *w, size_t stride,
                                     const char *x, size_t xs, const fg_xaux (*aux)[FG_KC], float *y, int64_t ldy) {
-    const __m256i zero = _mm256_setzero_si256();
+    if (M == 1) {
+        q8_0_gemv8_avx2(R, first, kc, w, stride, 8 * stride, x, aux, y);
+        return;
+    }
     __m256 acc[8]; /* [a]: 8 rows */
     fg_load_rows8(R, M, first, acc, y, ldy);
     for (int i = 0; i < kc; i++) {
         const char *wb = w + i * sizeof(block_q8_0);
         fg_prefetch_tile8(w, stride, R, i, kc, sizeof(block_q8_0));
         const __m256 dw = fg_rows8_f16(wb + offsetof(block_q8_0, d), stride, R);
-        if (M == 1) { /* one activation: nothing to share a transpose with; reduce the rows' sums instead */
-            const __m256i xq = _mm256_loadu_si256((const __m256i *)((const block_q8_0 *)x + i)->qs);
-            __m256i v[8]; /* [r]: 8 int32 partial sums of row r, by the same sign trick (w = -128 too) */
-            for (int r = 0; r < 8; r++) {
-                const __m256i wq = r < R ? _mm256_loadu_si256((const __m256i *)(wb + r * stride + offsetof(block_q8_0, qs)))
-                                         : zero;
-                v[r] = fg_dot_u8s8_256(_mm256_sign_epi8(wq, wq), _mm256_sign_epi8(xq, wq));
-            }
-            const __m256i dot = fg_hsum8_epi32(v);
-            acc[0] = _mm256_fmadd_ps(_mm256_cvtepi32_ps(dot), _mm256_mul_ps(dw, _mm256_set1_ps(aux[0][i].d)), acc[0]);
-            continue;
-        }
         __m256i t[8], aw[8];
         fg_rows8_dwords(wb + offsetof(block_q8_0, qs), stride, R, t);
         fg_rows8_dwords(wb + offsetof(block_q8_0, qs) + 16, stride, R, t + 4);
@@ -190,8 +204,10 @@ FG_INLINE_AVX2 void q8_0_tile8_avx2(const int R, const int M, int first, int kc,
     }
     fg_store_rows8(R, M, acc, y, ldy);
 }
-FG_KERNELS_FROM_TILE8(vec_dot_q8_0_q8_0_avx2, gemv_q8_0_q8_0_avx2, gemm_q8_0_q8_0_avx2_tiles, FG_TARGET_AVX2,
-                      q8_0_tile8_avx2, fg_q8_0_aux, sizeof(block_q8_0), sizeof(block_q8_0), QK8_0, 8)
+FG_GEMM_DOT_FROM_TILE(vec_dot_q8_0_q8_0_avx2, gemm_q8_0_q8_0_avx2_tiles, FG_TARGET_AVX2, q8_0_tile8_avx2, fg_q8_0_aux,
+                      sizeof(block_q8_0), sizeof(block_q8_0), QK8_0, 8, 8)
+FG_GEMV_STREAMS(gemv_q8_0_q8_0_avx2, FG_TARGET_AVX2, q8_0_gemv8_avx2, gemm_q8_0_q8_0_avx2_tiles, fg_q8_0_aux,
+                sizeof(block_q8_0), sizeof(block_q8_0), QK8_0)
 
 /* Panels for many activations (FG_GEMM_FROM_PANEL): a block of 8 rows as q8_0_tile8_avx2 unpacks it, and its float
  * step over them. */
@@ -231,14 +247,14 @@ FG_GEMM_FROM_PANEL(gemm_q8_0_q8_0_avx2, FG_TARGET_AVX2, q8_0_panel8, q8_0_fill8,
 /* The 16-row tile's one-activation case (the gemv), 8 rows at a time by the 8-row tiles' row reduction, with
  * u = w ^ 0x80 (w + 128) as below: one xor and one dpbusd per row and block, where the sign trick takes three ops.
  * The same exact sums and float step as the 8-row tiles. */
-FG_INLINE_AVX512_VNNI void q8_0_gemv8_vnni(const int R, int first, int kc, const char *w, size_t stride, const char *x,
-                                           const fg_xaux (*aux)[FG_KC], float *y) {
+FG_INLINE_AVX512_VNNI void q8_0_gemv8_vnni(const int R, int first, int kc, const char *w, size_t stride, size_t ahead,
+                                           const char *x, const fg_xaux (*aux)[FG_KC], float *y) {
     const __m256i flip = _mm256_set1_epi8((char)0x80), zero = _mm256_setzero_si256();
     __m256 acc;
     fg_load_rows8(R, 1, first, &acc, y, 0);
     for (int i = 0; i < kc; i++) {
         const char *wb = w + i * sizeof(block_q8_0);
-        fg_prefetch_tile8(w, stride, R, i, kc, sizeof(block_q8_0));
+        fg_prefetch_rows8(w, stride, ahead, R, i, kc, sizeof(block_q8_0));
         const __m256 dw = fg_rows8_f16(wb + offsetof(block_q8_0, d), stride, R);
         const __m256i xq = _mm256_loadu_si256((const __m256i *)((const block_q8_0 *)x + i)->qs);
         __m256i v[8]; /* [r]: 8 int32 partial sums of row r (rows >= R: 128 * sum(x), in lanes left unused) */
@@ -264,8 +280,8 @@ FG_INLINE_AVX512_VNNI __m512 q8_0_step16(__m512 acc, const __m512i u[8], __m512 
 FG_INLINE_AVX512_VNNI void q8_0_tile16_vnni(const int R, const int M, int first, int kc, const char *w, size_t stride,
                                             const char *x, size_t xs, const fg_xaux (*aux)[FG_KC], float *y, int64_t ldy) {
     if (M == 1) {
-        q8_0_gemv8_vnni(R < 8 ? R : 8, first, kc, w, stride, x, aux, y);
-        if (R > 8) q8_0_gemv8_vnni(R - 8, first, kc, w + 8 * stride, stride, x, aux, y + 8);
+        q8_0_gemv8_vnni(R < 8 ? R : 8, first, kc, w, stride, 8 * stride, x, aux, y);
+        if (R > 8) q8_0_gemv8_vnni(R - 8, first, kc, w + 8 * stride, stride, 8 * stride, x, aux, y + 8);
         return;
     }
     const __m512i flip = _mm512_set1_epi8((char)0x80);
@@ -284,8 +300,10 @@ FG_INLINE_AVX512_VNNI void q8_0_tile16_vnni(const int R, const int M, int first,
     }
     fg_store_rows16(R, M, acc, y, ldy);
 }
-FG_KERNELS_FROM_TILE16(vec_dot_q8_0_q8_0_vnni, gemv_q8_0_q8_0_vnni, gemm_q8_0_q8_0_vnni_tiles, FG_TARGET_AVX512_VNNI,
-                       q8_0_tile16_vnni, fg_q8_0_aux128, sizeof(block_q8_0), sizeof(block_q8_0), QK8_0, 8)
+FG_GEMM_DOT_FROM_TILE(vec_dot_q8_0_q8_0_vnni, gemm_q8_0_q8_0_vnni_tiles, FG_TARGET_AVX512_VNNI, q8_0_tile16_vnni,
+                      fg_q8_0_aux128, sizeof(block_q8_0), sizeof(block_q8_0), QK8_0, 8, 16)
+FG_GEMV_STREAMS(gemv_q8_0_q8_0_vnni, FG_TARGET_AVX512_VNNI, q8_0_gemv8_vnni, gemm_q8_0_q8_0_vnni_tiles, fg_q8_0_aux128,
+                sizeof(block_q8_0), sizeof(block_q8_0), QK8_0)
 
 /* The 16-row panel (fg_panel_vnni.h): u[8] and the scales of q8_0_tile16_vnni. */
 FG_INLINE_AVX512_VNNI void q8_0_fill16(const int R, int kc, const char *w, size_t stride, fg_panel16 *p) {

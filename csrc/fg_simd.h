@@ -163,6 +163,12 @@ typedef struct {
 #define FG_KERNELS_FROM_TILE16(DOT, GEMV, GEMM, TARGET, TILE, AUX, WBLK, XBLK, BLK, MT) \
     FG_KERNELS_FROM_TILE(DOT, GEMV, GEMM, TARGET, TILE, AUX, WBLK, XBLK, BLK, MT, 16)
 #define FG_KERNELS_FROM_TILE(DOT, GEMV, GEMM, TARGET, TILE, AUX, WBLK, XBLK, BLK, MT, RT)                   \
+    FG_GEMM_DOT_FROM_TILE(DOT, GEMM, TARGET, TILE, AUX, WBLK, XBLK, BLK, MT, RT)                             \
+    TARGET static void GEMV(int64_t n, const void *w, size_t stride, const void *x, float *y, int64_t nrows) { \
+        GEMM(n, w, stride, x, 0, 1, y, 0, nrows);                                                            \
+    }
+/* Its gemm and vec_dot alone (a format whose gemv is FG_GEMV_STREAMS). */
+#define FG_GEMM_DOT_FROM_TILE(DOT, GEMM, TARGET, TILE, AUX, WBLK, XBLK, BLK, MT, RT)                         \
     TARGET static void GEMM(int64_t n, const void *w, size_t stride, const void *xq, size_t xs, int64_t m,   \
                             float *y, int64_t ldy, int64_t nrows) {                                          \
         const int64_t nb = n / (BLK);                                                                        \
@@ -186,13 +192,49 @@ typedef struct {
             }                                                                                                \
         }                                                                                                    \
     }                                                                                                        \
-    TARGET static void GEMV(int64_t n, const void *w, size_t stride, const void *x, float *y, int64_t nrows) { \
-        GEMM(n, w, stride, x, 0, 1, y, 0, nrows);                                                            \
-    }                                                                                                        \
     TARGET static float DOT(int64_t n, const void *w, const void *x) {                                       \
         float y;                                                                                             \
         GEMM(n, w, 0, x, 0, 1, &y, 0, 1);                                                                    \
         return y;                                                                                            \
+    }
+
+/* The gemv (one activation) of a row-lane format read as 8 ascending streams: the matrix is cut into 8 runs of q =
+ * nrows / 8 rows and tile t takes row t of each run (rows t, t + q, ..., t + 7q: TILE1 with stride q * stride), whole
+ * (block after block, FG_KC at a time, its 8 sums carried in acc), each row's block asking for the same block of the
+ * stream's next row (`ahead` = stride), so every run is read in address order, row after row, as the K-quant gemvs
+ * (fg_kquant_vnni.h: 8-row tiles of adjacent rows narrower than a 4 KB page read it back and forth, which the hardware
+ * prefetcher follows badly). Rows left over (nrows % 8) take one tile of adjacent rows. TILE1(R, first, kc, w,
+ * stride, ahead, x, aux, y): the format's 8-row tile with one activation (y: lanes r < R, read unless first); the
+ * same per-row float steps as GEMM's tiles, so the results equal its bit for bit. The aux of the whole activation is
+ * made first (FG_GEMV_STREAMS_KB blocks at most, 8 KB on the stack; wider rows run GEMM). */
+#define FG_GEMV_STREAMS_KB (8 * FG_KC)
+#define FG_GEMV_STREAMS(GEMV, TARGET, TILE1, GEMM, AUX, WBLK, XBLK, BLK)                                     \
+    TARGET static void GEMV(int64_t n, const void *w, size_t stride, const void *x, float *y, int64_t nrows) { \
+        const int64_t nb = n / (BLK), q = nrows / 8; /* rows per stream */                                   \
+        if (nb > FG_GEMV_STREAMS_KB) {                                                                       \
+            GEMM(n, w, stride, x, 0, 1, y, 0, nrows);                                                        \
+            return;                                                                                          \
+        }                                                                                                    \
+        fg_xaux aux[FG_GEMV_STREAMS_KB / FG_KC][FG_KC]; /* [chunk][block] */                                 \
+        for (int64_t k0 = 0; k0 < nb; k0 += FG_KC)                                                           \
+            AUX((const char *)x + k0 * (XBLK), nb - k0 < FG_KC ? (int)(nb - k0) : FG_KC, aux[k0 / FG_KC]);   \
+        const fg_xaux(*caux)[FG_KC] = (const fg_xaux(*)[FG_KC])aux;                                          \
+        float acc[8]; /* the tile's 8 rows */                                                                \
+        for (int64_t t = 0; t < q; t++) {                                                                    \
+            for (int64_t k0 = 0; k0 < nb; k0 += FG_KC)                                                       \
+                TILE1(8, k0 == 0, nb - k0 < FG_KC ? (int)(nb - k0) : FG_KC,                                  \
+                      (const char *)w + t * stride + k0 * (WBLK), q * stride, stride,                        \
+                      (const char *)x + k0 * (XBLK), caux + k0 / FG_KC, acc);                                 \
+            for (int r = 0; r < 8; r++) y[t + r * q] = acc[r];                                               \
+        }                                                                                                    \
+        if (nrows > 8 * q) {                                                                                 \
+            const int R = (int)(nrows - 8 * q);                                                              \
+            for (int64_t k0 = 0; k0 < nb; k0 += FG_KC)                                                       \
+                TILE1(R, k0 == 0, nb - k0 < FG_KC ? (int)(nb - k0) : FG_KC,                                  \
+                      (const char *)w + 8 * q * stride + k0 * (WBLK), stride, 8 * stride,                    \
+                      (const char *)x + k0 * (XBLK), caux + k0 / FG_KC, acc);                                 \
+            for (int r = 0; r < R; r++) y[8 * q + r] = acc[r];                                               \
+        }                                                                                                    \
     }
 
 /* Panels: the lanes shape for many activations. From FG_PANEL_MIN_M activations, GEMM unpacks each tile of RT rows
