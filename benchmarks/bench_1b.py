@@ -60,7 +60,7 @@ import time
 HERE = os.path.dirname(os.path.abspath(__file__))
 sys.path[:0] = [HERE, os.path.join(HERE, "..")]
 
-from bench_moe import CACHE, run_fastgguf, run_llama_bench  # noqa: E402
+from bench_moe import CACHE, run_fastgguf, run_llama_bench, warm_page_cache  # noqa: E402
 from compare import _cpu_model, bandwidth  # noqa: E402
 
 # name -> (n_embd, n_ff, n_head, n_head_kv, head_dim, n_layer, n_vocab)
@@ -235,6 +235,7 @@ def long_main(a, name, paths, bench):
                "prompt": a.prompt, "gen": a.gen, "depth": a.prompt, "rounds": a.rounds, "llama_bench": bench,
                "targets": LONG_TARGETS, "rows": []}
     for q, path in paths.items():
+        warm_page_cache(path)
         for th in a.threads:
             runs = {e: [] for e in engines}
             for r in range(a.rounds):
@@ -321,6 +322,7 @@ def main(argv=None):
                "targets": TARGETS, "rows": []}
     engines = ["fastgguf"] + (["llama.cpp"] if bench else [])
     for q, path in paths.items():
+        warm_page_cache(path)
         for th in a.threads:
             runs = {e: [] for e in engines}
             for r in range(a.rounds):   # alternating order: drift and warm caches hit both engines alike

@@ -165,6 +165,14 @@ def worker(a):
                       "involuntary_switches": resource.getrusage(resource.RUSAGE_SELF).ru_nivcsw}))
 
 
+def warm_page_cache(path):
+    """Read path once, so that no engine's first run reads the file from disk (a 1.5 GB file read cold made one
+    fastgguf pp512 run 2.5x slower than the next, 2026-12-04)."""
+    with open(path, "rb") as f:
+        while f.read(1 << 24):
+            pass
+
+
 def run_measured(cmd, env=None):
     """cmd run to its end: (exit status, stdout, stderr, the child's own peak RSS in MB). os.wait4 reaps it, so the
     peak is this child's alone (RUSAGE_CHILDREN would be the largest of every child so far)."""
@@ -230,10 +238,13 @@ def main(argv=None):
         per = results["models"][name] = {"path": path, "threads": {}}
         for th in a.threads:
             runs = {"fastgguf": [], "llama.cpp": []}
-            for _ in range(a.rounds):   # alternating rounds: drift hits both engines alike
-                runs["fastgguf"].append(run_fastgguf(path, th, a.prompt, a.gen))
-                if bench:
-                    runs["llama.cpp"].append(run_llama_bench(bench, path, th, a.prompt, a.gen))
+            warm_page_cache(path)
+            for r in range(a.rounds):   # alternating rounds and order: drift hits both engines alike
+                for eng in ("fastgguf", "llama.cpp")[::1 if r % 2 == 0 else -1]:
+                    if eng == "fastgguf":
+                        runs[eng].append(run_fastgguf(path, th, a.prompt, a.gen))
+                    elif bench:
+                        runs[eng].append(run_llama_bench(bench, path, th, a.prompt, a.gen))
             mem = runs["fastgguf"][0]["memory"]
             row = {"runs": runs, "memory": mem}
             for eng, rs in runs.items():
