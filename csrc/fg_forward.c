@@ -459,20 +459,27 @@ static void residual_add(const team *t, float *x, const float *y, int64_t r0, in
         for (int64_t r = r0; r < r1; r++) x[r] += y[r];
 }
 
+/* tmp[i, r] = W_r . in_i (+ bias[r]) for this thread's rows [*r0, *r1) of w (ROW_ALIGN-aligned): the output
+ * projections' product, before the residual add (matmul_residual, matmul_residual_ln). */
+static void project_own_rows(const team *t, const fg_mat *w, const float *in, int64_t rows, int64_t n, int64_t ld,
+                             const float *bias, int64_t *r0, int64_t *r1) {
+    const fg_mat *ws[1] = {w};
+    const char *xq[1];
+    size_t xs;
+    prep_rows(t, in, rows, n, ld, NULL, ws, 1, xq, &xs);
+    fg_split_rows(w->rows, t->nth, t->ith, ROW_ALIGN, r0, r1);
+    matmul(w, xq[0], xs, rows, t->w->tmp, t->m->hp.n_embd, *r0, *r1);
+    add_bias(t->w->tmp, t->m->hp.n_embd, rows, bias, *r0, *r1);
+}
+
 /* x[i, r] += W_r . in_i (+ bias[r]) for own rows: the output projections with the residual add fused. With
  * post_norm (gemma): x_i += rmsnorm(W . in_i) * post_norm, which needs the whole product first (rows split after a
  * barrier). */
 static void matmul_residual(const team *t, const fg_mat *w, const float *in, int64_t rows, int64_t n, int64_t ld,
                             const float *bias, const float *post_norm) {
     fg_work *s = t->w;
-    const fg_mat *ws[1] = {w};
-    const char *xq[1];
-    size_t xs;
     int64_t r0, r1, E = t->m->hp.n_embd;
-    prep_rows(t, in, rows, n, ld, NULL, ws, 1, xq, &xs);
-    fg_split_rows(w->rows, t->nth, t->ith, ROW_ALIGN, &r0, &r1);
-    matmul(w, xq[0], xs, rows, s->tmp, E, r0, r1);
-    add_bias(s->tmp, E, rows, bias, r0, r1);
+    project_own_rows(t, w, in, rows, n, ld, bias, &r0, &r1);
     if (post_norm) {
         BARRIER(t);
         fg_split_rows(rows, t->nth, t->ith, 1, &r0, &r1);
@@ -493,14 +500,8 @@ static void matmul_residual(const team *t, const fg_mat *w, const float *in, int
 static void matmul_residual_ln(const team *t, const fg_mat *w, const float *in, int64_t rows, int64_t n, int64_t ld,
                                const float *bias, const float *ln, const float *ln_b) {
     fg_work *s = t->w;
-    const fg_mat *ws[1] = {w};
-    const char *xq[1];
-    size_t xs;
     int64_t r0, r1, E = t->m->hp.n_embd;
-    prep_rows(t, in, rows, n, ld, NULL, ws, 1, xq, &xs);
-    fg_split_rows(w->rows, t->nth, t->ith, ROW_ALIGN, &r0, &r1);
-    matmul(w, xq[0], xs, rows, s->tmp, E, r0, r1);
-    add_bias(s->tmp, E, rows, bias, r0, r1);
+    project_own_rows(t, w, in, rows, n, ld, bias, &r0, &r1);
     BARRIER(t);
     fg_split_rows(rows, t->nth, t->ith, 1, &r0, &r1);
     for (int64_t i = r0; i < r1; i++) {
