@@ -401,8 +401,11 @@ FG_TARGET_AVX2 static void attention_tile_avx2(float *out, int64_t out_stride, c
 
 /* rows_to_f32_avx2 on AVX-512: rows [j, j + kn) (slot j mod ring) into buf (kn, hd), 16 halves at a time, each run
  * of rows adjacent in memory (stride == hd, the engine's caches, up to the ring's end) as one stream, asked for
- * ATT_PF512 bytes ahead (a hint: a prefetch beyond the cache faults on nothing). */
-#define ATT_PF512 1024
+ * ATT_PF512 bytes ahead (a hint: a prefetch beyond the cache faults on nothing). The distance, measured at depth
+ * 4096 from DRAM (benchmarks/attn_decode.c, CPU time on a busy 2-vCPU VM): 1024 B 12.1 ms per token for the 1B
+ * shape (hd 64, n_rep 4), 1536 B 12.7, 2048 B 10.6, 2560 B 10.7, 3072 B 12.0; hd 128, n_rep 2: 9.4 -> 8.9 ms from
+ * 1024 to 2048 B, the plain read of the same bytes 8.8. */
+#define ATT_PF512 2048
 FG_INLINE_AVX512 void rows_to_f32_512(float *buf, const uint16_t *c, int64_t stride, int64_t j, int kn, int hd,
                                       int64_t ring) {
     int64_t row = j % ring;
@@ -551,7 +554,8 @@ FG_INLINE_AVX512 void pv_512(const int NR, const int ND, float *o, int64_t ho, c
 
 /* pv_512 over F16 rows (keys j .. j + m - 1, slot j mod ring, rows stride halves apart) converted as they are read:
  * for a lone query (a decode step), whose every V row serves its NR heads once (a buffer would add a store and a
- * load per element). The same fmas in the same order: the same bits. */
+ * load per element). The same fmas in the same order: the same bits. Every 64-byte line of the row is asked for
+ * ATT_PF512 bytes ahead (a row of 64 halves is two lines; asking for one left every other line to the hardware). */
 FG_INLINE_AVX512 void pv_f16_512(const int NR, const int ND, float *o, int64_t ho, const float *p, int64_t hp,
                                  const uint16_t *v, int64_t stride, int64_t j, int64_t m, int64_t ring) {
     __m512 acc[4][4], vv[4];
@@ -560,7 +564,7 @@ FG_INLINE_AVX512 void pv_f16_512(const int NR, const int ND, float *o, int64_t h
         for (int c = 0; c < ND; c++) acc[r][c] = _mm512_loadu_ps(o + r * ho + 16 * c);
     for (int64_t u = 0; u < m; u++) {
         const uint16_t *vr = v + row * stride;
-        _mm_prefetch((const char *)vr + ATT_PF512, _MM_HINT_T0);
+        for (int c = 0; c < ND; c += 2) _mm_prefetch((const char *)(vr + 16 * c) + ATT_PF512, _MM_HINT_T0);
         for (int c = 0; c < ND; c++) vv[c] = _mm512_cvtph_ps(_mm256_loadu_si256((const __m256i *)(vr + 16 * c)));
         for (int r = 0; r < NR; r++) {
             __m512 pu = _mm512_set1_ps(p[r * hp + u]);

@@ -154,6 +154,17 @@ int main(void) {
                             check_case(fg_isa_name(isa), gr, reps[a], hds[b], FG_ATT_TILE, scattered, windows[w],
                                        softcap, sinks);
                         }
+        /* decode at depth (the kernels' long streams and their prefetches): a lone query and a tile, the n_rep of
+         * Llama 3.2 1B (4: every head's output in registers on AVX-512 when hd <= 64), odd key counts, a wrapped
+         * sliding window, head sizes 64, 80, 128 */
+        static const int64_t deep[] = {1000, 2049}, deep_tile[] = {1997, 1998, 1999, 2000};
+        for (int b = 0; b < 3; b++)
+            for (int s = 0; s < 2; s++) {
+                int hd = b == 0 ? 64 : b == 1 ? 80 : 128;
+                check_case(fg_isa_name(isa), 1, 4, hd, 1, deep + s, 0, 0.0f, NULL);
+                check_case(fg_isa_name(isa), 2, 4, hd, 1, deep + s, 333, 0.0f, NULL);
+                check_case(fg_isa_name(isa), 1, 4, hd, 3 + s, deep_tile, 0, 0.0f, s ? sink_vals : NULL);
+            }
         for (int64_t n = 1; n <= 41; n += 4) check_gelu(isa, n);
         check_gelu(isa, 1541);
         printf("%s: %s\n", fg_isa_name(isa), failed == before ? "ok" : "FAILED");
