@@ -169,10 +169,12 @@ FG_INLINE_AVX512_VNNI void fg_kq_rows16_tile(const fg_kq_rows16 *u, const int M,
             return;                                                                                             \
         }                                                                                                       \
         fg_kq_rows16 u;                                                                                         \
-        for (int64_t rb = 0; rb < nrows; rb += 16) {                                                            \
+        for (int64_t k0 = 0; k0 < n / QK_K; k0 += FG_KQ_KC) { /* columns of FG_KQ_KC, as FG_KQ_GEMM_AVX2 */      \
+          const int64_t k1 = n / QK_K - k0 < FG_KQ_KC ? n / QK_K : k0 + FG_KQ_KC;                              \
+          for (int64_t rb = 0; rb < nrows; rb += 16) {                                                          \
             const int R = nrows - rb < 16 ? (int)(nrows - rb) : 16;                                             \
             const __mmask16 mask = (__mmask16)((1u << R) - 1u);                                                 \
-            for (int64_t i = 0; i < n / QK_K; i++) {                                                            \
+            for (int64_t i = k0; i < k1; i++) {                                                                 \
                 ROWS16(R, (const char *)w + rb * stride, stride, i, &u);                                         \
                 for (int64_t a = 0; a < m; a += FG_KQ_MT) {                                                     \
                     const int M = m - a < FG_KQ_MT ? (int)(m - a) : FG_KQ_MT;                                   \
@@ -180,6 +182,7 @@ FG_INLINE_AVX512_VNNI void fg_kq_rows16_tile(const fg_kq_rows16 *u, const int M,
                                 i, i == 0, mask, y + a * ldy + rb, ldy)                                         \
                 }                                                                                               \
             }                                                                                                   \
+          }                                                                                                     \
         }                                                                                                       \
     }
 #endif /* FG_HAVE_X86 */

@@ -252,8 +252,8 @@ static void test_kq_chunks(int isa, const char *name) {
     }
 }
 
-static void test_gemm_m(int isa, const char *name, const long M, const long R) {
-    const long n = 2304, ldy = R + 3;
+static void test_gemm_m(int isa, const char *name, const long M, const long R, const long n) {
+    const long ldy = R + 3;
     for (size_t t = 0; t < sizeof(types) / sizeof(types[0]); t++) {
         const int type = types[t], xtype = fg_vec_dot_type(type);
         const fg_type_kernels *ref = fg_kernels_of(FG_ISA_SCALAR, type), *k = fg_kernels_of(isa, type);
@@ -285,8 +285,13 @@ static void test_gemm_m(int isa, const char *name, const long M, const long R) {
  * y rows ldy apart and nothing written outside the (m, rows) tile. A failure names M * 100 + rows. */
 static void test_gemm_many(int isa, const char *name) {
     static const long ms[] = {32, 65, 70, 263};
-    for (size_t c = 0; c < sizeof(ms) / sizeof(ms[0]); c++) test_gemm_m(isa, name, ms[c], 37);
-    test_gemm_m(isa, name, 70, 29); /* a 16-row tile, then 13: the K-quants' zmm unpack of 9..15 rows */
+    for (size_t c = 0; c < sizeof(ms) / sizeof(ms[0]); c++) test_gemm_m(isa, name, ms[c], 37, 2304);
+    test_gemm_m(isa, name, 70, 29, 2304); /* a 16-row tile, then 13: the K-quants' zmm unpack of 9..15 rows */
+    /* the K-quant gemms' columns of FG_KQ_KC = 8 super-blocks: 17 super-blocks (two columns, then 1) at the
+     * activation counts around their thresholds and passes (8, 9, 33, 65) and rows that fill no 8- or 16-row block */
+    static const long mk[] = {1, 7, 8, 9, 33, 65}, rk[] = {5, 13, 21};
+    for (size_t c = 0; c < sizeof(mk) / sizeof(mk[0]); c++)
+        for (size_t r = 0; r < sizeof(rk) / sizeof(rk[0]); r++) test_gemm_m(isa, name, mk[c], rk[r], 17 * 256);
 }
 
 static void test_isa(int isa, const char *name) {
