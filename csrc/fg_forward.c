@@ -16,6 +16,8 @@
 #define BARRIER(t) fg_barrier((t)->w->pool)
 #define ROW_ALIGN 16 /* rows handed to a thread in multiples of 16: whole cache lines of float output */
 #define CHUNKS_PER_THREAD 8 /* a matmul's dynamic chunks (see chunks_of) per thread of the team */
+#define GEMM_ALIGN 64 /* several rows: chunks of whole fg_gemm_rows blocks (FG_GEMM_ROWS), whose per-block setup
+                       * a smaller chunk would pay again */
 
 static size_t round64(size_t n) { return (n + 63) & ~(size_t)63; }
 
@@ -511,7 +513,7 @@ static void project(const team *t, const fg_mat *w, const float *in, int64_t row
     const char *xq[1];
     size_t xs;
     prep_rows(t, in, rows, n, ld, NULL, ws, 1, xq, &xs);
-    chunks c = chunks_of(t, w->rows, ROW_ALIGN);
+    chunks c = chunks_of(t, w->rows, rows > 1 ? GEMM_ALIGN : ROW_ALIGN);
     while (next_chunk(t, &c, &k, &r0, &r1)) {
         matmul(w, xq[0], xs, rows, s->tmp, E, r0, r1);
         add_bias(s->tmp, E, rows, bias, r0, r1);
@@ -646,7 +648,7 @@ static void attention_rows(const team *t, const fg_layer *L, int il, int64_t row
     int GK = L->kv_reuse ? 0 : G; /* the K/V heads this layer computes */
     int64_t QD = (int64_t)m->hp.n_head * hd, KV = (int64_t)G * hd, r0, r1, k = -1;
     /* one phase of dynamic chunks: q's rows, then k's and v's (each aligned from its own first row) */
-    chunks cq = chunks_of(t, QD, ROW_ALIGN), ckv = chunks_of(t, GK * (int64_t)hd, ROW_ALIGN);
+    chunks cq = chunks_of(t, QD, GEMM_ALIGN), ckv = chunks_of(t, GK * (int64_t)hd, GEMM_ALIGN);
     chunks c = {cq.n + ckv.n, 1, cq.n + ckv.n};
     while (next_chunk(t, &c, &k, &r0, &r1)) {
         int64_t j = k - cq.n, kv0, kv1;
@@ -1312,7 +1314,7 @@ static void dense_ffn(const team *t, const fg_layer *L, const float *src, int64_
     int64_t E = m->hp.n_embd, F = m->hp.n_ff, r0, r1, k = -1;
     const char *xq[2];
     size_t xs;
-    chunks c = chunks_of(t, F, ROW_ALIGN);
+    chunks c = chunks_of(t, F, rows > 1 ? GEMM_ALIGN : ROW_ALIGN);
     if (!L->w_gate.data) {
         const fg_mat *u[1] = {&L->w_up};
         prep_rows(t, src, rows, E, E, L->ffn_norm, u, 1, xq, &xs);
@@ -1433,7 +1435,8 @@ static void logits_rows(const team *t, const int32_t *want, int64_t n_out, int c
     const char *xq[1];
     size_t xs;
     prep(t, src, n_out, E, E, m->output_norm, ws, 1, xq, &xs);
-    chunks c = chunks_of(t, m->hp.n_vocab, ROW_ALIGN); /* the closing barrier: the next chunk's or the call's end */
+    /* the closing barrier: the next chunk's or the call's end */
+    chunks c = chunks_of(t, m->hp.n_vocab, n_out > 1 ? GEMM_ALIGN : ROW_ALIGN);
     for (int64_t k = -1; next_chunk(t, &c, &k, &r0, &r1);) {
         matmul(&m->output, xq[0], xs, n_out, logits, m->hp.n_vocab, r0, r1);
         if (m->hp.final_softcap > 0.0f)
