@@ -71,9 +71,13 @@ fg_bw *fg_bw_new(int nth, int64_t bytes_per_thread) {
     return b;
 }
 
-int fg_bw_read(fg_bw *b) {
-    if (fg_parallel(b->pool, b->nth, read_pass, b) != b->nth) return -1;
-    for (int t = 0; t < b->nth; t++)
+int fg_bw_read(fg_bw *b) { return fg_bw_read_n(b, b->nth); }
+
+int fg_bw_read_n(fg_bw *b, int nth) {
+    if (nth < 1 || nth > b->nth) return -1;
+    for (int t = 0; t < nth; t++) b->sum[8 * t] = 0;
+    if (fg_parallel(b->pool, nth, read_pass, b) != nth) return -1;
+    for (int t = 0; t < nth; t++)
         if (b->sum[8 * t] != (uint64_t)b->words) return -1; /* a miscounted pass (or a skipped thread) */
     return 0;
 }

@@ -15,6 +15,9 @@
 
 #define BARRIER(t) fg_barrier((t)->w->pool)
 #define ROW_ALIGN 16 /* rows handed to a thread in multiples of 16: whole cache lines of float output */
+#define CHUNKS_PER_THREAD 8 /* a matmul's dynamic chunks (see chunks_of) per thread of the team */
+#define GEMM_ALIGN 64 /* several rows: chunks of whole fg_gemm_rows blocks (FG_GEMM_ROWS), whose per-block setup
+                       * a smaller chunk would pay again */
 
 static size_t round64(size_t n) { return (n + 63) & ~(size_t)63; }
 
@@ -434,6 +437,46 @@ static void prep_rows(const team *t, const float *src, int64_t rows, int64_t n, 
     *xq_stride = (size_t)ld * sizeof(float);
 }
 
+/* Dynamic chunks (llama.cpp's PR #6915): a matmul's output rows are cut into about CHUNKS_PER_THREAD chunks per
+ * thread; thread ith takes chunk ith first (its static share), then claims the next free chunk from the team's
+ * counter (fg_chunk_claim) until none is left, so a thread that lost its core for a while (a noisy VM, another
+ * process) or runs on a slower core (hybrid P/E CPUs) does fewer chunks instead of holding the others at the next
+ * barrier. Which thread computes a row changes nothing in its arithmetic: chunk starts are multiples of `align` and
+ * the kernels compute every row alone, so the outputs equal 1 thread's bit for bit. One thread: one chunk, all rows.
+ * At most one chunked phase between two barriers (the counter restarts at each barrier). */
+typedef struct {
+    int64_t total, size, n; /* rows [0, total) in n chunks of size rows (the last may be shorter) */
+} chunks;
+
+static chunks chunks_of(const team *t, int64_t total, int64_t align) {
+    chunks c = {total, total, total > 0};
+    if (t->nth > 1 && total > 0) {
+        int64_t units = (total + align - 1) / align, want = (int64_t)t->nth * CHUNKS_PER_THREAD;
+        c.size = (units + want - 1) / want * align;
+        c.n = (total + c.size - 1) / c.size;
+    }
+    return c;
+}
+
+/* The rows [*r0, *r1) of chunk k of c. */
+static void next_rows(const chunks *c, int64_t k, int64_t *r0, int64_t *r1) {
+    *r0 = k * c->size;
+    *r1 = *r0 + c->size < c->total ? *r0 + c->size : c->total;
+}
+
+/* This thread's next chunk of c after chunk k (k = -1 at the start): 1 with its rows in [*r0, *r1), else 0. */
+static int next_chunk(const team *t, const chunks *c, int64_t *k, int64_t *r0, int64_t *r1) {
+    if (*k < 0 && t->ith < c->n)
+        *k = t->ith;
+    else if (t->nth > 1)
+        *k = t->nth + (int64_t)fg_chunk_claim(t->w->pool);
+    else
+        *k = *k + 1;
+    if (*k >= c->n) return 0;
+    next_rows(c, *k, r0, r1);
+    return 1;
+}
+
 /* Y[i*ldy + r] = W_r . x_i for this thread's rows r in [r0, r1), i < rows. */
 static void matmul(const fg_mat *w, const char *xq, size_t xq_stride, int64_t rows, float *y, int64_t ldy,
                    int64_t r0, int64_t r1) {
@@ -459,17 +502,24 @@ static void residual_add(const team *t, float *x, const float *y, int64_t r0, in
         for (int64_t r = r0; r < r1; r++) x[r] += y[r];
 }
 
-/* tmp[i, r] = W_r . in_i (+ bias[r]) for this thread's rows [*r0, *r1) of w (ROW_ALIGN-aligned): the output
- * projections' product, before the residual add (matmul_residual, matmul_residual_ln). */
-static void project_own_rows(const team *t, const fg_mat *w, const float *in, int64_t rows, int64_t n, int64_t ld,
-                             const float *bias, int64_t *r0, int64_t *r1) {
+/* tmp[i, r] = W_r . in_i (+ bias[r]) over the team's dynamic chunks of w's rows: the output projections' product
+ * (matmul_residual, matmul_residual_ln); with add, x[i, r] += tmp[i, r] too, chunk by chunk. A barrier must
+ * follow. */
+static void project(const team *t, const fg_mat *w, const float *in, int64_t rows, int64_t n, int64_t ld,
+                    const float *bias, int add) {
+    fg_work *s = t->w;
+    int64_t E = t->m->hp.n_embd, r0, r1, k = -1;
     const fg_mat *ws[1] = {w};
     const char *xq[1];
     size_t xs;
     prep_rows(t, in, rows, n, ld, NULL, ws, 1, xq, &xs);
-    fg_split_rows(w->rows, t->nth, t->ith, ROW_ALIGN, r0, r1);
-    matmul(w, xq[0], xs, rows, t->w->tmp, t->m->hp.n_embd, *r0, *r1);
-    add_bias(t->w->tmp, t->m->hp.n_embd, rows, bias, *r0, *r1);
+    chunks c = chunks_of(t, w->rows, rows > 1 ? GEMM_ALIGN : ROW_ALIGN);
+    while (next_chunk(t, &c, &k, &r0, &r1)) {
+        matmul(w, xq[0], xs, rows, s->tmp, E, r0, r1);
+        add_bias(s->tmp, E, rows, bias, r0, r1);
+        if (add)
+            for (int64_t i = 0; i < rows; i++) residual_add(t, s->x + i * E, s->tmp + i * E, r0, r1);
+    }
 }
 
 /* x[i, r] += W_r . in_i (+ bias[r]) for own rows: the output projections with the residual add fused. With
@@ -479,7 +529,7 @@ static void matmul_residual(const team *t, const fg_mat *w, const float *in, int
                             const float *bias, const float *post_norm) {
     fg_work *s = t->w;
     int64_t r0, r1, E = t->m->hp.n_embd;
-    project_own_rows(t, w, in, rows, n, ld, bias, &r0, &r1);
+    project(t, w, in, rows, n, ld, bias, !post_norm);
     if (post_norm) {
         BARRIER(t);
         fg_split_rows(rows, t->nth, t->ith, 1, &r0, &r1);
@@ -487,10 +537,7 @@ static void matmul_residual(const team *t, const fg_mat *w, const float *in, int
             fg_rmsnorm(s->tmp + i * E, s->tmp + i * E, post_norm, E, t->m->hp.norm_eps);
             for (int64_t r = 0; r < E; r++) s->x[i * E + r] += s->tmp[i * E + r];
         }
-        BARRIER(t);
-        return;
     }
-    for (int64_t i = 0; i < rows; i++) residual_add(t, s->x + i * E, s->tmp + i * E, r0, r1);
     BARRIER(t);
 }
 
@@ -501,7 +548,7 @@ static void matmul_residual_ln(const team *t, const fg_mat *w, const float *in, 
                                const float *bias, const float *ln, const float *ln_b) {
     fg_work *s = t->w;
     int64_t r0, r1, E = t->m->hp.n_embd;
-    project_own_rows(t, w, in, rows, n, ld, bias, &r0, &r1);
+    project(t, w, in, rows, n, ld, bias, 0);
     BARRIER(t);
     fg_split_rows(rows, t->nth, t->ith, 1, &r0, &r1);
     for (int64_t i = r0; i < r1; i++) {
@@ -561,22 +608,24 @@ static void attention_one_row(const team *t, const fg_layer *L, int il, const ch
     int pos = t->pos[0], H = m->hp.n_head, G = m->hp.n_head_kv, hd = m->hp.head_dim, n_rep = H / G;
     int GK = L->kv_reuse ? 0 : G; /* the K/V heads this layer computes */
     int64_t QD = (int64_t)H * hd, KV = (int64_t)G * hd, u0, u1, h0, h1, first, ring;
-    int64_t n_keys = attn_span(m, kv, il, pos, &first, &ring);
-    fg_split_rows(H + 2 * GK, t->nth, t->ith, 1, &u0, &u1);
-    h0 = u0 < H ? u0 : H, h1 = u1 < H ? u1 : H;                                     /* q heads */
-    matmul(&L->wq, xq[0], xs, 1, s->q, QD, h0 * hd, h1 * hd);
-    add_bias(s->q, QD, 1, L->bq, h0 * hd, h1 * hd);
-    rope_row(t, L, s->q, s->kcur, s->rope, (int)h0, (int)h1, 0, 0);
-    h0 = u0 - H < 0 ? 0 : (u0 - H < GK ? u0 - H : GK), h1 = u1 - H < 0 ? 0 : (u1 - H < GK ? u1 - H : GK); /* k */
-    matmul(&L->wk, xq[1], xs, 1, s->kcur, KV, h0 * hd, h1 * hd);
-    add_bias(s->kcur, KV, 1, L->bk, h0 * hd, h1 * hd);
-    rope_row(t, L, s->q, s->kcur, s->rope, 0, 0, (int)h0, (int)h1);
-    if (h1 > h0) store_kv(m, kv, il, pos, s->kcur, NULL, h0, h1);
-    h0 = u0 - H - GK < 0 ? 0 : u0 - H - GK, h1 = u1 - H - GK < 0 ? 0 : u1 - H - GK;  /* v heads */
-    matmul(&L->wv, xq[2], xs, 1, s->vcur, KV, h0 * hd, h1 * hd);
-    add_bias(s->vcur, KV, 1, L->bv, h0 * hd, h1 * hd);
-    v_norm_heads(m, s->vcur, h0, h1);
-    if (h1 > h0) store_kv(m, kv, il, pos, NULL, s->vcur, h0, h1);
+    int64_t n_keys = attn_span(m, kv, il, pos, &first, &ring), k = -1;
+    chunks c = chunks_of(t, H + 2 * GK, 1); /* dynamic chunks of whole heads */
+    while (next_chunk(t, &c, &k, &u0, &u1)) {
+        h0 = u0 < H ? u0 : H, h1 = u1 < H ? u1 : H;                                     /* q heads */
+        matmul(&L->wq, xq[0], xs, 1, s->q, QD, h0 * hd, h1 * hd);
+        add_bias(s->q, QD, 1, L->bq, h0 * hd, h1 * hd);
+        rope_row(t, L, s->q, s->kcur, s->rope, (int)h0, (int)h1, 0, 0);
+        h0 = u0 - H < 0 ? 0 : (u0 - H < GK ? u0 - H : GK), h1 = u1 - H < 0 ? 0 : (u1 - H < GK ? u1 - H : GK); /* k */
+        matmul(&L->wk, xq[1], xs, 1, s->kcur, KV, h0 * hd, h1 * hd);
+        add_bias(s->kcur, KV, 1, L->bk, h0 * hd, h1 * hd);
+        rope_row(t, L, s->q, s->kcur, s->rope, 0, 0, (int)h0, (int)h1);
+        if (h1 > h0) store_kv(m, kv, il, pos, s->kcur, NULL, h0, h1);
+        h0 = u0 - H - GK < 0 ? 0 : u0 - H - GK, h1 = u1 - H - GK < 0 ? 0 : u1 - H - GK;  /* v heads */
+        matmul(&L->wv, xq[2], xs, 1, s->vcur, KV, h0 * hd, h1 * hd);
+        add_bias(s->vcur, KV, 1, L->bv, h0 * hd, h1 * hd);
+        v_norm_heads(m, s->vcur, h0, h1);
+        if (h1 > h0) store_kv(m, kv, il, pos, NULL, s->vcur, h0, h1);
+    }
     BARRIER(t);
     fg_split_rows(H, t->nth, t->ith, 1, &h0, &h1);
     for (int64_t g = h0 / n_rep; g * n_rep < h1; g++) {
@@ -597,15 +646,24 @@ static void attention_rows(const team *t, const fg_layer *L, int il, int64_t row
     fg_work *s = t->w;
     int hd = m->hp.head_dim, G = m->hp.n_head_kv, n_rep = m->hp.n_head / G;
     int GK = L->kv_reuse ? 0 : G; /* the K/V heads this layer computes */
-    int64_t QD = (int64_t)m->hp.n_head * hd, KV = (int64_t)G * hd, r0, r1;
-    fg_split_rows(QD, t->nth, t->ith, ROW_ALIGN, &r0, &r1);
-    matmul(&L->wq, xq[0], xs, rows, s->q, QD, r0, r1);
-    add_bias(s->q, QD, rows, L->bq, r0, r1);
-    fg_split_rows(GK * (int64_t)hd, t->nth, t->ith, ROW_ALIGN, &r0, &r1);
-    matmul(&L->wk, xq[1], xs, rows, s->kcur, KV, r0, r1);
-    add_bias(s->kcur, KV, rows, L->bk, r0, r1);
-    matmul(&L->wv, xq[2], xs, rows, s->vcur, KV, r0, r1);
-    add_bias(s->vcur, KV, rows, L->bv, r0, r1);
+    int64_t QD = (int64_t)m->hp.n_head * hd, KV = (int64_t)G * hd, r0, r1, k = -1;
+    /* one phase of dynamic chunks: q's rows, then k's and v's (each aligned from its own first row) */
+    chunks cq = chunks_of(t, QD, GEMM_ALIGN), ckv = chunks_of(t, GK * (int64_t)hd, GEMM_ALIGN);
+    chunks c = {cq.n + ckv.n, 1, cq.n + ckv.n};
+    while (next_chunk(t, &c, &k, &r0, &r1)) {
+        int64_t j = k - cq.n, kv0, kv1;
+        if (j < 0) {
+            next_rows(&cq, k, &r0, &r1);
+            matmul(&L->wq, xq[0], xs, rows, s->q, QD, r0, r1);
+            add_bias(s->q, QD, rows, L->bq, r0, r1);
+            continue;
+        }
+        next_rows(&ckv, j, &kv0, &kv1);
+        matmul(&L->wk, xq[1], xs, rows, s->kcur, KV, kv0, kv1);
+        add_bias(s->kcur, KV, rows, L->bk, kv0, kv1);
+        matmul(&L->wv, xq[2], xs, rows, s->vcur, KV, kv0, kv1);
+        add_bias(s->vcur, KV, rows, L->bv, kv0, kv1);
+    }
     BARRIER(t);
     /* With one tile per sequence (a batched decode step) each (tile, KV group) unit ropes and stores its own rows'
      * heads of its group just before it attends: the only keys of this chunk it reads are its own, so no barrier
@@ -1230,35 +1288,45 @@ static void layer_forward(const team *t, int il, int64_t rows) {
     layer_tail(t, L, il, rows);
 }
 
-/* x += post_norm(act(ffn_norm(src) . Wgate) * (ffn_norm(src) . Wup)) . Wdown) (post_norm NULL: none); each thread owns
- * the same gate and up rows. Without Wgate (BERT): x += act(src . Wup + b_up) . Wdown + b_down, then with
+/* gate[i, r] = act(W_gate_r . x_i) * (W_up_r . x_i (+ b_up[r])) for rows r in [r0, r1) (one chunk of dense_ffn). */
+static void gate_up_chunk(const team *t, const fg_layer *L, const char *const *xq, size_t xs, int64_t rows, int64_t r0,
+                          int64_t r1) {
+    fg_work *s = t->w;
+    int64_t F = t->m->hp.n_ff;
+    matmul(&L->w_gate, xq[0], xs, rows, s->gate, F, r0, r1);
+    matmul(&L->w_up, xq[1], xs, rows, s->up, F, r0, r1);
+    add_bias(s->up, F, rows, L->b_up, r0, r1);
+    for (int64_t i = 0; i < rows; i++) {
+        float *g = s->gate + i * F + r0;
+        if (t->m->hp.ffn_act == FG_ACT_GELU_TANH)
+            fg_geglu(g, g, s->up + i * F + r0, r1 - r0);
+        else
+            fg_swiglu(g, g, s->up + i * F + r0, r1 - r0);
+    }
+}
+
+/* x += post_norm(act(ffn_norm(src) . Wgate) * (ffn_norm(src) . Wup)) . Wdown) (post_norm NULL: none); gate and up
+ * rows in dynamic chunks (gate_up_chunk). Without Wgate (BERT): x += act(src . Wup + b_up) . Wdown + b_down, then with
  * layer_out_norm x = LayerNorm(x). */
 static void dense_ffn(const team *t, const fg_layer *L, const float *src, int64_t rows, const float *post_norm) {
     const fg_model *m = t->m;
     fg_work *s = t->w;
-    int64_t E = m->hp.n_embd, F = m->hp.n_ff, r0, r1;
+    int64_t E = m->hp.n_embd, F = m->hp.n_ff, r0, r1, k = -1;
     const char *xq[2];
     size_t xs;
-    fg_split_rows(F, t->nth, t->ith, ROW_ALIGN, &r0, &r1);
+    chunks c = chunks_of(t, F, rows > 1 ? GEMM_ALIGN : ROW_ALIGN);
     if (!L->w_gate.data) {
         const fg_mat *u[1] = {&L->w_up};
         prep_rows(t, src, rows, E, E, L->ffn_norm, u, 1, xq, &xs);
-        matmul(&L->w_up, xq[0], xs, rows, s->gate, F, r0, r1);
-        add_bias(s->gate, F, rows, L->b_up, r0, r1);
-        for (int64_t i = 0; i < rows; i++) fg_gelu(s->gate + i * F + r0, r1 - r0);
+        while (next_chunk(t, &c, &k, &r0, &r1)) {
+            matmul(&L->w_up, xq[0], xs, rows, s->gate, F, r0, r1);
+            add_bias(s->gate, F, rows, L->b_up, r0, r1);
+            for (int64_t i = 0; i < rows; i++) fg_gelu(s->gate + i * F + r0, r1 - r0);
+        }
     } else {
         const fg_mat *gu[2] = {&L->w_gate, &L->w_up};
         prep_rows(t, src, rows, E, E, L->ffn_norm, gu, 2, xq, &xs);
-        matmul(&L->w_gate, xq[0], xs, rows, s->gate, F, r0, r1);
-        matmul(&L->w_up, xq[1], xs, rows, s->up, F, r0, r1);
-        add_bias(s->up, F, rows, L->b_up, r0, r1);
-        for (int64_t i = 0; i < rows; i++) {
-            float *g = s->gate + i * F + r0;
-            if (m->hp.ffn_act == FG_ACT_GELU_TANH)
-                fg_geglu(g, g, s->up + i * F + r0, r1 - r0);
-            else
-                fg_swiglu(g, g, s->up + i * F + r0, r1 - r0);
-        }
+        while (next_chunk(t, &c, &k, &r0, &r1)) gate_up_chunk(t, L, xq, xs, rows, r0, r1);
     }
     BARRIER(t);
     if (L->layer_out_norm && !post_norm) {
@@ -1367,13 +1435,17 @@ static void logits_rows(const team *t, const int32_t *want, int64_t n_out, int c
     const char *xq[1];
     size_t xs;
     prep(t, src, n_out, E, E, m->output_norm, ws, 1, xq, &xs);
-    fg_split_rows(m->hp.n_vocab, t->nth, t->ith, ROW_ALIGN, &r0, &r1);
-    matmul(&m->output, xq[0], xs, n_out, logits, m->hp.n_vocab, r0, r1);
-    if (m->hp.final_softcap > 0.0f)
-        for (int64_t i = 0; i < n_out; i++) fg_softcap(logits + i * m->hp.n_vocab + r0, r1 - r0, m->hp.final_softcap);
-    if (m->hp.logit_scale != 0.0f && m->hp.logit_scale != 1.0f)
-        for (int64_t i = 0; i < n_out; i++)
-            for (int64_t r = r0; r < r1; r++) logits[i * m->hp.n_vocab + r] *= m->hp.logit_scale;
+    /* the closing barrier: the next chunk's or the call's end */
+    chunks c = chunks_of(t, m->hp.n_vocab, n_out > 1 ? GEMM_ALIGN : ROW_ALIGN);
+    for (int64_t k = -1; next_chunk(t, &c, &k, &r0, &r1);) {
+        matmul(&m->output, xq[0], xs, n_out, logits, m->hp.n_vocab, r0, r1);
+        if (m->hp.final_softcap > 0.0f)
+            for (int64_t i = 0; i < n_out; i++)
+                fg_softcap(logits + i * m->hp.n_vocab + r0, r1 - r0, m->hp.final_softcap);
+        if (m->hp.logit_scale != 0.0f && m->hp.logit_scale != 1.0f)
+            for (int64_t i = 0; i < n_out; i++)
+                for (int64_t r = r0; r < r1; r++) logits[i * m->hp.n_vocab + r] *= m->hp.logit_scale;
+    }
 }
 
 /* Output rows rows (n,) strictly increasing in [0, n_rows) (NULL allowed when n == 0): 0, else -1. */

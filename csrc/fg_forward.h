@@ -2,9 +2,12 @@
  * and fg_forward_multi, which runs rows of one or several sequences inside ONE parallel call of the work's team
  * (fg_threads.h).
  *
- * Threading: every thread owns the same output rows of every matrix on every call (fg_split_rows), works on
- * them, and meets the others at a barrier only where the next op needs the whole vector: about 5 barriers per
- * layer for one token (10 for a batch). Built with -DFG_NO_THREADS it runs on one thread. */
+ * Threading: the big matmuls (q|k|v, the output projections, gate|up, the logits) hand their output rows out in
+ * dynamic chunks (each thread its own first chunk, then whatever chunk is free: fg_forward.c's chunks_of), the
+ * rest of the work is split evenly (fg_split_rows); threads meet at a barrier only where the next op needs the
+ * whole vector: about 5 barriers per layer for one token (10 for a batch). Which thread computes a row never
+ * changes its value: any thread count gives 1 thread's outputs bit for bit. Built with -DFG_NO_THREADS it runs on
+ * one thread. */
 #ifndef FG_FORWARD_H
 #define FG_FORWARD_H
 

@@ -45,6 +45,10 @@ int fg_parallel(fg_pool *p, int nth, fg_task fn, void *arg) {
     return 1;
 }
 void fg_barrier(fg_pool *p) { (void)p; }
+int fg_chunk_claim(fg_pool *p) {
+    (void)p;
+    return 1 << 30;
+}
 int fg_cpu_count(void) { return 1; }
 const char *fg_thread_api(void) { return "none"; }
 
@@ -139,7 +143,11 @@ typedef struct {
 } worker;
 
 struct fg_pool {
-    int bar[LINE_INTS];  /* the barrier: {arrived, generation, sleepers} */
+    /* the barrier: arrivals on a line of their own, so that arriving threads do not disturb the ones spinning on
+     * the generation word (every thread reads it until the last arrives) */
+    int arrived[LINE_INTS];
+    int gen[LINE_INTS];  /* {generation, sleepers} */
+    int chunk[LINE_INTS]; /* the dynamic chunks claimed since the last barrier (fg_chunk_claim) */
     int joined[LINE_INTS]; /* threads that ran the current call's fn */
     fg_task fn;          /* the current call: written before the go words are bumped */
     void *arg;
@@ -206,15 +214,18 @@ void fg_barrier(fg_pool *p) {
     if (!p) return;
     int nth = p->nth; /* read before arriving: once all have arrived the caller may start the next call */
     if (nth <= 1) return;
-    int *b = p->bar, gen = at_load(&b[1]);
-    if (at_add(&b[0], 1) == nth) { /* the last to arrive opens the next generation */
-        at_store(&b[0], 0);
-        at_store(&b[1], gen + 1);
-        wake(p, &b[1], &b[2]);
+    int gen = at_load(&p->gen[0]);
+    if (at_add(&p->arrived[0], 1) == nth) { /* the last to arrive opens the next generation */
+        at_store(&p->arrived[0], 0);
+        at_store(&p->chunk[0], 0); /* every thread has left the previous phase's chunks */
+        at_store(&p->gen[0], gen + 1);
+        wake(p, &p->gen[0], &p->gen[1]);
         return;
     }
-    wait_change(p, &b[1], gen, &b[2]);
+    wait_change(p, &p->gen[0], gen, &p->gen[1]);
 }
+
+int fg_chunk_claim(fg_pool *p) { return p ? at_add(&p->chunk[0], 1) - 1 : 1 << 30; }
 
 static void run_share(fg_pool *p, int ith) {
     p->fn(ith, p->nth, p->arg);
@@ -324,7 +335,9 @@ int fg_parallel(fg_pool *p, int nth, fg_task fn, void *arg) {
     if (p->pid != getpid()) { /* a forked child: the workers stayed in the parent; start afresh */
         forget_workers(p);
         p->pid = getpid();
-        memset(p->bar, 0, sizeof(p->bar));
+        memset(p->arrived, 0, sizeof(p->arrived));
+        memset(p->gen, 0, sizeof(p->gen));
+        memset(p->chunk, 0, sizeof(p->chunk));
 #ifndef FG_WAIT_ADDRESS
         mutex_init(&p->mu); /* the parent may have held it at the fork */
         cond_init(&p->cv);
@@ -337,6 +350,7 @@ int fg_parallel(fg_pool *p, int nth, fg_task fn, void *arg) {
     p->arg = arg;
     p->nth = nth;
     at_store(&p->joined[0], 0);
+    at_store(&p->chunk[0], 0); /* (the last call's closing barrier did too) */
     for (int i = 0; i < nth - 1; i++) {
         worker *w = p->workers[i];
         at_add(&w->go[0], 1); /* after the task's fields: a worker reading the new generation sees them */

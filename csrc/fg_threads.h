@@ -26,6 +26,11 @@ void fg_pool_free(fg_pool *p);
 int fg_parallel(fg_pool *p, int nth, fg_task fn, void *arg);
 /* Inside fn: return once all nth threads of the call have arrived (the team's barrier). */
 void fg_barrier(fg_pool *p);
+/* Inside fn: claim the next dynamic chunk of the current phase (the work between two barriers of the team): 0, 1,
+ * 2, ... in the order the team's threads ask, counted from 0 again after every barrier and at the call's start
+ * (llama.cpp's work-stealing counter, PR #6915). So at most ONE phase of dynamic chunks between two barriers; a
+ * thread leaves it only once a claim is past the phase's last chunk. A large number when p is NULL. */
+int fg_chunk_claim(fg_pool *p);
 
 /* Logical CPUs online, at least 1. */
 int fg_cpu_count(void);

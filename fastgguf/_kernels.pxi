@@ -319,6 +319,37 @@ def read_bandwidth(int64_t nbytes=1 << 29, int repeats=3, int n_threads=1):
     return best
 
 
+def read_bandwidth_curve(int64_t nbytes, int repeats, int max_threads):
+    """[GB/s with 1, 2, ..., max_threads threads reading at once]: one team of max_threads threads, each with a
+    buffer of nbytes it allocated and first touched, read by the first k threads for k = 1..max_threads, best of
+    `repeats` rounds of passes (each round one pass per k, so another process's burst hits no k alone):
+    read_bandwidth's measure for every k from one set of buffers (fastgguf._threads' decode_threads probe). ValueError when the threads or the memory cannot be had."""
+    import time
+    if nbytes < 1024 or repeats < 1 or max_threads < 1:
+        raise ValueError(f"nbytes >= 1024, repeats >= 1 and max_threads >= 1 required, got {nbytes}, {repeats}, "
+                         f"{max_threads}")
+    cdef fg_bw *b
+    with nogil:
+        b = fg_bw_new(max_threads, nbytes)
+    if b == NULL:
+        raise ValueError(f"cannot start {max_threads} threads with {nbytes} bytes each for the bandwidth probe")
+    cdef int rc = 0, k
+    curve = [0.0] * max_threads
+    try:
+        for _ in range(repeats):
+            for k in range(1, max_threads + 1):
+                t0 = time.perf_counter()
+                with nogil:
+                    rc = fg_bw_read_n(b, k)
+                dt = time.perf_counter() - t0
+                if rc != 0:
+                    raise RuntimeError("bandwidth loop miscounted")
+                curve[k - 1] = max(curve[k - 1], fg_bw_bytes(b) * k / max_threads / dt / 1e9)
+    finally:
+        fg_bw_free(b)
+    return curve
+
+
 def matmul(w_raw, wtype, x, int n_threads=0):
     """y = x @ W.T with W given as raw rows (rows, row_bytes) of type wtype; x float (m, n) or (n,).
 

@@ -92,6 +92,7 @@ cdef extern from "fg_bandwidth.h" nogil:
         pass
     fg_bw *fg_bw_new(int nth, int64_t bytes_per_thread)
     int fg_bw_read(fg_bw *b)
+    int fg_bw_read_n(fg_bw *b, int nth)
     int64_t fg_bw_bytes(const fg_bw *b)
     void fg_bw_free(fg_bw *b)
 
@@ -262,6 +263,7 @@ cdef class Runner:
     cdef readonly Weights weights
     cdef fg_state st
     cdef int _n_threads
+    cdef int _decode_threads  # threads of one-row passes (decode steps); 0: _n_threads
     cdef int _ring_lo[2]        # oldest position the sliding-window [0] and short-convolution [1] rings surely hold
     cdef void _windows_filled(self, int n)
     cdef bint _ready

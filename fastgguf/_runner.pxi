@@ -341,8 +341,24 @@ cdef class Runner:
 
     @property
     def n_threads(self):
-        """Threads of each forward pass (1 on a build without threads, whatever was asked: see build_info)."""
+        """Threads of each forward pass of several rows (1 on a build without threads, whatever was asked: see
+        build_info), and of one-row passes (decode steps) unless decode_threads was set."""
         return self._n_threads
+
+    @property
+    def decode_threads(self):
+        """Threads of one-row passes (a decode step): n_threads unless set (fastgguf._threads.decode_threads picks
+        it for a Model given no n_threads). Setting n_threads resets it."""
+        return self._decode_threads or self._n_threads
+
+    @decode_threads.setter
+    def decode_threads(self, int n):
+        if n < 1:
+            raise ValueError(f"decode_threads must be >= 1, got {n}")
+        n = _threads_for(n)
+        if fg_state_set_max_threads(&self.st, &self.weights.m, n) != 0:
+            raise MemoryError()
+        self._decode_threads = n
 
     @property
     def last_threads(self):
@@ -382,6 +398,7 @@ cdef class Runner:
         if fg_state_set_max_threads(&self.st, &self.weights.m, n) != 0:
             raise MemoryError()
         self._n_threads = n
+        self._decode_threads = 0
 
     def reset(self):
         """Forget the conversation (the cache is overwritten as new tokens come)."""
@@ -534,7 +551,7 @@ cdef class Runner:
         if all_logits:
             out = np.empty((n, self.n_vocab), dtype=np.float32)
             dst = &out[0, 0]
-        cdef int rc, pos = self.n_past, nth = self._n_threads
+        cdef int rc, pos = self.n_past, nth = self._n_threads if n > 1 else self.decode_threads
         if n > self.st.work.n_batch and self.st.work.n_batch < _CHUNK_ROWS:
             # a prompt: chunks of up to _CHUNK_ROWS rows (each weight matrix streamed once per chunk); the scratch
             # grows on the first long one and stays (a context that only decodes keeps the small one)
@@ -567,9 +584,10 @@ cdef class Runner:
 
     cdef int step(self, int token, float **logits) noexcept nogil:
         cdef int32_t t = token
+        cdef int nth = self._decode_threads or self._n_threads
         if self.n_past >= self.n_ctx:
             return -1
-        if fg_forward(&self.weights.m, &self.st, &t, 1, self.n_past, self.logits, 0, self._n_threads) != 0:
+        if fg_forward(&self.weights.m, &self.st, &t, 1, self.n_past, self.logits, 0, nth) != 0:
             return -1
         self.ids[self.n_past] = t
         self.n_past += 1

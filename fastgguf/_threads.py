@@ -14,6 +14,10 @@ import warnings
 __all__ = ["physical_cores", "usable_cpus", "check_n_threads", "MAX_THREADS_PER_CPU"]
 
 MAX_THREADS_PER_CPU = 4
+DECODE_THREADS_ENV = "FASTGGUF_DECODE_THREADS"  # overrides decode_threads' probe (a positive int)
+SATURATION = 0.9  # decode_threads: the fewest threads reading at least this share of the best thread count's rate
+PROBE_BYTES = 32 << 20  # decode_threads: the probe's buffers, all threads together (past many laptops' L3)
+_decode_threads = {}  # cores -> the probe's answer: one probe per process and core count
 
 
 def usable_cpus():
@@ -87,3 +91,37 @@ def check_n_threads(n, name="n_threads", stacklevel=3):
         warnings.warn(f"{name}={n} is more than the {usable_cpus()} CPUs this process may use: threads will wait "
                       f"for each other (slower, not faster)", RuntimeWarning, stacklevel=stacklevel)
     return n
+
+
+def decode_threads(cores):
+    """The threads of a decode step (one token: every weight read once, memory-bound) when the user gave no
+    n_threads: one more than the fewest of 1..cores whose concurrent reads reach SATURATION of the best rate, at
+    most `cores` (fastgguf._native.read_bandwidth_curve: PROBE_BYTES spread over `cores` threads, best of 3
+    rounds). The one more: the probe's loop only reads, while a GEMV thread also computes and reads ~80% of what a
+    probe thread does (issue 35), so the probe's count alone would leave decode short of the wall. More threads
+    than the memory needs only add barrier waits, and on a shared or hybrid machine a thread waiting for its slice
+    or on a slow core; prompts (compute-bound) keep all cores. With 2 cores or fewer the answer is `cores` whatever
+    the probe says, so there is no probe. The probe takes 25-40 ms on a busy 2-vCPU VM (forced there), once per
+    process and core count, on the first use of a Model's decode_threads (its first context), not at load. A
+    probe smaller than the last-level cache measures the cache, which scales with threads: it then keeps every
+    core, as before; on a machine whose memory other processes saturate it is noise (FASTGGUF_DECODE_THREADS=n
+    overrides it: checked as every n_threads, then at most `cores`; an explicit n_threads is used for decode
+    too). Where the probe cannot run (no memory, no threads): cores."""
+    env = os.environ.get(DECODE_THREADS_ENV)
+    if env:
+        try:
+            n = int(env)
+        except ValueError:
+            raise ValueError(f"{DECODE_THREADS_ENV} must be a positive int, got {env!r}") from None
+        return min(check_n_threads(n, DECODE_THREADS_ENV), cores)
+    if cores <= 2:
+        return cores
+    if cores not in _decode_threads:
+        from fastgguf import _native  # lazily: this module imports nothing of fastgguf at import time
+        try:
+            curve = _native.read_bandwidth_curve(max(1 << 20, PROBE_BYTES // cores), 3, cores)
+        except (ValueError, RuntimeError):
+            curve = None
+        fewest = cores if not curve else next(k for k, bw in enumerate(curve, 1) if bw >= SATURATION * max(curve))
+        _decode_threads[cores] = min(cores, fewest + 1)
+    return _decode_threads[cores]

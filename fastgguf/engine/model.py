@@ -31,6 +31,7 @@ from fastgguf.engine.generate import generate as _generate
 from fastgguf.engine import prompt_cache as _prompt_cache
 from fastgguf.engine import state as _state
 from fastgguf.engine.params import check_token_ids
+from fastgguf._threads import decode_threads
 from fastgguf.engine.threads import check_n_threads, physical_cores  # noqa: F401  (physical_cores: public here)
 from fastgguf.errors import GGUFError
 from fastgguf.gguf import GGUFFile
@@ -41,7 +42,10 @@ MAX_CTX = 1 << 24  # positions; past this int32 position arithmetic in the kerne
 
 
 class Model:
-    """A GGUF model ready to run. `Model(path, n_threads=None, mmap=True)`; n_threads defaults to the physical cores.
+    """A GGUF model ready to run. `Model(path, n_threads=None, mmap=True)`; n_threads defaults to the physical cores
+    for prompts and to `decode_threads`, about the fewest of them that saturate the memory (fastgguf._threads.
+    decode_threads: with more than 2 cores a probe of tens of ms once per process, when the first context is made;
+    FASTGGUF_DECODE_THREADS overrides), for decode steps; a given n_threads is used for both.
     path may also be a catalogue name (`Model("smollm2-135m")`, `fastgguf list`), as the CLI's -m takes it: fetched
     into the cache once, checksummed (fastgguf.hub); a bare catalogue name is always the catalogue's model (a file of
     that name in the working folder is written as a path, "./smollm2-135m").
@@ -86,11 +90,25 @@ class Model:
             raise
         # a build without threads runs 1: it says so (once) when more were asked, and never reports more
         self.n_threads = _threads_for(physical_cores(), warn=False) if n_threads is None else _threads_for(n_threads)
+        self._decode_threads = self.n_threads if n_threads is not None else None  # None: probe on first use
         self._tokenizer = None
         self._tok_lock = threading.Lock()
         self._sha256 = None
         self._sha_lock = threading.Lock()
         self.prompt_cache = _prompt_cache.open_cache(self, prompt_cache, prompt_cache_size, prompt_cache_min_tokens)
+
+    @property
+    def decode_threads(self):
+        """Threads of a decode step in contexts made after: n_threads when given, else the fewest of them that
+        saturate the memory (fastgguf._threads.decode_threads: its probe runs here, on first use, once per
+        process; FASTGGUF_DECODE_THREADS overrides); prompts keep n_threads. Settable."""
+        if self._decode_threads is None:
+            self._decode_threads = decode_threads(self.n_threads)
+        return self._decode_threads
+
+    @decode_threads.setter
+    def decode_threads(self, n):
+        self._decode_threads = _threads_for(check_n_threads(n, "decode_threads"))
 
     def __repr__(self):
         hp = self.hparams
@@ -224,12 +242,15 @@ class Context:
             raise ValueError(f"n_ctx must be >= 1, got {n_ctx}")
         if n_ctx > MAX_CTX:
             raise ValueError(f"n_ctx={n_ctx} is larger than fastgguf supports ({MAX_CTX})")
+        decode = model.decode_threads if n_threads is None else None
         n_threads = model.n_threads if n_threads is None else check_n_threads(n_threads)
         if model.n_ctx_train and n_ctx > model.n_ctx_train:
             warnings.warn(f"n_ctx={n_ctx} exceeds the model's training context {model.n_ctx_train}; "
                           f"output quality may degrade past it", RuntimeWarning, stacklevel=3)
         self.model = model
         self.runner = Runner(model.weights, n_ctx, n_threads)
+        if decode is not None and decode != self.runner.n_threads:
+            self.runner.decode_threads = decode
         self._lock = threading.Lock()
         self._owner = None  # the _Claim of the live generation stream that owns this context, if any
 
@@ -252,9 +273,22 @@ class Context:
 
     @n_threads.setter
     def n_threads(self, n):
+        """Threads of prompts and of decode steps alike (decode_threads follows)."""
         n = check_n_threads(n)
         with self._guard():
             self.runner.n_threads = n
+
+    @property
+    def decode_threads(self):
+        """Threads of a decode step (one new token): the model's decode_threads (fastgguf._threads.decode_threads:
+        the fewest that saturate the memory) for a Context and Model given no n_threads, else n_threads."""
+        return self.runner.decode_threads
+
+    @decode_threads.setter
+    def decode_threads(self, n):
+        n = check_n_threads(n, "decode_threads")
+        with self._guard():
+            self.runner.decode_threads = n
 
     @contextlib.contextmanager
     def _guard(self, owner=None):

@@ -1,7 +1,7 @@
 /* The team (csrc/fg_threads.c) on its own: every thread of a call sees the same nth and a distinct ith, the
  * barrier holds everyone until all arrived (each thread checks the others' writes after it), calls of varying
- * size reuse one pool (one thread, then more, then fewer), two pools run at once from two threads, and freeing
- * joins the workers. Built with -fsanitize=thread by .ci/kernels.sh, where a missing happens-before shows. */
+ * size reuse one pool (one thread, then more, then fewer), two pools run at once from two threads, freeing
+ * joins the workers, and the dynamic chunks (fg_chunk_claim) of phases between barriers go out exactly once each. Built with -fsanitize=thread by .ci/kernels.sh, where a missing happens-before shows. */
 #include <pthread.h>
 #include <stdio.h>
 #include <string.h>
@@ -42,6 +42,47 @@ static void task(int ith, int nth, void *arg) {
             if (c->slot[j] != r * MAX_NTH + j) c->errors[ith]++;
         fg_barrier(c->pool); /* nobody writes round r + 1 before all read round r */
     }
+}
+
+/* Dynamic chunks: phases of n chunks (n from `sizes`, several of them empty or smaller than the team) between
+ * barriers, each thread taking chunk ith, then claiming (as fg_forward.c's next_chunk); thread 1 dawdles on its
+ * chunks so that the others steal. After each phase's barrier every thread checks that each chunk ran once. */
+#define PHASES 40
+#define MAX_CHUNKS 64
+typedef struct {
+    fg_pool *pool;
+    int hits[PHASES][MAX_CHUNKS]; /* how often chunk k of a phase ran (atomic adds) */
+    int errors[MAX_NTH];
+} chunk_call;
+
+static int phase_chunks(int ph) {
+    static const int n[] = {0, 1, 2, 3, 7, 37, 64, 5};
+    return n[ph % 8];
+}
+
+static void chunk_task(int ith, int nth, void *arg) {
+    chunk_call *c = arg;
+    for (int ph = 0; ph < PHASES; ph++) {
+        int n = phase_chunks(ph);
+        for (int k = ith < n ? ith : nth + fg_chunk_claim(c->pool); k < n; k = nth + fg_chunk_claim(c->pool)) {
+            if (ith == 1)
+                for (volatile int spin = 0; spin < 2000; spin++) {
+                }
+            __atomic_add_fetch(&c->hits[ph][k], 1, __ATOMIC_RELAXED);
+        }
+        fg_barrier(c->pool);
+        for (int k = 0; k < MAX_CHUNKS; k++)
+            if (__atomic_load_n(&c->hits[ph][k], __ATOMIC_RELAXED) != (k < n)) c->errors[ith]++;
+    }
+}
+
+static int run_chunks(fg_pool *pool, int nth) {
+    static chunk_call c;
+    memset(&c, 0, sizeof(c));
+    c.pool = pool;
+    int ran = fg_parallel(pool, nth, chunk_task, &c), bad = ran != nth;
+    for (int i = 0; i < ran; i++) bad += c.errors[i];
+    return bad;
 }
 
 /* One call of nth threads on pool; returns the number of failed checks. */
@@ -87,6 +128,7 @@ int main(void) {
             break;
         }
     }
+    for (int nth = 2; nth <= 5; nth++) CHECK(run_chunks(pool, nth) == 0, "dynamic chunks on %d threads", nth);
     fg_pool_free(pool);
     fg_pool_free(fg_pool_new()); /* a pool never used: nothing to join */
     fg_pool_free(NULL);

@@ -5,6 +5,7 @@ import gc
 import os
 import warnings
 
+import numpy as np
 import pytest
 
 import fastgguf._native as native
@@ -115,3 +116,76 @@ def test_freed_contexts_join_their_workers(default_model_path):
     del c, ctxs
     gc.collect()
     assert n_threads_now() == before
+
+
+def test_decode_threads_probe_picks_the_fewest_that_saturate(monkeypatch):
+    """decode_threads: one more than the fewest threads within SATURATION of the best rate, probed once per process
+    and core count, never with 2 cores or fewer; FASTGGUF_DECODE_THREADS overrides (checked, then at most the
+    cores)."""
+    calls = []
+
+    def curve(nbytes, repeats, n):
+        calls.append(n)
+        return {3: [19.0, 20.0, 20.5], 4: [10.0, 11.0, 12.0, 30.0], 6: [10.0, 18.5, 20.0, 20.0, 19.0, 20.0]}[n]
+
+    monkeypatch.delenv(threads.DECODE_THREADS_ENV, raising=False)
+    monkeypatch.setattr(native, "read_bandwidth_curve", curve)
+    monkeypatch.setattr(threads, "_decode_threads", {})
+    assert threads.decode_threads(3) == 2  # 19 >= 0.9 * 20.5: 1, and one more
+    assert threads.decode_threads(4) == 4  # only 4 reach it: 4 (at most the cores)
+    assert threads.decode_threads(6) == 3  # 18.5 >= 0.9 * 20
+    assert threads.decode_threads(3) == 2 and calls == [3, 4, 6]  # cached
+    assert threads.decode_threads(2) == 2 and threads.decode_threads(1) == 1 and calls == [3, 4, 6]  # no probe
+    monkeypatch.setenv(threads.DECODE_THREADS_ENV, "3")
+    assert threads.decode_threads(8) == 3 and threads.decode_threads(2) == 2
+    for bad, err in (("x", ValueError), ("0", ValueError)):
+        monkeypatch.setenv(threads.DECODE_THREADS_ENV, bad)
+        with pytest.raises(err, match=threads.DECODE_THREADS_ENV):
+            threads.decode_threads(2)
+
+    def broken(nbytes, repeats, n):
+        raise ValueError("no memory")
+
+    monkeypatch.delenv(threads.DECODE_THREADS_ENV)
+    monkeypatch.setattr(native, "read_bandwidth_curve", broken)
+    assert threads.decode_threads(5) == 5  # no probe: every core, as before
+    assert threads.decode_threads(2) == 2
+
+
+def test_read_bandwidth_curve_measures_each_thread_count():
+    n = 2 if kernels.build_info()["threads"] else 1
+    curve = native.read_bandwidth_curve(1 << 20, 1, n)
+    assert len(curve) == n and all(bw > 0 for bw in curve)
+
+
+def test_decode_threads_run_decode_steps_only(monkeypatch, default_model_path):
+    """A Model given no n_threads decodes with its decode_threads and evaluates prompts with n_threads; an explicit
+    n_threads is both; the logits equal 1 thread's bit for bit either way."""
+    from fastgguf import Model
+    if not kernels.build_info()["threads"]:
+        pytest.skip("a build without threads")
+    monkeypatch.setattr(threads, "physical_cores", lambda: 2)
+    monkeypatch.setenv(threads.DECODE_THREADS_ENV, "1")
+    import fastgguf.engine.model as engine_model
+    monkeypatch.setattr(engine_model, "physical_cores", lambda: 2)
+    m = Model(default_model_path)
+    assert (m.n_threads, m.decode_threads) == (2, 1)
+    ctx = m.context(32)
+    assert (ctx.n_threads, ctx.decode_threads) == (2, 1)
+    a = ctx.eval([1, 2, 3, 4], all_logits=True)
+    assert ctx.runner.last_threads == 2
+    b = ctx.eval([5])
+    assert ctx.runner.last_threads == 1
+    c = ctx.runner.step_py(6)
+    assert ctx.runner.last_threads == 1
+    one = Model(default_model_path, n_threads=1).context(32)
+    assert one.decode_threads == 1
+    np.testing.assert_array_equal(one.eval([1, 2, 3, 4], all_logits=True), a)
+    np.testing.assert_array_equal(one.eval([5]), b)
+    np.testing.assert_array_equal(one.runner.step_py(6), c)
+    ctx.decode_threads = 2
+    assert ctx.decode_threads == 2
+    ctx.n_threads = 1  # an explicit n_threads: decode follows it
+    assert (ctx.n_threads, ctx.decode_threads) == (1, 1)
+    assert Model(default_model_path, n_threads=2).context(16).decode_threads == 2
+    assert m.context(16, n_threads=2).decode_threads == 2
