@@ -623,17 +623,19 @@ FG_INLINE_AVX512 __m512 fg_lut4_step16(__m512 acc, __m512i dot, __m512 dw, const
 }
 
 /* R <= 8 rows x M <= 8 activations (the gemv's tile, M = 1, and the 16-row tile's halves), ymm lanes, dpbusd; blocks
- * of bs bytes, scale at 0, nibbles at qs_off; aux from fg_q8_0_aux128. */
-FG_INLINE_AVX512_VNNI void fg_lut4_tile8_vnni(const int R, const int M, int first, int kc, const char *w, size_t stride,
-                                              const char *x, size_t xs, const fg_xaux (*aux)[FG_KC], float *y,
-                                              int64_t ldy, const int8_t *levels, const size_t bs, const size_t qs_off,
-                                              const int scale) {
+ * of bs bytes, scale at 0, nibbles at qs_off; aux from fg_q8_0_aux128. Each row's block asks for the block `ahead`
+ * bytes on (fg_prefetch_rows8): 8 rows on (fg_lut4_tile8_vnni), or the stream's next row (FG_GEMV_STREAMS). */
+FG_INLINE_AVX512_VNNI void fg_lut4_tile8_vnni_at(const int R, const int M, int first, int kc, const char *w,
+                                                 size_t stride, size_t ahead, const char *x, size_t xs,
+                                                 const fg_xaux (*aux)[FG_KC], float *y, int64_t ldy,
+                                                 const int8_t *levels, const size_t bs, const size_t qs_off,
+                                                 const int scale) {
     const __m256i table = fg_lut4_table_u8(levels);
     __m256 acc[8]; /* [a]: 8 rows */
     fg_load_rows8(R, M, first, acc, y, ldy);
     for (int i = 0; i < kc; i++) {
         const char *wb = w + i * bs;
-        fg_prefetch_tile8(w, stride, R, i, kc, bs);
+        fg_prefetch_rows8(w, stride, ahead, R, i, kc, bs);
         __m256i k[8]; /* [j]: u of elements 4j..4j+3 (j < 4), 16 + 4(j - 4).. (j >= 4) of the 8 rows */
         fg_rows8_lut4(wb + qs_off, stride, R, table, k);
         const __m256 dw = fg_rows8_scale(wb, stride, R, scale);
@@ -643,6 +645,12 @@ FG_INLINE_AVX512_VNNI void fg_lut4_tile8_vnni(const int R, const int M, int firs
         }
     }
     fg_store_rows8(R, M, acc, y, ldy);
+}
+FG_INLINE_AVX512_VNNI void fg_lut4_tile8_vnni(const int R, const int M, int first, int kc, const char *w, size_t stride,
+                                              const char *x, size_t xs, const fg_xaux (*aux)[FG_KC], float *y,
+                                              int64_t ldy, const int8_t *levels, const size_t bs, const size_t qs_off,
+                                              const int scale) {
+    fg_lut4_tile8_vnni_at(R, M, first, kc, w, stride, 8 * stride, x, xs, aux, y, ldy, levels, bs, qs_off, scale);
 }
 
 /* R <= 16 rows x M <= 8 activations in zmm lanes (FG_KERNELS_FROM_TILE16); one activation: the 8-row tile on each
