@@ -249,7 +249,7 @@ def test_q8_0_weights_at_minus_128(isa):
 
 # The row-lane tiles that take the scalar reference's float step: x86's (AVX2, and its AVX-512 / VNNI twins) and NEON's
 # with dotprod (base NEON has none; tests/c/test_kernels.c checks the NEON tiles too, under qemu in .ci/kernels.sh)
-_X86_EXACT = ("Q4_1", "Q5_1", "IQ4_NL", "MXFP4")
+_X86_EXACT = ("Q4_1", "Q5_0", "Q5_1", "IQ4_NL", "MXFP4")
 ROW_LANE_EXACT = {"avx2": _X86_EXACT, "avx512": _X86_EXACT, "neon": ("Q4_1", "Q5_0", "Q5_1", "IQ4_NL", "MXFP4")}
 # ... and those only an ISA's extension has (IQ4_XS's VNNI tile: its AVX2 rows sum in float lanes, fused)
 ROW_LANE_EXACT_EXT = {"vnni": ("IQ4_XS",)}
