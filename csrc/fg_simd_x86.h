@@ -534,16 +534,17 @@ FG_INLINE_AVX2 void fg_lut4_dequantize_avx2(const char *x, float *y, int64_t n, 
  * their broadcast 4-byte groups. The signed . signed dot is |k| . (x with k's sign); a pair reaches 2 * 127 * 127, so
  * each group is widened by its own madd. Every lane takes the scalar reference's float step,
  * sum += (float)sumi * (dw * dx) (no FMA), so all paths equal it bit for bit. */
-FG_INLINE_AVX2 void fg_lut4_tile8_avx2(const int R, const int M, int first, int kc, const char *w, size_t stride,
-                                       const char *x, size_t xs, const fg_xaux (*aux)[FG_KC], float *y, int64_t ldy,
-                                       const int8_t *levels, const size_t bs, const size_t qs_off, const int scale) {
+FG_INLINE_AVX2 void fg_lut4_tile8_avx2_at(const int R, const int M, int first, int kc, const char *w, size_t stride,
+                                          size_t ahead, const char *x, size_t xs, const fg_xaux (*aux)[FG_KC],
+                                          float *y, int64_t ldy, const int8_t *levels, const size_t bs,
+                                          const size_t qs_off, const int scale) {
     const __m256i table = _mm256_broadcastsi128_si256(_mm_loadu_si128((const __m128i *)levels));
     const __m256i m4 = _mm256_set1_epi8(0x0f);
     __m256 acc[8]; /* [a]: 8 rows */
     fg_load_rows8(R, M, first, acc, y, ldy);
     for (int i = 0; i < kc; i++) {
         const char *wb = w + i * bs;
-        fg_prefetch_tile8(w, stride, R, i, kc, bs);
+        fg_prefetch_rows8(w, stride, ahead, R, i, kc, bs);
         const __m256 dw = fg_rows8_scale(wb, stride, R, scale);
         __m256i dot[8]; /* [a]: the 8 rows' block sums */
         if (M == 1) { /* nothing to share a transpose with */
@@ -577,6 +578,12 @@ FG_INLINE_AVX2 void fg_lut4_tile8_avx2(const int R, const int M, int first, int 
         }
     }
     fg_store_rows8(R, M, acc, y, ldy);
+}
+/* The same, each row's block asking for the block 8 rows on (the gemm's tiles; `ahead` as fg_lut4_tile8_vnni_at's). */
+FG_INLINE_AVX2 void fg_lut4_tile8_avx2(const int R, const int M, int first, int kc, const char *w, size_t stride,
+                                       const char *x, size_t xs, const fg_xaux (*aux)[FG_KC], float *y, int64_t ldy,
+                                       const int8_t *levels, const size_t bs, const size_t qs_off, const int scale) {
+    fg_lut4_tile8_avx2_at(R, M, first, kc, w, stride, 8 * stride, x, xs, aux, y, ldy, levels, bs, qs_off, scale);
 }
 
 
