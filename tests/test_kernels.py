@@ -295,11 +295,10 @@ def test_row_lane_kernels_equal_scalar_exactly(isa, t):
 
 @pytest.mark.parametrize("t", ["Q4_0", "Q8_0", "Q4_1", "Q5_0", "Q5_1", "IQ4_NL", "MXFP4"])
 def test_stream_gemv_equals_vec_dot_exactly(isa, t):
-    """The x86 gemv of Q4_0, Q8_0, Q4_1, Q5_0, Q5_1 and MXFP4 (and IQ4_NL's with VNNI) reads the rows as 8 ascending
-    streams (FG_GEMV_STREAMS: tile t takes rows t, t + q, ..., t + 7q, then the nrows % 8 left) with the per-row float
-    steps of the gemm's tiles, so every row equals its vec_dot bit for bit: rows with and without a remainder, n
-    within one chunk of activation scales, across chunks (4096 + 96) and past the streams' 1024 blocks (the gemm's
-    path)."""
+    """The x86 gemv of Q4_0, Q8_0, Q4_1, Q5_0, Q5_1, IQ4_NL and MXFP4 reads the rows as 8 ascending streams
+    (FG_GEMV_STREAMS: tile t takes rows t, t + q, ..., t + 7q, then the nrows % 8 left) with the per-row float steps
+    of the gemm's tiles, so every row equals its vec_dot bit for bit: rows with and without a remainder, n within one
+    chunk of activation scales, across chunks (4096 + 96) and past the streams' 1024 blocks (the gemm's path)."""
     for n, rows in ((64, 8), (2048 + 32, 29), (4096 + 96, 21), (1024 * 32 + 64, 10)):
         w = kernels.quantize(_data((rows, n), n + rows), t, isa="scalar")
         xq = kernels.quantize(_data((n,), n + 3), kernels.vec_dot_type(t), isa="scalar")
