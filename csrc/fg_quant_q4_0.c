@@ -86,8 +86,8 @@ FG_INLINE_AVX2 void q4_0_aux(const char *x, int kc, fg_xaux *aux) {
 #define Q4_0_STEP8(NIBDOT, acc, lo, hi, dw, xq, ax)                                                             \
     _mm256_fmadd_ps(_mm256_cvtepi32_ps(_mm256_sub_epi32(NIBDOT(lo, hi, xq), _mm256_set1_epi32((ax)->c))),       \
                     _mm256_mul_ps(dw, _mm256_set1_ps((ax)->d)), acc)
-/* NAME##_at asks for each row's block `ahead` bytes on (fg_prefetch_rows8); NAME (the tiles' shape) 8 rows on;
- * NAME##_gemv is the one-activation tile of the streams gemv (FG_GEMV_STREAMS). */
+/* NAME##_at asks for each row's block `ahead` bytes on (fg_prefetch_rows8); FG_TILE8_ENTRIES gives NAME
+ * (the tiles' shape) and NAME##_gemv (the streams gemv's). */
 #define Q4_0_TILE8(NAME, INLINE, NIBDOT)                                                                    \
     INLINE void NAME##_at(const int R, const int M, int first, int kc, const char *w, size_t stride, size_t ahead, \
                           const char *x, size_t xs, const fg_xaux (*aux)[FG_KC], float *y, int64_t ldy) {    \
@@ -104,14 +104,7 @@ FG_INLINE_AVX2 void q4_0_aux(const char *x, int kc, fg_xaux *aux) {
         }                                                                                                   \
         fg_store_rows8(R, M, acc, y, ldy);                                                                  \
     }                                                                                                       \
-    INLINE void NAME(const int R, const int M, int first, int kc, const char *w, size_t stride, const char *x, \
-                     size_t xs, const fg_xaux (*aux)[FG_KC], float *y, int64_t ldy) {                       \
-        NAME##_at(R, M, first, kc, w, stride, 8 * stride, x, xs, aux, y, ldy);                              \
-    }                                                                                                       \
-    INLINE void NAME##_gemv(const int R, int first, int kc, const char *w, size_t stride, size_t ahead,     \
-                            const char *x, const fg_xaux (*aux)[FG_KC], float *y) {                         \
-        NAME##_at(R, 1, first, kc, w, stride, ahead, x, 0, aux, y, 0);                                      \
-    }
+    FG_TILE8_ENTRIES(NAME, INLINE)
 Q4_0_TILE8(q4_0_tile8_avx2, FG_INLINE_AVX2, fg_nib8_dot_avx2)
 FG_GEMM_DOT_FROM_TILE(vec_dot_q4_0_q8_0_avx2, gemm_q4_0_q8_0_avx2_tiles, FG_TARGET_AVX2, q4_0_tile8_avx2, q4_0_aux,
                       sizeof(block_q4_0), sizeof(block_q8_0), QK4_0, 8, 8)

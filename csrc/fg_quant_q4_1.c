@@ -78,8 +78,8 @@ FG_TARGET_AVX2 static void dequantize_row_q4_1_avx2(const void *vx, float *y, in
  * DOT2 the u8.s8 dot, then fg_hsum8x2_epi32 puts the 8 rows' sums into lanes; no transpose where nothing would share
  * it). sum_j (d q_j + m) dx x_j = d dx sum(q x) + m s: fg_q8_1_step8, the scalar reference's float step, so every
  * path of every twin (AVX2: maddubs; AVX-512: the same tile with VNNI dpbusd) equals the scalar vec_dot bit for bit.
- * NAME##_at asks for each row's block `ahead` bytes on (fg_prefetch_rows8); NAME (the tiles' shape) 8 rows on;
- * NAME##_gemv is the one-activation tile of the streams gemv (FG_GEMV_STREAMS). */
+ * NAME##_at asks for each row's block `ahead` bytes on (fg_prefetch_rows8); FG_TILE8_ENTRIES gives NAME
+ * (the tiles' shape) and NAME##_gemv (the streams gemv's). */
 #define Q4_1_TILE8(NAME, INLINE, DOT2, NIBDOT)                                                              \
     INLINE __m256 NAME##_pair(const int R, const char *wb, size_t stride, const block_q8_1 *xb,             \
                               const fg_xaux *aux, __m256 acc) {                                             \
@@ -126,14 +126,7 @@ FG_TARGET_AVX2 static void dequantize_row_q4_1_avx2(const void *vx, float *y, in
         }                                                                                                   \
         fg_store_rows8(R, M, acc, y, ldy);                                                                  \
     }                                                                                                       \
-    INLINE void NAME(const int R, const int M, int first, int kc, const char *w, size_t stride, const char *x, \
-                     size_t xs, const fg_xaux (*aux)[FG_KC], float *y, int64_t ldy) {                       \
-        NAME##_at(R, M, first, kc, w, stride, 8 * stride, x, xs, aux, y, ldy);                              \
-    }                                                                                                       \
-    INLINE void NAME##_gemv(const int R, int first, int kc, const char *w, size_t stride, size_t ahead,     \
-                            const char *x, const fg_xaux (*aux)[FG_KC], float *y) {                         \
-        NAME##_at(R, 1, first, kc, w, stride, ahead, x, 0, aux, y, 0);                                      \
-    }
+    FG_TILE8_ENTRIES(NAME, INLINE)
 Q4_1_TILE8(q4_1_tile8_avx2, FG_INLINE_AVX2, FG_DOT2_U8S8_256, fg_nib8_dot_avx2)
 FG_GEMM_DOT_FROM_TILE(vec_dot_q4_1_q8_1_avx2, gemm_q4_1_q8_1_avx2, FG_TARGET_AVX2, q4_1_tile8_avx2, fg_q8_1_aux,
                       sizeof(block_q4_1), sizeof(block_q8_1), QK4_1, 8, 8)

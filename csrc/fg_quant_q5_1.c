@@ -95,8 +95,8 @@ FG_TARGET_AVX2 static void dequantize_row_q5_1_avx2(const void *vx, float *y, in
  * broadcast 4-byte groups, 4 maddubs summed in int16 (4 * 2 * 31 * 127 < 32767) per madd. Either way every lane takes
  * the scalar reference's float step, sum += (float)sumi * (dw * dx) + mw * sx, so all paths equal it bit for bit.
  * Each row's block asks for the bytes `ahead` of it (fg_prefetch_rows8): 8 rows on in the tiles (q5_1_tile8_avx2),
- * the stream's next row in the gemv (q5_1_gemv8_avx2, FG_GEMV_STREAMS). */
-FG_INLINE_AVX2 void q5_1_tile8_at_avx2(const int R, const int M, int first, int kc, const char *w, size_t stride,
+ * the stream's next row in the gemv (q5_1_tile8_avx2_gemv, FG_GEMV_STREAMS). */
+FG_INLINE_AVX2 void q5_1_tile8_avx2_at(const int R, const int M, int first, int kc, const char *w, size_t stride,
                                        size_t ahead, const char *x, size_t xs, const fg_xaux (*aux)[FG_KC], float *y,
                                        int64_t ldy) {
     const __m256i ones = _mm256_set1_epi16(1);
@@ -134,18 +134,11 @@ FG_INLINE_AVX2 void q5_1_tile8_at_avx2(const int R, const int M, int first, int 
     }
     fg_store_rows8(R, M, acc, y, ldy);
 }
-FG_INLINE_AVX2 void q5_1_tile8_avx2(const int R, const int M, int first, int kc, const char *w, size_t stride,
-                                    const char *x, size_t xs, const fg_xaux (*aux)[FG_KC], float *y, int64_t ldy) {
-    q5_1_tile8_at_avx2(R, M, first, kc, w, stride, 8 * stride, x, xs, aux, y, ldy);
-}
-FG_INLINE_AVX2 void q5_1_gemv8_avx2(const int R, int first, int kc, const char *w, size_t stride, size_t ahead,
-                                    const char *x, const fg_xaux (*aux)[FG_KC], float *y) {
-    q5_1_tile8_at_avx2(R, 1, first, kc, w, stride, ahead, x, 0, aux, y, 0);
-}
+FG_TILE8_ENTRIES(q5_1_tile8_avx2, FG_INLINE_AVX2)
 
 FG_GEMM_DOT_FROM_TILE(vec_dot_q5_1_q8_1_avx2, gemm_q5_1_q8_1_avx2, FG_TARGET_AVX2, q5_1_tile8_avx2, fg_q8_1_aux,
                       sizeof(block_q5_1), sizeof(block_q8_1), QK5_1, 8, 8)
-FG_GEMV_STREAMS(gemv_q5_1_q8_1_avx2, FG_TARGET_AVX2, q5_1_gemv8_avx2, gemm_q5_1_q8_1_avx2, fg_q8_1_aux,
+FG_GEMV_STREAMS(gemv_q5_1_q8_1_avx2, FG_TARGET_AVX2, q5_1_tile8_avx2_gemv, gemm_q5_1_q8_1_avx2, fg_q8_1_aux,
                 sizeof(block_q5_1), sizeof(block_q8_1), QK5_1)
 #endif /* FG_HAVE_X86 */
 

@@ -208,6 +208,17 @@ typedef struct {
  * stride, ahead, x, aux, y): the format's 8-row tile with one activation (y: lanes r < R, read unless first); the
  * same per-row float steps as GEMM's tiles, so the results equal its bit for bit. The aux of the whole activation is
  * made first (FG_GEMV_STREAMS_KB blocks at most, 8 KB on the stack; wider rows run GEMM). */
+/* The two entries a row-lane format's NAME##_at tile (R rows x M activations, each row's block asked for `ahead`
+ * bytes on) gives: NAME, the tiles' shape (8 rows on), and NAME##_gemv, FG_GEMV_STREAMS's one-activation TILE1. */
+#define FG_TILE8_ENTRIES(NAME, INLINE)                                                                      \
+    INLINE void NAME(const int R, const int M, int first, int kc, const char *w, size_t stride, const char *x, \
+                     size_t xs, const fg_xaux (*aux)[FG_KC], float *y, int64_t ldy) {                       \
+        NAME##_at(R, M, first, kc, w, stride, 8 * stride, x, xs, aux, y, ldy);                              \
+    }                                                                                                       \
+    INLINE void NAME##_gemv(const int R, int first, int kc, const char *w, size_t stride, size_t ahead,     \
+                            const char *x, const fg_xaux (*aux)[FG_KC], float *y) {                         \
+        NAME##_at(R, 1, first, kc, w, stride, ahead, x, 0, aux, y, 0);                                      \
+    }
 #define FG_GEMV_STREAMS_KB (8 * FG_KC)
 #define FG_GEMV_STREAMS(GEMV, TARGET, TILE1, GEMM, AUX, WBLK, XBLK, BLK)                                     \
     TARGET static void GEMV(int64_t n, const void *w, size_t stride, const void *x, float *y, int64_t nrows) { \
