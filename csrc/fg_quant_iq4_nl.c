@@ -64,18 +64,15 @@ FG_TARGET_AVX2 static void dequantize_row_iq4_nl_avx2(const void *vx, float *y, 
     fg_lut4_dequantize_avx2(vx, y, n, fg_kvalues_iq4nl, sizeof(block_iq4_nl), offsetof(block_iq4_nl, qs), FG_SCALE_F16);
 }
 
-FG_INLINE_AVX2 void iq4_nl_tile8_avx2(const int R, const int M, int first, int kc, const char *w, size_t stride,
-                                      const char *x, size_t xs, const fg_xaux (*aux)[FG_KC], float *y, int64_t ldy) {
-    fg_lut4_tile8_avx2(R, M, first, kc, w, stride, x, xs, aux, y, ldy, fg_kvalues_iq4nl, sizeof(block_iq4_nl),
-                       offsetof(block_iq4_nl, qs), FG_SCALE_F16);
+/* The tile with the prefetch distance `ahead` (fg_lut4_tile8_avx2_at); FG_TILE8_ENTRIES gives the gemm's tiles
+ * (iq4_nl_tile8_avx2) and the streams gemv's (iq4_nl_tile8_avx2_gemv, FG_GEMV_STREAMS). */
+FG_INLINE_AVX2 void iq4_nl_tile8_avx2_at(const int R, const int M, int first, int kc, const char *w, size_t stride,
+                                         size_t ahead, const char *x, size_t xs, const fg_xaux (*aux)[FG_KC],
+                                         float *y, int64_t ldy) {
+    fg_lut4_tile8_avx2_at(R, M, first, kc, w, stride, ahead, x, xs, aux, y, ldy, fg_kvalues_iq4nl,
+                          sizeof(block_iq4_nl), offsetof(block_iq4_nl, qs), FG_SCALE_F16);
 }
-
-/* The streams gemv's one-activation tile (FG_GEMV_STREAMS): each row's block asks for the stream's next row's. */
-FG_INLINE_AVX2 void iq4_nl_tile8_avx2_gemv(const int R, int first, int kc, const char *w, size_t stride, size_t ahead,
-                                           const char *x, const fg_xaux (*aux)[FG_KC], float *y) {
-    fg_lut4_tile8_avx2_at(R, 1, first, kc, w, stride, ahead, x, 0, aux, y, 0, fg_kvalues_iq4nl, sizeof(block_iq4_nl),
-                          offsetof(block_iq4_nl, qs), FG_SCALE_F16);
-}
+FG_TILE8_ENTRIES(iq4_nl_tile8_avx2, FG_INLINE_AVX2)
 FG_GEMM_DOT_FROM_TILE(vec_dot_iq4_nl_q8_0_avx2, gemm_iq4_nl_q8_0_avx2, FG_TARGET_AVX2, iq4_nl_tile8_avx2, fg_q8_0_aux,
                       sizeof(block_iq4_nl), sizeof(block_q8_0), QK4_NL, 8, 8)
 FG_GEMV_STREAMS(gemv_iq4_nl_q8_0_avx2, FG_TARGET_AVX2, iq4_nl_tile8_avx2_gemv, gemm_iq4_nl_q8_0_avx2, fg_q8_0_aux,

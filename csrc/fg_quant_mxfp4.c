@@ -103,8 +103,8 @@ FG_INLINE_AVX2 __m256i mxfp4_dot8_avx2(const __m256i k[8], const int8_t *xq) {
 }
 
 /* R <= 8 rows x M <= 8 activations (FG_KERNELS_FROM_TILE8), row r in lane r; each row's block asks for the block
- * `ahead` bytes on (fg_prefetch_rows8). mxfp4_tile8_avx2 (the gemm's tiles): 8 rows on; mxfp4_tile8_avx2_gemv: the
- * one-activation tile of the streams gemv (FG_GEMV_STREAMS), the stream's next row. */
+ * `ahead` bytes on (fg_prefetch_rows8); FG_TILE8_ENTRIES gives mxfp4_tile8_avx2 (the gemm's tiles: 8 rows on) and
+ * mxfp4_tile8_avx2_gemv (the one-activation tile of the streams gemv, FG_GEMV_STREAMS: the stream's next row). */
 FG_INLINE_AVX2 void mxfp4_tile8_avx2_at(const int R, const int M, int first, int kc, const char *w, size_t stride,
                                         size_t ahead, const char *x, size_t xs, const fg_xaux (*aux)[FG_KC], float *y,
                                         int64_t ldy) {
@@ -124,14 +124,7 @@ FG_INLINE_AVX2 void mxfp4_tile8_avx2_at(const int R, const int M, int first, int
     }
     fg_store_rows8(R, M, acc, y, ldy);
 }
-FG_INLINE_AVX2 void mxfp4_tile8_avx2(const int R, const int M, int first, int kc, const char *w, size_t stride,
-                                     const char *x, size_t xs, const fg_xaux (*aux)[FG_KC], float *y, int64_t ldy) {
-    mxfp4_tile8_avx2_at(R, M, first, kc, w, stride, 8 * stride, x, xs, aux, y, ldy);
-}
-FG_INLINE_AVX2 void mxfp4_tile8_avx2_gemv(const int R, int first, int kc, const char *w, size_t stride, size_t ahead,
-                                          const char *x, const fg_xaux (*aux)[FG_KC], float *y) {
-    mxfp4_tile8_avx2_at(R, 1, first, kc, w, stride, ahead, x, 0, aux, y, 0);
-}
+FG_TILE8_ENTRIES(mxfp4_tile8_avx2, FG_INLINE_AVX2)
 
 FG_GEMM_DOT_FROM_TILE(vec_dot_mxfp4_q8_0_avx2, gemm_mxfp4_q8_0_avx2, FG_TARGET_AVX2, mxfp4_tile8_avx2, mxfp4_aux12,
                       sizeof(block_mxfp4), sizeof(block_q8_0), QK_MXFP4, 8, 8)

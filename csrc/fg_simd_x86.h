@@ -533,7 +533,8 @@ FG_INLINE_AVX2 void fg_lut4_dequantize_avx2(const char *x, float *y, int64_t n, 
  * (fg_rows8_dwords) and looked up in the table (k[j]: elements 4j..4j+3 of every row, k[4 + j]: 16 + 4j..), against
  * their broadcast 4-byte groups. The signed . signed dot is |k| . (x with k's sign); a pair reaches 2 * 127 * 127, so
  * each group is widened by its own madd. Every lane takes the scalar reference's float step,
- * sum += (float)sumi * (dw * dx) (no FMA), so all paths equal it bit for bit. */
+ * sum += (float)sumi * (dw * dx) (no FMA), so all paths equal it bit for bit. Each row's block asks for the block
+ * `ahead` bytes on (fg_prefetch_rows8: 8 rows on for the gemm's tiles, the stream's next row for FG_GEMV_STREAMS). */
 FG_INLINE_AVX2 void fg_lut4_tile8_avx2_at(const int R, const int M, int first, int kc, const char *w, size_t stride,
                                           size_t ahead, const char *x, size_t xs, const fg_xaux (*aux)[FG_KC],
                                           float *y, int64_t ldy, const int8_t *levels, const size_t bs,
@@ -578,12 +579,6 @@ FG_INLINE_AVX2 void fg_lut4_tile8_avx2_at(const int R, const int M, int first, i
         }
     }
     fg_store_rows8(R, M, acc, y, ldy);
-}
-/* The same, each row's block asking for the block 8 rows on (the gemm's tiles; `ahead` as fg_lut4_tile8_vnni_at's). */
-FG_INLINE_AVX2 void fg_lut4_tile8_avx2(const int R, const int M, int first, int kc, const char *w, size_t stride,
-                                       const char *x, size_t xs, const fg_xaux (*aux)[FG_KC], float *y, int64_t ldy,
-                                       const int8_t *levels, const size_t bs, const size_t qs_off, const int scale) {
-    fg_lut4_tile8_avx2_at(R, M, first, kc, w, stride, 8 * stride, x, xs, aux, y, ldy, levels, bs, qs_off, scale);
 }
 
 
