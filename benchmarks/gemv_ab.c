@@ -1,7 +1,7 @@
-/* A/B of one-activation GEMVs (Q4_0, Q4_1, Q5_0, Q5_1, Q8_0, IQ4_NL or MXFP4 weights, random blocks, beyond cache) between two builds of the
- * kernels, dlopen'ed into one process and run alternately, each for `secs` seconds per round; prints GB/s of weights
- * read and whether both builds give the same floats. Build each side's csrc/ (kernel files as .ci/kernels.sh lists
- * them) as
+/* A/B of one-activation GEMVs (Q4_0, Q4_1, Q5_0, Q5_1, Q8_0, IQ4_NL or MXFP4 weights, random blocks, beyond cache)
+ * between two builds of the kernels, dlopen'ed into one process and run alternately, each for `secs` seconds per
+ * round; prints GB/s of weights read and whether both builds give the same floats. Build each side's csrc/ (kernel
+ * files as .ci/kernels.sh lists them) as
  *   gcc -std=gnu11 -O3 -ffp-contract=off -fPIC -shared -pthread -Wl,-Bsymbolic -I. <kernel files> -lm -o libX.so
  * into ./libbase.so and ./libnew.so, then: gcc -O2 -Icsrc benchmarks/gemv_ab.c -ldl -o ab
  *   ./ab TYPE ISA N MB ROUNDS SECS   (TYPE 2 = Q4_0, 3 = Q4_1, 6 = Q5_0, 7 = Q5_1, 8 = Q8_0, 20 = IQ4_NL,

@@ -152,9 +152,9 @@ FG_INLINE_AVX2 __m256i q5_0_stepsum_avx2(const q5_0_rows8 *u, const block_q8_0 *
  * A), 8 rows' sums gathered into lanes, then the same float step as the gemm's; no transposes where little shares
  * them; y[a * ldy + r]. q5_0_rows8_at_*: the same over nb blocks from y's sums (unless first), each row's block asking
  * for the block `ahead` bytes on; q5_0_tile8_gemv_*: its one-activation case, the tile of the gemv, which reads the
- * rows as 8 ascending streams (FG_GEMV_STREAMS). q5_0_few_*: rows 8 at a time (the tail masked) for A activations. gemm_*: many activations:
- * per block, 16 rows unpacked once, then every activation; the sums accumulate in y block by block (the same float
- * steps, in the same order, as the gemv's register), from FEW activations on. */
+ * rows as 8 ascending streams (FG_GEMV_STREAMS). q5_0_few_*: rows 8 at a time (the tail masked) for A activations.
+ * gemm_*: many activations: per block, 16 rows unpacked once, then every activation; the sums accumulate in y block
+ * by block (the same float steps, in the same order, as the gemv's register), from FEW activations on. */
 #define Q5_0_KERNELS(SFX, INLINE, TARGET, STEPSUM, XPRE, DOT, FEW)                                                        \
     INLINE __m256 q5_0_rows8_step_##SFX(const q5_0_rows8 *u, const block_q8_0 *xb) {                                 \
         const __m256i sumi = STEPSUM(u, xb);                                                                         \
