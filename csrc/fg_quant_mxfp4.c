@@ -102,16 +102,19 @@ FG_INLINE_AVX2 __m256i mxfp4_dot8_avx2(const __m256i k[8], const int8_t *xq) {
     return _mm256_add_epi32(_mm256_madd_epi16(s[0], one), _mm256_madd_epi16(s[1], one));
 }
 
-/* R <= 8 rows x M <= 8 activations (FG_KERNELS_FROM_TILE8), row r in lane r. */
-FG_INLINE_AVX2 void mxfp4_tile8_avx2(const int R, const int M, int first, int kc, const char *w, size_t stride,
-                                     const char *x, size_t xs, const fg_xaux (*aux)[FG_KC], float *y, int64_t ldy) {
+/* R <= 8 rows x M <= 8 activations (FG_KERNELS_FROM_TILE8), row r in lane r; each row's block asks for the block
+ * `ahead` bytes on (fg_prefetch_rows8); FG_TILE8_ENTRIES gives mxfp4_tile8_avx2 (the gemm's tiles: 8 rows on) and
+ * mxfp4_tile8_avx2_gemv (the one-activation tile of the streams gemv, FG_GEMV_STREAMS: the stream's next row). */
+FG_INLINE_AVX2 void mxfp4_tile8_avx2_at(const int R, const int M, int first, int kc, const char *w, size_t stride,
+                                        size_t ahead, const char *x, size_t xs, const fg_xaux (*aux)[FG_KC], float *y,
+                                        int64_t ldy) {
     const __m256i table = _mm256_broadcastsi128_si256(
         _mm_add_epi8(_mm_loadu_si128((const __m128i *)fg_kvalues_mxfp4), _mm_set1_epi8(12)));
     __m256 acc[8]; /* [a]: 8 rows */
     fg_load_rows8(R, M, first, acc, y, ldy);
     for (int i = 0; i < kc; i++) {
         const char *wb = w + i * sizeof(block_mxfp4);
-        fg_prefetch_tile8(w, stride, R, i, kc, sizeof(block_mxfp4));
+        fg_prefetch_rows8(w, stride, ahead, R, i, kc, sizeof(block_mxfp4));
         __m256i k[8]; /* u of the 8 rows, as fg_rows8_lut4 */
         fg_rows8_lut4(wb + offsetof(block_mxfp4, qs), stride, R, table, k);
         const __m256 dw = fg_rows8_scale(wb, stride, R, FG_SCALE_E8M0_HALF);
@@ -121,20 +124,31 @@ FG_INLINE_AVX2 void mxfp4_tile8_avx2(const int R, const int M, int first, int kc
     }
     fg_store_rows8(R, M, acc, y, ldy);
 }
+FG_TILE8_ENTRIES(mxfp4_tile8_avx2, FG_INLINE_AVX2)
 
-FG_KERNELS_FROM_TILE8(vec_dot_mxfp4_q8_0_avx2, gemv_mxfp4_q8_0_avx2, gemm_mxfp4_q8_0_avx2, FG_TARGET_AVX2,
-                      mxfp4_tile8_avx2, mxfp4_aux12, sizeof(block_mxfp4), sizeof(block_q8_0), QK_MXFP4, 8)
+FG_GEMM_DOT_FROM_TILE(vec_dot_mxfp4_q8_0_avx2, gemm_mxfp4_q8_0_avx2, FG_TARGET_AVX2, mxfp4_tile8_avx2, mxfp4_aux12,
+                      sizeof(block_mxfp4), sizeof(block_q8_0), QK_MXFP4, 8, 8)
+FG_GEMV_STREAMS(gemv_mxfp4_q8_0_avx2, FG_TARGET_AVX2, mxfp4_tile8_avx2_gemv, gemm_mxfp4_q8_0_avx2, mxfp4_aux12,
+                sizeof(block_mxfp4), sizeof(block_q8_0), QK_MXFP4)
 
 /* ---- AVX-512 VNNI: u = level + 128 by table lookup, dpbusd, rows in lanes (fg_simd_x86.h's fg_lut4_*_vnni): the
- * gemv 8 rows at a time, 16-row zmm tiles for a few activations, the panel gemm (fg_panel_vnni.h) for many; every
- * path bit-exact with the scalar reference. ---- */
+ * gemv 8 rows at a time (8 ascending streams, FG_GEMV_STREAMS), 16-row zmm tiles for a few activations, the panel
+ * gemm (fg_panel_vnni.h) for many; every path bit-exact with the scalar reference. ---- */
 FG_INLINE_AVX512_VNNI void mxfp4_tile16_vnni(const int R, const int M, int first, int kc, const char *w, size_t stride,
                                               const char *x, size_t xs, const fg_xaux (*aux)[FG_KC], float *y, int64_t ldy) {
     fg_lut4_tile16_vnni(R, M, first, kc, w, stride, x, xs, aux, y, ldy, fg_kvalues_mxfp4, sizeof(block_mxfp4),
                         offsetof(block_mxfp4, qs), FG_SCALE_E8M0_HALF);
 }
-FG_KERNELS_FROM_TILE16(vec_dot_mxfp4_q8_0_vnni, gemv_mxfp4_q8_0_vnni, gemm_mxfp4_q8_0_vnni_tiles, FG_TARGET_AVX512_VNNI,
-                       mxfp4_tile16_vnni, fg_q8_0_aux128, sizeof(block_mxfp4), sizeof(block_q8_0), QK_MXFP4, 8)
+/* The streams gemv's one-activation tile: 8 rows in ymm lanes, the stream's next row asked for (FG_GEMV_STREAMS). */
+FG_INLINE_AVX512_VNNI void mxfp4_tile8_vnni_gemv(const int R, int first, int kc, const char *w, size_t stride,
+                                                 size_t ahead, const char *x, const fg_xaux (*aux)[FG_KC], float *y) {
+    fg_lut4_tile8_vnni_at(R, 1, first, kc, w, stride, ahead, x, 0, aux, y, 0, fg_kvalues_mxfp4, sizeof(block_mxfp4),
+                          offsetof(block_mxfp4, qs), FG_SCALE_E8M0_HALF);
+}
+FG_GEMM_DOT_FROM_TILE(vec_dot_mxfp4_q8_0_vnni, gemm_mxfp4_q8_0_vnni_tiles, FG_TARGET_AVX512_VNNI, mxfp4_tile16_vnni,
+                      fg_q8_0_aux128, sizeof(block_mxfp4), sizeof(block_q8_0), QK_MXFP4, 8, 16)
+FG_GEMV_STREAMS(gemv_mxfp4_q8_0_vnni, FG_TARGET_AVX512_VNNI, mxfp4_tile8_vnni_gemv, gemm_mxfp4_q8_0_vnni_tiles,
+                fg_q8_0_aux128, sizeof(block_mxfp4), sizeof(block_q8_0), QK_MXFP4)
 FG_INLINE_AVX512_VNNI void mxfp4_fill16(const int R, int kc, const char *w, size_t stride, fg_panel16 *p) {
     fg_lut4_fill16(R, kc, w, stride, p, fg_kvalues_mxfp4, sizeof(block_mxfp4), offsetof(block_mxfp4, qs),
                    FG_SCALE_E8M0_HALF);

@@ -150,25 +150,28 @@ FG_INLINE_AVX2 __m256i q5_0_stepsum_avx2(const q5_0_rows8 *u, const block_q8_0 *
  * activation block for the 8 rows of u, (float)sumi * (dw * dx). q5_0_rows8_few_*: few activations (A <= 4): each
  * row's exact block sums sumi = q . x - 16 sum x as usual (elements in lanes, each weight block unpacked once for the
  * A), 8 rows' sums gathered into lanes, then the same float step as the gemm's; no transposes where little shares
- * them; y[a * ldy + r]. q5_0_few_*: rows 8 at a time (the tail masked) for A activations. gemm_*: many activations:
- * per block, 16 rows unpacked once, then every activation; the sums accumulate in y block by block (the same float
- * steps, in the same order, as the gemv's register), from FEW activations on. */
+ * them; y[a * ldy + r]. q5_0_rows8_at_*: the same over nb blocks from y's sums (unless first), each row's block asking
+ * for the block `ahead` bytes on; q5_0_tile8_gemv_*: its one-activation case, the tile of the gemv, which reads the
+ * rows as 8 ascending streams (FG_GEMV_STREAMS). q5_0_few_*: rows 8 at a time (the tail masked) for A activations.
+ * gemm_*: many activations: per block, 16 rows unpacked once, then every activation; the sums accumulate in y block
+ * by block (the same float steps, in the same order, as the gemv's register), from FEW activations on. */
 #define Q5_0_KERNELS(SFX, INLINE, TARGET, STEPSUM, XPRE, DOT, FEW)                                                        \
     INLINE __m256 q5_0_rows8_step_##SFX(const q5_0_rows8 *u, const block_q8_0 *xb) {                                 \
         const __m256i sumi = STEPSUM(u, xb);                                                                         \
         return _mm256_mul_ps(_mm256_cvtepi32_ps(sumi), _mm256_mul_ps(u->d, _mm256_set1_ps(fg_f16(xb->d))));          \
     }                                                                                                                \
-    INLINE void q5_0_rows8_few_##SFX(const int R, const int A, int64_t nb, const char *w, size_t stride,             \
-                                            const char *x, size_t xs, float *y, int64_t ldy) {                       \
+    INLINE void q5_0_rows8_at_##SFX(const int R, const int A, int first, int64_t nb, const char *w, size_t stride,   \
+                                    size_t ahead, const char *x, size_t xs, float *y, int64_t ldy) {                 \
         __m256 acc[4];                                                                                               \
-        for (int a = 0; a < A; a++) acc[a] = _mm256_setzero_ps();                                                    \
+        for (int a = 0; a < A; a++)                                                                                  \
+            acc[a] = first ? _mm256_setzero_ps() : _mm256_maskload_ps(y + a * ldy, q5_0_lane_mask(R));               \
         for (int64_t i = 0; i < nb; i++) {                                                                           \
             __m256i xq[4], x16[4], s[4][8];                                                                          \
             for (int a = 0; a < A; a++) {                                                                            \
                 xq[a] = _mm256_loadu_si256((const __m256i *)((const block_q8_0 *)(x + a * xs) + i)->qs);             \
                 x16[a] = XPRE(xq[a]);                                                                                \
             }                                                                                                        \
-            fg_prefetch_tile8(w, stride, R, i, nb, sizeof(block_q5_0)); /* the next 8 rows */                        \
+            fg_prefetch_rows8(w, stride, ahead, R, i, nb, sizeof(block_q5_0));                                       \
             __m128i dh = _mm_setzero_si128(); /* the rows' fp16 scales, shifted in from the top: row k ends in k */  \
             for (int k = 0; k < 8; k++) {                                                                            \
                 uint16_t d = 0;                                                                                      \
@@ -190,19 +193,24 @@ FG_INLINE_AVX2 __m256i q5_0_stepsum_avx2(const q5_0_rows8 *u, const block_q8_0 *
         }                                                                                                            \
         for (int a = 0; a < A; a++) _mm256_maskstore_ps(y + a * ldy, q5_0_lane_mask(R), acc[a]);                     \
     }                                                                                                                \
+    INLINE void q5_0_rows8_few_##SFX(const int R, const int A, int64_t nb, const char *w, size_t stride,             \
+                                     const char *x, size_t xs, float *y, int64_t ldy) {                              \
+        q5_0_rows8_at_##SFX(R, A, 1, nb, w, stride, 8 * stride, x, xs, y, ldy); /* asks for the next 8 rows */       \
+    }                                                                                                                \
+    INLINE void q5_0_tile8_gemv_##SFX(const int R, int first, int kc, const char *w, size_t stride, size_t ahead,    \
+                                      const char *x, const fg_xaux (*aux)[FG_KC], float *y) {                        \
+        (void)aux; /* the tile reads the activation's scales itself */                                               \
+        q5_0_rows8_at_##SFX(R, 1, first, kc, w, stride, ahead, x, 0, y, 0);                                          \
+    }                                                                                                                \
     INLINE void q5_0_few_##SFX(const int A, int64_t n, const char *w, size_t stride, const char *x, size_t xs,       \
                                       float *y, int64_t ldy, int64_t nrows) {                                        \
         int64_t r = 0;                                                                                               \
         for (; r + 8 <= nrows; r += 8) q5_0_rows8_few_##SFX(8, A, n / QK5_0, w + r * stride, stride, x, xs, y + r, ldy); \
         if (r < nrows) q5_0_rows8_few_##SFX((int)(nrows - r), A, n / QK5_0, w + r * stride, stride, x, xs, y + r, ldy); \
     }                                                                                                                \
-    TARGET static void gemv_q5_0_q8_0_##SFX(int64_t n, const void *w, size_t stride, const void *x, float *y,        \
-                                                   int64_t nrows) {                                                  \
-        q5_0_few_##SFX(1, n, w, stride, x, 0, y, 0, nrows);                                                          \
-    }                                                                                                                \
     TARGET static float vec_dot_q5_0_q8_0_##SFX(int64_t n, const void *w, const void *x) {                           \
         float y;                                                                                                     \
-        gemv_q5_0_q8_0_##SFX(n, w, 0, x, &y, 1);                                                                     \
+        q5_0_few_##SFX(1, n, w, 0, x, 0, &y, 0, 1);                                                                  \
         return y;                                                                                                    \
     }                                                                                                                \
     TARGET static void gemm_q5_0_q8_0_##SFX(int64_t n, const void *w, size_t stride, const void *xq, size_t xs,      \
@@ -239,11 +247,15 @@ FG_INLINE_AVX2 __m256i q5_0_stepsum_avx2(const q5_0_rows8 *u, const block_q8_0 *
         }                                                                                                            \
     }
 Q5_0_KERNELS(avx2, FG_INLINE_AVX2, FG_TARGET_AVX2, q5_0_stepsum_avx2, Q5_0_XPRE_AVX2, Q5_0_DOT_AVX2, 16)
+FG_GEMV_STREAMS(gemv_q5_0_q8_0_avx2, FG_TARGET_AVX2, q5_0_tile8_gemv_avx2, gemm_q5_0_q8_0_avx2, fg_q8_0_aux,
+                sizeof(block_q5_0), sizeof(block_q8_0), QK5_0)
 /* AVX-512 + VNNI: the same kernels with dpbusd (256-bit, AVX512VL); same sums, same float steps: bit-identical. The
  * transposed gemm from 16 activations as on AVX2: from 4, a kernel A/B on in-cache matrices gained at m = 8, but the
  * model's batched step of 8 (weights streaming from memory) lost a quarter. Its block sums stay AVX2's: a dpbusd
  * version (each activation's 4-byte groups broadcast and flipped to unsigned) made Gemma 3's pp512 1.5x slower. */
 Q5_0_KERNELS(vnni, FG_INLINE_AVX512_VNNI, FG_TARGET_AVX512_VNNI, q5_0_stepsum_avx2, Q5_0_XPRE_VNNI, Q5_0_DOT_VNNI, 16)
+FG_GEMV_STREAMS(gemv_q5_0_q8_0_vnni, FG_TARGET_AVX512_VNNI, q5_0_tile8_gemv_vnni, gemm_q5_0_q8_0_vnni, fg_q8_0_aux,
+                sizeof(block_q5_0), sizeof(block_q8_0), QK5_0)
 #endif /* FG_HAVE_X86 */
 
 #if FG_HAVE_NEON

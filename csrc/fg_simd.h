@@ -24,7 +24,8 @@
  *            fg_panel_vnni.h, also IQ4_NL and MXFP4: 16 rows x 32 blocks, up to 256 activations, 8 at a time in
  *            8 dpbusd chains).
  *   q5_0     fg_quant_q5_0.c's own rows in lanes: below 16 activations (4 at a time) each row's block sums gathered
- *            into its lane; from 16, the rows transposed once per block for every activation.
+ *            into its lane (the gemv: as 8 streams, FG_GEMV_STREAMS); from 16, the rows transposed once per block for
+ *            every activation.
  * Stamps: a format's inner helper written once as a macro and stamped per ISA or extension with its target and its
  * integer dot: Q4_0_TILE8, Q4_1_TILE8 (AVX2 maddubs, VNNI dpbusd), Q5_0_KERNELS (avx2, vnni), the <FMT>_ROWS_NEON
  * (base NEON fg_dot_s8_emul; dotprod vdotq_s32 where the dotprod kernels are rows), FLOAT_KERNELS_<ISA> (per float

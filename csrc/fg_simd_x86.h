@@ -533,17 +533,19 @@ FG_INLINE_AVX2 void fg_lut4_dequantize_avx2(const char *x, float *y, int64_t n, 
  * (fg_rows8_dwords) and looked up in the table (k[j]: elements 4j..4j+3 of every row, k[4 + j]: 16 + 4j..), against
  * their broadcast 4-byte groups. The signed . signed dot is |k| . (x with k's sign); a pair reaches 2 * 127 * 127, so
  * each group is widened by its own madd. Every lane takes the scalar reference's float step,
- * sum += (float)sumi * (dw * dx) (no FMA), so all paths equal it bit for bit. */
-FG_INLINE_AVX2 void fg_lut4_tile8_avx2(const int R, const int M, int first, int kc, const char *w, size_t stride,
-                                       const char *x, size_t xs, const fg_xaux (*aux)[FG_KC], float *y, int64_t ldy,
-                                       const int8_t *levels, const size_t bs, const size_t qs_off, const int scale) {
+ * sum += (float)sumi * (dw * dx) (no FMA), so all paths equal it bit for bit. Each row's block asks for the block
+ * `ahead` bytes on (fg_prefetch_rows8: 8 rows on for the gemm's tiles, the stream's next row for FG_GEMV_STREAMS). */
+FG_INLINE_AVX2 void fg_lut4_tile8_avx2_at(const int R, const int M, int first, int kc, const char *w, size_t stride,
+                                          size_t ahead, const char *x, size_t xs, const fg_xaux (*aux)[FG_KC],
+                                          float *y, int64_t ldy, const int8_t *levels, const size_t bs,
+                                          const size_t qs_off, const int scale) {
     const __m256i table = _mm256_broadcastsi128_si256(_mm_loadu_si128((const __m128i *)levels));
     const __m256i m4 = _mm256_set1_epi8(0x0f);
     __m256 acc[8]; /* [a]: 8 rows */
     fg_load_rows8(R, M, first, acc, y, ldy);
     for (int i = 0; i < kc; i++) {
         const char *wb = w + i * bs;
-        fg_prefetch_tile8(w, stride, R, i, kc, bs);
+        fg_prefetch_rows8(w, stride, ahead, R, i, kc, bs);
         const __m256 dw = fg_rows8_scale(wb, stride, R, scale);
         __m256i dot[8]; /* [a]: the 8 rows' block sums */
         if (M == 1) { /* nothing to share a transpose with */
@@ -623,17 +625,19 @@ FG_INLINE_AVX512 __m512 fg_lut4_step16(__m512 acc, __m512i dot, __m512 dw, const
 }
 
 /* R <= 8 rows x M <= 8 activations (the gemv's tile, M = 1, and the 16-row tile's halves), ymm lanes, dpbusd; blocks
- * of bs bytes, scale at 0, nibbles at qs_off; aux from fg_q8_0_aux128. */
-FG_INLINE_AVX512_VNNI void fg_lut4_tile8_vnni(const int R, const int M, int first, int kc, const char *w, size_t stride,
-                                              const char *x, size_t xs, const fg_xaux (*aux)[FG_KC], float *y,
-                                              int64_t ldy, const int8_t *levels, const size_t bs, const size_t qs_off,
-                                              const int scale) {
+ * of bs bytes, scale at 0, nibbles at qs_off; aux from fg_q8_0_aux128. Each row's block asks for the block `ahead`
+ * bytes on (fg_prefetch_rows8): 8 rows on (fg_lut4_tile8_vnni), or the stream's next row (FG_GEMV_STREAMS). */
+FG_INLINE_AVX512_VNNI void fg_lut4_tile8_vnni_at(const int R, const int M, int first, int kc, const char *w,
+                                                 size_t stride, size_t ahead, const char *x, size_t xs,
+                                                 const fg_xaux (*aux)[FG_KC], float *y, int64_t ldy,
+                                                 const int8_t *levels, const size_t bs, const size_t qs_off,
+                                                 const int scale) {
     const __m256i table = fg_lut4_table_u8(levels);
     __m256 acc[8]; /* [a]: 8 rows */
     fg_load_rows8(R, M, first, acc, y, ldy);
     for (int i = 0; i < kc; i++) {
         const char *wb = w + i * bs;
-        fg_prefetch_tile8(w, stride, R, i, kc, bs);
+        fg_prefetch_rows8(w, stride, ahead, R, i, kc, bs);
         __m256i k[8]; /* [j]: u of elements 4j..4j+3 (j < 4), 16 + 4(j - 4).. (j >= 4) of the 8 rows */
         fg_rows8_lut4(wb + qs_off, stride, R, table, k);
         const __m256 dw = fg_rows8_scale(wb, stride, R, scale);
@@ -643,6 +647,12 @@ FG_INLINE_AVX512_VNNI void fg_lut4_tile8_vnni(const int R, const int M, int firs
         }
     }
     fg_store_rows8(R, M, acc, y, ldy);
+}
+FG_INLINE_AVX512_VNNI void fg_lut4_tile8_vnni(const int R, const int M, int first, int kc, const char *w, size_t stride,
+                                              const char *x, size_t xs, const fg_xaux (*aux)[FG_KC], float *y,
+                                              int64_t ldy, const int8_t *levels, const size_t bs, const size_t qs_off,
+                                              const int scale) {
+    fg_lut4_tile8_vnni_at(R, M, first, kc, w, stride, 8 * stride, x, xs, aux, y, ldy, levels, bs, qs_off, scale);
 }
 
 /* R <= 16 rows x M <= 8 activations in zmm lanes (FG_KERNELS_FROM_TILE16); one activation: the 8-row tile on each

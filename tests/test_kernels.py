@@ -249,7 +249,7 @@ def test_q8_0_weights_at_minus_128(isa):
 
 # The row-lane tiles that take the scalar reference's float step: x86's (AVX2, and its AVX-512 / VNNI twins) and NEON's
 # with dotprod (base NEON has none; tests/c/test_kernels.c checks the NEON tiles too, under qemu in .ci/kernels.sh)
-_X86_EXACT = ("Q4_1", "Q5_1", "IQ4_NL", "MXFP4")
+_X86_EXACT = ("Q4_1", "Q5_0", "Q5_1", "IQ4_NL", "MXFP4")
 ROW_LANE_EXACT = {"avx2": _X86_EXACT, "avx512": _X86_EXACT, "neon": ("Q4_1", "Q5_0", "Q5_1", "IQ4_NL", "MXFP4")}
 # ... and those only an ISA's extension has (IQ4_XS's VNNI tile: its AVX2 rows sum in float lanes, fused)
 ROW_LANE_EXACT_EXT = {"vnni": ("IQ4_XS",)}
@@ -293,12 +293,12 @@ def test_row_lane_kernels_equal_scalar_exactly(isa, t):
         kernels.set_isa(prev)
 
 
-@pytest.mark.parametrize("t", ["Q4_0", "Q8_0", "Q4_1", "Q5_1"])
+@pytest.mark.parametrize("t", ["Q4_0", "Q8_0", "Q4_1", "Q5_0", "Q5_1", "IQ4_NL", "MXFP4"])
 def test_stream_gemv_equals_vec_dot_exactly(isa, t):
-    """The x86 gemv of Q4_0, Q8_0, Q4_1 and Q5_1 reads the rows as 8 ascending streams (FG_GEMV_STREAMS: tile t takes
-    rows t, t + q, ..., t + 7q, then the nrows % 8 left) with the per-row float steps of the gemm's tiles, so every row
-    equals its vec_dot bit for bit: rows with and without a remainder, n within one chunk of activation scales,
-    across chunks (4096 + 96) and past the streams' 1024 blocks (the gemm's path)."""
+    """The x86 gemv of Q4_0, Q8_0, Q4_1, Q5_0, Q5_1, IQ4_NL and MXFP4 reads the rows as 8 ascending streams
+    (FG_GEMV_STREAMS: tile t takes rows t, t + q, ..., t + 7q, then the nrows % 8 left) with the per-row float steps
+    of the gemm's tiles, so every row equals its vec_dot bit for bit: rows with and without a remainder, n within one
+    chunk of activation scales, across chunks (4096 + 96) and past the streams' 1024 blocks (the gemm's path)."""
     for n, rows in ((64, 8), (2048 + 32, 29), (4096 + 96, 21), (1024 * 32 + 64, 10)):
         w = kernels.quantize(_data((rows, n), n + rows), t, isa="scalar")
         xq = kernels.quantize(_data((n,), n + 3), kernels.vec_dot_type(t), isa="scalar")

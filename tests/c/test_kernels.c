@@ -62,12 +62,13 @@ static const long row_counts[] = {1, 2, 3, 4, 5, 7, 9, 17, 27}; /* 27: a 16-row 
 
 /* The row-lane tiles that take the scalar reference's float step per block (no FMA) equal the scalar vec_dot bit for
  * bit, in vec_dot, gemv and gemm. tests/test_kernels.py checks x86's; it cannot run on aarch64, so NEON's are
- * checked here (the dotprod tiles: base NEON has none), and x86's table formats too (IQ4_NL, MXFP4 on AVX2 and
- * AVX-512; IQ4_XS with VNNI). */
+ * checked here (the dotprod tiles: base NEON has none), and x86's Q5_0 and table formats too (Q5_0, IQ4_NL, MXFP4
+ * on AVX2 and AVX-512; IQ4_XS with VNNI). */
 static int tile_equals_scalar(int isa, int type) {
     const int ext = fg_ext_enabled() && fg_isa_ext_available(isa);
     if (isa == FG_ISA_AVX2 || isa == FG_ISA_AVX512)
-        return type == FG_TYPE_IQ4_NL || type == FG_TYPE_MXFP4 || (ext && type == FG_TYPE_IQ4_XS);
+        return type == FG_TYPE_Q5_0 || type == FG_TYPE_IQ4_NL || type == FG_TYPE_MXFP4 ||
+               (ext && type == FG_TYPE_IQ4_XS);
     if (isa != FG_ISA_NEON || !ext) return 0;
     return type == FG_TYPE_Q4_1 || type == FG_TYPE_Q5_0 || type == FG_TYPE_Q5_1 || type == FG_TYPE_IQ4_NL ||
            type == FG_TYPE_MXFP4 || type == FG_TYPE_Q4_K || type == FG_TYPE_Q5_K || type == FG_TYPE_Q6_K;
