@@ -21,8 +21,6 @@ import os
 import threading
 import warnings
 
-import numpy as np
-
 from fastgguf import arch as _arch
 from fastgguf import hub as _hub
 from fastgguf._native import Runner, Weights, _threads_for, check_logits

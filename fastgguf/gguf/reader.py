@@ -633,7 +633,7 @@ class GGUFFile:
 
     def tensor(self, name: str) -> np.ndarray:
         """Zero-copy read-only view of a tensor's data (see the module docstring for dtypes and shapes)."""
-        mm = self._live()
+        self._live()  # raises once closed
         try:
             ti = self.tensors[name]
         except KeyError:

@@ -3,7 +3,6 @@ logits and a float64 numpy oracle, KV-cache consistency, threads, errors."""
 import json
 import os
 import threading
-import warnings
 
 import numpy as np
 import pytest
