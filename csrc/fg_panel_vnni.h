@@ -75,6 +75,36 @@ FG_INLINE_AVX512_VNNI void fg_panel_tile16_vnni_mul(const int R, const int M, in
 #define FG_GEMM_PANEL_VNNI_PT(NAME, PTILE, FILL, AUX, FEW, WBLK)                                                   \
     FG_GEMM_FROM_PANEL_KM(NAME, FG_TARGET_AVX512_VNNI FG_NO_UNROLL_JAM, fg_panel16, FILL, PTILE, AUX, FEW, WBLK,   \
                           sizeof(block_q8_0), 32, 8, 16, FG_PV_KC, FG_PV_MG)
+
+/* A 16-level table format's AVX-512 VNNI kernels (IQ4_NL, MXFP4: blocks of 32 with one scale, u = level + 128 by
+ * table lookup, dpbusd, rows in lanes; fg_simd_x86.h's fg_lut4_*_vnni): vec_dot and the gemm's few-activation
+ * 16-row zmm tiles (P##_q8_0_vnni_tiles), the gemv 8 rows at a time read as 8 ascending streams (FG_GEMV_STREAMS) and
+ * the panel gemm for many activations; every path bit-exact with the scalar reference. BLOCK: the block type,
+ * QK: its weights, TABLE: the levels, SCALE: FG_SCALE_* of its scale. Defines vec_dot_##P##_q8_0_vnni,
+ * gemv_##P##_q8_0_vnni and gemm_##P##_q8_0_vnni. */
+#define FG_LUT4_KERNELS_VNNI(P, BLOCK, QK, TABLE, SCALE)                                                            \
+    FG_INLINE_AVX512_VNNI void P##_tile16_vnni(const int R, const int M, int first, int kc, const char *w,         \
+                                               size_t stride, const char *x, size_t xs, const fg_xaux (*aux)[FG_KC], \
+                                               float *y, int64_t ldy) {                                          \
+        fg_lut4_tile16_vnni(R, M, first, kc, w, stride, x, xs, aux, y, ldy, TABLE, sizeof(BLOCK),                \
+                            offsetof(BLOCK, qs), SCALE);                                                         \
+    }                                                                                                            \
+    /* the streams gemv's one-activation tile: 8 rows in ymm lanes, the stream's next row asked for */           \
+    FG_INLINE_AVX512_VNNI void P##_tile8_vnni_gemv(const int R, int first, int kc, const char *w, size_t stride,   \
+                                                   size_t ahead, const char *x, const fg_xaux (*aux)[FG_KC],     \
+                                                   float *y) {                                                   \
+        fg_lut4_tile8_vnni_at(R, 1, first, kc, w, stride, ahead, x, 0, aux, y, 0, TABLE, sizeof(BLOCK),          \
+                              offsetof(BLOCK, qs), SCALE);                                                       \
+    }                                                                                                            \
+    FG_GEMM_DOT_FROM_TILE(vec_dot_##P##_q8_0_vnni, gemm_##P##_q8_0_vnni_tiles, FG_TARGET_AVX512_VNNI,             \
+                          P##_tile16_vnni, fg_q8_0_aux128, sizeof(BLOCK), sizeof(block_q8_0), QK, 8, 16)         \
+    FG_GEMV_STREAMS(gemv_##P##_q8_0_vnni, FG_TARGET_AVX512_VNNI, P##_tile8_vnni_gemv, gemm_##P##_q8_0_vnni_tiles,  \
+                    fg_q8_0_aux128, sizeof(BLOCK), sizeof(block_q8_0), QK)                                       \
+    FG_INLINE_AVX512_VNNI void P##_fill16(const int R, int kc, const char *w, size_t stride, fg_panel16 *p) {     \
+        fg_lut4_fill16(R, kc, w, stride, p, TABLE, sizeof(BLOCK), offsetof(BLOCK, qs), SCALE);                   \
+    }                                                                                                            \
+    FG_GEMM_PANEL_VNNI_PT(gemm_##P##_q8_0_vnni, fg_panel_tile16_vnni_mul, P##_fill16, fg_q8_0_aux128,              \
+                          gemm_##P##_q8_0_vnni_tiles, sizeof(BLOCK))
 #endif /* FG_HAVE_X86 */
 
 #endif

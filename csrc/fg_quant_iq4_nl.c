@@ -78,29 +78,8 @@ FG_GEMM_DOT_FROM_TILE(vec_dot_iq4_nl_q8_0_avx2, gemm_iq4_nl_q8_0_avx2, FG_TARGET
 FG_GEMV_STREAMS(gemv_iq4_nl_q8_0_avx2, FG_TARGET_AVX2, iq4_nl_tile8_avx2_gemv, gemm_iq4_nl_q8_0_avx2, fg_q8_0_aux,
                 sizeof(block_iq4_nl), sizeof(block_q8_0), QK4_NL)
 
-/* ---- AVX-512 VNNI: u = level + 128 by table lookup, dpbusd, rows in lanes (fg_simd_x86.h's fg_lut4_*_vnni): the
- * gemv 8 rows at a time (8 ascending streams, FG_GEMV_STREAMS), 16-row zmm tiles for a few activations, the panel
- * gemm (fg_panel_vnni.h) for many; every path bit-exact with the scalar reference. ---- */
-FG_INLINE_AVX512_VNNI void iq4_nl_tile16_vnni(const int R, const int M, int first, int kc, const char *w, size_t stride,
-                                              const char *x, size_t xs, const fg_xaux (*aux)[FG_KC], float *y, int64_t ldy) {
-    fg_lut4_tile16_vnni(R, M, first, kc, w, stride, x, xs, aux, y, ldy, fg_kvalues_iq4nl, sizeof(block_iq4_nl),
-                        offsetof(block_iq4_nl, qs), FG_SCALE_F16);
-}
-/* The streams gemv's one-activation tile: 8 rows in ymm lanes, the stream's next row asked for (FG_GEMV_STREAMS). */
-FG_INLINE_AVX512_VNNI void iq4_nl_tile8_vnni_gemv(const int R, int first, int kc, const char *w, size_t stride,
-                                                  size_t ahead, const char *x, const fg_xaux (*aux)[FG_KC], float *y) {
-    fg_lut4_tile8_vnni_at(R, 1, first, kc, w, stride, ahead, x, 0, aux, y, 0, fg_kvalues_iq4nl, sizeof(block_iq4_nl),
-                          offsetof(block_iq4_nl, qs), FG_SCALE_F16);
-}
-FG_GEMM_DOT_FROM_TILE(vec_dot_iq4_nl_q8_0_vnni, gemm_iq4_nl_q8_0_vnni_tiles, FG_TARGET_AVX512_VNNI, iq4_nl_tile16_vnni,
-                      fg_q8_0_aux128, sizeof(block_iq4_nl), sizeof(block_q8_0), QK4_NL, 8, 16)
-FG_GEMV_STREAMS(gemv_iq4_nl_q8_0_vnni, FG_TARGET_AVX512_VNNI, iq4_nl_tile8_vnni_gemv, gemm_iq4_nl_q8_0_vnni_tiles,
-                fg_q8_0_aux128, sizeof(block_iq4_nl), sizeof(block_q8_0), QK4_NL)
-FG_INLINE_AVX512_VNNI void iq4_nl_fill16(const int R, int kc, const char *w, size_t stride, fg_panel16 *p) {
-    fg_lut4_fill16(R, kc, w, stride, p, fg_kvalues_iq4nl, sizeof(block_iq4_nl), offsetof(block_iq4_nl, qs), FG_SCALE_F16);
-}
-FG_GEMM_PANEL_VNNI_PT(gemm_iq4_nl_q8_0_vnni, fg_panel_tile16_vnni_mul, iq4_nl_fill16, fg_q8_0_aux128,
-                      gemm_iq4_nl_q8_0_vnni_tiles, sizeof(block_iq4_nl))
+/* ---- AVX-512 VNNI (fg_panel_vnni.h's FG_LUT4_KERNELS_VNNI) ---- */
+FG_LUT4_KERNELS_VNNI(iq4_nl, block_iq4_nl, QK4_NL, fg_kvalues_iq4nl, FG_SCALE_F16)
 #endif /* FG_HAVE_X86 */
 
 #if FG_HAVE_NEON

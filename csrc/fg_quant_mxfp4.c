@@ -131,30 +131,8 @@ FG_GEMM_DOT_FROM_TILE(vec_dot_mxfp4_q8_0_avx2, gemm_mxfp4_q8_0_avx2, FG_TARGET_A
 FG_GEMV_STREAMS(gemv_mxfp4_q8_0_avx2, FG_TARGET_AVX2, mxfp4_tile8_avx2_gemv, gemm_mxfp4_q8_0_avx2, mxfp4_aux12,
                 sizeof(block_mxfp4), sizeof(block_q8_0), QK_MXFP4)
 
-/* ---- AVX-512 VNNI: u = level + 128 by table lookup, dpbusd, rows in lanes (fg_simd_x86.h's fg_lut4_*_vnni): the
- * gemv 8 rows at a time (8 ascending streams, FG_GEMV_STREAMS), 16-row zmm tiles for a few activations, the panel
- * gemm (fg_panel_vnni.h) for many; every path bit-exact with the scalar reference. ---- */
-FG_INLINE_AVX512_VNNI void mxfp4_tile16_vnni(const int R, const int M, int first, int kc, const char *w, size_t stride,
-                                              const char *x, size_t xs, const fg_xaux (*aux)[FG_KC], float *y, int64_t ldy) {
-    fg_lut4_tile16_vnni(R, M, first, kc, w, stride, x, xs, aux, y, ldy, fg_kvalues_mxfp4, sizeof(block_mxfp4),
-                        offsetof(block_mxfp4, qs), FG_SCALE_E8M0_HALF);
-}
-/* The streams gemv's one-activation tile: 8 rows in ymm lanes, the stream's next row asked for (FG_GEMV_STREAMS). */
-FG_INLINE_AVX512_VNNI void mxfp4_tile8_vnni_gemv(const int R, int first, int kc, const char *w, size_t stride,
-                                                 size_t ahead, const char *x, const fg_xaux (*aux)[FG_KC], float *y) {
-    fg_lut4_tile8_vnni_at(R, 1, first, kc, w, stride, ahead, x, 0, aux, y, 0, fg_kvalues_mxfp4, sizeof(block_mxfp4),
-                          offsetof(block_mxfp4, qs), FG_SCALE_E8M0_HALF);
-}
-FG_GEMM_DOT_FROM_TILE(vec_dot_mxfp4_q8_0_vnni, gemm_mxfp4_q8_0_vnni_tiles, FG_TARGET_AVX512_VNNI, mxfp4_tile16_vnni,
-                      fg_q8_0_aux128, sizeof(block_mxfp4), sizeof(block_q8_0), QK_MXFP4, 8, 16)
-FG_GEMV_STREAMS(gemv_mxfp4_q8_0_vnni, FG_TARGET_AVX512_VNNI, mxfp4_tile8_vnni_gemv, gemm_mxfp4_q8_0_vnni_tiles,
-                fg_q8_0_aux128, sizeof(block_mxfp4), sizeof(block_q8_0), QK_MXFP4)
-FG_INLINE_AVX512_VNNI void mxfp4_fill16(const int R, int kc, const char *w, size_t stride, fg_panel16 *p) {
-    fg_lut4_fill16(R, kc, w, stride, p, fg_kvalues_mxfp4, sizeof(block_mxfp4), offsetof(block_mxfp4, qs),
-                   FG_SCALE_E8M0_HALF);
-}
-FG_GEMM_PANEL_VNNI_PT(gemm_mxfp4_q8_0_vnni, fg_panel_tile16_vnni_mul, mxfp4_fill16, fg_q8_0_aux128,
-                      gemm_mxfp4_q8_0_vnni_tiles, sizeof(block_mxfp4))
+/* ---- AVX-512 VNNI (fg_panel_vnni.h's FG_LUT4_KERNELS_VNNI) ---- */
+FG_LUT4_KERNELS_VNNI(mxfp4, block_mxfp4, QK_MXFP4, fg_kvalues_mxfp4, FG_SCALE_E8M0_HALF)
 #endif /* FG_HAVE_X86 */
 
 #if FG_HAVE_NEON
