@@ -58,10 +58,15 @@
 
 typedef struct {
     __m512i q[64];   /* group g (elements 4g..4g+3): lane r = row r's 4 unsigned weights */
-    __m512i sc[16];  /* sub-block j: lane r = row r's scale, int32 */
+    __m512i sc[16];  /* sub-block j: lane r = row r's scale s as the int16 pair (s, 256 s) (fg_kq_sc_pairs) */
     __m512i corr[8]; /* int16 pairs: lane r = the pair that multiplies (bsums[2t], bsums[2t+1]) (Q4_K, Q5_K) */
     __m512 d, dmin;  /* lane r: row r's (0 past the last row) */
 } fg_kq_rows16;
+
+/* Scales as int32 lanes (-128..127) -> the int16 pairs (s, 256 s) that fg_kq_rows16_tile's dpwssd takes. */
+FG_INLINE_AVX512_VNNI __m512i fg_kq_sc_pairs(__m512i s) {
+    return _mm512_or_si512(_mm512_and_si512(s, _mm512_set1_epi32(0xffff)), _mm512_slli_epi32(s, 24));
+}
 
 /* Q4_K (five = 0) / Q5_K rows [0, R) (R <= 16) of super-block i into u, in zmm: per row its 8 scales and 8 mins as
  * int32 (fg_unpack_scales_k4_avx2), then 64 elements at a time: the 32 bytes of nibbles in both 256-bit halves give
@@ -80,7 +85,7 @@ FG_INLINE_AVX512_VNNI void fg_k4_rows16_vnni(const int five, int R, const char *
         if (r < R) memcpy(&dh[r], b, 2), memcpy(&mh[r], b + 2, 2);
     }
     fg_transpose16_epi32(v); /* v[j]: scale j; v[8 + t]: min t */
-    for (int j = 0; j < 8; j++) u->sc[j] = v[j];
+    for (int j = 0; j < 8; j++) u->sc[j] = fg_kq_sc_pairs(v[j]);
     for (int t = 0; t < 8; t++) u->corr[t] = _mm512_or_si512(v[8 + t], _mm512_slli_epi32(v[8 + t], 16)); /* (m, m) */
     u->d = _mm512_cvtph_ps(_mm256_loadu_si256((const __m256i *)dh));
     u->dmin = _mm512_cvtph_ps(_mm256_loadu_si256((const __m256i *)mh));
@@ -138,6 +143,9 @@ FG_INLINE_AVX512_VNNI void fg_kq_rows16_tile(const fg_kq_rows16 *u, const int M,
             off[a].v = _mm512_sub_epi32(_mm512_setzero_si512(), _mm512_slli_epi32(_mm512_cvtepi16_epi32(bs), 5));
         }
     }
+    /* bytes (0, zero, 1, 2) of each int32 lane t: the int16 pair (t & 255, t >> 8), exact for |t| < 2^23 */
+    const __m512i split = _mm512_broadcast_i32x4(_mm_setr_epi8(0, -128, 1, 2, 4, -128, 5, 6, 8, -128, 9, 10, 12, -128,
+                                                               13, 14));
     for (int j = 0; j < 64 / sub; j++) {
         const __m512i sc = u->sc[j];
 #pragma GCC unroll 16 /* the sums stay in registers (and FG_NO_UNROLL_JAM: gcc would otherwise jam two sub-blocks,
@@ -152,7 +160,7 @@ FG_INLINE_AVX512_VNNI void fg_kq_rows16_tile(const fg_kq_rows16 *u, const int M,
                 memcpy(&x4, xq + 4 * g, 4);
                 t = _mm512_dpbusd_epi32(t, u->q[sub * j + g], _mm512_set1_epi32(x4));
             }
-            isum[a] = _mm512_add_epi32(isum[a], _mm512_mullo_epi32(t, sc));
+            isum[a] = _mm512_dpwssd_epi32(isum[a], _mm512_shuffle_epi8(t, split), sc); /* (t & 255) s + (t >> 8) 256 s */
         }
     }
     for (int a = 0; a < M; a++) {

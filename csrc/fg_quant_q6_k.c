@@ -227,7 +227,7 @@ FG_INLINE_AVX512_VNNI void q6_k_rows16_vnni(int R, const char *w, size_t stride,
         if (r < R) dh[r] = b->d;
     }
     fg_transpose16_epi32(v);
-    for (int j = 0; j < 16; j++) u->sc[j] = v[j];
+    for (int j = 0; j < 16; j++) u->sc[j] = fg_kq_sc_pairs(v[j]);
     u->d = _mm512_cvtph_ps(_mm256_loadu_si256((const __m256i *)dh));
     u->dmin = _mm512_setzero_ps();
     for (int c = 0; c < 4; c++) { /* elements 64c..64c+63: half c / 2, low (c even) or high nibbles */
