@@ -10,8 +10,8 @@
  *
  * The unpacked super-block is the panel (FG_GEMM_FROM_PANEL's idea: unpacked once, read by every activation): the
  * activations run over it FG_KQ_MT at a time, their int32 sums in registers through all sub-blocks, so a sub-block
- * costs each activation its SUB dpbusd, a mullo and an add (no sums kept in memory between sub-blocks), and the
- * bsums term is 8 dpwssd (Q4_K, Q5_K mins) or none (Q6_K: each chain starts at -32 bsums). */
+ * costs each activation its SUB dpbusd, a vpshufb and a dpwssd (the scale; no sums kept in memory between
+ * sub-blocks), and the bsums term is 8 dpwssd (Q4_K, Q5_K mins) or none (Q6_K: each chain starts at -32 bsums). */
 #ifndef FG_KQUANT_VNNI_H
 #define FG_KQUANT_VNNI_H
 
@@ -123,11 +123,13 @@ FG_INLINE_AVX512_VNNI __m512i fg_kq_rows16_corr(const fg_kq_rows16 *u, const blo
 
 /* M activations (a constant: their sums stay in registers) of super-block i (x: the first, xstride apart) over the
  * 16 rows of u: y[a * ldy + r] = (first ? 0 : y) + the rows8 float step, lane r (row r) where mask. Per sub-block its
- * SUB groups are one dpbusd chain per activation, scaled by the rows' scale in int32. Q6_K's chain of sub-block j
+ * SUB groups are one dpbusd chain per activation, t (|t| < 2^17), scaled exactly by the rows' scale s as the int16
+ * pairs (t & 255, t >> 8) . (s, 256 s) (|256 s| <= 32768: Q6_K's int8 scales fit). Q6_K's chain of sub-block j
  * starts at -32 bsums[j] (its 16 elements are one bsum's), so it sums (q - 32) x and isum is the reference's sumi
  * (sum_j scale_j (t_j - 32 bsums_j), the same integer: |t_j - 32 bsums_j| <= 16 * 32 * 128) at a broadcast load
- * per chain, where 8 dpwssd of corr . bsums per activation were ~8% of the port-0 work (64 dpbusd, 16 mullo of 2
- * uops, 8 dpwssd). Q4_K's and Q5_K's mins term (corr . bsums) goes in the float step. */
+ * per chain, where 8 dpwssd of corr . bsums per activation were (port 0 per activation, 16 rows and super-block:
+ * 64 dpbusd, 16 mullo of 2 uops and 8 dpwssd before, 64 dpbusd and 16 dpwssd now). Q4_K's and Q5_K's mins term
+ * (corr . bsums) goes in the float step. */
 FG_INLINE_AVX512_VNNI void fg_kq_rows16_tile(const fg_kq_rows16 *u, const int M, const int sub, const int has_min,
                                              const char *x, size_t xstride, int64_t i, int first, __mmask16 mask,
                                              float *y, int64_t ldy) {
@@ -160,7 +162,8 @@ FG_INLINE_AVX512_VNNI void fg_kq_rows16_tile(const fg_kq_rows16 *u, const int M,
                 memcpy(&x4, xq + 4 * g, 4);
                 t = _mm512_dpbusd_epi32(t, u->q[sub * j + g], _mm512_set1_epi32(x4));
             }
-            isum[a] = _mm512_dpwssd_epi32(isum[a], _mm512_shuffle_epi8(t, split), sc); /* (t & 255) s + (t >> 8) 256 s */
+            /* (t & 255) s + (t >> 8) 256 s: a p5 shuffle and one dpwssd, where mullo (2 port-0 uops) + add were */
+            isum[a] = _mm512_dpwssd_epi32(isum[a], _mm512_shuffle_epi8(t, split), sc);
         }
     }
     for (int a = 0; a < M; a++) {
