@@ -4,7 +4,7 @@ batch) on the K-quant matrices of the default models (SmolLM2's ffn_down 576x153
 640x2048 and attn_output 640x1024; random weights), activation quantization included as in the forward pass.
 Prints per case the median and the minimum over the rounds (process CPU time) and GMAC/s of the median.
 
-    python benchmarks/bench_gemm.py [--formats Q4_K,Q6_K,Q5_K] [--m 512] [--rounds 9]
+    python benchmarks/bench_gemm.py [--formats Q4_K,Q6_K,Q5_K] [--m 512] [--rounds 9] [--shapes 2048x8192,...]
 """
 import argparse
 import os
@@ -25,12 +25,14 @@ def main():
     ap.add_argument("--formats", default="Q4_K,Q6_K,Q5_K")
     ap.add_argument("--m", type=int, default=512)
     ap.add_argument("--rounds", type=int, default=9)
+    ap.add_argument("--shapes", default=None, help="rows x n, comma-separated (default: the models' matrices)")
     args = ap.parse_args()
+    shapes = SHAPES if args.shapes is None else [tuple(int(v) for v in s.split("x")) for s in args.shapes.split(",")]
     from fastgguf import kernels
     rng = np.random.default_rng(0)
     print(f"{platform.processor() or platform.machine()}, isa {kernels.active()}, m = {args.m}, one thread")
     for fmt in args.formats.split(","):
-        for rows, n in SHAPES:
+        for rows, n in shapes:
             w = kernels.quantize(rng.standard_normal((rows, n), dtype=np.float32) * 0.05, fmt)
             x = rng.standard_normal((args.m, n), dtype=np.float32)
             kernels.matmul(w, fmt, x, n_threads=1)  # warm-up

@@ -10,8 +10,8 @@
  *
  * The unpacked super-block is the panel (FG_GEMM_FROM_PANEL's idea: unpacked once, read by every activation): the
  * activations run over it FG_KQ_MT at a time, their int32 sums in registers through all sub-blocks, so a sub-block
- * costs each activation its SUB dpbusd, a mullo and an add (no sums kept in memory between sub-blocks), and the
- * bsums term is 8 dpwssd. */
+ * costs each activation its SUB dpbusd, a vpshufb and a dpwssd (the scale; no sums kept in memory between
+ * sub-blocks), and the bsums term is 8 dpwssd (Q4_K, Q5_K mins) or none (Q6_K: each chain starts at -32 bsums). */
 #ifndef FG_KQUANT_VNNI_H
 #define FG_KQUANT_VNNI_H
 
@@ -58,10 +58,15 @@
 
 typedef struct {
     __m512i q[64];   /* group g (elements 4g..4g+3): lane r = row r's 4 unsigned weights */
-    __m512i sc[16];  /* sub-block j: lane r = row r's scale, int32 */
-    __m512i corr[8]; /* int16 pairs: lane r = the pair that multiplies (bsums[2t], bsums[2t+1]); Q6_K: times -32 */
+    __m512i sc[16];  /* sub-block j: lane r = row r's scale s as the int16 pair (s, 256 s) (fg_kq_sc_pairs) */
+    __m512i corr[8]; /* int16 pairs: lane r = the pair that multiplies (bsums[2t], bsums[2t+1]) (Q4_K, Q5_K) */
     __m512 d, dmin;  /* lane r: row r's (0 past the last row) */
 } fg_kq_rows16;
+
+/* Scales as int32 lanes (-128..127) -> the int16 pairs (s, 256 s) that fg_kq_rows16_tile's dpwssd takes. */
+FG_INLINE_AVX512_VNNI __m512i fg_kq_sc_pairs(__m512i s) {
+    return _mm512_or_si512(_mm512_and_si512(s, _mm512_set1_epi32(0xffff)), _mm512_slli_epi32(s, 24));
+}
 
 /* Q4_K (five = 0) / Q5_K rows [0, R) (R <= 16) of super-block i into u, in zmm: per row its 8 scales and 8 mins as
  * int32 (fg_unpack_scales_k4_avx2), then 64 elements at a time: the 32 bytes of nibbles in both 256-bit halves give
@@ -80,7 +85,7 @@ FG_INLINE_AVX512_VNNI void fg_k4_rows16_vnni(const int five, int R, const char *
         if (r < R) memcpy(&dh[r], b, 2), memcpy(&mh[r], b + 2, 2);
     }
     fg_transpose16_epi32(v); /* v[j]: scale j; v[8 + t]: min t */
-    for (int j = 0; j < 8; j++) u->sc[j] = v[j];
+    for (int j = 0; j < 8; j++) u->sc[j] = fg_kq_sc_pairs(v[j]);
     for (int t = 0; t < 8; t++) u->corr[t] = _mm512_or_si512(v[8 + t], _mm512_slli_epi32(v[8 + t], 16)); /* (m, m) */
     u->d = _mm512_cvtph_ps(_mm256_loadu_si256((const __m256i *)dh));
     u->dmin = _mm512_cvtph_ps(_mm256_loadu_si256((const __m256i *)mh));
@@ -118,29 +123,47 @@ FG_INLINE_AVX512_VNNI __m512i fg_kq_rows16_corr(const fg_kq_rows16 *u, const blo
 
 /* M activations (a constant: their sums stay in registers) of super-block i (x: the first, xstride apart) over the
  * 16 rows of u: y[a * ldy + r] = (first ? 0 : y) + the rows8 float step, lane r (row r) where mask. Per sub-block its
- * SUB groups are one dpbusd chain per activation, scaled by the rows' scale in int32; Q6_K's sums start at the bsums
- * term (u->corr, already -32 times the scale pairs: isum - 32 corr . bsums as one integer), Q4_K's and Q5_K's
- * mins term (corr . bsums) goes in the float step. */
+ * SUB groups are one dpbusd chain per activation, t (|t| < 2^17), scaled exactly by the rows' scale s as the int16
+ * pairs (t & 255, t >> 8) . (s, 256 s) (|256 s| <= 32768: Q6_K's int8 scales fit). Q6_K's chain of sub-block j
+ * starts at -32 bsums[j] (its 16 elements are one bsum's), so it sums (q - 32) x and isum is the reference's sumi
+ * (sum_j scale_j (t_j - 32 bsums_j), the same integer: |t_j - 32 bsums_j| <= 16 * 32 * 128) at a broadcast load
+ * per chain, where 8 dpwssd of corr . bsums per activation were (port 0 per activation, 16 rows and super-block:
+ * 64 dpbusd, 16 mullo of 2 uops and 8 dpwssd before, 64 dpbusd and 16 dpwssd now). Q4_K's and Q5_K's mins term
+ * (corr . bsums) goes in the float step. */
 FG_INLINE_AVX512_VNNI void fg_kq_rows16_tile(const fg_kq_rows16 *u, const int M, const int sub, const int has_min,
                                              const char *x, size_t xstride, int64_t i, int first, __mmask16 mask,
                                              float *y, int64_t ldy) {
     __m512i isum[16];
-    for (int a = 0; a < M; a++)
-        isum[a] = has_min ? _mm512_setzero_si512()
-                          : fg_kq_rows16_corr(u, (const block_q8_K *)(x + a * xstride) + i);
+    union {
+        __m512i v;
+        int32_t j[16];
+    } off[16]; /* Q6_K: off[a].j[j] = -32 bsums[j] of activation a, as int32 */
+    for (int a = 0; a < M; a++) {
+        isum[a] = _mm512_setzero_si512();
+        if (!has_min) {
+            const __m256i bs = _mm256_loadu_si256((const __m256i *)((const block_q8_K *)(x + a * xstride) + i)->bsums);
+            off[a].v = _mm512_sub_epi32(_mm512_setzero_si512(), _mm512_slli_epi32(_mm512_cvtepi16_epi32(bs), 5));
+        }
+    }
+    /* bytes (0, zero, 1, 2) of each int32 lane t: the int16 pair (t & 255, t >> 8), exact for |t| < 2^23 */
+    const __m512i split = _mm512_broadcast_i32x4(_mm_setr_epi8(0, -128, 1, 2, 4, -128, 5, 6, 8, -128, 9, 10, 12, -128,
+                                                               13, 14));
     for (int j = 0; j < 64 / sub; j++) {
         const __m512i sc = u->sc[j];
 #pragma GCC unroll 16 /* the sums stay in registers (and FG_NO_UNROLL_JAM: gcc would otherwise jam two sub-blocks,
                        * 16 weight vectors in registers and the sums in memory, the old loop order: 1.1-1.3x slower) */
         for (int a = 0; a < M; a++) {
             const int8_t *xq = ((const block_q8_K *)(x + a * xstride) + i)->qs + 4 * sub * j;
-            __m512i t = _mm512_setzero_si512();
+            /* Q6_K's chain starts at -32 bsums[j] (sub = 4: a sub-block is one bsum's 16 elements), a broadcast load:
+             * no corr . bsums (8 dpwssd) per activation */
+            __m512i t = has_min ? _mm512_setzero_si512() : _mm512_set1_epi32(off[a].j[j]);
             for (int g = 0; g < sub; g++) {
                 int32_t x4;
                 memcpy(&x4, xq + 4 * g, 4);
                 t = _mm512_dpbusd_epi32(t, u->q[sub * j + g], _mm512_set1_epi32(x4));
             }
-            isum[a] = _mm512_add_epi32(isum[a], _mm512_mullo_epi32(t, sc));
+            /* (t & 255) s + (t >> 8) 256 s: a p5 shuffle and one dpwssd, where mullo (2 port-0 uops) + add were */
+            isum[a] = _mm512_dpwssd_epi32(isum[a], _mm512_shuffle_epi8(t, split), sc);
         }
     }
     for (int a = 0; a < M; a++) {

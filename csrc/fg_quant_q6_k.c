@@ -212,10 +212,11 @@ FG_INLINE_AVX2 void q6_k_rows8_avx2(const int gpm, int R, const char *w, size_t 
 FG_KQ_GEMM_AVX2(gemm_q6_k_q8_k_rows8_avx2, q6_k_rows8_avx2, 2, 0) /* 2 groups: 2 * 2 * 63 * 128 < 32768 */
 FG_KQ_KERNELS_AVX2(vec_dot_q6_k_q8_k_avx2, gemv_q6_k_q8_k_avx2, gemm_q6_k_q8_k_avx2, q6_k_tile_avx2,
                    gemm_q6_k_q8_k_rows8_avx2)
-/* Rows [0, R) (R <= 16) of super-block i into u (fg_kquant_vnni.h) in zmm: the 16 rows' scales as int32 and their
- * weights 0..63, 64 elements per row at a time, each transposed once (q6_k_rows8_avx2 twice and joined: ~2x the
- * ops). Per half h of a row, one zmm of ql (a = bytes 0..31, b = 32..63) and qh in both 256-bit halves give
- * elements 128h + 0..63 (a & 15, b & 15 with qh bits 0-1, 2-3) and 128h + 64..127 (a >> 4, b >> 4; bits 4-5, 6-7). */
+/* Rows [0, R) (R <= 16) of super-block i into u (fg_kquant_vnni.h) in zmm: the 16 rows' scales as int32 (no corr:
+ * fg_kq_rows16_tile starts each sub-block's chain at -32 bsums) and their weights 0..63, 64 elements per row at a
+ * time, each transposed once (q6_k_rows8_avx2 twice and joined: ~2x the ops). Per half h of a row, one zmm of ql
+ * (a = bytes 0..31, b = 32..63) and qh in both 256-bit halves give elements 128h + 0..63 (a & 15, b & 15 with qh
+ * bits 0-1, 2-3) and 128h + 64..127 (a >> 4, b >> 4; bits 4-5, 6-7). */
 FG_INLINE_AVX512_VNNI void q6_k_rows16_vnni(int R, const char *w, size_t stride, int64_t i, fg_kq_rows16 *u) {
     const __m512i m4 = _mm512_set1_epi8(0x0f), m30 = _mm512_set1_epi8(0x30);
     uint16_t dh[16] = {0};
@@ -226,11 +227,7 @@ FG_INLINE_AVX512_VNNI void q6_k_rows16_vnni(int R, const char *w, size_t stride,
         if (r < R) dh[r] = b->d;
     }
     fg_transpose16_epi32(v);
-    for (int j = 0; j < 16; j++) u->sc[j] = v[j];
-    for (int t = 0; t < 8; t++) { /* (s 2t, s 2t+1) int16 pairs, times -32 (the bsums term) */
-        const __m512i pair = _mm512_mask_blend_epi16(0xaaaaaaaa, v[2 * t], _mm512_slli_epi32(v[2 * t + 1], 16));
-        u->corr[t] = _mm512_sub_epi16(_mm512_setzero_si512(), _mm512_slli_epi16(pair, 5));
-    }
+    for (int j = 0; j < 16; j++) u->sc[j] = fg_kq_sc_pairs(v[j]);
     u->d = _mm512_cvtph_ps(_mm256_loadu_si256((const __m256i *)dh));
     u->dmin = _mm512_setzero_ps();
     for (int c = 0; c < 4; c++) { /* elements 64c..64c+63: half c / 2, low (c even) or high nibbles */
