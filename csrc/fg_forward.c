@@ -15,7 +15,10 @@
 
 #define BARRIER(t) fg_barrier((t)->w->pool)
 #define ROW_ALIGN 16 /* rows handed to a thread in multiples of 16: whole cache lines of float output */
-#define CHUNKS_PER_THREAD 8 /* a matmul's dynamic chunks (see chunks_of) per thread of the team */
+#define CHUNKS_PER_THREAD 8 /* a matmul's dynamic chunks (see chunks_of) per thread of the team, at most */
+#define MIN_CHUNK_BYTES (256 << 10) /* ... and each at least this many bytes of weights: smaller chunks (a 135M
+                                     * model's 200 KB matrices) cost more in claims and short streams than a
+                                     * late thread costs (2-thread SmolLM2 decode: 354-366 -> 292-300 tok/s with 8 a thread) */
 #define GEMM_ALIGN 64 /* several rows: chunks of whole fg_gemm_rows blocks (FG_GEMM_ROWS), whose per-block setup
                        * a smaller chunk would pay again */
 
@@ -443,15 +446,18 @@ static void prep_rows(const team *t, const float *src, int64_t rows, int64_t n, 
  * process) or runs on a slower core (hybrid P/E CPUs) does fewer chunks instead of holding the others at the next
  * barrier. Which thread computes a row changes nothing in its arithmetic: chunk starts are multiples of `align` and
  * the kernels compute every row alone, so the outputs equal 1 thread's bit for bit. One thread: one chunk, all rows.
- * At most one chunked phase between two barriers (the counter restarts at each barrier). */
+ * A matrix too small for MIN_CHUNK_BYTES chunks gets one chunk a thread, claimed by no one: the static split. At
+ * most one chunked phase between two barriers (the counter restarts at each barrier). */
 typedef struct {
     int64_t total, size, n; /* rows [0, total) in n chunks of size rows (the last may be shorter) */
 } chunks;
 
-static chunks chunks_of(const team *t, int64_t total, int64_t align) {
+static chunks chunks_of(const team *t, int64_t total, int64_t align, size_t unit_bytes) {
     chunks c = {total, total, total > 0};
     if (t->nth > 1 && total > 0) {
-        int64_t units = (total + align - 1) / align, want = (int64_t)t->nth * CHUNKS_PER_THREAD;
+        int64_t per = (int64_t)((double)total * (double)unit_bytes / ((double)t->nth * MIN_CHUNK_BYTES));
+        per = per < 1 ? 1 : per > CHUNKS_PER_THREAD ? CHUNKS_PER_THREAD : per; /* chunks per thread */
+        int64_t units = (total + align - 1) / align, want = (int64_t)t->nth * per;
         c.size = (units + want - 1) / want * align;
         c.n = (total + c.size - 1) / c.size;
     }
@@ -468,10 +474,12 @@ static void next_rows(const chunks *c, int64_t k, int64_t *r0, int64_t *r1) {
 static int next_chunk(const team *t, const chunks *c, int64_t *k, int64_t *r0, int64_t *r1) {
     if (*k < 0 && t->ith < c->n)
         *k = t->ith;
-    else if (t->nth > 1)
+    else if (t->nth == 1)
+        *k = *k + 1;
+    else if (c->n > t->nth)
         *k = t->nth + (int64_t)fg_chunk_claim(t->w->pool);
     else
-        *k = *k + 1;
+        return 0; /* one chunk a thread: nothing to claim */
     if (*k >= c->n) return 0;
     next_rows(c, *k, r0, r1);
     return 1;
@@ -513,7 +521,7 @@ static void project(const team *t, const fg_mat *w, const float *in, int64_t row
     const char *xq[1];
     size_t xs;
     prep_rows(t, in, rows, n, ld, NULL, ws, 1, xq, &xs);
-    chunks c = chunks_of(t, w->rows, rows > 1 ? GEMM_ALIGN : ROW_ALIGN);
+    chunks c = chunks_of(t, w->rows, rows > 1 ? GEMM_ALIGN : ROW_ALIGN, w->stride);
     while (next_chunk(t, &c, &k, &r0, &r1)) {
         matmul(w, xq[0], xs, rows, s->tmp, E, r0, r1);
         add_bias(s->tmp, E, rows, bias, r0, r1);
@@ -609,7 +617,7 @@ static void attention_one_row(const team *t, const fg_layer *L, int il, const ch
     int GK = L->kv_reuse ? 0 : G; /* the K/V heads this layer computes */
     int64_t QD = (int64_t)H * hd, KV = (int64_t)G * hd, u0, u1, h0, h1, first, ring;
     int64_t n_keys = attn_span(m, kv, il, pos, &first, &ring), k = -1;
-    chunks c = chunks_of(t, H + 2 * GK, 1); /* dynamic chunks of whole heads */
+    chunks c = chunks_of(t, H + 2 * GK, 1, (size_t)hd * L->wq.stride); /* dynamic chunks of whole heads */
     while (next_chunk(t, &c, &k, &u0, &u1)) {
         h0 = u0 < H ? u0 : H, h1 = u1 < H ? u1 : H;                                     /* q heads */
         matmul(&L->wq, xq[0], xs, 1, s->q, QD, h0 * hd, h1 * hd);
@@ -648,7 +656,8 @@ static void attention_rows(const team *t, const fg_layer *L, int il, int64_t row
     int GK = L->kv_reuse ? 0 : G; /* the K/V heads this layer computes */
     int64_t QD = (int64_t)m->hp.n_head * hd, KV = (int64_t)G * hd, r0, r1, k = -1;
     /* one phase of dynamic chunks: q's rows, then k's and v's (each aligned from its own first row) */
-    chunks cq = chunks_of(t, QD, GEMM_ALIGN), ckv = chunks_of(t, GK * (int64_t)hd, GEMM_ALIGN);
+    chunks cq = chunks_of(t, QD, GEMM_ALIGN, L->wq.stride);
+    chunks ckv = chunks_of(t, GK * (int64_t)hd, GEMM_ALIGN, L->wk.stride + L->wv.stride);
     chunks c = {cq.n + ckv.n, 1, cq.n + ckv.n};
     while (next_chunk(t, &c, &k, &r0, &r1)) {
         int64_t j = k - cq.n, kv0, kv1;
@@ -1314,7 +1323,7 @@ static void dense_ffn(const team *t, const fg_layer *L, const float *src, int64_
     int64_t E = m->hp.n_embd, F = m->hp.n_ff, r0, r1, k = -1;
     const char *xq[2];
     size_t xs;
-    chunks c = chunks_of(t, F, rows > 1 ? GEMM_ALIGN : ROW_ALIGN);
+    chunks c = chunks_of(t, F, rows > 1 ? GEMM_ALIGN : ROW_ALIGN, L->w_up.stride + L->w_gate.stride);
     if (!L->w_gate.data) {
         const fg_mat *u[1] = {&L->w_up};
         prep_rows(t, src, rows, E, E, L->ffn_norm, u, 1, xq, &xs);
@@ -1436,7 +1445,7 @@ static void logits_rows(const team *t, const int32_t *want, int64_t n_out, int c
     size_t xs;
     prep(t, src, n_out, E, E, m->output_norm, ws, 1, xq, &xs);
     /* the closing barrier: the next chunk's or the call's end */
-    chunks c = chunks_of(t, m->hp.n_vocab, n_out > 1 ? GEMM_ALIGN : ROW_ALIGN);
+    chunks c = chunks_of(t, m->hp.n_vocab, n_out > 1 ? GEMM_ALIGN : ROW_ALIGN, m->output.stride);
     for (int64_t k = -1; next_chunk(t, &c, &k, &r0, &r1);) {
         matmul(&m->output, xq[0], xs, n_out, logits, m->hp.n_vocab, r0, r1);
         if (m->hp.final_softcap > 0.0f)
