@@ -73,10 +73,9 @@ FG_INLINE_AVX2 void iq4_nl_tile8_avx2_at(const int R, const int M, int first, in
                           sizeof(block_iq4_nl), offsetof(block_iq4_nl, qs), FG_SCALE_F16);
 }
 FG_TILE8_ENTRIES(iq4_nl_tile8_avx2, FG_INLINE_AVX2)
-FG_GEMM_DOT_FROM_TILE(vec_dot_iq4_nl_q8_0_avx2, gemm_iq4_nl_q8_0_avx2, FG_TARGET_AVX2, iq4_nl_tile8_avx2, fg_q8_0_aux,
-                      sizeof(block_iq4_nl), sizeof(block_q8_0), QK4_NL, 8, 8)
-FG_GEMV_STREAMS(gemv_iq4_nl_q8_0_avx2, FG_TARGET_AVX2, iq4_nl_tile8_avx2_gemv, gemm_iq4_nl_q8_0_avx2, fg_q8_0_aux,
-                sizeof(block_iq4_nl), sizeof(block_q8_0), QK4_NL)
+FG_KERNELS_FROM_TILE8_STREAMS(vec_dot_iq4_nl_q8_0_avx2, gemv_iq4_nl_q8_0_avx2, gemm_iq4_nl_q8_0_avx2,
+                              FG_TARGET_AVX2, iq4_nl_tile8_avx2, fg_q8_0_aux,
+                              sizeof(block_iq4_nl), sizeof(block_q8_0), QK4_NL)
 
 /* ---- AVX-512 VNNI (fg_panel_vnni.h's FG_LUT4_KERNELS_VNNI) ---- */
 FG_LUT4_KERNELS_VNNI(iq4_nl, block_iq4_nl, QK4_NL, fg_kvalues_iq4nl, FG_SCALE_F16)

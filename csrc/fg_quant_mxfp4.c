@@ -126,10 +126,9 @@ FG_INLINE_AVX2 void mxfp4_tile8_avx2_at(const int R, const int M, int first, int
 }
 FG_TILE8_ENTRIES(mxfp4_tile8_avx2, FG_INLINE_AVX2)
 
-FG_GEMM_DOT_FROM_TILE(vec_dot_mxfp4_q8_0_avx2, gemm_mxfp4_q8_0_avx2, FG_TARGET_AVX2, mxfp4_tile8_avx2, mxfp4_aux12,
-                      sizeof(block_mxfp4), sizeof(block_q8_0), QK_MXFP4, 8, 8)
-FG_GEMV_STREAMS(gemv_mxfp4_q8_0_avx2, FG_TARGET_AVX2, mxfp4_tile8_avx2_gemv, gemm_mxfp4_q8_0_avx2, mxfp4_aux12,
-                sizeof(block_mxfp4), sizeof(block_q8_0), QK_MXFP4)
+FG_KERNELS_FROM_TILE8_STREAMS(vec_dot_mxfp4_q8_0_avx2, gemv_mxfp4_q8_0_avx2, gemm_mxfp4_q8_0_avx2,
+                              FG_TARGET_AVX2, mxfp4_tile8_avx2, mxfp4_aux12,
+                              sizeof(block_mxfp4), sizeof(block_q8_0), QK_MXFP4)
 
 /* ---- AVX-512 VNNI (fg_panel_vnni.h's FG_LUT4_KERNELS_VNNI) ---- */
 FG_LUT4_KERNELS_VNNI(mxfp4, block_mxfp4, QK_MXFP4, fg_kvalues_mxfp4, FG_SCALE_E8M0_HALF)

@@ -128,10 +128,9 @@ FG_TARGET_AVX2 static void dequantize_row_q4_1_avx2(const void *vx, float *y, in
     }                                                                                                       \
     FG_TILE8_ENTRIES(NAME, INLINE)
 Q4_1_TILE8(q4_1_tile8_avx2, FG_INLINE_AVX2, FG_DOT2_U8S8_256, fg_nib8_dot_avx2)
-FG_GEMM_DOT_FROM_TILE(vec_dot_q4_1_q8_1_avx2, gemm_q4_1_q8_1_avx2, FG_TARGET_AVX2, q4_1_tile8_avx2, fg_q8_1_aux,
-                      sizeof(block_q4_1), sizeof(block_q8_1), QK4_1, 8, 8)
-FG_GEMV_STREAMS(gemv_q4_1_q8_1_avx2, FG_TARGET_AVX2, q4_1_tile8_avx2_gemv, gemm_q4_1_q8_1_avx2, fg_q8_1_aux,
-                sizeof(block_q4_1), sizeof(block_q8_1), QK4_1)
+FG_KERNELS_FROM_TILE8_STREAMS(vec_dot_q4_1_q8_1_avx2, gemv_q4_1_q8_1_avx2, gemm_q4_1_q8_1_avx2,
+                              FG_TARGET_AVX2, q4_1_tile8_avx2, fg_q8_1_aux,
+                              sizeof(block_q4_1), sizeof(block_q8_1), QK4_1)
 /* AVX-512 + VNNI: the same tile with dpbusd (256-bit, AVX512VL) for the gemv, and its 16-row zmm twin for more
  * activations (fg_rows16_*: rows in the 16 lanes, one broadcast + dpbusd and one float step per 16 pairs). Without
  * VNNI, AVX-512 runs the AVX2 kernels. */

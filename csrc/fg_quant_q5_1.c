@@ -136,10 +136,9 @@ FG_INLINE_AVX2 void q5_1_tile8_avx2_at(const int R, const int M, int first, int 
 }
 FG_TILE8_ENTRIES(q5_1_tile8_avx2, FG_INLINE_AVX2)
 
-FG_GEMM_DOT_FROM_TILE(vec_dot_q5_1_q8_1_avx2, gemm_q5_1_q8_1_avx2, FG_TARGET_AVX2, q5_1_tile8_avx2, fg_q8_1_aux,
-                      sizeof(block_q5_1), sizeof(block_q8_1), QK5_1, 8, 8)
-FG_GEMV_STREAMS(gemv_q5_1_q8_1_avx2, FG_TARGET_AVX2, q5_1_tile8_avx2_gemv, gemm_q5_1_q8_1_avx2, fg_q8_1_aux,
-                sizeof(block_q5_1), sizeof(block_q8_1), QK5_1)
+FG_KERNELS_FROM_TILE8_STREAMS(vec_dot_q5_1_q8_1_avx2, gemv_q5_1_q8_1_avx2, gemm_q5_1_q8_1_avx2,
+                              FG_TARGET_AVX2, q5_1_tile8_avx2, fg_q8_1_aux,
+                              sizeof(block_q5_1), sizeof(block_q8_1), QK5_1)
 #endif /* FG_HAVE_X86 */
 
 #if FG_HAVE_NEON

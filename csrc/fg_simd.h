@@ -249,6 +249,12 @@ typedef struct {
         }                                                                                                    \
     }
 
+/* An 8-row lanes format's kernels from its tile entries (FG_TILE8_ENTRIES: TILE and TILE##_gemv): DOT and GEMM over
+ * TILE (8 activations a tile), GEMV over TILE##_gemv as 8 streams. */
+#define FG_KERNELS_FROM_TILE8_STREAMS(DOT, GEMV, GEMM, TARGET, TILE, AUX, WBLK, XBLK, BLK)                     \
+    FG_GEMM_DOT_FROM_TILE(DOT, GEMM, TARGET, TILE, AUX, WBLK, XBLK, BLK, 8, 8)                                   \
+    FG_GEMV_STREAMS(GEMV, TARGET, TILE##_gemv, GEMM, AUX, WBLK, XBLK, BLK)
+
 /* Panels: the lanes shape for many activations. From FG_PANEL_MIN_M activations, GEMM unpacks each tile of RT rows
  * once per FG_PANEL_KC blocks into a panel on the stack (FILL(R, kc, w, stride, p): the tile's per-block unpack, kept)
  * and runs up to FG_PANEL_MG activations over it, MT at a time (PTILE(R, M, first, kc, p, x, xs, aux, y, ldy): the
