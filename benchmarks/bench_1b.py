@@ -297,6 +297,8 @@ def main(argv=None):
         return long_worker(a)
     a.quants = a.quants or (["q4_0"] if a.long else list(QUANTS))
     a.prompt = a.prompt or (4096 if a.long else 512)
+    if a.gen is not None and a.gen < 1:
+        ap.error("--gen must be at least 1 (every row reports decode; use a small --gen to time prompts)")
     a.gen = a.gen or (64 if a.long else 128)
     if a.tiny:
         a.prompt, a.gen, a.rounds = (64 if a.long else 32), 8, 1
