@@ -246,8 +246,9 @@ FG_INLINE_AVX2 __m256 fg_kq_rows8_step(const fg_kq_rows8 *u, const int has_min, 
 /* The panel: the float sums of np activations x the G row groups of a row block (yb[a][g], lane r = row 8 g + r),
  * loaded from y (zero for the first column: 0 + f is the reference's first step) and stored back, the rows past
  * `left` masked. The sums of a column then accumulate in yb, 64 bytes an activation, where y's rows are
- * ldy floats apart (ldy = 2048: every activation's line in one L1 set and few L2 sets, the step's load and store
- * an L2 or L3 round trip per super-block). */
+ * ldy floats apart (ldy = 2048: every activation's line in one L1 set). Dropping y's load and store from the step
+ * made Q4_K 2048 x 2048 x 256 12-24% faster (a timing hack); the panel got 3-13% of it back (busy figures,
+ * benchmarks/results/gemm-2026-12-05-kavx2-busy.txt). */
 FG_INLINE_AVX2 __m256i fg_kq_rows_mask(int64_t left) {
     return _mm256_cmpgt_epi32(_mm256_set1_epi32(left < 8 ? (int)left : 8), _mm256_setr_epi32(0, 1, 2, 3, 4, 5, 6, 7));
 }
@@ -270,7 +271,7 @@ FG_INLINE_AVX2 void fg_kq_panel_store(__m256 (*yb)[FG_KQ_G], int np, int G, int6
 }
 
 /* The gemm: columns of FG_KQ_KC super-blocks, in each blocks of 8 FG_KQ_G rows, in each panels of up to FG_KQ_PANEL
- * activations (fg_kq_panel_load); per super-block both 8-row halves are unpacked, then activations in groups of 64
+ * activations (fg_kq_panel_load); per super-block the G 8-row groups are unpacked, then activations in groups of 64
  * (their blocks stay in L1 over the 8 passes) accumulate into the panel, super-block by super-block as the
  * reference. The column keeps the activations' blocks that every row block reads in L2: 256 activations x 8
  * super-blocks of Q8_K are 600 KB, where whole rows of 8192 (ffn_down) are 2.4 MB, read from L3 once per 16 rows
@@ -279,7 +280,7 @@ FG_INLINE_AVX2 void fg_kq_panel_store(__m256 (*yb)[FG_KQ_G], int np, int G, int6
 #define FG_KQ_KC 8
 #endif
 #ifndef FG_KQ_PANEL
-#define FG_KQ_PANEL 256 /* activations: 16 KB of float sums */
+#define FG_KQ_PANEL 256 /* activations: 8 KB of float sums per row group */
 #endif
 #define FG_KQ_GEMM_AVX2(NAME, ROWS8, GPM, HAS_MIN)                                                               \
     FG_TARGET_AVX2 FG_NO_UNROLL_JAM static void NAME(int64_t n, const void *w, size_t stride, const void *xq,    \
