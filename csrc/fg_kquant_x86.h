@@ -127,7 +127,8 @@ FG_INLINE_AVX2 void fg_k4_tile_avx2(const int five, int R, const int A, int64_t 
 typedef struct {
     __m256i q[64];       /* group g (elements 4g..4g+3): lane r = row r's 4 unsigned weights */
     int16_t sc[32][16];  /* madd chunk c (groups gpm c .. gpm c + gpm - 1): lane r = (s, s), s the rows' scale */
-    int16_t corr[8][16]; /* lane r = the pair that multiplies (bsums[2t], bsums[2t+1]) */
+    int16_t corr[8][16]; /* lane r = the pair that multiplies (bsums[2t], bsums[2t+1]) (Q6_K), or (Q4_K, Q5_K;
+                          * t < 4) (pb[2t], pb[2t+1]), pb the bsums summed in pairs (fg_kq_bsum_pairs) */
     float d[8], dmin[8]; /* per row (0 past the last row) */
 } fg_kq_rows8;
 
@@ -165,9 +166,11 @@ FG_INLINE_AVX2 void fg_k4_rows8_avx2(const int five, const int gpm, int R, const
         lo[r] = _mm256_cvtepu8_epi16(fg_unpack_scales_k4_avx2(b + 4)); /* scales 0..7, mins 0..7 */
         if (five) hb[r] = _mm256_loadu_si256((const __m256i *)(b + offsetof(block_q5_K, qh)));
     }
+    memcpy(hi, lo, sizeof(hi));
+    fg_transpose8_epi32(hi); /* hi[4 + t] lane r = (min 2t, min 2t + 1) */
+    for (int t = 0; t < 4; t++) _mm256_store_si256((__m256i *)u->corr[t], hi[4 + t]);
     fg_kq_dup_transpose16(lo, sm);
     for (int c = 0; c < 64 / gpm; c++) _mm256_store_si256((__m256i *)u->sc[c], sm[c * gpm / 8]);
-    for (int t = 0; t < 8; t++) _mm256_store_si256((__m256i *)u->corr[t], sm[8 + t]);
     for (int k = 0; k < QK_K / 64; k++) {
         for (int r = 0; r < 8; r++) {
             const uint8_t *b = (const uint8_t *)w + r * stride + i * bs;
@@ -210,13 +213,22 @@ FG_INLINE_AVX2 void fg_kq_rows8_isum(const fg_kq_rows8 *u, const int gpm, const 
     }
 }
 
+/* pb[j] = bsums[2 j] + bsums[2 j + 1] of xb: sub-block j's activation sum (|pb| <= 32 * 128, an int16). */
+FG_INLINE_AVX2 void fg_kq_bsum_pairs(const block_q8_K *xb, int16_t pb[8]) {
+    const __m256i s = _mm256_madd_epi16(_mm256_loadu_si256((const __m256i *)xb->bsums), _mm256_set1_epi16(1));
+    _mm_storeu_si128((__m128i *)pb, _mm_packs_epi32(_mm256_castsi256_si128(s), _mm256_extracti128_si256(s, 1)));
+}
+
 /* The float step of one activation block xb for the 8 rows: (d dx) sumi - (dmin dx) summ (has_min: Q4_K, Q5_K,
- * summ = corr . bsums) or (d dx) (sumi - 32 corr . bsums) (Q6_K). */
-FG_INLINE_AVX2 __m256 fg_kq_rows8_step(const fg_kq_rows8 *u, const int has_min, const block_q8_K *xb, __m256i isum) {
+ * summ = corr . pb, pb = xb's bsums in pairs (fg_kq_bsum_pairs): 4 madd) or (d dx) (sumi - 32 corr . bsums)
+ * (Q6_K, pb unused: 8 madd). */
+FG_INLINE_AVX2 __m256 fg_kq_rows8_step(const fg_kq_rows8 *u, const int has_min, const block_q8_K *xb,
+                                       const int16_t *pb, __m256i isum) {
+    const int16_t *b = has_min ? pb : xb->bsums;
     __m256i corr = _mm256_setzero_si256();
-    for (int t = 0; t < 8; t++) {
+    for (int t = 0; t < (has_min ? 4 : 8); t++) {
         int32_t b2;
-        memcpy(&b2, xb->bsums + 2 * t, 4);
+        memcpy(&b2, b + 2 * t, 4);
         corr = _mm256_add_epi32(corr, _mm256_madd_epi16(_mm256_load_si256((const __m256i *)u->corr[t]), _mm256_set1_epi32(b2)));
     }
     const __m256 dx = _mm256_set1_ps(xb->d), d = _mm256_load_ps(u->d);
@@ -228,50 +240,85 @@ FG_INLINE_AVX2 __m256 fg_kq_rows8_step(const fg_kq_rows8 *u, const int has_min, 
 
 /* FG_NO_UNROLL_JAM (fg_simd.h): gcc's unroll-and-jam would fuse two passes of fg_kq_rows8_isum, 16 weight vectors, spilled. */
 
-/* The gemm: columns of FG_KQ_KC super-blocks, in each blocks of 16 rows; per super-block both 8-row halves are
- * unpacked, then activations in groups of 64 (their blocks stay in L1 over the 8 passes) accumulate into y,
- * super-block by super-block as the reference. The column keeps the activations' blocks that every row block reads
- * in L2: 256 activations x 8 super-blocks of Q8_K are 600 KB, where whole rows of 8192 (ffn_down) are 2.4 MB, read
- * from L3 once per 16 rows (Q4_K 2048 x 8192 x 256, one thread, busy: 56-67 GMAC/s -> 69-74). */
+#ifndef FG_KQ_G
+#define FG_KQ_G 2 /* row groups of 8 per row block */
+#endif
+/* The panel: the float sums of np activations x the G row groups of a row block (yb[a][g], lane r = row 8 g + r),
+ * loaded from y (zero for the first column: 0 + f is the reference's first step) and stored back, the rows past
+ * `left` masked. The sums of a column then accumulate in yb, 64 bytes an activation, where y's rows are
+ * ldy floats apart (ldy = 2048: every activation's line in one L1 set). Dropping y's load and store from the step
+ * made Q4_K 2048 x 2048 x 256 12-24% faster (a timing hack); the panel got 3-13% of it back (busy figures,
+ * benchmarks/results/gemm-2026-12-05-kavx2-busy.txt). */
+FG_INLINE_AVX2 __m256i fg_kq_rows_mask(int64_t left) {
+    return _mm256_cmpgt_epi32(_mm256_set1_epi32(left < 8 ? (int)left : 8), _mm256_setr_epi32(0, 1, 2, 3, 4, 5, 6, 7));
+}
+FG_INLINE_AVX2 void fg_kq_panel_load(__m256 (*yb)[FG_KQ_G], int np, int G, int64_t left, int first, const float *y,
+                                     int64_t ldy) {
+    for (int a = 0; a < np; a++)
+        for (int g = 0; g < G; g++) {
+            const float *ya = y + a * ldy + 8 * g;
+            yb[a][g] = first ? _mm256_setzero_ps()
+                     : left >= 8 * g + 8 ? _mm256_loadu_ps(ya) : _mm256_maskload_ps(ya, fg_kq_rows_mask(left - 8 * g));
+        }
+}
+FG_INLINE_AVX2 void fg_kq_panel_store(__m256 (*yb)[FG_KQ_G], int np, int G, int64_t left, float *y, int64_t ldy) {
+    for (int a = 0; a < np; a++)
+        for (int g = 0; g < G; g++) {
+            float *ya = y + a * ldy + 8 * g;
+            if (left >= 8 * g + 8) _mm256_storeu_ps(ya, yb[a][g]);
+            else _mm256_maskstore_ps(ya, fg_kq_rows_mask(left - 8 * g), yb[a][g]);
+        }
+}
+
+/* The gemm: columns of FG_KQ_KC super-blocks, in each blocks of 8 FG_KQ_G rows, in each panels of up to FG_KQ_PANEL
+ * activations (fg_kq_panel_load); per super-block the G 8-row groups are unpacked, then activations in groups of 64
+ * (their blocks stay in L1 over the 8 passes) accumulate into the panel, super-block by super-block as the
+ * reference. The column keeps the activations' blocks that every row block reads in L2: 256 activations x 8
+ * super-blocks of Q8_K are 600 KB, where whole rows of 8192 (ffn_down) are 2.4 MB, read from L3 once per 16 rows
+ * (Q4_K 2048 x 8192 x 256, one thread, busy: 56-67 GMAC/s -> 69-74). */
 #ifndef FG_KQ_KC
 #define FG_KQ_KC 8
 #endif
+#ifndef FG_KQ_PANEL
+#define FG_KQ_PANEL 256 /* activations: 8 KB of float sums per row group */
+#endif
 #define FG_KQ_GEMM_AVX2(NAME, ROWS8, GPM, HAS_MIN)                                                               \
-    FG_TARGET_AVX2 FG_NO_UNROLL_JAM static void NAME(int64_t n, const void *w, size_t stride, const void *xq, size_t xq_stride,  \
-                                    int64_t m, float *y, int64_t ldy, int64_t nrows) {                          \
-        fg_kq_rows8 u[2];                                                                                       \
+    FG_TARGET_AVX2 FG_NO_UNROLL_JAM static void NAME(int64_t n, const void *w, size_t stride, const void *xq,    \
+                                                     size_t xq_stride, int64_t m, float *y, int64_t ldy,         \
+                                                     int64_t nrows) {                                            \
+        fg_kq_rows8 u[FG_KQ_G];                                                                                 \
         __m256i acc[64];                                                                                        \
-        const __m256i lane = _mm256_setr_epi32(0, 1, 2, 3, 4, 5, 6, 7);                                          \
+        __m256 yb[FG_KQ_PANEL][FG_KQ_G]; /* [activation][row group] */                                         \
+        int16_t pb[64][8];         /* [activation][sub-block]: fg_kq_bsum_pairs (HAS_MIN) */                   \
         for (int64_t k0 = 0; k0 < n / QK_K; k0 += FG_KQ_KC) {                                                   \
           const int64_t k1 = n / QK_K - k0 < FG_KQ_KC ? n / QK_K : k0 + FG_KQ_KC;                              \
-          for (int64_t rb = 0; rb < nrows; rb += 16) {                                                          \
-            const int G = nrows - rb > 8 ? 2 : 1;                                                               \
-            for (int64_t i = k0; i < k1; i++) {                                                                 \
-                for (int g = 0; g < G; g++) {                                                                   \
-                    const int64_t left = nrows - rb - 8 * g;                                                    \
-                    ROWS8(GPM, left < 8 ? (int)left : 8, (const char *)w + (rb + 8 * g) * stride, stride, i, &u[g]); \
-                }                                                                                               \
-                for (int64_t a0 = 0; a0 < m; a0 += 64) {                                                        \
-                    const int na = m - a0 < 64 ? (int)(m - a0) : 64;                                            \
-                    const char *xa = (const char *)xq + a0 * xq_stride;                                         \
+          for (int64_t rb = 0; rb < nrows; rb += 8 * FG_KQ_G) {                                                 \
+            const int64_t left = nrows - rb; /* rows left from rb */                                           \
+            const int G = left > 8 * FG_KQ_G ? FG_KQ_G : (int)((left + 7) / 8);                                 \
+            for (int64_t p0 = 0; p0 < m; p0 += FG_KQ_PANEL) {                                                   \
+              const int np = m - p0 < FG_KQ_PANEL ? (int)(m - p0) : FG_KQ_PANEL;                                \
+              fg_kq_panel_load(yb, np, G, left, k0 == 0, y + p0 * ldy + rb, ldy);                               \
+              for (int64_t i = k0; i < k1; i++) {                                                               \
+                for (int g = 0; g < G; g++)                                                                     \
+                    ROWS8(GPM, left - 8 * g < 8 ? (int)(left - 8 * g) : 8, (const char *)w + (rb + 8 * g) * stride, \
+                          stride, i, &u[g]);                                                                    \
+                for (int a0 = 0; a0 < np; a0 += 64) {                                                           \
+                    const int na = np - a0 < 64 ? np - a0 : 64;                                                 \
+                    const char *xa = (const char *)xq + (p0 + a0) * xq_stride;                                  \
+                    for (int a = 0; HAS_MIN && a < na; a++)                                                     \
+                        fg_kq_bsum_pairs((const block_q8_K *)(xa + a * xq_stride) + i, pb[a]);                  \
                     for (int g = 0; g < G; g++) {                                                               \
-                        const int64_t left = nrows - rb - 8 * g;                                                \
-                        const __m256i mask = _mm256_cmpgt_epi32(_mm256_set1_epi32(left < 8 ? (int)left : 8), lane); \
                         fg_kq_rows8_isum(&u[g], GPM, xa, xq_stride, i, na, acc);                                \
                         for (int a = 0; a < na; a++) {                                                          \
                             const __m256 f = fg_kq_rows8_step(&u[g], HAS_MIN,                                   \
-                                                              (const block_q8_K *)(xa + a * xq_stride) + i, acc[a]); \
-                            float *ya = y + (a0 + a) * ldy + rb + 8 * g;                                        \
-                            if (left >= 8) { /* a whole group: plain moves, where maskstore is ~3x the uops */   \
-                                const __m256 prev = i ? _mm256_loadu_ps(ya) : _mm256_setzero_ps();              \
-                                _mm256_storeu_ps(ya, _mm256_add_ps(prev, f));                                   \
-                            } else {                                                                            \
-                                const __m256 prev = i ? _mm256_maskload_ps(ya, mask) : _mm256_setzero_ps();     \
-                                _mm256_maskstore_ps(ya, mask, _mm256_add_ps(prev, f));                          \
-                            }                                                                                   \
+                                                              (const block_q8_K *)(xa + a * xq_stride) + i,     \
+                                                              pb[a], acc[a]);                                   \
+                            yb[a0 + a][g] = _mm256_add_ps(yb[a0 + a][g], f);                                    \
                         }                                                                                       \
                     }                                                                                           \
                 }                                                                                               \
+              }                                                                                                 \
+              fg_kq_panel_store(yb, np, G, left, y + p0 * ldy + rb, ldy);                                       \
             }                                                                                                   \
           }                                                                                                     \
         }                                                                                                       \
