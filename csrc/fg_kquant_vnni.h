@@ -121,6 +121,21 @@ FG_INLINE_AVX512_VNNI __m512i fg_kq_rows16_corr(const fg_kq_rows16 *u, const blo
     return c;
 }
 
+/* t + q . x (dpbusd), x's 4 bytes broadcast from memory as the instruction's own operand ({1to16}). gcc (12) does not
+ * fold _mm512_set1_epi32 of a load into vpdpbusd: it emits a vpbroadcastd per dpbusd, 40 of the tile's ~110 uops per
+ * sub-block and 8 activations; clang folds it itself. The folded form: Q6_K's tile alone 210 -> 230 GMAC/s, its gemm
+ * +2-5%, Q4_K's gemm +5-15% (one thread, busy; benchmarks/results/gemm-2026-12-05-vnq6-*). */
+FG_INLINE_AVX512_VNNI __m512i fg_dpbusd_bcst(__m512i t, __m512i q, const int8_t *x) {
+#if defined(__GNUC__) && !defined(__clang__)
+    __asm__("vpdpbusd %2%{1to16%}, %1, %0" : "+v"(t) : "v"(q), "m"(*(const int32_t *)x));
+    return t;
+#else
+    int32_t x4;
+    memcpy(&x4, x, 4);
+    return _mm512_dpbusd_epi32(t, q, _mm512_set1_epi32(x4));
+#endif
+}
+
 /* M activations (a constant: their sums stay in registers) of super-block i (x: the first, xstride apart) over the
  * 16 rows of u: y[a * ldy + r] = (first ? 0 : y) + the rows8 float step, lane r (row r) where mask. Per sub-block its
  * SUB groups are one dpbusd chain per activation, t (|t| < 2^17), scaled exactly by the rows' scale s as the int16
@@ -150,21 +165,24 @@ FG_INLINE_AVX512_VNNI void fg_kq_rows16_tile(const fg_kq_rows16 *u, const int M,
                                                                13, 14));
     for (int j = 0; j < 64 / sub; j++) {
         const __m512i sc = u->sc[j];
-#pragma GCC unroll 16 /* the sums stay in registers (and FG_NO_UNROLL_JAM: gcc would otherwise jam two sub-blocks,
-                       * 16 weight vectors in registers and the sums in memory, the old loop order: 1.1-1.3x slower) */
-        for (int a = 0; a < M; a++) {
-            const int8_t *xq = ((const block_q8_K *)(x + a * xstride) + i)->qs + 4 * sub * j;
-            /* Q6_K's chain starts at -32 bsums[j] (sub = 4: a sub-block is one bsum's 16 elements), a broadcast load:
-             * no corr . bsums (8 dpwssd) per activation */
-            __m512i t = has_min ? _mm512_setzero_si512() : _mm512_set1_epi32(off[a].j[j]);
-            for (int g = 0; g < sub; g++) {
-                int32_t x4;
-                memcpy(&x4, xq + 4 * g, 4);
-                t = _mm512_dpbusd_epi32(t, u->q[sub * j + g], _mm512_set1_epi32(x4));
-            }
-            /* (t & 255) s + (t >> 8) 256 s: a p5 shuffle and one dpwssd, where mullo (2 port-0 uops) + add were */
-            isum[a] = _mm512_dpwssd_epi32(isum[a], _mm512_shuffle_epi8(t, split), sc);
+        /* the M chains side by side, a group g at a time (M independent dpbusd per weight vector: dpbusd's latency
+         * is ~5 cycles at 2 a cycle), their sums in registers throughout (#pragma GCC unroll; FG_NO_UNROLL_JAM on the
+         * gemm: gcc would otherwise jam two sub-blocks and keep the sums in memory, 1.1-1.3x slower). Q6_K's chain
+         * starts at -32 bsums[j] (sub = 4: a sub-block is one bsum's 16 elements), a broadcast load: no corr . bsums
+         * (8 dpwssd) per activation */
+        __m512i t[16];
+#pragma GCC unroll 16
+        for (int a = 0; a < M; a++)
+            t[a] = has_min ? _mm512_setzero_si512() : _mm512_set1_epi32(off[a].j[j]);
+        for (int g = 0; g < sub; g++) {
+            const __m512i q = u->q[sub * j + g];
+#pragma GCC unroll 16
+            for (int a = 0; a < M; a++)
+                t[a] = fg_dpbusd_bcst(t[a], q, ((const block_q8_K *)(x + a * xstride) + i)->qs + 4 * (sub * j + g));
         }
+        /* (t & 255) s + (t >> 8) 256 s: a p5 shuffle and one dpwssd, where mullo (2 port-0 uops) + add were */
+#pragma GCC unroll 16
+        for (int a = 0; a < M; a++) isum[a] = _mm512_dpwssd_epi32(isum[a], _mm512_shuffle_epi8(t[a], split), sc);
     }
     for (int a = 0; a < M; a++) {
         const block_q8_K *xb = (const block_q8_K *)(x + a * xstride) + i;
