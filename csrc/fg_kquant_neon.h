@@ -1,4 +1,5 @@
-/* NEON+dotprod kernels of the K-quant dots against Q8_K (fg_quant_q4_k.c, q5_k.c, q6_k.c): row-lane tiles.
+/* NEON+dotprod kernels of the K-quant dots against Q8_K (fg_quant_q4_k.c, q5_k.c, q6_k.c): row-lane tiles, and their
+ * i8mm twins for Q4_K and Q5_K (SMMLA sums of row pairs x activation pairs, the same exact integers and float step).
  * Included by fg_kquant.h where FG_HAVE_NEON (after fg_simd.h and fg_kquant_ref.h). */
 #ifndef FG_KQUANT_NEON_H
 #define FG_KQUANT_NEON_H
@@ -89,6 +90,25 @@ FG_INLINE_NEON FG_TARGET_DOTPROD void fg_kq_row_neondp(const int fmt, const uint
     *is = s, *ms = vmlal_high_s16(vmull_s16(vget_low_s16(bsp), vget_low_s16(mins)), bsp, mins);
 }
 
+/* Q4_K / Q5_K: ms[a] = summ = mins . bsums of every row in its lane (sc: the rows' unpacked scales transposed, [2],
+ * [3] the mins). */
+FG_INLINE_NEON void fg_kq_mins4_neon(const int8x16_t sc[4], const int M, const block_q8_K *const *xb, int32x4_t *ms) {
+    int32x4_t mn[8];
+    for (int j = 0; j < 8; j++) mn[j] = fg_lane_byte_u(sc[2 + j / 4], j % 4);
+    for (int a = 0; a < M; a++) {
+        const int16x8_t bsp = vpaddq_s16(vld1q_s16(xb[a]->bsums), vld1q_s16(xb[a]->bsums + 8));
+        const int32x4_t b0 = vmovl_s16(vget_low_s16(bsp)), b1 = vmovl_high_s16(bsp);
+        int32x4_t m = vmulq_laneq_s32(mn[0], b0, 0);
+        m = vmlaq_laneq_s32(m, mn[1], b0, 1);
+        m = vmlaq_laneq_s32(m, mn[2], b0, 2);
+        m = vmlaq_laneq_s32(m, mn[3], b0, 3);
+        m = vmlaq_laneq_s32(m, mn[4], b1, 0);
+        m = vmlaq_laneq_s32(m, mn[5], b1, 1);
+        m = vmlaq_laneq_s32(m, mn[6], b1, 2);
+        ms[a] = vmlaq_laneq_s32(m, mn[7], b1, 3);
+    }
+}
+
 /* Rows 0..R-1 (R <= 4, `stride` apart) of super-block b against M activations (`xs` apart, block xi): is[a], ms[a] =
  * sumi, summ of every row in its lane. */
 FG_INLINE_NEON FG_TARGET_DOTPROD void fg_kq_rows4_neondp(const int fmt, const int M, const char *b, size_t stride,
@@ -149,72 +169,66 @@ FG_INLINE_NEON FG_TARGET_DOTPROD void fg_kq_rows4_neondp(const int fmt, const in
             is[a] = vmlaq_s32(vmlaq_s32(is[a], p0, s0), p1, s1);
         }
     }
-    int32x4_t mn[8];
-    for (int j = 0; j < 8; j++) mn[j] = fg_lane_byte_u(sc[2 + j / 4], j % 4);
-    for (int a = 0; a < M; a++) {
-        const int16x8_t bsp = vpaddq_s16(vld1q_s16(xb[a]->bsums), vld1q_s16(xb[a]->bsums + 8));
-        const int32x4_t b0 = vmovl_s16(vget_low_s16(bsp)), b1 = vmovl_high_s16(bsp);
-        int32x4_t m = vmulq_laneq_s32(mn[0], b0, 0);
-        m = vmlaq_laneq_s32(m, mn[1], b0, 1);
-        m = vmlaq_laneq_s32(m, mn[2], b0, 2);
-        m = vmlaq_laneq_s32(m, mn[3], b0, 3);
-        m = vmlaq_laneq_s32(m, mn[4], b1, 0);
-        m = vmlaq_laneq_s32(m, mn[5], b1, 1);
-        m = vmlaq_laneq_s32(m, mn[6], b1, 2);
-        ms[a] = vmlaq_laneq_s32(m, mn[7], b1, 3);
-    }
+    fg_kq_mins4_neon(sc, M, xb, ms);
 }
 
-/* R <= 8 rows x M <= 8 activations of a K-quant (FG_KQ_*) . q8_K, row r in lane r % 4 of half r / 4. */
-FG_INLINE_NEON FG_TARGET_DOTPROD void fg_kq_tile8_neondp(const int R, const int M, int first, int kc, const char *w,
-                                                        size_t stride, const char *x, size_t xs,
-                                                        const fg_xaux (*aux)[FG_KC], float *y, int64_t ldy,
-                                                        const int fmt) {
-    const size_t bs = fmt == FG_KQ_Q6_K   ? sizeof(block_q6_K)
-                    : fmt == FG_KQ_Q5_K ? sizeof(block_q5_K)
-                                        : sizeof(block_q4_K);
-    const size_t d_off = fmt == FG_KQ_Q6_K ? offsetof(block_q6_K, d) : offsetof(block_q4_K, d);
-    const int H = R > 4 ? 2 : 1;
-    float32x4_t acc[8][2];
-    fg_load_rows8_neon(R, M, first, acc, y, ldy);
-    for (int i = 0; i < kc; i++) {
-        const char *wb = w + i * bs;
-#ifndef FG_NO_PREFETCH
-        for (int r = 0; r < R; r++) /* the same super-block 8 rows on */
-            for (size_t c = 0; c < bs; c += 64) fg_prefetch_line(wb + (size_t)(r + 8) * stride + c);
+#ifdef FG_NO_PREFETCH
+#define FG_KQ_PREFETCH_NEON(wb, R, stride, bs)
+#else
+#define FG_KQ_PREFETCH_NEON(wb, R, stride, bs) /* the same super-block 8 rows on */                                  \
+    for (int r_ = 0; r_ < (R); r_++)                                                                                  \
+        for (size_t c_ = 0; c_ < (bs); c_ += 64) fg_prefetch_line((wb) + (size_t)(r_ + 8) * (stride) + c_);
 #endif
-        for (int h = 0; h < H; h++) {
-            const char *wh = wb + 4 * h * stride;
-            const int Rh = R - 4 * h > 4 ? 4 : R - 4 * h;
-            int32x4_t is[8], ms[8];
-            if (M == 1) {
-                int32x4_t vi[4], vm[4];
-                for (int r = 0; r < 4; r++) {
-                    vi[r] = vm[r] = vdupq_n_s32(0);
-                    if (r < Rh)
-                        fg_kq_row_neondp(fmt, (const uint8_t *)wh + r * stride, (const block_q8_K *)x + i, &vi[r],
-                                         &vm[r]);
-                }
-                is[0] = fg_hsum4_s32_neon(vi), ms[0] = fg_hsum4_s32_neon(vm);
-            } else {
-                fg_kq_rows4_neondp(fmt, M, wh, stride, Rh, x, xs, i, is, ms);
-            }
-            const float32x4_t d = fg_rows4_f16_neon(wh + d_off, stride, Rh);
-            const float32x4_t dmin =
-                fmt == FG_KQ_Q6_K ? d : fg_rows4_f16_neon(wh + offsetof(block_q4_K, dmin), stride, Rh);
-            for (int a = 0; a < M; a++) {
-                const float32x4_t t0 = vmulq_f32(vmulq_n_f32(d, aux[a][i].d), vcvtq_f32_s32(is[a]));
-                if (fmt == FG_KQ_Q6_K) {
-                    acc[a][h] = vaddq_f32(acc[a][h], t0);
-                } else {
-                    const float32x4_t t1 = vmulq_f32(vmulq_n_f32(dmin, aux[a][i].d), vcvtq_f32_s32(ms[a]));
-                    acc[a][h] = vaddq_f32(acc[a][h], vsubq_f32(t0, t1));
-                }
-            }
-        }
+
+/* R <= 8 rows x M <= 8 activations of a K-quant (FG_KQ_*) . q8_K, row r in lane r % 4 of half r / 4: the tile,
+ * stamped per extension with ROWS4, its M > 1 sums of 4 rows (M = 1: the dotprod row sums). */
+#define FG_KQ_TILE8_NEON(NAME, TARGET, ROWS4)                                                                          \
+    FG_INLINE_NEON TARGET void NAME(const int R, const int M, int first, int kc, const char *w, size_t stride,         \
+                                    const char *x, size_t xs, const fg_xaux (*aux)[FG_KC], float *y, int64_t ldy,     \
+                                    const int fmt) {                                                                  \
+        const size_t bs = fmt == FG_KQ_Q6_K   ? sizeof(block_q6_K)                                                    \
+                        : fmt == FG_KQ_Q5_K ? sizeof(block_q5_K)                                                      \
+                                            : sizeof(block_q4_K);                                                     \
+        const size_t d_off = fmt == FG_KQ_Q6_K ? offsetof(block_q6_K, d) : offsetof(block_q4_K, d);                   \
+        const int H = R > 4 ? 2 : 1;                                                                                  \
+        float32x4_t acc[8][2];                                                                                        \
+        fg_load_rows8_neon(R, M, first, acc, y, ldy);                                                                 \
+        for (int i = 0; i < kc; i++) {                                                                                \
+            const char *wb = w + i * bs;                                                                              \
+            FG_KQ_PREFETCH_NEON(wb, R, stride, bs)                                                                    \
+            for (int h = 0; h < H; h++) {                                                                             \
+                const char *wh = wb + 4 * h * stride;                                                                 \
+                const int Rh = R - 4 * h > 4 ? 4 : R - 4 * h;                                                         \
+                int32x4_t is[8], ms[8];                                                                               \
+                if (M == 1) {                                                                                         \
+                    int32x4_t vi[4], vm[4];                                                                           \
+                    for (int r = 0; r < 4; r++) {                                                                     \
+                        vi[r] = vm[r] = vdupq_n_s32(0);                                                               \
+                        if (r < Rh)                                                                                   \
+                            fg_kq_row_neondp(fmt, (const uint8_t *)wh + r * stride, (const block_q8_K *)x + i,        \
+                                             &vi[r], &vm[r]);                                                         \
+                    }                                                                                                 \
+                    is[0] = fg_hsum4_s32_neon(vi), ms[0] = fg_hsum4_s32_neon(vm);                                     \
+                } else {                                                                                              \
+                    ROWS4(fmt, M, wh, stride, Rh, x, xs, i, is, ms);                                                  \
+                }                                                                                                     \
+                const float32x4_t d = fg_rows4_f16_neon(wh + d_off, stride, Rh);                                      \
+                const float32x4_t dmin =                                                                              \
+                    fmt == FG_KQ_Q6_K ? d : fg_rows4_f16_neon(wh + offsetof(block_q4_K, dmin), stride, Rh);           \
+                for (int a = 0; a < M; a++) {                                                                         \
+                    const float32x4_t t0 = vmulq_f32(vmulq_n_f32(d, aux[a][i].d), vcvtq_f32_s32(is[a]));              \
+                    if (fmt == FG_KQ_Q6_K) {                                                                          \
+                        acc[a][h] = vaddq_f32(acc[a][h], t0);                                                         \
+                    } else {                                                                                          \
+                        const float32x4_t t1 = vmulq_f32(vmulq_n_f32(dmin, aux[a][i].d), vcvtq_f32_s32(ms[a]));       \
+                        acc[a][h] = vaddq_f32(acc[a][h], vsubq_f32(t0, t1));                                          \
+                    }                                                                                                 \
+                }                                                                                                     \
+            }                                                                                                         \
+        }                                                                                                             \
+        fg_store_rows8_neon(R, M, acc, y, ldy);                                                                       \
     }
-    fg_store_rows8_neon(R, M, acc, y, ldy);
-}
+FG_KQ_TILE8_NEON(fg_kq_tile8_neondp, FG_TARGET_DOTPROD, fg_kq_rows4_neondp)
 
 /* Per Q8_K activation block: its float scale. */
 FG_INLINE_NEON void fg_q8_k_aux_neon(const char *x, int kc, fg_xaux *aux) {

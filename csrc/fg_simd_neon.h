@@ -15,6 +15,21 @@
 #define FG_TARGET_DOTPROD __attribute__((target("arch=armv8.2-a+dotprod")))
 #endif
 
+/* i8mm (SMMLA, vmmlaq_s32) on top of dotprod: gcc 10 and clang 16 on take it as a target attribute (older clangs'
+ * arm_neon.h declares vmmlaq_s32 only under -march with i8mm); elsewhere no i8mm kernels are compiled. */
+#if defined(__ARM_FEATURE_MATMUL_INT8) && defined(__ARM_FEATURE_DOTPROD)
+#define FG_HAVE_I8MM 1
+#define FG_TARGET_I8MM /* the whole build has it (e.g. -march=armv8.6-a, Apple M2 on with -mcpu) */
+#elif defined(__clang__) && __clang_major__ >= 16
+#define FG_HAVE_I8MM 1
+#define FG_TARGET_I8MM __attribute__((target("dotprod,i8mm")))
+#elif !defined(__clang__) && defined(__GNUC__) && __GNUC__ >= 10
+#define FG_HAVE_I8MM 1
+#define FG_TARGET_I8MM __attribute__((target("arch=armv8.2-a+dotprod+i8mm")))
+#else
+#define FG_HAVE_I8MM 0
+#endif
+
 /* As on x86: ask for the next group of 4 rows. */
 #ifdef FG_NO_PREFETCH
 #define fg_prefetch(p, stride) ((void)(p), (void)(stride))
@@ -262,69 +277,84 @@ FG_INLINE_NEON float32x4_t fg_b32_scale4_neon(const char *b, size_t stride, int 
  * are exact either way, so the float step decides the result: Q4_0 and Q8_0 take the AVX2 tile's
  * acc = fma((float)sumi, dw * dx, acc); Q4_1, Q5_0, Q5_1, IQ4_NL and MXFP4 the scalar reference's
  * acc += (float)sumi * (dw * dx) (+ mw * sx for Q4_1, Q5_1), no FMA, so every path equals the scalar vec_dot bit for
- * bit. */
-FG_INLINE_NEON FG_TARGET_DOTPROD void fg_b32_tile8_neondp(const int R, const int M, int first, int kc, const char *w,
-                                                          size_t stride, const char *x, size_t xs,
-                                                          const fg_xaux (*aux)[FG_KC], float *y, int64_t ldy,
-                                                          const int fmt, const int8_t *levels) {
-    const int offset = fmt == FG_B32_Q4_1 || fmt == FG_B32_Q5_1; /* x = d q + m, against q8_1 */
-    const size_t bs = fg_b32_size(fmt);
-    const size_t xbs = offset ? sizeof(block_q8_1) : sizeof(block_q8_0);
-    const size_t xqs = offset ? offsetof(block_q8_1, qs) : offsetof(block_q8_0, qs);
-    const int8x16_t table = levels ? vld1q_s8(levels) : vdupq_n_s8(0);
-    const int H = R > 4 ? 2 : 1; /* halves holding rows */
-    float32x4_t acc[8][2];      /* [a][h]: rows 4h..4h+3 */
-    fg_load_rows8_neon(R, M, first, acc, y, ldy);
-    for (int i = 0; i < kc; i++) {
-        const char *wb = w + i * bs;
-        fg_prefetch_tile8_neon(w, stride, R, i, kc, bs);
-        for (int h = 0; h < H; h++) {
-            const char *wh = wb + 4 * h * stride;
-            const int Rh = R - 4 * h > 4 ? 4 : R - 4 * h;
-            const float32x4_t dw = fg_b32_scale4_neon(wh, stride, Rh, fmt);
-            const float32x4_t mw = offset ? fg_rows4_f16_neon(wh + 2, stride, Rh) : dw; /* m: the fp16 after d */
-            int32x4_t dot[8];
-            if (M == 1) {
-                const int8_t *xq = (const int8_t *)x + i * xbs + xqs;
-                const int8x16_t x0 = vld1q_s8(xq), x1 = vld1q_s8(xq + 16);
-                int32x4_t v[4];
-                for (int r = 0; r < 4; r++) {
-                    v[r] = vdupq_n_s32(0);
-                    if (r >= Rh) continue;
-                    int8x16_t lo, hi;
-                    fg_b32_row_neon(wh + r * stride, fmt, table, &lo, &hi);
-                    v[r] = vdotq_s32(vdotq_s32(v[r], lo, x0), hi, x1);
-                }
-                dot[0] = fg_hsum4_s32_neon(v);
-            } else {
-                int8x16_t k[8];
-                fg_b32_rows4_neon(wh, stride, Rh, fmt, table, k);
-                for (int a = 0; a < M; a++) {
-                    const int8_t *xq = (const int8_t *)x + a * xs + i * xbs + xqs;
-                    const int8x16_t x0 = vld1q_s8(xq), x1 = vld1q_s8(xq + 16);
-                    int32x4_t s = vdotq_laneq_s32(vdupq_n_s32(0), k[0], x0, 0);
-                    s = vdotq_laneq_s32(s, k[1], x0, 1);
-                    s = vdotq_laneq_s32(s, k[2], x0, 2);
-                    s = vdotq_laneq_s32(s, k[3], x0, 3);
-                    s = vdotq_laneq_s32(s, k[4], x1, 0);
-                    s = vdotq_laneq_s32(s, k[5], x1, 1);
-                    s = vdotq_laneq_s32(s, k[6], x1, 2);
-                    dot[a] = vdotq_laneq_s32(s, k[7], x1, 3);
-                }
-            }
-            for (int a = 0; a < M; a++) {
-                const float32x4_t sf = vcvtq_f32_s32(dot[a]), d = vmulq_n_f32(dw, aux[a][i].d);
-                if (fmt == FG_B32_Q4_0 || fmt == FG_B32_Q8_0) {
-                    acc[a][h] = vfmaq_f32(acc[a][h], sf, d);
-                } else if (offset) {
-                    acc[a][h] = vaddq_f32(acc[a][h], vaddq_f32(vmulq_f32(sf, d), vmulq_n_f32(mw, aux[a][i].s)));
-                } else {
-                    acc[a][h] = vaddq_f32(acc[a][h], vmulq_f32(sf, d));
-                }
-            }
-        }
+ * bit. The tile is FG_B32_TILE8_NEON below, stamped with the M > 1 sums of dotprod (the transposes above) and of
+ * i8mm (SMMLA on row pairs x activation pairs: the same exact sums, so the same bits). */
+
+/* M > 1, dotprod: per activation 8 vdotq_laneq_s32 against the 4 rows' transposed block k (fg_b32_rows4_neon). */
+FG_INLINE_NEON FG_TARGET_DOTPROD void fg_b32_dots_neondp(const int fmt, const int M, const char *wh, size_t stride,
+                                                         int Rh, const int8x16_t table, const int8_t *x, size_t xs,
+                                                         int32x4_t *dot) {
+    int8x16_t k[8];
+    fg_b32_rows4_neon(wh, stride, Rh, fmt, table, k);
+    for (int a = 0; a < M; a++) {
+        const int8x16_t x0 = vld1q_s8(x + a * xs), x1 = vld1q_s8(x + a * xs + 16);
+        int32x4_t s = vdotq_laneq_s32(vdupq_n_s32(0), k[0], x0, 0);
+        s = vdotq_laneq_s32(s, k[1], x0, 1);
+        s = vdotq_laneq_s32(s, k[2], x0, 2);
+        s = vdotq_laneq_s32(s, k[3], x0, 3);
+        s = vdotq_laneq_s32(s, k[4], x1, 0);
+        s = vdotq_laneq_s32(s, k[5], x1, 1);
+        s = vdotq_laneq_s32(s, k[6], x1, 2);
+        dot[a] = vdotq_laneq_s32(s, k[7], x1, 3);
     }
-    fg_store_rows8_neon(R, M, acc, y, ldy);
 }
+
+/* The tile's M = 1 block sums (the gemv): each row dotted in element order, the rows' partial sums reduced into
+ * lanes. */
+FG_INLINE_NEON FG_TARGET_DOTPROD int32x4_t fg_b32_dot1_neondp(const int fmt, const char *wh, size_t stride, int Rh,
+                                                              const int8x16_t table, const int8_t *xq) {
+    const int8x16_t x0 = vld1q_s8(xq), x1 = vld1q_s8(xq + 16);
+    int32x4_t v[4];
+    for (int r = 0; r < 4; r++) {
+        v[r] = vdupq_n_s32(0);
+        if (r >= Rh) continue;
+        int8x16_t lo, hi;
+        fg_b32_row_neon(wh + r * stride, fmt, table, &lo, &hi);
+        v[r] = vdotq_s32(vdotq_s32(v[r], lo, x0), hi, x1);
+    }
+    return fg_hsum4_s32_neon(v);
+}
+
+/* The tile (stamped per extension with DOTS, its M > 1 block sums). */
+#define FG_B32_TILE8_NEON(NAME, TARGET, DOTS)                                                                          \
+    FG_INLINE_NEON TARGET void NAME(const int R, const int M, int first, int kc, const char *w, size_t stride,         \
+                                    const char *x, size_t xs, const fg_xaux (*aux)[FG_KC], float *y, int64_t ldy,     \
+                                    const int fmt, const int8_t *levels) {                                            \
+        const int offset = fmt == FG_B32_Q4_1 || fmt == FG_B32_Q5_1; /* x = d q + m, against q8_1 */                  \
+        const size_t bs = fg_b32_size(fmt);                                                                           \
+        const size_t xbs = offset ? sizeof(block_q8_1) : sizeof(block_q8_0);                                          \
+        const size_t xqs = offset ? offsetof(block_q8_1, qs) : offsetof(block_q8_0, qs);                              \
+        const int8x16_t table = levels ? vld1q_s8(levels) : vdupq_n_s8(0);                                            \
+        const int H = R > 4 ? 2 : 1; /* halves holding rows */                                                        \
+        float32x4_t acc[8][2];      /* [a][h]: rows 4h..4h+3 */                                                       \
+        fg_load_rows8_neon(R, M, first, acc, y, ldy);                                                                 \
+        for (int i = 0; i < kc; i++) {                                                                                \
+            const char *wb = w + i * bs;                                                                              \
+            fg_prefetch_tile8_neon(w, stride, R, i, kc, bs);                                                          \
+            for (int h = 0; h < H; h++) {                                                                             \
+                const char *wh = wb + 4 * h * stride;                                                                 \
+                const int Rh = R - 4 * h > 4 ? 4 : R - 4 * h;                                                         \
+                const float32x4_t dw = fg_b32_scale4_neon(wh, stride, Rh, fmt);                                       \
+                const float32x4_t mw = offset ? fg_rows4_f16_neon(wh + 2, stride, Rh) : dw; /* m: the fp16 after d */ \
+                const int8_t *xq = (const int8_t *)x + i * xbs + xqs;                                                 \
+                int32x4_t dot[8];                                                                                     \
+                if (M == 1) dot[0] = fg_b32_dot1_neondp(fmt, wh, stride, Rh, table, xq);                              \
+                else DOTS(fmt, M, wh, stride, Rh, table, xq, xs, dot);                                                \
+                for (int a = 0; a < M; a++) {                                                                         \
+                    const float32x4_t sf = vcvtq_f32_s32(dot[a]), d = vmulq_n_f32(dw, aux[a][i].d);                   \
+                    if (fmt == FG_B32_Q4_0 || fmt == FG_B32_Q8_0) {                                                   \
+                        acc[a][h] = vfmaq_f32(acc[a][h], sf, d);                                                      \
+                    } else if (offset) {                                                                              \
+                        acc[a][h] =                                                                                   \
+                            vaddq_f32(acc[a][h], vaddq_f32(vmulq_f32(sf, d), vmulq_n_f32(mw, aux[a][i].s)));          \
+                    } else {                                                                                          \
+                        acc[a][h] = vaddq_f32(acc[a][h], vmulq_f32(sf, d));                                           \
+                    }                                                                                                 \
+                }                                                                                                     \
+            }                                                                                                         \
+        }                                                                                                             \
+        fg_store_rows8_neon(R, M, acc, y, ldy);                                                                       \
+    }
+FG_B32_TILE8_NEON(fg_b32_tile8_neondp, FG_TARGET_DOTPROD, fg_b32_dots_neondp)
 
 #endif
