@@ -357,4 +357,49 @@ FG_INLINE_NEON FG_TARGET_DOTPROD int32x4_t fg_b32_dot1_neondp(const int fmt, con
     }
 FG_B32_TILE8_NEON(fg_b32_tile8_neondp, FG_TARGET_DOTPROD, fg_b32_dots_neondp)
 
+#if FG_HAVE_I8MM
+/* Two rows' 32 weights (lo: elements 0..15, hi: 16..31) -> the 4 SMMLA operands of the row pair: c[j] = elements
+ * 8j..8j+7 of row a (bytes 0..7), then of row b (8..15). The same for two activations. */
+FG_INLINE_NEON void fg_pair8_neon(int8x16_t alo, int8x16_t ahi, int8x16_t blo, int8x16_t bhi, int8x16_t c[4]) {
+    c[0] = vreinterpretq_s8_s64(vzip1q_s64(vreinterpretq_s64_s8(alo), vreinterpretq_s64_s8(blo)));
+    c[1] = vreinterpretq_s8_s64(vzip2q_s64(vreinterpretq_s64_s8(alo), vreinterpretq_s64_s8(blo)));
+    c[2] = vreinterpretq_s8_s64(vzip1q_s64(vreinterpretq_s64_s8(ahi), vreinterpretq_s64_s8(bhi)));
+    c[3] = vreinterpretq_s8_s64(vzip2q_s64(vreinterpretq_s64_s8(ahi), vreinterpretq_s64_s8(bhi)));
+}
+
+/* 32 elements of a row pair (w: fg_pair8_neon) . 32 of an activation pair (x): SMMLA's 2x2 int32 products, lanes
+ * (row 0, act 0), (row 0, act 1), (row 1, act 0), (row 1, act 1), accumulated on acc. */
+FG_INLINE_NEON FG_TARGET_I8MM int32x4_t fg_mm32_neoni8mm(int32x4_t acc, const int8x16_t w[4], const int8x16_t x[4]) {
+    acc = vmmlaq_s32(acc, w[0], x[0]);
+    acc = vmmlaq_s32(acc, w[1], x[1]);
+    acc = vmmlaq_s32(acc, w[2], x[2]);
+    return vmmlaq_s32(acc, w[3], x[3]);
+}
+
+/* M > 1, i8mm: the 4 rows as 2 pairs, each activation pair (the last one of an odd M paired with itself) 8 SMMLA;
+ * the pairs' 2x2 sums, rows 0-1 in p[0] and 2-3 in p[1], unzip to each activation's 4 row lanes. Exact int32 as the
+ * dotprod sums, so the tile's float step gives the dotprod tile's bits. */
+FG_INLINE_NEON FG_TARGET_I8MM void fg_b32_dots_neoni8mm(const int fmt, const int M, const char *wh, size_t stride,
+                                                        int Rh, const int8x16_t table, const int8_t *x, size_t xs,
+                                                        int32x4_t *dot) {
+    int8x16_t lo[4], hi[4], wp[2][4];
+    for (int r = 0; r < 4; r++) {
+        lo[r] = hi[r] = vdupq_n_s8(0);
+        if (r < Rh) fg_b32_row_neon(wh + r * stride, fmt, table, &lo[r], &hi[r]);
+    }
+    fg_pair8_neon(lo[0], hi[0], lo[1], hi[1], wp[0]);
+    fg_pair8_neon(lo[2], hi[2], lo[3], hi[3], wp[1]);
+    for (int a = 0; a < M; a += 2) {
+        const int8_t *xa = x + a * xs, *xb = a + 1 < M ? xa + xs : xa;
+        int8x16_t xp[4];
+        fg_pair8_neon(vld1q_s8(xa), vld1q_s8(xa + 16), vld1q_s8(xb), vld1q_s8(xb + 16), xp);
+        const int32x4_t p0 = fg_mm32_neoni8mm(vdupq_n_s32(0), wp[0], xp);
+        const int32x4_t p1 = Rh > 2 ? fg_mm32_neoni8mm(vdupq_n_s32(0), wp[1], xp) : vdupq_n_s32(0);
+        dot[a] = vuzp1q_s32(p0, p1);
+        if (a + 1 < M) dot[a + 1] = vuzp2q_s32(p0, p1);
+    }
+}
+FG_B32_TILE8_NEON(fg_b32_tile8_neoni8mm, FG_TARGET_I8MM, fg_b32_dots_neoni8mm)
+#endif /* FG_HAVE_I8MM */
+
 #endif
