@@ -230,6 +230,68 @@ FG_INLINE_NEON FG_TARGET_DOTPROD void fg_kq_rows4_neondp(const int fmt, const in
     }
 FG_KQ_TILE8_NEON(fg_kq_tile8_neondp, FG_TARGET_DOTPROD, fg_kq_rows4_neondp)
 
+#if FG_HAVE_I8MM
+/* Rows 0..R-1 (R <= 4) of super-block b against M activations as fg_kq_rows4_neondp, Q4_K / Q5_K on SMMLA: per 64
+ * elements each row pair's two sub-blocks unpacked once (fg_pair8_neon), each activation pair 8 SMMLA, every 2x2
+ * sub-block sum weighted by its row's scale (lanes (row 0, act 0), (0, 1), (1, 0), (1, 1)), then unzipped into the
+ * rows' lanes. sumi is the same exact int32, so the tile gives the dotprod (and scalar) bits. Q6_K: the dotprod
+ * rows. */
+FG_INLINE_NEON FG_TARGET_I8MM void fg_kq_rows4_neoni8mm(const int fmt, const int M, const char *b, size_t stride,
+                                                       int R, const char *x, size_t xs, int i, int32x4_t *is,
+                                                       int32x4_t *ms) {
+    if (fmt == FG_KQ_Q6_K) {
+        fg_kq_rows4_neondp(fmt, M, b, stride, R, x, xs, i, is, ms);
+        return;
+    }
+    const block_q8_K *xb[8];
+    for (int a = 0; a < M; a++) xb[a] = (const block_q8_K *)(x + a * xs) + i;
+    const size_t qs = fmt == FG_KQ_Q5_K ? offsetof(block_q5_K, qs) : offsetof(block_q4_K, qs);
+    const int P = R > 2 ? 2 : 1; /* row pairs holding rows */
+    uint8_t sm[4][16] = {{0}};   /* [row]: scales 0..7, mins 0..7 */
+    for (int r = 0; r < R; r++) fg_unpack_scales_k4((const uint8_t *)b + r * stride + 4, sm[r]);
+    int32x4_t acc[4][2]; /* [activation pair][row pair]: 2x2 sumi */
+    for (int a = 0; a < (M + 1) / 2; a++) acc[a][0] = acc[a][1] = vdupq_n_s32(0);
+    for (int k = 0; k < QK_K / 64; k++) {
+        int8x16_t wl[2][4], wu[2][4]; /* [row pair]: sub-blocks 2k (l) and 2k + 1 (u) as SMMLA operands */
+        int32x4_t sl[2], su[2];       /* their scales: row 2p in lanes 0, 1, row 2p + 1 in lanes 2, 3 */
+        for (int p = 0; p < P; p++) {
+            int8x16_t l[2][2], u[2][2]; /* [row of the pair][elements 0..15, 16..31] */
+            for (int e = 0; e < 2; e++) {
+                l[e][0] = l[e][1] = u[e][0] = u[e][1] = vdupq_n_s8(0);
+                if (2 * p + e >= R) continue;
+                const uint8_t *br = (const uint8_t *)b + (2 * p + e) * stride;
+                const uint8x16_t h0 = fmt == FG_KQ_Q5_K ? vld1q_u8(br + offsetof(block_q5_K, qh)) : vdupq_n_u8(0);
+                const uint8x16_t h1 = fmt == FG_KQ_Q5_K ? vld1q_u8(br + offsetof(block_q5_K, qh) + 16) : vdupq_n_u8(0);
+                fg_k4_split_neon(fmt, vld1q_u8(br + qs + 32 * k), h0, k, &l[e][0], &u[e][0]);
+                fg_k4_split_neon(fmt, vld1q_u8(br + qs + 32 * k + 16), h1, k, &l[e][1], &u[e][1]);
+            }
+            fg_pair8_neon(l[0][0], l[0][1], l[1][0], l[1][1], wl[p]);
+            fg_pair8_neon(u[0][0], u[0][1], u[1][0], u[1][1], wu[p]);
+            sl[p] = vcombine_s32(vdup_n_s32(sm[2 * p][2 * k]), vdup_n_s32(sm[2 * p + 1][2 * k]));
+            su[p] = vcombine_s32(vdup_n_s32(sm[2 * p][2 * k + 1]), vdup_n_s32(sm[2 * p + 1][2 * k + 1]));
+        }
+        for (int a = 0; a < M; a += 2) {
+            const int8_t *xa = xb[a]->qs + 64 * k, *xc = (a + 1 < M ? xb[a + 1] : xb[a])->qs + 64 * k;
+            int8x16_t xl[4], xu[4];
+            fg_pair8_neon(vld1q_s8(xa), vld1q_s8(xa + 16), vld1q_s8(xc), vld1q_s8(xc + 16), xl);
+            fg_pair8_neon(vld1q_s8(xa + 32), vld1q_s8(xa + 48), vld1q_s8(xc + 32), vld1q_s8(xc + 48), xu);
+            for (int p = 0; p < P; p++) {
+                acc[a / 2][p] = vmlaq_s32(acc[a / 2][p], fg_mm32_neoni8mm(vdupq_n_s32(0), wl[p], xl), sl[p]);
+                acc[a / 2][p] = vmlaq_s32(acc[a / 2][p], fg_mm32_neoni8mm(vdupq_n_s32(0), wu[p], xu), su[p]);
+            }
+        }
+    }
+    for (int a = 0; a < M; a += 2) {
+        is[a] = vuzp1q_s32(acc[a / 2][0], acc[a / 2][1]);
+        if (a + 1 < M) is[a + 1] = vuzp2q_s32(acc[a / 2][0], acc[a / 2][1]);
+    }
+    int8x16_t sc[4]; /* [j]: scales 4j..4j+3 of row r in lane r, as bytes ([2], [3] the mins) */
+    fg_rows4_dwords_neon((const char *)sm, 16, 4, sc);
+    fg_kq_mins4_neon(sc, M, xb, ms);
+}
+FG_KQ_TILE8_NEON(fg_kq_tile8_neoni8mm, FG_TARGET_I8MM, fg_kq_rows4_neoni8mm)
+#endif /* FG_HAVE_I8MM */
+
 /* Per Q8_K activation block: its float scale. */
 FG_INLINE_NEON void fg_q8_k_aux_neon(const char *x, int kc, fg_xaux *aux) {
     const block_q8_K *xb = (const block_q8_K *)x;

@@ -33,16 +33,19 @@
  *
  * The shape of each format's dot kernels per ISA ("=": the AVX2 kernels, an empty AVX-512 row; "-": no extension
  * kernels, the ISA's own run):
- *   format               AVX2      AVX-512     +VNNI      NEON   +dotprod
- *   F32 F16 BF16         4x2       4x4 (zmm)   -          4x4    -
- *   Q4_0 Q8_0            lanes 8   =           lanes 16   rows   lanes 8     (both x86 rows: panels from 32)
- *   Q4_1                 lanes 8   =           lanes 16   rows   lanes 8
- *   Q5_0                 q5_0      =           q5_0       rows   lanes 8
- *   Q5_1                 lanes 8   =           -          rows   lanes 8
- *   IQ4_NL MXFP4         lanes 8   =           lanes 16   rows   lanes 8     (VNNI: panels from 32)
- *   Q4_K Q5_K Q6_K       kq        =           kq (gemm)  rows   lanes 8
- *   IQ4_XS               rows      =           lanes 8    rows   rows
- *   Q2_K Q3_K            rows      =           -          rows   rows
+ *   format               AVX2      AVX-512     +VNNI      NEON   +dotprod  +i8mm
+ *   F32 F16 BF16         4x2       4x4 (zmm)   -          4x4    -         -
+ *   Q4_0 Q8_0            lanes 8   =           lanes 16   rows   lanes 8   lanes 8 mm  (both x86 rows: panels from 32)
+ *   Q4_1                 lanes 8   =           lanes 16   rows   lanes 8   -
+ *   Q5_0                 q5_0      =           q5_0       rows   lanes 8   -
+ *   Q5_1                 lanes 8   =           -          rows   lanes 8   -
+ *   IQ4_NL MXFP4         lanes 8   =           lanes 16   rows   lanes 8   -     (VNNI: panels from 32)
+ *   Q4_K Q5_K            kq        =           kq (gemm)  rows   lanes 8   lanes 8 mm
+ *   Q6_K                 kq        =           kq (gemm)  rows   lanes 8   -
+ *   IQ4_XS               rows      =           lanes 8    rows   rows      -
+ *   Q2_K Q3_K            rows      =           -          rows   rows      -
+ * ("lanes 8 mm": the dotprod lanes tiles with each pair of activations' integer block sums from SMMLA, vmmlaq_s32, 2
+ * rows x 2 activations an instruction; their gemv is the dotprod one.)
  * Quantize and dequantize kernels (the activation types' quantizers on AVX2 and NEON, the AVX2 dequantizers) are
  * elementwise, of no shape. */
 #ifndef FG_SIMD_H
