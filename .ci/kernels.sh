@@ -11,7 +11,8 @@
 #       CPU without dotprod (cortex-a57), plus builds with dotprod (-march=armv8.2-a+dotprod) and i8mm
 #       (-march=armv8.6-a: __ARM_FEATURE_MATMUL_INT8, no target attributes) enabled at compile time;
 #   (c) every csrc/*.c cross-compiled with zig's clang (PyPI ziglang) for macOS x86_64 + arm64 and Windows x86_64
-#       (MinGW), each linked into a shared library with no undefined symbol; Windows arm64 compiled only; and
+#       (MinGW), each linked into a shared library with no undefined symbol; Windows arm64 compiled only; the NEON
+#       kernels as clang builds them (its target attributes, not gcc's) run under qemu, i8mm and dotprod-only; and
 #       compiled by zig's clang in MSVC mode (clang-cl) for Windows x86_64 + arm64 with the SIMD kernels in.
 # Exits nonzero on any failure; skips (b) or (c) loudly, exit 0, only when its tools cannot be installed.
 set -euo pipefail
@@ -153,6 +154,20 @@ for t in $ZIG_TARGETS $ZIG_COMPILE_ONLY; do
     *) echo "compiled, $(( SECONDS - start )) s" ;;
     esac
 done
+
+# (c1) the NEON kernels built by clang (target("dotprod,i8mm") where gcc takes "arch=armv8.2-a+dotprod+i8mm"):
+# zig's clang, a static aarch64-linux-musl test_kernels under qemu on a CPU with i8mm and on one with dotprod alone
+if [ $have_neon_tools = 1 ]; then
+    # shellcheck disable=SC2086
+    nice -n 10 $ZIGCC -target aarch64-linux-musl $CFLAGS -Werror=unused-function -O2 -static $SRCS -lm \
+        -o "$OUT/test_kernels_arm_clang" >"$OUT/zig-arm-test.log" 2>&1 \
+        || { cat "$OUT/zig-arm-test.log"; echo "FAILED: zig cc -target aarch64-linux-musl test_kernels"; exit 1; }
+    run_test neon-clang-i8mm nice -n 10 qemu-aarch64 -cpu max "$OUT/test_kernels_arm_clang"
+    grep -q '^neon+i8mm: ok' "$OUT/neon-clang-i8mm.log" || { echo "FAILED: i8mm path not exercised (clang)"; exit 1; }
+    run_test neon-clang-dotprod-cpu nice -n 10 qemu-aarch64 -cpu cortex-a76 "$OUT/test_kernels_arm_clang"
+    grep -q '^neon+dotprod: ok' "$OUT/neon-clang-dotprod-cpu.log" \
+        || { echo "FAILED: dotprod path not exercised (clang)"; exit 1; }
+fi
 
 # (c2) clang in MSVC mode (clang-cl, as setup.py uses on Windows: _MSC_VER without __GNUC__, SIMD kernels compiled
 # in), x86_64 and arm64, compile only, warnings shown. The Windows SDK's C headers cannot be had here: these
