@@ -396,13 +396,7 @@ FG_INLINE_NEON FG_TARGET_DOTPROD void q8_0_tile8_neondp(const int R, const int M
 FG_KERNELS_FROM_TILE8(vec_dot_q8_0_q8_0_neondp, gemv_q8_0_q8_0_neondp, gemm_q8_0_q8_0_neondp, FG_TARGET_DOTPROD,
                       q8_0_tile8_neondp, fg_q8_0_aux_neon, sizeof(block_q8_0), sizeof(block_q8_0), QK8_0, 8)
 #if FG_HAVE_I8MM
-FG_INLINE_NEON FG_TARGET_I8MM void q8_0_tile8_neoni8mm(const int R, const int M, int first, int kc, const char *w,
-                                                      size_t stride, const char *x, size_t xs,
-                                                      const fg_xaux (*aux)[FG_KC], float *y, int64_t ldy) {
-    fg_b32_tile8_neoni8mm(R, M, first, kc, w, stride, x, xs, aux, y, ldy, FG_B32_Q8_0, NULL);
-}
-FG_KERNELS_FROM_TILE8(vec_dot_q8_0_q8_0_neoni8mm, gemv_q8_0_q8_0_neoni8mm, gemm_q8_0_q8_0_neoni8mm, FG_TARGET_I8MM,
-                      q8_0_tile8_neoni8mm, fg_q8_0_aux_neon, sizeof(block_q8_0), sizeof(block_q8_0), QK8_0, 8)
+FG_B32_KERNELS_NEONI8MM(q8_0_q8_0, FG_B32_Q8_0, NULL, fg_q8_0_aux_neon, sizeof(block_q8_0), sizeof(block_q8_0), QK8_0)
 #endif
 #endif /* FG_HAVE_NEON */
 

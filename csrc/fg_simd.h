@@ -36,10 +36,11 @@
  *   format               AVX2      AVX-512     +VNNI      NEON   +dotprod  +i8mm
  *   F32 F16 BF16         4x2       4x4 (zmm)   -          4x4    -         -
  *   Q4_0 Q8_0            lanes 8   =           lanes 16   rows   lanes 8   lanes 8 mm  (both x86 rows: panels from 32)
- *   Q4_1                 lanes 8   =           lanes 16   rows   lanes 8   -
- *   Q5_0                 q5_0      =           q5_0       rows   lanes 8   -
- *   Q5_1                 lanes 8   =           -          rows   lanes 8   -
- *   IQ4_NL MXFP4         lanes 8   =           lanes 16   rows   lanes 8   -     (VNNI: panels from 32)
+ *   Q4_1                 lanes 8   =           lanes 16   rows   lanes 8   lanes 8 mm
+ *   Q5_0                 q5_0      =           q5_0       rows   lanes 8   lanes 8 mm
+ *   Q5_1                 lanes 8   =           -          rows   lanes 8   lanes 8 mm
+ *   IQ4_NL               lanes 8   =           lanes 16   rows   lanes 8   lanes 8 mm  (VNNI: panels from 32)
+ *   MXFP4                lanes 8   =           lanes 16   rows   lanes 8   -           (VNNI: panels from 32)
  *   Q4_K Q5_K            kq        =           kq (gemm)  rows   lanes 8   lanes 8 mm
  *   Q6_K                 kq        =           kq (gemm)  rows   lanes 8   -
  *   IQ4_XS               rows      =           lanes 8    rows   rows      -

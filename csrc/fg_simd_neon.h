@@ -400,6 +400,18 @@ FG_INLINE_NEON FG_TARGET_I8MM void fg_b32_dots_neoni8mm(const int fmt, const int
     }
 }
 FG_B32_TILE8_NEON(fg_b32_tile8_neoni8mm, FG_TARGET_I8MM, fg_b32_dots_neoni8mm)
+
+/* A 32-element format's i8mm kernels vec_dot_<SFX>_neoni8mm, gemv_..., gemm_... (its FG_ROW_I8MM row): FMT its
+ * FG_B32_*, LEVELS its 16-level table or NULL, AUX the activation's fg_q8_*_aux_neon, WB / XB the weight and
+ * activation block sizes, BLK elements per block. */
+#define FG_B32_KERNELS_NEONI8MM(SFX, FMT, LEVELS, AUX, WB, XB, BLK)                                                  \
+    FG_INLINE_NEON FG_TARGET_I8MM void SFX##_tile8_neoni8mm(const int R, const int M, int first, int kc,            \
+                                                            const char *w, size_t stride, const char *x, size_t xs, \
+                                                            const fg_xaux (*aux)[FG_KC], float *y, int64_t ldy) {   \
+        fg_b32_tile8_neoni8mm(R, M, first, kc, w, stride, x, xs, aux, y, ldy, FMT, LEVELS);                         \
+    }                                                                                                               \
+    FG_KERNELS_FROM_TILE8(vec_dot_##SFX##_neoni8mm, gemv_##SFX##_neoni8mm, gemm_##SFX##_neoni8mm, FG_TARGET_I8MM,    \
+                          SFX##_tile8_neoni8mm, AUX, WB, XB, BLK, 8)
 #endif /* FG_HAVE_I8MM */
 
 #endif
