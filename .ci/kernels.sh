@@ -6,11 +6,13 @@
 #   (a5) tests/c/test_sample.c (the masked sampler) under AddressSanitizer + UBSan;
 #   (a4) tests/c/test_threads.c (the team of csrc/fg_threads.c) under ASan + UBSan and ThreadSanitizer, with the
 #       futex and the condition-variable (macOS, BSD) ways of sleeping;
-#   (b) the NEON kernels cross-compiled for aarch64 and run under qemu-user: with dotprod (qemu's default CPU,
-#       the test also runs the emulation path by switching the extension off) and on a CPU without dotprod,
-#       plus a build with dotprod enabled at compile time (-march=armv8.2-a+dotprod);
+#   (b) the NEON kernels cross-compiled for aarch64 and run under qemu-user: with i8mm (qemu's default CPU, max;
+#       the test also runs base NEON by switching the extensions off), with dotprod and no i8mm (cortex-a76), on a
+#       CPU without dotprod (cortex-a57), plus builds with dotprod (-march=armv8.2-a+dotprod) and i8mm
+#       (-march=armv8.6-a: __ARM_FEATURE_MATMUL_INT8, no target attributes) enabled at compile time;
 #   (c) every csrc/*.c cross-compiled with zig's clang (PyPI ziglang) for macOS x86_64 + arm64 and Windows x86_64
-#       (MinGW), each linked into a shared library with no undefined symbol; Windows arm64 compiled only; and
+#       (MinGW), each linked into a shared library with no undefined symbol; Windows arm64 compiled only; the NEON
+#       kernels as clang builds them (its target attributes, not gcc's) run under qemu, i8mm and dotprod-only; and
 #       compiled by zig's clang in MSVC mode (clang-cl) for Windows x86_64 + arm64 with the SIMD kernels in.
 # Exits nonzero on any failure; skips (b) or (c) loudly, exit 0, only when its tools cannot be installed.
 set -euo pipefail
@@ -80,14 +82,19 @@ gcc $CFLAGS -fsanitize=thread -g -O1 -U__linux__ -U__linux -Ulinux $THR_SRCS -o 
 run_test threads-tsan-condvar "$OUT/test_threads_tsan_condvar"
 
 # (b) NEON under qemu
-neon_tests() {
+neon_tests() { # qemu's CPUs: max has dotprod and i8mm, cortex-a76 dotprod alone, cortex-a57 neither (HWCAP checked)
     aarch64-linux-gnu-gcc $CFLAGS -O2 -static $SRCS -lm -o "$OUT/test_kernels_arm"
-    run_test neon-dotprod qemu-aarch64 "$OUT/test_kernels_arm"
-    grep -q '^neon+dotprod: ok' "$OUT/neon-dotprod.log" || { echo "FAILED: dotprod path not exercised"; exit 1; }
-    run_test neon-no-dotprod-cpu qemu-aarch64 -cpu cortex-a57 "$OUT/test_kernels_arm"
-    grep -q '^neon+dotprod' "$OUT/neon-no-dotprod-cpu.log" && { echo "FAILED: dotprod used on a CPU without it"; exit 1; }
+    run_test neon-i8mm nice -n 10 qemu-aarch64 -cpu max "$OUT/test_kernels_arm"
+    grep -q '^neon+i8mm: ok' "$OUT/neon-i8mm.log" || { echo "FAILED: i8mm path not exercised"; exit 1; }
+    run_test neon-dotprod-cpu nice -n 10 qemu-aarch64 -cpu cortex-a76 "$OUT/test_kernels_arm"
+    grep -q '^neon+dotprod: ok' "$OUT/neon-dotprod-cpu.log" || { echo "FAILED: dotprod path not exercised"; exit 1; }
+    run_test neon-no-dotprod-cpu nice -n 10 qemu-aarch64 -cpu cortex-a57 "$OUT/test_kernels_arm"
+    grep -q '^neon+' "$OUT/neon-no-dotprod-cpu.log" && { echo "FAILED: an extension used on a CPU without it"; exit 1; }
     aarch64-linux-gnu-gcc $CFLAGS -O2 -static -march=armv8.2-a+dotprod $SRCS -lm -o "$OUT/test_kernels_arm_dp"
-    run_test neon-march-dotprod qemu-aarch64 "$OUT/test_kernels_arm_dp"
+    run_test neon-march-dotprod nice -n 10 qemu-aarch64 -cpu cortex-a76 "$OUT/test_kernels_arm_dp"
+    aarch64-linux-gnu-gcc $CFLAGS -O2 -static -march=armv8.6-a $SRCS -lm -o "$OUT/test_kernels_arm_mm"
+    run_test neon-march-i8mm nice -n 10 qemu-aarch64 -cpu max "$OUT/test_kernels_arm_mm"
+    grep -q '^neon+i8mm: ok' "$OUT/neon-march-i8mm.log" || { echo "FAILED: i8mm path not exercised (-march)"; exit 1; }
 }
 have_neon_tools=1
 command -v aarch64-linux-gnu-gcc >/dev/null || have_neon_tools=0
@@ -147,6 +154,20 @@ for t in $ZIG_TARGETS $ZIG_COMPILE_ONLY; do
     *) echo "compiled, $(( SECONDS - start )) s" ;;
     esac
 done
+
+# (c1) the NEON kernels built by clang (target("dotprod,i8mm") where gcc takes "arch=armv8.2-a+dotprod+i8mm"):
+# zig's clang, a static aarch64-linux-musl test_kernels under qemu on a CPU with i8mm and on one with dotprod alone
+if [ $have_neon_tools = 1 ]; then
+    # shellcheck disable=SC2086
+    nice -n 10 $ZIGCC -target aarch64-linux-musl $CFLAGS -Werror=unused-function -O2 -static $SRCS -lm \
+        -o "$OUT/test_kernels_arm_clang" >"$OUT/zig-arm-test.log" 2>&1 \
+        || { cat "$OUT/zig-arm-test.log"; echo "FAILED: zig cc -target aarch64-linux-musl test_kernels"; exit 1; }
+    run_test neon-clang-i8mm nice -n 10 qemu-aarch64 -cpu max "$OUT/test_kernels_arm_clang"
+    grep -q '^neon+i8mm: ok' "$OUT/neon-clang-i8mm.log" || { echo "FAILED: i8mm path not exercised (clang)"; exit 1; }
+    run_test neon-clang-dotprod-cpu nice -n 10 qemu-aarch64 -cpu cortex-a76 "$OUT/test_kernels_arm_clang"
+    grep -q '^neon+dotprod: ok' "$OUT/neon-clang-dotprod-cpu.log" \
+        || { echo "FAILED: dotprod path not exercised (clang)"; exit 1; }
+fi
 
 # (c2) clang in MSVC mode (clang-cl, as setup.py uses on Windows: _MSC_VER without __GNUC__, SIMD kernels compiled
 # in), x86_64 and arm64, compile only, warnings shown. The Windows SDK's C headers cannot be had here: these

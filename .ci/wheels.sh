@@ -11,7 +11,7 @@
 #     ISA the CPU needs (avx2 / neon), was built with threads (once kernels.build_info() exists) and runs a forward
 #     pass on 2 of them with 1 thread's logits bit for bit, generates the
 #     expected greedy text with the default model on every ISA (when cached), and passes tests/test_kernels.py and
-#     tests/test_kquants.py (aarch64 also tests/engine/test_model.py -k greedy, with dotprod and without).
+#     tests/test_kquants.py (aarch64 also tests/engine/test_model.py -k greedy, with dotprod + i8mm and without).
 # The aarch64 wheel is a cross build: Debian's arm64 Python headers come first in CFLAGS, numpy's headers and
 # Cython come from the host (numpy's one per-arch header, _numpyconfig.h, is checked equal to the aarch64 wheel's).
 # Exits nonzero on any failure; skips the aarch64 leg loudly, exit 0, only when it cannot run (a host Python other
@@ -258,7 +258,7 @@ EOF
         return 0
     fi
     local noext t0
-    for noext in 1 0; do  # dotprod off (the plain NEON kernels), then on (qemu's CPU has it)
+    for noext in 1 0; do  # extensions off (the plain NEON kernels), then on (qemu's CPU, max, has dotprod and i8mm)
         step "aarch64: tests/engine/test_model.py -k greedy, FASTGGUF_NO_EXT=$noext (qemu)"
         t0=$SECONDS
         (cd "$WORK/tests-aarch64" && env FASTGGUF_NO_EXT=$noext "${qpy[@]}" -m pytest -q -p no:cacheprovider \

@@ -1,4 +1,5 @@
-/* CPU feature detection (cpuid + xgetbv on x86, fixed on aarch64) and instruction-set names. */
+/* CPU feature detection (cpuid + xgetbv on x86; on aarch64 the OS's feature bits: getauxval, sysctl,
+ * IsProcessorFeaturePresent) and instruction-set names. */
 #include <string.h>
 #include "fg_simd.h"
 
@@ -28,6 +29,11 @@ static unsigned long long xgetbv0(void) {
 
 #if (defined(__aarch64__) || defined(_M_ARM64)) && defined(__linux__)
 #include <sys/auxv.h>
+#ifndef AT_HWCAP2 /* older C libraries */
+#define AT_HWCAP2 26
+#endif
+#elif (defined(__aarch64__) || defined(_M_ARM64)) && defined(__APPLE__)
+#include <sys/sysctl.h>
 #elif (defined(__aarch64__) || defined(_M_ARM64)) && defined(_WIN32)
 #define WIN32_LEAN_AND_MEAN
 #include <windows.h>
@@ -38,7 +44,7 @@ static unsigned long long xgetbv0(void) {
 
 static struct {
     int done;
-    int avx2, fma, f16c, avx512f, avx512bw, avx512vl, avx512vnni, neon, dotprod;
+    int avx2, fma, f16c, avx512f, avx512bw, avx512vl, avx512vnni, neon, dotprod, i8mm;
     char names[160];
 } cpu;
 
@@ -75,12 +81,28 @@ static void detect(void) {
 #elif defined(__APPLE__)
     cpu.dotprod = 1; /* every arm64 Mac has it (M1 on), and Apple's clang defines __ARM_FEATURE_DOTPROD for them */
 #endif
+#if defined(__ARM_FEATURE_MATMUL_INT8)
+    cpu.i8mm = 1;
+#elif defined(__linux__)
+    cpu.i8mm = (getauxval(AT_HWCAP2) & (1UL << 13)) != 0; /* HWCAP2_I8MM */
+#elif defined(_WIN32) && defined(PF_ARM_V82_I8MM_INSTRUCTIONS_AVAILABLE)
+    cpu.i8mm = IsProcessorFeaturePresent(PF_ARM_V82_I8MM_INSTRUCTIONS_AVAILABLE) != 0;
+#elif defined(_WIN32) && defined(PF_ARM_SVE_I8MM_INSTRUCTIONS_AVAILABLE) /* SVE's I8MM needs FEAT_I8MM */
+    cpu.i8mm = IsProcessorFeaturePresent(PF_ARM_SVE_I8MM_INSTRUCTIONS_AVAILABLE) != 0;
+#elif defined(__APPLE__)
+    { /* M2 on */
+        int v = 0;
+        size_t len = sizeof v;
+        cpu.i8mm = sysctlbyname("hw.optional.arm.FEAT_I8MM", &v, &len, NULL, 0) == 0 && v != 0;
+    }
+#endif /* else (a Windows SDK that names neither): off */
 #endif
     char *p = cpu.names;
-    const char *names[] = {"avx2", "fma", "f16c", "avx512f", "avx512bw", "avx512vl", "avx512vnni", "neon", "dotprod"};
+    const char *names[] = {"avx2", "fma", "f16c", "avx512f", "avx512bw", "avx512vl", "avx512vnni", "neon", "dotprod",
+                           "i8mm"};
     int flags[] = {cpu.avx2, cpu.fma, cpu.f16c, cpu.avx512f, cpu.avx512bw, cpu.avx512vl, cpu.avx512vnni, cpu.neon,
-                   cpu.dotprod};
-    for (int i = 0; i < 9; i++) {
+                   cpu.dotprod, cpu.i8mm};
+    for (int i = 0; i < (int)(sizeof(flags) / sizeof(flags[0])); i++) {
         if (!flags[i]) continue;
         size_t len = strlen(names[i]);
         if (p != cpu.names) *p++ = ' ';
@@ -118,6 +140,8 @@ int fg_isa_available(int isa) {
 
 int fg_cpu_has_vnni(void) { detect(); return cpu.avx512vnni; }
 int fg_cpu_has_dotprod(void) { detect(); return cpu.dotprod; }
+/* i8mm kernels run above the dotprod ones (every i8mm CPU has dotprod): both, and a compiler that builds them. */
+int fg_cpu_has_i8mm(void) { detect(); return FG_HAVE_I8MM && cpu.dotprod && cpu.i8mm; }
 
 const char *fg_cpu_features(void) {
     detect();

@@ -87,7 +87,7 @@ int fg_isa_ext_available(int isa) {
 }
 
 const char *fg_isa_ext_name(int isa) {
-    return isa == FG_ISA_AVX512 ? "vnni" : isa == FG_ISA_NEON ? "dotprod" : "";
+    return isa == FG_ISA_AVX512 ? "vnni" : isa == FG_ISA_NEON ? (fg_cpu_has_i8mm() ? "i8mm" : "dotprod") : "";
 }
 
 int fg_ext_enabled(void) {
@@ -98,15 +98,23 @@ int fg_ext_enabled(void) {
     return ext_on;
 }
 
-/* The table row of an ISA's extension (only asked where fg_isa_ext_available). */
-static int ext_row(int isa) { return isa == FG_ISA_AVX512 ? FG_ROW_VNNI : FG_ROW_DOTPROD; }
-
 static int row_empty(const fg_type_kernels *k) {
     return !k->quantize && !k->dequantize && !k->vec_dot && !k->gemv && !k->gemm;
 }
 
+/* k overlaid with an extension row's entries. */
+static void overlay(fg_type_kernels *k, const fg_type_kernels *e) {
+    if (e->quantize) k->quantize = e->quantize;
+    if (e->dequantize) k->dequantize = e->dequantize;
+    if (e->vec_dot) k->vec_dot = e->vec_dot;
+    if (e->gemv) k->gemv = e->gemv;
+    /* a gemm must match the gemv it stands for: an extension's gemv without its gemm drops the base one */
+    if (e->gemv || e->gemm) k->gemm = e->gemm;
+}
+
 /* Per type and ISA: the ISA's row (an empty AVX-512 row: the AVX2 one, as ggml's arch-fallback.h maps a kernel an
- * arch lacks to one it can run) overlaid with the extension's entries when the extension is in use. */
+ * arch lacks to one it can run) overlaid with the extension's entries when the extension is in use: VNNI on avx512;
+ * dotprod on neon, then i8mm where the CPU has it (a level above dotprod, which every i8mm CPU has). */
 static fg_type_kernels effective[sizeof(types) / sizeof(types[0])][FG_ISA_COUNT];
 static int effective_ext = -1;
 
@@ -118,13 +126,8 @@ static void fill_effective(void) {
             fg_type_kernels k = types[i].tab[isa];
             if (isa == FG_ISA_AVX512 && row_empty(&k)) k = types[i].tab[FG_ISA_AVX2];
             if (on && fg_isa_ext_available(isa)) {
-                const fg_type_kernels *e = &types[i].tab[ext_row(isa)];
-                if (e->quantize) k.quantize = e->quantize;
-                if (e->dequantize) k.dequantize = e->dequantize;
-                if (e->vec_dot) k.vec_dot = e->vec_dot;
-                if (e->gemv) k.gemv = e->gemv;
-                /* a gemm must match the gemv it stands for: an extension's gemv without its gemm drops the base one */
-                if (e->gemv || e->gemm) k.gemm = e->gemm;
+                overlay(&k, &types[i].tab[isa == FG_ISA_AVX512 ? FG_ROW_VNNI : FG_ROW_DOTPROD]);
+                if (isa == FG_ISA_NEON && fg_cpu_has_i8mm()) overlay(&k, &types[i].tab[FG_ROW_I8MM]);
             }
             effective[i][isa] = k;
         }

@@ -42,7 +42,7 @@ enum fg_isa {
     FG_ISA_SCALAR = 0,
     FG_ISA_AVX2 = 1,   /* AVX2 + FMA + F16C */
     FG_ISA_AVX512 = 2, /* AVX-512 F/BW/VL (+VNNI when present) */
-    FG_ISA_NEON = 3,   /* ARMv8 NEON (+dotprod when present) */
+    FG_ISA_NEON = 3,   /* ARMv8 NEON (+dotprod, +i8mm when present) */
     FG_ISA_COUNT = 4
 };
 
@@ -113,10 +113,11 @@ const char *fg_isa_name(int isa);             /* "scalar", "avx2", "avx512", "ne
 int fg_isa_from_name(const char *name);       /* -1 if unknown */
 const char *fg_cpu_features(void);            /* e.g. "avx2 fma f16c avx512f avx512bw avx512vl avx512vnni" */
 
-/* Extensions inside an ISA, chosen at run time: VNNI (avx512) and dotprod (neon). They are used where the CPU
- * has them unless the environment sets FASTGGUF_NO_EXT=1 or fg_set_ext(0) is called. */
-int fg_isa_ext_available(int isa);            /* 1 if this CPU has the extension of `isa` */
-const char *fg_isa_ext_name(int isa);         /* "vnni", "dotprod" or "" */
+/* Extensions inside an ISA, chosen at run time: VNNI (avx512) and dotprod (neon), with i8mm (SMMLA) above dotprod
+ * where the CPU has both. They are used where the CPU has them unless the environment sets FASTGGUF_NO_EXT=1 or
+ * fg_set_ext(0) is called (all of them: i8mm and dotprod go together). */
+int fg_isa_ext_available(int isa);            /* 1 if this CPU has the extension of `isa` (neon: dotprod) */
+const char *fg_isa_ext_name(int isa);         /* "vnni", "i8mm" (a CPU with it), "dotprod" or "" */
 int fg_ext_enabled(void);
 int fg_set_ext(int on);                       /* re-selects the kernels; returns 1 if the active ISA now uses it */
 

@@ -1,4 +1,5 @@
-/* NEON+dotprod kernels of the K-quant dots against Q8_K (fg_quant_q4_k.c, q5_k.c, q6_k.c): row-lane tiles.
+/* NEON+dotprod kernels of the K-quant dots against Q8_K (fg_quant_q4_k.c, q5_k.c, q6_k.c): row-lane tiles, and their
+ * i8mm twins for Q4_K and Q5_K (SMMLA sums of row pairs x activation pairs, the same exact integers and float step).
  * Included by fg_kquant.h where FG_HAVE_NEON (after fg_simd.h and fg_kquant_ref.h). */
 #ifndef FG_KQUANT_NEON_H
 #define FG_KQUANT_NEON_H
@@ -89,6 +90,25 @@ FG_INLINE_NEON FG_TARGET_DOTPROD void fg_kq_row_neondp(const int fmt, const uint
     *is = s, *ms = vmlal_high_s16(vmull_s16(vget_low_s16(bsp), vget_low_s16(mins)), bsp, mins);
 }
 
+/* Q4_K / Q5_K: ms[a] = summ = mins . bsums of every row in its lane (sc: the rows' unpacked scales transposed, [2],
+ * [3] the mins). */
+FG_INLINE_NEON void fg_kq_mins4_neon(const int8x16_t sc[4], const int M, const block_q8_K *const *xb, int32x4_t *ms) {
+    int32x4_t mn[8];
+    for (int j = 0; j < 8; j++) mn[j] = fg_lane_byte_u(sc[2 + j / 4], j % 4);
+    for (int a = 0; a < M; a++) {
+        const int16x8_t bsp = vpaddq_s16(vld1q_s16(xb[a]->bsums), vld1q_s16(xb[a]->bsums + 8));
+        const int32x4_t b0 = vmovl_s16(vget_low_s16(bsp)), b1 = vmovl_high_s16(bsp);
+        int32x4_t m = vmulq_laneq_s32(mn[0], b0, 0);
+        m = vmlaq_laneq_s32(m, mn[1], b0, 1);
+        m = vmlaq_laneq_s32(m, mn[2], b0, 2);
+        m = vmlaq_laneq_s32(m, mn[3], b0, 3);
+        m = vmlaq_laneq_s32(m, mn[4], b1, 0);
+        m = vmlaq_laneq_s32(m, mn[5], b1, 1);
+        m = vmlaq_laneq_s32(m, mn[6], b1, 2);
+        ms[a] = vmlaq_laneq_s32(m, mn[7], b1, 3);
+    }
+}
+
 /* Rows 0..R-1 (R <= 4, `stride` apart) of super-block b against M activations (`xs` apart, block xi): is[a], ms[a] =
  * sumi, summ of every row in its lane. */
 FG_INLINE_NEON FG_TARGET_DOTPROD void fg_kq_rows4_neondp(const int fmt, const int M, const char *b, size_t stride,
@@ -149,72 +169,128 @@ FG_INLINE_NEON FG_TARGET_DOTPROD void fg_kq_rows4_neondp(const int fmt, const in
             is[a] = vmlaq_s32(vmlaq_s32(is[a], p0, s0), p1, s1);
         }
     }
-    int32x4_t mn[8];
-    for (int j = 0; j < 8; j++) mn[j] = fg_lane_byte_u(sc[2 + j / 4], j % 4);
-    for (int a = 0; a < M; a++) {
-        const int16x8_t bsp = vpaddq_s16(vld1q_s16(xb[a]->bsums), vld1q_s16(xb[a]->bsums + 8));
-        const int32x4_t b0 = vmovl_s16(vget_low_s16(bsp)), b1 = vmovl_high_s16(bsp);
-        int32x4_t m = vmulq_laneq_s32(mn[0], b0, 0);
-        m = vmlaq_laneq_s32(m, mn[1], b0, 1);
-        m = vmlaq_laneq_s32(m, mn[2], b0, 2);
-        m = vmlaq_laneq_s32(m, mn[3], b0, 3);
-        m = vmlaq_laneq_s32(m, mn[4], b1, 0);
-        m = vmlaq_laneq_s32(m, mn[5], b1, 1);
-        m = vmlaq_laneq_s32(m, mn[6], b1, 2);
-        ms[a] = vmlaq_laneq_s32(m, mn[7], b1, 3);
-    }
+    fg_kq_mins4_neon(sc, M, xb, ms);
 }
 
-/* R <= 8 rows x M <= 8 activations of a K-quant (FG_KQ_*) . q8_K, row r in lane r % 4 of half r / 4. */
-FG_INLINE_NEON FG_TARGET_DOTPROD void fg_kq_tile8_neondp(const int R, const int M, int first, int kc, const char *w,
-                                                        size_t stride, const char *x, size_t xs,
-                                                        const fg_xaux (*aux)[FG_KC], float *y, int64_t ldy,
-                                                        const int fmt) {
-    const size_t bs = fmt == FG_KQ_Q6_K   ? sizeof(block_q6_K)
-                    : fmt == FG_KQ_Q5_K ? sizeof(block_q5_K)
-                                        : sizeof(block_q4_K);
-    const size_t d_off = fmt == FG_KQ_Q6_K ? offsetof(block_q6_K, d) : offsetof(block_q4_K, d);
-    const int H = R > 4 ? 2 : 1;
-    float32x4_t acc[8][2];
-    fg_load_rows8_neon(R, M, first, acc, y, ldy);
-    for (int i = 0; i < kc; i++) {
-        const char *wb = w + i * bs;
-#ifndef FG_NO_PREFETCH
-        for (int r = 0; r < R; r++) /* the same super-block 8 rows on */
-            for (size_t c = 0; c < bs; c += 64) fg_prefetch_line(wb + (size_t)(r + 8) * stride + c);
+#ifdef FG_NO_PREFETCH
+#define FG_KQ_PREFETCH_NEON(wb, R, stride, bs)
+#else
+#define FG_KQ_PREFETCH_NEON(wb, R, stride, bs) /* the same super-block 8 rows on */                                  \
+    for (int r_ = 0; r_ < (R); r_++)                                                                                  \
+        for (size_t c_ = 0; c_ < (bs); c_ += 64) fg_prefetch_line((wb) + (size_t)(r_ + 8) * (stride) + c_);
 #endif
-        for (int h = 0; h < H; h++) {
-            const char *wh = wb + 4 * h * stride;
-            const int Rh = R - 4 * h > 4 ? 4 : R - 4 * h;
-            int32x4_t is[8], ms[8];
-            if (M == 1) {
-                int32x4_t vi[4], vm[4];
-                for (int r = 0; r < 4; r++) {
-                    vi[r] = vm[r] = vdupq_n_s32(0);
-                    if (r < Rh)
-                        fg_kq_row_neondp(fmt, (const uint8_t *)wh + r * stride, (const block_q8_K *)x + i, &vi[r],
-                                         &vm[r]);
-                }
-                is[0] = fg_hsum4_s32_neon(vi), ms[0] = fg_hsum4_s32_neon(vm);
-            } else {
-                fg_kq_rows4_neondp(fmt, M, wh, stride, Rh, x, xs, i, is, ms);
+
+/* R <= 8 rows x M <= 8 activations of a K-quant (FG_KQ_*) . q8_K, row r in lane r % 4 of half r / 4: the tile,
+ * stamped per extension with ROWS4, its M > 1 sums of 4 rows (M = 1: the dotprod row sums). */
+#define FG_KQ_TILE8_NEON(NAME, TARGET, ROWS4)                                                                          \
+    FG_INLINE_NEON TARGET void NAME(const int R, const int M, int first, int kc, const char *w, size_t stride,         \
+                                    const char *x, size_t xs, const fg_xaux (*aux)[FG_KC], float *y, int64_t ldy,     \
+                                    const int fmt) {                                                                  \
+        const size_t bs = fmt == FG_KQ_Q6_K   ? sizeof(block_q6_K)                                                    \
+                        : fmt == FG_KQ_Q5_K ? sizeof(block_q5_K)                                                      \
+                                            : sizeof(block_q4_K);                                                     \
+        const size_t d_off = fmt == FG_KQ_Q6_K ? offsetof(block_q6_K, d) : offsetof(block_q4_K, d);                   \
+        const int H = R > 4 ? 2 : 1;                                                                                  \
+        float32x4_t acc[8][2];                                                                                        \
+        fg_load_rows8_neon(R, M, first, acc, y, ldy);                                                                 \
+        for (int i = 0; i < kc; i++) {                                                                                \
+            const char *wb = w + i * bs;                                                                              \
+            FG_KQ_PREFETCH_NEON(wb, R, stride, bs)                                                                    \
+            for (int h = 0; h < H; h++) {                                                                             \
+                const char *wh = wb + 4 * h * stride;                                                                 \
+                const int Rh = R - 4 * h > 4 ? 4 : R - 4 * h;                                                         \
+                int32x4_t is[8], ms[8];                                                                               \
+                if (M == 1) {                                                                                         \
+                    int32x4_t vi[4], vm[4];                                                                           \
+                    for (int r = 0; r < 4; r++) {                                                                     \
+                        vi[r] = vm[r] = vdupq_n_s32(0);                                                               \
+                        if (r < Rh)                                                                                   \
+                            fg_kq_row_neondp(fmt, (const uint8_t *)wh + r * stride, (const block_q8_K *)x + i,        \
+                                             &vi[r], &vm[r]);                                                         \
+                    }                                                                                                 \
+                    is[0] = fg_hsum4_s32_neon(vi), ms[0] = fg_hsum4_s32_neon(vm);                                     \
+                } else {                                                                                              \
+                    ROWS4(fmt, M, wh, stride, Rh, x, xs, i, is, ms);                                                  \
+                }                                                                                                     \
+                const float32x4_t d = fg_rows4_f16_neon(wh + d_off, stride, Rh);                                      \
+                const float32x4_t dmin =                                                                              \
+                    fmt == FG_KQ_Q6_K ? d : fg_rows4_f16_neon(wh + offsetof(block_q4_K, dmin), stride, Rh);           \
+                for (int a = 0; a < M; a++) {                                                                         \
+                    const float32x4_t t0 = vmulq_f32(vmulq_n_f32(d, aux[a][i].d), vcvtq_f32_s32(is[a]));              \
+                    if (fmt == FG_KQ_Q6_K) {                                                                          \
+                        acc[a][h] = vaddq_f32(acc[a][h], t0);                                                         \
+                    } else {                                                                                          \
+                        const float32x4_t t1 = vmulq_f32(vmulq_n_f32(dmin, aux[a][i].d), vcvtq_f32_s32(ms[a]));       \
+                        acc[a][h] = vaddq_f32(acc[a][h], vsubq_f32(t0, t1));                                          \
+                    }                                                                                                 \
+                }                                                                                                     \
+            }                                                                                                         \
+        }                                                                                                             \
+        fg_store_rows8_neon(R, M, acc, y, ldy);                                                                       \
+    }
+FG_KQ_TILE8_NEON(fg_kq_tile8_neondp, FG_TARGET_DOTPROD, fg_kq_rows4_neondp)
+
+#if FG_HAVE_I8MM
+/* Rows 0..R-1 (R <= 4) of super-block b against M activations as fg_kq_rows4_neondp, Q4_K / Q5_K on SMMLA: per 64
+ * elements each row pair's two sub-blocks unpacked once (fg_pair8_neon), each activation pair 8 SMMLA, every 2x2
+ * sub-block sum weighted by its row's scale (lanes (row 0, act 0), (0, 1), (1, 0), (1, 1)), then unzipped into the
+ * rows' lanes. sumi is the same exact int32, so the tile gives the dotprod (and scalar) bits. Q6_K: the dotprod
+ * rows. */
+FG_INLINE_NEON FG_TARGET_I8MM void fg_kq_rows4_neoni8mm(const int fmt, const int M, const char *b, size_t stride,
+                                                       int R, const char *x, size_t xs, int i, int32x4_t *is,
+                                                       int32x4_t *ms) {
+    if (fmt == FG_KQ_Q6_K) {
+        fg_kq_rows4_neondp(fmt, M, b, stride, R, x, xs, i, is, ms);
+        return;
+    }
+    const block_q8_K *xb[8];
+    for (int a = 0; a < M; a++) xb[a] = (const block_q8_K *)(x + a * xs) + i;
+    const size_t qs = fmt == FG_KQ_Q5_K ? offsetof(block_q5_K, qs) : offsetof(block_q4_K, qs);
+    const int P = R > 2 ? 2 : 1; /* row pairs holding rows */
+    uint8_t sm[4][16] = {{0}};   /* [row]: scales 0..7, mins 0..7 */
+    for (int r = 0; r < R; r++) fg_unpack_scales_k4((const uint8_t *)b + r * stride + 4, sm[r]);
+    int32x4_t acc[4][2]; /* [activation pair][row pair]: 2x2 sumi */
+    for (int a = 0; a < (M + 1) / 2; a++) acc[a][0] = acc[a][1] = vdupq_n_s32(0);
+    for (int k = 0; k < QK_K / 64; k++) {
+        int8x16_t wl[2][4], wu[2][4]; /* [row pair]: sub-blocks 2k (l) and 2k + 1 (u) as SMMLA operands */
+        int32x4_t sl[2], su[2];       /* their scales: row 2p in lanes 0, 1, row 2p + 1 in lanes 2, 3 */
+        for (int p = 0; p < P; p++) {
+            int8x16_t l[2][2], u[2][2]; /* [row of the pair][elements 0..15, 16..31] */
+            for (int e = 0; e < 2; e++) {
+                l[e][0] = l[e][1] = u[e][0] = u[e][1] = vdupq_n_s8(0);
+                if (2 * p + e >= R) continue;
+                const uint8_t *br = (const uint8_t *)b + (2 * p + e) * stride;
+                const uint8x16_t h0 = fmt == FG_KQ_Q5_K ? vld1q_u8(br + offsetof(block_q5_K, qh)) : vdupq_n_u8(0);
+                const uint8x16_t h1 = fmt == FG_KQ_Q5_K ? vld1q_u8(br + offsetof(block_q5_K, qh) + 16) : vdupq_n_u8(0);
+                fg_k4_split_neon(fmt, vld1q_u8(br + qs + 32 * k), h0, k, &l[e][0], &u[e][0]);
+                fg_k4_split_neon(fmt, vld1q_u8(br + qs + 32 * k + 16), h1, k, &l[e][1], &u[e][1]);
             }
-            const float32x4_t d = fg_rows4_f16_neon(wh + d_off, stride, Rh);
-            const float32x4_t dmin =
-                fmt == FG_KQ_Q6_K ? d : fg_rows4_f16_neon(wh + offsetof(block_q4_K, dmin), stride, Rh);
-            for (int a = 0; a < M; a++) {
-                const float32x4_t t0 = vmulq_f32(vmulq_n_f32(d, aux[a][i].d), vcvtq_f32_s32(is[a]));
-                if (fmt == FG_KQ_Q6_K) {
-                    acc[a][h] = vaddq_f32(acc[a][h], t0);
-                } else {
-                    const float32x4_t t1 = vmulq_f32(vmulq_n_f32(dmin, aux[a][i].d), vcvtq_f32_s32(ms[a]));
-                    acc[a][h] = vaddq_f32(acc[a][h], vsubq_f32(t0, t1));
-                }
+            fg_pair8_neon(l[0][0], l[0][1], l[1][0], l[1][1], wl[p]);
+            fg_pair8_neon(u[0][0], u[0][1], u[1][0], u[1][1], wu[p]);
+            sl[p] = vcombine_s32(vdup_n_s32(sm[2 * p][2 * k]), vdup_n_s32(sm[2 * p + 1][2 * k]));
+            su[p] = vcombine_s32(vdup_n_s32(sm[2 * p][2 * k + 1]), vdup_n_s32(sm[2 * p + 1][2 * k + 1]));
+        }
+        for (int a = 0; a < M; a += 2) {
+            const int8_t *xa = xb[a]->qs + 64 * k, *xc = (a + 1 < M ? xb[a + 1] : xb[a])->qs + 64 * k;
+            int8x16_t xl[4], xu[4];
+            fg_pair8_neon(vld1q_s8(xa), vld1q_s8(xa + 16), vld1q_s8(xc), vld1q_s8(xc + 16), xl);
+            fg_pair8_neon(vld1q_s8(xa + 32), vld1q_s8(xa + 48), vld1q_s8(xc + 32), vld1q_s8(xc + 48), xu);
+            for (int p = 0; p < P; p++) {
+                acc[a / 2][p] = vmlaq_s32(acc[a / 2][p], fg_mm32_neoni8mm(vdupq_n_s32(0), wl[p], xl), sl[p]);
+                acc[a / 2][p] = vmlaq_s32(acc[a / 2][p], fg_mm32_neoni8mm(vdupq_n_s32(0), wu[p], xu), su[p]);
             }
         }
     }
-    fg_store_rows8_neon(R, M, acc, y, ldy);
+    for (int a = 0; a < M; a += 2) {
+        is[a] = vuzp1q_s32(acc[a / 2][0], acc[a / 2][1]);
+        if (a + 1 < M) is[a + 1] = vuzp2q_s32(acc[a / 2][0], acc[a / 2][1]);
+    }
+    int8x16_t sc[4]; /* [j]: scales 4j..4j+3 of row r in lane r, as bytes ([2], [3] the mins) */
+    fg_rows4_dwords_neon((const char *)sm, 16, 4, sc);
+    fg_kq_mins4_neon(sc, M, xb, ms);
 }
+FG_KQ_TILE8_NEON(fg_kq_tile8_neoni8mm, FG_TARGET_I8MM, fg_kq_rows4_neoni8mm)
+#endif /* FG_HAVE_I8MM */
 
 /* Per Q8_K activation block: its float scale. */
 FG_INLINE_NEON void fg_q8_k_aux_neon(const char *x, int kc, fg_xaux *aux) {

@@ -94,6 +94,10 @@ FG_INLINE_NEON FG_TARGET_DOTPROD void iq4_nl_tile8_neondp(const int R, const int
 }
 FG_KERNELS_FROM_TILE8(vec_dot_iq4_nl_q8_0_neondp, gemv_iq4_nl_q8_0_neondp, gemm_iq4_nl_q8_0_neondp, FG_TARGET_DOTPROD,
                       iq4_nl_tile8_neondp, fg_q8_0_aux_neon, sizeof(block_iq4_nl), sizeof(block_q8_0), QK4_NL, 8)
+#if FG_HAVE_I8MM
+FG_B32_KERNELS_NEONI8MM(iq4_nl_q8_0, FG_B32_IQ4_NL, fg_kvalues_iq4nl,
+                        fg_q8_0_aux_neon, sizeof(block_iq4_nl), sizeof(block_q8_0), QK4_NL)
+#endif
 #endif /* FG_HAVE_NEON */
 
 const fg_type_kernels fg_iq4_nl_kernels[FG_KERNEL_ROWS] = {
@@ -106,5 +110,8 @@ const fg_type_kernels fg_iq4_nl_kernels[FG_KERNEL_ROWS] = {
 #if FG_HAVE_NEON
     [FG_ISA_NEON] = {NULL, NULL, vec_dot_iq4_nl_q8_0_neon, gemv_iq4_nl_q8_0_neon},
     [FG_ROW_DOTPROD] = {NULL, NULL, vec_dot_iq4_nl_q8_0_neondp, gemv_iq4_nl_q8_0_neondp, gemm_iq4_nl_q8_0_neondp},
+#if FG_HAVE_I8MM
+    [FG_ROW_I8MM] = {NULL, NULL, vec_dot_iq4_nl_q8_0_neoni8mm, gemv_iq4_nl_q8_0_neoni8mm, gemm_iq4_nl_q8_0_neoni8mm},
+#endif
 #endif
 };

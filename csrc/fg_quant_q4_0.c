@@ -220,6 +220,9 @@ FG_INLINE_NEON FG_TARGET_DOTPROD void q4_0_tile8_neondp(const int R, const int M
 }
 FG_KERNELS_FROM_TILE8(vec_dot_q4_0_q8_0_neondp, gemv_q4_0_q8_0_neondp, gemm_q4_0_q8_0_neondp, FG_TARGET_DOTPROD,
                       q4_0_tile8_neondp, fg_q8_0_aux_neon, sizeof(block_q4_0), sizeof(block_q8_0), QK4_0, 8)
+#if FG_HAVE_I8MM
+FG_B32_KERNELS_NEONI8MM(q4_0_q8_0, FG_B32_Q4_0, NULL, fg_q8_0_aux_neon, sizeof(block_q4_0), sizeof(block_q8_0), QK4_0)
+#endif
 #endif /* FG_HAVE_NEON */
 
 const fg_type_kernels fg_q4_0_kernels[FG_KERNEL_ROWS] = {
@@ -231,5 +234,8 @@ const fg_type_kernels fg_q4_0_kernels[FG_KERNEL_ROWS] = {
 #if FG_HAVE_NEON
     [FG_ISA_NEON] = {NULL, NULL, vec_dot_q4_0_q8_0_neon, gemv_q4_0_q8_0_neon},
     [FG_ROW_DOTPROD] = {NULL, NULL, vec_dot_q4_0_q8_0_neondp, gemv_q4_0_q8_0_neondp, gemm_q4_0_q8_0_neondp},
+#if FG_HAVE_I8MM
+    [FG_ROW_I8MM] = {NULL, NULL, vec_dot_q4_0_q8_0_neoni8mm, gemv_q4_0_q8_0_neoni8mm, gemm_q4_0_q8_0_neoni8mm},
+#endif
 #endif
 };

@@ -197,6 +197,9 @@ FG_INLINE_NEON FG_TARGET_DOTPROD void q4_1_tile8_neondp(const int R, const int M
 }
 FG_KERNELS_FROM_TILE8(vec_dot_q4_1_q8_1_neondp, gemv_q4_1_q8_1_neondp, gemm_q4_1_q8_1_neondp, FG_TARGET_DOTPROD,
                       q4_1_tile8_neondp, fg_q8_1_aux_neon, sizeof(block_q4_1), sizeof(block_q8_1), QK4_1, 8)
+#if FG_HAVE_I8MM
+FG_B32_KERNELS_NEONI8MM(q4_1_q8_1, FG_B32_Q4_1, NULL, fg_q8_1_aux_neon, sizeof(block_q4_1), sizeof(block_q8_1), QK4_1)
+#endif
 #endif /* FG_HAVE_NEON */
 
 const fg_type_kernels fg_q4_1_kernels[FG_KERNEL_ROWS] = {
@@ -208,5 +211,8 @@ const fg_type_kernels fg_q4_1_kernels[FG_KERNEL_ROWS] = {
 #if FG_HAVE_NEON
     [FG_ISA_NEON] = {NULL, NULL, vec_dot_q4_1_q8_1_neon, gemv_q4_1_q8_1_neon},
     [FG_ROW_DOTPROD] = {NULL, NULL, vec_dot_q4_1_q8_1_neondp, gemv_q4_1_q8_1_neondp, gemm_q4_1_q8_1_neondp},
+#if FG_HAVE_I8MM
+    [FG_ROW_I8MM] = {NULL, NULL, vec_dot_q4_1_q8_1_neoni8mm, gemv_q4_1_q8_1_neoni8mm, gemm_q4_1_q8_1_neoni8mm},
+#endif
 #endif
 };

@@ -227,6 +227,15 @@ FG_INLINE_NEON FG_TARGET_DOTPROD void q4_k_tile8_neondp(const int R, const int M
 }
 FG_KERNELS_FROM_TILE8(vec_dot_q4_k_q8_k_neondp, gemv_q4_k_q8_k_neondp, gemm_q4_k_q8_k_neondp, FG_TARGET_DOTPROD,
                       q4_k_tile8_neondp, fg_q8_k_aux_neon, sizeof(block_q4_K), sizeof(block_q8_K), QK_K, 8)
+#if FG_HAVE_I8MM
+FG_INLINE_NEON FG_TARGET_I8MM void q4_k_tile8_neoni8mm(const int R, const int M, int first, int kc, const char *w,
+                                                      size_t stride, const char *x, size_t xs,
+                                                      const fg_xaux (*aux)[FG_KC], float *y, int64_t ldy) {
+    fg_kq_tile8_neoni8mm(R, M, first, kc, w, stride, x, xs, aux, y, ldy, FG_KQ_Q4_K);
+}
+FG_KERNELS_FROM_TILE8(vec_dot_q4_k_q8_k_neoni8mm, gemv_q4_k_q8_k_neoni8mm, gemm_q4_k_q8_k_neoni8mm, FG_TARGET_I8MM,
+                      q4_k_tile8_neoni8mm, fg_q8_k_aux_neon, sizeof(block_q4_K), sizeof(block_q8_K), QK_K, 8)
+#endif
 #endif /* FG_HAVE_NEON */
 
 const fg_type_kernels fg_q4_k_kernels[FG_KERNEL_ROWS] = {
@@ -238,5 +247,8 @@ const fg_type_kernels fg_q4_k_kernels[FG_KERNEL_ROWS] = {
 #if FG_HAVE_NEON
     [FG_ISA_NEON] = {NULL, NULL, vec_dot_q4_k_q8_k_neon, gemv_q4_k_q8_k_neon},
     [FG_ROW_DOTPROD] = {NULL, NULL, vec_dot_q4_k_q8_k_neondp, gemv_q4_k_q8_k_neondp, gemm_q4_k_q8_k_neondp},
+#if FG_HAVE_I8MM
+    [FG_ROW_I8MM] = {NULL, NULL, vec_dot_q4_k_q8_k_neoni8mm, gemv_q4_k_q8_k_neoni8mm, gemm_q4_k_q8_k_neoni8mm},
+#endif
 #endif
 };

@@ -179,6 +179,9 @@ FG_INLINE_NEON FG_TARGET_DOTPROD void q5_1_tile8_neondp(const int R, const int M
 }
 FG_KERNELS_FROM_TILE8(vec_dot_q5_1_q8_1_neondp, gemv_q5_1_q8_1_neondp, gemm_q5_1_q8_1_neondp, FG_TARGET_DOTPROD,
                       q5_1_tile8_neondp, fg_q8_1_aux_neon, sizeof(block_q5_1), sizeof(block_q8_1), QK5_1, 8)
+#if FG_HAVE_I8MM
+FG_B32_KERNELS_NEONI8MM(q5_1_q8_1, FG_B32_Q5_1, NULL, fg_q8_1_aux_neon, sizeof(block_q5_1), sizeof(block_q8_1), QK5_1)
+#endif
 #endif /* FG_HAVE_NEON */
 
 const fg_type_kernels fg_q5_1_kernels[FG_KERNEL_ROWS] = {
@@ -189,5 +192,8 @@ const fg_type_kernels fg_q5_1_kernels[FG_KERNEL_ROWS] = {
 #if FG_HAVE_NEON
     [FG_ISA_NEON] = {NULL, NULL, vec_dot_q5_1_q8_1_neon, gemv_q5_1_q8_1_neon},
     [FG_ROW_DOTPROD] = {NULL, NULL, vec_dot_q5_1_q8_1_neondp, gemv_q5_1_q8_1_neondp, gemm_q5_1_q8_1_neondp},
+#if FG_HAVE_I8MM
+    [FG_ROW_I8MM] = {NULL, NULL, vec_dot_q5_1_q8_1_neoni8mm, gemv_q5_1_q8_1_neoni8mm, gemm_q5_1_q8_1_neoni8mm},
+#endif
 #endif
 };

@@ -33,16 +33,20 @@
  *
  * The shape of each format's dot kernels per ISA ("=": the AVX2 kernels, an empty AVX-512 row; "-": no extension
  * kernels, the ISA's own run):
- *   format               AVX2      AVX-512     +VNNI      NEON   +dotprod
- *   F32 F16 BF16         4x2       4x4 (zmm)   -          4x4    -
- *   Q4_0 Q8_0            lanes 8   =           lanes 16   rows   lanes 8     (both x86 rows: panels from 32)
- *   Q4_1                 lanes 8   =           lanes 16   rows   lanes 8
- *   Q5_0                 q5_0      =           q5_0       rows   lanes 8
- *   Q5_1                 lanes 8   =           -          rows   lanes 8
- *   IQ4_NL MXFP4         lanes 8   =           lanes 16   rows   lanes 8     (VNNI: panels from 32)
- *   Q4_K Q5_K Q6_K       kq        =           kq (gemm)  rows   lanes 8
- *   IQ4_XS               rows      =           lanes 8    rows   rows
- *   Q2_K Q3_K            rows      =           -          rows   rows
+ *   format               AVX2      AVX-512     +VNNI      NEON   +dotprod  +i8mm
+ *   F32 F16 BF16         4x2       4x4 (zmm)   -          4x4    -         -
+ *   Q4_0 Q8_0            lanes 8   =           lanes 16   rows   lanes 8   lanes 8 mm  (both x86 rows: panels from 32)
+ *   Q4_1                 lanes 8   =           lanes 16   rows   lanes 8   lanes 8 mm
+ *   Q5_0                 q5_0      =           q5_0       rows   lanes 8   lanes 8 mm
+ *   Q5_1                 lanes 8   =           -          rows   lanes 8   lanes 8 mm
+ *   IQ4_NL               lanes 8   =           lanes 16   rows   lanes 8   lanes 8 mm  (VNNI: panels from 32)
+ *   MXFP4                lanes 8   =           lanes 16   rows   lanes 8   -           (VNNI: panels from 32)
+ *   Q4_K Q5_K            kq        =           kq (gemm)  rows   lanes 8   lanes 8 mm
+ *   Q6_K                 kq        =           kq (gemm)  rows   lanes 8   -
+ *   IQ4_XS               rows      =           lanes 8    rows   rows      -
+ *   Q2_K Q3_K            rows      =           -          rows   rows      -
+ * ("lanes 8 mm": the dotprod lanes tiles with each pair of activations' integer block sums from SMMLA, vmmlaq_s32, 2
+ * rows x 2 activations an instruction; their gemv is the dotprod one.)
  * Quantize and dequantize kernels (the activation types' quantizers on AVX2 and NEON, the AVX2 dequantizers) are
  * elementwise, of no shape. */
 #ifndef FG_SIMD_H
@@ -51,14 +55,16 @@
 #include "fg_blocks.h"
 #include "fg_kernels.h"
 
-/* Run-time choices inside an ISA (fg_cpu.c): VNNI on avx512, dotprod on neon. */
+/* Run-time choices inside an ISA (fg_cpu.c): VNNI on avx512, dotprod on neon and i8mm above it. */
 int fg_cpu_has_vnni(void);
 int fg_cpu_has_dotprod(void);
+int fg_cpu_has_i8mm(void); /* and this build holds the i8mm kernels (FG_HAVE_I8MM) */
 
 /* A format's kernel table (fg_<fmt>_kernels in fg_quant_<fmt>.c, read by fg_dispatch.c): a row per ISA (enum
- * fg_isa), then a row per ISA extension, whose entries replace the ISA row's where the CPU has the extension. A table
- * names only what the format has: an empty AVX-512 row runs the AVX2 one, a missing entry the scalar reference. */
-enum { FG_ROW_VNNI = FG_ISA_COUNT, FG_ROW_DOTPROD, FG_KERNEL_ROWS };
+ * fg_isa), then a row per ISA extension, whose entries replace the ISA row's where the CPU has the extension (i8mm's
+ * replace those of dotprod's overlay in turn: a level above it). A table names only what the format has: an empty
+ * AVX-512 row runs the AVX2 one, a missing entry the scalar reference. */
+enum { FG_ROW_VNNI = FG_ISA_COUNT, FG_ROW_DOTPROD, FG_ROW_I8MM, FG_KERNEL_ROWS };
 
 /* The TARGET of the FG_*_FROM_* kernel makers below for code the whole build can run (base NEON): no attribute. */
 #define FG_NO_TARGET
@@ -318,6 +324,9 @@ typedef struct {
 #elif !defined(FG_NO_SIMD) && (defined(__aarch64__) || defined(_M_ARM64)) && (defined(__GNUC__) || defined(__clang__))
 #define FG_HAVE_NEON 1
 #include "fg_simd_neon.h"
+#endif
+#ifndef FG_HAVE_I8MM /* fg_simd_neon.h: whether the compiler builds the i8mm (SMMLA) kernels */
+#define FG_HAVE_I8MM 0
 #endif
 
 #endif

@@ -15,6 +15,21 @@
 #define FG_TARGET_DOTPROD __attribute__((target("arch=armv8.2-a+dotprod")))
 #endif
 
+/* i8mm (SMMLA, vmmlaq_s32) on top of dotprod: gcc 10 and clang 16 on take it as a target attribute (older clangs'
+ * arm_neon.h declares vmmlaq_s32 only under -march with i8mm); elsewhere no i8mm kernels are compiled. */
+#if defined(__ARM_FEATURE_MATMUL_INT8) && defined(__ARM_FEATURE_DOTPROD)
+#define FG_HAVE_I8MM 1
+#define FG_TARGET_I8MM /* the whole build has it (e.g. -march=armv8.6-a, Apple M2 on with -mcpu) */
+#elif defined(__clang__) && __clang_major__ >= 16
+#define FG_HAVE_I8MM 1
+#define FG_TARGET_I8MM __attribute__((target("dotprod,i8mm")))
+#elif !defined(__clang__) && defined(__GNUC__) && __GNUC__ >= 10
+#define FG_HAVE_I8MM 1
+#define FG_TARGET_I8MM __attribute__((target("arch=armv8.2-a+dotprod+i8mm")))
+#else
+#define FG_HAVE_I8MM 0
+#endif
+
 /* As on x86: ask for the next group of 4 rows. */
 #ifdef FG_NO_PREFETCH
 #define fg_prefetch(p, stride) ((void)(p), (void)(stride))
@@ -262,69 +277,141 @@ FG_INLINE_NEON float32x4_t fg_b32_scale4_neon(const char *b, size_t stride, int 
  * are exact either way, so the float step decides the result: Q4_0 and Q8_0 take the AVX2 tile's
  * acc = fma((float)sumi, dw * dx, acc); Q4_1, Q5_0, Q5_1, IQ4_NL and MXFP4 the scalar reference's
  * acc += (float)sumi * (dw * dx) (+ mw * sx for Q4_1, Q5_1), no FMA, so every path equals the scalar vec_dot bit for
- * bit. */
-FG_INLINE_NEON FG_TARGET_DOTPROD void fg_b32_tile8_neondp(const int R, const int M, int first, int kc, const char *w,
-                                                          size_t stride, const char *x, size_t xs,
-                                                          const fg_xaux (*aux)[FG_KC], float *y, int64_t ldy,
-                                                          const int fmt, const int8_t *levels) {
-    const int offset = fmt == FG_B32_Q4_1 || fmt == FG_B32_Q5_1; /* x = d q + m, against q8_1 */
-    const size_t bs = fg_b32_size(fmt);
-    const size_t xbs = offset ? sizeof(block_q8_1) : sizeof(block_q8_0);
-    const size_t xqs = offset ? offsetof(block_q8_1, qs) : offsetof(block_q8_0, qs);
-    const int8x16_t table = levels ? vld1q_s8(levels) : vdupq_n_s8(0);
-    const int H = R > 4 ? 2 : 1; /* halves holding rows */
-    float32x4_t acc[8][2];      /* [a][h]: rows 4h..4h+3 */
-    fg_load_rows8_neon(R, M, first, acc, y, ldy);
-    for (int i = 0; i < kc; i++) {
-        const char *wb = w + i * bs;
-        fg_prefetch_tile8_neon(w, stride, R, i, kc, bs);
-        for (int h = 0; h < H; h++) {
-            const char *wh = wb + 4 * h * stride;
-            const int Rh = R - 4 * h > 4 ? 4 : R - 4 * h;
-            const float32x4_t dw = fg_b32_scale4_neon(wh, stride, Rh, fmt);
-            const float32x4_t mw = offset ? fg_rows4_f16_neon(wh + 2, stride, Rh) : dw; /* m: the fp16 after d */
-            int32x4_t dot[8];
-            if (M == 1) {
-                const int8_t *xq = (const int8_t *)x + i * xbs + xqs;
-                const int8x16_t x0 = vld1q_s8(xq), x1 = vld1q_s8(xq + 16);
-                int32x4_t v[4];
-                for (int r = 0; r < 4; r++) {
-                    v[r] = vdupq_n_s32(0);
-                    if (r >= Rh) continue;
-                    int8x16_t lo, hi;
-                    fg_b32_row_neon(wh + r * stride, fmt, table, &lo, &hi);
-                    v[r] = vdotq_s32(vdotq_s32(v[r], lo, x0), hi, x1);
-                }
-                dot[0] = fg_hsum4_s32_neon(v);
-            } else {
-                int8x16_t k[8];
-                fg_b32_rows4_neon(wh, stride, Rh, fmt, table, k);
-                for (int a = 0; a < M; a++) {
-                    const int8_t *xq = (const int8_t *)x + a * xs + i * xbs + xqs;
-                    const int8x16_t x0 = vld1q_s8(xq), x1 = vld1q_s8(xq + 16);
-                    int32x4_t s = vdotq_laneq_s32(vdupq_n_s32(0), k[0], x0, 0);
-                    s = vdotq_laneq_s32(s, k[1], x0, 1);
-                    s = vdotq_laneq_s32(s, k[2], x0, 2);
-                    s = vdotq_laneq_s32(s, k[3], x0, 3);
-                    s = vdotq_laneq_s32(s, k[4], x1, 0);
-                    s = vdotq_laneq_s32(s, k[5], x1, 1);
-                    s = vdotq_laneq_s32(s, k[6], x1, 2);
-                    dot[a] = vdotq_laneq_s32(s, k[7], x1, 3);
-                }
-            }
-            for (int a = 0; a < M; a++) {
-                const float32x4_t sf = vcvtq_f32_s32(dot[a]), d = vmulq_n_f32(dw, aux[a][i].d);
-                if (fmt == FG_B32_Q4_0 || fmt == FG_B32_Q8_0) {
-                    acc[a][h] = vfmaq_f32(acc[a][h], sf, d);
-                } else if (offset) {
-                    acc[a][h] = vaddq_f32(acc[a][h], vaddq_f32(vmulq_f32(sf, d), vmulq_n_f32(mw, aux[a][i].s)));
-                } else {
-                    acc[a][h] = vaddq_f32(acc[a][h], vmulq_f32(sf, d));
-                }
-            }
-        }
+ * bit. The tile is FG_B32_TILE8_NEON below, stamped with the M > 1 sums of dotprod (the transposes above) and of
+ * i8mm (SMMLA on row pairs x activation pairs: the same exact sums, so the same bits). */
+
+/* M > 1, dotprod: per activation 8 vdotq_laneq_s32 against the 4 rows' transposed block k (fg_b32_rows4_neon). */
+FG_INLINE_NEON FG_TARGET_DOTPROD void fg_b32_dots_neondp(const int fmt, const int M, const char *wh, size_t stride,
+                                                         int Rh, const int8x16_t table, const int8_t *x, size_t xs,
+                                                         int32x4_t *dot) {
+    int8x16_t k[8];
+    fg_b32_rows4_neon(wh, stride, Rh, fmt, table, k);
+    for (int a = 0; a < M; a++) {
+        const int8x16_t x0 = vld1q_s8(x + a * xs), x1 = vld1q_s8(x + a * xs + 16);
+        int32x4_t s = vdotq_laneq_s32(vdupq_n_s32(0), k[0], x0, 0);
+        s = vdotq_laneq_s32(s, k[1], x0, 1);
+        s = vdotq_laneq_s32(s, k[2], x0, 2);
+        s = vdotq_laneq_s32(s, k[3], x0, 3);
+        s = vdotq_laneq_s32(s, k[4], x1, 0);
+        s = vdotq_laneq_s32(s, k[5], x1, 1);
+        s = vdotq_laneq_s32(s, k[6], x1, 2);
+        dot[a] = vdotq_laneq_s32(s, k[7], x1, 3);
     }
-    fg_store_rows8_neon(R, M, acc, y, ldy);
 }
+
+/* The tile's M = 1 block sums (the gemv): each row dotted in element order, the rows' partial sums reduced into
+ * lanes. */
+FG_INLINE_NEON FG_TARGET_DOTPROD int32x4_t fg_b32_dot1_neondp(const int fmt, const char *wh, size_t stride, int Rh,
+                                                              const int8x16_t table, const int8_t *xq) {
+    const int8x16_t x0 = vld1q_s8(xq), x1 = vld1q_s8(xq + 16);
+    int32x4_t v[4];
+    for (int r = 0; r < 4; r++) {
+        v[r] = vdupq_n_s32(0);
+        if (r >= Rh) continue;
+        int8x16_t lo, hi;
+        fg_b32_row_neon(wh + r * stride, fmt, table, &lo, &hi);
+        v[r] = vdotq_s32(vdotq_s32(v[r], lo, x0), hi, x1);
+    }
+    return fg_hsum4_s32_neon(v);
+}
+
+/* The tile (stamped per extension with DOTS, its M > 1 block sums). */
+#define FG_B32_TILE8_NEON(NAME, TARGET, DOTS)                                                                          \
+    FG_INLINE_NEON TARGET void NAME(const int R, const int M, int first, int kc, const char *w, size_t stride,         \
+                                    const char *x, size_t xs, const fg_xaux (*aux)[FG_KC], float *y, int64_t ldy,     \
+                                    const int fmt, const int8_t *levels) {                                            \
+        const int offset = fmt == FG_B32_Q4_1 || fmt == FG_B32_Q5_1; /* x = d q + m, against q8_1 */                  \
+        const size_t bs = fg_b32_size(fmt);                                                                           \
+        const size_t xbs = offset ? sizeof(block_q8_1) : sizeof(block_q8_0);                                          \
+        const size_t xqs = offset ? offsetof(block_q8_1, qs) : offsetof(block_q8_0, qs);                              \
+        const int8x16_t table = levels ? vld1q_s8(levels) : vdupq_n_s8(0);                                            \
+        const int H = R > 4 ? 2 : 1; /* halves holding rows */                                                        \
+        float32x4_t acc[8][2];      /* [a][h]: rows 4h..4h+3 */                                                       \
+        fg_load_rows8_neon(R, M, first, acc, y, ldy);                                                                 \
+        for (int i = 0; i < kc; i++) {                                                                                \
+            const char *wb = w + i * bs;                                                                              \
+            fg_prefetch_tile8_neon(w, stride, R, i, kc, bs);                                                          \
+            for (int h = 0; h < H; h++) {                                                                             \
+                const char *wh = wb + 4 * h * stride;                                                                 \
+                const int Rh = R - 4 * h > 4 ? 4 : R - 4 * h;                                                         \
+                const float32x4_t dw = fg_b32_scale4_neon(wh, stride, Rh, fmt);                                       \
+                const float32x4_t mw = offset ? fg_rows4_f16_neon(wh + 2, stride, Rh) : dw; /* m: the fp16 after d */ \
+                const int8_t *xq = (const int8_t *)x + i * xbs + xqs;                                                 \
+                int32x4_t dot[8];                                                                                     \
+                if (M == 1) dot[0] = fg_b32_dot1_neondp(fmt, wh, stride, Rh, table, xq);                              \
+                else DOTS(fmt, M, wh, stride, Rh, table, xq, xs, dot);                                                \
+                for (int a = 0; a < M; a++) {                                                                         \
+                    const float32x4_t sf = vcvtq_f32_s32(dot[a]), d = vmulq_n_f32(dw, aux[a][i].d);                   \
+                    if (fmt == FG_B32_Q4_0 || fmt == FG_B32_Q8_0) {                                                   \
+                        acc[a][h] = vfmaq_f32(acc[a][h], sf, d);                                                      \
+                    } else if (offset) {                                                                              \
+                        acc[a][h] =                                                                                   \
+                            vaddq_f32(acc[a][h], vaddq_f32(vmulq_f32(sf, d), vmulq_n_f32(mw, aux[a][i].s)));          \
+                    } else {                                                                                          \
+                        acc[a][h] = vaddq_f32(acc[a][h], vmulq_f32(sf, d));                                           \
+                    }                                                                                                 \
+                }                                                                                                     \
+            }                                                                                                         \
+        }                                                                                                             \
+        fg_store_rows8_neon(R, M, acc, y, ldy);                                                                       \
+    }
+FG_B32_TILE8_NEON(fg_b32_tile8_neondp, FG_TARGET_DOTPROD, fg_b32_dots_neondp)
+
+#if FG_HAVE_I8MM
+/* Two rows' 32 weights (lo: elements 0..15, hi: 16..31) -> the 4 SMMLA operands of the row pair: c[j] = elements
+ * 8j..8j+7 of row a (bytes 0..7), then of row b (8..15). The same for two activations. */
+FG_INLINE_NEON void fg_pair8_neon(int8x16_t alo, int8x16_t ahi, int8x16_t blo, int8x16_t bhi, int8x16_t c[4]) {
+    c[0] = vreinterpretq_s8_s64(vzip1q_s64(vreinterpretq_s64_s8(alo), vreinterpretq_s64_s8(blo)));
+    c[1] = vreinterpretq_s8_s64(vzip2q_s64(vreinterpretq_s64_s8(alo), vreinterpretq_s64_s8(blo)));
+    c[2] = vreinterpretq_s8_s64(vzip1q_s64(vreinterpretq_s64_s8(ahi), vreinterpretq_s64_s8(bhi)));
+    c[3] = vreinterpretq_s8_s64(vzip2q_s64(vreinterpretq_s64_s8(ahi), vreinterpretq_s64_s8(bhi)));
+}
+
+/* 32 elements of a row pair (w: fg_pair8_neon) . 32 of an activation pair (x): SMMLA's 2x2 int32 products, lanes
+ * (row 0, act 0), (row 0, act 1), (row 1, act 0), (row 1, act 1), accumulated on acc. */
+FG_INLINE_NEON FG_TARGET_I8MM int32x4_t fg_mm32_neoni8mm(int32x4_t acc, const int8x16_t w[4], const int8x16_t x[4]) {
+    acc = vmmlaq_s32(acc, w[0], x[0]);
+    acc = vmmlaq_s32(acc, w[1], x[1]);
+    acc = vmmlaq_s32(acc, w[2], x[2]);
+    return vmmlaq_s32(acc, w[3], x[3]);
+}
+
+/* M > 1, i8mm: the 4 rows as 2 pairs, each activation pair (the last one of an odd M paired with itself) 8 SMMLA;
+ * the pairs' 2x2 sums, rows 0-1 in p[0] and 2-3 in p[1], unzip to each activation's 4 row lanes. Exact int32 as the
+ * dotprod sums, so the tile's float step gives the dotprod tile's bits. */
+FG_INLINE_NEON FG_TARGET_I8MM void fg_b32_dots_neoni8mm(const int fmt, const int M, const char *wh, size_t stride,
+                                                        int Rh, const int8x16_t table, const int8_t *x, size_t xs,
+                                                        int32x4_t *dot) {
+    int8x16_t lo[4], hi[4], wp[2][4];
+    for (int r = 0; r < 4; r++) {
+        lo[r] = hi[r] = vdupq_n_s8(0);
+        if (r < Rh) fg_b32_row_neon(wh + r * stride, fmt, table, &lo[r], &hi[r]);
+    }
+    fg_pair8_neon(lo[0], hi[0], lo[1], hi[1], wp[0]);
+    fg_pair8_neon(lo[2], hi[2], lo[3], hi[3], wp[1]);
+    for (int a = 0; a < M; a += 2) {
+        const int8_t *xa = x + a * xs, *xb = a + 1 < M ? xa + xs : xa;
+        int8x16_t xp[4];
+        fg_pair8_neon(vld1q_s8(xa), vld1q_s8(xa + 16), vld1q_s8(xb), vld1q_s8(xb + 16), xp);
+        const int32x4_t p0 = fg_mm32_neoni8mm(vdupq_n_s32(0), wp[0], xp);
+        const int32x4_t p1 = Rh > 2 ? fg_mm32_neoni8mm(vdupq_n_s32(0), wp[1], xp) : vdupq_n_s32(0);
+        dot[a] = vuzp1q_s32(p0, p1);
+        if (a + 1 < M) dot[a + 1] = vuzp2q_s32(p0, p1);
+    }
+}
+FG_B32_TILE8_NEON(fg_b32_tile8_neoni8mm, FG_TARGET_I8MM, fg_b32_dots_neoni8mm)
+
+/* A 32-element format's i8mm kernels vec_dot_<SFX>_neoni8mm, gemv_..., gemm_... (its FG_ROW_I8MM row): FMT its
+ * FG_B32_*, LEVELS its 16-level table or NULL, AUX the activation's fg_q8_*_aux_neon, WB / XB the weight and
+ * activation block sizes, BLK elements per block. */
+#define FG_B32_KERNELS_NEONI8MM(SFX, FMT, LEVELS, AUX, WB, XB, BLK)                                                  \
+    FG_INLINE_NEON FG_TARGET_I8MM void SFX##_tile8_neoni8mm(const int R, const int M, int first, int kc,            \
+                                                            const char *w, size_t stride, const char *x, size_t xs, \
+                                                            const fg_xaux (*aux)[FG_KC], float *y, int64_t ldy) {   \
+        fg_b32_tile8_neoni8mm(R, M, first, kc, w, stride, x, xs, aux, y, ldy, FMT, LEVELS);                         \
+    }                                                                                                               \
+    FG_KERNELS_FROM_TILE8(vec_dot_##SFX##_neoni8mm, gemv_##SFX##_neoni8mm, gemm_##SFX##_neoni8mm, FG_TARGET_I8MM,    \
+                          SFX##_tile8_neoni8mm, AUX, WB, XB, BLK, 8)
+#endif /* FG_HAVE_I8MM */
 
 #endif

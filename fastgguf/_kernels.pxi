@@ -98,7 +98,8 @@ def set_isa(name):
 
 
 def ext_name(isa=None):
-    """The run-time extension of an instruction set ("vnni" for avx512, "dotprod" for neon, else "")."""
+    """The run-time extension of an instruction set ("vnni" for avx512; for neon "i8mm" on a CPU with it, whose
+    kernels run above the dotprod ones, else "dotprod"; "" for the others)."""
     return fg_isa_ext_name(_isa_id(active() if isa is None else isa)).decode()
 
 
@@ -112,14 +113,15 @@ def ext_enabled():
 
 
 def set_ext(on):
-    """Use (True) or avoid (False) the extension kernels (VNNI, dotprod); returns whether they are in use now.
+    """Use (True) or avoid (False) the extension kernels (VNNI; dotprod and i8mm); returns whether they are in use
+    now.
 
     FASTGGUF_NO_EXT=1 in the environment starts with them off."""
     return bool(fg_set_ext(1 if on else 0))
 
 
 def active_ext():
-    """The extension the active kernels use ("vnni", "dotprod" or "")."""
+    """The extension the active kernels use ("vnni", "i8mm", "dotprod" or "")."""
     i = fg_isa_active()
     return fg_isa_ext_name(i).decode() if fg_ext_enabled() and fg_isa_ext_available(i) else ""
 

@@ -11,7 +11,7 @@ table, and array-level quantize / dequantize / matmul (the same kernels the forw
 There is one kernel table in the process (fastgguf._native holds every C file once), so set_isa() reaches the
 forward pass, the samplers and these wrappers alike. FASTGGUF_ISA=<name> picks the instruction set at import: an
 unknown or unavailable name makes `import fastgguf` fail with the valid values; FASTGGUF_NO_EXT=1 keeps the
-run-time extensions (VNNI on avx512, dotprod on neon) off.
+run-time extensions (VNNI on avx512, dotprod and i8mm on neon) off.
 
 quantize() and quantize_as_llama_file() refuse rows they cannot write: a block with a NaN or inf weight, or one too
 large for the format (one of 6e5 overflows a Q4_0 block's fp16 scale), raises QuantizeError naming its row and block

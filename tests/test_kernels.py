@@ -28,7 +28,7 @@ FP16_RTOL = 2.0 ** -11
 
 
 def _variants():
-    """(isa, use_extension) pairs: every ISA, and its VNNI/dotprod variant separately where the CPU has one."""
+    """(isa, use_extension) pairs: every ISA, and its VNNI/dotprod(+i8mm) variant separately where the CPU has one."""
     out = []
     for isa in ISAS:
         out.append((isa, False))
@@ -267,7 +267,7 @@ def test_row_lane_kernels_equal_scalar_exactly(isa, t):
     if t not in ROW_LANE_EXACT.get(isa, ()) + ROW_LANE_EXACT_EXT.get(ext, ()):
         kernels.set_isa(prev)
         pytest.skip(f"no exact row-lane {t} tile on {isa}")
-    if isa == "neon" and ext != "dotprod":
+    if isa == "neon" and ext not in ("dotprod", "i8mm"):
         kernels.set_isa(prev)
         pytest.skip("NEON without dotprod has no row-lane tiles")
     sizes = ((256, 9), (256 * 129, 11)) if t == "IQ4_XS" else ((64, 9), (4096 + 96, 11), (96, 37))

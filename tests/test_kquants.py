@@ -196,12 +196,12 @@ def test_vec_dot_random_blocks_vs_float64(isa, t):
 def test_gemm_equals_gemv_exactly(isa, t):
     """Batched products (the gemm tiles: up to 8 activation rows per weight row) equal the gemv of each activation
     row bit for bit, at odd row counts (tails of the 8-row gemv tile) and m = 1..9 (tails of the 8-activation
-    tile). On x86 and NEON with dotprod the Q4_K/Q5_K/Q6_K kernels also equal the scalar vec_dot bit for bit: each
-    super-block's sums are exact integers and every (row, activation) lane takes the scalar reference's float step in
-    its order."""
+    tile). On x86 and NEON with dotprod (or i8mm) the Q4_K/Q5_K/Q6_K kernels also equal the scalar vec_dot bit for
+    bit: each super-block's sums are exact integers and every (row, activation) lane takes the scalar reference's
+    float step in its order."""
     prev = kernels.set_isa(isa)
     exact_scalar = t in ("Q4_K", "Q5_K", "Q6_K") and (
-        isa in ("avx2", "avx512") or (isa == "neon" and kernels.active_ext() == "dotprod"))
+        isa in ("avx2", "avx512") or (isa == "neon" and kernels.active_ext() in ("dotprod", "i8mm")))
     try:
         for n in (256, 768):
             for rows in (1, 7, 9, 17):

@@ -1,5 +1,8 @@
 /* C-level check of every SIMD kernel against the scalar reference, for each ISA this CPU runs (with and without
- * its run-time extension: VNNI on avx512, dotprod on neon), on random data at odd sizes.
+ * its run-time extensions: VNNI on avx512, dotprod and i8mm on neon), on random data at odd sizes. NEON's extensions go
+ * on and off together (fg_set_ext): .ci/kernels.sh runs this under qemu on CPUs with i8mm, with dotprod alone and
+ * with neither, so each path runs somewhere. The i8mm gemms (SMMLA) equal the gemv of each activation bit for bit
+ * (their gemv is the dotprod one) in every gemm check here: test_type's m = 1..9 x rows 1..27, and test_gemm_many.
  *
  * Build (see .ci/kernels.sh): cc -Icsrc tests/c/test_kernels.c csrc/fg_cpu.c csrc/fg_dispatch.c
  *                               csrc/fg_quant_float.c csrc/fg_quant_q4_0.c csrc/fg_quant_q4_1.c csrc/fg_quant_q8.c
@@ -290,7 +293,7 @@ static void test_gemm_many(int isa, const char *name) {
     test_gemm_m(isa, name, 70, 29, 2304); /* a 16-row tile, then 13: the K-quants' zmm unpack of 9..15 rows */
     /* the K-quant gemms' columns of FG_KQ_KC = 8 super-blocks: 17 super-blocks (two columns, then 1) at the
      * activation counts around their thresholds and passes (8, 9, 33, 65) and rows that fill no 8- or 16-row block */
-    static const long mk[] = {1, 7, 8, 9, 33, 65}, rk[] = {5, 13, 21};
+    static const long mk[] = {1, 2, 3, 7, 8, 9, 33, 65}, rk[] = {1, 3, 5, 13, 21}; /* 2, 3: i8mm's activation pairs */
     for (size_t c = 0; c < sizeof(mk) / sizeof(mk[0]); c++)
         for (size_t r = 0; r < sizeof(rk) / sizeof(rk[0]); r++) test_gemm_m(isa, name, mk[c], rk[r], 17 * 256);
 }
