@@ -298,4 +298,15 @@ FG_INLINE_NEON void fg_q8_k_aux_neon(const char *x, int kc, fg_xaux *aux) {
     for (int i = 0; i < kc; i++) aux[i].d = xb[i].d, aux[i].c = 0;
 }
 
+/* A K-quant format's lanes kernels vec_dot_NAME, gemv_NAME, gemm_NAME (FG_KERNELS_FROM_TILE8) on the tile TILE
+ * (fg_kq_tile8_neondp or fg_kq_tile8_neoni8mm) for format KIND (FG_KQ_Q4_K, ...) of BLOCK-sized super-blocks. */
+#define FG_KQ_KERNELS_NEON(NAME, TARGET, TILE, KIND, BLOCK)                                                       \
+    FG_INLINE_NEON TARGET void NAME##_tile8(const int R, const int M, int first, int kc, const char *w,          \
+                                            size_t stride, const char *x, size_t xs, const fg_xaux (*aux)[FG_KC], \
+                                            float *y, int64_t ldy) {                                              \
+        TILE(R, M, first, kc, w, stride, x, xs, aux, y, ldy, KIND);                                               \
+    }                                                                                                             \
+    FG_KERNELS_FROM_TILE8(vec_dot_##NAME, gemv_##NAME, gemm_##NAME, TARGET, NAME##_tile8, fg_q8_k_aux_neon,        \
+                          sizeof(BLOCK), sizeof(block_q8_K), QK_K, 8)
+
 #endif

@@ -165,21 +165,9 @@ FG_KQ_GEMM_VNNI(gemm_q5_k_q8_k_vnni, q5_k_rows16_vnni, 8, 1, gemm_q5_k_q8_k_avx2
 Q5_K_ROWS_NEON(q5_k_rows_neon, FG_NO_TARGET, fg_dot_s8_emul)
 FG_DOT_FROM_ROWS(vec_dot_q5_k_q8_k_neon, FG_NO_TARGET, q5_k_rows_neon, QK_K)
 FG_GEMV_FROM_ROWS(gemv_q5_k_q8_k_neon, FG_NO_TARGET, q5_k_rows_neon, QK_K)
-FG_INLINE_NEON FG_TARGET_DOTPROD void q5_k_tile8_neondp(const int R, const int M, int first, int kc, const char *w,
-                                                    size_t stride, const char *x, size_t xs,
-                                                    const fg_xaux (*aux)[FG_KC], float *y, int64_t ldy) {
-    fg_kq_tile8_neondp(R, M, first, kc, w, stride, x, xs, aux, y, ldy, FG_KQ_Q5_K);
-}
-FG_KERNELS_FROM_TILE8(vec_dot_q5_k_q8_k_neondp, gemv_q5_k_q8_k_neondp, gemm_q5_k_q8_k_neondp, FG_TARGET_DOTPROD,
-                      q5_k_tile8_neondp, fg_q8_k_aux_neon, sizeof(block_q5_K), sizeof(block_q8_K), QK_K, 8)
+FG_KQ_KERNELS_NEON(q5_k_q8_k_neondp, FG_TARGET_DOTPROD, fg_kq_tile8_neondp, FG_KQ_Q5_K, block_q5_K)
 #if FG_HAVE_I8MM
-FG_INLINE_NEON FG_TARGET_I8MM void q5_k_tile8_neoni8mm(const int R, const int M, int first, int kc, const char *w,
-                                                      size_t stride, const char *x, size_t xs,
-                                                      const fg_xaux (*aux)[FG_KC], float *y, int64_t ldy) {
-    fg_kq_tile8_neoni8mm(R, M, first, kc, w, stride, x, xs, aux, y, ldy, FG_KQ_Q5_K);
-}
-FG_KERNELS_FROM_TILE8(vec_dot_q5_k_q8_k_neoni8mm, gemv_q5_k_q8_k_neoni8mm, gemm_q5_k_q8_k_neoni8mm, FG_TARGET_I8MM,
-                      q5_k_tile8_neoni8mm, fg_q8_k_aux_neon, sizeof(block_q5_K), sizeof(block_q8_K), QK_K, 8)
+FG_KQ_KERNELS_NEON(q5_k_q8_k_neoni8mm, FG_TARGET_I8MM, fg_kq_tile8_neoni8mm, FG_KQ_Q5_K, block_q5_K)
 #endif
 #endif /* FG_HAVE_NEON */
 
