@@ -121,21 +121,6 @@ FG_INLINE_AVX512_VNNI __m512i fg_kq_rows16_corr(const fg_kq_rows16 *u, const blo
     return c;
 }
 
-/* t + q . x (dpbusd), x's 4 bytes broadcast from memory as the instruction's own operand ({1to16}). gcc (12) does not
- * fold _mm512_set1_epi32 of a load into vpdpbusd: it emits a vpbroadcastd per dpbusd, 40 of the tile's ~110 uops per
- * sub-block and 8 activations; clang folds it itself. The folded form: Q6_K's tile alone 210 -> 230 GMAC/s, its gemm
- * +2-5%, Q4_K's gemm +5-15% (one thread, busy; benchmarks/results/gemm-2026-12-05-vnq6-*). */
-FG_INLINE_AVX512_VNNI __m512i fg_dpbusd_bcst(__m512i t, __m512i q, const int8_t *x) {
-#if defined(__GNUC__) && !defined(__clang__)
-    __asm__("vpdpbusd %2%{1to16%}, %1, %0" : "+v"(t) : "v"(q), "m"(*(const int32_t *)x));
-    return t;
-#else
-    int32_t x4;
-    memcpy(&x4, x, 4);
-    return _mm512_dpbusd_epi32(t, q, _mm512_set1_epi32(x4));
-#endif
-}
-
 /* M activations (a constant: their sums stay in registers) of super-block i (x: the first, xstride apart) over the
  * 16 rows of u: y[a * ldy + r] = (first ? 0 : y) + the rows8 float step, lane r (row r) where mask. Per sub-block its
  * SUB groups are one dpbusd chain per activation, t (|t| < 2^17), scaled exactly by the rows' scale s as the int16

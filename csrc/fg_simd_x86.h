@@ -401,6 +401,21 @@ FG_INLINE_AVX512 __m512i fg_bcast32_512(const void *p) {
     return _mm512_set1_epi32(v);
 }
 
+/* t + q . x (dpbusd), x's 4 bytes broadcast from memory as the instruction's own operand ({1to16}). gcc (12) does not
+ * fold fg_bcast32_512 of a load into vpdpbusd: it emits a vpbroadcastd per dpbusd (in the K-quant gemm tile, 40 of
+ * ~110 uops per sub-block and 8 activations); clang folds it itself, and other compilers take the intrinsics. The
+ * folded form: Q6_K's tile alone 210 -> 230 GMAC/s, its gemm +2-5%, Q4_K's gemm +5-15% (one thread, busy;
+ * benchmarks/results/gemm-2026-12-05-vnq6-*). The Q4_0 / Q8_0 panel gemm (fg_panel_vnni.h) gained nothing from it
+ * (2048x2048 and 2048x8192, m = 256, quiet, 2 alternating rounds: within +-4%), so it keeps fg_bcast32_512. */
+FG_INLINE_AVX512_VNNI __m512i fg_dpbusd_bcst(__m512i t, __m512i q, const void *x) {
+#if defined(__GNUC__) && !defined(__clang__)
+    __asm__("vpdpbusd %2%{1to16%}, %1, %0" : "+v"(t) : "v"(q), "m"(*(const int32_t *)x));
+    return t;
+#else
+    return _mm512_dpbusd_epi32(t, q, fg_bcast32_512(x));
+#endif
+}
+
 /* fg_nib8_dot_vnni for 16 row lanes, added to acc (a tile's integer correction, or zero): one chain, as the gemm
  * tiles run it for several activations whose chains overlap. */
 FG_INLINE_AVX512_VNNI __m512i fg_nib16_dot_vnni(__m512i acc, const __m512i lo[4], const __m512i hi[4], const int8_t *xq) {
