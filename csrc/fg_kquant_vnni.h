@@ -23,22 +23,19 @@
  * taking the scalar reference's float step in its order. TILE(R, nb, w, stride, ahead, x, y, ystride): rows
  * w + r * stride (r < R) into y[r * ystride]; each (row, block) asks for the bytes `ahead` of it.
  *
- * The rows of a tile are 8 streams (FG_KQ_GEMV_VNNI): the matrix is cut into 8 runs of rows and tile t takes row t
- * of each run, so every run is read in address order, block after block and row after row, as 8 ascending streams
- * (the bandwidth probe's pattern, fg_bandwidth.c), each asking for the same block a row on. Tiles of 8 adjacent rows
- * read rows narrower than a 4 KB page (2048 wide: 1152 bytes of Q4_K) back and forth within a page, which the
- * hardware prefetcher follows badly: one thread over 600 MB of 2048-wide rows read Q4_K at 9.6 GB/s so (the AVX2
- * tile 9.2) and at 14.9 as streams, Q6_K 8.4 (AVX2) -> 12.7, against a 15.4 GB/s probe in the same process
- * (2 vCPUs, other work running; 8192-wide rows gain less, their rows already span pages). Rows left over
- * (nrows % 8) take one tile of adjacent rows. ---- */
+ * The rows of a tile are 8 streams (FG_KQ_GEMV_VNNI): the matrix is cut into 8 runs of rows and tile t takes row t of
+ * each run, so every run is read in address order, block after block and row after row, as 8 ascending streams (the
+ * bandwidth probe's pattern, fg_bandwidth.c), each asking for the bytes FG_STREAM_AHEAD on (fg_simd.h). Tiles of 8
+ * adjacent rows read rows narrower than a 4 KB page (2048 wide: 1152 bytes of Q4_K) back and forth within a page, which
+ * the hardware prefetcher follows badly: one thread over 600 MB of 2048-wide rows read Q4_K at 9.6 GB/s so (the AVX2
+ * tile 9.2) and at 14.9 as streams, Q6_K 8.4 (AVX2) -> 12.7, against a 15.4 GB/s probe in the same process (2 vCPUs,
+ * other work running; 8192-wide rows gain less, their rows already span pages). Rows left over (nrows % 8) take one
+ * tile of adjacent rows. ---- */
 #define FG_KQ_GEMV_PREFETCH(b, ahead, bs)                                                                   \
     do {                                                                                                     \
         for (size_t c_ = 0; c_ < (bs); c_ += 64) _mm_prefetch((const char *)(b) + (ahead) + c_, _MM_HINT_T0); \
         _mm_prefetch((const char *)(b) + (ahead) + (bs) - 1, _MM_HINT_T0);                                  \
     } while (0)
-#ifndef FG_KQ_GEMV_AHEAD
-#define FG_KQ_GEMV_AHEAD(stride) (stride) /* the stream's next row */
-#endif
 #define FG_KQ_GEMV_VNNI(DOT, GEMV, TILE)                                                                      \
     FG_TARGET_AVX512_VNNI static float DOT(int64_t n, const void *w, const void *x) {                         \
         float y;                                                                                              \
@@ -49,7 +46,7 @@
                                            int64_t nrows) {                                                   \
         const int64_t q = nrows / 8; /* rows per stream */                                                     \
         for (int64_t t = 0; t < q; t++)                                                                       \
-            TILE(8, n / QK_K, (const char *)w + t * stride, q * stride, FG_KQ_GEMV_AHEAD(stride),             \
+            TILE(8, n / QK_K, (const char *)w + t * stride, q * stride, FG_STREAM_AHEAD,                      \
                  (const block_q8_K *)x, y + t, q);                                                            \
         if (nrows > 8 * q)                                                                                    \
             TILE((int)(nrows - 8 * q), n / QK_K, (const char *)w + 8 * q * stride, stride, 8 * stride,        \
