@@ -255,18 +255,27 @@ FG_KQ_GEMM_VNNI(gemm_q6_k_q8_k_vnni, q6_k_rows16_vnni, 4, 0, gemm_q6_k_q8_k_avx2
 /* The gemv (and vec_dot) on AVX-512 VNNI: the AVX2 tile's loop (8 rows, one activation) with its integer sums made
  * in zmm. Per half h of a row, ql's 64 bytes (a | b) and qh's 32 in both 256-bit halves give two zmm of weights
  * 0..63 in element order: 128h + 0..63 (a & 15 | b & 15, qh bits 0-1 | 2-3) and 128h + 64..127 (a >> 4 | b >> 4,
- * bits 4-5 | 6-7). Each is one dpbusd against 64 activation bytes, whose int32 lanes (|v| <= 4 * 63 * 128: an
- * int16, its high half the sign) take their sub-block's int8 scale (lane l: sub-block 8h + 4k + l / 4) in one
- * dpwssd (lane pair (v, sign) x (scale, 0)). The -32 offset is the tile's -32 bsums . scales. Integer sums and
- * float step are the tile's, so the results equal it (and the scalar reference) bit for bit. In cache (512x4096)
- * 26.7 GB/s against the AVX2 tile's 20.3 (one thread, busy); the tiles run as 8 streams (FG_KQ_GEMV_VNNI). */
-FG_INLINE_AVX512_VNNI __m256i q6_k_block_vnni(const block_q6_K *b, const block_q8_K *xb) {
-    const __m512i m4 = _mm512_set1_epi8(0x0f), m30 = _mm512_set1_epi8(0x30), lo16 = _mm512_set1_epi32(0xffff);
-    const __m512i quarter = _mm512_setr_epi32(0, 0, 0, 0, 1, 1, 1, 1, 2, 2, 2, 2, 3, 3, 3, 3);
+ * bits 4-5 | 6-7). Each is one dpbusd against 64 activation bytes, whose int32 lanes (|v| <= 4 * 63 * 128 <
+ * 32768) the two pack into int16 (packs: exact): 128-bit lane i holds 4 sums of sub-block 8h + i, then 4 of
+ * 8h + 4 + i, and one dpwssd takes each pair of them times its int8 scale, put in place as int16 by one in-lane
+ * byte shuffle (into the high byte) and a shift (q6_k_sc16). The -32 offset is the tile's -32 bsums . scales.
+ * Integer sums and float step are the tile's, so the results equal it (and the scalar reference) bit for bit.
+ * The tiles run as 8 streams (FG_KQ_GEMV_VNNI). */
+FG_INLINE_AVX512_VNNI __m512i q6_k_sc16(int h) {
+    int8_t c[64];
+    for (int i = 0; i < 4; i++)
+        for (int j = 0; j < 8; j++) {
+            c[16 * i + 2 * j] = (int8_t)0x80; /* a zero low byte */
+            c[16 * i + 2 * j + 1] = (int8_t)(8 * h + i + (j >= 4 ? 4 : 0));
+        }
+    return _mm512_loadu_si512((const void *)c);
+}
+FG_INLINE_AVX512_VNNI __m256i q6_k_block_vnni(const block_q6_K *b, const block_q8_K *xb, const __m512i sc16[2]) {
+    const __m512i m4 = _mm512_set1_epi8(0x0f), m30 = _mm512_set1_epi8(0x30);
     const __m512i cnt0 = _mm512_mask_blend_epi64(0xf0, _mm512_set1_epi16(4), _mm512_set1_epi16(2));
     const __m512i cnt1 = _mm512_mask_blend_epi64(0xf0, _mm512_setzero_si512(), _mm512_set1_epi16(2));
     const __m128i sc8 = _mm_loadu_si128((const __m128i *)b->scales);
-    const __m512i sc = _mm512_and_si512(_mm512_cvtepi8_epi32(sc8), lo16); /* (scale, 0) int16 pairs */
+    const __m512i sc = _mm512_broadcast_i32x4(sc8); /* the 16 scales in every 128-bit lane */
     const __m256i bm = _mm256_madd_epi16(_mm256_loadu_si256((const __m256i *)xb->bsums), _mm256_cvtepi8_epi16(sc8));
     __m512i s = _mm512_setzero_si512();
     for (int h = 0; h < 2; h++) {
@@ -276,16 +285,17 @@ FG_INLINE_AVX512_VNNI __m256i q6_k_block_vnni(const block_q6_K *b, const block_q
         const __m512i v1 = _mm512_or_si512(_mm512_and_si512(_mm512_srli_epi16(ql, 4), m4),
                                            _mm512_and_si512(_mm512_srlv_epi16(qh, cnt1), m30));
         const int8_t *xq = xb->qs + 128 * h;
-        s = _mm512_dpwssd_epi32(s, _mm512_dpbusd_epi32(_mm512_setzero_si512(), v0, _mm512_loadu_si512((const void *)xq)),
-                                _mm512_permutexvar_epi32(_mm512_add_epi32(quarter, _mm512_set1_epi32(8 * h)), sc));
-        s = _mm512_dpwssd_epi32(s, _mm512_dpbusd_epi32(_mm512_setzero_si512(), v1, _mm512_loadu_si512((const void *)(xq + 64))),
-                                _mm512_permutexvar_epi32(_mm512_add_epi32(quarter, _mm512_set1_epi32(8 * h + 4)), sc));
+        const __m512i p = _mm512_packs_epi32(
+            _mm512_dpbusd_epi32(_mm512_setzero_si512(), v0, _mm512_loadu_si512((const void *)xq)),
+            _mm512_dpbusd_epi32(_mm512_setzero_si512(), v1, _mm512_loadu_si512((const void *)(xq + 64))));
+        s = _mm512_dpwssd_epi32(s, p, _mm512_srai_epi16(_mm512_shuffle_epi8(sc, sc16[h]), 8));
     }
     return _mm256_sub_epi32(_mm256_add_epi32(_mm512_castsi512_si256(s), _mm512_extracti64x4_epi64(s, 1)),
                             _mm256_slli_epi32(bm, 5));
 }
 FG_INLINE_AVX512_VNNI void q6_k_tile_vnni(int R, int64_t nb, const char *w, size_t stride, size_t ahead,
                                           const block_q8_K *x, float *y, int64_t ystride) {
+    const __m512i sc16[2] = {q6_k_sc16(0), q6_k_sc16(1)};
     __m256 acc = _mm256_setzero_ps();
     for (int64_t i = 0; i < nb; i++) {
         __m256i isum[8];
@@ -295,7 +305,7 @@ FG_INLINE_AVX512_VNNI void q6_k_tile_vnni(int R, int64_t nb, const char *w, size
             const block_q6_K *b = (const block_q6_K *)(w + r * stride) + i;
             FG_KQ_GEMV_PREFETCH(b, ahead, sizeof(block_q6_K));
             dh[r] = b->d;
-            isum[r] = q6_k_block_vnni(b, x + i);
+            isum[r] = q6_k_block_vnni(b, x + i, sc16);
         }
         const __m256 dx = _mm256_set1_ps(x[i].d);
         acc = _mm256_add_ps(acc, _mm256_mul_ps(_mm256_mul_ps(_mm256_cvtph_ps(_mm_loadu_si128((const __m128i *)dh)), dx),

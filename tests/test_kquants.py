@@ -220,6 +220,33 @@ def test_gemm_equals_gemv_exactly(isa, t):
         kernels.set_isa(prev)
 
 
+@pytest.mark.parametrize("isa", ISAS)
+@pytest.mark.parametrize("t", WEIGHTS)
+def test_gemm_random_blocks_at_the_extremes_equals_gemv(isa, t):
+    """The batched kernels (the rows-in-lanes gemm from 8 activations on) at the integer extremes: random weight
+    bytes (largest scales and quants) against activations quantized to all -128 (a constant row), to -128 then
+    +127 (a row whose largest magnitude is its first value), and with many +-127: bit for bit the gemv of each
+    row, so no int16 chunk sum saturates (the AVX2 Q6_K gemm feeds maddubs x + 128 against q - 32)."""
+    b = kernels.block_size(t)
+    nb = 3 if b == 256 else 24
+    n, rows, m = nb * b, 11, 19
+    w = _random_blocks(t, rows * nb, seed=200 + ALL.index(t)).reshape(rows, -1)
+    x = _data((m, n), 31)
+    x[::3, ::5] = np.where(x[::3, ::5] > 0, 8.0, -8.0)
+    x[1] = 1.0                        # every quant -128
+    x[2] = 1.0
+    x[2, ::b] = -1.0                  # -128 at each block's first element, +127 (clamped) after it
+    x[4] = -np.abs(x[4])
+    prev = kernels.set_isa(isa)
+    try:
+        got = kernels.matmul(w, t, x, n_threads=1)
+        xq = kernels.quantize(x, kernels.vec_dot_type(t))
+        ref = np.stack([kernels.gemv(w, t, xq[i], isa=isa) for i in range(m)])
+        assert np.array_equal(got, ref), (t, np.argwhere(got != ref)[:5])
+    finally:
+        kernels.set_isa(prev)
+
+
 @pytest.mark.parametrize("t", WEIGHTS)
 def test_set_isa_matmul_agrees_with_scalar(t):
     n = 4 * kernels.block_size(t) if kernels.block_size(t) == 256 else 40 * kernels.block_size(t)
