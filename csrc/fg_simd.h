@@ -231,9 +231,11 @@ typedef struct {
  * past L1, so lines were evicted before use. One thread, 256 MB of random blocks (benchmarks/gemv_ceiling.c), AMD
  * EPYC (Zen 4), quiet, GB/s a row ahead -> 384 bytes: AVX2 Q6_K 20.3 -> 25.0 (2048 wide), 16.2 -> 22.9 (8192); AVX2
  * Q4_K 16.0 -> 20.4 (8192); VNNI Q6_K 18.8 -> 26.1 (8192), Q4_K 17.9 -> 22.1 (8192); Q8_0 25.0 -> 29.3 (2048); MXFP4
- * +5-10%; the rest within noise. 256 and 640 bytes did no better. */
+ * +5-10%; the rest within noise; 256 and 640 bytes did no better. On an Intel Xeon (2 vCPUs, 16.6 GB/s probe), 384
+ * bytes read every format 3-10% slower than a row ahead (Q4_0 2048 wide 17.2 -> 15.8), 768 as fast or faster (Q4_0
+ * 17.0, Q8_0 17.4, Q4_K 8192 wide 15.5 -> 16.4): benchmarks/results/gemv-2026-12-05e-xeon-stream-ahead.txt. */
 #ifndef FG_STREAM_AHEAD
-#define FG_STREAM_AHEAD 384
+#define FG_STREAM_AHEAD 768
 #endif
 #define FG_GEMV_STREAMS_KB (8 * FG_KC)
 #define FG_GEMV_STREAMS(GEMV, TARGET, TILE1, GEMM, AUX, WBLK, XBLK, BLK)                                     \
