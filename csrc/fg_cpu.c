@@ -44,7 +44,7 @@ static unsigned long long xgetbv0(void) {
 
 static struct {
     int done;
-    int avx2, fma, f16c, avx512f, avx512bw, avx512vl, avx512vnni, neon, dotprod, i8mm;
+    int avx2, fma, f16c, avx512f, avx512bw, avx512vl, avx512vnni, neon, dotprod, i8mm, amd;
     char names[160];
 } cpu;
 
@@ -54,6 +54,8 @@ static void detect(void) {
     unsigned r[4];
     cpuid(0, 0, r);
     unsigned max_leaf = r[0];
+    cpu.amd = (r[1] == 0x68747541 && r[3] == 0x69746e65 && r[2] == 0x444d4163) || /* "AuthenticAMD" */
+              (r[1] == 0x6f677948 && r[3] == 0x656e6975 && r[2] == 0x6e65476e);   /* "HygonGenuine" */
     cpuid(1, 0, r);
     int osxsave = (r[2] >> 27) & 1, avx = (r[2] >> 28) & 1;
     int fma = (r[2] >> 12) & 1, f16c = (r[2] >> 29) & 1;
@@ -139,6 +141,7 @@ int fg_isa_available(int isa) {
 }
 
 int fg_cpu_has_vnni(void) { detect(); return cpu.avx512vnni; }
+int fg_cpu_is_amd(void) { detect(); return cpu.amd; }
 int fg_cpu_has_dotprod(void) { detect(); return cpu.dotprod; }
 /* i8mm kernels run above the dotprod ones (every i8mm CPU has dotprod): both, and a compiler that builds them. */
 int fg_cpu_has_i8mm(void) { detect(); return FG_HAVE_I8MM && cpu.dotprod && cpu.i8mm; }

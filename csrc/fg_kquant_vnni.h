@@ -25,7 +25,7 @@
  *
  * The rows of a tile are 8 streams (FG_KQ_GEMV_VNNI): the matrix is cut into 8 runs of rows and tile t takes row t of
  * each run, so every run is read in address order, block after block and row after row, as 8 ascending streams (the
- * bandwidth probe's pattern, fg_bandwidth.c), each asking for the bytes FG_STREAM_AHEAD on (fg_simd.h). Tiles of 8
+ * bandwidth probe's pattern, fg_bandwidth.c), each asking for the bytes fg_stream_ahead on (fg_simd.h). Tiles of 8
  * adjacent rows read rows narrower than a 4 KB page (2048 wide: 1152 bytes of Q4_K) back and forth within a page, which
  * the hardware prefetcher follows badly: one thread over 600 MB of 2048-wide rows read Q4_K at 9.6 GB/s so (the AVX2
  * tile 9.2) and at 14.9 as streams, Q6_K 8.4 (AVX2) -> 12.7, against a 15.4 GB/s probe in the same process (2 vCPUs,
@@ -45,8 +45,9 @@
     FG_TARGET_AVX512_VNNI static void GEMV(int64_t n, const void *w, size_t stride, const void *x, float *y,  \
                                            int64_t nrows) {                                                   \
         const int64_t q = nrows / 8; /* rows per stream */                                                     \
+        const size_t ahead = fg_stream_ahead(stride);                                                         \
         for (int64_t t = 0; t < q; t++)                                                                       \
-            TILE(8, n / QK_K, (const char *)w + t * stride, q * stride, FG_STREAM_AHEAD,                      \
+            TILE(8, n / QK_K, (const char *)w + t * stride, q * stride, ahead,                                \
                  (const block_q8_K *)x, y + t, q);                                                            \
         if (nrows > 8 * q)                                                                                    \
             TILE((int)(nrows - 8 * q), n / QK_K, (const char *)w + 8 * q * stride, stride, 8 * stride,        \

@@ -329,7 +329,7 @@ FG_INLINE_AVX2 void fg_kq_panel_store(__m256 (*yb)[FG_KQ_G], int np, int G, int6
  * activation: each row's block asks for the bytes `ahead` of it). Tiles run over activations outside and the rows
  * inside, so a group of activations stays in L1 while the rows (a block of 16 from fg_gemm_rows) pass over it. The
  * gemv's tiles take their 8 rows from 8 runs of the matrix, as the VNNI gemv (fg_kquant_vnni.h: 8 ascending
- * streams, each asking for the bytes FG_STREAM_AHEAD on). */
+ * streams, each asking for the bytes fg_stream_ahead on). */
 #define FG_KQ_TAIL_COLS(TILE, A)                                                                              \
     for (int64_t r = 0; r < nrows; r += 8 / (A))                                                             \
         TILE(nrows - r < 8 / (A) ? (int)(nrows - r) : 8 / (A), A, nb, wr + r * stride, stride, 8 * stride,      \
@@ -346,9 +346,9 @@ FG_INLINE_AVX2 void fg_kq_panel_store(__m256 (*yb)[FG_KQ_G], int np, int G, int6
     FG_TARGET_AVX2 static void GEMV(int64_t n, const void *w, size_t stride, const void *x, float *y, int64_t nrows) { \
         const int64_t q = nrows / 8; /* 8 streams, as FG_KQ_GEMV_VNNI: tile t takes row t of 8 runs of q rows */ \
         float t8[8];                                                                                          \
+        const size_t ahead = fg_stream_ahead(stride);                                                         \
         for (int64_t t = 0; t < q; t++) {                                                                     \
-            TILE(8, 1, n / QK_K, (const char *)w + t * stride, q * stride, FG_STREAM_AHEAD, (const char *)x, 0, \
-                 t8, 0);                                                                                      \
+            TILE(8, 1, n / QK_K, (const char *)w + t * stride, q * stride, ahead, (const char *)x, 0, t8, 0);  \
             for (int r = 0; r < 8; r++) y[t + r * q] = t8[r];                                                 \
         }                                                                                                     \
         if (nrows > 8 * q)                                                                                    \

@@ -89,7 +89,7 @@ FG_INLINE_AVX512_VNNI void fg_panel_tile16_vnni_mul(const int R, const int M, in
         fg_lut4_tile16_vnni(R, M, first, kc, w, stride, x, xs, aux, y, ldy, TABLE, sizeof(BLOCK),                \
                             offsetof(BLOCK, qs), SCALE);                                                         \
     }                                                                                                            \
-    /* the streams gemv's one-activation tile: 8 rows in ymm lanes, FG_STREAM_AHEAD on asked for */              \
+    /* the streams gemv's one-activation tile: 8 rows in ymm lanes, fg_stream_ahead on asked for */              \
     FG_INLINE_AVX512_VNNI void P##_tile8_vnni_gemv(const int R, int first, int kc, const char *w, size_t stride,   \
                                                    size_t ahead, const char *x, const fg_xaux (*aux)[FG_KC],     \
                                                    float *y) {                                                   \

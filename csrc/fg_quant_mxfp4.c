@@ -104,7 +104,7 @@ FG_INLINE_AVX2 __m256i mxfp4_dot8_avx2(const __m256i k[8], const int8_t *xq) {
 
 /* R <= 8 rows x M <= 8 activations (FG_KERNELS_FROM_TILE8), row r in lane r; each row's block asks for the block
  * `ahead` bytes on (fg_prefetch_rows8); FG_TILE8_ENTRIES gives mxfp4_tile8_avx2 (the gemm's tiles: 8 rows on) and
- * mxfp4_tile8_avx2_gemv (the one-activation tile of the streams gemv, FG_GEMV_STREAMS: FG_STREAM_AHEAD on). */
+ * mxfp4_tile8_avx2_gemv (the one-activation tile of the streams gemv, FG_GEMV_STREAMS: fg_stream_ahead on). */
 FG_INLINE_AVX2 void mxfp4_tile8_avx2_at(const int R, const int M, int first, int kc, const char *w, size_t stride,
                                         size_t ahead, const char *x, size_t xs, const fg_xaux (*aux)[FG_KC], float *y,
                                         int64_t ldy) {

@@ -95,7 +95,7 @@ FG_TARGET_AVX2 static void dequantize_row_q5_1_avx2(const void *vx, float *y, in
  * broadcast 4-byte groups, 4 maddubs summed in int16 (4 * 2 * 31 * 127 < 32767) per madd. Either way every lane takes
  * the scalar reference's float step, sum += (float)sumi * (dw * dx) + mw * sx, so all paths equal it bit for bit.
  * Each row's block asks for the bytes `ahead` of it (fg_prefetch_rows8): 8 rows on in the tiles (q5_1_tile8_avx2),
- * FG_STREAM_AHEAD on in the gemv (q5_1_tile8_avx2_gemv, FG_GEMV_STREAMS). */
+ * fg_stream_ahead on in the gemv (q5_1_tile8_avx2_gemv, FG_GEMV_STREAMS). */
 FG_INLINE_AVX2 void q5_1_tile8_avx2_at(const int R, const int M, int first, int kc, const char *w, size_t stride,
                                        size_t ahead, const char *x, size_t xs, const fg_xaux (*aux)[FG_KC], float *y,
                                        int64_t ldy) {

@@ -59,6 +59,7 @@
 int fg_cpu_has_vnni(void);
 int fg_cpu_has_dotprod(void);
 int fg_cpu_has_i8mm(void); /* and this build holds the i8mm kernels (FG_HAVE_I8MM) */
+int fg_cpu_is_amd(void);    /* x86 vendor AuthenticAMD (or HygonGenuine, its licensed Zen) */
 
 /* A format's kernel table (fg_<fmt>_kernels in fg_quant_<fmt>.c, read by fg_dispatch.c): a row per ISA (enum
  * fg_isa), then a row per ISA extension, whose entries replace the ISA row's where the CPU has the extension (i8mm's
@@ -208,7 +209,7 @@ typedef struct {
 /* The gemv (one activation) of a row-lane format read as 8 ascending streams: the matrix is cut into 8 runs of q =
  * nrows / 8 rows and tile t takes row t of each run (rows t, t + q, ..., t + 7q: TILE1 with stride q * stride), whole
  * (block after block, FG_KC at a time, its 8 sums carried in acc), each row's block asking for the bytes
- * FG_STREAM_AHEAD on in its stream, so every run is read in address order, row after row, as the K-quant gemvs
+ * fg_stream_ahead on in its stream, so every run is read in address order, row after row, as the K-quant gemvs
  * (fg_kquant_vnni.h: 8-row tiles of adjacent rows narrower than a 4 KB page read it back and forth, which the hardware
  * prefetcher follows badly). Rows left over (nrows % 8) take one tile of adjacent rows. TILE1(R, first, kc, w,
  * stride, ahead, x, aux, y): the format's 8-row tile with one activation (y: lanes r < R, read unless first); the
@@ -226,17 +227,20 @@ typedef struct {
         NAME##_at(R, 1, first, kc, w, stride, ahead, x, 0, aux, y, 0);                                      \
     }
 /* How far ahead in its stream each (row, block) of a streams gemv asks for (FG_GEMV_STREAMS, the K-quant gemvs of
- * fg_kquant_x86.h and fg_kquant_vnni.h): a fixed distance, since a stream's rows lie end to end. Asking for the same
- * block of the stream's next row, as before, kept 8 rows of lines in flight: 37-70 KB at 8192 wide (Q4_K, Q8_0),
- * past L1, so lines were evicted before use. One thread, 256 MB of random blocks (benchmarks/gemv_ceiling.c), AMD
- * EPYC (Zen 4), quiet, GB/s a row ahead -> 384 bytes: AVX2 Q6_K 20.3 -> 25.0 (2048 wide), 16.2 -> 22.9 (8192); AVX2
- * Q4_K 16.0 -> 20.4 (8192); VNNI Q6_K 18.8 -> 26.1 (8192), Q4_K 17.9 -> 22.1 (8192); Q8_0 25.0 -> 29.3 (2048); MXFP4
- * +5-10%; the rest within noise; 256 and 640 bytes did no better. On an Intel Xeon (2 vCPUs, 16.6 GB/s probe), 384
- * bytes read every format 3-10% slower than a row ahead (Q4_0 2048 wide 17.2 -> 15.8), 768 as fast or faster (Q4_0
- * 17.0, Q8_0 17.4, Q4_K 8192 wide 15.5 -> 16.4): benchmarks/results/gemv-2026-12-05e-xeon-stream-ahead.txt. */
+ * fg_kquant_x86.h and fg_kquant_vnni.h; a stream's rows lie end to end): the same block of the stream's next row
+ * (stride bytes on), except on AMD, a fixed FG_STREAM_AHEAD bytes. On an AMD EPYC (Zen 4) a row ahead kept 8 rows of
+ * lines in flight, 37-70 KB at 8192 wide (Q4_K, Q8_0), past its 32 KB L1, so lines were evicted before use: one
+ * thread, 256 MB of random blocks (benchmarks/gemv_ceiling.c), quiet, GB/s a row ahead -> 384 bytes: AVX2 Q6_K 20.3
+ * -> 25.0 (2048 wide), 16.2 -> 22.9 (8192); AVX2 Q4_K 16.0 -> 20.4 (8192); VNNI Q6_K 18.8 -> 26.1 (8192), Q4_K 17.9
+ * -> 22.1 (8192); Q8_0 25.0 -> 29.3 (2048); 1B decode +10-28%; 256 and 640 bytes did no better. On an Intel Xeon
+ * (2 vCPUs, 48 KB L1, 16.6 GB/s probe) a row ahead is the faster: 384 bytes read every format 3-10% slower in that
+ * benchmark, and 1B decode at 1 thread 2-5% slower with 768 bytes (3 alternating rounds), which the row ahead
+ * recovers (benchmarks/results/gemv-2026-12-05e-xeon-stream-ahead.txt, decode-2026-12-05e-xeon-ahead-ab.txt).
+ * Only those two hosts were measured: other x86 vendors take Intel's choice. */
 #ifndef FG_STREAM_AHEAD
-#define FG_STREAM_AHEAD 768
+#define FG_STREAM_AHEAD 384
 #endif
+static inline size_t fg_stream_ahead(size_t stride) { return fg_cpu_is_amd() ? FG_STREAM_AHEAD : stride; }
 #define FG_GEMV_STREAMS_KB (8 * FG_KC)
 #define FG_GEMV_STREAMS(GEMV, TARGET, TILE1, GEMM, AUX, WBLK, XBLK, BLK)                                     \
     TARGET static void GEMV(int64_t n, const void *w, size_t stride, const void *x, float *y, int64_t nrows) { \
@@ -250,10 +254,11 @@ typedef struct {
             AUX((const char *)x + k0 * (XBLK), nb - k0 < FG_KC ? (int)(nb - k0) : FG_KC, aux[k0 / FG_KC]);   \
         const fg_xaux(*caux)[FG_KC] = (const fg_xaux(*)[FG_KC])aux;                                          \
         float acc[8]; /* the tile's 8 rows */                                                                \
+        const size_t ahead = fg_stream_ahead(stride);                                                        \
         for (int64_t t = 0; t < q; t++) {                                                                    \
             for (int64_t k0 = 0; k0 < nb; k0 += FG_KC)                                                       \
                 TILE1(8, k0 == 0, nb - k0 < FG_KC ? (int)(nb - k0) : FG_KC,                                  \
-                      (const char *)w + t * stride + k0 * (WBLK), q * stride, FG_STREAM_AHEAD,               \
+                      (const char *)w + t * stride + k0 * (WBLK), q * stride, ahead,                         \
                       (const char *)x + k0 * (XBLK), caux + k0 / FG_KC, acc);                                 \
             for (int r = 0; r < 8; r++) y[t + r * q] = acc[r];                                               \
         }                                                                                                    \

@@ -30,7 +30,7 @@
  * order, the next tile's and 4 KB more ahead (a Q8_0 GEMV over 640-wide rows streams 10-25% faster so than by asking
  * for each row's block 8 rows on, whose addresses jump by the row stride; wide rows: no difference). Otherwise each
  * row's block `ahead` bytes on (fg_prefetch_rows8; fg_prefetch_tile8: 8 rows on, the next tile's; the streams gemv,
- * FG_GEMV_STREAMS: FG_STREAM_AHEAD on in the stream). */
+ * FG_GEMV_STREAMS: fg_stream_ahead on in the stream). */
 #ifdef FG_NO_PREFETCH
 #define fg_prefetch_rows8(w, stride, ahead, R, i, kc, bs) \
     ((void)(w), (void)(stride), (void)(ahead), (void)(R), (void)(i), (void)(kc))
@@ -549,7 +549,7 @@ FG_INLINE_AVX2 void fg_lut4_dequantize_avx2(const char *x, float *y, int64_t n, 
  * their broadcast 4-byte groups. The signed . signed dot is |k| . (x with k's sign); a pair reaches 2 * 127 * 127, so
  * each group is widened by its own madd. Every lane takes the scalar reference's float step,
  * sum += (float)sumi * (dw * dx) (no FMA), so all paths equal it bit for bit. Each row's block asks for the block
- * `ahead` bytes on (fg_prefetch_rows8: 8 rows on for the gemm's tiles, FG_STREAM_AHEAD on for FG_GEMV_STREAMS). */
+ * `ahead` bytes on (fg_prefetch_rows8: 8 rows on for the gemm's tiles, fg_stream_ahead on for FG_GEMV_STREAMS). */
 FG_INLINE_AVX2 void fg_lut4_tile8_avx2_at(const int R, const int M, int first, int kc, const char *w, size_t stride,
                                           size_t ahead, const char *x, size_t xs, const fg_xaux (*aux)[FG_KC],
                                           float *y, int64_t ldy, const int8_t *levels, const size_t bs,
@@ -641,7 +641,7 @@ FG_INLINE_AVX512 __m512 fg_lut4_step16(__m512 acc, __m512i dot, __m512 dw, const
 
 /* R <= 8 rows x M <= 8 activations (the gemv's tile, M = 1, and the 16-row tile's halves), ymm lanes, dpbusd; blocks
  * of bs bytes, scale at 0, nibbles at qs_off; aux from fg_q8_0_aux128. Each row's block asks for the block `ahead`
- * bytes on (fg_prefetch_rows8): 8 rows on (fg_lut4_tile8_vnni), or FG_STREAM_AHEAD on in the stream
+ * bytes on (fg_prefetch_rows8): 8 rows on (fg_lut4_tile8_vnni), or fg_stream_ahead on in the stream
  * (FG_GEMV_STREAMS). */
 FG_INLINE_AVX512_VNNI void fg_lut4_tile8_vnni_at(const int R, const int M, int first, int kc, const char *w,
                                                  size_t stride, size_t ahead, const char *x, size_t xs,
