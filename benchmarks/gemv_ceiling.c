@@ -11,6 +11,8 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <time.h>
+#include <stddef.h>
+#include "fg_blocks.h"
 #include "fg_kernels.h"
 typedef const fg_type_kernels *(*kof_fn)(int, int);
 static double now(void) { struct timespec t; clock_gettime(CLOCK_MONOTONIC, &t); return t.tv_sec + 1e-9 * t.tv_nsec; }
@@ -18,9 +20,13 @@ int main(int argc, char **argv) {
     if (argc < 6) { fprintf(stderr, "usage: %s LIB TYPE ISA N KB\n", argv[0]); return 2; }
     void *h = dlopen(argv[1], RTLD_NOW);
     if (!h) { fprintf(stderr, "%s\n", dlerror()); return 1; }
-    const int type = atoi(argv[2]), isa = atoi(argv[3]), k_quant = type >= 12 && type <= 14;
-    const long n = atol(argv[4]), kb = atol(argv[5]), blk = k_quant ? 256 : 32;
-    const size_t bs = type == 14 ? 210 : type == 13 ? 176 : type == 12 ? 144 : type == 2 ? 18 : type == 8 ? 34 : 17;
+    const int type = atoi(argv[2]), isa = atoi(argv[3]);
+    const long n = atol(argv[4]), kb = atol(argv[5]);
+    /* the format's facts from the library's type table */
+    const size_t bs = ((size_t (*)(int))dlsym(h, "fg_type_size"))(type);
+    const long blk = (long)((int64_t (*)(int))dlsym(h, "fg_blck_size"))(type);
+    const int k_quant = blk == QK_K;
+    if (!bs || !blk || n % blk) { fprintf(stderr, "type %d: unknown, or N not a multiple of its block\n", type); return 2; }
     const size_t rs = n / blk * bs; /* bytes per row */
     long rows = kb * 1024 / rs;
     rows -= rows % 8;
@@ -28,10 +34,10 @@ int main(int argc, char **argv) {
     uint64_t s = 88172645463325252ull;
     for (size_t i = 0; i < rs * rows; i++) { s ^= s << 13; s ^= s >> 7; s ^= s << 17; w[i] = (unsigned char)s; }
     for (size_t b = 0; b < rs * rows; b += bs) { /* finite scales: fp16 0x2e66 (~0.1), E8M0 2^-7 */
-        if (type == 14) w[b + 208] = 0x66, w[b + 209] = 0x2e;
-        else if (type == 39) w[b] = 120;
+        if (type == FG_TYPE_Q6_K) w[b + offsetof(block_q6_K, d)] = 0x66, w[b + offsetof(block_q6_K, d) + 1] = 0x2e;
+        else if (type == FG_TYPE_MXFP4) w[b] = 120;
         else w[b] = 0x66, w[b + 1] = 0x2e;
-        if (type == 12 || type == 13) w[b + 2] = 0x66, w[b + 3] = 0xae;
+        if (type == FG_TYPE_Q4_K || type == FG_TYPE_Q5_K) w[b + 2] = 0x66, w[b + 3] = 0xae; /* dmin */
     }
     kof_fn kof = (kof_fn)dlsym(h, "fg_kernels_of");
     float *x = malloc(n * sizeof(float)), *y = malloc(rows * sizeof(float));

@@ -226,7 +226,7 @@ def test_gemm_random_blocks_at_the_extremes_equals_gemv(isa, t):
     """The batched kernels (the rows-in-lanes gemm from 8 activations on) at the integer extremes: random weight
     bytes (largest scales and quants) against activations quantized to all -128 (a constant row), to -128 then
     +127 (a row whose largest magnitude is its first value), and with many +-127: bit for bit the gemv of each
-    row, so no int16 chunk sum saturates (the AVX2 Q6_K gemm feeds maddubs x + 128 against q - 32)."""
+    row, so no int16 chunk sum saturates."""
     b = kernels.block_size(t)
     nb = 3 if b == 256 else 24
     n, rows, m = nb * b, 11, 19
