@@ -7,6 +7,7 @@
 #include <string.h>
 #include <math.h>
 #include <float.h>
+#include "fg_kernels.h" /* FG_PACK_ROWS */
 
 #define QK4_0 32
 #define QK4_1 32
@@ -61,6 +62,16 @@ typedef struct {
     uint8_t scales[K_SCALE_SIZE];  /* 8 (scale, min) pairs of 6 bits, one per 32 elements (see fg_kquant_ref.h) */
     uint8_t qs[QK_K / 2];          /* 4 runs of 32 bytes: low nibbles = 32 elements, high nibbles = the next 32 */
 } block_q4_K;                      /* x = d * sc * q - dmin * m */
+
+/* Row-interleaved (repacked) copies for decode (Model(repack=True); fg_kernels.h's fg_pack_fn): super-block i of
+ * FG_PACK_ROWS rows side by side, so a kernel reads the rows in vector lanes with no transpose and no per-row
+ * horizontal sum. */
+typedef struct {
+    uint16_t d[FG_PACK_ROWS], dmin[FG_PACK_ROWS]; /* row r's fp16 d, dmin */
+    uint8_t sc[8][FG_PACK_ROWS];                  /* sub-block j's 6-bit scale of row r: sc[j][r] */
+    uint8_t mn[4][FG_PACK_ROWS][2];               /* the mins of sub-blocks 2t, 2t + 1 of row r: mn[t][r] */
+    uint8_t qs[32][FG_PACK_ROWS][4];              /* bytes 4g..4g+3 of row r's qs: qs[g][r] */
+} block_q4_K_r16;                                 /* 2,368 bytes for the rows' 2,304 */
 
 typedef struct {
     uint8_t ql[QK_K / 2];          /* low 4 bits: per half of 128, ql[l] lo/hi -> l, l+64; ql[l+32] lo/hi -> l+32, l+96 */
@@ -117,6 +128,7 @@ typedef struct {
 _Static_assert(sizeof(block_q4_0) == 18, "block_q4_0 must be 18 bytes");
 _Static_assert(sizeof(block_q4_1) == 20, "block_q4_1 must be 20 bytes");
 _Static_assert(sizeof(block_q8_0) == 34, "block_q8_0 must be 34 bytes");
+_Static_assert(sizeof(block_q4_K_r16) == 2368, "block_q4_K_r16 must be 2368 bytes");
 _Static_assert(sizeof(block_q8_1) == 36, "block_q8_1 must be 36 bytes");
 _Static_assert(sizeof(block_q5_0) == 22, "block_q5_0 must be 22 bytes");
 _Static_assert(sizeof(block_q5_1) == 24, "block_q5_1 must be 24 bytes");

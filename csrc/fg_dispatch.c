@@ -38,7 +38,7 @@ static const struct {
     {{FG_TYPE_Q8_0, "Q8_0", QK8_0, sizeof(block_q8_0), FG_TYPE_Q8_0}, fg_q8_0_kernels},
     {{FG_TYPE_Q8_1, "Q8_1", QK8_1, sizeof(block_q8_1), -1}, fg_q8_1_kernels},
     {{FG_TYPE_Q8_K, "Q8_K", QK_K, sizeof(block_q8_K), -1}, fg_q8_k_kernels},
-    {{FG_TYPE_Q4_K, "Q4_K", QK_K, sizeof(block_q4_K), FG_TYPE_Q8_K}, fg_q4_k_kernels},
+    {{FG_TYPE_Q4_K, "Q4_K", QK_K, sizeof(block_q4_K), FG_TYPE_Q8_K, sizeof(block_q4_K_r16)}, fg_q4_k_kernels},
     {{FG_TYPE_Q6_K, "Q6_K", QK_K, sizeof(block_q6_K), FG_TYPE_Q8_K}, fg_q6_k_kernels},
     {{FG_TYPE_Q5_0, "Q5_0", QK5_0, sizeof(block_q5_0), FG_TYPE_Q8_0}, fg_q5_0_kernels},
     {{FG_TYPE_Q5_1, "Q5_1", QK5_1, sizeof(block_q5_1), FG_TYPE_Q8_1}, fg_q5_1_kernels},
@@ -110,6 +110,7 @@ static void overlay(fg_type_kernels *k, const fg_type_kernels *e) {
     if (e->gemv) k->gemv = e->gemv;
     /* a gemm must match the gemv it stands for: an extension's gemv without its gemm drops the base one */
     if (e->gemv || e->gemm) k->gemm = e->gemm;
+    if (e->gemv_packed) k->gemv_packed = e->gemv_packed;
 }
 
 /* Per type and ISA: the ISA's row (an empty AVX-512 row: the AVX2 one, as ggml's arch-fallback.h maps a kernel an
@@ -139,7 +140,7 @@ unsigned fg_kernel_mask(int isa, int type) {
     const fg_type_kernels *k = fg_kernels_of(isa, type);
     if (!k || !fg_isa_available(isa)) return 0;
     return (k->quantize ? FG_K_QUANTIZE : 0) | (k->dequantize ? FG_K_DEQUANTIZE : 0) | (k->vec_dot ? FG_K_VEC_DOT : 0) |
-           (k->gemv ? FG_K_GEMV : 0) | (k->gemm ? FG_K_GEMM : 0);
+           (k->gemv ? FG_K_GEMV : 0) | (k->gemm ? FG_K_GEMM : 0) | (k->gemv_packed ? FG_K_GEMV_PACKED : 0);
 }
 
 const fg_type_kernels *fg_kernels_of(int isa, int type) {
@@ -163,6 +164,8 @@ static void fill(int isa) {
         a->vec_dot = k->vec_dot ? k->vec_dot : s->vec_dot;
         a->gemv = k->gemv; /* may stay NULL: then rows loop over vec_dot */
         a->gemm = k->gemm; /* may stay NULL: then gemv (or vec_dot) per activation row */
+        a->pack = s->pack;
+        a->gemv_packed = k->gemv_packed ? k->gemv_packed : s->gemv_packed;
     }
     active_isa = isa;
 }
@@ -224,6 +227,30 @@ void fg_gemv_rows(int wtype, const void *w, size_t stride, int64_t n, const void
         return;
     }
     for (int64_t r = r0; r < r1; r++, wr += stride) y[r] = k->vec_dot(n, wr, xq);
+}
+
+size_t fg_packed_size(int type, int64_t rows, int64_t n) {
+    int i = find(type);
+    if (i < 0 || !types[i].info.packed_size || n % types[i].info.blck) return 0;
+    return (size_t)(rows / FG_PACK_ROWS) * (size_t)(n / types[i].info.blck) * types[i].info.packed_size;
+}
+
+void fg_pack_rows(int type, const void *w, size_t stride, int64_t rows, int64_t n, void *wp) {
+    act(type)->pack(n, w, stride, wp, rows / FG_PACK_ROWS);
+}
+
+/* Rows [r0, r1): the whole groups inside from wp, the rest (r0 or r1 inside a group, rows past the copy) from W. */
+void fg_gemv_rows_packed(int wtype, const void *w, size_t stride, const void *wp, int64_t n, const void *xq, float *y,
+                         int64_t r0, int64_t r1) {
+    const int64_t g0 = (r0 + FG_PACK_ROWS - 1) / FG_PACK_ROWS, g1 = r1 / FG_PACK_ROWS;
+    if (g1 <= g0) {
+        fg_gemv_rows(wtype, w, stride, n, xq, y, r0, r1);
+        return;
+    }
+    const size_t group = fg_packed_size(wtype, FG_PACK_ROWS, n);
+    if (r0 < g0 * FG_PACK_ROWS) fg_gemv_rows(wtype, w, stride, n, xq, y, r0, g0 * FG_PACK_ROWS);
+    act(wtype)->gemv_packed(n, (const char *)wp + (size_t)g0 * group, xq, y + g0 * FG_PACK_ROWS, g1 - g0);
+    if (g1 * FG_PACK_ROWS < r1) fg_gemv_rows(wtype, w, stride, n, xq, y, g1 * FG_PACK_ROWS, r1);
 }
 
 #ifndef FG_GEMM_ROWS

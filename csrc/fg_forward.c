@@ -505,7 +505,9 @@ static int next_chunk(const team *t, const chunks *c, int64_t *k, int64_t *r0, i
 static void matmul(const fg_mat *w, const char *xq, size_t xq_stride, int64_t rows, float *y, int64_t ldy,
                    int64_t r0, int64_t r1) {
     if (r0 >= r1) return;
-    if (rows == 1)
+    if (rows == 1 && w->packed)
+        fg_gemv_rows_packed(w->type, w->data, w->stride, w->packed, w->cols, xq, y, r0, r1);
+    else if (rows == 1)
         fg_gemv_rows(w->type, w->data, w->stride, w->cols, xq, y, r0, r1);
     else
         fg_gemm_rows(w->type, w->data, w->stride, w->cols, xq, xq_stride, rows, y, ldy, r0, r1);

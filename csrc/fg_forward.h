@@ -19,6 +19,7 @@ typedef struct {
     int type;
     size_t stride;
     int64_t rows, cols;
+    const void *packed; /* NULL, or its row-interleaved copy (fg_pack_rows) that decode reads (Model(repack=True)) */
 } fg_mat;
 
 /* A stack of n_expert matrices of one type (a 3-D GGUF tensor ffn_*_exps): expert e is `m` with data moved by

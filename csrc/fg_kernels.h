@@ -71,12 +71,21 @@ typedef void (*fg_gemv_fn)(int64_t n, const void *w, size_t stride, const void *
 typedef void (*fg_gemm_fn)(int64_t n, const void *w, size_t stride, const void *xq, size_t xq_stride, int64_t m,
                            float *y, int64_t ldy, int64_t nrows);
 
+/* Optional row-interleaved copy for decode (fg_type_info packed_size, fg_blocks.h's block_<fmt>_r16): pack writes
+ * rows [0, FG_PACK_ROWS * ngroups) of W into wp, group after group (a group: its n / blck packed blocks in order);
+ * gemv_packed gives y[r] for those rows from wp, equal to the gemv's bit for bit. */
+#define FG_PACK_ROWS 16
+typedef void (*fg_pack_fn)(int64_t n, const void *w, size_t stride, void *wp, int64_t ngroups);
+typedef void (*fg_gemv_packed_fn)(int64_t n, const void *wp, const void *xq, float *y, int64_t ngroups);
+
 typedef struct {
     fg_quantize_fn quantize;
     fg_dequantize_fn dequantize;
     fg_vec_dot_fn vec_dot;
     fg_gemv_fn gemv;
     fg_gemm_fn gemm; /* NULL: gemv (or vec_dot) once per activation row */
+    fg_pack_fn pack; /* the scalar row's (the layout is the format's); NULL: no packed copy */
+    fg_gemv_packed_fn gemv_packed;
 } fg_type_kernels;
 
 /* ---- types: one table (fg_dispatch.c) owns every fact about a format; Python and the forward pass ask it ---- */
@@ -86,10 +95,11 @@ typedef struct {
     int64_t blck;      /* elements per block (1 for float types) */
     size_t size;       /* bytes per block */
     int dot_type;      /* activation type its dot product takes; -1: an activation-only type (Q8_1, ...) */
+    size_t packed_size; /* bytes of a packed block (FG_PACK_ROWS rows, fg_pack_fn); 0: no packed layout */
 } fg_type_info;
 
 /* Kernel kinds, as bits of fg_kernel_mask */
-enum { FG_K_QUANTIZE = 1, FG_K_DEQUANTIZE = 2, FG_K_VEC_DOT = 4, FG_K_GEMV = 8, FG_K_GEMM = 16 };
+enum { FG_K_QUANTIZE = 1, FG_K_DEQUANTIZE = 2, FG_K_VEC_DOT = 4, FG_K_GEMV = 8, FG_K_GEMM = 16, FG_K_GEMV_PACKED = 32 };
 
 int fg_type_count(void);
 const fg_type_info *fg_type_at(int i);        /* i in [0, fg_type_count()) */
@@ -137,6 +147,15 @@ void fg_gemv_rows(int wtype, const void *w, size_t stride, int64_t n, const void
 /* m activation rows (xq_stride bytes apart): Y[i*ldy + r] = dot(W_r, xq_i) for i < m, r in [r0, r1). */
 void fg_gemm_rows(int wtype, const void *w, size_t stride, int64_t n, const void *xq, size_t xq_stride,
                   int64_t m, float *y, int64_t ldy, int64_t r0, int64_t r1);
+
+/* The packed copy of a matrix for decode (fg_pack_fn; Model(repack=True)): fg_packed_size gives the bytes of the copy
+ * of its first rows - rows % FG_PACK_ROWS rows (0: the type has no packed layout), fg_pack_rows writes it, and
+ * fg_gemv_rows_packed is fg_gemv_rows reading the rows it holds from it (the rest, and a slice's ends that are not
+ * whole groups, from W): equal results. */
+size_t fg_packed_size(int type, int64_t rows, int64_t n);
+void fg_pack_rows(int type, const void *w, size_t stride, int64_t rows, int64_t n, void *wp);
+void fg_gemv_rows_packed(int wtype, const void *w, size_t stride, const void *wp, int64_t n, const void *xq, float *y,
+                         int64_t r0, int64_t r1);
 
 /* Self-contained: quantize x (m, n) then Y (m, rows) = X . W^T with n_threads (<=0: all). Returns 0, or -1 on
  * allocation failure / unsupported type. */

@@ -59,6 +59,52 @@ static float vec_dot_q4_k_q8_k_scalar(int64_t n, const void *vw, const void *vx)
     return sum;
 }
 
+/* The row-interleaved copy (block_q4_K_r16; fg_pack_fn): super-block i of 16 rows side by side, scales unpacked. */
+static void pack_q4_k_r16(int64_t n, const void *w, size_t stride, void *wp, int64_t ngroups) {
+    block_q4_K_r16 *o = wp;
+    for (int64_t g = 0; g < ngroups; g++)
+        for (int64_t i = 0; i < n / QK_K; i++, o++)
+            for (int r = 0; r < FG_PACK_ROWS; r++) {
+                const char *row = (const char *)w + (size_t)(g * FG_PACK_ROWS + r) * stride;
+                const block_q4_K *b = (const block_q4_K *)row + i;
+                uint8_t sm[16]; /* scales 0..7, mins 0..7 */
+                fg_unpack_scales_k4(b->scales, sm);
+                o->d[r] = b->d, o->dmin[r] = b->dmin;
+                for (int j = 0; j < 8; j++) o->sc[j][r] = sm[j], o->mn[j / 2][r][j % 2] = sm[8 + j];
+                for (int q = 0; q < 32; q++) memcpy(o->qs[q][r], b->qs + 4 * q, 4);
+            }
+}
+
+/* The gemv from that copy: vec_dot's integer sums and float step per row, so equal to it bit for bit. */
+static void gemv_packed_q4_k_scalar(int64_t n, const void *wp, const void *vx, float *y, int64_t ngroups) {
+    const block_q4_K_r16 *b = wp;
+    for (int64_t g = 0; g < ngroups; g++, y += FG_PACK_ROWS) {
+        float sum[FG_PACK_ROWS] = {0};
+        for (int64_t i = 0; i < n / QK_K; i++, b++) {
+            const block_q8_K *x = (const block_q8_K *)vx + i;
+            for (int r = 0; r < FG_PACK_ROWS; r++) {
+                int sumi = 0, summ = 0;
+                for (int e = 0; e < QK_K; e++) { /* element e: sub-block e / 32, byte 32 (e / 64) + e % 32 of qs */
+                    const int j = e / 32, byte = 32 * (e / 64) + e % 32;
+                    const int q = (b->qs[byte / 4][r][byte % 4] >> (4 * (j % 2))) & 0xF;
+                    sumi += b->sc[j][r] * q * x->qs[e];
+                }
+                for (int j = 0; j < 8; j++) summ += b->mn[j / 2][r][j % 2] * (x->bsums[2 * j] + x->bsums[2 * j + 1]);
+                sum[r] += fg_fp16_to_fp32(b->d[r]) * x->d * (float)sumi -
+                          fg_fp16_to_fp32(b->dmin[r]) * x->d * (float)summ;
+            }
+        }
+        memcpy(y, sum, sizeof(sum));
+    }
+}
+
+/* x's sums of sub-blocks 2t and 2t + 1 (bsums in pairs) as the int16 halves of one int32: the packed gemvs' mins
+ * term takes (m_2t, m_2t+1) . (them) in one madd per row. */
+static inline int32_t q4_k_r16_bsum_pair(const block_q8_K *x, int t) {
+    return (int32_t)(uint16_t)(x->bsums[4 * t] + x->bsums[4 * t + 1]) |
+           (int32_t)((uint32_t)(uint16_t)(x->bsums[4 * t + 2] + x->bsums[4 * t + 3]) << 16);
+}
+
 #if FG_HAVE_X86
 /* ---- AVX2 ---- */
 
@@ -180,6 +226,168 @@ FG_INLINE_AVX512_VNNI void q4_k_tile_vnni(int R, int64_t nb, const char *w, size
     for (int r = 0; r < R; r++) y[r * ystride] = t[r];
 }
 FG_KQ_GEMV_VNNI(vec_dot_q4_k_q8_k_vnni, gemv_q4_k_q8_k_vnni, q4_k_tile_vnni)
+
+/* The gemv from the row-interleaved copy (block_q4_K_r16): one load gives the 16 rows' qs bytes 4g..4g+3 in its
+ * dword lanes, whose low nibbles are 4 weights of sub-block 2k and high nibbles 4 of 2k + 1 (g = 8k + ..), each a
+ * dpbusd against one broadcast activation dword; a sub-block's int32 sums times its scales (mullo), the mins term
+ * one dpwssd per pair of sub-blocks; no transpose, no horizontal sum, no scale unpacking. Integer sums and float step
+ * are the scalar reference's. benchmarks/gemv_repack_q4k.c measured its speed against the tiles' gemv. */
+#ifndef FG_PACKED_AHEAD
+#define FG_PACKED_AHEAD 2368
+#endif
+#ifndef FG_PACKED_STREAMS
+#define FG_PACKED_STREAMS 4
+#endif
+/* acc + the float step of packed block b with its integer sums isum, msum. */
+FG_INLINE_AVX512_VNNI __m512 q4_k_r16_step_vnni(const block_q4_K_r16 *b, const block_q8_K *x, __m512i isum,
+                                               __m512i msum, __m512 acc) {
+    const __m512 dx = _mm512_set1_ps(x->d);
+    const __m512 t0 = _mm512_mul_ps(_mm512_mul_ps(_mm512_cvtph_ps(_mm256_loadu_si256((const __m256i *)b->d)), dx),
+                                    _mm512_cvtepi32_ps(isum));
+    const __m512 t1 = _mm512_mul_ps(_mm512_mul_ps(_mm512_cvtph_ps(_mm256_loadu_si256((const __m256i *)b->dmin)), dx),
+                                    _mm512_cvtepi32_ps(msum));
+    return _mm512_add_ps(acc, _mm512_sub_ps(t0, t1)); /* sum += (d dx) sumi - (dmin dx) summ */
+}
+/* S groups g[s] (S <= FG_PACKED_STREAMS) side by side, their blocks read a 64-byte line at a time in turn (one
+ * stream per group ran at 9.3-10.9 GB/s from DRAM, a quarter block at a time 14-15, a line 15.0-15.2: the row
+ * gemv's speed). */
+FG_INLINE_AVX512_VNNI void q4_k_r16_groups_vnni(const int S, const block_q4_K_r16 *const *g, int64_t nb,
+                                               const block_q8_K *x, float *const *y) {
+    __m512 acc[FG_PACKED_STREAMS];
+    for (int s = 0; s < S; s++) acc[s] = _mm512_setzero_ps();
+    for (int64_t i = 0; i < nb; i++) {
+        __m512i isum[FG_PACKED_STREAMS], msum[FG_PACKED_STREAMS];
+        for (int s = 0; s < S; s++) isum[s] = msum[s] = _mm512_setzero_si512();
+        const __m512i m4 = _mm512_set1_epi8(0x0f);
+        for (int k = 0; k < 4; k++) {
+            __m512i slo[FG_PACKED_STREAMS], shi[FG_PACKED_STREAMS];
+            for (int s = 0; s < S; s++) slo[s] = shi[s] = _mm512_setzero_si512();
+            for (int j = 0; j < 8; j++)
+                for (int s = 0; s < S; s++) {
+                    const block_q4_K_r16 *b = g[s] + i;
+                    _mm_prefetch((const char *)b->qs[8 * k + j] + FG_PACKED_AHEAD, _MM_HINT_T0);
+                    const __m512i q = _mm512_loadu_si512((const void *)b->qs[8 * k + j]);
+                    slo[s] = fg_dpbusd_bcst(slo[s], _mm512_and_si512(q, m4), x[i].qs + 64 * k + 4 * j);
+                    const __m512i qh = _mm512_and_si512(_mm512_srli_epi16(q, 4), m4);
+                    shi[s] = fg_dpbusd_bcst(shi[s], qh, x[i].qs + 64 * k + 32 + 4 * j);
+                }
+            for (int s = 0; s < S; s++) {
+                const block_q4_K_r16 *b = g[s] + i;
+                if (k == 0) /* the scales' lines (d .. mn: 320 bytes) of the block ahead */
+                    for (int c = 0; c < 320; c += 64) _mm_prefetch((const char *)b + FG_PACKED_AHEAD + c, _MM_HINT_T0);
+                const __m512i s0 = _mm512_cvtepu8_epi32(_mm_loadu_si128((const __m128i *)b->sc[2 * k]));
+                const __m512i s1 = _mm512_cvtepu8_epi32(_mm_loadu_si128((const __m128i *)b->sc[2 * k + 1]));
+                isum[s] = _mm512_add_epi32(isum[s], _mm512_add_epi32(_mm512_mullo_epi32(slo[s], s0),
+                                                                     _mm512_mullo_epi32(shi[s], s1)));
+                const __m512i mn = _mm512_cvtepu8_epi16(_mm256_loadu_si256((const __m256i *)b->mn[k]));
+                msum[s] = _mm512_dpwssd_epi32(msum[s], mn, _mm512_set1_epi32(q4_k_r16_bsum_pair(x + i, k)));
+            }
+        }
+        for (int s = 0; s < S; s++) acc[s] = q4_k_r16_step_vnni(g[s] + i, x + i, isum[s], msum[s], acc[s]);
+    }
+    for (int s = 0; s < S; s++) _mm512_storeu_ps(y[s], acc[s]);
+}
+FG_TARGET_AVX512_VNNI static void gemv_packed_q4_k_vnni(int64_t n, const void *wp, const void *vx, float *y,
+                                                        int64_t ngroups) {
+    const int64_t nb = n / QK_K, q = ngroups / FG_PACKED_STREAMS; /* groups per stream */
+    const block_q4_K_r16 *w = wp, *g[FG_PACKED_STREAMS];
+    float *ys[FG_PACKED_STREAMS];
+    for (int64_t t = 0; t < q; t++) {
+        for (int s = 0; s < FG_PACKED_STREAMS; s++) g[s] = w + (s * q + t) * nb, ys[s] = y + (s * q + t) * FG_PACK_ROWS;
+        q4_k_r16_groups_vnni(FG_PACKED_STREAMS, g, nb, vx, ys);
+    }
+    for (int64_t t = FG_PACKED_STREAMS * q; t < ngroups; t++) {
+        g[0] = w + t * nb, ys[0] = y + t * FG_PACK_ROWS;
+        q4_k_r16_groups_vnni(1, g, nb, vx, ys);
+    }
+}
+
+/* The gemv from the row-interleaved copy on AVX2: 8 rows per ymm (the copy's rows 0-7, then 8-15 of each 64-byte
+ * line). maddubs of a load's nibbles against a broadcast activation dword gives each row two int16 sums of 2
+ * products (|v| <= 2 * 15 * 128); a sub-block's 8 loads add up in int16 (<= 30720: exact), and one madd by the
+ * sub-block's scale (in both int16 halves of the row's dword) makes the row's int32 lane; the mins term one madd per
+ * pair of sub-blocks. No transpose, no horizontal sum, no scale unpacking; the integer sums and the float step are
+ * the scalar reference's, so the results equal it bit for bit. */
+#ifndef FG_PACKED_STREAMS_AVX2
+#define FG_PACKED_STREAMS_AVX2 4
+#endif
+/* Row half h (rows 8h..8h+7) of packed block b: its mins term (int32 per row) . x's sub-block sums. */
+FG_INLINE_AVX2 __m256i q4_k_r16_mins_avx2(const block_q4_K_r16 *b, const block_q8_K *x, int h) {
+    __m256i m = _mm256_setzero_si256();
+    for (int t = 0; t < 4; t++) {
+        const __m256i mn = _mm256_cvtepu8_epi16(_mm_loadu_si128((const __m128i *)b->mn[t][8 * h]));
+        m = _mm256_add_epi32(m, _mm256_madd_epi16(mn, _mm256_set1_epi32(q4_k_r16_bsum_pair(x, t))));
+    }
+    return m;
+}
+/* Sub-block j's 6-bit scales of rows 8h..8h+7 as int16 pairs (sc, sc), one per dword. */
+FG_INLINE_AVX2 __m256i q4_k_r16_sc_avx2(const block_q4_K_r16 *b, int j, int h) {
+    const __m256i s = _mm256_cvtepu8_epi32(_mm_loadl_epi64((const __m128i *)&b->sc[j][8 * h]));
+    return _mm256_or_si256(s, _mm256_slli_epi32(s, 16));
+}
+/* S groups g[s] (S <= FG_PACKED_STREAMS_AVX2) side by side, their blocks read a line at a time in turn. */
+FG_INLINE_AVX2 void q4_k_r16_groups_avx2(const int S, const block_q4_K_r16 *const *g, int64_t nb,
+                                         const block_q8_K *x, float *const *y) {
+    const __m256i m4 = _mm256_set1_epi8(0x0f);
+    __m256 acc[FG_PACKED_STREAMS_AVX2][2];
+    for (int s = 0; s < S; s++) acc[s][0] = acc[s][1] = _mm256_setzero_ps();
+    for (int64_t i = 0; i < nb; i++) {
+        __m256i isum[FG_PACKED_STREAMS_AVX2][2];
+        for (int s = 0; s < S; s++) isum[s][0] = isum[s][1] = _mm256_setzero_si256();
+        for (int k = 0; k < 4; k++)
+            for (int h = 0; h < 2; h++) {
+                __m256i lo[FG_PACKED_STREAMS_AVX2], hi[FG_PACKED_STREAMS_AVX2]; /* int16 pair sums, 8 rows */
+                for (int s = 0; s < S; s++) lo[s] = hi[s] = _mm256_setzero_si256();
+                for (int j = 0; j < 8; j++) {
+                    int32_t xl, xh;
+                    memcpy(&xl, x[i].qs + 64 * k + 4 * j, 4);
+                    memcpy(&xh, x[i].qs + 64 * k + 32 + 4 * j, 4);
+                    const __m256i bl = _mm256_set1_epi32(xl), bh = _mm256_set1_epi32(xh);
+                    for (int s = 0; s < S; s++) {
+                        const uint8_t *line = g[s][i].qs[8 * k + j][0];
+                        if (h == 0) _mm_prefetch((const char *)line + sizeof(block_q4_K_r16), _MM_HINT_T0);
+                        const __m256i q = _mm256_loadu_si256((const __m256i *)(line + 32 * h));
+                        lo[s] = _mm256_add_epi16(lo[s], _mm256_maddubs_epi16(_mm256_and_si256(q, m4), bl));
+                        const __m256i qh = _mm256_and_si256(_mm256_srli_epi16(q, 4), m4);
+                        hi[s] = _mm256_add_epi16(hi[s], _mm256_maddubs_epi16(qh, bh));
+                    }
+                }
+                for (int s = 0; s < S; s++) {
+                    const __m256i a = _mm256_madd_epi16(lo[s], q4_k_r16_sc_avx2(g[s] + i, 2 * k, h));
+                    const __m256i b = _mm256_madd_epi16(hi[s], q4_k_r16_sc_avx2(g[s] + i, 2 * k + 1, h));
+                    isum[s][h] = _mm256_add_epi32(isum[s][h], _mm256_add_epi32(a, b));
+                }
+            }
+        const __m256 dx = _mm256_set1_ps(x[i].d);
+        for (int s = 0; s < S; s++) {
+            const block_q4_K_r16 *b = g[s] + i;
+            for (int c = 0; c < 320; c += 64) _mm_prefetch((const char *)b + sizeof(block_q4_K_r16) + c, _MM_HINT_T0);
+            for (int h = 0; h < 2; h++) {
+                const __m256 d = _mm256_cvtph_ps(_mm_loadu_si128((const __m128i *)&b->d[8 * h]));
+                const __m256 dm = _mm256_cvtph_ps(_mm_loadu_si128((const __m128i *)&b->dmin[8 * h]));
+                const __m256 t0 = _mm256_mul_ps(_mm256_mul_ps(d, dx), _mm256_cvtepi32_ps(isum[s][h]));
+                const __m256 summ = _mm256_cvtepi32_ps(q4_k_r16_mins_avx2(b, x + i, h));
+                const __m256 t1 = _mm256_mul_ps(_mm256_mul_ps(dm, dx), summ);
+                acc[s][h] = _mm256_add_ps(acc[s][h], _mm256_sub_ps(t0, t1)); /* sum += (d dx) sumi - (dmin dx) summ */
+            }
+        }
+    }
+    for (int s = 0; s < S; s++) _mm256_storeu_ps(y[s], acc[s][0]), _mm256_storeu_ps(y[s] + 8, acc[s][1]);
+}
+FG_TARGET_AVX2 static void gemv_packed_q4_k_avx2(int64_t n, const void *wp, const void *vx, float *y, int64_t ngroups) {
+    const int64_t nb = n / QK_K, q = ngroups / FG_PACKED_STREAMS_AVX2; /* groups per stream */
+    const block_q4_K_r16 *w = wp, *g[FG_PACKED_STREAMS_AVX2];
+    float *ys[FG_PACKED_STREAMS_AVX2];
+    for (int64_t t = 0; t < q; t++) {
+        for (int s = 0; s < FG_PACKED_STREAMS_AVX2; s++)
+            g[s] = w + (s * q + t) * nb, ys[s] = y + (s * q + t) * FG_PACK_ROWS;
+        q4_k_r16_groups_avx2(FG_PACKED_STREAMS_AVX2, g, nb, vx, ys);
+    }
+    for (int64_t t = FG_PACKED_STREAMS_AVX2 * q; t < ngroups; t++) {
+        g[0] = w + t * nb, ys[0] = y + t * FG_PACK_ROWS;
+        q4_k_r16_groups_avx2(1, g, nb, vx, ys);
+    }
+}
 #endif /* FG_HAVE_X86 */
 
 #if FG_HAVE_NEON
@@ -239,10 +447,13 @@ FG_KQ_KERNELS_NEON(q4_k_q8_k_neoni8mm, FG_TARGET_I8MM, fg_kq_tile8_neoni8mm, FG_
 #endif /* FG_HAVE_NEON */
 
 const fg_type_kernels fg_q4_k_kernels[FG_KERNEL_ROWS] = {
-    [FG_ISA_SCALAR] = {quantize_row_q4_k_scalar, dequantize_row_q4_k_scalar, vec_dot_q4_k_q8_k_scalar, NULL},
+    [FG_ISA_SCALAR] = {quantize_row_q4_k_scalar, dequantize_row_q4_k_scalar, vec_dot_q4_k_q8_k_scalar, NULL, NULL,
+                       pack_q4_k_r16, gemv_packed_q4_k_scalar},
 #if FG_HAVE_X86
-    [FG_ISA_AVX2] = {NULL, dequantize_row_q4_k_avx2, vec_dot_q4_k_q8_k_avx2, gemv_q4_k_q8_k_avx2, gemm_q4_k_q8_k_avx2},
-    [FG_ROW_VNNI] = {NULL, NULL, vec_dot_q4_k_q8_k_vnni, gemv_q4_k_q8_k_vnni, gemm_q4_k_q8_k_vnni},
+    [FG_ISA_AVX2] = {NULL, dequantize_row_q4_k_avx2, vec_dot_q4_k_q8_k_avx2, gemv_q4_k_q8_k_avx2, gemm_q4_k_q8_k_avx2,
+                     NULL, gemv_packed_q4_k_avx2},
+    [FG_ROW_VNNI] = {NULL, NULL, vec_dot_q4_k_q8_k_vnni, gemv_q4_k_q8_k_vnni, gemm_q4_k_q8_k_vnni, NULL,
+                     gemv_packed_q4_k_vnni},
 #endif
 #if FG_HAVE_NEON
     [FG_ISA_NEON] = {NULL, NULL, vec_dot_q4_k_q8_k_neon, gemv_q4_k_q8_k_neon},

@@ -77,6 +77,37 @@ static int tile_equals_scalar(int isa, int type) {
            type == FG_TYPE_MXFP4 || type == FG_TYPE_Q4_K || type == FG_TYPE_Q5_K || type == FG_TYPE_Q6_K;
 }
 
+/* The row-interleaved copy (fg_pack_fn) of the first whole groups of `maxr` rows: the ISA's gemv_packed (or the
+ * scalar one it falls back to) and the dispatched fg_gemv_rows_packed over slices that start and end inside groups
+ * equal the scalar vec_dot of every row bit for bit, and write nothing outside their rows. */
+static void test_packed(int isa, const char *name, int type, long n, const unsigned char *w, size_t stride, long maxr,
+                        const unsigned char *xq, const float *yref) {
+    const fg_type_kernels *ref = fg_kernels_of(FG_ISA_SCALAR, type), *k = fg_kernels_of(isa, type);
+    const size_t bytes = fg_packed_size(type, maxr, n);
+    if (!bytes) return;
+    const long groups = maxr / FG_PACK_ROWS;
+    unsigned char *wp = malloc(bytes); /* exactly the copy's bytes: ASan sees a read past it */
+    float *y = malloc((maxr + 1) * sizeof(float));
+    ref->pack(n, w, stride, wp, groups);
+    fg_gemv_packed_fn fn = k->gemv_packed ? k->gemv_packed : ref->gemv_packed;
+    for (long r = 0; r <= maxr; r++) y[r] = NAN;
+    fn(n, wp, xq, y, groups);
+    int ok = 1;
+    for (long r = 0; r <= maxr; r++) ok &= r < groups * FG_PACK_ROWS ? y[r] == yref[r] : isnan(y[r]);
+    check(ok, "gemv_packed", name, type, n, groups);
+    static const long slices[][2] = {{0, 27}, {0, 16}, {3, 27}, {3, 16}, {5, 9}, {16, 27}};
+    if (fg_set_isa(isa) == 0)
+        for (size_t s = 0; s < sizeof(slices) / sizeof(slices[0]); s++) {
+            const long r0 = slices[s][0], r1 = slices[s][1] < maxr ? slices[s][1] : maxr;
+            for (long r = 0; r <= maxr; r++) y[r] = NAN;
+            fg_gemv_rows_packed(type, w, stride, wp, n, xq, y, r0, r1);
+            ok = 1;
+            for (long r = 0; r <= maxr; r++) ok &= r >= r0 && r < r1 ? y[r] == yref[r] : isnan(y[r]);
+            check(ok, "gemv_rows_packed", name, type, n, r0 * 100 + r1);
+        }
+    free(wp), free(y);
+}
+
 static void test_type(int isa, const char *name, int type, long n) {
     const fg_type_kernels *ref = fg_kernels_of(FG_ISA_SCALAR, type), *k = fg_kernels_of(isa, type);
     const int xtype = fg_vec_dot_type(type);
@@ -179,6 +210,7 @@ static void test_type(int isa, const char *name, int type, long n) {
             for (long r = 3; r < 16; r++) ok &= fabs((double)y[r] - yref[r]) <= DOT_RTOL * mag[r];
             check(ok, "gemv_rows", name, type, n, 13);
         }
+        test_packed(isa, name, type, n, w, stride, maxr, xq, yref);
         free(xq);
         free(mag);
         free(yref);
