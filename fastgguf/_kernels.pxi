@@ -5,19 +5,19 @@
 
 ISAS = tuple(fg_isa_name(i).decode() for i in range(FG_ISA_COUNT))
 _KINDS = ((FG_K_QUANTIZE, "quantize"), (FG_K_DEQUANTIZE, "dequantize"), (FG_K_VEC_DOT, "vec_dot"),
-          (FG_K_GEMV, "gemv"), (FG_K_GEMM, "gemm"))
+          (FG_K_GEMV, "gemv"), (FG_K_GEMM, "gemm"), (FG_K_GEMV_PACKED, "gemv_packed"))
 
 
 def type_table():
     """The C type table (csrc/fg_dispatch.c), the one owner of format facts: one dict per type with its name,
-    ggml id, block size, block bytes, the activation type its dot product takes (None for activation-only types)
-    and, per available ISA, the kernels that ISA has of its own (the rest run the scalar reference)."""
+    ggml id, block size, block bytes, the activation type its dot product takes (None for activation-only types),
+    the bytes of a packed block of PACK_ROWS rows (0: no row-interleaved layout; pack_rows) and, per available ISA, the kernels that ISA has of its own (the rest run the scalar reference)."""
     out = []
     cdef const fg_type_info *t
     for i in range(fg_type_count()):
         t = fg_type_at(i)
         out.append({"name": t.name.decode(), "id": t.type, "block_size": t.blck, "type_size": t.size,
-                    "dot_type": t.dot_type if t.dot_type >= 0 else None,
+                    "dot_type": t.dot_type if t.dot_type >= 0 else None, "packed_size": t.packed_size,
                     "kernels": {isa: [k for bit, k in _KINDS if fg_kernel_mask(j, t.type) & bit]
                                 for j, isa in enumerate(ISAS) if fg_isa_available(j)}})
     return out
@@ -276,6 +276,73 @@ def gemv(w_raw, wtype, xq_raw, isa=None):
         else:
             for r in range(rows):
                 y[r] = dot(n, &wv[r, 0], &xv[0])
+    return y
+
+
+PACK_ROWS = FG_PACK_ROWS
+
+
+cdef _aligned_bytes(size_t n):
+    """n bytes (uint8) starting on a 64-byte boundary."""
+    buf = np.empty(n + 64, dtype=np.uint8)
+    cdef size_t off = (64 - <uintptr_t>_ptr(buf) % 64) % 64
+    return buf[off:off + n]
+
+
+def pack_rows(w_raw, wtype):
+    """The row-interleaved copy of raw rows (rows, row_bytes) that decode reads with repack=True (csrc/fg_blocks.h:
+    block_<fmt>_r16): its first rows - rows % PACK_ROWS rows, PACK_ROWS at a time, as uint8 bytes; None where the
+    type has no such layout."""
+    cdef int ti = _type_id(wtype)
+    w = np.asarray(w_raw)
+    if w.ndim != 2:
+        raise ValueError(f"weights must be 2-D raw rows, got shape {w.shape}")
+    w = np.ascontiguousarray(w.view(np.uint8) if w.dtype != np.uint8 else w)
+    cdef int64_t rows = w.shape[0], n = w.shape[1] // fg_type_size(ti) * fg_blck_size(ti)
+    if <size_t>w.shape[1] != fg_row_size(ti, n):
+        raise ValueError(f"weight rows of {w.shape[1]} bytes are not whole blocks of {SUPPORTED_NAMES[ti]}")
+    cdef size_t nbytes = fg_packed_size(ti, rows, n)
+    if not fg_packed_size(ti, FG_PACK_ROWS, n):
+        return None
+    out = _aligned_bytes(nbytes)
+    cdef const uint8_t[:, ::1] wv = w
+    cdef uint8_t[::1] ov = out
+    if nbytes:
+        with nogil:
+            fg_pack_rows(ti, &wv[0, 0], <size_t>wv.shape[1], rows, n, &ov[0])
+    return out
+
+
+def gemv_packed(w_raw, wtype, packed, xq_raw, isa=None, int64_t r0=0, r1=None):
+    """gemv from W's packed copy (pack_rows): isa=None, the dispatched fg_gemv_rows_packed over rows [r0, r1) (r1
+    None: every row; the rows past the copy, and ends inside a group, from W; y holds every row, those outside
+    the range 0); else that ISA's gemv_packed kernel over the copy's rows alone."""
+    ti, n_, rs_, w, xb = _gemv_operands(w_raw, wtype, xq_raw)
+    cdef int64_t n = n_, rows = w.shape[0], groups = rows // FG_PACK_ROWS
+    cdef size_t rs = rs_
+    cdef int t = ti
+    p = np.ascontiguousarray(np.asarray(packed).view(np.uint8).reshape(-1))
+    if <size_t>p.shape[0] != fg_packed_size(t, rows, n):
+        raise ValueError(f"packed copy is {p.shape[0]} bytes, expected {fg_packed_size(t, rows, n)}")
+    cdef const uint8_t[:, ::1] wv = w
+    cdef const uint8_t[::1] xv = xb
+    cdef const uint8_t[::1] pv = p if p.shape[0] else np.zeros(1, np.uint8)
+    cdef int64_t end = rows if r1 is None else r1
+    if not 0 <= r0 <= end <= rows:
+        raise ValueError(f"rows [{r0}, {end}) are not inside [0, {rows})")
+    cdef cnp.ndarray[cnp.float32_t, ndim=1] y = np.zeros(rows if isa is None else groups * FG_PACK_ROWS, np.float32)
+    if y.shape[0] == 0:
+        return y
+    cdef const fg_type_kernels *k
+    if isa is None:
+        if r0 < end:
+            with nogil:
+                fg_gemv_rows_packed(t, &wv[0, 0], rs, &pv[0], n, &xv[0], &y[0], r0, end)
+        return y
+    k = _table(isa, t)
+    cdef fg_gemv_packed_fn fn = k.gemv_packed if k.gemv_packed else fg_kernels_of(FG_ISA_SCALAR, t).gemv_packed
+    with nogil:
+        fn(n, &pv[0], &xv[0], &y[0], groups)
     return y
 
 

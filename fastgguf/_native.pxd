@@ -23,12 +23,16 @@ cdef extern from "fg_kernels.h" nogil:
     ctypedef void (*fg_gemv_fn)(int64_t n, const void *w, size_t stride, const void *xq, float *y, int64_t nrows)
     ctypedef void (*fg_gemm_fn)(int64_t n, const void *w, size_t stride, const void *xq, size_t xq_stride, int64_t m,
                                 float *y, int64_t ldy, int64_t nrows)
+    ctypedef void (*fg_pack_fn)(int64_t n, const void *w, size_t stride, void *wp, int64_t ngroups)
+    ctypedef void (*fg_gemv_packed_fn)(int64_t n, const void *wp, const void *xq, float *y, int64_t ngroups)
     ctypedef struct fg_type_kernels:
         fg_quantize_fn quantize
         fg_dequantize_fn dequantize
         fg_vec_dot_fn vec_dot
         fg_gemv_fn gemv
         fg_gemm_fn gemm
+        fg_pack_fn pack
+        fg_gemv_packed_fn gemv_packed
 
     ctypedef struct fg_type_info:
         int type
@@ -36,6 +40,7 @@ cdef extern from "fg_kernels.h" nogil:
         int64_t blck
         size_t size
         int dot_type
+        size_t packed_size
 
     enum:
         FG_K_QUANTIZE
@@ -43,6 +48,8 @@ cdef extern from "fg_kernels.h" nogil:
         FG_K_VEC_DOT
         FG_K_GEMV
         FG_K_GEMM
+        FG_K_GEMV_PACKED
+        FG_PACK_ROWS
 
     int fg_type_count()
     const fg_type_info *fg_type_at(int i)
@@ -52,6 +59,10 @@ cdef extern from "fg_kernels.h" nogil:
     size_t fg_type_size(int type)
     size_t fg_row_size(int type, int64_t n)
     int fg_vec_dot_type(int wtype)
+    size_t fg_packed_size(int type, int64_t rows, int64_t n)
+    void fg_pack_rows(int type, const void *w, size_t stride, int64_t rows, int64_t n, void *wp)
+    void fg_gemv_rows_packed(int wtype, const void *w, size_t stride, const void *wp, int64_t n, const void *xq,
+                             float *y, int64_t r0, int64_t r1)
 
     int fg_init()
     int fg_isa_compiled(int isa)
@@ -108,6 +119,7 @@ cdef extern from "fg_forward.h" nogil:
         int type
         size_t stride
         int64_t rows, cols
+        const void *packed
 
     ctypedef struct fg_mat3:
         fg_mat m
@@ -256,6 +268,8 @@ cdef class Weights:
     cdef fg_layer *layers
     cdef list _keep
     cdef readonly object hparams
+    cdef readonly bint repack          # decode reads the matrices that have a packed layout from packed copies
+    cdef readonly size_t packed_bytes  # the copies' bytes
 
 
 cdef class Runner:

@@ -25,12 +25,13 @@ cdef const float *_vec2(Weights w, arr, int64_t rows, int64_t cols, str name) ex
     return _vec(w, np.reshape(_floats(arr), -1), rows * cols, name)
 
 
-cdef fg_mat _mat(Weights w, spec, int64_t rows, int64_t cols, str name) except *:
+cdef fg_mat _mat(Weights w, spec, int64_t rows, int64_t cols, str name, bint packable=True) except *:
     """spec = (array, ggml_type, rows, cols): array rows of raw blocks (or floats), each row contiguous; None: an
-    absent matrix (data NULL). rows < 0: any number of rows."""
+    absent matrix (data NULL). rows < 0: any number of rows. packable (a matrix decode multiplies by) and w.repack:
+    with its packed copy too (_pack)."""
     cdef fg_mat m
+    memset(&m, 0, sizeof(fg_mat))
     if spec is None:
-        memset(&m, 0, sizeof(fg_mat))
         return m
     arr, t, r, c = spec
     if rows < 0:
@@ -46,7 +47,24 @@ cdef fg_mat _mat(Weights w, spec, int64_t rows, int64_t cols, str name) except *
     m.stride = a.strides[0]
     m.rows = rows
     m.cols = cols
+    if packable and w.repack:
+        _pack(w, &m)
     return m
+
+
+cdef _pack(Weights w, fg_mat *m):
+    """m's row-interleaved copy for decode (fastgguf.kernels.pack_rows), where its type has that layout and the active
+    kernels a packed gemv of their own (AVX2, AVX-512 VNNI for Q4_K): elsewhere decode would not gain from it."""
+    cdef size_t nbytes = fg_packed_size(m.type, m.rows, m.cols)
+    if not nbytes or not fg_kernel_mask(fg_isa_active(), m.type) & FG_K_GEMV_PACKED:
+        return
+    buf = _aligned_bytes(nbytes)
+    cdef uint8_t[::1] bv = buf
+    with nogil:
+        fg_pack_rows(m.type, m.data, m.stride, m.rows, m.cols, &bv[0])
+    w._keep.append(buf)
+    m.packed = &bv[0]
+    w.packed_bytes += nbytes
 
 
 cdef fg_mat3 _mat3(Weights w, spec, int64_t n_expert, int64_t rows, int64_t cols, str name) except *:
@@ -62,7 +80,7 @@ cdef fg_mat3 _mat3(Weights w, spec, int64_t n_expert, int64_t rows, int64_t cols
     a = np.asarray(arr)
     if a.ndim != 3 or a.shape[0] != ne or a.shape[1] != r or a.strides[2] != a.itemsize:
         raise ValueError(f"{name}: expected a 3-D array of {ne} x {r} contiguous rows")
-    m.m = _mat(w, (a[0], t, r, c), rows, cols, name)
+    m.m = _mat(w, (a[0], t, r, c), rows, cols, name, packable=False)
     w._keep.append(a)
     m.expert_stride = a.strides[0]
     m.n_expert = ne
@@ -204,7 +222,7 @@ cdef class Weights:
         self.layers = NULL
         self._keep = []
 
-    def __init__(self, hp, tensors):
+    def __init__(self, hp, tensors, repack=False):
         """hp: hyperparameters (fastgguf.arch.Hparams: its as_c() checks them and gives the C struct's values);
         tensors: dict with tok_embd, output_norm, output, rope_freqs (or None) and layers (list of dicts); matrices
         as (array, type, rows, cols) tuples.
@@ -215,19 +233,23 @@ cdef class Weights:
         Mixtures of experts (hp.n_expert > 0): every layer but the hp.n_dense_lead first (dense) has gate_inp (a
         matrix (n_expert, n_embd)), gate_exps, up_exps, down_exps ((array, type, n_expert, rows, cols) stacks),
         optionally exp_probs_b (n_expert,) and a shared expert as w_gate/w_up/w_down (hp.n_ff_shexp wide) with an
-        optional gate vector gate_inp_shexp (n_embd,)."""
+        optional gate vector gate_inp_shexp (n_embd,).
+        repack: decode reads the matrices whose type has a packed layout (Q4_K) from row-interleaved copies made here
+        (packed_bytes of them), where the active kernels have a packed gemv of their own (AVX2, AVX-512 VNNI)."""
         cdef int i
+        self.repack = bool(repack)
+        self.packed_bytes = 0
         memset(&self.m, 0, sizeof(fg_model))
         self.m.hp = hp.as_c()  # a dict of exactly fg_hparams's fields (Cython refuses one missing)
         self.hparams = hp
         cdef int64_t E = self.m.hp.n_embd, n_vocab = self.m.hp.n_vocab, n_rot = self.m.hp.n_rot
         self.m.rope_freqs = _vec(self, tensors.get("rope_freqs"), n_rot // 2, "rope_freqs")
         self.m.rope_freqs_long = _vec(self, tensors.get("rope_freqs_long"), n_rot // 2, "rope_freqs_long")
-        self.m.tok_embd = _mat(self, tensors["tok_embd"], n_vocab, E, "token_embd")
+        self.m.tok_embd = _mat(self, tensors["tok_embd"], n_vocab, E, "token_embd", packable=False)
         self.m.output_norm = _vec(self, tensors.get("output_norm"), E, "output_norm")
         self.m.output = _mat(self, tensors.get("output"), n_vocab, E, "output")
         # the encoders' (BERT family) input: + position embeddings, + token type 0, then LayerNorm
-        self.m.pos_embd = _mat(self, tensors.get("pos_embd"), -1, E, "position_embd")
+        self.m.pos_embd = _mat(self, tensors.get("pos_embd"), -1, E, "position_embd", packable=False)
         te = tensors.get("type_embd")
         if te is not None:
             te = np.asarray(te, dtype=np.float32)
@@ -239,7 +261,7 @@ cdef class Weights:
         self.m.tok_norm_b = _vec(self, tensors.get("tok_norm_b"), E, "token_embd_norm.bias")
         cdef int64_t NP = <int64_t>self.m.hp.n_layer * self.m.hp.n_embd_per_layer
         if NP > 0:  # gemma4's per-layer inputs
-            self.m.ple_embd = _mat(self, tensors["ple_embd"], n_vocab, NP, "per_layer_token_embd")
+            self.m.ple_embd = _mat(self, tensors["ple_embd"], n_vocab, NP, "per_layer_token_embd", packable=False)
             self.m.ple_proj = _mat(self, tensors["ple_proj"], NP, E, "per_layer_model_proj")
             self.m.ple_norm = _vec(self, tensors["ple_norm"], self.m.hp.n_embd_per_layer, "per_layer_proj_norm")
         layers = tensors["layers"]

@@ -40,6 +40,9 @@ from fastgguf._native import (  # noqa: F401
     ext_enabled,
     ext_name,
     gemv,
+    gemv_packed,
+    pack_rows,
+    PACK_ROWS,
     read_bandwidth,
     row_size,
     set_ext,
@@ -50,7 +53,8 @@ from fastgguf._native import (  # noqa: F401
 )
 
 __all__ = ["ISAS", "SUPPORTED_TYPES", "WEIGHT_TYPES", "active", "active_ext", "available", "block_size", "build_info",
-           "compiled", "cpu_features", "dequantize", "ext_available", "ext_enabled", "ext_name", "gemv", "matmul",
+           "compiled", "cpu_features", "dequantize", "ext_available", "ext_enabled", "ext_name", "gemv", "gemv_packed",
+           "matmul", "pack_rows", "PACK_ROWS",
            "quantize", "quantize_as_llama_file", "read_bandwidth", "row_size", "set_ext", "set_isa", "type_table",
            "vec_dot", "vec_dot_type", "first_unfit_block", "UnfitBlock"]
 

@@ -285,3 +285,42 @@ def test_types_and_sizes():
         assert act == {"Q5_0": "Q8_0", "Q5_1": "Q8_1", "IQ4_NL": "Q8_0", "MXFP4": "Q8_0"}.get(t, "Q8_K")
     with pytest.raises(ValueError):
         kernels.quantize(np.zeros(32, np.float32), "Q4_K")  # not a multiple of 256
+
+
+@pytest.mark.parametrize("isa", ISAS)
+@pytest.mark.parametrize("rows,nb", [(16, 1), (37, 3), (64, 2), (5, 1), (33, 9)])
+def test_gemv_packed_equals_gemv(isa, rows, nb):
+    """repack=True's decode kernel (csrc/fg_quant_q4_k.c gemv_packed_*, block_q4_K_r16) on random blocks (largest
+    scales and mins included) at odd sizes: each ISA's kernel over the copy's whole groups, and the dispatched one
+    over slices that start and end inside a group (the rows around them from W), bit for bit the gemv."""
+    n = nb * 256
+    w = _random_blocks("Q4_K", rows * nb, seed=300 + rows).reshape(rows, -1)
+    x = _data((3, n), 41 + nb)
+    x[1] = 1.0  # every activation quant -128 after the scale
+    p = kernels.pack_rows(w, "Q4_K")
+    assert p.nbytes == rows // kernels.PACK_ROWS * nb * 2368
+    prev = kernels.set_isa(isa)
+    try:
+        for xq in kernels.quantize(x, "Q8_K"):
+            ref = kernels.gemv(w, "Q4_K", xq, isa=isa)
+            got = kernels.gemv_packed(w, "Q4_K", p, xq, isa=isa)
+            assert np.array_equal(got, ref[:len(got)])
+            for r0, r1 in ((0, rows), (3, rows), (1, min(rows, 31)), (min(rows, 17), rows), (2, 2)):
+                part = kernels.gemv_packed(w, "Q4_K", p, xq, r0=r0, r1=r1)
+                assert np.array_equal(part[r0:r1], ref[r0:r1]), (r0, r1)
+    finally:
+        kernels.set_isa(prev)
+
+
+def test_packed_layout_facts():
+    """The type table owns the packed layout: Q4_K's block of 16 rows (2,368 bytes), none for the other formats
+    (pack_rows gives None); an ISA lists gemv_packed where it has a packed kernel of its own."""
+    table = {t["name"]: t for t in kernels.type_table()}
+    assert table["Q4_K"]["packed_size"] == 2368
+    assert all(t["packed_size"] == 0 for name, t in table.items() if name != "Q4_K")
+    assert kernels.pack_rows(np.zeros((16, 34), np.uint8), "Q8_0") is None
+    assert "gemv_packed" in table["Q4_K"]["kernels"]["scalar"]
+    if "avx2" in table["Q4_K"]["kernels"]:  # AVX2's own, which AVX-512 without VNNI runs too
+        assert "gemv_packed" in table["Q4_K"]["kernels"]["avx2"]
+    if "avx512" in table["Q4_K"]["kernels"]:
+        assert "gemv_packed" in table["Q4_K"]["kernels"]["avx512"]

@@ -157,7 +157,8 @@ def _print_text(d: dict, show_tensors: bool, out) -> None:
 
 
 def memory(f):
-    """Model.memory()'s byte counts of a file fastgguf can run, else None (info describes any GGUF file)."""
+    """Model.memory()'s byte counts of a file fastgguf can run (all but packed: a loaded Model's repack=True
+    copies), else None (info describes any GGUF file)."""
     from fastgguf import arch
     from fastgguf.errors import GGUFError
     try:

@@ -62,14 +62,27 @@ class Model:
     prompt_cache_size MiB (1024, least recently used removed first), and restores the longest stored prefix of a
     later prompt instead of evaluating it, across Models and processes (fastgguf.engine.prompt_cache);
     `model.prompt_cache` is then its PromptCache (None without one, or where the folder or model cannot use it:
-    a RuntimeWarning says why)."""
+    a RuntimeWarning says why).
+
+    repack=True (default: the environment's FASTGGUF_REPACK=1, else off) makes, at load, a row-interleaved copy of
+    each matrix whose format has a packed layout (kernels.type_table()'s packed_size: the 4-bit K-quant) that decode
+    then reads (llama.cpp's repacked 8x8 types, ik_llama.cpp's _R8 ones; prompts keep reading the mapped file). It
+    costs that many bytes more of private memory (memory()["packed"]: about 1.03x those matrices) and a moment at
+    load, and gives equal results bit for bit. It is made only where the kernels have a packed gemv of their own
+    (x86: AVX2, AVX-512 VNNI): it pays where a thread's share of the memory's speed is near what the tiles' gemv
+    computes (2 threads on a 2-core VM: +7-11% decode; benchmarks/gemv_repack_q4k.c), and gains little where one
+    thread waits on memory."""
 
     def __init__(self, path, n_threads=None, mmap=True, prompt_cache=None, prompt_cache_size=None,
-                 prompt_cache_min_tokens=_prompt_cache.MIN_TOKENS):
+                 prompt_cache_min_tokens=_prompt_cache.MIN_TOKENS, repack=None):
         if n_threads is not None:
             n_threads = check_n_threads(n_threads)
         if not isinstance(mmap, bool):
             raise TypeError(f"mmap must be True or False, got {type(mmap).__name__}")
+        if repack is None:
+            repack = os.environ.get("FASTGGUF_REPACK", "0") not in ("", "0")
+        if not isinstance(repack, bool):
+            raise TypeError(f"repack must be True, False or None, got {type(repack).__name__}")
         path = os.fspath(path)
         self.path = _hub.model_path(path) if path in _hub.CATALOGUE else path
         self.file = GGUFFile(self.path, mmap=mmap)
@@ -80,7 +93,7 @@ class Model:
                 tensors = a.tensors(self.hparams)
                 # rank pooling's classifier head (float32 arrays, or None): applied by fastgguf.engine.pooling
                 self.classifier = tensors.pop("classifier", None)
-                self.weights = Weights(self.hparams, tensors)
+                self.weights = Weights(self.hparams, tensors, repack=repack)
             except ValueError as e:  # a tensor of the wrong shape: the file's fault
                 raise GGUFError(f"{self.path}: {e}") from None
         except BaseException:
@@ -120,12 +133,14 @@ class Model:
     def memory(self, n_ctx=None):
         """Bytes of the weights: file, weights (all tensors, mapped zero-copy), experts (the mixture-of-experts
         stacks), per_token (what one decoded token reads: for a 30B-A3B a small fraction), active_fraction
-        (fastgguf.arch.base.weight_bytes says how each is counted). With n_ctx, also what one sequence's cache of
+        (fastgguf.arch.base.weight_bytes says how each is counted) and packed (repack=True's copies, private memory:
+        0 without). With n_ctx, also what one sequence's cache of
         n_ctx positions allocates (each Context, each --parallel slot): cache (K and V, and the short-convolution
         layers' state rings and the DeltaNet and Mamba-2 layers' states: Context.runner.kv_bytes), conv_state (those
         rings alone; 0 without such layers) and recurrent_state (the DeltaNet and Mamba-2 states alone, whatever
         n_ctx; 0 without)."""
         d = _arch.base.weight_bytes(self.file, self.hparams)
+        d["packed"] = self.weights.packed_bytes  # repack=True's copies (0 without)
         if n_ctx is not None:
             d["cache"], d["conv_state"], d["recurrent_state"] = self.weights.cache_bytes(n_ctx)
         return d
