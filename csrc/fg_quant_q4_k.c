@@ -231,7 +231,7 @@ FG_KQ_GEMV_VNNI(vec_dot_q4_k_q8_k_vnni, gemv_q4_k_q8_k_vnni, q4_k_tile_vnni)
  * dword lanes, whose low nibbles are 4 weights of sub-block 2k and high nibbles 4 of 2k + 1 (g = 8k + ..), each a
  * dpbusd against one broadcast activation dword; a sub-block's int32 sums times its scales (mullo), the mins term
  * one dpwssd per pair of sub-blocks; no transpose, no horizontal sum, no scale unpacking. Integer sums and float step
- * are the scalar reference's. benchmarks/gemv_repack_q4k.c measured its speed against the tiles' gemv. */
+ * are the scalar reference's. benchmarks/gemv_repack.c measured its speed against the tiles' gemv. */
 #ifndef FG_PACKED_AHEAD
 #define FG_PACKED_AHEAD 2368
 #endif

@@ -79,15 +79,18 @@ static int tile_equals_scalar(int isa, int type) {
 
 /* The row-interleaved copy (fg_pack_fn) of the first whole groups of `maxr` rows: the ISA's gemv_packed (or the
  * scalar one it falls back to) and the dispatched fg_gemv_rows_packed over slices that start and end inside groups
- * equal the scalar vec_dot of every row bit for bit, and write nothing outside their rows. */
+ * equal the ISA's gemv of every row (or the scalar vec_dot, yref, where it has none) bit for bit, and write nothing
+ * outside their rows. */
 static void test_packed(int isa, const char *name, int type, long n, const unsigned char *w, size_t stride, long maxr,
-                        const unsigned char *xq, const float *yref) {
+                        const unsigned char *xq, const float *yvec) {
     const fg_type_kernels *ref = fg_kernels_of(FG_ISA_SCALAR, type), *k = fg_kernels_of(isa, type);
     const size_t bytes = fg_packed_size(type, maxr, n);
     if (!bytes) return;
     const long groups = maxr / FG_PACK_ROWS;
     unsigned char *wp = malloc(bytes); /* exactly the copy's bytes: ASan sees a read past it */
-    float *y = malloc((maxr + 1) * sizeof(float));
+    float *y = malloc((maxr + 1) * sizeof(float)), *yref = malloc(maxr * sizeof(float));
+    if (k->gemv) k->gemv(n, w, stride, xq, yref, maxr);
+    else memcpy(yref, yvec, maxr * sizeof(float));
     ref->pack(n, w, stride, wp, groups);
     fg_gemv_packed_fn fn = k->gemv_packed ? k->gemv_packed : ref->gemv_packed;
     for (long r = 0; r <= maxr; r++) y[r] = NAN;
@@ -95,7 +98,7 @@ static void test_packed(int isa, const char *name, int type, long n, const unsig
     int ok = 1;
     for (long r = 0; r <= maxr; r++) ok &= r < groups * FG_PACK_ROWS ? y[r] == yref[r] : isnan(y[r]);
     check(ok, "gemv_packed", name, type, n, groups);
-    static const long slices[][2] = {{0, 27}, {0, 16}, {3, 27}, {3, 16}, {5, 9}, {16, 27}};
+    static const long slices[][2] = {{0, 27}, {0, 16}, {3, 27}, {3, 16}, {5, 9}, {16, 27}, {0, 149}, {17, 140}};
     if (fg_set_isa(isa) == 0)
         for (size_t s = 0; s < sizeof(slices) / sizeof(slices[0]); s++) {
             const long r0 = slices[s][0], r1 = slices[s][1] < maxr ? slices[s][1] : maxr;
@@ -105,7 +108,25 @@ static void test_packed(int isa, const char *name, int type, long n, const unsig
             for (long r = 0; r <= maxr; r++) ok &= r >= r0 && r < r1 ? y[r] == yref[r] : isnan(y[r]);
             check(ok, "gemv_rows_packed", name, type, n, r0 * 100 + r1);
         }
-    free(wp), free(y);
+    free(wp), free(y), free(yref);
+}
+
+/* test_packed's check on 149 rows (9 groups: the kernels' 4 streams twice, then one group alone, 5 rows past). */
+static void test_packed_many(int isa, const char *name, int type, long n) {
+    const long rows = 149;
+    const int xtype = fg_vec_dot_type(type);
+    const size_t stride = fg_row_size(type, n);
+    float *f = malloc(n * sizeof(float)), *yvec = malloc(rows * sizeof(float));
+    unsigned char *w = malloc(stride * rows), *xq = malloc(fg_row_size(xtype, n));
+    for (long r = 0; r < rows; r++) {
+        fill(f, n, (int)(3 * r + n));
+        fg_kernels_of(FG_ISA_SCALAR, type)->quantize(f, w + r * stride, n);
+    }
+    fill(f, n, 11);
+    fg_kernels_of(FG_ISA_SCALAR, xtype)->quantize(f, xq, n);
+    for (long r = 0; r < rows; r++) yvec[r] = fg_kernels_of(FG_ISA_SCALAR, type)->vec_dot(n, w + r * stride, xq);
+    test_packed(isa, name, type, n, w, stride, rows, xq, yvec);
+    free(f), free(yvec), free(w), free(xq);
 }
 
 static void test_type(int isa, const char *name, int type, long n) {
@@ -332,6 +353,8 @@ static void test_gemm_many(int isa, const char *name) {
 
 static void test_isa(int isa, const char *name) {
     test_nonfinite(isa, name);
+    for (int t = 0; t < fg_type_count(); t++)
+        if (fg_type_at(t)->packed_size) test_packed_many(isa, name, fg_type_at(t)->type, 3 * fg_type_at(t)->blck * 3);
     test_kq_chunks(isa, name);
     test_gemm_many(isa, name);
     for (size_t t = 0; t < sizeof(types) / sizeof(types[0]); t++) {
