@@ -321,6 +321,7 @@ def main(argv=None):
     results = {"date": datetime.datetime.now().isoformat(timespec="seconds"), "cpu": _cpu_model(), "shape": name,
                "isa": kernels.active(), "load_average": os.getloadavg()[0], "prompt": a.prompt, "gen": a.gen,
                "rounds": a.rounds, "llama_bench": bench, "read_bandwidth_gbs": bws, "build_seconds": built,
+               "repack": os.environ.get("FASTGGUF_REPACK", "0") not in ("", "0"),  # Model(repack=None)'s default
                "targets": TARGETS, "rows": []}
     engines = ["fastgguf"] + (["llama.cpp"] if bench else [])
     for q, path in paths.items():
