@@ -231,9 +231,12 @@ def main(argv=None):
         a.prompt, a.gen, a.rounds, a.threads = 32, 8, 1, [1]
     from fastgguf import kernels
     bench = a.llama_bench if os.access(a.llama_bench, os.X_OK) else None
-    bw = kernels.read_bandwidth(1 << 26 if a.tiny else 1 << 29)
+    # the concurrent probe at each thread count (compare.bandwidth): a 2-thread decode against what 2 threads read
+    # together, where this once divided every row by one thread's rate
+    bws = {th: kernels.read_bandwidth(1 << 26 if a.tiny else 1 << 28, 3, th) for th in a.threads}
     results = {"date": datetime.datetime.now().isoformat(timespec="seconds"), "prompt": a.prompt, "gen": a.gen,
-               "rounds": a.rounds, "llama_bench": bench, "read_bandwidth": bw, "models": {}}
+               "rounds": a.rounds, "llama_bench": bench, "read_bandwidth": bws[a.threads[0]],
+               "read_bandwidth_gbs": bws, "models": {}}
     for name, path in files(a.tiny, a.only).items():
         per = results["models"][name] = {"path": path, "threads": {}}
         for th in a.threads:
@@ -256,7 +259,8 @@ def main(argv=None):
                 row["ratio_tg"] = row["fastgguf_tg_tps"] / row["llama.cpp_tg_tps"]
             # decode's bytes: per_token (the floor) x tokens/s = the bandwidth decoding achieves
             row["decode_gbps"] = mem["per_token"] * row["fastgguf_tg_tps"] / 1e9
-            row["decode_fraction_of_read_bandwidth"] = row["decode_gbps"] / bw   # bw: GB/s, one thread
+            row["read_bandwidth_gbs"] = bws[th]
+            row["decode_fraction_of_read_bandwidth"] = row["decode_gbps"] / bws[th]  # of th threads' probe
             per["threads"][str(th)] = row
             print(f"{name} t{th}: fastgguf pp{a.prompt} {row['fastgguf_pp_tps']:.1f} tg{a.gen} "
                   f"{row['fastgguf_tg_tps']:.2f} t/s" + (f"; llama.cpp pp {row['llama.cpp_pp_tps']:.1f} tg "
