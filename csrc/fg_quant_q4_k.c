@@ -98,15 +98,15 @@ static void gemv_packed_q4_k_scalar(int64_t n, const void *wp, const void *vx, f
     }
 }
 
+#if FG_HAVE_X86
+/* ---- AVX2 ---- */
+
 /* x's sums of sub-blocks 2t and 2t + 1 (bsums in pairs) as the int16 halves of one int32: the packed gemvs' mins
  * term takes (m_2t, m_2t+1) . (them) in one madd per row. */
 static inline int32_t q4_k_r16_bsum_pair(const block_q8_K *x, int t) {
     return (int32_t)(uint16_t)(x->bsums[4 * t] + x->bsums[4 * t + 1]) |
            (int32_t)((uint32_t)(uint16_t)(x->bsums[4 * t + 2] + x->bsums[4 * t + 3]) << 16);
 }
-
-#if FG_HAVE_X86
-/* ---- AVX2 ---- */
 
 /* Bit-exact with the scalar reference: (d * sc) * q, then - dmin * m (no FMA). */
 FG_TARGET_AVX2 static void dequantize_row_q4_k_avx2(const void *vx, float *y, int64_t n) {
