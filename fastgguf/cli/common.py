@@ -48,6 +48,14 @@ def add_model_args(p) -> None:
     p.add_argument("-m", "--model", help=MODEL_HELP)
     p.add_argument("-t", "--threads", type=int, default=None, help="threads (default: physical cores)")
     p.add_argument("--ctx", type=int, default=None, help="context size in tokens (default: sized to fit)")
+    add_repack_arg(p)
+
+
+def add_repack_arg(p) -> None:
+    """--repack: fastgguf.Model(repack=True) (without it, FASTGGUF_REPACK decides)."""
+    p.add_argument("--repack", action="store_true", default=None,
+                   help="decode from a row-interleaved copy of the Q4_K matrices made at load (more memory, "
+                        "faster decode where the GEMV's arithmetic is the wall; default: $FASTGGUF_REPACK, else off)")
 
 
 def _bias_item(text):
@@ -93,6 +101,8 @@ def load_model(args, **options):
     path = hub.resolve(args.model)
     if args.threads is not None and args.threads < 1:
         raise ValueError(f"--threads must be >= 1, got {args.threads}")
+    if getattr(args, "repack", None):
+        options.setdefault("repack", True)
     return fastgguf.Model(path, n_threads=args.threads, **options)
 
 

@@ -18,7 +18,7 @@ from __future__ import annotations
 import os
 import sys
 
-from fastgguf.cli.common import MODEL_HELP, load_draft_model, load_model
+from fastgguf.cli.common import MODEL_HELP, add_repack_arg, load_draft_model, load_model
 from fastgguf.engine.pooling import SETTABLE
 from fastgguf.errors import FastGGUFError
 
@@ -34,6 +34,7 @@ def register(subparsers) -> None:
                    "--models-dir: the catalogue, loaded on demand)")
     add_many_models_args(p)
     add_prompt_cache_args(p)
+    add_repack_arg(p)
     p.add_argument("--host", default="127.0.0.1", help="address to listen on (127.0.0.1)")
     p.add_argument("--port", type=int, default=8080, help="port (8080)")
     p.add_argument("--parallel", "-np", type=int, default=None,
@@ -208,7 +209,7 @@ def serves_many(args) -> bool:
 
 def model_options(args) -> dict:
     """Keywords for fastgguf.Model(...) of every model the server loads (beyond n_threads)."""
-    return prompt_cache_options(args)
+    return {**prompt_cache_options(args), **({"repack": True} if args.repack else {})}
 
 
 def add_prompt_cache_args(p) -> None:

@@ -353,10 +353,11 @@ def _load_error(entry, e):
 
 
 def _measured(model, engine, estimate):
-    """Bytes a loaded model takes: its weights and its slots' caches (Model.memory), else the estimate."""
+    """Bytes a loaded model takes: its weights, their repacked copies (--repack) and its slots' caches
+    (Model.memory), else the estimate."""
     try:
         m = model.memory(engine.n_ctx)
-        return int(m["weights"] + m["cache"] * engine.parallel)
+        return int(m["weights"] + m.get("packed", 0) + m["cache"] * engine.parallel)
     except (AttributeError, KeyError, TypeError):
         return estimate
 

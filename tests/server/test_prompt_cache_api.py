@@ -58,3 +58,17 @@ def test_flags_become_model_options():
                                       "--prompt-cache-min-tokens", "32"])
     assert model_options(args) == {"prompt_cache": "d", "prompt_cache_size": 64.0, "prompt_cache_min_tokens": 32}
     assert model_options(build_parser().parse_args(["serve"])) == {}
+
+
+def test_a_served_models_size_counts_its_packed_copy():
+    """--max-memory's accounting (server.models._measured): a loaded model's size holds its repack=True copies."""
+    from fastgguf.server.models import _measured
+
+    class M:
+        def memory(self, n_ctx):
+            return {"weights": 1000, "packed": 300, "cache": 10}
+
+    class E:
+        n_ctx, parallel = 64, 4
+
+    assert _measured(M(), E(), 1) == 1000 + 300 + 4 * 10
