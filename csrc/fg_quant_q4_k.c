@@ -325,7 +325,9 @@ FG_INLINE_AVX2 __m256i q4_k_r16_sc_avx2(const block_q4_K_r16 *b, int j, int h) {
     const __m256i s = _mm256_cvtepu8_epi32(_mm_loadl_epi64((const __m128i *)&b->sc[j][8 * h]));
     return _mm256_or_si256(s, _mm256_slli_epi32(s, 16));
 }
-/* S groups g[s] (S <= FG_PACKED_STREAMS_AVX2) side by side, their blocks read a line at a time in turn. */
+/* S groups g[s] (S <= FG_PACKED_STREAMS_AVX2) side by side, their blocks read in turn half a 64-byte line (8 rows) at
+ * a time, rows 0-7 of a sub-block pair's 8 lines, then rows 8-15 (in L1 by then); 2 streams read 13.7-14.0 GB/s from
+ * DRAM, 4 14.9-15.1, 8 14.4-14.9. */
 FG_INLINE_AVX2 void q4_k_r16_groups_avx2(const int S, const block_q4_K_r16 *const *g, int64_t nb,
                                          const block_q8_K *x, float *const *y) {
     const __m256i m4 = _mm256_set1_epi8(0x0f);

@@ -11,7 +11,8 @@ _KINDS = ((FG_K_QUANTIZE, "quantize"), (FG_K_DEQUANTIZE, "dequantize"), (FG_K_VE
 def type_table():
     """The C type table (csrc/fg_dispatch.c), the one owner of format facts: one dict per type with its name,
     ggml id, block size, block bytes, the activation type its dot product takes (None for activation-only types),
-    the bytes of a packed block of PACK_ROWS rows (0: no row-interleaved layout; pack_rows) and, per available ISA, the kernels that ISA has of its own (the rest run the scalar reference)."""
+    the bytes of a packed block of PACK_ROWS rows (0: no row-interleaved layout; pack_rows) and, per available
+    ISA, the kernels that ISA has of its own (the rest run the scalar reference)."""
     out = []
     cdef const fg_type_info *t
     for i in range(fg_type_count()):
