@@ -54,9 +54,11 @@ cdef fg_mat _mat(Weights w, spec, int64_t rows, int64_t cols, str name, bint pac
 
 cdef _pack(Weights w, fg_mat *m):
     """m's row-interleaved copy for decode (fastgguf.kernels.pack_rows), where its type has that layout and the active
-    kernels a packed gemv of their own (AVX2, AVX-512 VNNI for Q4_K): elsewhere decode would not gain from it."""
+    SIMD kernels a packed gemv of their own (AVX2, AVX-512 VNNI for Q4_K): elsewhere (the scalar reference, NEON)
+    decode would not gain from it."""
     cdef size_t nbytes = fg_packed_size(m.type, m.rows, m.cols)
-    if not nbytes or not fg_kernel_mask(fg_isa_active(), m.type) & FG_K_GEMV_PACKED:
+    cdef int isa = fg_isa_active()
+    if not nbytes or isa == FG_ISA_SCALAR or not fg_kernel_mask(isa, m.type) & FG_K_GEMV_PACKED:
         return
     buf = _aligned_bytes(nbytes)
     cdef uint8_t[::1] bv = buf
