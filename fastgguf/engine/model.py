@@ -70,7 +70,7 @@ class Model:
     costs that many bytes more of private memory (memory()["packed"]: about 1.03x those matrices) and a moment at
     load, and gives equal results bit for bit. It is made only where the kernels have a packed gemv of their own
     (x86: AVX2, AVX-512 VNNI): it pays where a thread's share of the memory's speed is near what the tiles' gemv
-    computes (2 threads on a 2-core VM: +7-11% decode; benchmarks/gemv_repack.c), and gains little where one
+    computes (2 threads on a 2-core VM: +7-12% decode; benchmarks/gemv_repack.c), and gains little where one
     thread waits on memory."""
 
     def __init__(self, path, n_threads=None, mmap=True, prompt_cache=None, prompt_cache_size=None,
