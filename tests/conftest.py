@@ -43,6 +43,19 @@ def pytest_report_header(config):
             f"kernels: compiled {kernels.compiled()}, available {kernels.available()}, active {kernels.active()}"]
 
 
+@pytest.fixture()
+def repack_copies():
+    """Whether Model(repack=True) makes a format's packed copy under the active kernels: the type has a packed layout
+    and the active ISA a packed gemv of its own, not the scalar reference's (fastgguf/_runner.pxi's _pack)."""
+    from fastgguf import kernels
+
+    def copies(fmt):
+        row = next(t for t in kernels.type_table() if t["name"] == fmt)
+        isa = kernels.active()
+        return bool(row["packed_size"]) and isa != "scalar" and "gemv_packed" in row["kernels"].get(isa, [])
+    return copies
+
+
 def catalogue_model(name):
     """Path of a catalogue model (fastgguf.hub.CATALOGUE), pulled once if needed; skipped when
     FASTGGUF_TEST_NO_DOWNLOAD=1 and it is not cached."""

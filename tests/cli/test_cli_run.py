@@ -70,20 +70,17 @@ def test_chat_history_is_trimmed_to_fit():
     assert fit_history(m, [], hist, user, 3) == ([], 4)
 
 
-def test_repack_flag_reaches_the_model(tmp_path, monkeypatch):
+def test_repack_flag_reaches_the_model(tmp_path, monkeypatch, repack_copies):
     """--repack (run, chat, serve): fastgguf.Model(repack=True), so a Q4_K model decodes from its packed copy where
     the kernels have a packed gemv (x86); without the flag the keyword is left out (FASTGGUF_REPACK decides)."""
     import models
-    from fastgguf import kernels
     from fastgguf.cli import build_parser
     from fastgguf.cli.common import load_model
     from fastgguf.cli.serve import model_options
     monkeypatch.delenv("FASTGGUF_REPACK", raising=False)
     path = str(models.build(tmp_path / "q4k.gguf", "kq", wtype="Q4_K"))
-    own = "gemv_packed" in next(t for t in kernels.type_table() if t["name"] == "Q4_K")["kernels"].get(
-        kernels.active(), [])
     packed = load_model(build_parser().parse_args(["run", "-m", path, "--repack", "hi"]))
-    assert (packed.memory()["packed"] > 0) == (own and kernels.active() != "scalar")
+    assert (packed.memory()["packed"] > 0) == repack_copies("Q4_K")
     assert load_model(build_parser().parse_args(["run", "-m", path, "hi"])).memory()["packed"] == 0
     assert model_options(build_parser().parse_args(["serve", "--repack"])) == {"repack": True}
     assert "repack" not in model_options(build_parser().parse_args(["serve"]))
